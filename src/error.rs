@@ -1,0 +1,294 @@
+//! The one error type of fencelock and the stable status codes it maps to.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong in fencelock.
+///
+/// Errors that describe a refusal (`Locked`, `StaleToken`, `LockLost`, `Timeout`,
+/// `InvalidArgument`) never change the store. Errors from the storage (`Io`, `Corrupt`,
+/// `Storage`) abort the transaction they happened in, so nothing of it is applied either.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by a live, unexpired lease.
+    Locked {
+        /// Token of the current lease.
+        token: u64,
+        /// Process id of the current holder.
+        pid: u32,
+        /// Time left before the current lease expires.
+        remaining: Duration,
+    },
+    /// A fenced write carried a token lower than the highest one the key or resource accepted.
+    StaleToken {
+        /// The token the write carried.
+        token: u64,
+        /// The highest token the key or resource has accepted.
+        highest: u64,
+    },
+    /// The holder's lease expired or another holder took the lock over.
+    LockLost {
+        /// The token of the lease that was lost.
+        token: u64,
+        /// The token of the lease now recorded for the lock, if any.
+        current: Option<u64>,
+    },
+    /// A waiting acquire gave up after its timeout.
+    Timeout,
+    /// An argument was out of range or malformed; the message says which and why.
+    InvalidArgument(String),
+    /// The file exists but is not a fencelock store (another program's file or database).
+    NotAStore(String),
+    /// The store was written with a newer schema than this library understands.
+    IncompatibleVersion {
+        /// Schema version found in the file.
+        found: u64,
+        /// Highest schema version this library reads.
+        supported: u64,
+    },
+    /// The file is damaged.
+    Corrupt(String),
+    /// The store is open in single-process mode elsewhere, or in another mode than requested.
+    InUse,
+    /// The store was used in a child process after `fork()`; open a new store in the child.
+    Forked,
+    /// An operating-system I/O error.
+    Io(std::io::Error),
+    /// Any other error reported by the storage engine.
+    Storage(String),
+}
+
+/// Stable status codes of the C ABI. A retired code is never reused.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// The lock is held by a live, unexpired lease.
+    Locked = 1,
+    /// A fenced write carried a token lower than the highest one accepted.
+    StaleToken = 2,
+    /// The holder's lease expired or was taken over.
+    LockLost = 3,
+    /// A waiting acquire timed out.
+    Timeout = 4,
+    /// An argument was out of range or malformed.
+    InvalidArgument = 5,
+    /// A required pointer was NULL.
+    NullPointer = 6,
+    /// An operating-system I/O error.
+    Io = 7,
+    /// The file is damaged.
+    Corrupt = 8,
+    /// The file is not a fencelock store.
+    NotAStore = 9,
+    /// The store was written by a newer version of fencelock.
+    IncompatibleVersion = 10,
+    /// The store is in use in a way that excludes this open.
+    InUse = 11,
+    /// The store was used in a child process after `fork()`.
+    Forked = 12,
+    /// Any other storage error.
+    Storage = 13,
+    /// The key does not exist.
+    NotFound = 14,
+    /// A panic was caught at the C boundary; the handle involved may be unusable.
+    Panic = 15,
+}
+
+impl Status {
+    /// A static, human-readable description of the status.
+    #[must_use]
+    pub fn description(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Locked => "the lock is held by another live lease",
+            Status::StaleToken => "the token is lower than the highest token already accepted",
+            Status::LockLost => "the lease expired or was taken over",
+            Status::Timeout => "timed out waiting for the lock",
+            Status::InvalidArgument => "invalid argument",
+            Status::NullPointer => "a required pointer was NULL",
+            Status::Io => "I/O error",
+            Status::Corrupt => "the store file is damaged",
+            Status::NotAStore => "the file is not a fencelock store",
+            Status::IncompatibleVersion => "the store was written by a newer fencelock",
+            Status::InUse => "the store is in use in a way that excludes this open",
+            Status::Forked => "the store was opened before fork(); open a new store in the child",
+            Status::Storage => "storage engine error",
+            Status::NotFound => "not found",
+            Status::Panic => "internal panic caught at the C boundary",
+        }
+    }
+}
+
+impl Error {
+    /// The status code this error maps to.
+    #[must_use]
+    pub fn status(&self) -> Status {
+        match self {
+            Error::Locked { .. } => Status::Locked,
+            Error::StaleToken { .. } => Status::StaleToken,
+            Error::LockLost { .. } => Status::LockLost,
+            Error::Timeout => Status::Timeout,
+            Error::InvalidArgument(_) => Status::InvalidArgument,
+            Error::NotAStore(_) => Status::NotAStore,
+            Error::IncompatibleVersion { .. } => Status::IncompatibleVersion,
+            Error::Corrupt(_) => Status::Corrupt,
+            Error::InUse => Status::InUse,
+            Error::Forked => Status::Forked,
+            Error::Io(_) => Status::Io,
+            Error::Storage(_) => Status::Storage,
+        }
+    }
+
+    /// Whether this error is a refusal decided by fencelock's rules, as opposed to a failure of
+    /// the storage. A refusal writes nothing, so other operations of the same transaction stand.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Locked { .. }
+                | Error::StaleToken { .. }
+                | Error::LockLost { .. }
+                | Error::Timeout
+                | Error::InvalidArgument(_)
+        )
+    }
+
+    /// A copy of this error, for handing one failure to every operation of a batch.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Locked {
+                token,
+                pid,
+                remaining,
+            } => Error::Locked {
+                token: *token,
+                pid: *pid,
+                remaining: *remaining,
+            },
+            Error::StaleToken { token, highest } => Error::StaleToken {
+                token: *token,
+                highest: *highest,
+            },
+            Error::LockLost { token, current } => Error::LockLost {
+                token: *token,
+                current: *current,
+            },
+            Error::Timeout => Error::Timeout,
+            Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
+            Error::NotAStore(message) => Error::NotAStore(message.clone()),
+            Error::IncompatibleVersion { found, supported } => Error::IncompatibleVersion {
+                found: *found,
+                supported: *supported,
+            },
+            Error::Corrupt(message) => Error::Corrupt(message.clone()),
+            Error::InUse => Error::InUse,
+            Error::Forked => Error::Forked,
+            Error::Io(err) => Error::Io(std::io::Error::new(err.kind(), err.to_string())),
+            Error::Storage(message) => Error::Storage(message.clone()),
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        Error::InvalidArgument(message.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Locked {
+                token,
+                pid,
+                remaining,
+            } => write!(
+                f,
+                "lock is held by pid {pid} with token {token} for {:.3}s more",
+                remaining.as_secs_f64()
+            ),
+            Error::StaleToken { token, highest } => write!(
+                f,
+                "stale token {token}: a write with token {highest} was already accepted"
+            ),
+            Error::LockLost { token, current } => match current {
+                Some(current) => write!(
+                    f,
+                    "lease with token {token} was lost: the lock is now at token {current}"
+                ),
+                None => write!(
+                    f,
+                    "lease with token {token} was lost: it expired or was released"
+                ),
+            },
+            Error::Timeout => write!(f, "timed out waiting for the lock"),
+            Error::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
+            Error::NotAStore(message) => write!(f, "not a fencelock store: {message}"),
+            Error::IncompatibleVersion { found, supported } => write!(
+                f,
+                "store schema version {found} is newer than the supported version {supported}"
+            ),
+            Error::Corrupt(message) => write!(f, "store is damaged: {message}"),
+            Error::InUse => write!(
+                f,
+                "store is open in another process in single-process mode, or in another mode"
+            ),
+            Error::Forked => write!(
+                f,
+                "store was opened before fork(); open a new store in the child process"
+            ),
+            Error::Io(err) => write!(f, "I/O error: {err}"),
+            Error::Storage(message) => write!(f, "storage error: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(err: std::io::Error) -> Self {
+        Error::Io(err)
+    }
+}
+
+impl From<redb::Error> for Error {
+    fn from(err: redb::Error) -> Self {
+        match err {
+            redb::Error::Corrupted(message) => Error::Corrupt(message),
+            redb::Error::Io(err) => Error::Io(err),
+            redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => Error::InUse,
+            redb::Error::UpgradeRequired(version) => Error::NotAStore(format!(
+                "redb file format {version} is older than this library reads"
+            )),
+            other => Error::Storage(other.to_string()),
+        }
+    }
+}
+
+macro_rules! from_redb {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for Error {
+            fn from(err: $ty) -> Self {
+                Error::from(redb::Error::from(err))
+            }
+        }
+    )*};
+}
+
+from_redb!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// The result type of fencelock.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,257 @@
+//! The holder of a granted lease.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::store::{Inner, Store};
+
+/// A granted lease. Its [`token`](Holder::token) is higher than that of every earlier grant of
+/// any lock of the store. Dropping the holder releases the lease.
+///
+/// A holder is `Send + Sync`: one thread may write while another extends or releases.
+pub struct Holder {
+    state: Arc<State>,
+}
+
+struct State {
+    inner: Arc<Inner>,
+    name: String,
+    token: u64,
+    expires_ns: AtomicU64,
+    released: AtomicBool,
+    /// Set once the lease is known to be lost or released; waited on by `wait_lost`.
+    ended: Mutex<bool>,
+    ended_changed: Condvar,
+    keeper: Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holder")
+            .field("name", &self.state.name)
+            .field("token", &self.state.token)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Holder {
+    pub(crate) fn new(inner: Arc<Inner>, name: String, token: u64, expires_ns: u64) -> Holder {
+        Holder {
+            state: Arc::new(State {
+                inner,
+                name,
+                token,
+                expires_ns: AtomicU64::new(expires_ns),
+                released: AtomicBool::new(false),
+                ended: Mutex::new(false),
+                ended_changed: Condvar::new(),
+                keeper: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The fencing token of this lease.
+    #[must_use]
+    pub fn token(&self) -> u64 {
+        self.state.token
+    }
+
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// The store that granted the lease.
+    #[must_use]
+    pub fn store(&self) -> Store {
+        Store {
+            inner: Arc::clone(&self.state.inner),
+        }
+    }
+
+    /// Time left on the lease as this holder last set it; zero once it ran out. Whether another
+    /// holder took over is answered by [`Holder::is_held`].
+    #[must_use]
+    pub fn remaining(&self) -> Duration {
+        Duration::from_nanos(
+            self.state
+                .expires_ns
+                .load(Ordering::Acquire)
+                .saturating_sub(clock::now_ns()),
+        )
+    }
+
+    /// Renews the lease for `ttl` from now, only while this holder still owns it; otherwise
+    /// [`Error::LockLost`].
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        self.state.extend(ttl)
+    }
+
+    /// Whether this holder still holds the lease: not released, not expired, not taken over.
+    /// Reads only; writes nothing.
+    pub fn is_held(&self) -> Result<bool> {
+        if self.state.released.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        self.state
+            .inner
+            .is_current(&self.state.name, self.state.token)
+    }
+
+    /// Writes `value` under `key` with this holder's token, checking in the same transaction
+    /// that the lease is still current ([`Error::LockLost`] otherwise) and that the key accepted
+    /// no higher token ([`Error::StaleToken`]).
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.state.checked_write(key, Some(value)).map(|_| ())
+    }
+
+    /// Deletes `key` with this holder's token, checked like [`Holder::put`]. Returns whether the
+    /// key held a value.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.state.checked_write(key, None)
+    }
+
+    /// Releases the lease. Takes effect at once for every process, without an fsync. Idempotent;
+    /// a stale holder's release never touches its successor's lease.
+    pub fn release(&self) -> Result<()> {
+        if self.state.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.state.end();
+        let keeper = self.state.keeper.lock().take();
+        if let Some(keeper) = keeper {
+            if keeper.thread().id() != thread::current().id() {
+                let _ = keeper.join();
+            }
+        }
+        self.state.inner.release(self.state.token)
+    }
+
+    /// Keeps the lease alive in a background thread: renews it for `ttl` every third of `ttl`
+    /// until it is released or lost. Use [`Holder::wait_lost`] or [`Holder::is_lost`] to learn
+    /// of a loss. Calling it again changes nothing.
+    pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
+        if ttl < crate::store::MIN_TTL * 3 || ttl > crate::store::MAX_TTL {
+            return Err(Error::invalid(format!(
+                "keep-alive ttl {ttl:?} is outside {:?} to {:?}",
+                crate::store::MIN_TTL * 3,
+                crate::store::MAX_TTL
+            )));
+        }
+        let mut keeper = self.state.keeper.lock();
+        if keeper.is_some() || self.is_lost() {
+            return Ok(());
+        }
+        let state = Arc::clone(&self.state);
+        *keeper = Some(
+            thread::Builder::new()
+                .name(format!("fencelock-keepalive-{}", self.state.token))
+                .spawn(move || state.keep_alive(ttl))?,
+        );
+        Ok(())
+    }
+
+    /// Whether the lease is known to be lost or released (a keep-alive renewal failed, an
+    /// extend or write found it taken over, or it was released). Reads no storage.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        *self.state.ended.lock()
+    }
+
+    /// Blocks until the lease is known to be lost or released, or `timeout` passes. Returns
+    /// whether it ended.
+    #[must_use]
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        let mut ended = self.state.ended.lock();
+        if !*ended {
+            let _ = self
+                .state
+                .ended_changed
+                .wait_while_for(&mut ended, |ended| !*ended, timeout);
+        }
+        *ended
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+impl State {
+    fn end(&self) {
+        *self.ended.lock() = true;
+        self.ended_changed.notify_all();
+    }
+
+    fn lost(&self) -> Error {
+        Error::LockLost {
+            token: self.token,
+            current: None,
+        }
+    }
+
+    fn note(&self, err: Error) -> Error {
+        if matches!(err, Error::LockLost { .. }) {
+            self.end();
+        }
+        err
+    }
+
+    fn extend(&self, ttl: Duration) -> Result<()> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(self.lost());
+        }
+        let inner = &self.inner;
+        match inner.extend(&self.name, self.token, ttl) {
+            Ok(expires_ns) => {
+                self.expires_ns.store(expires_ns, Ordering::Release);
+                Ok(())
+            }
+            Err(err) => Err(self.note(err)),
+        }
+    }
+
+    fn checked_write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.released.load(Ordering::Acquire) {
+            return Err(self.lost());
+        }
+        self.inner
+            .holder_put(&self.name, self.token, key, value)
+            .map_err(|err| self.note(err))
+    }
+
+    fn keep_alive(&self, ttl: Duration) {
+        let period = ttl / 3;
+        loop {
+            {
+                let mut ended = self.ended.lock();
+                let _ = self
+                    .ended_changed
+                    .wait_while_for(&mut ended, |ended| !*ended, period);
+                if *ended {
+                    return;
+                }
+            }
+            match self.extend(ttl) {
+                Ok(()) => {}
+                Err(Error::LockLost { .. }) => return,
+                // A passing storage failure: try again until the lease runs out.
+                Err(_) => {
+                    if self.expires_ns.load(Ordering::Acquire) <= clock::now_ns() {
+                        self.end();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! # fencelock
+//!
+//! Leased locks with fencing tokens, and fenced values, in one file-backed redb database that
+//! the threads and processes of one host share.
+//!
+//! A process that pauses while holding a lock (a GC pause, a SIGSTOP, a slow disk) can wake up
+//! after its lease expired and another process took over. Every grant of a lock carries a token
+//! higher than every earlier grant of the store, and a fenced write is refused when its token is
+//! lower than the highest its key has accepted, so the stale process cannot overwrite fresh data.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # fn main() -> fencelock::Result<()> {
+//! let store = fencelock::Store::open("/tmp/locks.db")?;
+//! let holder = store.acquire("payment-export", Duration::from_secs(30))?;
+//! // Checked in one transaction: the lease is still ours and no newer token wrote the key.
+//! holder.put(b"payments/today.csv", b"...")?;
+//! // Or fenced by token alone, from anywhere the token travels:
+//! store.put(b"payments/today.csv", b"...", holder.token())?;
+//! holder.release()?;
+//! # Ok(()) }
+//! ```
+//!
+//! See README.md for the guarantees and their limits.
+
+mod clock;
+mod commit;
+mod error;
+mod holder;
+mod liveness;
+mod record;
+mod store;
+
+pub use clock::now_ns as boottime_ns;
+pub use error::{Error, Result, Status};
+pub use holder::Holder;
+pub use store::{
+    Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_MAX_VALUE_LEN,
+    MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_TTL, SCHEMA_VERSION,
+};
+
+/// The library's version, as Cargo knows it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,948 @@
+//! The store: one redb file holding leases, the token counter, fenced values and external fences.
+
+use std::fs;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Condvar, Mutex};
+use redb::{
+    ConcurrencyMode, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableDefinition, WriteTransaction,
+};
+
+use crate::clock::{self, ProcessId};
+use crate::commit::{Applied, GroupCommit};
+use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::liveness::Liveness;
+use crate::record::{decode_value, encode_value, Lease};
+
+/// Schema version of the tables this library writes.
+pub const SCHEMA_VERSION: u64 = 1;
+/// Longest lock name, fenced key or fence resource name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+/// Default limit of a fenced value, in bytes.
+pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
+/// Hard limit of a fenced value, in bytes (redb stores at most 3 GiB a value).
+pub const MAX_VALUE_LEN_LIMIT: usize = 1 << 30;
+/// Shortest lease.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Longest lease.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
+const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
+const VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencelock.values");
+const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fencelock.fences");
+const SCHEMA_KEY: &str = "schema_version";
+const COUNTER_KEY: &str = "last_token";
+
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+/// Lease records examined for pruning by each grant; two per grant keeps dead records from
+/// outnumbering the grants that made them.
+const PRUNE_PER_GRANT: usize = 2;
+/// How often a waiting acquire tests whether the holder of another process let go.
+const WAIT_POLL: Duration = Duration::from_millis(1);
+
+/// How processes share the store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Any number of processes open the file at once (redb's multi-writer mode). The default.
+    #[default]
+    MultiProcess,
+    /// Only this process opens the file; a second process's open is refused with
+    /// [`Error::InUse`]. Commits are cheaper (one fsync instead of two).
+    SingleProcess,
+}
+
+/// Options for opening a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How processes share the file.
+    pub mode: Mode,
+    /// Largest fenced value accepted, in bytes (at most [`MAX_VALUE_LEN_LIMIT`]).
+    pub max_value_len: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::MultiProcess,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+        }
+    }
+}
+
+/// A fenced value and the token of the write that stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The token of the write that stored it.
+    pub token: u64,
+}
+
+/// The state of a lock record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockState {
+    /// Held by a live holder and not expired.
+    Held,
+    /// The TTL ran out; the next acquire takes the lock.
+    Expired,
+    /// The holder released it (its process still runs).
+    Released,
+    /// The holder's process died, or the lease is from an earlier boot.
+    HolderDead,
+}
+
+impl LockState {
+    /// A lower-case name: `held`, `expired`, `released`, `holder-dead`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockState::Held => "held",
+            LockState::Expired => "expired",
+            LockState::Released => "released",
+            LockState::HolderDead => "holder-dead",
+        }
+    }
+}
+
+/// What the store records of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The token of the last grant.
+    pub token: u64,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the lease was granted (wall-clock estimate from the boot-time clock).
+    pub granted_at: SystemTime,
+    /// When the lease expires or expired (wall-clock estimate).
+    pub expires_at: SystemTime,
+    /// Time left before expiry; zero once expired.
+    pub remaining: Duration,
+    /// The lock's state.
+    pub state: LockState,
+}
+
+/// Counts and settings of a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The store file.
+    pub path: PathBuf,
+    /// The file's size in bytes.
+    pub file_size: u64,
+    /// The schema version recorded in the file.
+    pub schema_version: u64,
+    /// The highest token granted so far (0 before the first grant).
+    pub last_token: u64,
+    /// Lock records, of any state.
+    pub lock_records: u64,
+    /// Fenced keys holding a value.
+    pub keys: u64,
+    /// External fence resources.
+    pub fences: u64,
+}
+
+/// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
+/// `Send + Sync`.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    db: Database,
+    path: PathBuf,
+    live: Liveness,
+    boot_id: [u8; 16],
+    me: ProcessId,
+    max_value_len: usize,
+    commits: GroupCommit,
+    /// The last lease name the pruner looked at; it resumes after it.
+    prune_cursor: Mutex<String>,
+    /// Bumped at every release in this process, so in-process waiters wake at once.
+    releases: Mutex<u64>,
+    released: Condvar,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store at `path`, creating it if it does not exist, with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(path, &Options::default())
+    }
+
+    /// Opens the store at `path`, creating it if it does not exist.
+    ///
+    /// A file that is not a fencelock store, one of a newer schema, or a damaged one gives an
+    /// error, and is not modified. The sidecar file `<path>-live` holds the liveness locks.
+    pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        if options.max_value_len > MAX_VALUE_LEN_LIMIT {
+            return Err(Error::invalid(format!(
+                "max_value_len {} exceeds the limit of {MAX_VALUE_LEN_LIMIT} bytes",
+                options.max_value_len
+            )));
+        }
+        check_foreign_file(&path)?;
+        let mut builder = redb::Builder::new();
+        builder.set_concurrency_mode(match options.mode {
+            Mode::MultiProcess => ConcurrencyMode::MultiWriter,
+            Mode::SingleProcess => ConcurrencyMode::ExclusiveWriter,
+        });
+        // The value cache is for reads of this process; leases and values are small.
+        builder.set_cache_size(64 << 20);
+        let db = builder.create(&path)?;
+        let schema = check_schema(&db)?;
+        if schema.is_none() {
+            initialize(&db)?;
+        }
+        let mut live_path = path.clone().into_os_string();
+        live_path.push("-live");
+        let inner = Inner {
+            db,
+            live: Liveness::open(Path::new(&live_path))?,
+            path,
+            boot_id: clock::boot_id()?,
+            me: ProcessId::current()?,
+            max_value_len: options.max_value_len,
+            commits: GroupCommit::new(),
+            prune_cursor: Mutex::new(String::new()),
+            releases: Mutex::new(0),
+            released: Condvar::new(),
+        };
+        Ok(Store {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The store file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Tries once to acquire the lock `name` for `ttl`. On contention returns
+    /// [`Error::Locked`] with the current holder's token, pid and time left.
+    pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
+        self.acquire_inner(name, ttl, None)
+    }
+
+    /// Acquires the lock `name` for `ttl`, waiting up to `timeout` for it to be free. Wakes at
+    /// once when a holder of this process releases, within about a millisecond when a holder of
+    /// another process releases or dies, and when the holder's lease expires. Returns
+    /// [`Error::Timeout`] when the timeout passes first.
+    pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
+        let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
+        loop {
+            match self.acquire(name, ttl) {
+                Err(Error::Locked {
+                    token, remaining, ..
+                }) => {
+                    let now = clock::now_ns();
+                    if now >= deadline {
+                        return Err(Error::Timeout);
+                    }
+                    let until = deadline.min(now.saturating_add(duration_ns(remaining)));
+                    self.inner.wait_until_free(token, until)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Acquires the lock `name` and writes `value` under `key` with the new token, in one
+    /// transaction: either both happen or neither.
+    pub fn acquire_and_put(
+        &self,
+        name: &str,
+        ttl: Duration,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Holder> {
+        self.inner.check_value(value)?;
+        check_key(key)?;
+        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())))
+    }
+
+    fn acquire_inner(
+        &self,
+        name: &str,
+        ttl: Duration,
+        write: Option<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Holder> {
+        self.inner.check_fork()?;
+        check_name("lock name", name)?;
+        check_ttl(ttl)?;
+        let inner = Arc::clone(&self.inner);
+        let owned_name = name.to_owned();
+        let (token, expires_ns) = self.inner.write(move |txn| {
+            let mut leases = txn.open_table(LEASES)?;
+            let now = clock::now_ns();
+            inner.prune(&mut leases, now, &owned_name)?;
+            if let Some(current) = leases.get(owned_name.as_str())? {
+                let lease = Lease::decode(current.value())?;
+                if inner.is_live(&lease, now)? {
+                    return Err(Error::Locked {
+                        token: lease.token,
+                        pid: lease.holder.pid,
+                        remaining: Duration::from_nanos(lease.expires_ns - now),
+                    });
+                }
+            }
+            let mut meta = txn.open_table(META)?;
+            let token = read_counter(&meta)? + 1;
+            if !inner.live.lock(token)? {
+                return Err(Error::Corrupt(format!(
+                    "token {token} is being granted twice: the token counter went back"
+                )));
+            }
+            let undo_inner = Arc::clone(&inner);
+            let undo = Box::new(move || drop(undo_inner.live.unlock(token)));
+            let result = (|| {
+                meta.insert(COUNTER_KEY, token)?;
+                let expires_ns = now + duration_ns(ttl);
+                let lease = Lease {
+                    token,
+                    holder: inner.me,
+                    boot_id: inner.boot_id,
+                    granted_ns: now,
+                    expires_ns,
+                };
+                leases.insert(owned_name.as_str(), lease.encode().as_slice())?;
+                if let Some((key, value)) = &write {
+                    put_fenced(txn, key, Some(value), token, token)?;
+                }
+                Ok(expires_ns)
+            })();
+            match result {
+                Ok(expires_ns) => Ok(Applied {
+                    value: (token, expires_ns),
+                    undo: Some(undo),
+                }),
+                Err(err) => {
+                    undo();
+                    Err(err)
+                }
+            }
+        })?;
+        Ok(Holder::new(
+            Arc::clone(&self.inner),
+            name.to_owned(),
+            token,
+            expires_ns,
+        ))
+    }
+
+    /// Stores `value` under `key` with `token`. Refused with [`Error::StaleToken`] when the key
+    /// accepted a higher token before; an equal token is accepted, so one holder can write many
+    /// times. The token must have been granted by this store.
+    pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
+        self.inner.check_fork()?;
+        check_key(key)?;
+        self.inner.check_value(value)?;
+        check_token(token)?;
+        let (key, value) = (key.to_vec(), value.to_vec());
+        self.inner.write(move |txn| {
+            let granted = read_counter(&txn.open_table(META)?)?;
+            put_fenced(txn, &key, Some(&value), token, granted)?;
+            Ok(Applied::new(()))
+        })
+    }
+
+    /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
+    /// write after the delete is still refused. Returns whether the key held a value.
+    pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
+        self.inner.check_fork()?;
+        check_key(key)?;
+        check_token(token)?;
+        let key = key.to_vec();
+        self.inner.write(move |txn| {
+            let granted = read_counter(&txn.open_table(META)?)?;
+            let existed = put_fenced(txn, &key, None, token, granted)?;
+            Ok(Applied::new(existed))
+        })
+    }
+
+    /// The value under `key` and the token that wrote it, or `None` if there is none.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+        self.inner.check_fork()?;
+        check_key(key)?;
+        let txn = self.inner.db.begin_read()?;
+        let values = match txn.open_table(VALUES) {
+            Ok(values) => values,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        let Some(record) = values.get(key)? else {
+            return Ok(None);
+        };
+        let (token, value) = decode_value(record.value())?;
+        Ok(value.map(|value| Fenced {
+            value: value.to_vec(),
+            token,
+        }))
+    }
+
+    /// The keys holding a value that start with `prefix`, in byte order.
+    pub fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.inner.check_fork()?;
+        if prefix.len() > MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
+                prefix.len()
+            )));
+        }
+        let txn = self.inner.db.begin_read()?;
+        let values = txn.open_table(VALUES)?;
+        let mut keys = Vec::new();
+        for entry in values.range::<&[u8]>(prefix..)? {
+            let (key, record) = entry?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            if decode_value(record.value())?.1.is_some() {
+                keys.push(key.value().to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Checks `token` against the external fence `resource`, recording it as the highest seen
+    /// when it is. Refused with [`Error::StaleToken`] when a higher token was seen before; an
+    /// equal token passes. For guarding storage of the user's own with fencelock's tokens.
+    pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
+        self.inner.check_fork()?;
+        check_name("fence resource", resource)?;
+        check_token(token)?;
+        // A token equal to the recorded one passes without a write.
+        {
+            let txn = self.inner.db.begin_read()?;
+            let fences = txn.open_table(FENCES)?;
+            if let Some(highest) = fences.get(resource)? {
+                match token.cmp(&highest.value()) {
+                    std::cmp::Ordering::Less => {
+                        return Err(Error::StaleToken {
+                            token,
+                            highest: highest.value(),
+                        })
+                    }
+                    std::cmp::Ordering::Equal => return Ok(()),
+                    std::cmp::Ordering::Greater => {}
+                }
+            }
+        }
+        let resource = resource.to_owned();
+        self.inner.write(move |txn| {
+            check_granted(token, read_counter(&txn.open_table(META)?)?)?;
+            let mut fences = txn.open_table(FENCES)?;
+            let highest = fences.get(resource.as_str())?.map(|h| h.value());
+            match highest {
+                Some(highest) if token < highest => Err(Error::StaleToken { token, highest }),
+                Some(highest) if token == highest => Ok(Applied::new(())),
+                _ => {
+                    fences.insert(resource.as_str(), token)?;
+                    Ok(Applied::new(()))
+                }
+            }
+        })
+    }
+
+    /// The highest token the external fence `resource` has accepted, if any.
+    pub fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+        self.inner.check_fork()?;
+        check_name("fence resource", resource)?;
+        let txn = self.inner.db.begin_read()?;
+        let fences = txn.open_table(FENCES)?;
+        Ok(fences.get(resource)?.map(|h| h.value()))
+    }
+
+    /// Every lock record with its state, in name order.
+    pub fn locks(&self) -> Result<Vec<LockInfo>> {
+        self.inner.check_fork()?;
+        let txn = self.inner.db.begin_read()?;
+        let leases = txn.open_table(LEASES)?;
+        let now = clock::now_ns();
+        let mut locks = Vec::new();
+        for entry in leases.iter()? {
+            let (name, record) = entry?;
+            let lease = Lease::decode(record.value())?;
+            locks.push(self.inner.describe(name.value(), &lease, now)?);
+        }
+        Ok(locks)
+    }
+
+    /// What the store records of the lock `name`, if anything.
+    pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+        self.inner.check_fork()?;
+        check_name("lock name", name)?;
+        let txn = self.inner.db.begin_read()?;
+        let leases = txn.open_table(LEASES)?;
+        let Some(record) = leases.get(name)? else {
+            return Ok(None);
+        };
+        let lease = Lease::decode(record.value())?;
+        Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?))
+    }
+
+    /// Counts and settings of the store.
+    pub fn info(&self) -> Result<StoreInfo> {
+        self.inner.check_fork()?;
+        let txn = self.inner.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let schema_version = meta.get(SCHEMA_KEY)?.map_or(0, |v| v.value());
+        let last_token = read_counter(&meta)?;
+        let lock_records = txn.open_table(LEASES)?.len()?;
+        let fences = txn.open_table(FENCES)?.len()?;
+        let mut keys = 0;
+        for entry in txn.open_table(VALUES)?.iter()? {
+            if decode_value(entry?.1.value())?.1.is_some() {
+                keys += 1;
+            }
+        }
+        Ok(StoreInfo {
+            file_size: fs::metadata(&self.inner.path)?.len(),
+            path: self.inner.path.clone(),
+            schema_version,
+            last_token,
+            lock_records,
+            keys,
+            fences,
+        })
+    }
+
+    /// Checks the store's own invariants: every record decodes, and no lease, value or fence
+    /// carries a token above the counter. Returns the first violation as [`Error::Corrupt`].
+    pub fn verify(&self) -> Result<()> {
+        self.inner.check_fork()?;
+        let txn = self.inner.db.begin_read()?;
+        let last = read_counter(&txn.open_table(META)?)?;
+        let above = |what: &str, name: String, token: u64| {
+            Error::Corrupt(format!(
+                "{what} {name} carries token {token} above the counter {last}"
+            ))
+        };
+        for entry in txn.open_table(LEASES)?.iter()? {
+            let (name, record) = entry?;
+            let lease = Lease::decode(record.value())?;
+            if lease.token > last || lease.token == 0 {
+                return Err(above("lease", name.value().to_owned(), lease.token));
+            }
+        }
+        for entry in txn.open_table(VALUES)?.iter()? {
+            let (key, record) = entry?;
+            let (token, _) = decode_value(record.value())?;
+            if token > last || token == 0 {
+                return Err(above("key", format!("{:?}", key.value()), token));
+            }
+        }
+        for entry in txn.open_table(FENCES)?.iter()? {
+            let (resource, token) = entry?;
+            if token.value() > last || token.value() == 0 {
+                return Err(above("fence", resource.value().to_owned(), token.value()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    pub(crate) fn check_fork(&self) -> Result<()> {
+        if std::process::id() == self.me.pid {
+            Ok(())
+        } else {
+            Err(Error::Forked)
+        }
+    }
+
+    pub(crate) fn write<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
+    {
+        self.commits.run(&self.db, op)
+    }
+
+    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(self.db.begin_read()?)
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<()> {
+        if value.len() > self.max_value_len {
+            return Err(Error::invalid(format!(
+                "value is {} bytes; the limit is {}",
+                value.len(),
+                self.max_value_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether `lease` still excludes others: granted in this boot, not expired, and its holder
+    /// still holds the liveness lock.
+    fn is_live(&self, lease: &Lease, now: u64) -> Result<bool> {
+        Ok(lease.boot_id == self.boot_id
+            && now < lease.expires_ns
+            && self.live.is_held(lease.token)?)
+    }
+
+    fn describe(&self, name: &str, lease: &Lease, now: u64) -> Result<LockInfo> {
+        let this_boot = lease.boot_id == self.boot_id;
+        let state = if !this_boot {
+            LockState::HolderDead
+        } else if !self.live.is_held(lease.token)? {
+            if lease.holder.is_alive() {
+                LockState::Released
+            } else {
+                LockState::HolderDead
+            }
+        } else if now >= lease.expires_ns {
+            LockState::Expired
+        } else {
+            LockState::Held
+        };
+        let wall = SystemTime::now();
+        let at = |ns: u64| {
+            if ns >= now {
+                wall + Duration::from_nanos(ns - now)
+            } else {
+                wall - Duration::from_nanos(now - ns)
+            }
+        };
+        Ok(LockInfo {
+            name: name.to_owned(),
+            token: lease.token,
+            pid: lease.holder.pid,
+            granted_at: at(lease.granted_ns),
+            expires_at: at(lease.expires_ns),
+            remaining: if this_boot {
+                Duration::from_nanos(lease.expires_ns.saturating_sub(now))
+            } else {
+                Duration::ZERO
+            },
+            state,
+        })
+    }
+
+    /// Removes dead lease records, a few per grant, resuming where the last grant stopped, so
+    /// that released and expired records do not pile up.
+    fn prune(&self, leases: &mut Table<&str, &[u8]>, now: u64, granting: &str) -> Result<()> {
+        let mut cursor = self.prune_cursor.lock();
+        let mut dead = Vec::new();
+        let mut seen = 0;
+        for entry in leases.range::<&str>((Bound::Excluded(cursor.as_str()), Bound::Unbounded))? {
+            let (name, record) = entry?;
+            seen += 1;
+            let name = name.value().to_owned();
+            if name != granting && !self.is_live(&Lease::decode(record.value())?, now)? {
+                dead.push(name.clone());
+            }
+            *cursor = name;
+            if seen == PRUNE_PER_GRANT {
+                break;
+            }
+        }
+        if seen < PRUNE_PER_GRANT {
+            cursor.clear();
+        }
+        for name in dead {
+            leases.remove(name.as_str())?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes.
+    fn wait_until_free(&self, token: u64, until: u64) -> Result<()> {
+        loop {
+            let mut releases = self.releases.lock();
+            let seen = *releases;
+            if !self.live.is_held(token)? {
+                return Ok(());
+            }
+            let now = clock::now_ns();
+            if now >= until {
+                return Ok(());
+            }
+            let slice = WAIT_POLL.min(Duration::from_nanos(until - now));
+            while *releases == seen {
+                if self.released.wait_for(&mut releases, slice).timed_out() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Ends this process's hold of the lease `token`. No write: the record is cleared lazily.
+    pub(crate) fn release(&self, token: u64) -> Result<()> {
+        self.check_fork()?;
+        self.live.unlock(token)?;
+        *self.releases.lock() += 1;
+        self.released.notify_all();
+        Ok(())
+    }
+
+    /// Checks, inside a write transaction, that the lease `token` of `name` is still current.
+    pub(crate) fn check_current(
+        &self,
+        txn: &WriteTransaction,
+        name: &str,
+        token: u64,
+        now: u64,
+    ) -> Result<()> {
+        let leases = txn.open_table(LEASES)?;
+        let current = match leases.get(name)? {
+            Some(record) => Some(Lease::decode(record.value())?),
+            None => None,
+        };
+        match current {
+            Some(lease)
+                if lease.token == token
+                    && lease.boot_id == self.boot_id
+                    && now < lease.expires_ns =>
+            {
+                Ok(())
+            }
+            other => Err(Error::LockLost {
+                token,
+                current: other.map(|lease| lease.token).filter(|&t| t != token),
+            }),
+        }
+    }
+
+    /// Sets a new expiry for the lease `token` of `name`, if it is still current.
+    pub(crate) fn extend(self: &Arc<Self>, name: &str, token: u64, ttl: Duration) -> Result<u64> {
+        self.check_fork()?;
+        check_ttl(ttl)?;
+        let name = name.to_owned();
+        let me = Arc::clone(self);
+        self.write(move |txn| {
+            let now = clock::now_ns();
+            me.check_current(txn, &name, token, now)?;
+            let mut leases = txn.open_table(LEASES)?;
+            let mut lease =
+                Lease::decode(leases.get(name.as_str())?.expect("checked current").value())?;
+            lease.expires_ns = now + duration_ns(ttl);
+            leases.insert(name.as_str(), lease.encode().as_slice())?;
+            Ok(Applied::new(lease.expires_ns))
+        })
+    }
+
+    /// Writes `value` under `key` with `token`, checking in the same transaction that the lease
+    /// `token` of `name` is still current.
+    pub(crate) fn holder_put(
+        self: &Arc<Self>,
+        name: &str,
+        token: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<bool> {
+        self.check_fork()?;
+        check_key(key)?;
+        if let Some(value) = value {
+            self.check_value(value)?;
+        }
+        let (name, key, value) = (name.to_owned(), key.to_vec(), value.map(<[u8]>::to_vec));
+        let me = Arc::clone(self);
+        self.write(move |txn| {
+            me.check_current(txn, &name, token, clock::now_ns())?;
+            let existed = put_fenced(txn, &key, value.as_deref(), token, token)?;
+            Ok(Applied::new(existed))
+        })
+    }
+
+    /// Whether the lease `token` of `name` is current, from a read transaction (no write).
+    pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
+        self.check_fork()?;
+        let txn = self.begin_read()?;
+        let leases = txn.open_table(LEASES)?;
+        let Some(record) = leases.get(name)? else {
+            return Ok(false);
+        };
+        let lease = Lease::decode(record.value())?;
+        Ok(lease.token == token
+            && lease.boot_id == self.boot_id
+            && clock::now_ns() < lease.expires_ns
+            && self.live.is_held(token)?)
+    }
+}
+
+/// Writes (or, with `None`, deletes) `key` with `token` if no higher token was accepted for it.
+/// `granted` is the highest token granted; a token above it is a forgery. Returns whether the key
+/// held a value before.
+fn put_fenced(
+    txn: &WriteTransaction,
+    key: &[u8],
+    value: Option<&[u8]>,
+    token: u64,
+    granted: u64,
+) -> Result<bool> {
+    check_granted(token, granted)?;
+    let mut values = txn.open_table(VALUES)?;
+    let existed = match values.get(key)? {
+        Some(record) => {
+            let (highest, value) = decode_value(record.value())?;
+            if token < highest {
+                return Err(Error::StaleToken { token, highest });
+            }
+            value.is_some()
+        }
+        None => false,
+    };
+    values.insert(key, encode_value(token, value).as_slice())?;
+    Ok(existed)
+}
+
+fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+    Ok(meta.get(COUNTER_KEY)?.map_or(0, |v| v.value()))
+}
+
+fn check_token(token: u64) -> Result<()> {
+    if token == 0 {
+        return Err(Error::invalid("token 0 is never granted"));
+    }
+    Ok(())
+}
+
+fn check_granted(token: u64, granted: u64) -> Result<()> {
+    if token > granted {
+        return Err(Error::invalid(format!(
+            "token {token} was never granted by this store (the highest granted is {granted})"
+        )));
+    }
+    Ok(())
+}
+
+fn check_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid(format!("{what} is empty")));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "{what} is {} bytes; the limit is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    if name.contains('\0') {
+        return Err(Error::invalid(format!("{what} contains a NUL byte")));
+    }
+    Ok(())
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("key is empty"));
+    }
+    if key.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "key is {} bytes; the limit is {MAX_NAME_LEN}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is outside {MIN_TTL:?} to {MAX_TTL:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Refuses, without modifying it, a file that is not empty and not a redb database.
+fn check_foreign_file(path: &Path) -> Result<()> {
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err.into()),
+    };
+    if metadata.is_dir() {
+        return Err(Error::invalid(format!("{} is a directory", path.display())));
+    }
+    if metadata.len() == 0 {
+        return Ok(());
+    }
+    let mut head = [0u8; REDB_MAGIC.len()];
+    let read = {
+        use std::io::Read;
+        let mut file = fs::File::open(path)?;
+        let mut read = 0;
+        while read < head.len() {
+            match file.read(&mut head[read..])? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        read
+    };
+    if read < head.len() || head != REDB_MAGIC {
+        return Err(Error::NotAStore(format!(
+            "{} is not a redb database",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The schema version of a fencelock store, `None` for a database with no tables yet (a new
+/// file), or an error for another program's database or a newer schema.
+fn check_schema(db: &Database) -> Result<Option<u64>> {
+    let txn = db.begin_read()?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return if txn.list_tables()?.next().is_some() {
+                Err(Error::NotAStore(
+                    "a redb database of another program".into(),
+                ))
+            } else {
+                Ok(None)
+            };
+        }
+        Err(err) => return Err(err.into()),
+    };
+    match meta.get(SCHEMA_KEY)?.map(|v| v.value()) {
+        None => Err(Error::NotAStore("no fencelock schema version".into())),
+        Some(found) if found > SCHEMA_VERSION => Err(Error::IncompatibleVersion {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(found) => Ok(Some(found)),
+    }
+}
+
+/// Creates the tables of a new store. Another process may race to do the same; write
+/// transactions are serialized, so the second finds the schema and leaves it.
+fn initialize(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    let mut meta = txn.open_table(META)?;
+    if meta.get(SCHEMA_KEY)?.is_none() {
+        meta.insert(SCHEMA_KEY, SCHEMA_VERSION)?;
+        meta.insert(COUNTER_KEY, 0)?;
+    }
+    drop(meta);
+    txn.open_table(LEASES)?;
+    txn.open_table(VALUES)?;
+    txn.open_table(FENCES)?;
+    txn.commit()?;
+    Ok(())
+}
