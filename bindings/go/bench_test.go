@@ -1,0 +1,72 @@
+package fencelock_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	fencelock "github.com/fencelock/fencelock/bindings/go"
+)
+
+// reportMedian adds the median of the per-iteration times as a metric: the mean that
+// `go test -bench` prints is pulled up by the occasional slow commit.
+func reportMedian(b *testing.B, samples []time.Duration) {
+	slices.Sort(samples)
+	if len(samples) > 0 {
+		b.ReportMetric(float64(samples[len(samples)/2].Microseconds()), "median-us")
+	}
+}
+
+// One Acquire + Release of one lock from Go, through the C ABI.
+//
+//	go test -run '^$' -bench AcquireRelease -benchtime 2000x
+func BenchmarkAcquireRelease(b *testing.B) {
+	store := openStore(b)
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		holder, err := store.Acquire(bg, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := holder.Release(); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	b.StopTimer()
+	reportMedian(b, samples)
+}
+
+// Time from a Release in this process to the return of a waiting Acquire in another
+// goroutine: the waiter's wake-up plus its grant (one commit).
+//
+//	go test -run '^$' -bench WakeUp -benchtime 300x
+func BenchmarkWakeUpAfterRelease(b *testing.B) {
+	store := openStore(b)
+	samples := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		holder, err := store.Acquire(bg, "bench", fencelock.WithTTL(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time)
+		go func() {
+			waiter, err := store.Acquire(bg, "bench", fencelock.Wait())
+			if err != nil {
+				b.Error(err)
+			}
+			woke := time.Now()
+			_ = waiter.Release()
+			got <- woke
+		}()
+		time.Sleep(3 * time.Millisecond) // let the waiter reach its wait
+		released := time.Now()
+		if err := holder.Release(); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, (<-got).Sub(released))
+	}
+	reportMedian(b, samples)
+}

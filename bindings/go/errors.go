@@ -1,0 +1,167 @@
+package fencelock
+
+/*
+#include <stdlib.h>
+#include "fencelock.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Status is a stable status code of the fencelock C ABI. A retired code is never reused.
+type Status int32
+
+// The status codes of the C ABI (include/fencelock.h).
+const (
+	StatusOK                  Status = 0
+	StatusLocked              Status = 1
+	StatusStaleToken          Status = 2
+	StatusLockLost            Status = 3
+	StatusTimeout             Status = 4
+	StatusInvalidArgument     Status = 5
+	StatusNullPointer         Status = 6
+	StatusIO                  Status = 7
+	StatusCorrupt             Status = 8
+	StatusNotAStore           Status = 9
+	StatusIncompatibleVersion Status = 10
+	StatusInUse               Status = 11
+	StatusForked              Status = 12
+	StatusStorage             Status = 13
+	StatusNotFound            Status = 14
+	StatusPanic               Status = 15
+)
+
+// String returns the library's static description of the status.
+func (s Status) String() string {
+	return C.GoString(C.fencelock_status_str(C.fencelock_status(s)))
+}
+
+// Sentinel errors, one per status code, for errors.Is. Every error the package returns for a
+// failed C call matches exactly one of them; the typed errors below carry the details.
+var (
+	ErrLocked              = errors.New("fencelock: lock is held by another live lease")
+	ErrStaleToken          = errors.New("fencelock: stale token")
+	ErrLockLost            = errors.New("fencelock: lease lost")
+	ErrTimeout             = errors.New("fencelock: timed out waiting for the lock")
+	ErrInvalidArgument     = errors.New("fencelock: invalid argument")
+	ErrNullPointer         = errors.New("fencelock: null pointer")
+	ErrIO                  = errors.New("fencelock: I/O error")
+	ErrCorrupt             = errors.New("fencelock: store is damaged")
+	ErrNotAStore           = errors.New("fencelock: not a fencelock store")
+	ErrIncompatibleVersion = errors.New("fencelock: store written by a newer fencelock")
+	ErrInUse               = errors.New("fencelock: store in use")
+	ErrForked              = errors.New("fencelock: store used after fork; open a new store")
+	ErrStorage             = errors.New("fencelock: storage error")
+	ErrNotFound            = errors.New("fencelock: not found")
+	ErrPanic               = errors.New("fencelock: internal panic")
+	// ErrClosed is returned by every method of a Store after Close. It has no C status code.
+	ErrClosed = errors.New("fencelock: store is closed")
+)
+
+// sentinels is the one table from status code to sentinel error.
+var sentinels = map[Status]error{
+	StatusLocked:              ErrLocked,
+	StatusStaleToken:          ErrStaleToken,
+	StatusLockLost:            ErrLockLost,
+	StatusTimeout:             ErrTimeout,
+	StatusInvalidArgument:     ErrInvalidArgument,
+	StatusNullPointer:         ErrNullPointer,
+	StatusIO:                  ErrIO,
+	StatusCorrupt:             ErrCorrupt,
+	StatusNotAStore:           ErrNotAStore,
+	StatusIncompatibleVersion: ErrIncompatibleVersion,
+	StatusInUse:               ErrInUse,
+	StatusForked:              ErrForked,
+	StatusStorage:             ErrStorage,
+	StatusNotFound:            ErrNotFound,
+	StatusPanic:               ErrPanic,
+}
+
+// Error is a failure reported by the library that has no more specific type below.
+// errors.Is(err, ErrX) matches the sentinel of its Status.
+type Error struct {
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string { return "fencelock: " + e.Message }
+
+// Is matches the sentinel of the error's status.
+func (e *Error) Is(target error) bool { return target == sentinels[e.Status] && target != nil }
+
+// LockedError says the lock is held by a live lease. It matches ErrLocked.
+type LockedError struct {
+	Token     uint64        // token of the current lease
+	PID       uint32        // process id of the current holder
+	Remaining time.Duration // time left before the current lease expires
+	Message   string
+}
+
+func (e *LockedError) Error() string { return "fencelock: " + e.Message }
+
+// Is matches ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// StaleTokenError says a fenced write carried a token lower than the highest one the key or
+// resource accepted; nothing was written. It matches ErrStaleToken.
+type StaleTokenError struct {
+	Token   uint64 // the token the write carried
+	Highest uint64 // the highest token already accepted
+	Message string
+}
+
+func (e *StaleTokenError) Error() string { return "fencelock: " + e.Message }
+
+// Is matches ErrStaleToken.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// LockLostError says the holder's lease expired, was taken over or was released. It matches
+// ErrLockLost.
+type LockLostError struct {
+	Token   uint64 // the token of the lost lease
+	Current uint64 // the token now recorded for the lock; 0 if none
+	Message string
+}
+
+func (e *LockLostError) Error() string { return "fencelock: " + e.Message }
+
+// Is matches ErrLockLost.
+func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
+
+// newError turns a failed status and its optional error object into a Go error, and frees the
+// object. The status decides the type; the object supplies message and details.
+func newError(s Status, obj *C.fencelock_error) error {
+	msg := s.String()
+	var token, highest, remainingMs uint64
+	var pid uint32
+	if obj != nil {
+		msg = C.GoString(C.fencelock_error_message(obj))
+		token = uint64(C.fencelock_error_token(obj))
+		highest = uint64(C.fencelock_error_highest(obj))
+		pid = uint32(C.fencelock_error_pid(obj))
+		remainingMs = uint64(C.fencelock_error_remaining_ms(obj))
+		C.fencelock_error_free(obj)
+	}
+	switch s {
+	case StatusLocked:
+		return &LockedError{Token: token, PID: pid, Remaining: time.Duration(remainingMs) * time.Millisecond, Message: msg}
+	case StatusStaleToken:
+		return &StaleTokenError{Token: token, Highest: highest, Message: msg}
+	case StatusLockLost:
+		return &LockLostError{Token: token, Current: highest, Message: msg}
+	}
+	if _, known := sentinels[s]; !known {
+		msg = fmt.Sprintf("unknown status %d: %s", int32(s), msg)
+	}
+	return &Error{Status: s, Message: msg}
+}
+
+// invalid is an InvalidArgument error found on the Go side, before any C call (for example a
+// name with a NUL byte, which a C string cannot carry).
+func invalid(format string, args ...any) error {
+	return &Error{Status: StatusInvalidArgument, Message: "invalid argument: " + fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,62 @@
+package fencelock
+
+import (
+	"errors"
+	"testing"
+)
+
+// Every status maps to its own sentinel, and to no other, through the one table.
+func TestEveryStatusMatchesItsSentinelOnly(t *testing.T) {
+	for status := StatusLocked; status <= StatusPanic; status++ {
+		sentinel, ok := sentinels[status]
+		if !ok {
+			t.Fatalf("status %d has no sentinel", status)
+		}
+		err := newError(status, nil)
+		if !errors.Is(err, sentinel) {
+			t.Errorf("status %d: %v does not match %v", status, err, sentinel)
+		}
+		for other, otherSentinel := range sentinels {
+			if other != status && errors.Is(err, otherSentinel) {
+				t.Errorf("status %d: %v also matches %v", status, err, otherSentinel)
+			}
+		}
+		if errors.Is(err, ErrClosed) {
+			t.Errorf("status %d matches ErrClosed", status)
+		}
+		if status.String() == "" || status.String() == "unknown status" {
+			t.Errorf("status %d has no description: %q", status, status.String())
+		}
+	}
+}
+
+func TestTypedErrorsForDetailedStatuses(t *testing.T) {
+	var locked *LockedError
+	if !errors.As(newError(StatusLocked, nil), &locked) {
+		t.Error("StatusLocked is not a *LockedError")
+	}
+	var stale *StaleTokenError
+	if !errors.As(newError(StatusStaleToken, nil), &stale) {
+		t.Error("StatusStaleToken is not a *StaleTokenError")
+	}
+	var lost *LockLostError
+	if !errors.As(newError(StatusLockLost, nil), &lost) {
+		t.Error("StatusLockLost is not a *LockLostError")
+	}
+	var plain *Error
+	if !errors.As(newError(StatusIO, nil), &plain) || plain.Status != StatusIO {
+		t.Errorf("StatusIO gives %#v", plain)
+	}
+}
+
+func TestUnknownStatusMatchesNoSentinel(t *testing.T) {
+	err := newError(Status(999), nil)
+	for _, sentinel := range sentinels {
+		if errors.Is(err, sentinel) {
+			t.Errorf("unknown status matches %v", sentinel)
+		}
+	}
+	if Status(999).String() != "unknown status" {
+		t.Errorf("Status(999).String() = %q", Status(999).String())
+	}
+}

@@ -1,0 +1,261 @@
+package fencelock
+
+/*
+#include "fencelock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Locker hands out leases. *Store implements it; application code can depend on Locker and
+// tests can swap in a fake.
+type Locker interface {
+	Acquire(ctx context.Context, name string, opts ...AcquireOption) (Holder, error)
+}
+
+// Holder is a granted lease. The holders a Store returns release their lease when the garbage
+// collector finds them unreachable, but only as a safety net: call Release.
+type Holder interface {
+	// Name is the lock's name.
+	Name() string
+	// Token is the lease's fencing token, higher than that of every earlier grant of the store.
+	Token() uint64
+	// Release ends the lease at once for every process. Idempotent.
+	Release() error
+	// Extend renews the lease for ttl from now, only while this holder still owns it;
+	// otherwise a *LockLostError.
+	Extend(ctx context.Context, ttl time.Duration) error
+	// Held reports whether the lease is still this holder's: not released, expired or taken over.
+	Held(ctx context.Context) (bool, error)
+	// Put writes value under key with the holder's token, checking in the same transaction that
+	// the lease is still current (*LockLostError) and that the key accepted no higher token
+	// (*StaleTokenError).
+	Put(ctx context.Context, key string, value []byte) error
+	// Delete deletes key, checked like Put. It reports whether the key held a value.
+	Delete(ctx context.Context, key string) (bool, error)
+	// Lost returns a channel closed once the lease is known lost: released, its TTL passed
+	// without renewal, an Extend or Put found it taken over, or a KeepAlive renewal failed.
+	Lost() <-chan struct{}
+}
+
+var _ Locker = (*Store)(nil)
+var _ Holder = (*lease)(nil)
+
+// lostSlice bounds one blocking C call of the goroutine behind Holder.Lost.
+const lostSlice = 50 * time.Millisecond
+
+// epoch anchors the monotonic lease deadlines kept as integers.
+var epoch = time.Now()
+
+// lease is the Holder of a Store. The cleanup attached to it frees the C holder, which
+// releases the lease if it is still held.
+type lease struct {
+	core *leaseCore
+}
+
+type leaseCore struct {
+	// mu is read-held by every call that uses h and write-held while h is freed.
+	mu    sync.RWMutex
+	h     *C.fencelock_holder // nil once released
+	name  string
+	token uint64
+
+	// expires is when the lease runs out as this process last set it (nanoseconds since
+	// epoch, measured from before the call that set it, so never later than the library's).
+	// It is ignored under keep-alive, where the library renews and reports loss itself.
+	expires   atomic.Int64
+	keepAlive bool
+
+	lost      chan struct{}
+	closeLost sync.Once
+	watch     sync.Once
+}
+
+// newLease wraps a granted C holder; start is taken before the call that granted it.
+func newLease(h *C.fencelock_holder, name string, start time.Time, settings AcquireSettings) (Holder, error) {
+	core := &leaseCore{
+		h:         h,
+		name:      name,
+		token:     uint64(C.fencelock_holder_token(h)),
+		keepAlive: settings.KeepAlive,
+		lost:      make(chan struct{}),
+	}
+	core.expires.Store(int64(start.Sub(epoch) + settings.TTL))
+	l := &lease{core: core}
+	runtime.AddCleanup(l, func(c *leaseCore) { _ = c.end() }, core)
+	if settings.KeepAlive {
+		ttl, _ := millis("ttl", settings.TTL)
+		var eobj *C.fencelock_error
+		if status := C.fencelock_holder_keep_alive(h, ttl, &eobj); status != 0 {
+			err := newError(Status(status), eobj)
+			core.end()
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (l *lease) Name() string  { return l.core.name }
+func (l *lease) Token() uint64 { return l.core.token }
+
+func (l *lease) String() string {
+	return fmt.Sprintf("fencelock.Holder(%q, token %d)", l.core.name, l.core.token)
+}
+
+// released is the error of a write through a released holder, as the library gives it.
+func (c *leaseCore) released() error {
+	return &LockLostError{Token: c.token, Message: fmt.Sprintf("lease with token %d was lost: it expired or was released", c.token)}
+}
+
+// call runs fn with the live handle after checking ctx; a released holder gives released().
+func (l *lease) call(ctx context.Context, fn func(h *C.fencelock_holder) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := l.core
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == nil {
+		return c.released()
+	}
+	err := fn(c.h)
+	runtime.KeepAlive(l)
+	return err
+}
+
+func (l *lease) Release() error {
+	err := l.core.end()
+	runtime.KeepAlive(l)
+	return err
+}
+
+// end releases the lease, frees the handle and closes the Lost channel. The release runs under
+// the read lock so that it also wakes the Lost goroutine out of its wait at once; the free
+// then waits for calls in progress.
+func (c *leaseCore) end() error {
+	var err error
+	c.mu.RLock()
+	if c.h != nil {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_holder_release(c.h, &eobj); status != 0 {
+			err = newError(Status(status), eobj)
+		}
+	}
+	c.mu.RUnlock()
+	c.mu.Lock()
+	if c.h != nil {
+		C.fencelock_holder_free(c.h)
+		c.h = nil
+	}
+	c.mu.Unlock()
+	c.closeLost.Do(func() { close(c.lost) })
+	return err
+}
+
+func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
+	ms, err := millis("ttl", ttl)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	return l.call(ctx, func(h *C.fencelock_holder) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_holder_extend(h, ms, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		l.core.expires.Store(int64(start.Sub(epoch) + ttl))
+		return nil
+	})
+}
+
+func (l *lease) Held(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	c := l.core
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == nil {
+		return false, nil
+	}
+	var held C.bool
+	var eobj *C.fencelock_error
+	status := C.fencelock_holder_is_held(c.h, &held, &eobj)
+	runtime.KeepAlive(l)
+	if status != 0 {
+		return false, newError(Status(status), eobj)
+	}
+	return bool(held), nil
+}
+
+func (l *lease) Put(ctx context.Context, key string, value []byte) error {
+	return l.call(ctx, func(h *C.fencelock_holder) error {
+		var eobj *C.fencelock_error
+		status := C.fencelock_holder_put(h, stringPtr(key), C.size_t(len(key)), bytesPtr(value), C.size_t(len(value)), &eobj)
+		runtime.KeepAlive(value)
+		if status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+}
+
+func (l *lease) Delete(ctx context.Context, key string) (bool, error) {
+	var existed C.bool
+	err := l.call(ctx, func(h *C.fencelock_holder) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_holder_delete(h, stringPtr(key), C.size_t(len(key)), &existed, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+	return bool(existed), err
+}
+
+// Lost starts, on first use, one goroutine that waits for the loss in C in bounded slices (so
+// it never holds an OS thread for long and never blocks Release); it ends with the lease.
+func (l *lease) Lost() <-chan struct{} {
+	c := l.core
+	c.watch.Do(func() { go c.watchLost() })
+	return c.lost
+}
+
+func (c *leaseCore) watchLost() {
+	defer c.closeLost.Do(func() { close(c.lost) })
+	for {
+		slice := lostSlice
+		if !c.keepAlive {
+			left := time.Duration(c.expires.Load()) - time.Since(epoch)
+			if left <= 0 {
+				return
+			}
+			slice = min(slice, left)
+		}
+		timeout, _ := millis("timeout", slice)
+		c.mu.RLock()
+		if c.h == nil {
+			c.mu.RUnlock()
+			return
+		}
+		var lost C.bool
+		var eobj *C.fencelock_error
+		status := C.fencelock_holder_wait_lost(c.h, timeout, &lost, &eobj)
+		c.mu.RUnlock()
+		if status != 0 {
+			// The library could not say (a panic or a bad handle): report the lease as lost,
+			// the safe answer for code that must stop writing.
+			_ = newError(Status(status), eobj)
+			return
+		}
+		if lost {
+			return
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package fencelock_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	fencelock "github.com/fencelock/fencelock/bindings/go"
+)
+
+// roleEnv makes the test binary act as one process of the seed scenario instead of running
+// the tests. A child opens its own store: one opened before fork() would refuse with ErrForked.
+const roleEnv = "FENCELOCK_GO_TEST_ROLE"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "A":
+		os.Exit(runA(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "B":
+		os.Exit(runB(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	default:
+		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
+		os.Exit(2)
+	}
+}
+
+// runA is the seed's process A: it takes the lock with a short lease, reports its token, and
+// then (paused by the parent in the meantime) writes with that token once told to go on.
+func runA(path string) int {
+	store, err := fencelock.Open(path)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	holder, err := store.Acquire(bg, "payment-export", fencelock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer holder.Release()
+	fence := holder.Token()
+	fmt.Println("token", fence)
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	err = store.PutWithFence(bg, "payments/today.csv", []byte("A's export"), fence)
+	var stale *fencelock.StaleTokenError
+	switch {
+	case errors.Is(err, fencelock.ErrStaleToken) && errors.As(err, &stale):
+		fmt.Println("stale", stale.Token, stale.Highest)
+	case err != nil:
+		fmt.Println("error", err)
+	default:
+		fmt.Println("written")
+	}
+	// The holder's own checked write also knows the lease is gone.
+	if err := holder.Put(bg, "payments/today.csv", []byte("A again")); errors.Is(err, fencelock.ErrLockLost) {
+		fmt.Println("lost")
+	} else {
+		fmt.Println("holder put:", err)
+	}
+	return 0
+}
+
+// runB is process B: it waits for the lock, which frees when A's lease runs out, and writes.
+func runB(path string) int {
+	store, err := fencelock.Open(path)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	holder, err := store.Acquire(bg, "payment-export", fencelock.Wait())
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer holder.Release()
+	if err := store.PutWithFence(bg, "payments/today.csv", []byte("B's export"), holder.Token()); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("token", holder.Token())
+	return 0
+}
+
+func child(t *testing.T, role, path string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, "FENCELOCK_GO_TEST_STORE="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, stdin, bufio.NewReader(stdout)
+}
+
+func readToken(t *testing.T, who string, out *bufio.Reader) uint64 {
+	t.Helper()
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s: %v", who, err)
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "token ")
+	if !ok {
+		t.Fatalf("%s said %q", who, line)
+	}
+	token, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// The seed scenario with real processes: A holds the lock and is paused (SIGSTOP) past its
+// lease; B takes over and writes; A wakes and writes with its old token, which is refused, and
+// B's data stays.
+func TestPausedProcessCannotOverwriteItsSuccessor(t *testing.T) {
+	path := t.TempDir() + "/locks.db"
+
+	a, aIn, aOut := child(t, "A", path)
+	tokenA := readToken(t, "A", aOut)
+	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+
+	b, _, bOut := child(t, "B", path)
+	tokenB := readToken(t, "B", bOut)
+	if err := b.Wait(); err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if tokenB <= tokenA {
+		t.Fatalf("B's token %d is not above A's %d", tokenB, tokenA)
+	}
+
+	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(aIn, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(aOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("stale %d %d\nlost\n", tokenA, tokenB)
+	if string(rest) != want {
+		t.Fatalf("A said %q, want %q", rest, want)
+	}
+	if err := a.Wait(); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+
+	store, err := fencelock.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	value, token, err := store.Get(bg, "payments/today.csv")
+	if err != nil || string(value) != "B's export" || token != tokenB {
+		t.Fatalf("Get = %q, %d, %v; want B's export at token %d", value, token, err, tokenB)
+	}
+}

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Builds the Rust static library the binding links, then vets, format-checks and tests the Go
+# binding with the race detector. Run from anywhere; `make test` calls it.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+(cd "$root" && cargo build --release --lib)
+cd "$here"
+go vet ./...
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+    echo "gofmt would change:" >&2
+    echo "$unformatted" >&2
+    exit 1
+fi
+go test -race -count=1 ./...

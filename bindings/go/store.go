@@ -1,0 +1,530 @@
+// Package fencelock is the Go binding of fencelock: leased locks with fencing tokens, and
+// fenced values, in one file-backed database that the threads and processes of one Linux host
+// share.
+//
+// A process that pauses while holding a lock (a GC pause, a SIGSTOP, a slow disk) can wake up
+// after its lease expired and another process took over. Every grant carries a token higher
+// than every earlier grant of the store, and a fenced write is refused with ErrStaleToken when
+// its token is lower than the highest its key has accepted:
+//
+//	holder, err := locks.Acquire(ctx, "payment-export")
+//	if err != nil { return err }
+//	defer holder.Release()
+//	fence := holder.Token() // monotonic uint64
+//	if err := s3.PutWithFence(ctx, "payments/today.csv", data, fence); err != nil { return err }
+//
+// The package calls the C ABI of the Rust library (include/fencelock.h), linked statically.
+//
+// Keys are Go strings and binary-safe: any bytes, including NUL, passed to the library as
+// (pointer, length). Lock names and fence resources are C strings and cannot contain NUL.
+// Calls that do not wait check ctx before they start and then run to completion; only a
+// waiting Acquire (the Wait option) and Holder.Lost watch ctx or the lease while they block.
+// Every type is safe for concurrent use.
+package fencelock
+
+/*
+#include <stdlib.h>
+#include "fencelock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// DefaultTTL is the lease length of Acquire without WithTTL.
+const DefaultTTL = 30 * time.Second
+
+// waitSlice bounds one blocking C call of a waiting Acquire. Between slices the goroutine
+// checks ctx, so cancellation is seen within a slice; a shorter slice wakes the OS thread more
+// often for nothing.
+const waitSlice = 20 * time.Millisecond
+
+// Version is the version of the linked fencelock library.
+func Version() string { return C.GoString(C.fencelock_version()) }
+
+// Mode says how processes share the store file.
+type Mode int32
+
+const (
+	// MultiProcess lets any number of processes open the file at once. The default.
+	MultiProcess Mode = 0
+	// SingleProcess refuses the open of a second process (ErrInUse); commits are cheaper.
+	SingleProcess Mode = 1
+)
+
+// OpenOption configures Open.
+type OpenOption func(*openConfig)
+
+type openConfig struct {
+	mode        Mode
+	maxValueLen uint64
+}
+
+// WithMode sets how processes share the file (default MultiProcess).
+func WithMode(mode Mode) OpenOption { return func(c *openConfig) { c.mode = mode } }
+
+// WithMaxValueLen sets the largest fenced value accepted, in bytes (default 16 MiB).
+func WithMaxValueLen(n uint64) OpenOption { return func(c *openConfig) { c.maxValueLen = n } }
+
+// Store is an open fencelock store. Close it when done; a forgotten Store is closed when the
+// garbage collector finds it unreachable, but only as a safety net.
+type Store struct {
+	core *storeCore
+}
+
+// storeCore owns the C handle. It is separate from Store so that the cleanup attached to Store
+// can reach it without keeping Store alive.
+type storeCore struct {
+	// mu is read-held by every call that uses h and write-held by close, so the handle is
+	// never freed under a running call.
+	mu   sync.RWMutex
+	h    *C.fencelock_store
+	path string
+
+	gatesMu sync.Mutex
+	gates   map[string]*gate
+}
+
+// gate lets one goroutine per lock name of a Store wait inside C at a time; the others wait on
+// a Go channel, which holds no OS thread. It only schedules: who gets the lock is decided by
+// the library. A release in this process wakes the goroutine waiting in C at once.
+type gate struct {
+	slot  chan struct{}
+	users int
+}
+
+// Open opens the store at path, creating it if it does not exist.
+func Open(path string, opts ...OpenOption) (*Store, error) {
+	var cfg openConfig
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	cpath, err := cString("path", path)
+	if err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cpath))
+	var h *C.fencelock_store
+	var eobj *C.fencelock_error
+	status := C.fencelock_store_open_with(cpath, C.int32_t(cfg.mode), C.uint64_t(cfg.maxValueLen), &h, &eobj)
+	if status != 0 {
+		return nil, newError(Status(status), eobj)
+	}
+	s := &Store{core: &storeCore{h: h, path: path, gates: map[string]*gate{}}}
+	runtime.AddCleanup(s, (*storeCore).close, s.core)
+	return s, nil
+}
+
+// Path is the store file.
+func (s *Store) Path() string { return s.core.path }
+
+// Close closes the store. It waits for calls in progress (a waiting Acquire gives up within
+// one wait slice with ErrClosed). Holders outlive it: they keep the file open until released.
+// Closing again does nothing.
+func (s *Store) Close() error {
+	s.core.close()
+	return nil
+}
+
+func (c *storeCore) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h != nil {
+		C.fencelock_store_close(c.h)
+		c.h = nil
+	}
+}
+
+// call runs fn with the live handle, after checking ctx; ErrClosed after Close.
+func (s *Store) call(ctx context.Context, fn func(h *C.fencelock_store) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.core.mu.RLock()
+	defer s.core.mu.RUnlock()
+	if s.core.h == nil {
+		return ErrClosed
+	}
+	err := fn(s.core.h)
+	runtime.KeepAlive(s)
+	return err
+}
+
+// AcquireOption configures Acquire.
+type AcquireOption func(*AcquireSettings)
+
+// AcquireSettings is what the options of one Acquire call asked for. A fake Locker in a test
+// reads it with SettingsOf.
+type AcquireSettings struct {
+	TTL       time.Duration // lease length; DefaultTTL unless WithTTL
+	Wait      bool          // wait until the lock is free or ctx is done
+	KeepAlive bool          // renew the lease in the background
+}
+
+// SettingsOf applies opts to the defaults.
+func SettingsOf(opts ...AcquireOption) AcquireSettings {
+	settings := AcquireSettings{TTL: DefaultTTL}
+	for _, opt := range opts {
+		opt(&settings)
+	}
+	return settings
+}
+
+// WithTTL sets the lease length (default 30s; from 1ms to 30 days; rounded up to whole
+// milliseconds).
+func WithTTL(ttl time.Duration) AcquireOption { return func(s *AcquireSettings) { s.TTL = ttl } }
+
+// Wait makes Acquire wait until the lock is free or ctx is done, instead of returning
+// ErrLocked. When ctx's deadline passes the error matches both ErrTimeout and
+// context.DeadlineExceeded; when ctx is canceled it matches context.Canceled.
+func Wait() AcquireOption { return func(s *AcquireSettings) { s.Wait = true } }
+
+// KeepAlive renews the lease in the background (every third of its TTL) until it is released
+// or lost; Holder.Lost tells of a loss. The TTL must then be at least 3ms.
+func KeepAlive() AcquireOption { return func(s *AcquireSettings) { s.KeepAlive = true } }
+
+// Acquire acquires the lock name. Without Wait it tries once and returns a *LockedError
+// (matching ErrLocked) when a live lease holds the lock.
+func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Holder, error) {
+	settings := SettingsOf(opts...)
+	ttl, err := millis("ttl", settings.TTL)
+	if err != nil {
+		return nil, err
+	}
+	cname, err := cString("lock name", name)
+	if err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cname))
+	start := time.Now()
+	var h *C.fencelock_holder
+	if settings.Wait {
+		h, err = s.acquireWait(ctx, name, cname, ttl)
+	} else {
+		err = s.call(ctx, func(sh *C.fencelock_store) error {
+			var eobj *C.fencelock_error
+			if status := C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj); status != 0 {
+				return newError(Status(status), eobj)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newLease(h, name, start, settings)
+}
+
+// acquireWait waits in C in bounded slices, checking ctx between them, behind the lock name's
+// gate (see gate).
+func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
+	g := s.core.enterGate(name)
+	defer s.core.leaveGate(name, g)
+	select {
+	case g.slot <- struct{}{}:
+		defer func() { <-g.slot }()
+	case <-ctx.Done():
+		return nil, waitError(ctx, name)
+	}
+	for {
+		slice := waitSlice
+		if deadline, ok := ctx.Deadline(); ok {
+			slice = min(slice, time.Until(deadline))
+		}
+		if ctx.Err() != nil || slice <= 0 {
+			return nil, waitError(ctx, name)
+		}
+		timeout, _ := millis("timeout", slice)
+		var h *C.fencelock_holder
+		err := s.call(ctx, func(sh *C.fencelock_store) error {
+			var eobj *C.fencelock_error
+			if status := C.fencelock_store_acquire_wait(sh, cname, ttl, timeout, &h, &eobj); status != 0 {
+				return newError(Status(status), eobj)
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			return h, nil
+		case errors.Is(err, ErrTimeout):
+			continue
+		case ctx.Err() != nil:
+			return nil, waitError(ctx, name)
+		default:
+			return nil, err
+		}
+	}
+}
+
+func waitError(ctx context.Context, name string) error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("fencelock: waiting for lock %q: %w (%w)", name, ErrTimeout, err)
+	}
+	return fmt.Errorf("fencelock: waiting for lock %q: %w", name, err)
+}
+
+func (c *storeCore) enterGate(name string) *gate {
+	c.gatesMu.Lock()
+	defer c.gatesMu.Unlock()
+	g := c.gates[name]
+	if g == nil {
+		g = &gate{slot: make(chan struct{}, 1)}
+		c.gates[name] = g
+	}
+	g.users++
+	return g
+}
+
+func (c *storeCore) leaveGate(name string, g *gate) {
+	c.gatesMu.Lock()
+	defer c.gatesMu.Unlock()
+	g.users--
+	if g.users == 0 {
+		delete(c.gates, name)
+	}
+}
+
+// AcquireAndPut acquires the lock name and writes value under key with the new token, in one
+// transaction: either both happen or neither. It tries once; the Wait option is refused with
+// ErrInvalidArgument because the library has no waiting form of it.
+func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byte, opts ...AcquireOption) (Holder, error) {
+	settings := SettingsOf(opts...)
+	if settings.Wait {
+		return nil, invalid("AcquireAndPut tries once; acquire with Wait, then Holder.Put")
+	}
+	ttl, err := millis("ttl", settings.TTL)
+	if err != nil {
+		return nil, err
+	}
+	cname, err := cString("lock name", name)
+	if err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cname))
+	start := time.Now()
+	var h *C.fencelock_holder
+	err = s.call(ctx, func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		status := C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
+			bytesPtr(value), C.size_t(len(value)), &h, &eobj)
+		runtime.KeepAlive(value)
+		if status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newLease(h, name, start, settings)
+}
+
+// PutWithFence stores data under key with the fencing token fence. It returns a
+// *StaleTokenError (matching ErrStaleToken), and writes nothing, when the key accepted a
+// higher token before; an equal token is accepted, so one holder can write many times.
+func (s *Store) PutWithFence(ctx context.Context, key string, data []byte, fence uint64) error {
+	return s.call(ctx, func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		status := C.fencelock_store_put(sh, stringPtr(key), C.size_t(len(key)), bytesPtr(data), C.size_t(len(data)),
+			C.uint64_t(fence), &eobj)
+		runtime.KeepAlive(data)
+		if status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+}
+
+// Get returns the value of key and the token of the write that stored it, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	var value []byte
+	var token uint64
+	err := s.call(ctx, func(sh *C.fencelock_store) error {
+		var buf *C.uint8_t
+		var n C.size_t
+		var tok C.uint64_t
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_get(sh, stringPtr(key), C.size_t(len(key)), &buf, &n, &tok, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		value = C.GoBytes(unsafe.Pointer(buf), C.int(n))
+		C.fencelock_buffer_free(buf, n)
+		token = uint64(tok)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return value, token, nil
+}
+
+// Delete deletes key with the fencing token fence, refused like PutWithFence. It reports
+// whether the key held a value.
+func (s *Store) Delete(ctx context.Context, key string, fence uint64) (bool, error) {
+	var existed C.bool
+	err := s.call(ctx, func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_delete(sh, stringPtr(key), C.size_t(len(key)), C.uint64_t(fence), &existed, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+	return bool(existed), err
+}
+
+// Fence records that the external resource accepted token, or returns a *StaleTokenError when
+// it accepted a higher one. Use it to guard a resource the store does not hold.
+func (s *Store) Fence(ctx context.Context, resource string, token uint64) error {
+	cres, err := cString("fence resource", resource)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cres))
+	return s.call(ctx, func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_fence(sh, cres, C.uint64_t(token), &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+}
+
+// LockState is the state of a lock record.
+type LockState int32
+
+const (
+	LockHeld       LockState = 0 // held by a live holder and not expired
+	LockExpired    LockState = 1 // the TTL ran out; the next Acquire takes the lock
+	LockReleased   LockState = 2 // the holder released it
+	LockHolderDead LockState = 3 // the holder's process died, or the lease is from an earlier boot
+)
+
+func (s LockState) String() string {
+	switch s {
+	case LockHeld:
+		return "held"
+	case LockExpired:
+		return "expired"
+	case LockReleased:
+		return "released"
+	case LockHolderDead:
+		return "holder-dead"
+	}
+	return fmt.Sprintf("LockState(%d)", int32(s))
+}
+
+// LockInfo is what the store records of one lock.
+type LockInfo struct {
+	Name      string
+	Token     uint64 // token of the last grant
+	PID       uint32 // the holder's process id
+	State     LockState
+	GrantedAt time.Time     // wall-clock estimate
+	ExpiresAt time.Time     // wall-clock estimate
+	Remaining time.Duration // zero once expired
+}
+
+// Locks lists every lock record of the store.
+func (s *Store) Locks(ctx context.Context) ([]LockInfo, error) {
+	var locks []LockInfo
+	err := s.call(ctx, func(sh *C.fencelock_store) error {
+		var list *C.fencelock_lock_list
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_locks(sh, &list, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		defer C.fencelock_lock_list_free(list)
+		n := int(C.fencelock_lock_list_len(list))
+		locks = make([]LockInfo, 0, n)
+		for i := 0; i < n; i++ {
+			var info C.fencelock_lock_info
+			if status := C.fencelock_lock_list_get(list, C.size_t(i), &info); status != 0 {
+				return newError(Status(status), nil)
+			}
+			locks = append(locks, LockInfo{
+				Name:      C.GoString(info.name),
+				Token:     uint64(info.token),
+				PID:       uint32(info.pid),
+				State:     LockState(info.state),
+				GrantedAt: time.UnixMilli(int64(info.granted_unix_ms)),
+				ExpiresAt: time.UnixMilli(int64(info.expires_unix_ms)),
+				Remaining: time.Duration(info.remaining_ms) * time.Millisecond,
+			})
+		}
+		return nil
+	})
+	return locks, err
+}
+
+// Keys lists the keys that hold a value and start with prefix ("" for all), in byte order.
+func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	err := s.call(ctx, func(sh *C.fencelock_store) error {
+		var list *C.fencelock_key_list
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_keys(sh, stringPtr(prefix), C.size_t(len(prefix)), &list, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		defer C.fencelock_key_list_free(list)
+		n := int(C.fencelock_key_list_len(list))
+		keys = make([]string, 0, n)
+		for i := 0; i < n; i++ {
+			var key *C.uint8_t
+			var keyLen C.size_t
+			if status := C.fencelock_key_list_get(list, C.size_t(i), &key, &keyLen); status != 0 {
+				return newError(Status(status), nil)
+			}
+			keys = append(keys, C.GoStringN((*C.char)(unsafe.Pointer(key)), C.int(keyLen)))
+		}
+		return nil
+	})
+	return keys, err
+}
+
+// cString copies s to C memory (free with C.free); a NUL inside gives ErrInvalidArgument,
+// since a C string would silently cut it there.
+func cString(what, s string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, invalid("%s %q contains a NUL byte", what, s)
+	}
+	return C.CString(s), nil
+}
+
+// stringPtr passes the bytes of s to C for the duration of one call without copying: they
+// hold no Go pointers and the library keeps none. NULL for "" as the ABI allows.
+func stringPtr(s string) *C.uint8_t {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s)))
+}
+
+// bytesPtr is stringPtr for a byte slice.
+func bytesPtr(b []byte) *C.uint8_t {
+	if len(b) == 0 {
+		return nil
+	}
+	return (*C.uint8_t)(unsafe.Pointer(&b[0]))
+}
+
+// millis converts a duration to whole milliseconds, rounding up so that a positive duration
+// never becomes 0. A negative one is ErrInvalidArgument.
+func millis(what string, d time.Duration) (C.uint64_t, error) {
+	if d < 0 {
+		return 0, invalid("%s %v is negative", what, d)
+	}
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return C.uint64_t(ms), nil
+}
