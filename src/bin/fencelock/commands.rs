@@ -1,0 +1,337 @@
+//! The commands other than `run`: fenced writes and the read-only views of the store.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fencelock::{LockInfo, LockState, Store};
+use serde_json::{json, Map, Value};
+
+use crate::duration::format_duration;
+use crate::output::{self, Cell, Colour};
+use crate::{exit, Command, Failure};
+
+/// Where the store is: `--db`, else `$FENCELOCK_DB`, else the per-user default under
+/// `$XDG_STATE_HOME` or `~/.local/state`, whose directory is created when `create` is set.
+pub fn database_path(flag: Option<PathBuf>, create: bool) -> Result<PathBuf, Failure> {
+    if let Some(path) = flag {
+        return Ok(path);
+    }
+    if let Some(path) = std::env::var_os("FENCELOCK_DB").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    // The XDG spec says to ignore a relative XDG_STATE_HOME.
+    let state_home = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|home| home.join(".local/state"))
+        })
+        .ok_or_else(|| {
+            Failure::new(
+                exit::USAGE,
+                "no database: neither XDG_STATE_HOME nor HOME is set; pass --db or set FENCELOCK_DB",
+            )
+        })?;
+    let dir = state_home.join("fencelock");
+    if create {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|err| {
+                Failure::new(
+                    exit::DATABASE,
+                    format!("cannot create the directory {}: {err}", dir.display()),
+                )
+            })?;
+    }
+    Ok(dir.join("locks.db"))
+}
+
+/// Opens the store. Read commands pass `create = false` and get a clear error for a missing
+/// file rather than a new, empty store at a mistyped path.
+pub fn open_store(path: &Path, create: bool) -> Result<Store, Failure> {
+    if !create && !path.exists() {
+        return Err(Failure::new(
+            exit::DATABASE,
+            format!(
+                "no database at {}: it is created by the first run, put, delete or fence",
+                path.display()
+            ),
+        ));
+    }
+    // Every failure to open is a database error, whatever the library's kind (a directory
+    // given as the path is an invalid argument to the library, but a bad database to the user).
+    Store::open(path).map_err(|err| {
+        Failure::new(
+            exit::DATABASE,
+            format!("cannot open database {}: {err}", path.display()),
+        )
+    })
+}
+
+/// Runs every command but `run`.
+pub fn dispatch(db: Option<PathBuf>, command: Command) -> Result<(), Failure> {
+    let writes = matches!(
+        command,
+        Command::Put(_) | Command::Delete(_) | Command::Fence(_)
+    );
+    let path = database_path(db, writes)?;
+    // Arguments are checked before the store is opened, so a usage error never creates a file.
+    match command {
+        Command::Put(args) => {
+            let token = token_or_env(args.token)?;
+            let value = read_value(args.file.as_deref())?;
+            let store = open_store(&path, true)?;
+            store
+                .put(args.key.as_bytes(), &value, token)
+                .map_err(|err| Failure::from_lib(&err))
+        }
+        Command::Delete(args) => {
+            let token = token_or_env(args.token)?;
+            let store = open_store(&path, true)?;
+            store
+                .delete(args.key.as_bytes(), token)
+                .map(|_| ())
+                .map_err(|err| Failure::from_lib(&err))
+        }
+        Command::Fence(args) => {
+            let token = token_or_env(args.token)?;
+            let store = open_store(&path, true)?;
+            store
+                .fence(&args.resource, token)
+                .map_err(|err| Failure::from_lib(&err))
+        }
+        Command::Get(args) => get(&open_store(&path, false)?, &args.key, args.json),
+        Command::Status(args) => {
+            status(&open_store(&path, false)?, args.lock.as_deref(), args.json)
+        }
+        Command::Keys(args) => keys(
+            &open_store(&path, false)?,
+            args.prefix.as_deref().unwrap_or_default(),
+            args.json,
+        ),
+        Command::Info(args) => info(&open_store(&path, false)?, args.json),
+        Command::Run(_) => unreachable!("run is dispatched by main"),
+    }
+}
+
+/// The `--token` value, else `$FENCELOCK_TOKEN` as `fencelock run` sets it.
+fn token_or_env(flag: Option<u64>) -> Result<u64, Failure> {
+    if let Some(token) = flag {
+        return Ok(token);
+    }
+    let Some(text) = std::env::var_os("FENCELOCK_TOKEN") else {
+        return Err(Failure::new(
+            exit::USAGE,
+            "no token: pass --token N, or run under `fencelock run`, which sets FENCELOCK_TOKEN",
+        ));
+    };
+    text.to_str().and_then(|t| t.parse().ok()).ok_or_else(|| {
+        Failure::new(
+            exit::USAGE,
+            format!("FENCELOCK_TOKEN={text:?} is not a token (a positive integer)"),
+        )
+    })
+}
+
+fn read_value(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    let mut value = Vec::new();
+    match file {
+        Some(path) if path != Path::new("-") => {
+            value = fs::read(path).map_err(|err| {
+                Failure::new(exit::IO, format!("cannot read {}: {err}", path.display()))
+            })?;
+        }
+        _ => {
+            io::stdin().lock().read_to_end(&mut value).map_err(|err| {
+                Failure::new(exit::IO, format!("cannot read standard input: {err}"))
+            })?;
+        }
+    }
+    Ok(value)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|err| Failure::new(exit::IO, format!("cannot write standard output: {err}")))
+}
+
+fn print_json(value: &Value) -> Result<(), Failure> {
+    let mut text = value.to_string();
+    text.push('\n');
+    write_stdout(text.as_bytes())
+}
+
+fn get(store: &Store, key: &OsStr, json: bool) -> Result<(), Failure> {
+    let Some(fenced) = store
+        .get(key.as_bytes())
+        .map_err(|err| Failure::from_lib(&err))?
+    else {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!("no value under key {}", key.to_string_lossy()),
+        ));
+    };
+    if json {
+        let mut object = Map::new();
+        output::insert_bytes(&mut object, "key", key.as_bytes());
+        output::insert_bytes(&mut object, "value", &fenced.value);
+        object.insert("token".into(), fenced.token.into());
+        print_json(&Value::Object(object))
+    } else {
+        write_stdout(&fenced.value)
+    }
+}
+
+fn keys(store: &Store, prefix: &OsStr, json: bool) -> Result<(), Failure> {
+    let keys = store
+        .keys(prefix.as_bytes())
+        .map_err(|err| Failure::from_lib(&err))?;
+    if json {
+        let list = keys
+            .iter()
+            .map(|key| {
+                let mut object = Map::new();
+                output::insert_bytes(&mut object, "key", key);
+                Value::Object(object)
+            })
+            .collect();
+        return print_json(&Value::Array(list));
+    }
+    let mut out = Vec::new();
+    for key in keys {
+        out.extend_from_slice(&key);
+        out.push(b'\n');
+    }
+    write_stdout(&out)
+}
+
+fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> {
+    let locks = match lock {
+        Some(name) => match store.lock(name).map_err(|err| Failure::from_lib(&err))? {
+            Some(info) => vec![info],
+            None => {
+                return Err(Failure::new(
+                    exit::NOT_FOUND,
+                    format!("no record of lock {name:?} in {}", store.path().display()),
+                ))
+            }
+        },
+        None => store.locks().map_err(|err| Failure::from_lib(&err))?,
+    };
+    if json {
+        return print_json(&Value::Array(locks.iter().map(lock_json).collect()));
+    }
+    if locks.is_empty() {
+        return write_stdout(b"no locks recorded\n");
+    }
+    let now = SystemTime::now();
+    let rows: Vec<Vec<Cell>> = locks
+        .iter()
+        .map(|info| {
+            vec![
+                Cell::from(info.name.clone()),
+                Cell {
+                    text: info.state.as_str().to_owned(),
+                    colour: Some(state_colour(info.state)),
+                },
+                Cell::from(info.token.to_string()),
+                Cell::from(info.pid.to_string()),
+                Cell::from(relative(now, info.granted_at)),
+                Cell::from(relative(now, info.expires_at)),
+            ]
+        })
+        .collect();
+    let text = output::table(
+        &["NAME", "STATE", "TOKEN", "PID", "GRANTED", "EXPIRES"],
+        &rows,
+        output::colour_stdout(),
+    );
+    write_stdout(text.as_bytes())
+}
+
+fn state_colour(state: LockState) -> Colour {
+    match state {
+        LockState::Held => Colour::Green,
+        LockState::Expired => Colour::Yellow,
+        LockState::HolderDead => Colour::Red,
+        _ => Colour::Dim,
+    }
+}
+
+/// `in 4.2s` for a time ahead of `now`, `3m10s ago` for one behind it.
+fn relative(now: SystemTime, at: SystemTime) -> String {
+    match at.duration_since(now) {
+        Ok(ahead) => format!("in {}", format_duration(ahead)),
+        Err(behind) => format!("{} ago", format_duration(behind.duration())),
+    }
+}
+
+fn unix_ms(at: SystemTime) -> i64 {
+    match at.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+fn lock_json(info: &LockInfo) -> Value {
+    json!({
+        "name": info.name,
+        "state": info.state.as_str(),
+        "token": info.token,
+        "pid": info.pid,
+        "granted_at_ms": unix_ms(info.granted_at),
+        "expires_at_ms": unix_ms(info.expires_at),
+        "remaining_ms": u64::try_from(info.remaining.as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+fn info(store: &Store, json: bool) -> Result<(), Failure> {
+    let info = store.info().map_err(|err| Failure::from_lib(&err))?;
+    if json {
+        return print_json(&json!({
+            "file": info.path.display().to_string(),
+            "size_bytes": info.file_size,
+            "schema_version": info.schema_version,
+            "last_token": info.last_token,
+            "lock_records": info.lock_records,
+            "keys": info.keys,
+            "fences": info.fences,
+        }));
+    }
+    let rows = [
+        ("file", info.path.display().to_string()),
+        (
+            "size",
+            format!(
+                "{} ({} bytes)",
+                output::format_size(info.file_size),
+                info.file_size
+            ),
+        ),
+        ("schema version", info.schema_version.to_string()),
+        ("last token", info.last_token.to_string()),
+        ("lock records", info.lock_records.to_string()),
+        ("keys", info.keys.to_string()),
+        ("fences", info.fences.to_string()),
+    ];
+    let width = rows.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    for (label, value) in rows {
+        let _ = writeln!(text, "{label:<width$}  {value}");
+    }
+    write_stdout(text.as_bytes())
+}

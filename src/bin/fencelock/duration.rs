@@ -1,0 +1,167 @@
+//! Durations as people write and read them: `500ms`, `30s`, `1m30s`, `4.2s`, `3m10s`.
+
+use std::time::Duration;
+
+/// Units accepted after a number, longest spelling first so `ms` is not read as `m`.
+const UNITS: [(&str, u128); 5] = [
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60 * 1_000_000_000),
+    ("h", 3600 * 1_000_000_000),
+    ("d", 86_400 * 1_000_000_000),
+];
+
+/// The longest duration accepted: a year is beyond every limit of the library.
+const LONGEST_NS: u128 = 366 * 86_400 * 1_000_000_000;
+
+const EXPECTED: &str = "expected a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 1m30s";
+
+/// Parses one or more `<number><unit>` groups (`30s`, `1.5s`, `1m30s`). Zero, negative or
+/// unit-less durations are refused with a message that says what is expected.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(format!("empty duration: {EXPECTED}"));
+    }
+    if trimmed.starts_with('-') {
+        return Err(format!(
+            "negative duration {text:?}: a duration must be greater than zero"
+        ));
+    }
+    let mut rest = trimmed;
+    let mut total_ns: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let Some((unit, unit_ns)) = UNITS.iter().find(|(unit, _)| after.starts_with(unit)) else {
+            return Err(format!("invalid duration {text:?}: {EXPECTED}"));
+        };
+        total_ns = total_ns
+            .checked_add(
+                scale(number, *unit_ns)
+                    .ok_or_else(|| format!("invalid duration {text:?}: {EXPECTED}"))?,
+            )
+            .ok_or_else(|| format!("duration {text:?} is too long"))?;
+        if total_ns > LONGEST_NS {
+            return Err(format!("duration {text:?} is too long (at most 366d)"));
+        }
+        rest = &after[unit.len()..];
+    }
+    if total_ns == 0 {
+        return Err(format!(
+            "duration {text:?} is zero: a duration must be greater than zero"
+        ));
+    }
+    Ok(Duration::from_nanos(
+        u64::try_from(total_ns).expect("bounded by LONGEST_NS"),
+    ))
+}
+
+/// `number` (digits with at most one decimal point) times `unit_ns`, in whole nanoseconds.
+fn scale(number: &str, unit_ns: u128) -> Option<u128> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    if !whole
+        .bytes()
+        .chain(fraction.bytes())
+        .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    // Digits past the nanosecond cannot matter; cutting them keeps the arithmetic in range.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let fraction_ns = if fraction.is_empty() {
+        0
+    } else {
+        let digits: u128 = fraction.parse().ok()?;
+        digits * unit_ns / 10u128.pow(u32::try_from(fraction.len()).ok()?)
+    };
+    whole.checked_mul(unit_ns)?.checked_add(fraction_ns)
+}
+
+/// A short, human-readable form: `850ms`, `4.2s`, `42s`, `3m10s`, `2h5m`, `3d4h`. Rounds down.
+pub fn format_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    let secs = duration.as_secs();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        let tenths = ms / 100;
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    } else if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        pair(secs / 60, "m", secs % 60, "s")
+    } else if secs < 86_400 {
+        pair(secs / 3600, "h", secs % 3600 / 60, "m")
+    } else {
+        pair(secs / 86_400, "d", secs % 86_400 / 3600, "h")
+    }
+}
+
+fn pair(major: u64, major_unit: &str, minor: u64, minor_unit: &str) -> String {
+    if minor == 0 {
+        format!("{major}{major_unit}")
+    } else {
+        format!("{major}{major_unit}{minor}{minor_unit}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_usual_forms() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("30s"), Ok(ms(30_000)));
+        assert_eq!(parse_duration("500ms"), Ok(ms(500)));
+        assert_eq!(parse_duration("2m"), Ok(ms(120_000)));
+        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
+        assert_eq!(parse_duration("1d"), Ok(ms(86_400_000)));
+        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration(".25s"), Ok(ms(250)));
+        assert_eq!(parse_duration(" 10s "), Ok(ms(10_000)));
+    }
+
+    #[test]
+    fn refuses_bad_forms_with_a_reason() {
+        for bad in ["abc", "30", "s", "1x", "1.2.3s", "1..s", ".s", "", "5 s"] {
+            let err = parse_duration(bad).expect_err(bad);
+            assert!(
+                err.contains("expected a number and a unit") || err.contains("empty"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(parse_duration("0s").unwrap_err().contains("zero"));
+        assert!(parse_duration("0ms0s").unwrap_err().contains("zero"));
+        assert!(parse_duration("-5s").unwrap_err().contains("negative"));
+        assert!(parse_duration("400d").unwrap_err().contains("too long"));
+        assert!(parse_duration("99999999999999999999999999999999999999h")
+            .unwrap_err()
+            .contains("invalid"));
+    }
+
+    #[test]
+    fn formats_short_and_readable() {
+        let ms = Duration::from_millis;
+        assert_eq!(format_duration(ms(0)), "0ms");
+        assert_eq!(format_duration(ms(850)), "850ms");
+        assert_eq!(format_duration(ms(4_250)), "4.2s");
+        assert_eq!(format_duration(ms(42_900)), "42s");
+        assert_eq!(format_duration(ms(190_000)), "3m10s");
+        assert_eq!(format_duration(ms(180_000)), "3m");
+        assert_eq!(format_duration(ms(7_500_000)), "2h5m");
+        assert_eq!(format_duration(ms(273_600_000)), "3d4h");
+    }
+}

@@ -1,0 +1,357 @@
+//! `fencelock`: leased locks with fencing tokens from the shell.
+//!
+//! A thin shell over the library: `fencelock run` holds a lock while a command runs and hands it
+//! the fencing token; `put`, `get`, `delete` and `fence` use tokens; `status`, `keys` and `info`
+//! show what the store holds. The lock rules are all the library's.
+//!
+//! # Database
+//!
+//! `--db PATH`, else `$FENCELOCK_DB`, else `$XDG_STATE_HOME/fencelock/locks.db`, else
+//! `$HOME/.local/state/fencelock/locks.db`. The parent directory of the default path is created
+//! (mode 0700: a per-user store). Processes that should share locks must name the same file;
+//! for a store shared by several users, pass an explicit path in a directory they can all write.
+//! Write commands (`run`, `put`, `delete`, `fence`) create the file; read commands (`get`,
+//! `keys`, `status`, `info`) refuse a missing file, so a mistyped path is not taken for an
+//! empty store.
+//!
+//! # Exit status
+//!
+//! | code | meaning |
+//! |-----:|---------|
+//! | 0    | success; for `run`, the command exited 0 |
+//! | 1    | not found: `get` of a key with no value, `status --lock` of a lock with no record |
+//! | 80   | usage error: bad option, duration, signal or argument, missing command |
+//! | 81   | database error: cannot open, read or write the store (missing for a read command, not a store, damaged, newer version, I/O) |
+//! | 82   | `run` without `--wait`: the lock is held by another live lease (like `flock -n`) |
+//! | 83   | `run --wait`: the wait timed out (like `flock -w`) |
+//! | 84   | stale token: a write or fence with a higher token was already accepted |
+//! | 85   | `run`: the lease was lost while the command ran (it expired, e.g. the tool was paused past its TTL, or was taken over); the command was sent `--lost-signal` |
+//! | 86   | I/O error outside the store: reading `--file` or standard input, writing standard output |
+//! | 126  | `run`: the command was found but could not be executed |
+//! | 127  | `run`: the command was not found |
+//! | 128+N | `run`: the command was killed by signal N, or the tool was interrupted by signal N while waiting for the lock |
+//!
+//! Any other status of `run` is the command's own.
+
+mod commands;
+mod duration;
+mod output;
+mod run;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit codes of the tool; see the table at the top of this file.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const NOT_FOUND: u8 = 1;
+    pub const USAGE: u8 = 80;
+    pub const DATABASE: u8 = 81;
+    pub const LOCKED: u8 = 82;
+    pub const TIMEOUT: u8 = 83;
+    pub const STALE_TOKEN: u8 = 84;
+    pub const LOCK_LOST: u8 = 85;
+    pub const IO: u8 = 86;
+    pub const CANNOT_EXECUTE: u8 = 126;
+    pub const COMMAND_NOT_FOUND: u8 = 127;
+}
+
+const TOP_AFTER_HELP: &str = "\
+Database:
+  --db PATH, else $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
+  $HOME/.local/state/fencelock/locks.db (its directory is created, mode 0700). Processes
+  share locks by naming the same file. Write commands create the file; read commands
+  refuse a missing one.
+
+Exit status:
+    0  success (for `run`: the command exited 0)
+    1  not found (`get` of a key with no value, `status --lock` of an unknown lock)
+   80  usage error (bad option, duration, signal, argument; missing command)
+   81  database error (cannot open, read or write the store)
+   82  run: the lock is held by another live lease (no --wait)
+   83  run: --wait timed out
+   84  stale token: a higher token was already accepted
+   85  run: the lease was lost while the command ran
+   86  I/O error reading --file or stdin, or writing stdout
+  126  run: the command could not be executed
+  127  run: the command was not found
+  128+N  run: the command died by signal N (or the wait was interrupted by it)
+  Any other status of `run` is the command's own.
+
+Example:
+  fencelock run --lock nightly-export --ttl 30s -- sh -c \\
+      'make-report | fencelock put reports/today --token \"$FENCELOCK_TOKEN\"'";
+
+const RUN_AFTER_HELP: &str = "\
+The command gets FENCELOCK_TOKEN (the fencing token), FENCELOCK_LOCK and FENCELOCK_DB in its
+environment. The lease is renewed every third of --ttl while the command runs. SIGINT,
+SIGTERM, SIGHUP and SIGQUIT sent to the tool are forwarded to the command (a Ctrl-C from the
+terminal already reaches both and is not sent twice). If the tool dies, the command gets
+--lost-signal.
+
+If the lease is lost while the command runs (the tool was paused past the TTL, or the store
+was unreachable until the lease ran out), the tool says so on stderr, sends --lost-signal to
+the command, waits for it and exits 85. Writes the command makes with `fencelock put --token
+$FENCELOCK_TOKEN` after another holder wrote are refused with status 84.
+
+Exit status: the command's own; 128+N if it died by signal N; 82 lock held (no --wait);
+83 --wait timed out; 85 lease lost; 126 cannot execute; 127 command not found; 80 usage
+error; 81 database error.
+
+Examples:
+  fencelock run --lock backup -- /usr/local/bin/backup.sh
+  fencelock run --lock backup --wait 5m --ttl 1m -- rsync -a /data /backup
+  fencelock run --lock export -- sh -c 'fencelock put out.csv --token \"$FENCELOCK_TOKEN\" --file out.csv'";
+
+const PUT_AFTER_HELP: &str = "\
+The token defaults to $FENCELOCK_TOKEN, which `fencelock run` sets for its command.
+Exit status: 0 stored; 84 stale token (a higher token wrote the key; the value is unchanged);
+80 bad argument (e.g. a token this store never granted); 81 database error; 86 input error.
+
+Examples:
+  echo 'v2' | fencelock put config/current --token 7
+  fencelock run --lock deploy -- sh -c 'fencelock put release --file ./release.txt'";
+
+const GET_AFTER_HELP: &str = "\
+The value is written to stdout as raw bytes. With --json: {\"key\": ..., \"value\": ...,
+\"token\": N}; a key or value that is not UTF-8 is given as \"key_base64\" / \"value_base64\"
+(standard base64) instead.
+Exit status: 0 found; 1 no value under the key; 81 database error; 86 output error.
+
+Examples:
+  fencelock get config/current
+  fencelock get config/current --json | jq .token";
+
+const DELETE_AFTER_HELP: &str = "\
+The delete is fenced like a put: the key keeps the delete's token, so a later write with an
+older token is still refused. Deleting a key that holds no value succeeds.
+Exit status: 0 deleted; 84 stale token; 80 bad argument; 81 database error.
+
+Example:
+  fencelock delete config/current --token \"$FENCELOCK_TOKEN\"";
+
+const FENCE_AFTER_HELP: &str = "\
+Checks a token against a resource of your own (a table, a directory, a remote bucket) and
+records it as the highest seen. Use it before writing to storage that fencelock does not hold.
+Exit status: 0 the token is current (equal to or higher than any seen); 84 stale token;
+80 bad argument; 81 database error.
+
+Example:
+  fencelock fence s3://bucket/exports --token \"$FENCELOCK_TOKEN\" && aws s3 cp out.csv s3://bucket/exports/";
+
+const STATUS_AFTER_HELP: &str = "\
+States: held (live holder, not expired), expired (TTL ran out), released, holder-dead.
+Records of released and expired locks are pruned a few at a time by later grants.
+With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
+\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\"}.
+Exit status: 0; 1 --lock names a lock with no record; 81 database error.
+
+Examples:
+  fencelock status
+  fencelock status --lock backup --json";
+
+const KEYS_AFTER_HELP: &str = "\
+Keys holding a value, in byte order, one a line. With --json: a list of {\"key\"} objects
+(\"key_base64\" for keys that are not UTF-8).
+Exit status: 0; 81 database error.
+
+Example:
+  fencelock keys reports/";
+
+const INFO_AFTER_HELP: &str = "\
+With --json: {\"file\", \"size_bytes\", \"schema_version\", \"last_token\", \"lock_records\",
+\"keys\", \"fences\"}.
+Exit status: 0; 81 database error.
+
+Example:
+  fencelock info --db /var/lib/myapp/locks.db";
+
+/// Leased locks with fencing tokens, and fenced values, shared by the processes of one host.
+#[derive(Parser, Debug)]
+#[command(name = "fencelock", version, after_help = TOP_AFTER_HELP)]
+struct Cli {
+    /// The store file [default: $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
+    /// ~/.local/state/fencelock/locks.db]
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding a lock; the command gets the fencing token
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+    /// Store a value (from stdin or --file) under a key, fenced by a token
+    #[command(after_help = PUT_AFTER_HELP)]
+    Put(PutArgs),
+    /// Print the value stored under a key
+    #[command(after_help = GET_AFTER_HELP)]
+    Get(GetArgs),
+    /// Delete a key, fenced by a token
+    #[command(after_help = DELETE_AFTER_HELP)]
+    Delete(DeleteArgs),
+    /// Check a token against an external resource, recording it as the highest seen
+    #[command(after_help = FENCE_AFTER_HELP)]
+    Fence(FenceArgs),
+    /// Show the locks the store records
+    #[command(visible_alias = "locks", after_help = STATUS_AFTER_HELP)]
+    Status(StatusArgs),
+    /// List the keys holding a value
+    #[command(after_help = KEYS_AFTER_HELP)]
+    Keys(KeysArgs),
+    /// Show the store's file, size, counts, schema version and token counter
+    #[command(after_help = INFO_AFTER_HELP)]
+    Info(InfoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Name of the lock
+    #[arg(long, value_name = "NAME")]
+    pub lock: String,
+    /// Lease time; renewed every third of it while the command runs (e.g. 500ms, 30s, 2m)
+    #[arg(long, value_name = "DURATION", default_value = "30s", allow_hyphen_values = true,
+          value_parser = duration::parse_duration)]
+    pub ttl: Duration,
+    /// Wait up to this long for the lock instead of failing at once with status 82
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = duration::parse_duration)]
+    pub wait: Option<Duration>,
+    /// Signal sent to the command when the lease is lost or the tool dies (name or number)
+    #[arg(long, value_name = "SIGNAL", default_value = "TERM", allow_hyphen_values = true,
+          value_parser = run::parse_signal)]
+    pub lost_signal: i32,
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// The key
+    pub key: OsString,
+    /// Fencing token [default: $FENCELOCK_TOKEN]
+    #[arg(long, value_name = "N")]
+    pub token: Option<u64>,
+    /// Read the value from this file instead of standard input ("-" is standard input)
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// The key
+    pub key: OsString,
+    /// Print {"key", "value", "token"} as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteArgs {
+    /// The key
+    pub key: OsString,
+    /// Fencing token [default: $FENCELOCK_TOKEN]
+    #[arg(long, value_name = "N")]
+    pub token: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct FenceArgs {
+    /// Name of the external resource
+    pub resource: String,
+    /// Fencing token [default: $FENCELOCK_TOKEN]
+    #[arg(long, value_name = "N")]
+    pub token: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Show only this lock; status 1 when the store has no record of it
+    #[arg(long, value_name = "NAME")]
+    pub lock: Option<String>,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct KeysArgs {
+    /// Only keys starting with this prefix
+    pub prefix: Option<OsString>,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A failure of the tool: what to print and the status to exit with.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl fmt::Display) -> Failure {
+        Failure {
+            code,
+            message: message.to_string(),
+        }
+    }
+
+    /// A library error, with the exit code its kind maps to.
+    pub(crate) fn from_lib(err: &fencelock::Error) -> Failure {
+        Failure::new(lib_code(err), err)
+    }
+}
+
+/// The exit code of a library error.
+pub(crate) fn lib_code(err: &fencelock::Error) -> u8 {
+    use fencelock::Error;
+    match err {
+        Error::Locked { .. } => exit::LOCKED,
+        Error::Timeout => exit::TIMEOUT,
+        Error::StaleToken { .. } => exit::STALE_TOKEN,
+        Error::LockLost { .. } => exit::LOCK_LOST,
+        Error::InvalidArgument(_) => exit::USAGE,
+        _ => exit::DATABASE,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(if err.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => commands::database_path(cli.db, true)
+            .and_then(|db| run::run(&db, &args).map(ExitCode::from)),
+        other => commands::dispatch(cli.db, other).map(|()| ExitCode::from(exit::OK)),
+    };
+    result.unwrap_or_else(|failure| {
+        eprintln!("fencelock: {}", failure.message);
+        ExitCode::from(failure.code)
+    })
+}

@@ -1,0 +1,172 @@
+//! Shaping output: aligned tables, colour on terminals only, byte strings in JSON.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+
+use serde_json::{Map, Value};
+
+/// Whether to colour standard output: only on a terminal, and never when `NO_COLOR` is set to
+/// a non-empty value (<https://no-color.org>).
+pub fn colour_stdout() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// ANSI colours used for lock states.
+#[derive(Debug, Clone, Copy)]
+pub enum Colour {
+    Green,
+    Yellow,
+    Red,
+    Dim,
+}
+
+impl Colour {
+    fn code(self) -> &'static str {
+        match self {
+            Colour::Green => "32",
+            Colour::Yellow => "33",
+            Colour::Red => "31",
+            Colour::Dim => "2",
+        }
+    }
+}
+
+/// One table cell: its text and an optional colour.
+pub struct Cell {
+    pub text: String,
+    pub colour: Option<Colour>,
+}
+
+impl From<String> for Cell {
+    fn from(text: String) -> Self {
+        Cell { text, colour: None }
+    }
+}
+
+/// Renders rows under `headers`, columns left-aligned and padded to the widest cell. Padding is
+/// computed on the plain text, so colour codes never shift the columns.
+pub fn table(headers: &[&str], rows: &[Vec<Cell>], colour: bool) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.text.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<(&str, Option<Colour>)>| {
+        let last = cells.len() - 1;
+        for (i, (text, cell_colour)) in cells.into_iter().enumerate() {
+            match cell_colour.filter(|_| colour) {
+                Some(c) => {
+                    let _ = write!(out, "\x1b[{}m{text}\x1b[0m", c.code());
+                }
+                None => out.push_str(text),
+            }
+            if i < last {
+                let pad = widths[i] - text.chars().count() + 2;
+                out.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push('\n');
+    };
+    line(headers.iter().map(|h| (*h, None)).collect());
+    for row in rows {
+        line(row.iter().map(|c| (c.text.as_str(), c.colour)).collect());
+    }
+    out
+}
+
+/// Inserts a byte string into a JSON object: as `field` when it is UTF-8 text, otherwise as
+/// `field_base64` (standard alphabet, padded). Exactly one of the two is present.
+pub fn insert_bytes(object: &mut Map<String, Value>, field: &str, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => object.insert(field.to_owned(), Value::String(text.to_owned())),
+        Err(_) => object.insert(format!("{field}_base64"), Value::String(base64(bytes))),
+    };
+}
+
+/// Standard base64 (RFC 4648, with padding).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A byte count for people: `812 B`, `1.5 KiB`, `3.0 MiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    #[allow(clippy::cast_precision_loss)] // one decimal is shown
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in cases {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
+
+    #[test]
+    fn table_aligns_on_plain_text_even_when_coloured() {
+        let rows = vec![vec![
+            Cell::from("a-long-name".to_owned()),
+            Cell {
+                text: "held".to_owned(),
+                colour: Some(Colour::Green),
+            },
+            Cell::from("7".to_owned()),
+        ]];
+        let plain = table(&["NAME", "STATE", "TOKEN"], &rows, false);
+        assert_eq!(plain, "NAME         STATE  TOKEN\na-long-name  held   7\n");
+        let coloured = table(&["NAME", "STATE", "TOKEN"], &rows, true);
+        assert_eq!(
+            coloured,
+            "NAME         STATE  TOKEN\na-long-name  \x1b[32mheld\x1b[0m   7\n"
+        );
+    }
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(format_size(812), "812 B");
+        assert_eq!(format_size(1536), "1.5 KiB");
+        assert_eq!(format_size(3 << 20), "3.0 MiB");
+    }
+}

@@ -1,0 +1,484 @@
+//! `fencelock run`: hold a lock while a command runs.
+//!
+//! Threads: the main thread acquires, spawns the command and waits for it; a signal thread takes
+//! the forwarded signals with `sigwaitinfo` (they are blocked in every thread, so no handler
+//! runs); a watcher thread waits on `Holder::wait_lost` and signals the command when the lease
+//! is lost. The one mutex `Shared::phase` orders them: a signal or a loss is delivered to the
+//! command only while it is `Running`, and the command is reaped only after the phase became
+//! `Done`, so no signal can reach a recycled pid.
+
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fencelock::{Error, Holder, LockState, Store};
+
+use crate::commands::open_store;
+use crate::duration::format_duration;
+use crate::{exit, Failure, RunArgs};
+
+/// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+/// How long one library wait lasts before the tool looks for a signal that aborts the wait.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+/// How long the watcher waits for a loss before looking whether the command ended.
+const WATCH_SLICE: Duration = Duration::from_millis(250);
+
+const SIGNAL_NAMES: [(&str, libc::c_int); 14] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ABRT", libc::SIGABRT),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("WINCH", libc::SIGWINCH),
+];
+
+/// Parses a signal name (`TERM`, `SIGTERM`, `term`) or number (`15`).
+pub fn parse_signal(text: &str) -> Result<libc::c_int, String> {
+    if let Ok(number) = text.parse::<libc::c_int>() {
+        return if (1..=libc::SIGRTMAX()).contains(&number) {
+            Ok(number)
+        } else {
+            Err(format!(
+                "signal number {number} is outside 1 to {}",
+                libc::SIGRTMAX()
+            ))
+        };
+    }
+    let upper = text.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNAL_NAMES
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, number)| *number)
+        .ok_or_else(|| {
+            let known: Vec<&str> = SIGNAL_NAMES.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown signal {text:?}: use a number or one of {}",
+                known.join(", ")
+            )
+        })
+}
+
+/// `SIGTERM` for 15, `signal 40` for a signal without a name here.
+fn signal_name(number: libc::c_int) -> String {
+    SIGNAL_NAMES.iter().find(|(_, n)| *n == number).map_or_else(
+        || format!("signal {number}"),
+        |(name, _)| format!("SIG{name}"),
+    )
+}
+
+enum Phase {
+    /// Acquiring the lock; the first forwarded signal to arrive aborts it.
+    Acquiring { interrupted: Option<libc::c_int> },
+    /// The command runs as `pid` and is not reaped.
+    Running { pid: libc::pid_t },
+    /// The command ended; nothing may be sent to its pid any more.
+    Done,
+}
+
+struct Shared {
+    phase: Mutex<Phase>,
+    /// Set by the watcher when it found the lease lost and signalled the command.
+    lost: AtomicBool,
+}
+
+impl Shared {
+    fn phase(&self) -> MutexGuard<'_, Phase> {
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn interrupted(&self) -> Option<libc::c_int> {
+        match *self.phase() {
+            Phase::Acquiring { interrupted } => interrupted,
+            _ => None,
+        }
+    }
+
+    fn on_signal(&self, signal: libc::c_int, code: libc::c_int) {
+        let mut phase = self.phase();
+        match &mut *phase {
+            Phase::Acquiring { interrupted } => {
+                interrupted.get_or_insert(signal);
+            }
+            Phase::Running { pid } => {
+                // The terminal sends Ctrl-C and friends to its whole foreground process group;
+                // when the command is in ours, it got the signal already.
+                // SAFETY: plain syscalls on a pid that is not reaped yet (phase is Running).
+                let from_terminal =
+                    code == libc::SI_KERNEL && unsafe { libc::getpgid(*pid) == libc::getpgrp() };
+                if !from_terminal {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(*pid, signal) };
+                }
+            }
+            Phase::Done => {}
+        }
+    }
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initializes the set before sigaddset reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        for signal in FORWARDED {
+            libc::sigaddset(&raw mut set, signal);
+        }
+        set
+    }
+}
+
+/// Blocks the forwarded signals in this thread, and so in every thread spawned after, then
+/// starts the thread that takes them. Must run before any other thread exists. The command
+/// does not inherit the mask: the standard library empties it in the child before exec.
+fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
+    let set = signal_set();
+    // SAFETY: `set` is initialized; the old mask is not wanted.
+    let rc =
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    thread::Builder::new()
+        .name("fencelock-signals".into())
+        .spawn(move || loop {
+            // SAFETY: an all-zero siginfo_t is valid; sigwaitinfo fills it.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` and `info` are valid for the call.
+            let signal = unsafe { libc::sigwaitinfo(&raw const set, &raw mut info) };
+            if signal > 0 {
+                shared.on_signal(signal, info.si_code);
+            }
+        })?;
+    // The thread runs until the process exits: a signal may come at any moment until then.
+    Ok(())
+}
+
+/// Runs `fencelock run`; returns the status to exit with.
+pub fn run(db: &Path, args: &RunArgs) -> Result<u8, Failure> {
+    let shared = Arc::new(Shared {
+        phase: Mutex::new(Phase::Acquiring { interrupted: None }),
+        lost: AtomicBool::new(false),
+    });
+    start_signal_thread(Arc::clone(&shared))
+        .map_err(|err| Failure::new(exit::IO, format!("cannot set up signal handling: {err}")))?;
+    let store = open_store(db, true)?;
+    let holder = Arc::new(acquire(&store, args, &shared)?);
+    if let Err(err) = holder.keep_alive(args.ttl) {
+        let _ = holder.release();
+        return Err(Failure::from_lib(&err));
+    }
+
+    let mut child = {
+        let mut phase = shared.phase();
+        if let Phase::Acquiring {
+            interrupted: Some(signal),
+        } = *phase
+        {
+            let _ = holder.release();
+            return Err(interrupted_failure(signal, &args.lock));
+        }
+        // Spawned under the phase lock, so a signal arriving meanwhile waits and then finds
+        // the command's pid.
+        match spawn(db, args, &holder) {
+            Ok(child) => {
+                *phase = Phase::Running {
+                    pid: libc::pid_t::try_from(child.id()).expect("pids fit in pid_t"),
+                };
+                child
+            }
+            Err(failure) => {
+                let _ = holder.release();
+                return Err(failure);
+            }
+        }
+    };
+
+    let watcher = {
+        let (holder, shared) = (Arc::clone(&holder), Arc::clone(&shared));
+        let (store, lock, signal) = (store.clone(), args.lock.clone(), args.lost_signal);
+        thread::Builder::new()
+            .name("fencelock-watcher".into())
+            .spawn(move || watch(&holder, &shared, &store, &lock, signal))
+    };
+
+    // Wait for the end without reaping, so the pid stays ours until the phase is Done.
+    let waited = wait_exited(child.id());
+    *shared.phase() = Phase::Done;
+    let status = child.wait();
+    if let Err(err) = &waited {
+        eprintln!("fencelock: waiting for the command failed: {err}");
+    }
+
+    let lost_noticed = shared.lost.load(Ordering::Acquire);
+    // A loss the keep-alive has not seen yet (the tool just woke from a pause) counts too.
+    let held = if lost_noticed || holder.is_lost() {
+        Ok(false)
+    } else {
+        holder.is_held()
+    };
+    if let Err(err) = holder.release() {
+        eprintln!("fencelock: releasing lock {:?} failed: {err}", args.lock);
+    }
+    if let Ok(watcher) = watcher {
+        let _ = watcher.join();
+    }
+
+    let status = status.map_err(|err| {
+        Failure::new(
+            exit::IO,
+            format!("cannot get the command's exit status: {err}"),
+        )
+    })?;
+    match held {
+        Ok(true) => Ok(command_code(status)),
+        Ok(false) => {
+            if !lost_noticed {
+                eprintln!(
+                    "fencelock: lost the lease of lock {:?} (token {}) while the command ran",
+                    args.lock,
+                    holder.token()
+                );
+            }
+            eprintln!(
+                "fencelock: the command {} after the lease was lost",
+                describe(status)
+            );
+            Ok(exit::LOCK_LOST)
+        }
+        Err(err) => Err(Failure::new(
+            exit::DATABASE,
+            format!(
+                "cannot confirm lock {:?} was still held when the command ended ({}): {err}",
+                args.lock,
+                describe(status)
+            ),
+        )),
+    }
+}
+
+/// Takes the lock once, or waits up to `--wait` in slices, so a forwarded signal aborts the
+/// wait within a slice.
+fn acquire(store: &Store, args: &RunArgs, shared: &Shared) -> Result<Holder, Failure> {
+    let Some(wait) = args.wait else {
+        return store
+            .acquire(&args.lock, args.ttl)
+            .map_err(|err| acquire_failure(&err, &args.lock, None));
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(signal) = shared.interrupted() {
+            return Err(interrupted_failure(signal, &args.lock));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match store.acquire_wait(&args.lock, args.ttl, left.min(WAIT_SLICE)) {
+            Err(Error::Timeout) if left > WAIT_SLICE => {}
+            Err(Error::Timeout) => {
+                let holder = store
+                    .lock(&args.lock)
+                    .ok()
+                    .flatten()
+                    .filter(|info| info.state == LockState::Held)
+                    .map_or_else(String::new, |info| {
+                        format!(" (held by pid {} with token {})", info.pid, info.token)
+                    });
+                return Err(Failure::new(
+                    exit::TIMEOUT,
+                    format!(
+                        "timed out after {} waiting for lock {:?}{holder}",
+                        format_duration(wait),
+                        args.lock
+                    ),
+                ));
+            }
+            other => return other.map_err(|err| acquire_failure(&err, &args.lock, Some(wait))),
+        }
+    }
+}
+
+fn acquire_failure(err: &Error, lock: &str, wait: Option<Duration>) -> Failure {
+    match err {
+        Error::Locked {
+            token,
+            pid,
+            remaining,
+        } => Failure::new(
+            exit::LOCKED,
+            format!(
+                "lock {lock:?} is held by pid {pid} with token {token} for {} more{}",
+                format_duration(*remaining),
+                if wait.is_none() {
+                    "; pass --wait DURATION to wait for it"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        other => Failure::from_lib(other),
+    }
+}
+
+fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
+    Failure::new(
+        u8::try_from(128 + signal).unwrap_or(u8::MAX),
+        format!(
+            "interrupted by {} while waiting for lock {lock:?}",
+            signal_name(signal)
+        ),
+    )
+}
+
+fn spawn(db: &Path, args: &RunArgs, holder: &Holder) -> Result<std::process::Child, Failure> {
+    let program = &args.command[0];
+    let db = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+    let mut command = Command::new(program);
+    command
+        .args(&args.command[1..])
+        .env("FENCELOCK_TOKEN", holder.token().to_string())
+        .env("FENCELOCK_LOCK", &args.lock)
+        .env("FENCELOCK_DB", db);
+    let parent = libc::pid_t::try_from(std::process::id()).expect("pids fit in pid_t");
+    let death_signal = args.lost_signal;
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
+    // calls; it allocates nothing (the error is built from an errno).
+    unsafe {
+        command.pre_exec(move || {
+            // If the tool dies (even by SIGKILL), its lease dies with it: stop the command too.
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::c_ulong::try_from(death_signal).unwrap_or(0),
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The tool died before the line above took effect.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    command.spawn().map_err(|err| {
+        let shown = program.to_string_lossy();
+        match err.kind() {
+            io::ErrorKind::NotFound => Failure::new(
+                exit::COMMAND_NOT_FOUND,
+                format!("command not found: {shown}"),
+            ),
+            _ => Failure::new(
+                exit::CANNOT_EXECUTE,
+                format!("cannot execute {shown}: {err}"),
+            ),
+        }
+    })
+}
+
+/// The watcher: signals the command once the lease is known lost, then ends; ends as well when
+/// the command ended first.
+fn watch(holder: &Holder, shared: &Shared, store: &Store, lock: &str, signal: libc::c_int) {
+    loop {
+        if holder.wait_lost(WATCH_SLICE) {
+            if !matches!(*shared.phase(), Phase::Running { .. }) {
+                return;
+            }
+            // Read before taking the phase lock: this reads the store.
+            let successor = store
+                .lock(lock)
+                .ok()
+                .flatten()
+                .filter(|info| info.token != holder.token() && info.state == LockState::Held)
+                .map_or_else(
+                    || "it expired".to_owned(),
+                    |info| format!("pid {} holds it now with token {}", info.pid, info.token),
+                );
+            let phase = shared.phase();
+            if let Phase::Running { pid } = *phase {
+                shared.lost.store(true, Ordering::Release);
+                eprintln!(
+                    "fencelock: lost the lease of lock {lock:?} (token {}): {successor}; \
+                     sending {} to the command (pid {pid})",
+                    holder.token(),
+                    signal_name(signal)
+                );
+                // SAFETY: the pid is not reaped while the phase is Running.
+                unsafe { libc::kill(pid, signal) };
+            }
+            return;
+        }
+        if matches!(*shared.phase(), Phase::Done) {
+            return;
+        }
+    }
+}
+
+/// Waits until the child exited, leaving it unreaped (`WNOWAIT`).
+fn wait_exited(pid: u32) -> io::Result<()> {
+    let pid = libc::id_t::from(pid);
+    loop {
+        // SAFETY: an all-zero siginfo_t is valid; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is valid for the call.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid,
+                &raw mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// The command's status as the tool's: its exit code, or 128+N when signal N killed it.
+fn command_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(u8::MAX),
+        (None, None) => u8::MAX,
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by {}", signal_name(signal)),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse_by_name_and_number() {
+        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("SIGTERM"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("kill"), Ok(libc::SIGKILL));
+        assert_eq!(parse_signal("10"), Ok(10));
+        assert!(parse_signal("0").unwrap_err().contains("outside"));
+        assert!(parse_signal("NOPE").unwrap_err().contains("unknown signal"));
+        assert_eq!(signal_name(libc::SIGINT), "SIGINT");
+    }
+}
