@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs the Python binding into the current Python (pip builds the Rust library with cargo
+# and puts it inside the package), then runs its tests from a directory outside the source tree,
+# so that the installed package is what they import. Extra arguments go to pytest.
+#   PYTHON=python3.12 bindings/python/run_tests.sh -k seed
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+PYTHON=${PYTHON:-python3}
+
+"$PYTHON" -m pip install --quiet --force-reinstall --no-deps "$HERE"
+"$PYTHON" -c "import pytest" 2>/dev/null || "$PYTHON" -m pip install --quiet pytest
+
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+"$PYTHON" -m pytest -p no:cacheprovider "$HERE/tests" "$@"

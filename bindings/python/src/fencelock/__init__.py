@@ -1,0 +1,76 @@
+"""fencelock: leased locks with fencing tokens, and fenced values, in one file shared by the
+threads and processes of one host. Python binding over the C ABI of the Rust library.
+
+    import fencelock
+
+    with fencelock.Store("/tmp/locks.db") as store:
+        with store.acquire("payment-export", ttl=30) as holder:
+            holder.put("payments/today.csv", b"...")      # checked: lease current, token fresh
+            store.put("payments/today.csv", b"...", holder.token)   # fenced by token alone
+
+A process that wakes after its lease expired and another process took over gets
+``StaleTokenError`` (or ``LockLostError``) instead of overwriting the newer data.
+"""
+
+from ._api import Fenced, Holder, LockInfo, LockState, Mode, Store
+from ._errors import (
+    CorruptError,
+    FencelockError,
+    IncompatibleVersionError,
+    InUseError,
+    InvalidArgumentError,
+    IoError,
+    LockedError,
+    LockLostError,
+    LockTimeoutError,
+    ForkedError,
+    NotAStoreError,
+    NotFoundError,
+    NullPointerError,
+    PanicError,
+    StaleTokenError,
+    StorageError,
+)
+from ._ffi import lib as _lib
+from ._ffi import loaded_path as _loaded_path
+
+__version__ = "0.1.0"
+
+
+def library_version() -> str:
+    """The version of the loaded native library (``fencelock_version()``)."""
+    return _lib.fencelock_version().decode("ascii")
+
+
+def library_path() -> str:
+    """The path the native library was loaded from."""
+    return _loaded_path
+
+
+__all__ = [
+    "Store",
+    "Holder",
+    "Fenced",
+    "LockInfo",
+    "LockState",
+    "Mode",
+    "FencelockError",
+    "LockedError",
+    "StaleTokenError",
+    "LockLostError",
+    "LockTimeoutError",
+    "InvalidArgumentError",
+    "NullPointerError",
+    "IoError",
+    "CorruptError",
+    "NotAStoreError",
+    "IncompatibleVersionError",
+    "InUseError",
+    "ForkedError",
+    "StorageError",
+    "NotFoundError",
+    "PanicError",
+    "library_version",
+    "library_path",
+    "__version__",
+]

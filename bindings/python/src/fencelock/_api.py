@@ -1,0 +1,552 @@
+"""Store and Holder: the C ABI shaped into Python idioms. No locking logic lives here."""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import threading
+import time
+import weakref
+from ctypes import byref, c_bool, c_char_p, c_size_t, c_uint64, string_at
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, List, NamedTuple, Optional, Union
+
+from . import _ffi
+from ._errors import error_from
+from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
+from ._handles import Handle, _Resource
+
+__all__ = ["Store", "Holder", "Fenced", "LockInfo", "LockState", "Mode"]
+
+Seconds = Union[int, float, timedelta]
+"""A duration: seconds as an int or float, or a ``datetime.timedelta``."""
+Key = Union[bytes, bytearray, memoryview, str]
+"""A fenced key: bytes (any bytes-like object) or str, encoded as UTF-8."""
+Value = Union[bytes, bytearray, memoryview, str]
+"""A fenced value: bytes (any bytes-like object) or str, encoded as UTF-8."""
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+_U64_MAX = (1 << 64) - 1
+# How long a watcher thread blocks in one wait_lost call before it checks whether its holder was
+# closed; a loss or a release wakes it at once regardless.
+_WATCH_SLICE_MS = 500
+
+
+class Mode(enum.IntEnum):
+    """How processes share the store file."""
+
+    MULTI_PROCESS = _ffi.MODE_MULTI_PROCESS
+    """Any number of processes open the file at once. The default."""
+    SINGLE_PROCESS = _ffi.MODE_SINGLE_PROCESS
+    """Only this process opens the file (another process's open raises InUseError); commits are
+    cheaper."""
+
+
+class LockState(enum.IntEnum):
+    """The state of a lock record, as ``Store.locks()`` reports it."""
+
+    HELD = _ffi.LOCK_HELD
+    EXPIRED = _ffi.LOCK_EXPIRED
+    RELEASED = _ffi.LOCK_RELEASED
+    HOLDER_DEAD = _ffi.LOCK_HOLDER_DEAD
+
+
+class Fenced(NamedTuple):
+    """A fenced value and the token of the write that stored it."""
+
+    value: bytes
+    token: int
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """What the store records of one lock. ``granted``/``expires`` are wall-clock estimates
+    (UTC, timezone-aware); ``remaining`` is the lease time left in seconds, 0 once expired."""
+
+    name: str
+    token: int
+    pid: int
+    state: LockState
+    granted: datetime
+    expires: datetime
+    remaining: float
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks: a bad argument raises TypeError/ValueError here, before reaching C.
+
+
+def _type_error(what: str, expected: str, value: Any) -> TypeError:
+    return TypeError(f"{what} must be {expected}, not {type(value).__name__}")
+
+
+def _name(value: Any, what: str) -> bytes:
+    if not isinstance(value, str):
+        raise _type_error(what, "str", value)
+    if not value:
+        raise ValueError(f"{what} is empty")
+    if "\0" in value:
+        raise ValueError(f"{what} contains a NUL character")
+    return value.encode("utf-8")
+
+
+def _bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise _type_error(what, "bytes or str", value)
+
+
+def _key(value: Any, what: str = "key") -> bytes:
+    key = _bytes(value, what)
+    if not key:
+        raise ValueError(f"{what} is empty")
+    return key
+
+
+def _token(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _type_error("token", "int", value)
+    if not 0 < value <= _U64_MAX:
+        raise ValueError(f"token {value} is out of range: tokens are 1 to 2**64-1")
+    return value
+
+
+def _ms(value: Any, what: str, *, allow_zero: bool = False) -> int:
+    """A duration in whole milliseconds; a positive duration never rounds down to zero."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise _type_error(what, "seconds (int or float) or a timedelta", value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{what} must be finite, not {seconds}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{what} must be {'zero or ' if allow_zero else ''}positive, not {seconds}")
+    ms = round(seconds * 1000.0)
+    if ms == 0 and seconds > 0:
+        ms = 1
+    if ms > _U64_MAX:
+        raise ValueError(f"{what} of {seconds} s is too long")
+    return ms
+
+
+def _mode(value: Any) -> Mode:
+    if isinstance(value, Mode):
+        return value
+    if isinstance(value, str):
+        normalized = value.strip().lower().replace("-", "_")
+        for mode in Mode:
+            if mode.name.lower() == normalized:
+                return mode
+        raise ValueError(f"mode must be 'multi-process' or 'single-process', not {value!r}")
+    raise _type_error("mode", "a fencelock.Mode or str", value)
+
+
+def _datetime(unix_ms: int) -> datetime:
+    return datetime.fromtimestamp(unix_ms / 1000.0, tz=timezone.utc)
+
+
+def _lock_state(value: int) -> LockState:
+    return LockState(value)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Store(Handle):
+    """A fencelock store: leased locks with fencing tokens and fenced values in one file.
+
+    ``Store(path)`` opens the store at ``path``, creating it if needed. ``mode`` is
+    ``Mode.MULTI_PROCESS`` (default; also ``"multi-process"``) or ``Mode.SINGLE_PROCESS``;
+    ``max_value_len`` limits fenced values in bytes (None: the library default of 16 MiB).
+
+    Use it as a context manager or call ``close()``. Holders acquired from a store stay usable
+    after the store is closed. A store is safe to share between threads; it cannot be shared
+    across ``os.fork()`` (the child gets ``ForkedError``: open a new Store in the child).
+    """
+
+    _kind = "store"
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        mode: Union[Mode, str] = Mode.MULTI_PROCESS,
+        max_value_len: Optional[int] = None,
+    ) -> None:
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise _type_error("path", "str, bytes or os.PathLike", path)
+        raw_path = os.fsencode(path)
+        if not raw_path:
+            raise ValueError("path is empty")
+        if b"\0" in raw_path:
+            raise ValueError("path contains a NUL character")
+        mode = _mode(mode)
+        if max_value_len is None:
+            limit = 0
+        elif isinstance(max_value_len, bool) or not isinstance(max_value_len, int):
+            raise _type_error("max_value_len", "int or None", max_value_len)
+        elif not 0 < max_value_len <= _U64_MAX:
+            raise ValueError(f"max_value_len must be positive, not {max_value_len}")
+        else:
+            limit = max_value_len
+        out = StoreP()
+        err = _ffi.ErrorP()
+        status = lib.fencelock_store_open_with(raw_path, int(mode), limit, byref(out), byref(err))
+        if status:
+            raise error_from(status, err)
+        super().__init__(out, lib.fencelock_store_close)
+        self._path = os.fsdecode(raw_path)
+        self._mode = mode
+
+    @property
+    def path(self) -> str:
+        """The store file's path."""
+        return self._path
+
+    @property
+    def mode(self) -> Mode:
+        """How the store shares its file between processes."""
+        return self._mode
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        return f"<fencelock.Store {self._path!r}{state}>"
+
+    def __enter__(self) -> "Store":
+        return super().__enter__()
+
+    # -- locks --------------------------------------------------------------------------------
+
+    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Optional[Seconds] = None) -> "Holder":
+        """Acquires the lock ``name`` for a lease of ``ttl`` seconds and returns its Holder.
+
+        With ``timeout=None`` (default) it tries once and raises ``LockedError`` (with the
+        holder's token, pid and time left) when the lock is held. With a ``timeout`` it waits up
+        to that long for the lock and raises ``LockTimeoutError`` (a ``TimeoutError``) when the
+        time passes; ``timeout=0`` tries once but raises ``LockTimeoutError`` on contention. The
+        wait releases the GIL.
+        """
+        raw_name = _name(name, "lock name")
+        ttl_ms = _ms(ttl, "ttl")
+        out = HolderP()
+        if timeout is None:
+            self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
+        else:
+            timeout_ms = _ms(timeout, "timeout", allow_zero=True)
+            self._res.check(lib.fencelock_store_acquire_wait, raw_name, ttl_ms, timeout_ms, byref(out))
+        return Holder(out, ttl_ms)
+
+    def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> "Holder":
+        """Acquires the lock ``name`` and writes ``value`` under ``key`` with the new token, in one
+        transaction: both happen or neither. Raises ``LockedError`` when the lock is held."""
+        raw_name = _name(name, "lock name")
+        raw_key = _key(key)
+        raw_value = _bytes(value, "value")
+        ttl_ms = _ms(ttl, "ttl")
+        out = HolderP()
+        self._res.check(
+            lib.fencelock_store_acquire_and_put,
+            raw_name,
+            ttl_ms,
+            raw_key,
+            len(raw_key),
+            raw_value,
+            len(raw_value),
+            byref(out),
+        )
+        return Holder(out, ttl_ms)
+
+    def locks(self) -> List[LockInfo]:
+        """Every lock record with its state, in name order."""
+        out = LockListP()
+        self._res.check(lib.fencelock_store_locks, byref(out))
+        try:
+            result = []
+            info = _ffi.fencelock_lock_info()
+            for index in range(lib.fencelock_lock_list_len(out)):
+                status = lib.fencelock_lock_list_get(out, index, byref(info))
+                if status:
+                    raise error_from(status, None)
+                result.append(
+                    LockInfo(
+                        name=info.name.decode("utf-8"),
+                        token=info.token,
+                        pid=info.pid,
+                        state=_lock_state(info.state),
+                        granted=_datetime(info.granted_unix_ms),
+                        expires=_datetime(info.expires_unix_ms),
+                        remaining=info.remaining_ms / 1000.0,
+                    )
+                )
+            return result
+        finally:
+            lib.fencelock_lock_list_free(out)
+
+    # -- fenced values ------------------------------------------------------------------------
+
+    def put(self, key: Key, value: Value, token: int) -> None:
+        """Stores ``value`` under ``key`` with ``token``. Raises ``StaleTokenError`` when the key
+        accepted a higher token before (an equal token is accepted) and writes nothing then."""
+        raw_key = _key(key)
+        raw_value = _bytes(value, "value")
+        self._res.check(
+            lib.fencelock_store_put, raw_key, len(raw_key), raw_value, len(raw_value), _token(token)
+        )
+
+    def get(self, key: Key) -> Optional[Fenced]:
+        """The value under ``key`` and the token that wrote it, or None when it has no value."""
+        raw_key = _key(key)
+        ptr = BytesP()
+        length = c_size_t()
+        token = c_uint64()
+        status, err = self._res.call(
+            lib.fencelock_store_get, raw_key, len(raw_key), byref(ptr), byref(length), byref(token)
+        )
+        if status == _ffi.NOT_FOUND:
+            if err:
+                lib.fencelock_error_free(err)
+            return None
+        if status:
+            raise error_from(status, err)
+        try:
+            value = string_at(ptr, length.value)
+        finally:
+            lib.fencelock_buffer_free(ptr, length.value)
+        return Fenced(value, token.value)
+
+    def delete(self, key: Key, token: int) -> bool:
+        """Deletes ``key``, fenced like ``put``; returns whether it held a value. The key keeps
+        the delete's token, so a stale write after the delete is still refused."""
+        raw_key = _key(key)
+        existed = c_bool()
+        self._res.check(lib.fencelock_store_delete, raw_key, len(raw_key), _token(token), byref(existed))
+        return existed.value
+
+    def keys(self, prefix: Key = b"") -> List[bytes]:
+        """The keys holding a value that start with ``prefix``, in byte order."""
+        raw_prefix = _bytes(prefix, "prefix")
+        out = KeyListP()
+        self._res.check(
+            lib.fencelock_store_keys, raw_prefix if raw_prefix else None, len(raw_prefix), byref(out)
+        )
+        try:
+            keys = []
+            ptr = BytesP()
+            length = c_size_t()
+            for index in range(lib.fencelock_key_list_len(out)):
+                status = lib.fencelock_key_list_get(out, index, byref(ptr), byref(length))
+                if status:
+                    raise error_from(status, None)
+                keys.append(string_at(ptr, length.value))
+            return keys
+        finally:
+            lib.fencelock_key_list_free(out)
+
+    def fence(self, resource: str, token: int) -> None:
+        """Checks ``token`` against the external fence ``resource`` and records it as the highest
+        seen. Raises ``StaleTokenError`` when a higher token passed before; an equal one passes.
+        Use it to guard storage of your own with fencelock's tokens."""
+        self._res.check(lib.fencelock_store_fence, _name(resource, "fence resource"), _token(token))
+
+    def fence_token(self, resource: str) -> Optional[int]:
+        """The highest token the external fence ``resource`` has accepted, or None."""
+        token = c_uint64()
+        self._res.check(lib.fencelock_store_fence_token, _name(resource, "fence resource"), byref(token))
+        return token.value or None
+
+
+def _release_then_close(resource: _Resource) -> None:
+    """The holder finalizer: release the lease, then free the handle. Never raises."""
+    try:
+        if not resource.inherited and not resource.closed:
+            # Released before the free so that a watcher thread blocked in wait_lost (which
+            # delays the free) wakes at once and the lease does not outlive the object.
+            status, err = resource.call(lib.fencelock_holder_release)
+            if status and err:
+                lib.fencelock_error_free(err)
+    except Exception:  # pragma: no cover - nothing may escape a finalizer
+        pass
+    try:
+        resource.close()
+    except Exception:  # pragma: no cover
+        pass
+
+
+class Holder(Handle):
+    """A granted lease, returned by ``Store.acquire``; not created directly.
+
+    ``token`` is higher than that of every earlier grant of the store. As a context manager it
+    releases the lease on exit; ``close()`` releases it too, and so does the finalizer when the
+    object is collected. A holder may be used from many threads at once.
+    """
+
+    _kind = "holder"
+
+    def __init__(self, ptr: Any, ttl_ms: int) -> None:
+        super().__init__(ptr, lib.fencelock_holder_free)
+        self._token = lib.fencelock_holder_token(ptr)
+        self._name = lib.fencelock_holder_name(ptr).decode("utf-8")
+        self._ttl_ms = ttl_ms
+        self._released = False
+
+    @staticmethod
+    def _finalize_fn() -> Callable[[_Resource], None]:
+        return _release_then_close
+
+    @property
+    def token(self) -> int:
+        """The fencing token of this lease."""
+        return self._token
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self._name
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else (" released" if self._released else "")
+        return f"<fencelock.Holder {self._name!r} token={self._token}{state}>"
+
+    def __enter__(self) -> "Holder":
+        return super().__enter__()
+
+    def close(self) -> None:
+        """Releases the lease (see ``release``) and frees the handle. Idempotent."""
+        try:
+            if not self.closed and not self._res.inherited:
+                self.release()
+        finally:
+            super().close()
+
+    def release(self) -> None:
+        """Releases the lease; other processes see it free at once. Idempotent, and a stale
+        holder's release never touches its successor's lease. Token and name stay readable."""
+        if self.closed:
+            return
+        self._released = True
+        self._res.check(lib.fencelock_holder_release)
+
+    def extend(self, ttl: Seconds) -> None:
+        """Renews the lease for ``ttl`` seconds from now. Raises ``LockLostError`` when the lease
+        expired and was taken over, or was released."""
+        ttl_ms = _ms(ttl, "ttl")
+        self._res.check(lib.fencelock_holder_extend, ttl_ms)
+        self._ttl_ms = ttl_ms
+
+    def held(self) -> bool:
+        """Whether this holder still holds the lease: not released, not expired, not taken over.
+        Reads the store; writes nothing."""
+        held = c_bool()
+        self._res.check(lib.fencelock_holder_is_held, byref(held))
+        return held.value
+
+    def put(self, key: Key, value: Value) -> None:
+        """Writes ``value`` under ``key`` with this holder's token, checking in the same
+        transaction that the lease is still current (``LockLostError`` otherwise) and that the
+        key accepted no higher token (``StaleTokenError``)."""
+        raw_key = _key(key)
+        raw_value = _bytes(value, "value")
+        self._res.check(lib.fencelock_holder_put, raw_key, len(raw_key), raw_value, len(raw_value))
+
+    def delete(self, key: Key) -> bool:
+        """Deletes ``key`` with this holder's token, checked like ``put``. Returns whether the
+        key held a value."""
+        raw_key = _key(key)
+        existed = c_bool()
+        self._res.check(lib.fencelock_holder_delete, raw_key, len(raw_key), byref(existed))
+        return existed.value
+
+    # -- keep-alive and loss ------------------------------------------------------------------
+
+    def keep_alive(
+        self,
+        ttl: Optional[Seconds] = None,
+        *,
+        on_lost: Optional[Callable[["Holder"], Any]] = None,
+    ) -> None:
+        """Keeps the lease alive from a background thread of the library: renews it for ``ttl``
+        (default: the ttl it was acquired or last extended with) every third of ``ttl`` until it is
+        released or lost. ``ttl`` must be at least 3 ms. Calling it again changes nothing.
+
+        ``on_lost``, if given, is registered as with ``on_lost()``. Learn of a loss with
+        ``lost``, ``wait_lost()`` or ``on_lost()``.
+        """
+        ttl_ms = self._ttl_ms if ttl is None else _ms(ttl, "ttl")
+        self._res.check(lib.fencelock_holder_keep_alive, ttl_ms)
+        if on_lost is not None:
+            self.on_lost(on_lost)
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease is known to be lost or released: a keep-alive renewal failed, an
+        ``extend``/``put``/``delete`` found it taken over, or it was released. Reads no storage;
+        a lease that silently ran out without keep-alive is found by ``held()``."""
+        return self._wait_lost_ms(0)
+
+    def wait_lost(self, timeout: Optional[Seconds] = None) -> bool:
+        """Blocks until the lease is known to be lost or released (see ``lost``), or ``timeout``
+        seconds pass (None: no limit). Returns whether it ended. Releases the GIL while waiting,
+        and wakes between slices of at most a second so Ctrl-C is honoured."""
+        if timeout is None:
+            while True:
+                if self._wait_lost_ms(1000):
+                    return True
+        deadline = time.monotonic() + _ms(timeout, "timeout", allow_zero=True) / 1000.0
+        while True:
+            left_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000.0))
+            if self._wait_lost_ms(min(left_ms, 1000)):
+                return True
+            if left_ms <= 1000:
+                return False
+
+    def _wait_lost_ms(self, timeout_ms: int) -> bool:
+        lost = c_bool()
+        self._res.check(lib.fencelock_holder_wait_lost, timeout_ms, byref(lost))
+        return lost.value
+
+    def on_lost(self, callback: Callable[["Holder"], Any]) -> threading.Thread:
+        """Runs ``callback(holder)`` from a watcher thread as soon as the lease is known to be
+        lost (see ``lost``; pair it with ``keep_alive``). It is not run when this holder released
+        the lease itself, was closed, or was collected. Returns the (daemon) watcher thread.
+        An exception in the callback goes to ``threading.excepthook``."""
+        if not callable(callback):
+            raise _type_error("callback", "callable", callback)
+        if self.closed:
+            raise ValueError("operation on a closed fencelock holder")
+        watcher = threading.Thread(
+            target=_watch,
+            args=(self._res, weakref.ref(self), callback),
+            name=f"fencelock-watch-{self._token}",
+            daemon=True,
+        )
+        watcher.start()
+        return watcher
+
+
+def _watch(resource: _Resource, holder_ref: "weakref.ref[Holder]", callback: Callable) -> None:
+    # Holds the resource, not the Holder, so a holder dropped by its owner is still collected
+    # (its finalizer releases the lease, which wakes this thread, which then exits).
+    lost = c_bool()
+    while True:
+        try:
+            status, err = resource.call(lib.fencelock_holder_wait_lost, _WATCH_SLICE_MS, byref(lost))
+        except ValueError:  # the holder was closed
+            return
+        if status:
+            if err:
+                lib.fencelock_error_free(err)
+            return
+        if lost.value:
+            break
+    holder = holder_ref()
+    if holder is None or holder._released or holder.closed:
+        return
+    callback(holder)

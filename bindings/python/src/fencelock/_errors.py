@@ -1,0 +1,167 @@
+"""Exceptions, one per status code of the C ABI, mapped in one table (``_BY_STATUS``)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, Optional, Type
+
+from . import _ffi
+from ._ffi import lib
+
+
+class FencelockError(Exception):
+    """Base of every error the library reports. ``status`` is the C status code."""
+
+    status: int = -1
+
+    def __init__(self, status: int, message: str) -> None:
+        # One positional argument only: some subclasses also derive from OSError, whose
+        # constructor would read two arguments as (errno, strerror).
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # keeps the error picklable (multiprocessing, concurrent.futures)
+        return (_rebuild, (type(self), self.status, self.message, dict(self.__dict__)))
+
+
+def _rebuild(cls, status, message, state):
+    err = cls(status, message)
+    err.__dict__.update(state)
+    return err
+
+
+class LockedError(FencelockError):
+    """The lock is held by a live lease. ``token``/``pid`` name the holder; ``remaining`` is the
+    time left on its lease, in seconds."""
+
+    token: int = 0
+    pid: int = 0
+    remaining: float = 0.0
+
+
+class StaleTokenError(FencelockError):
+    """A fenced write carried ``token``, lower than the ``highest`` the key or resource
+    accepted. Nothing was written."""
+
+    token: int = 0
+    highest: int = 0
+
+
+class LockLostError(FencelockError):
+    """The holder's lease with ``token`` expired, was taken over or was released. ``current`` is
+    the token now recorded for the lock, or None."""
+
+    token: int = 0
+    current: Optional[int] = None
+
+
+class LockTimeoutError(FencelockError, TimeoutError):
+    """A waiting acquire gave up after its timeout. Also a builtin ``TimeoutError``."""
+
+
+class InvalidArgumentError(FencelockError, ValueError):
+    """The library refused an argument as out of range or malformed. Also a ``ValueError``."""
+
+
+class NullPointerError(FencelockError):
+    """The C library received a NULL pointer (a bug in the binding if it ever happens)."""
+
+
+class IoError(FencelockError, OSError):
+    """An operating-system I/O error. Also an ``OSError``."""
+
+
+class CorruptError(FencelockError):
+    """The store file is damaged."""
+
+
+class NotAStoreError(FencelockError):
+    """The file exists but is not a fencelock store; it was left untouched."""
+
+
+class IncompatibleVersionError(FencelockError):
+    """The store was written by a newer fencelock."""
+
+
+class InUseError(FencelockError):
+    """The store is open elsewhere in single-process mode, or in another mode."""
+
+
+class ForkedError(FencelockError):
+    """A store (or a holder of it) opened before ``os.fork()`` was used in the child process.
+    Open a new ``Store`` in the child."""
+
+
+class StorageError(FencelockError):
+    """Any other error of the storage engine."""
+
+
+class NotFoundError(FencelockError, LookupError):
+    """The key has no value (``Store.get`` returns None instead of raising it)."""
+
+
+class PanicError(FencelockError):
+    """A panic was caught at the C boundary; the handle involved may be unusable."""
+
+
+_BY_STATUS: Dict[int, Type[FencelockError]] = {
+    _ffi.LOCKED: LockedError,
+    _ffi.STALE_TOKEN: StaleTokenError,
+    _ffi.LOCK_LOST: LockLostError,
+    _ffi.TIMEOUT: LockTimeoutError,
+    _ffi.INVALID_ARGUMENT: InvalidArgumentError,
+    _ffi.NULL_POINTER: NullPointerError,
+    _ffi.IO: IoError,
+    _ffi.CORRUPT: CorruptError,
+    _ffi.NOT_A_STORE: NotAStoreError,
+    _ffi.INCOMPATIBLE_VERSION: IncompatibleVersionError,
+    _ffi.IN_USE: InUseError,
+    _ffi.FORKED: ForkedError,
+    _ffi.STORAGE: StorageError,
+    _ffi.NOT_FOUND: NotFoundError,
+    _ffi.PANIC: PanicError,
+}
+
+_FORK_HINT = (
+    " (fencelock: a Store cannot be shared across os.fork(); open a new fencelock.Store "
+    "in the child process)"
+)
+
+
+def status_str(status: int) -> str:
+    """The C library's static description of a status code."""
+    return lib.fencelock_status_str(status).decode("utf-8", "replace")
+
+
+def error_from(status: int, err: "ctypes._Pointer") -> FencelockError:
+    """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
+    frees ``err``."""
+    cls = _BY_STATUS.get(status, FencelockError)
+    details: dict = {}
+    if err:
+        try:
+            message = lib.fencelock_error_message(err).decode("utf-8", "replace")
+            token = lib.fencelock_error_token(err)
+            highest = lib.fencelock_error_highest(err)
+            pid = lib.fencelock_error_pid(err)
+            remaining_ms = lib.fencelock_error_remaining_ms(err)
+        finally:
+            lib.fencelock_error_free(err)
+    else:
+        message = status_str(status)
+        token = highest = pid = remaining_ms = 0
+    if cls is LockedError:
+        details = {"token": token, "pid": pid, "remaining": remaining_ms / 1000.0}
+    elif cls is StaleTokenError:
+        details = {"token": token, "highest": highest}
+    elif cls is LockLostError:
+        details = {"token": token, "current": highest or None}
+    elif cls is ForkedError:
+        message += _FORK_HINT
+    exc = cls(status, message)
+    exc.__dict__.update(details)
+    return exc

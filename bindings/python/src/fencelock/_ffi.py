@@ -1,0 +1,246 @@
+"""The one place that loads libfencelock and declares every C function of ``include/fencelock.h``.
+
+Every ``argtypes``/``restype`` lives here; ``tests/test_header.py`` parses the header and fails when
+a function is missing or a signature differs. Nothing else in the package touches ``ctypes.CDLL``.
+
+Type mapping (kept in step with the test): ``const char *`` -> ``c_char_p``; an input buffer
+``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a copy, NUL bytes included, the length
+travels separately); an output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles ->
+``POINTER(<opaque Structure>)``.
+
+``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
+for a lost lease, a commit's fsync) lets other Python threads run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (
+    POINTER,
+    Structure,
+    c_bool,
+    c_char_p,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint8,
+    c_uint32,
+    c_uint64,
+)
+from pathlib import Path
+
+LIBRARY_ENV = "FENCELOCK_LIBRARY"
+LIBRARY_NAME = "libfencelock.so"
+
+# Status codes; the same numbers as the header (checked by tests/test_header.py).
+OK = 0
+LOCKED = 1
+STALE_TOKEN = 2
+LOCK_LOST = 3
+TIMEOUT = 4
+INVALID_ARGUMENT = 5
+NULL_POINTER = 6
+IO = 7
+CORRUPT = 8
+NOT_A_STORE = 9
+INCOMPATIBLE_VERSION = 10
+IN_USE = 11
+FORKED = 12
+STORAGE = 13
+NOT_FOUND = 14
+PANIC = 15
+
+MODE_MULTI_PROCESS = 0
+MODE_SINGLE_PROCESS = 1
+
+LOCK_HELD = 0
+LOCK_EXPIRED = 1
+LOCK_RELEASED = 2
+LOCK_HOLDER_DEAD = 3
+
+fencelock_status = c_int32
+
+
+class fencelock_store(Structure):
+    """Opaque store handle."""
+
+
+class fencelock_holder(Structure):
+    """Opaque holder handle."""
+
+
+class fencelock_error(Structure):
+    """Opaque error object."""
+
+
+class fencelock_lock_list(Structure):
+    """Opaque list of lock records."""
+
+
+class fencelock_key_list(Structure):
+    """Opaque list of keys."""
+
+
+class fencelock_lock_info(Structure):
+    """One lock record, as ``fencelock_lock_list_get`` fills it."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("token", c_uint64),
+        ("pid", c_uint32),
+        ("state", c_int32),
+        ("granted_unix_ms", c_int64),
+        ("expires_unix_ms", c_int64),
+        ("remaining_ms", c_uint64),
+    ]
+
+
+StoreP = POINTER(fencelock_store)
+HolderP = POINTER(fencelock_holder)
+ErrorP = POINTER(fencelock_error)
+LockListP = POINTER(fencelock_lock_list)
+KeyListP = POINTER(fencelock_key_list)
+BytesP = POINTER(c_uint8)
+
+# name -> (restype, argtypes). The order follows the header.
+SIGNATURES: dict = {
+    "fencelock_version": (c_char_p, []),
+    "fencelock_status_str": (c_char_p, [fencelock_status]),
+    # error object
+    "fencelock_error_status": (fencelock_status, [ErrorP]),
+    "fencelock_error_message": (c_char_p, [ErrorP]),
+    "fencelock_error_token": (c_uint64, [ErrorP]),
+    "fencelock_error_highest": (c_uint64, [ErrorP]),
+    "fencelock_error_pid": (c_uint32, [ErrorP]),
+    "fencelock_error_remaining_ms": (c_uint64, [ErrorP]),
+    "fencelock_error_free": (None, [ErrorP]),
+    # store
+    "fencelock_store_open": (fencelock_status, [c_char_p, POINTER(StoreP), POINTER(ErrorP)]),
+    "fencelock_store_open_with": (
+        fencelock_status,
+        [c_char_p, c_int32, c_uint64, POINTER(StoreP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_close": (None, [StoreP]),
+    "fencelock_store_acquire": (
+        fencelock_status,
+        [StoreP, c_char_p, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_acquire_wait": (
+        fencelock_status,
+        [StoreP, c_char_p, c_uint64, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_acquire_and_put": (
+        fencelock_status,
+        [
+            StoreP,
+            c_char_p,
+            c_uint64,
+            c_char_p,
+            c_size_t,
+            c_char_p,
+            c_size_t,
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
+    "fencelock_store_put": (
+        fencelock_status,
+        [StoreP, c_char_p, c_size_t, c_char_p, c_size_t, c_uint64, POINTER(ErrorP)],
+    ),
+    "fencelock_store_get": (
+        fencelock_status,
+        [
+            StoreP,
+            c_char_p,
+            c_size_t,
+            POINTER(BytesP),
+            POINTER(c_size_t),
+            POINTER(c_uint64),
+            POINTER(ErrorP),
+        ],
+    ),
+    "fencelock_store_delete": (
+        fencelock_status,
+        [StoreP, c_char_p, c_size_t, c_uint64, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_store_fence": (fencelock_status, [StoreP, c_char_p, c_uint64, POINTER(ErrorP)]),
+    "fencelock_store_fence_token": (
+        fencelock_status,
+        [StoreP, c_char_p, POINTER(c_uint64), POINTER(ErrorP)],
+    ),
+    "fencelock_store_locks": (fencelock_status, [StoreP, POINTER(LockListP), POINTER(ErrorP)]),
+    "fencelock_store_keys": (
+        fencelock_status,
+        [StoreP, c_char_p, c_size_t, POINTER(KeyListP), POINTER(ErrorP)],
+    ),
+    "fencelock_buffer_free": (None, [BytesP, c_size_t]),
+    # lock list
+    "fencelock_lock_list_len": (c_size_t, [LockListP]),
+    "fencelock_lock_list_get": (
+        fencelock_status,
+        [LockListP, c_size_t, POINTER(fencelock_lock_info)],
+    ),
+    "fencelock_lock_list_free": (None, [LockListP]),
+    # key list
+    "fencelock_key_list_len": (c_size_t, [KeyListP]),
+    "fencelock_key_list_get": (
+        fencelock_status,
+        [KeyListP, c_size_t, POINTER(BytesP), POINTER(c_size_t)],
+    ),
+    "fencelock_key_list_free": (None, [KeyListP]),
+    # holder
+    "fencelock_holder_token": (c_uint64, [HolderP]),
+    "fencelock_holder_name": (c_char_p, [HolderP]),
+    "fencelock_holder_extend": (fencelock_status, [HolderP, c_uint64, POINTER(ErrorP)]),
+    "fencelock_holder_is_held": (fencelock_status, [HolderP, POINTER(c_bool), POINTER(ErrorP)]),
+    "fencelock_holder_put": (
+        fencelock_status,
+        [HolderP, c_char_p, c_size_t, c_char_p, c_size_t, POINTER(ErrorP)],
+    ),
+    "fencelock_holder_delete": (
+        fencelock_status,
+        [HolderP, c_char_p, c_size_t, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_holder_release": (fencelock_status, [HolderP, POINTER(ErrorP)]),
+    "fencelock_holder_keep_alive": (fencelock_status, [HolderP, c_uint64, POINTER(ErrorP)]),
+    "fencelock_holder_wait_lost": (
+        fencelock_status,
+        [HolderP, c_uint64, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_holder_free": (None, [HolderP]),
+}
+
+
+def library_path() -> str:
+    """The library to load: ``$FENCELOCK_LIBRARY`` if set, else the copy inside this package."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return override
+    return str(Path(__file__).with_name(LIBRARY_NAME))
+
+
+def _load() -> ctypes.CDLL:
+    path = library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as err:
+        raise ImportError(
+            f"fencelock: cannot load the native library {path!r} ({err}). "
+            f"Reinstall the package with `pip install bindings/python` (it builds the library "
+            f"with cargo), or point ${LIBRARY_ENV} at a libfencelock.so."
+        ) from err
+    for name, (restype, argtypes) in SIGNATURES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as err:
+            raise ImportError(
+                f"fencelock: {path!r} has no function {name}; it is not a matching build"
+            ) from err
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+lib = _load()
+loaded_path = library_path()

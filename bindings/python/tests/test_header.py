@@ -1,0 +1,230 @@
+"""The ctypes declarations in fencelock/_ffi.py match include/fencelock.h exactly.
+
+Parses the header's prototypes, the fencelock_lock_info struct and the #define'd constants, maps
+each C type to the ctypes type the binding must use, and compares. Fails when the header gains a
+function the binding does not declare, loses one it does, or changes a signature or a number.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from ctypes import POINTER
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+import fencelock
+from fencelock import _errors, _ffi
+
+from conftest import HEADER
+
+SCALARS = {
+    "void": None,
+    "bool": ctypes.c_bool,
+    "char": ctypes.c_char,
+    "int32_t": ctypes.c_int32,
+    "uint32_t": ctypes.c_uint32,
+    "int64_t": ctypes.c_int64,
+    "uint64_t": ctypes.c_uint64,
+    "uint8_t": ctypes.c_uint8,
+    "size_t": ctypes.c_size_t,
+    "fencelock_status": ctypes.c_int32,
+}
+OPAQUE = {
+    name: getattr(_ffi, name)
+    for name in (
+        "fencelock_store",
+        "fencelock_holder",
+        "fencelock_error",
+        "fencelock_lock_list",
+        "fencelock_key_list",
+        "fencelock_lock_info",
+    )
+}
+
+
+def _pointer(base, stars: int):
+    for _ in range(stars):
+        base = POINTER(base)
+    return base
+
+
+def ctypes_type(c_type: str):
+    """The ctypes type the binding uses for a C type (the mapping documented in _ffi.py)."""
+    tokens = re.findall(r"[A-Za-z_]\w*|\*", c_type)
+    const = "const" in tokens
+    words = [t for t in tokens if t not in ("const", "struct", "enum")]
+    stars = words.count("*")
+    bases = [w for w in words if w != "*"]
+    assert len(bases) == 1, f"cannot read C type {c_type!r}"
+    base = bases[0]
+    if base == "char" and stars == 1:
+        assert const, f"mutable char * in the ABI: {c_type!r}"
+        return ctypes.c_char_p
+    if base == "uint8_t" and stars == 1 and const:
+        return ctypes.c_char_p  # an input buffer: bytes passed without a copy
+    if base in OPAQUE:
+        return _pointer(OPAQUE[base], stars)
+    assert base in SCALARS, f"unknown C type {c_type!r}"
+    return _pointer(SCALARS[base], stars)
+
+
+def split_decl(decl: str) -> Tuple[str, str]:
+    """`const uint8_t *key` -> (`const uint8_t *`, `key`)."""
+    match = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)\s*$", decl.strip(), flags=re.S)
+    assert match and match.group(1).strip() not in ("", "const", "struct"), f"cannot read {decl!r}"
+    return match.group(1).strip(), match.group(2)
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def parse_header(text: str):
+    text = _strip_comments(text)
+    defines: Dict[str, int] = {}
+    for name, value in re.findall(r"^\s*#\s*define\s+(FENCELOCK_\w+)\s+(.+?)\s*$", text, flags=re.M):
+        number = re.fullmatch(r"\(?\s*\(?\s*(?:\w+\s*\))?\s*(-?\d+)[uUlL]*\s*\)?", value)
+        if number:
+            defines[name] = int(number.group(1))
+    for name, value in re.findall(r"\b(FENCELOCK_\w+)\s*=\s*(-?\d+)", text):
+        defines[name] = int(value)
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    body = re.sub(r'extern\s+"C"\s*\{', " ", body)
+
+    structs: Dict[str, List[Tuple[str, str]]] = {}
+    for name, fields in re.findall(r"struct\s+(fencelock_\w+)\s*\{(.*?)\}", body, flags=re.S):
+        structs[name] = [split_decl(field)[::-1] for field in fields.split(";") if field.strip()]
+    body = re.sub(r"\{[^{}]*\}", " ", body)
+
+    functions: Dict[str, Tuple[str, List[str]]] = {}
+    for statement in body.split(";"):
+        match = re.search(r"([A-Za-z_][\w\s\*]*?)\b(fencelock_\w+)\s*\(([^()]*)\)\s*$", statement.strip(), flags=re.S)
+        if not match or statement.strip().startswith("typedef"):
+            continue
+        restype, name, params = match.groups()
+        restype = re.sub(r"\b(extern|static|inline)\b", " ", restype)
+        params = params.strip()
+        args = [] if params in ("", "void") else [split_decl(p)[0] for p in params.split(",")]
+        functions[name] = (restype, args)
+    return functions, structs, defines
+
+
+@pytest.fixture(scope="module")
+def header():
+    if not HEADER.is_file():
+        pytest.fail(f"{HEADER} is missing: the binding is checked against it")
+    return parse_header(HEADER.read_text())
+
+
+def _type_name(t) -> str:
+    return "void" if t is None else getattr(t, "__name__", repr(t))
+
+
+def test_every_header_function_is_declared_with_its_signature(header):
+    functions, _, _ = header
+    assert len(functions) >= 35, f"parsed only {sorted(functions)}"
+    missing = sorted(set(functions) - set(_ffi.SIGNATURES))
+    assert not missing, f"functions of fencelock.h the binding does not declare: {missing}"
+    extra = sorted(set(_ffi.SIGNATURES) - set(functions))
+    assert not extra, f"functions the binding declares that fencelock.h lacks: {extra}"
+    mismatches = []
+    for name, (c_restype, c_args) in sorted(functions.items()):
+        declared_restype, declared_args = _ffi.SIGNATURES[name]
+        want_restype = ctypes_type(c_restype)
+        want_args = [ctypes_type(arg) for arg in c_args]
+        if want_restype is not declared_restype or len(want_args) != len(declared_args) or any(
+            a is not b for a, b in zip(want_args, declared_args)
+        ):
+            mismatches.append(
+                f"{name}: header {_type_name(want_restype)}({', '.join(map(_type_name, want_args))})"
+                f" != binding {_type_name(declared_restype)}({', '.join(map(_type_name, declared_args))})"
+            )
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_the_loaded_library_has_the_same_functions():
+    for name, (restype, argtypes) in _ffi.SIGNATURES.items():
+        fn = getattr(_ffi.lib, name)
+        assert fn.restype is restype and fn.argtypes == argtypes, name
+
+
+def test_lock_info_struct_matches(header):
+    _, structs, _ = header
+    assert "fencelock_lock_info" in structs
+    c_fields = structs["fencelock_lock_info"]
+    py_fields = _ffi.fencelock_lock_info._fields_
+    assert [name for name, _ in c_fields] == [name for name, _ in py_fields]
+    for (name, c_type), (_, py_type) in zip(c_fields, py_fields):
+        assert ctypes_type(c_type) is py_type, f"field {name}: {c_type}"
+
+
+LOCK_STATES = ("HELD", "EXPIRED", "RELEASED", "HOLDER_DEAD")
+
+
+def _header_statuses(defines: Dict[str, int]) -> Dict[str, int]:
+    """Every numeric FENCELOCK_* define that is not a mode, a lock state or a version."""
+    return {
+        name[len("FENCELOCK_") :]: value
+        for name, value in defines.items()
+        if not name.startswith(("FENCELOCK_MODE_", "FENCELOCK_VERSION"))
+        and name[len("FENCELOCK_LOCK_") :] not in LOCK_STATES
+        and name != "FENCELOCK_H"
+    }
+
+
+def test_constants_match(header):
+    _, _, defines = header
+    statuses = _header_statuses(defines)
+    assert statuses.get("OK") == 0 and len(statuses) >= 16, statuses
+    for name, value in statuses.items():
+        assert getattr(_ffi, name, None) == value, f"FENCELOCK_{name}"
+    for name in ("MODE_MULTI_PROCESS", "MODE_SINGLE_PROCESS", "LOCK_HELD", "LOCK_EXPIRED", "LOCK_RELEASED", "LOCK_HOLDER_DEAD"):
+        assert defines[f"FENCELOCK_{name}"] == getattr(_ffi, name), name
+    assert {m.name: m.value for m in fencelock.Mode} == {
+        "MULTI_PROCESS": defines["FENCELOCK_MODE_MULTI_PROCESS"],
+        "SINGLE_PROCESS": defines["FENCELOCK_MODE_SINGLE_PROCESS"],
+    }
+    assert {s.name: s.value for s in fencelock.LockState} == {
+        name: defines[f"FENCELOCK_LOCK_{name}"] for name in LOCK_STATES
+    }
+
+
+def test_every_error_status_has_its_exception(header):
+    _, _, defines = header
+    for name, value in _header_statuses(defines).items():
+        if value == 0:
+            continue
+        cls = _errors._BY_STATUS.get(value)
+        assert cls is not None and cls is not fencelock.FencelockError, f"FENCELOCK_{name} has no exception"
+    assert len(set(_errors._BY_STATUS.values())) == len(_errors._BY_STATUS), "two codes share a class"
+
+
+def test_version_macros_match_the_package(header):
+    _, _, defines = header
+    parts = [defines.get(f"FENCELOCK_VERSION_{p}") for p in ("MAJOR", "MINOR", "PATCH")]
+    if None in parts:
+        pytest.skip("the header defines no numeric version macros")
+    assert ".".join(map(str, parts)) == fencelock.__version__
+
+
+def test_parser_reads_a_known_prototype():
+    text = """
+    /* doc */ typedef int32_t fencelock_status;
+    typedef struct fencelock_store fencelock_store;
+    fencelock_status fencelock_store_get(const struct fencelock_store *store,
+                                         const uint8_t *key, size_t key_len,
+                                         uint8_t **value_out, size_t *value_len_out,
+                                         uint64_t *token_out, struct fencelock_error **err_out);
+    const char *fencelock_version(void);
+    #define FENCELOCK_OK 0
+    """
+    functions, _, defines = parse_header(text)
+    assert ctypes_type(functions["fencelock_version"][0]) is ctypes.c_char_p
+    assert functions["fencelock_version"][1] == []
+    restype, args = functions["fencelock_store_get"]
+    assert ctypes_type(restype) is ctypes.c_int32
+    assert [ctypes_type(a) for a in args] == list(_ffi.SIGNATURES["fencelock_store_get"][1])
+    assert defines == {"FENCELOCK_OK": 0}
