@@ -26,6 +26,7 @@
 mod clock;
 mod commit;
 mod error;
+pub mod ffi;
 mod holder;
 mod liveness;
 mod record;

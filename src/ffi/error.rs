@@ -1,0 +1,192 @@
+//! The error object handed out through the optional `fencelock_error **err_out` parameters.
+
+use std::any::Any;
+use std::ffi::{c_char, CStr, CString};
+use std::sync::OnceLock;
+
+use super::{fencelock_status, guard_value, FENCELOCK_NULL_POINTER, STATUSES};
+use crate::error::{Error, Status};
+
+/// A detailed error: its status, a message, and the numbers of a refusal. Created by the
+/// library on failure; freed with `fencelock_error_free`. Immutable, so safe to read from many
+/// threads at once.
+pub struct fencelock_error {
+    pub(super) status: Status,
+    message: CString,
+    token: u64,
+    highest: u64,
+    pid: u32,
+    remaining_ms: u64,
+}
+
+impl fencelock_error {
+    pub(super) fn new(status: Status, message: String) -> fencelock_error {
+        fencelock_error {
+            status,
+            message: c_string(message),
+            token: 0,
+            highest: 0,
+            pid: 0,
+            remaining_ms: 0,
+        }
+    }
+
+    pub(super) fn from_panic(payload: &(dyn Any + Send)) -> fencelock_error {
+        let detail = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("no message");
+        fencelock_error::new(
+            Status::Panic,
+            format!("internal panic caught at the C boundary: {detail}"),
+        )
+    }
+}
+
+impl From<Error> for fencelock_error {
+    fn from(err: Error) -> fencelock_error {
+        let mut out = fencelock_error::new(err.status(), err.to_string());
+        match err {
+            Error::Locked {
+                token,
+                pid,
+                remaining,
+            } => {
+                out.token = token;
+                out.pid = pid;
+                out.remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+            }
+            Error::StaleToken { token, highest } => {
+                out.token = token;
+                out.highest = highest;
+            }
+            Error::LockLost { token, current } => {
+                out.token = token;
+                out.highest = current.unwrap_or(0);
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+/// A C string of `text`; a NUL byte inside (never expected in a message) is dropped rather
+/// than losing the message.
+fn c_string(text: String) -> CString {
+    CString::new(text).unwrap_or_else(|err| {
+        let mut bytes = err.into_vec();
+        bytes.retain(|&b| b != 0);
+        CString::new(bytes).expect("NUL bytes removed")
+    })
+}
+
+/// The static description of `status`, as a C string that lives for the whole program.
+pub(super) fn static_description(status: Status) -> &'static CStr {
+    static DESCRIPTIONS: OnceLock<Vec<CString>> = OnceLock::new();
+    let all = DESCRIPTIONS.get_or_init(|| {
+        STATUSES
+            .iter()
+            .map(|status| c_string(status.description().to_owned()))
+            .collect()
+    });
+    &all[status as usize]
+}
+
+/// The status of `err`; `FENCELOCK_NULL_POINTER` when `err` is NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_status(err: *const fencelock_error) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    guard_value(FENCELOCK_NULL_POINTER, || {
+        unsafe { err.as_ref() }.map_or(FENCELOCK_NULL_POINTER, |err| err.status as fencelock_status)
+    })
+}
+
+/// The message of `err`, NUL-terminated UTF-8; NULL when `err` is NULL.
+///
+/// The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
+/// yourself. Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_message(err: *const fencelock_error) -> *const c_char {
+    // SAFETY: upheld by the caller.
+    guard_value(std::ptr::null(), || {
+        unsafe { err.as_ref() }.map_or(std::ptr::null(), |err| err.message.as_ptr())
+    })
+}
+
+/// For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
+/// `FENCELOCK_LOCK_LOST`: the caller's token. Otherwise, and for NULL, 0.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_token(err: *const fencelock_error) -> u64 {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.token))
+}
+
+/// For `FENCELOCK_STALE_TOKEN`: the highest token accepted. For `FENCELOCK_LOCK_LOST`: the
+/// token now recorded for the lock (0 if none). Otherwise, and for NULL, 0.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_highest(err: *const fencelock_error) -> u64 {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.highest))
+}
+
+/// For `FENCELOCK_LOCKED`: the process id of the current holder. Otherwise, and for NULL, 0.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_pid(err: *const fencelock_error) -> u32 {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.pid))
+}
+
+/// For `FENCELOCK_LOCKED`: the time left on the current lease, in milliseconds (rounded
+/// down). Otherwise, and for NULL, 0.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_remaining_ms(err: *const fencelock_error) -> u64 {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || {
+        unsafe { err.as_ref() }.map_or(0, |err| err.remaining_ms)
+    })
+}
+
+/// Frees an error object. NULL does nothing.
+///
+/// Not thread-safe for the same `err`: no other thread may use `err` during or after this call.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_free(err: *mut fencelock_error) {
+    guard_value((), || {
+        if !err.is_null() {
+            // SAFETY: upheld by the caller: `err` came from `Box::into_raw` in `guard`.
+            drop(unsafe { Box::from_raw(err) });
+        }
+    });
+}

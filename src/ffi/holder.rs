@@ -1,0 +1,273 @@
+//! `fencelock_holder`: a granted lease.
+
+use std::ffi::{c_char, CString};
+
+use super::{bytes, fencelock_error, fencelock_status, guard, guard_value, handle, millis, Out};
+use crate::holder::Holder;
+
+/// A granted lease. Created by the `fencelock_store_acquire*` functions; freed with
+/// `fencelock_holder_free`, which releases the lease if still held. Safe to use from many
+/// threads at once (one thread may write while another extends or releases).
+pub struct fencelock_holder {
+    holder: Holder,
+    /// The lock name as a C string, handed out by `fencelock_holder_name`.
+    name: CString,
+}
+
+impl fencelock_holder {
+    pub(super) fn into_raw(holder: Holder) -> *mut fencelock_holder {
+        // A lock name is checked UTF-8 without NUL bytes by the engine before it is granted.
+        let name = CString::new(holder.name()).expect("lock names contain no NUL byte");
+        Box::into_raw(Box::new(fencelock_holder { holder, name }))
+    }
+}
+
+/// The fencing token of the lease; 0 for NULL (0 is never granted).
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `holder` is NULL or a holder from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_token(holder: *const fencelock_holder) -> u64 {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || {
+        unsafe { holder.as_ref() }.map_or(0, |holder| holder.holder.token())
+    })
+}
+
+/// The lock's name, NUL-terminated UTF-8; NULL for NULL.
+///
+/// The string belongs to the holder and is valid until `fencelock_holder_free(holder)`; never
+/// free it yourself. Thread-safe.
+///
+/// # Safety
+/// `holder` is NULL or a holder from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_name(holder: *const fencelock_holder) -> *const c_char {
+    // SAFETY: upheld by the caller.
+    guard_value(std::ptr::null(), || {
+        unsafe { holder.as_ref() }.map_or(std::ptr::null(), |holder| holder.name.as_ptr())
+    })
+}
+
+/// Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired and taken over, or released),
+/// `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30
+/// days), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_extend(
+    holder: *const fencelock_holder,
+    ttl_ms: u64,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            holder.holder.extend(millis(ttl_ms))?;
+            Ok(())
+        })
+    }
+}
+
+/// Whether this holder still holds the lease: not released, not expired, not taken over.
+/// Reads only. `*held_out` receives the answer.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `held_out`),
+/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_is_held(
+    holder: *const fencelock_holder,
+    held_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            let held_out = Out::required(held_out, "held_out")?;
+            held_out.set(holder.holder.is_held()?);
+            Ok(())
+        })
+    }
+}
+
+/// Writes `value` under `key` with this holder's token, checking in the same transaction that
+/// the lease is still current and that the key accepted no higher token.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (the lease expired, was taken over or was
+/// released; the error carries this token and the lock's current one),
+/// `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`holder`, or `key`/`value` NULL with a
+/// non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit),
+/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+/// `value_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_put(
+    holder: *const fencelock_holder,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            let key = bytes(key, key_len, "key")?;
+            let value = bytes(value, value_len, "value")?;
+            holder.holder.put(key, value)?;
+            Ok(())
+        })
+    }
+}
+
+/// Deletes `key` with this holder's token, checked like `fencelock_holder_put`.
+/// `*existed_out` (optional, may be NULL) receives whether the key held a value.
+///
+/// Returns the codes of `fencelock_holder_put`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_delete(
+    holder: *const fencelock_holder,
+    key: *const u8,
+    key_len: usize,
+    existed_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            let key = bytes(key, key_len, "key")?;
+            let existed_out = Out::optional(existed_out);
+            let existed = holder.holder.delete(key)?;
+            if let Some(existed_out) = existed_out {
+                existed_out.set(existed);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Releases the lease, at once for every process. Idempotent; a stale holder's release never
+/// touches its successor's lease. The holder must still be freed with `fencelock_holder_free`.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_FORKED`,
+/// `FENCELOCK_IO`, `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_release(
+    holder: *const fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            holder.holder.release()?;
+            Ok(())
+        })
+    }
+}
+
+/// Keeps the lease alive in a background thread: renews it for `ttl_ms` every third of
+/// `ttl_ms` until it is released or lost (learn of a loss with `fencelock_holder_wait_lost`).
+/// Calling it again changes nothing.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT`
+/// (`ttl_ms` under 3 ms or over 30 days), `FENCELOCK_IO` (the thread could not start),
+/// `FENCELOCK_PANIC`.
+///
+/// Thread-safe. Do not call it before `fork()` in a process whose child uses the holder.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_keep_alive(
+    holder: *const fencelock_holder,
+    ttl_ms: u64,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            holder.holder.keep_alive(millis(ttl_ms))?;
+            Ok(())
+        })
+    }
+}
+
+/// Blocks up to `timeout_ms` milliseconds until the lease is known to be lost or released
+/// (a keep-alive renewal failed, an extend or write found it taken over, or it was released).
+/// `*lost_out` receives whether it ended. Reads no storage.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`), `FENCELOCK_PANIC`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_wait_lost(
+    holder: *const fencelock_holder,
+    timeout_ms: u64,
+    lost_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            let lost_out = Out::required(lost_out, "lost_out")?;
+            lost_out.set(holder.holder.wait_lost(millis(timeout_ms)));
+            Ok(())
+        })
+    }
+}
+
+/// Frees a holder, releasing the lease if it is still held (errors of that release are
+/// ignored; call `fencelock_holder_release` first to see them). NULL does nothing.
+///
+/// No other thread may use `holder` during or after this call.
+///
+/// # Safety
+/// `holder` is NULL or a holder from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_free(holder: *mut fencelock_holder) {
+    guard_value((), || {
+        if !holder.is_null() {
+            // SAFETY: upheld by the caller: `holder` came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(holder) });
+        }
+    });
+}

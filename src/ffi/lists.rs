@@ -1,0 +1,221 @@
+//! `fencelock_lock_list` and `fencelock_key_list`: results of listing a store.
+
+use std::ffi::{c_char, CString};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::{
+    fencelock_error, fencelock_status, guard, guard_value, handle, Out, FENCELOCK_LOCK_EXPIRED,
+    FENCELOCK_LOCK_HELD, FENCELOCK_LOCK_HOLDER_DEAD, FENCELOCK_LOCK_RELEASED,
+};
+use crate::error::Status;
+use crate::store::{LockInfo, LockState};
+
+/// What the store records of one lock.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct fencelock_lock_info {
+    /// The lock's name, NUL-terminated UTF-8; valid while the list lives.
+    pub name: *const c_char,
+    /// The token of the last grant.
+    pub token: u64,
+    /// The holder's process id.
+    pub pid: u32,
+    /// One of `FENCELOCK_LOCK_HELD`, `_EXPIRED`, `_RELEASED`, `_HOLDER_DEAD`.
+    pub state: i32,
+    /// When the lease was granted, in milliseconds since the Unix epoch (wall-clock estimate).
+    pub granted_unix_ms: i64,
+    /// When the lease expires or expired, in milliseconds since the Unix epoch (estimate).
+    pub expires_unix_ms: i64,
+    /// Time left before expiry in milliseconds; 0 once expired.
+    pub remaining_ms: u64,
+}
+
+/// A list of lock records from `fencelock_store_locks`; freed with `fencelock_lock_list_free`.
+/// Immutable, so safe to read from many threads at once.
+pub struct fencelock_lock_list {
+    /// Owns the names the entries of `infos` point into; a `CString`'s bytes do not move.
+    _names: Vec<CString>,
+    infos: Vec<fencelock_lock_info>,
+}
+
+/// A list of keys from `fencelock_store_keys`; freed with `fencelock_key_list_free`.
+/// Immutable, so safe to read from many threads at once.
+pub struct fencelock_key_list {
+    keys: Vec<Vec<u8>>,
+}
+
+impl fencelock_lock_list {
+    pub(super) fn into_raw(locks: Vec<LockInfo>) -> *mut fencelock_lock_list {
+        let mut names = Vec::with_capacity(locks.len());
+        let mut infos = Vec::with_capacity(locks.len());
+        for lock in locks {
+            // Lock names are checked UTF-8 without NUL bytes before they are granted.
+            let name = CString::new(lock.name).expect("lock names contain no NUL byte");
+            infos.push(fencelock_lock_info {
+                name: name.as_ptr(),
+                token: lock.token,
+                pid: lock.pid,
+                state: match lock.state {
+                    LockState::Held => FENCELOCK_LOCK_HELD,
+                    LockState::Expired => FENCELOCK_LOCK_EXPIRED,
+                    LockState::Released => FENCELOCK_LOCK_RELEASED,
+                    LockState::HolderDead => FENCELOCK_LOCK_HOLDER_DEAD,
+                },
+                granted_unix_ms: unix_ms(lock.granted_at),
+                expires_unix_ms: unix_ms(lock.expires_at),
+                remaining_ms: u64::try_from(lock.remaining.as_millis()).unwrap_or(u64::MAX),
+            });
+            names.push(name);
+        }
+        Box::into_raw(Box::new(fencelock_lock_list {
+            _names: names,
+            infos,
+        }))
+    }
+}
+
+impl fencelock_key_list {
+    pub(super) fn into_raw(keys: Vec<Vec<u8>>) -> *mut fencelock_key_list {
+        Box::into_raw(Box::new(fencelock_key_list { keys }))
+    }
+}
+
+/// Milliseconds since the Unix epoch, negative before it.
+fn unix_ms(at: SystemTime) -> i64 {
+    match at.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
+fn out_of_range(index: usize, len: usize) -> fencelock_error {
+    fencelock_error::new(
+        Status::InvalidArgument,
+        format!("index {index} is out of range for a list of {len}"),
+    )
+}
+
+/// The number of entries of `list`; 0 for NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `list` is NULL or a list from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_lock_list_len(list: *const fencelock_lock_list) -> usize {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || {
+        unsafe { list.as_ref() }.map_or(0, |list| list.infos.len())
+    })
+}
+
+/// Copies entry `index` of `list` to `*info_out`. Its `name` points into the list and is valid
+/// until `fencelock_lock_list_free(list)`.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `info_out`),
+/// `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_lock_list_get(
+    list: *const fencelock_lock_list,
+    index: usize,
+    info_out: *mut fencelock_lock_info,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(std::ptr::null_mut(), || {
+            let list = handle(list, "list")?;
+            let info_out = Out::required(info_out, "info_out")?;
+            let info = list
+                .infos
+                .get(index)
+                .ok_or_else(|| out_of_range(index, list.infos.len()))?;
+            info_out.set(*info);
+            Ok(())
+        })
+    }
+}
+
+/// Frees a lock list. NULL does nothing.
+///
+/// No other thread may use `list` during or after this call.
+///
+/// # Safety
+/// `list` is NULL or a list from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_lock_list_free(list: *mut fencelock_lock_list) {
+    guard_value((), || {
+        if !list.is_null() {
+            // SAFETY: upheld by the caller: `list` came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(list) });
+        }
+    });
+}
+
+/// The number of keys of `list`; 0 for NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `list` is NULL or a list from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_key_list_len(list: *const fencelock_key_list) -> usize {
+    // SAFETY: upheld by the caller.
+    guard_value(0, || {
+        unsafe { list.as_ref() }.map_or(0, |list| list.keys.len())
+    })
+}
+
+/// Key `index` of `list`: `*key_out` receives a pointer to its bytes (valid until
+/// `fencelock_key_list_free(list)`; never free it yourself) and `*key_len_out` its length.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `key_out`, `key_len_out`),
+/// `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_key_list_get(
+    list: *const fencelock_key_list,
+    index: usize,
+    key_out: *mut *const u8,
+    key_len_out: *mut usize,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(std::ptr::null_mut(), || {
+            let list = handle(list, "list")?;
+            let key_out = Out::required(key_out, "key_out")?;
+            let key_len_out = Out::required(key_len_out, "key_len_out")?;
+            let key = list
+                .keys
+                .get(index)
+                .ok_or_else(|| out_of_range(index, list.keys.len()))?;
+            key_out.set(key.as_ptr());
+            key_len_out.set(key.len());
+            Ok(())
+        })
+    }
+}
+
+/// Frees a key list. NULL does nothing.
+///
+/// No other thread may use `list` during or after this call.
+///
+/// # Safety
+/// `list` is NULL or a list from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_key_list_free(list: *mut fencelock_key_list) {
+    guard_value((), || {
+        if !list.is_null() {
+            // SAFETY: upheld by the caller: `list` came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(list) });
+        }
+    });
+}

@@ -1,0 +1,255 @@
+//! The C ABI of fencelock: opaque handles, status codes and an optional error object.
+//!
+//! This layer holds no logic. Each exported function checks its pointers, converts its
+//! arguments, calls the engine and maps the result. Every exported body runs inside [`guard`]
+//! (fallible functions) or [`guard_value`] (infallible ones), the one panic boundary: a panic
+//! never unwinds into C. Outputs are written only on success, through [`Out`].
+//!
+//! The header `include/fencelock.h` is generated from these files by cbindgen (see `build.rs`).
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use crate::error::Status;
+
+pub mod error;
+pub mod holder;
+pub mod lists;
+pub mod store;
+
+pub use error::fencelock_error;
+pub use holder::fencelock_holder;
+pub use lists::{fencelock_key_list, fencelock_lock_info, fencelock_lock_list};
+pub use store::fencelock_store;
+
+/// A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.
+pub type fencelock_status = i32;
+
+/// Success.
+pub const FENCELOCK_OK: fencelock_status = 0;
+/// The lock is held by a live lease.
+pub const FENCELOCK_LOCKED: fencelock_status = 1;
+/// The token is lower than the highest one accepted.
+pub const FENCELOCK_STALE_TOKEN: fencelock_status = 2;
+/// The holder's lease expired, was taken over or was released.
+pub const FENCELOCK_LOCK_LOST: fencelock_status = 3;
+/// A waiting acquire timed out.
+pub const FENCELOCK_TIMEOUT: fencelock_status = 4;
+/// An argument was out of range or malformed (including a name that is not UTF-8).
+pub const FENCELOCK_INVALID_ARGUMENT: fencelock_status = 5;
+/// A required pointer was NULL.
+pub const FENCELOCK_NULL_POINTER: fencelock_status = 6;
+/// An operating-system I/O error.
+pub const FENCELOCK_IO: fencelock_status = 7;
+/// The store file is damaged.
+pub const FENCELOCK_CORRUPT: fencelock_status = 8;
+/// The file is not a fencelock store.
+pub const FENCELOCK_NOT_A_STORE: fencelock_status = 9;
+/// The store was written by a newer version of fencelock.
+pub const FENCELOCK_INCOMPATIBLE_VERSION: fencelock_status = 10;
+/// The store is open elsewhere in a way that excludes this open.
+pub const FENCELOCK_IN_USE: fencelock_status = 11;
+/// The store was used in a child after fork(); open a new store in the child.
+pub const FENCELOCK_FORKED: fencelock_status = 12;
+/// Any other storage error.
+pub const FENCELOCK_STORAGE: fencelock_status = 13;
+/// The key has no value.
+pub const FENCELOCK_NOT_FOUND: fencelock_status = 14;
+/// A panic was caught at the C boundary.
+pub const FENCELOCK_PANIC: fencelock_status = 15;
+
+/// Mode of `fencelock_store_open_with`: any number of processes share the file (the default).
+pub const FENCELOCK_MODE_MULTI_PROCESS: i32 = 0;
+/// Mode of `fencelock_store_open_with`: only this process opens the file; cheaper commits.
+pub const FENCELOCK_MODE_SINGLE_PROCESS: i32 = 1;
+
+/// Lock state: held by a live holder and not expired.
+pub const FENCELOCK_LOCK_HELD: i32 = 0;
+/// Lock state: the lease ran out; the next acquire takes the lock.
+pub const FENCELOCK_LOCK_EXPIRED: i32 = 1;
+/// Lock state: the holder released it.
+pub const FENCELOCK_LOCK_RELEASED: i32 = 2;
+/// Lock state: the holder's process died, or the lease is from an earlier boot.
+pub const FENCELOCK_LOCK_HOLDER_DEAD: i32 = 3;
+
+// The header's numbers are the engine's numbers; a mismatch fails the build.
+const _: () = {
+    assert!(FENCELOCK_OK == Status::Ok as i32);
+    assert!(FENCELOCK_LOCKED == Status::Locked as i32);
+    assert!(FENCELOCK_STALE_TOKEN == Status::StaleToken as i32);
+    assert!(FENCELOCK_LOCK_LOST == Status::LockLost as i32);
+    assert!(FENCELOCK_TIMEOUT == Status::Timeout as i32);
+    assert!(FENCELOCK_INVALID_ARGUMENT == Status::InvalidArgument as i32);
+    assert!(FENCELOCK_NULL_POINTER == Status::NullPointer as i32);
+    assert!(FENCELOCK_IO == Status::Io as i32);
+    assert!(FENCELOCK_CORRUPT == Status::Corrupt as i32);
+    assert!(FENCELOCK_NOT_A_STORE == Status::NotAStore as i32);
+    assert!(FENCELOCK_INCOMPATIBLE_VERSION == Status::IncompatibleVersion as i32);
+    assert!(FENCELOCK_IN_USE == Status::InUse as i32);
+    assert!(FENCELOCK_FORKED == Status::Forked as i32);
+    assert!(FENCELOCK_STORAGE == Status::Storage as i32);
+    assert!(FENCELOCK_NOT_FOUND == Status::NotFound as i32);
+    assert!(FENCELOCK_PANIC == Status::Panic as i32);
+};
+
+/// Every status, indexed by its code.
+const STATUSES: [Status; 16] = [
+    Status::Ok,
+    Status::Locked,
+    Status::StaleToken,
+    Status::LockLost,
+    Status::Timeout,
+    Status::InvalidArgument,
+    Status::NullPointer,
+    Status::Io,
+    Status::Corrupt,
+    Status::NotAStore,
+    Status::IncompatibleVersion,
+    Status::InUse,
+    Status::Forked,
+    Status::Storage,
+    Status::NotFound,
+    Status::Panic,
+];
+
+/// The status with code `code`, if there is one.
+fn status_of(code: fencelock_status) -> Option<Status> {
+    let status = *STATUSES.get(usize::try_from(code).ok()?)?;
+    debug_assert_eq!(status as i32, code);
+    Some(status)
+}
+
+/// The library's version as a NUL-terminated string.
+const VERSION_C: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => panic!("the package version contains a NUL byte"),
+    };
+
+/// The library's version, e.g. "0.1.0"; equal to `FENCELOCK_VERSION`.
+///
+/// Returns a static string; never free it. Thread-safe.
+#[no_mangle]
+pub extern "C" fn fencelock_version() -> *const c_char {
+    VERSION_C.as_ptr()
+}
+
+/// A static, human-readable description of `status`; "unknown status" for a code that is not
+/// a `FENCELOCK_*` status.
+///
+/// Returns a static string; never free it. Thread-safe.
+#[no_mangle]
+pub extern "C" fn fencelock_status_str(status: fencelock_status) -> *const c_char {
+    guard_value(c"unknown status".as_ptr(), || {
+        status_of(status).map_or(c"unknown status".as_ptr(), |status| {
+            error::static_description(status).as_ptr()
+        })
+    })
+}
+
+/// Runs the body of a fallible exported function behind the panic boundary, and maps its
+/// result to a status. On failure, when `err_out` is not NULL, `*err_out` receives a new error
+/// object that the caller frees with `fencelock_error_free`; on success it is left untouched.
+///
+/// # Safety
+/// `err_out` is NULL or points to writable memory for a `fencelock_error *`.
+pub unsafe fn guard(
+    err_out: *mut *mut fencelock_error,
+    body: impl FnOnce() -> Result<(), fencelock_error>,
+) -> fencelock_status {
+    let outcome = catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|payload| Err(fencelock_error::from_panic(payload.as_ref())));
+    match outcome {
+        Ok(()) => FENCELOCK_OK,
+        Err(err) => {
+            let status = err.status as fencelock_status;
+            if !err_out.is_null() {
+                // SAFETY: the caller passes either NULL or a pointer to a writable
+                // `fencelock_error *`, as every function documents.
+                unsafe { err_out.write(Box::into_raw(Box::new(err))) };
+            }
+            status
+        }
+    }
+}
+
+/// Runs the body of an infallible exported function behind the panic boundary; a panic gives
+/// `fallback`.
+pub fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// A required pointer argument was NULL.
+fn null(what: &str) -> fencelock_error {
+    fencelock_error::new(Status::NullPointer, format!("{what} is NULL"))
+}
+
+/// The object behind a handle, or NULL_POINTER.
+///
+/// # Safety
+/// `ptr` is NULL or points to a live `T` that outlives `'a`.
+unsafe fn handle<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, fencelock_error> {
+    // SAFETY: upheld by the caller.
+    unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
+}
+
+/// A NUL-terminated UTF-8 name: NULL_POINTER for NULL, INVALID_ARGUMENT when it is not UTF-8.
+///
+/// # Safety
+/// `ptr` is NULL or points to a NUL-terminated string that outlives `'a`.
+unsafe fn name<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, fencelock_error> {
+    if ptr.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: upheld by the caller.
+    let bytes = unsafe { CStr::from_ptr(ptr) };
+    bytes.to_str().map_err(|err| {
+        fencelock_error::new(
+            Status::InvalidArgument,
+            format!("{what} is not valid UTF-8: {err}"),
+        )
+    })
+}
+
+/// A (pointer, length) byte string; the pointer may be NULL only when the length is 0.
+///
+/// # Safety
+/// `ptr` is NULL or points to `len` readable bytes that outlive `'a`.
+unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8], fencelock_error> {
+    if ptr.is_null() {
+        return if len == 0 { Ok(&[]) } else { Err(null(what)) };
+    }
+    // SAFETY: upheld by the caller.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// An output parameter, checked for NULL before any work is done and written only on success.
+struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// A required output: NULL gives NULL_POINTER.
+    fn required(ptr: *mut T, what: &str) -> Result<Out<T>, fencelock_error> {
+        NonNull::new(ptr).map(Out).ok_or_else(|| null(what))
+    }
+
+    /// An optional output: NULL means the caller does not want it.
+    fn optional(ptr: *mut T) -> Option<Out<T>> {
+        NonNull::new(ptr).map(Out)
+    }
+
+    /// Writes the output.
+    ///
+    /// # Safety
+    /// The pointer given to the constructor points to writable memory for a `T`.
+    unsafe fn set(self, value: T) {
+        // SAFETY: upheld by the caller; `write` does not drop the uninitialized old value.
+        unsafe { self.0.as_ptr().write(value) };
+    }
+}
