@@ -1,0 +1,391 @@
+//! Side-by-side comparison of fencelock with what a user would pick instead, in one run on one
+//! machine: SQLite (a lease table and a token counter, durable), Redis (Lua scripts, with
+//! `appendfsync always` and `everysec`), and `flock(2)` (no durability, no token: the floor).
+//!
+//! ```text
+//! cargo bench --bench compare                 # 2 s a cell
+//! cargo bench --bench compare -- --quick      # 1 s a cell
+//! cargo bench --bench compare -- --write-docs # also docs/benchmarks.md and docs/compare.svg
+//! cargo bench --bench compare -- --secs 3 --only sqlite,fencelock-mp
+//! ```
+//!
+//! Writes `target/compare/results.md` and `target/compare/chart.svg`. Worker processes are this
+//! same program, started again with `FENCELOCK_COMPARE_WORKER` set. Redis runs only when
+//! `redis-server` is on PATH; it listens on a free loopback port, in a temporary directory, and
+//! is killed at exit.
+
+#[path = "compare/clients.rs"]
+mod clients;
+#[path = "compare/report.rs"]
+mod report;
+#[path = "compare/stats.rs"]
+mod stats;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clients::{Client, RedisServer, Shared, System, Target};
+use stats::Histogram;
+
+const WORKER_ENV: &str = "FENCELOCK_COMPARE_WORKER";
+/// The value of the write workload: small, like a pointer or a manifest.
+const VALUE: &[u8] = &[b'v'; 100];
+/// Time the worker processes get to start and connect before the measurement begins.
+const PROCESS_START: Duration = Duration::from_millis(700);
+
+/// The workloads of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// One thread: acquire a lock, release it.
+    OneThread,
+    /// Eight threads of one process, each on its own lock.
+    EightThreads,
+    /// Four processes, each on its own lock.
+    FourProcesses,
+    /// Four processes taking turns on one lock (waiting acquires).
+    HotLock,
+    /// One thread: acquire, write 100 bytes guarded by the lease, release.
+    AcquireWrite,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 5] = [
+        Workload::OneThread,
+        Workload::EightThreads,
+        Workload::FourProcesses,
+        Workload::HotLock,
+        Workload::AcquireWrite,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::OneThread => "1 thread: acquire+release",
+            Workload::EightThreads => "8 threads, distinct locks: acquire+release",
+            Workload::FourProcesses => "4 processes, distinct locks: acquire+release",
+            Workload::HotLock => "4 processes, one lock: waiting acquire+release",
+            Workload::AcquireWrite => "1 thread: acquire+fenced write+release",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Workload::OneThread => "one-thread",
+            Workload::EightThreads => "eight-threads",
+            Workload::FourProcesses => "four-processes",
+            Workload::HotLock => "hot-lock",
+            Workload::AcquireWrite => "acquire-write",
+        }
+    }
+
+    fn from_key(key: &str) -> Workload {
+        Workload::ALL
+            .into_iter()
+            .find(|workload| workload.key() == key)
+            .expect("a workload key")
+    }
+
+    /// Workers and whether they are processes (else threads of this process).
+    fn workers(self) -> (usize, bool) {
+        match self {
+            Workload::OneThread | Workload::AcquireWrite => (1, false),
+            Workload::EightThreads => (8, false),
+            Workload::FourProcesses | Workload::HotLock => (4, true),
+        }
+    }
+
+    /// The lock worker `index` uses.
+    fn lock(self, index: usize) -> String {
+        match self {
+            Workload::HotLock => "hot".into(),
+            _ => format!("lock-{index}"),
+        }
+    }
+}
+
+/// What one cell measured.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Measured {
+        ops_per_sec: f64,
+        p50: Duration,
+        p99: Duration,
+    },
+    /// Why the cell did not run.
+    Skipped(&'static str),
+}
+
+/// Runs `workload` on one client until `until`, timing every cycle.
+fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant) -> Histogram {
+    let key = format!("key-{lock}");
+    let mut histogram = Histogram::default();
+    loop {
+        let start = Instant::now();
+        if start >= until {
+            return histogram;
+        }
+        match workload {
+            Workload::HotLock => {
+                let lease = client.acquire_wait(lock);
+                client.release(lease);
+            }
+            Workload::AcquireWrite => {
+                let lease = client.try_acquire(lock).expect("a free lock");
+                client.write(&lease, &key, VALUE);
+                client.release(lease);
+            }
+            Workload::OneThread | Workload::EightThreads | Workload::FourProcesses => {
+                let lease = client.try_acquire(lock).expect("a free lock");
+                client.release(lease);
+            }
+        }
+        histogram.record(start.elapsed());
+    }
+}
+
+fn outcome(histogram: &Histogram, window: Duration) -> Outcome {
+    Outcome::Measured {
+        ops_per_sec: histogram.count() as f64 / window.as_secs_f64(),
+        p50: histogram.quantile(0.50),
+        p99: histogram.quantile(0.99),
+    }
+}
+
+fn run_threads(shared: &Shared, workload: Workload, threads: usize, secs: Duration) -> Outcome {
+    let barrier = Barrier::new(threads);
+    let results: Vec<(Histogram, Duration)> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|index| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mut client = shared.client();
+                    barrier.wait();
+                    let start = Instant::now();
+                    let histogram = drive(
+                        client.as_mut(),
+                        workload,
+                        &workload.lock(index),
+                        start + secs,
+                    );
+                    (histogram, start.elapsed())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("bench thread"))
+            .collect()
+    });
+    let mut total = Histogram::default();
+    let mut window = Duration::ZERO;
+    for (histogram, elapsed) in &results {
+        total.merge(histogram);
+        window = window.max(*elapsed);
+    }
+    outcome(&total, window)
+}
+
+fn run_processes(shared: &Shared, workload: Workload, count: usize, secs: Duration) -> Outcome {
+    let exe = std::env::current_exe().expect("this program's path");
+    let start_ns = fencelock::boottime_ns() + PROCESS_START.as_nanos() as u64;
+    let end_ns = start_ns + secs.as_nanos() as u64;
+    let children: Vec<_> = (0..count)
+        .map(|index| {
+            let spec = format!(
+                "{} {} {} {} {start_ns} {end_ns}",
+                shared.system.key(),
+                workload.key(),
+                workload.lock(index),
+                shared.target.encode()
+            );
+            Command::new(&exe)
+                .env(WORKER_ENV, spec)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    let mut total = Histogram::default();
+    let mut window = Duration::ZERO;
+    for child in children {
+        let output = child.wait_with_output().expect("worker output");
+        assert!(output.status.success(), "a worker process failed");
+        let text = String::from_utf8(output.stdout).expect("worker output is text");
+        let (elapsed, histogram) = text.split_once('\n').expect("two lines");
+        total.merge(&Histogram::decode(histogram));
+        window = window.max(Duration::from_nanos(
+            elapsed.trim().parse().expect("elapsed"),
+        ));
+    }
+    outcome(&total, window)
+}
+
+/// A worker process: `<system> <workload> <lock> <target> <start_ns> <end_ns>`. Prints the
+/// nanoseconds it measured for, then its histogram.
+fn worker(spec: &str) {
+    let fields: Vec<&str> = spec.split(' ').collect();
+    let [system, workload, lock, target, start_ns, end_ns] = fields[..] else {
+        panic!("malformed {WORKER_ENV}: {spec}")
+    };
+    let system = System::from_key(system).expect("a system key");
+    let workload = Workload::from_key(workload);
+    let (start_ns, end_ns): (u64, u64) = (start_ns.parse().unwrap(), end_ns.parse().unwrap());
+    let shared = Shared::prepare(system, Target::decode(target), false);
+    let mut client = shared.client();
+    let now = fencelock::boottime_ns();
+    if now < start_ns {
+        thread::sleep(Duration::from_nanos(start_ns - now));
+    } else {
+        eprintln!(
+            "worker {lock}: started {} ms late",
+            (now - start_ns) / 1_000_000
+        );
+    }
+    let start = Instant::now();
+    let until = start + Duration::from_nanos(end_ns.saturating_sub(fencelock::boottime_ns()));
+    let histogram = drive(client.as_mut(), workload, lock, until);
+    let elapsed = start.elapsed().as_nanos();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{elapsed}\n{}", histogram.encode()).expect("stdout");
+}
+
+/// One cell: `system` under `workload`, on fresh state.
+fn run_cell(
+    system: System,
+    workload: Workload,
+    secs: Duration,
+    redis: Option<&RedisServer>,
+) -> Outcome {
+    let (workers, processes) = workload.workers();
+    if processes && !system.multi_process() {
+        return Outcome::Skipped("one process only");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = if system.is_redis() {
+        let Some(server) = redis else {
+            return Outcome::Skipped("redis-server not installed");
+        };
+        server.flush();
+        Target::Redis(server.port)
+    } else {
+        Target::Dir(dir.path().to_path_buf())
+    };
+    let shared = Shared::prepare(system, target, true);
+    if processes {
+        run_processes(&shared, workload, workers, secs)
+    } else {
+        run_threads(&shared, workload, workers, secs)
+    }
+}
+
+struct Args {
+    secs: Duration,
+    write_docs: bool,
+    only: Option<Vec<String>>,
+    command: String,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        secs: Duration::from_secs(2),
+        write_docs: false,
+        only: None,
+        command: "cargo bench --bench compare".into(),
+    };
+    let mut flags = Vec::new();
+    let mut iter = std::env::args().skip(1);
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            // Cargo passes `--bench` to every bench target.
+            "--bench" => continue,
+            "--quick" => args.secs = Duration::from_secs(1),
+            "--write-docs" => args.write_docs = true,
+            "--secs" => {
+                let value = iter.next().expect("--secs needs a number");
+                args.secs = Duration::from_secs_f64(value.parse().expect("--secs needs a number"));
+                flags.push(format!("--secs {value}"));
+                continue;
+            }
+            "--only" => {
+                let value = iter.next().expect("--only needs system keys");
+                args.only = Some(value.split(',').map(str::to_owned).collect());
+                flags.push(format!("--only {value}"));
+                continue;
+            }
+            other if other.starts_with("--") => {
+                eprintln!(
+                    "unknown flag {other}; flags: --quick, --secs N, --only KEYS, --write-docs"
+                );
+                std::process::exit(2);
+            }
+            _ => continue,
+        }
+        flags.push(arg);
+    }
+    if !flags.is_empty() {
+        args.command = format!("{} -- {}", args.command, flags.join(" "));
+    }
+    args
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        worker(&spec);
+        return;
+    }
+    let args = parse_args();
+    let systems: Vec<System> = System::ALL
+        .into_iter()
+        .filter(|system| {
+            args.only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|key| key == system.key()))
+        })
+        .collect();
+    eprintln!(
+        "fencelock compare: {} s a cell, {} systems, {} workloads",
+        args.secs.as_secs_f64(),
+        systems.len(),
+        Workload::ALL.len()
+    );
+
+    let mut cells = Vec::new();
+    for system in &systems {
+        let server = if system.is_redis() {
+            let fsync = if *system == System::RedisAlways {
+                "always"
+            } else {
+                "everysec"
+            };
+            RedisServer::start(fsync)
+        } else {
+            None
+        };
+        for workload in Workload::ALL {
+            let outcome = run_cell(*system, workload, args.secs, server.as_ref());
+            eprintln!(
+                "  {:<45} {:<42} {}",
+                system.label(),
+                workload.label(),
+                report::describe(&outcome)
+            );
+            cells.push(report::Cell {
+                system: *system,
+                workload,
+                outcome,
+            });
+        }
+    }
+    let singles = if systems
+        .iter()
+        .any(|s| matches!(s, System::FencelockMulti | System::FencelockSingle))
+    {
+        report::single_ops(args.secs / 2)
+    } else {
+        Vec::new()
+    };
+    report::write_all(&cells, &singles, &args.command, args.write_docs);
+}

@@ -1,0 +1,611 @@
+//! One client per compared system, all behind the same small interface: try to acquire a lock,
+//! wait for it, write a value guarded by the lease, release it.
+//!
+//! Each peer is set up the way a careful user would use it for leased locks with fencing tokens:
+//! a token that grows at every grant, a release that touches only its own lease, and a write
+//! that is refused once the lease is lost or a newer token wrote the key.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fencelock::{Error, Holder, Mode, Options, Store};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+/// The lease every system grants; long enough never to run out during a cell.
+pub const TTL: Duration = Duration::from_secs(30);
+/// How long a waiting acquire may wait before the bench gives up.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
+/// How often a polling waiter (SQLite, Redis) tries again; fencelock polls another process's
+/// release at the same period.
+const POLL: Duration = Duration::from_millis(1);
+
+/// The systems compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    FencelockMulti,
+    FencelockSingle,
+    Sqlite,
+    RedisAlways,
+    RedisEverysec,
+    Flock,
+}
+
+impl System {
+    pub const ALL: [System; 6] = [
+        System::FencelockMulti,
+        System::FencelockSingle,
+        System::Sqlite,
+        System::RedisAlways,
+        System::RedisEverysec,
+        System::Flock,
+    ];
+
+    /// The name in tables and the chart.
+    pub fn label(self) -> &'static str {
+        match self {
+            System::FencelockMulti => "fencelock (multi-process mode)",
+            System::FencelockSingle => "fencelock (single-process mode)",
+            System::Sqlite => "SQLite (WAL, synchronous=FULL)",
+            System::RedisAlways => "Redis (appendfsync always)",
+            System::RedisEverysec => "Redis (appendfsync everysec, not durable)",
+            System::Flock => "flock(2) (no durability, no token)",
+        }
+    }
+
+    /// The name passed to worker processes.
+    pub fn key(self) -> &'static str {
+        match self {
+            System::FencelockMulti => "fencelock-mp",
+            System::FencelockSingle => "fencelock-sp",
+            System::Sqlite => "sqlite",
+            System::RedisAlways => "redis-always",
+            System::RedisEverysec => "redis-everysec",
+            System::Flock => "flock",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<System> {
+        System::ALL.into_iter().find(|system| system.key() == key)
+    }
+
+    /// Whether several processes can share it.
+    pub fn multi_process(self) -> bool {
+        self != System::FencelockSingle
+    }
+
+    pub fn is_redis(self) -> bool {
+        matches!(self, System::RedisAlways | System::RedisEverysec)
+    }
+}
+
+/// Where a client connects: the directory of the file-based systems, or a Redis port.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Dir(PathBuf),
+    Redis(u16),
+}
+
+impl Target {
+    /// The text form handed to worker processes.
+    pub fn encode(&self) -> String {
+        match self {
+            Target::Dir(dir) => dir.display().to_string(),
+            Target::Redis(port) => format!("redis:{port}"),
+        }
+    }
+
+    pub fn decode(text: &str) -> Target {
+        match text.strip_prefix("redis:") {
+            Some(port) => Target::Redis(port.parse().expect("redis port")),
+            None => Target::Dir(PathBuf::from(text)),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        match self {
+            Target::Dir(dir) => dir,
+            Target::Redis(_) => panic!("a file-based system was given a Redis target"),
+        }
+    }
+}
+
+/// A granted lease of any system.
+pub enum Lease {
+    Holder(Holder),
+    Token { name: String, token: i64 },
+    File(String),
+}
+
+/// The interface every system implements. Failures other than a refusal panic: a bench cell
+/// that hits one is broken.
+pub trait Client: Send {
+    /// Tries once; `None` when the lock is held.
+    fn try_acquire(&mut self, name: &str) -> Option<Lease>;
+    /// Waits until the lock is free and takes it.
+    fn acquire_wait(&mut self, name: &str) -> Lease;
+    /// Writes `value` under `key`, refused unless `lease` is still current and no newer token
+    /// wrote `key`.
+    fn write(&mut self, lease: &Lease, key: &str, value: &[u8]);
+    fn release(&mut self, lease: Lease);
+}
+
+/// What one cell of the comparison shares: the open fencelock store (threads of one process
+/// share it, as an application would), or the target the clients connect to.
+pub struct Shared {
+    pub system: System,
+    pub target: Target,
+    store: Option<Store>,
+}
+
+impl Shared {
+    /// Attaches to `system` in `target`; with `create`, first creates the SQLite schema (the
+    /// fencelock store creates itself). A fencelock store stays open, shared by the clients.
+    pub fn prepare(system: System, target: Target, create: bool) -> Shared {
+        let store = match system {
+            System::FencelockMulti | System::FencelockSingle => {
+                Some(open_store(system, target.dir()))
+            }
+            System::Sqlite => {
+                if create {
+                    SqliteClient::create_schema(target.dir());
+                }
+                None
+            }
+            System::RedisAlways | System::RedisEverysec | System::Flock => None,
+        };
+        Shared {
+            system,
+            target,
+            store,
+        }
+    }
+
+    /// A new client; fencelock clients of one process share the store.
+    pub fn client(&self) -> Box<dyn Client> {
+        match self.system {
+            System::FencelockMulti | System::FencelockSingle => Box::new(FencelockClient {
+                store: self.store.clone().expect("the store opened in prepare"),
+            }),
+            System::Sqlite => Box::new(SqliteClient::connect(self.target.dir())),
+            System::RedisAlways | System::RedisEverysec => {
+                let Target::Redis(port) = self.target else {
+                    panic!("Redis without a port")
+                };
+                Box::new(RedisClient::connect(port))
+            }
+            System::Flock => Box::new(FlockClient {
+                dir: self.target.dir().to_path_buf(),
+                locks: HashMap::new(),
+                values: HashMap::new(),
+            }),
+        }
+    }
+}
+
+fn open_store(system: System, dir: &Path) -> Store {
+    let mode = if system == System::FencelockSingle {
+        Mode::SingleProcess
+    } else {
+        Mode::MultiProcess
+    };
+    let options = Options {
+        mode,
+        ..Options::default()
+    };
+    Store::open_with(dir.join("locks.db"), &options).expect("open the fencelock store")
+}
+
+struct FencelockClient {
+    store: Store,
+}
+
+impl Client for FencelockClient {
+    fn try_acquire(&mut self, name: &str) -> Option<Lease> {
+        match self.store.acquire(name, TTL) {
+            Ok(holder) => Some(Lease::Holder(holder)),
+            Err(Error::Locked { .. }) => None,
+            Err(err) => panic!("fencelock acquire: {err}"),
+        }
+    }
+
+    fn acquire_wait(&mut self, name: &str) -> Lease {
+        let holder = self
+            .store
+            .acquire_wait(name, TTL, WAIT_LIMIT)
+            .expect("fencelock acquire_wait");
+        Lease::Holder(holder)
+    }
+
+    fn write(&mut self, lease: &Lease, key: &str, value: &[u8]) {
+        let Lease::Holder(holder) = lease else {
+            unreachable!()
+        };
+        holder.put(key.as_bytes(), value).expect("fencelock put");
+    }
+
+    fn release(&mut self, lease: Lease) {
+        let Lease::Holder(holder) = lease else {
+            unreachable!()
+        };
+        holder.release().expect("fencelock release");
+    }
+}
+
+/// A lease table and a token counter in SQLite, WAL journal, `synchronous=FULL` (each commit
+/// is fsynced), waits for the write lock through `busy_timeout`.
+struct SqliteClient {
+    conn: Connection,
+}
+
+impl SqliteClient {
+    fn open(dir: &Path) -> Connection {
+        let conn = Connection::open(dir.join("locks.sqlite")).expect("open sqlite");
+        conn.busy_timeout(WAIT_LIMIT).expect("busy_timeout");
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .expect("journal_mode");
+        conn.pragma_update(None, "synchronous", "FULL")
+            .expect("synchronous");
+        conn
+    }
+
+    fn create_schema(dir: &Path) {
+        SqliteClient::open(dir)
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS leases (
+                     name TEXT PRIMARY KEY, token INTEGER NOT NULL, expires INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS counter (
+                     id INTEGER PRIMARY KEY CHECK (id = 0), last INTEGER NOT NULL);
+                 INSERT OR IGNORE INTO counter VALUES (0, 0);
+                 CREATE TABLE IF NOT EXISTS vals (
+                     key TEXT PRIMARY KEY, token INTEGER NOT NULL, value BLOB NOT NULL);",
+            )
+            .expect("sqlite schema");
+    }
+
+    fn connect(dir: &Path) -> SqliteClient {
+        SqliteClient {
+            conn: SqliteClient::open(dir),
+        }
+    }
+}
+
+/// Nanoseconds of the host-wide boot-time clock, as SQLite's and Redis's lease times.
+fn now_ns() -> i64 {
+    i64::try_from(fencelock::boottime_ns()).expect("boot time fits i64")
+}
+
+impl Client for SqliteClient {
+    fn try_acquire(&mut self, name: &str) -> Option<Lease> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("sqlite begin");
+        let now = now_ns();
+        let expires: Option<i64> = tx
+            .prepare_cached("SELECT expires FROM leases WHERE name = ?1")
+            .expect("prepare")
+            .query_row([name], |row| row.get(0))
+            .optional()
+            .expect("sqlite select");
+        if expires.is_some_and(|expires| expires > now) {
+            return None; // dropping the transaction rolls it back
+        }
+        let token: i64 = tx
+            .prepare_cached("UPDATE counter SET last = last + 1 WHERE id = 0 RETURNING last")
+            .expect("prepare")
+            .query_row([], |row| row.get(0))
+            .expect("sqlite counter");
+        let ttl = i64::try_from(TTL.as_nanos()).expect("ttl");
+        tx.prepare_cached(
+            "INSERT INTO leases (name, token, expires) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO UPDATE SET token = excluded.token, expires = excluded.expires",
+        )
+        .expect("prepare")
+        .execute(params![name, token, now + ttl])
+        .expect("sqlite lease");
+        tx.commit().expect("sqlite commit");
+        Some(Lease::Token {
+            name: name.to_owned(),
+            token,
+        })
+    }
+
+    fn acquire_wait(&mut self, name: &str) -> Lease {
+        poll_until_acquired(|| self.try_acquire(name))
+    }
+
+    fn write(&mut self, lease: &Lease, key: &str, value: &[u8]) {
+        let Lease::Token { name, token } = lease else {
+            unreachable!()
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("sqlite begin");
+        let current: Option<(i64, i64)> = tx
+            .prepare_cached("SELECT token, expires FROM leases WHERE name = ?1")
+            .expect("prepare")
+            .query_row([name], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()
+            .expect("sqlite select");
+        assert!(
+            current.is_some_and(|(t, expires)| t == *token && expires > now_ns()),
+            "sqlite lease lost"
+        );
+        let highest: Option<i64> = tx
+            .prepare_cached("SELECT token FROM vals WHERE key = ?1")
+            .expect("prepare")
+            .query_row([key], |row| row.get(0))
+            .optional()
+            .expect("sqlite select");
+        assert!(highest.is_none_or(|h| h <= *token), "sqlite stale token");
+        tx.prepare_cached(
+            "INSERT INTO vals (key, token, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET token = excluded.token, value = excluded.value",
+        )
+        .expect("prepare")
+        .execute(params![key, token, value])
+        .expect("sqlite write");
+        tx.commit().expect("sqlite commit");
+    }
+
+    fn release(&mut self, lease: Lease) {
+        let Lease::Token { name, token } = lease else {
+            unreachable!()
+        };
+        self.conn
+            .prepare_cached("DELETE FROM leases WHERE name = ?1 AND token = ?2")
+            .expect("prepare")
+            .execute(params![name, token])
+            .expect("sqlite release");
+    }
+}
+
+fn poll_until_acquired(mut attempt: impl FnMut() -> Option<Lease>) -> Lease {
+    let deadline = Instant::now() + WAIT_LIMIT;
+    loop {
+        if let Some(lease) = attempt() {
+            return lease;
+        }
+        assert!(Instant::now() < deadline, "waited too long for a lock");
+        thread::sleep(POLL);
+    }
+}
+
+/// Acquire: `SET NX PX` of the lease to the next token, then `INCR` of the counter, in one Lua
+/// script. Release: delete only if the lease still holds this token.
+const REDIS_ACQUIRE: &str = r"
+local t = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+if not redis.call('SET', KEYS[1], t, 'NX', 'PX', ARGV[1]) then return 0 end
+redis.call('INCR', KEYS[2])
+return t";
+const REDIS_RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
+const REDIS_WRITE: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('lease lost') end
+local highest = tonumber(redis.call('HGET', KEYS[2], 't') or '0')
+if tonumber(ARGV[1]) < highest then return redis.error_reply('stale token') end
+redis.call('HSET', KEYS[2], 't', ARGV[1], 'v', ARGV[2])
+return 1";
+
+struct RedisClient {
+    conn: redis::Connection,
+    acquire: redis::Script,
+    release: redis::Script,
+    write: redis::Script,
+}
+
+impl RedisClient {
+    fn connect(port: u16) -> RedisClient {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("redis url");
+        RedisClient {
+            conn: client.get_connection().expect("redis connect"),
+            acquire: redis::Script::new(REDIS_ACQUIRE),
+            release: redis::Script::new(REDIS_RELEASE),
+            write: redis::Script::new(REDIS_WRITE),
+        }
+    }
+}
+
+impl Client for RedisClient {
+    fn try_acquire(&mut self, name: &str) -> Option<Lease> {
+        let token: i64 = self
+            .acquire
+            .key(format!("lease:{name}"))
+            .key("last_token")
+            .arg(TTL.as_millis() as u64)
+            .invoke(&mut self.conn)
+            .expect("redis acquire");
+        (token > 0).then(|| Lease::Token {
+            name: name.to_owned(),
+            token,
+        })
+    }
+
+    fn acquire_wait(&mut self, name: &str) -> Lease {
+        poll_until_acquired(|| self.try_acquire(name))
+    }
+
+    fn write(&mut self, lease: &Lease, key: &str, value: &[u8]) {
+        let Lease::Token { name, token } = lease else {
+            unreachable!()
+        };
+        let _: i64 = self
+            .write
+            .key(format!("lease:{name}"))
+            .key(format!("value:{key}"))
+            .arg(*token)
+            .arg(value)
+            .invoke(&mut self.conn)
+            .expect("redis write");
+    }
+
+    fn release(&mut self, lease: Lease) {
+        let Lease::Token { name, token } = lease else {
+            unreachable!()
+        };
+        let _: i64 = self
+            .release
+            .key(format!("lease:{name}"))
+            .arg(token)
+            .invoke(&mut self.conn)
+            .expect("redis release");
+    }
+}
+
+/// `flock(2)` on one file per lock, and a plain `pwrite` for the write: no durability, no
+/// token, no lease. The floor of what a lock on this host can cost.
+struct FlockClient {
+    dir: PathBuf,
+    locks: HashMap<String, File>,
+    values: HashMap<String, File>,
+}
+
+fn open_rw(path: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("open flock file")
+}
+
+impl FlockClient {
+    fn lock_file(&mut self, name: &str) -> &File {
+        if !self.locks.contains_key(name) {
+            let file = open_rw(&self.dir.join(format!("{name}.lock")));
+            self.locks.insert(name.to_owned(), file);
+        }
+        &self.locks[name]
+    }
+
+    fn flock(&mut self, name: &str, operation: libc::c_int) -> bool {
+        let fd = self.lock_file(name).as_raw_fd();
+        // SAFETY: `fd` is open for as long as `self.locks` keeps the file.
+        if unsafe { libc::flock(fd, operation) } == 0 {
+            return true;
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(err.raw_os_error(), Some(libc::EWOULDBLOCK), "flock: {err}");
+        false
+    }
+}
+
+impl Client for FlockClient {
+    fn try_acquire(&mut self, name: &str) -> Option<Lease> {
+        self.flock(name, libc::LOCK_EX | libc::LOCK_NB)
+            .then(|| Lease::File(name.to_owned()))
+    }
+
+    fn acquire_wait(&mut self, name: &str) -> Lease {
+        assert!(self.flock(name, libc::LOCK_EX));
+        Lease::File(name.to_owned())
+    }
+
+    fn write(&mut self, _lease: &Lease, key: &str, value: &[u8]) {
+        if !self.values.contains_key(key) {
+            let file = open_rw(&self.dir.join(format!("{key}.value")));
+            self.values.insert(key.to_owned(), file);
+        }
+        self.values[key].write_all_at(value, 0).expect("pwrite");
+    }
+
+    fn release(&mut self, lease: Lease) {
+        let Lease::File(name) = lease else {
+            unreachable!()
+        };
+        assert!(self.flock(&name, libc::LOCK_UN));
+    }
+}
+
+/// A `redis-server` of this program: loopback only, a free port, its own directory; killed
+/// when dropped.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one with `appendfsync` set to `fsync`; `None` when `redis-server` is not on PATH.
+    pub fn start(fsync: &str) -> Option<RedisServer> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for _attempt in 0..5 {
+            // Free now; another program could take it before Redis binds, hence the retries.
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .expect("a free loopback port")
+                .port();
+            let child = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--dir", &dir.path().display().to_string()])
+                .args(["--appendonly", "yes", "--appendfsync", fsync])
+                .args(["--save", "", "--daemonize", "no", "--protected-mode", "yes"])
+                .args(["--logfile", "redis.log"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut child = match child {
+                Ok(child) => child,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
+                Err(err) => panic!("starting redis-server: {err}"),
+            };
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if child.try_wait().expect("redis-server status").is_some() {
+                    break;
+                }
+                if let Ok(mut conn) = client.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                        return Some(RedisServer {
+                            child,
+                            port,
+                            _dir: dir,
+                        });
+                    }
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("redis-server did not start on a free loopback port")
+    }
+
+    /// Empties the database between cells.
+    pub fn flush(&self) {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("url");
+        let mut conn = client.get_connection().expect("redis connect");
+        redis::cmd("FLUSHALL")
+            .query::<String>(&mut conn)
+            .expect("FLUSHALL");
+    }
+
+    pub fn version() -> Option<String> {
+        let out = Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+        Some(version.to_owned())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,582 @@
+//! The results of a comparison run: the markdown table, the goals checked against it, timings
+//! of single fencelock operations, and a bar chart drawn as plain SVG.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fencelock::{Mode, Options, Store};
+
+use crate::clients::{RedisServer, System};
+use crate::stats::Histogram;
+use crate::{Outcome, Workload};
+
+pub struct Cell {
+    pub system: System,
+    pub workload: Workload,
+    pub outcome: Outcome,
+}
+
+/// The p50 and mean of one fencelock operation repeated alone.
+pub struct SingleOp {
+    pub mode: &'static str,
+    pub op: &'static str,
+    pub p50: Duration,
+    pub mean: Duration,
+}
+
+pub fn latency(d: Duration) -> String {
+    let ns = d.as_nanos() as f64;
+    if ns < 1_000.0 {
+        format!("{:.2} us", ns / 1_000.0)
+    } else if ns < 100_000.0 {
+        format!("{:.1} us", ns / 1_000.0)
+    } else if ns < 1_000_000.0 {
+        format!("{:.0} us", ns / 1_000.0)
+    } else {
+        format!("{:.2} ms", ns / 1_000_000.0)
+    }
+}
+
+fn rate(ops: f64) -> String {
+    if ops >= 10_000.0 {
+        let digits = format!("{:.0}", ops);
+        // Thousands separated by commas, for reading large numbers at a glance.
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    } else {
+        format!("{:.0}", ops)
+    }
+}
+
+pub fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Measured {
+            ops_per_sec,
+            p50,
+            p99,
+        } => format!(
+            "{:>10} ops/s  p50 {:>9}  p99 {:>9}",
+            rate(*ops_per_sec),
+            latency(*p50),
+            latency(*p99)
+        ),
+        Outcome::Skipped(why) => why.to_string(),
+    }
+}
+
+fn throughput(cells: &[Cell], system: System, workload: Workload) -> Option<f64> {
+    cells.iter().find_map(|cell| match cell.outcome {
+        Outcome::Measured { ops_per_sec, .. }
+            if cell.system == system && cell.workload == workload =>
+        {
+            Some(ops_per_sec)
+        }
+        _ => None,
+    })
+}
+
+fn table(cells: &[Cell]) -> String {
+    let mut out = String::from(
+        "| workload | system | throughput (ops/s) | p50 | p99 | throughput vs fencelock |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for workload in Workload::ALL {
+        let base = throughput(cells, System::FencelockMulti, workload);
+        for cell in cells.iter().filter(|cell| cell.workload == workload) {
+            let row = match &cell.outcome {
+                Outcome::Measured {
+                    ops_per_sec,
+                    p50,
+                    p99,
+                } => format!(
+                    "{} | {} | {} | {}",
+                    rate(*ops_per_sec),
+                    latency(*p50),
+                    latency(*p99),
+                    base.map_or("".into(), |base| format!("{:.2}x", ops_per_sec / base))
+                ),
+                Outcome::Skipped(why) => format!("{why} | | | "),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {row} |",
+                workload.label(),
+                cell.system.label()
+            );
+        }
+    }
+    out
+}
+
+/// Times fencelock's single operations in both modes, each repeated alone for `each`.
+pub fn single_ops(each: Duration) -> Vec<SingleOp> {
+    let mut results = Vec::new();
+    for (mode, label) in [
+        (Mode::MultiProcess, "multi-process"),
+        (Mode::SingleProcess, "single-process"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = Options {
+            mode,
+            ..Options::default()
+        };
+        let store = Store::open_with(dir.path().join("locks.db"), &options).expect("open");
+        let ttl = crate::clients::TTL;
+        let holder = store.acquire("held", ttl).expect("acquire");
+        let token = holder.token();
+        store.put(b"key", &[b'v'; 100], token).expect("put");
+        store.fence("resource", token).expect("fence");
+        let mut time = |op: &'static str, f: &mut dyn FnMut() -> Duration| {
+            let mut histogram = Histogram::default();
+            let mut total = Duration::ZERO;
+            let until = Instant::now() + each;
+            while Instant::now() < until {
+                let spent = f();
+                histogram.record(spent);
+                total += spent;
+            }
+            results.push(SingleOp {
+                mode: label,
+                op,
+                p50: histogram.quantile(0.5),
+                mean: total / histogram.count().max(1) as u32,
+            });
+        };
+        let timed = |f: &mut dyn FnMut()| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        };
+        time("durable commit (holder.extend)", &mut || {
+            timed(&mut || holder.extend(ttl).expect("extend"))
+        });
+        time("release (acquire not timed)", &mut || {
+            let h = store.acquire("cycle", ttl).expect("acquire");
+            timed(&mut || h.release().expect("release"))
+        });
+        time("get", &mut || {
+            timed(&mut || drop(store.get(b"key").expect("get")))
+        });
+        time("fence check (same token)", &mut || {
+            timed(&mut || store.fence("resource", token).expect("fence"))
+        });
+        time("holder.is_held", &mut || {
+            timed(&mut || assert!(holder.is_held().expect("is_held")))
+        });
+    }
+    results
+}
+
+fn single_table(singles: &[SingleOp]) -> String {
+    let mut out = String::from("| mode | operation | p50 | mean |\n|---|---|---:|---:|\n");
+    for s in singles {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            s.mode,
+            s.op,
+            latency(s.p50),
+            latency(s.mean)
+        );
+    }
+    out
+}
+
+fn single(singles: &[SingleOp], mode: &str, op_prefix: &str) -> Option<Duration> {
+    singles
+        .iter()
+        .find(|s| s.mode == mode && s.op.starts_with(op_prefix))
+        .map(|s| s.p50)
+}
+
+/// The project's performance goals, checked against this run.
+fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
+    let mut out = String::from("| goal | measured | met |\n|---|---|---|\n");
+    let mut row = |goal: &str, measured: Option<(String, bool)>| {
+        let (text, met) = measured.unwrap_or_else(|| ("not measured".into(), false));
+        let _ = writeln!(
+            out,
+            "| {goal} | {text} | {} |",
+            if met { "yes" } else { "no" }
+        );
+    };
+    let ratio = |a: System, b: System, workload: Workload, want: f64| {
+        let (x, y) = (
+            throughput(cells, a, workload)?,
+            throughput(cells, b, workload)?,
+        );
+        Some((format!("{:.2}x", x / y), x / y >= want))
+    };
+    for mode in ["multi-process", "single-process"] {
+        row(
+            &format!("release under 1/20 of a durable commit ({mode})"),
+            single(singles, mode, "release")
+                .zip(single(singles, mode, "durable"))
+                .map(|(release, commit)| {
+                    let r = release.as_secs_f64() / commit.as_secs_f64();
+                    (format!("1/{:.0}", 1.0 / r), r < 1.0 / 20.0)
+                }),
+        );
+    }
+    row(
+        "1 thread, multi-process mode: at least SQLite's throughput",
+        ratio(
+            System::FencelockMulti,
+            System::Sqlite,
+            Workload::OneThread,
+            1.0,
+        ),
+    );
+    row(
+        "1 thread, single-process mode: at least 2x SQLite",
+        ratio(
+            System::FencelockSingle,
+            System::Sqlite,
+            Workload::OneThread,
+            2.0,
+        ),
+    );
+    row(
+        "8 threads, distinct locks, multi-process mode: at least 3x SQLite",
+        ratio(
+            System::FencelockMulti,
+            System::Sqlite,
+            Workload::EightThreads,
+            3.0,
+        ),
+    );
+    row(
+        "8 threads, distinct locks, single-process mode: at least 3x SQLite",
+        ratio(
+            System::FencelockSingle,
+            System::Sqlite,
+            Workload::EightThreads,
+            3.0,
+        ),
+    );
+    row(
+        "4 processes, distinct locks: at least 1.5x SQLite",
+        ratio(
+            System::FencelockMulti,
+            System::Sqlite,
+            Workload::FourProcesses,
+            1.5,
+        ),
+    );
+    for op in ["get", "fence check"] {
+        let worst = ["multi-process", "single-process"]
+            .iter()
+            .filter_map(|mode| single(singles, mode, op))
+            .max();
+        row(
+            &format!("{op} under 10 us (p50, both modes)"),
+            worst.map(|d| (latency(d), d < Duration::from_micros(10))),
+        );
+    }
+    out
+}
+
+const COLORS: [(System, &str); 6] = [
+    (System::FencelockMulti, "#1f6feb"),
+    (System::FencelockSingle, "#79b8ff"),
+    (System::Sqlite, "#d97706"),
+    (System::RedisAlways, "#c2410c"),
+    (System::RedisEverysec, "#fca5a5"),
+    (System::Flock, "#9ca3af"),
+];
+
+fn color(system: System) -> &'static str {
+    COLORS
+        .iter()
+        .find(|(s, _)| *s == system)
+        .map_or("#000", |(_, c)| c)
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A horizontal bar chart of throughput, one group of bars per workload, on a log scale.
+fn chart(cells: &[Cell], subtitle: &str) -> String {
+    let systems: Vec<System> = System::ALL
+        .into_iter()
+        .filter(|s| cells.iter().any(|c| c.system == *s))
+        .collect();
+    let measured: Vec<f64> = cells
+        .iter()
+        .filter_map(|c| match c.outcome {
+            Outcome::Measured { ops_per_sec, .. } if ops_per_sec > 0.0 => Some(ops_per_sec),
+            _ => None,
+        })
+        .collect();
+    let lo = measured
+        .iter()
+        .cloned()
+        .fold(f64::INFINITY, f64::min)
+        .log10()
+        .floor()
+        .min(2.0);
+    let hi = measured
+        .iter()
+        .cloned()
+        .fold(0.0, f64::max)
+        .log10()
+        .ceil()
+        .max(lo + 1.0);
+    let (x0, x1) = (20.0, 760.0);
+    let x = |ops: f64| x0 + (ops.max(1.0).log10() - lo) / (hi - lo) * (x1 - x0);
+    let (bar, gap, header) = (15.0, 3.0, 22.0);
+    let legend_rows = systems.len().div_ceil(2) as f64;
+    let top = 58.0 + legend_rows * 18.0 + 10.0;
+    let group = header + systems.len() as f64 * (bar + gap) + 14.0;
+    let height = top + group * Workload::ALL.len() as f64 + 30.0;
+    let width = 960.0;
+
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(
+        svg,
+        r##"<rect width="100%" height="100%" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{x0}" y="22" font-size="16" font-weight="bold">Lock cycles per second (log scale; longer is faster)</text>"#
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{x0}" y="40" fill="#555">{}</text>"##,
+        escape(subtitle)
+    );
+    for (i, system) in systems.iter().enumerate() {
+        let lx = x0 + (i % 2) as f64 * 460.0;
+        let ly = 58.0 + (i / 2) as f64 * 18.0;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+            ly - 10.0,
+            color(*system),
+            lx + 18.0,
+            ly,
+            escape(system.label())
+        );
+    }
+    let bottom = height - 30.0;
+    let mut decade = lo;
+    while decade <= hi {
+        let gx = x(10f64.powf(decade));
+        let label = match decade as i32 {
+            d if d >= 6 => format!("{}M", 10u64.pow(d as u32 - 6)),
+            d if d >= 3 => format!("{}k", 10u64.pow(d as u32 - 3)),
+            d => format!("{}", 10u64.pow(d.max(0) as u32)),
+        };
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{gx}" y1="{top}" x2="{gx}" y2="{bottom}" stroke="#e5e7eb"/><text x="{gx}" y="{}" text-anchor="middle" fill="#555">{label}</text>"##,
+            bottom + 16.0
+        );
+        decade += 1.0;
+    }
+    for (w, workload) in Workload::ALL.into_iter().enumerate() {
+        let gy = top + w as f64 * group;
+        let _ = writeln!(
+            svg,
+            r#"<text x="{x0}" y="{}" font-weight="bold">{}</text>"#,
+            gy + 15.0,
+            escape(workload.label())
+        );
+        for (s, system) in systems.iter().enumerate() {
+            let by = gy + header + s as f64 * (bar + gap);
+            let cell = cells
+                .iter()
+                .find(|c| c.system == *system && c.workload == workload);
+            match cell.map(|c| &c.outcome) {
+                Some(Outcome::Measured {
+                    ops_per_sec, p50, ..
+                }) => {
+                    let bx = x(*ops_per_sec);
+                    let _ = writeln!(
+                        svg,
+                        r##"<rect x="{x0}" y="{by}" width="{:.1}" height="{bar}" fill="{}"><title>{}: {} ops/s, p50 {}</title></rect><text x="{:.1}" y="{}" fill="#222">{} /s</text>"##,
+                        (bx - x0).max(1.0),
+                        color(*system),
+                        escape(system.label()),
+                        rate(*ops_per_sec),
+                        latency(*p50),
+                        bx + 5.0,
+                        by + 12.0,
+                        rate(*ops_per_sec)
+                    );
+                }
+                Some(Outcome::Skipped(why)) => {
+                    let _ = writeln!(
+                        svg,
+                        r##"<text x="{}" y="{}" fill="#888" font-style="italic">{}: {}</text>"##,
+                        x0 + 4.0,
+                        by + 12.0,
+                        escape(system.label()),
+                        why
+                    );
+                }
+                None => {}
+            }
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// Today's date (UTC) as YYYY-MM-DD.
+fn today() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The CPU, cores, kernel and the filesystem of the temporary directory.
+fn machine() -> String {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU".into(), |(_, m)| m.trim().to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let tmp = std::env::temp_dir();
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let fs_type = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 2 && tmp.starts_with(f[1])).then(|| (f[1].len(), f[2].to_owned()))
+        })
+        .max()
+        .map_or("unknown".into(), |(_, t)| t);
+    format!(
+        "{cpu}, {cores} cores, Linux {}, temporary files on {fs_type} ({})",
+        kernel.trim(),
+        tmp.display()
+    )
+}
+
+fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    // This program runs as <target>/release/deps/compare-<hash>.
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+pub fn write_all(cells: &[Cell], singles: &[SingleOp], command: &str, write_docs: bool) {
+    let date = today();
+    let machine = machine();
+    let versions = format!(
+        "fencelock {}, SQLite {} (rusqlite, bundled), Redis {}",
+        fencelock::VERSION,
+        rusqlite::version(),
+        RedisServer::version().unwrap_or_else(|| "not installed".into())
+    );
+    let table = table(cells);
+    let goals = goals(cells, singles);
+    let singles = single_table(singles);
+    let results = format!(
+        "# fencelock compared\n\n\
+         - date: {date}\n- machine: {machine}\n- versions: {versions}\n- command: `{command}`\n\n\
+         {table}\n## Goals\n\n{goals}\n## Single fencelock operations\n\n{singles}"
+    );
+    println!("\n{results}");
+
+    let out = target_dir().join("compare");
+    fs::create_dir_all(&out).expect("create target/compare");
+    fs::write(out.join("results.md"), &results).expect("write results.md");
+    let svg = chart(cells, &format!("{date}, {machine}"));
+    fs::write(out.join("chart.svg"), &svg).expect("write chart.svg");
+    eprintln!("wrote {0}/results.md and {0}/chart.svg", out.display());
+
+    if write_docs {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        fs::create_dir_all(&docs).expect("create docs");
+        fs::write(docs.join("compare.svg"), &svg).expect("write docs/compare.svg");
+        fs::write(
+            docs.join("benchmarks.md"),
+            docs_page(
+                &date, &machine, &versions, command, &table, &goals, &singles,
+            ),
+        )
+        .expect("write docs/benchmarks.md");
+        eprintln!("wrote docs/benchmarks.md and docs/compare.svg");
+    }
+}
+
+fn docs_page(
+    date: &str,
+    machine: &str,
+    versions: &str,
+    command: &str,
+    table: &str,
+    goals: &str,
+    singles: &str,
+) -> String {
+    format!(
+        "# Benchmarks\n\n\
+fencelock next to what a user would pick instead, measured in one run on one machine. Absolute \
+numbers move from run to run on a shared machine; the ratios within one run are what to read.\n\n\
+- Date: {date}\n- Machine: {machine}\n- Versions: {versions}\n- Command: `{command}`\n\n\
+![throughput chart](compare.svg)\n\n\
+## What runs\n\n\
+Every system does the same work, through the same loop:\n\n\
+- **fencelock**: `Store::acquire` (a durable commit that grants a token), `Holder::put` (a \
+durable commit that checks the lease and the key's highest token), `Holder::release` (no write: \
+it drops an open-file-description lock). The hot-lock workload uses `acquire_wait`. Multi-process \
+mode is the default; single-process mode refuses a second process, so the process workloads do not \
+apply to it.\n\
+- **SQLite**: a lease table and a token counter; WAL journal, `synchronous=FULL` (every commit is \
+fsynced), `busy_timeout`. Acquire is one `BEGIN IMMEDIATE` transaction (check the lease, bump the \
+counter, upsert the lease); release deletes the lease if it still carries the token; the write \
+checks the lease and the key's token in one transaction. Waiting acquires poll every millisecond.\n\
+- **Redis**: a Lua script does `SET NX PX` of the lease to the next token and `INCR` of the \
+counter; release is a compare-and-delete script; the write is a script that checks the lease and \
+the key's token. Once with `appendfsync always` (durable), once with `everysec` (a crash loses up \
+to a second of grants). Waiting acquires poll every millisecond.\n\
+- **flock(2)**: one file per lock, `pwrite` for the write: no durability, no token, no lease. \
+The floor of what any lock on this host costs.\n\n\
+Each cell runs for a fixed time on fresh state; throughput counts completed cycles, p50 and p99 \
+are the latencies of one cycle (acquire and release, plus the write where there is one). \
+\"Throughput vs fencelock\" divides a row's throughput by fencelock's (multi-process mode) in the \
+same workload: above 1 is faster than fencelock.\n\n\
+## Results\n\n{table}\n\
+## Goals\n\n{goals}\n\
+## Single fencelock operations\n\n\
+Each repeated alone on a store of a few records; a durable commit is what every acquire, extend \
+and write pays.\n\n{singles}\n\
+Per-operation benches, including acquire as the store grows to a million live locks: \
+`cargo bench --bench ops`.\n"
+    )
+}
