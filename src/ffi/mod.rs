@@ -20,10 +20,11 @@ pub mod holder;
 pub mod lists;
 pub mod store;
 
-pub use error::fencelock_error;
-pub use holder::fencelock_holder;
-pub use lists::{fencelock_key_list, fencelock_lock_info, fencelock_lock_list};
-pub use store::fencelock_store;
+// Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
+pub use error::*;
+pub use holder::*;
+pub use lists::*;
+pub use store::*;
 
 /// A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.
 pub type fencelock_status = i32;
