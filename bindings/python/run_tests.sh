@@ -6,6 +6,7 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=${PIP_ROOT_USER_ACTION:-ignore}  # CI runs as root on a throwaway machine
 
 "$PYTHON" -m pip install --quiet --force-reinstall --no-deps "$HERE"
 "$PYTHON" -c "import pytest" 2>/dev/null || "$PYTHON" -m pip install --quiet pytest

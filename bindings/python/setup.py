@@ -48,9 +48,9 @@ def cargo(root: Path, *args: str, capture: bool = False) -> str:
             command, cwd=root, check=True, text=True, stdout=subprocess.PIPE if capture else None
         )
     except FileNotFoundError as err:
-        raise SystemExit(f"fencelock: cargo is needed to build the native library ({err})")
+        raise SystemExit(f"fencelock: cargo is needed to build the native library ({err})") from err
     except subprocess.CalledProcessError as err:
-        raise SystemExit(f"fencelock: `{' '.join(command)}` failed with status {err.returncode}")
+        raise SystemExit(f"fencelock: `{' '.join(command)}` failed with status {err.returncode}") from err
     return done.stdout or ""
 
 

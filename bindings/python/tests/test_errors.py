@@ -8,11 +8,10 @@ import pickle
 from datetime import timedelta
 
 import pytest
+from conftest import run
 
 import fencelock
 from fencelock import Store, _errors, _ffi
-
-from conftest import run
 
 EXPECTED = {
     1: fencelock.LockedError,

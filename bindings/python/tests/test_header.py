@@ -10,14 +10,12 @@ from __future__ import annotations
 import ctypes
 import re
 from ctypes import POINTER
-from typing import Dict, List, Optional, Tuple
 
 import pytest
+from conftest import HEADER
 
 import fencelock
 from fencelock import _errors, _ffi
-
-from conftest import HEADER
 
 SCALARS = {
     "void": None,
@@ -70,7 +68,7 @@ def ctypes_type(c_type: str):
     return _pointer(SCALARS[base], stars)
 
 
-def split_decl(decl: str) -> Tuple[str, str]:
+def split_decl(decl: str) -> tuple[str, str]:
     """`const uint8_t *key` -> (`const uint8_t *`, `key`)."""
     match = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)\s*$", decl.strip(), flags=re.S)
     assert match and match.group(1).strip() not in ("", "const", "struct"), f"cannot read {decl!r}"
@@ -84,7 +82,7 @@ def _strip_comments(text: str) -> str:
 
 def parse_header(text: str):
     text = _strip_comments(text)
-    defines: Dict[str, int] = {}
+    defines: dict[str, int] = {}
     for name, value in re.findall(r"^\s*#\s*define\s+(FENCELOCK_\w+)\s+(.+?)\s*$", text, flags=re.M):
         number = re.fullmatch(r"\(?\s*\(?\s*(?:\w+\s*\))?\s*(-?\d+)[uUlL]*\s*\)?", value)
         if number:
@@ -94,14 +92,15 @@ def parse_header(text: str):
     body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     body = re.sub(r'extern\s+"C"\s*\{', " ", body)
 
-    structs: Dict[str, List[Tuple[str, str]]] = {}
+    structs: dict[str, list[tuple[str, str]]] = {}
     for name, fields in re.findall(r"struct\s+(fencelock_\w+)\s*\{(.*?)\}", body, flags=re.S):
         structs[name] = [split_decl(field)[::-1] for field in fields.split(";") if field.strip()]
     body = re.sub(r"\{[^{}]*\}", " ", body)
 
-    functions: Dict[str, Tuple[str, List[str]]] = {}
+    functions: dict[str, tuple[str, list[str]]] = {}
     for statement in body.split(";"):
-        match = re.search(r"([A-Za-z_][\w\s\*]*?)\b(fencelock_\w+)\s*\(([^()]*)\)\s*$", statement.strip(), flags=re.S)
+        prototype = r"([A-Za-z_][\w\s\*]*?)\b(fencelock_\w+)\s*\(([^()]*)\)\s*$"
+        match = re.search(prototype, statement.strip(), flags=re.S)
         if not match or statement.strip().startswith("typedef"):
             continue
         restype, name, params = match.groups()
@@ -135,8 +134,10 @@ def test_every_header_function_is_declared_with_its_signature(header):
         declared_restype, declared_args = _ffi.SIGNATURES[name]
         want_restype = ctypes_type(c_restype)
         want_args = [ctypes_type(arg) for arg in c_args]
-        if want_restype is not declared_restype or len(want_args) != len(declared_args) or any(
-            a is not b for a, b in zip(want_args, declared_args)
+        if (
+            want_restype is not declared_restype
+            or len(want_args) != len(declared_args)
+            or any(a is not b for a, b in zip(want_args, declared_args))
         ):
             mismatches.append(
                 f"{name}: header {_type_name(want_restype)}({', '.join(map(_type_name, want_args))})"
@@ -164,7 +165,7 @@ def test_lock_info_struct_matches(header):
 LOCK_STATES = ("HELD", "EXPIRED", "RELEASED", "HOLDER_DEAD")
 
 
-def _header_statuses(defines: Dict[str, int]) -> Dict[str, int]:
+def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
     """Every numeric FENCELOCK_* define that is not a mode, a lock state or a version."""
     return {
         name[len("FENCELOCK_") :]: value
@@ -181,7 +182,7 @@ def test_constants_match(header):
     assert statuses.get("OK") == 0 and len(statuses) >= 16, statuses
     for name, value in statuses.items():
         assert getattr(_ffi, name, None) == value, f"FENCELOCK_{name}"
-    for name in ("MODE_MULTI_PROCESS", "MODE_SINGLE_PROCESS", "LOCK_HELD", "LOCK_EXPIRED", "LOCK_RELEASED", "LOCK_HOLDER_DEAD"):
+    for name in ("MODE_MULTI_PROCESS", "MODE_SINGLE_PROCESS", *(f"LOCK_{s}" for s in LOCK_STATES)):
         assert defines[f"FENCELOCK_{name}"] == getattr(_ffi, name), name
     assert {m.name: m.value for m in fencelock.Mode} == {
         "MULTI_PROCESS": defines["FENCELOCK_MODE_MULTI_PROCESS"],

@@ -7,9 +7,9 @@ import shutil
 from importlib import metadata
 from pathlib import Path
 
-import fencelock
-
 from conftest import PACKAGE_SOURCE, run
+
+import fencelock
 
 
 def test_imported_from_the_installation_not_the_source_tree():

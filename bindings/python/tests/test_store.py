@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import pathlib
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -202,9 +201,8 @@ def test_closed_store_raises_valueerror_not_crash(store_path):
     ):
         with pytest.raises(ValueError, match="closed"):
             call()
-    with pytest.raises(ValueError):
-        with store:
-            pass
+    with pytest.raises(ValueError), store:
+        pass
 
 
 def test_closed_holder_raises_valueerror(store):

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
 import threading
 import time
 import weakref
-from ctypes import byref, c_bool, c_char_p, c_size_t, c_uint64, string_at
+from ctypes import byref, c_bool, c_size_t, c_uint64, string_at
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, List, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Union
 
 from . import _ffi
 from ._errors import error_from
 from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
-from ._handles import Handle, _Resource
+from ._handles import Handle, _close_quietly, _Resource
 
-__all__ = ["Store", "Holder", "Fenced", "LockInfo", "LockState", "Mode"]
+__all__ = ["Fenced", "Holder", "LockInfo", "LockState", "Mode", "Store"]
 
 Seconds = Union[int, float, timedelta]
 """A duration: seconds as an int or float, or a ``datetime.timedelta``."""
@@ -178,8 +179,8 @@ class Store(Handle):
         self,
         path: PathLike,
         *,
-        mode: Union[Mode, str] = Mode.MULTI_PROCESS,
-        max_value_len: Optional[int] = None,
+        mode: Mode | str = Mode.MULTI_PROCESS,
+        max_value_len: int | None = None,
     ) -> None:
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _type_error("path", "str, bytes or os.PathLike", path)
@@ -220,12 +221,9 @@ class Store(Handle):
         state = " closed" if self.closed else ""
         return f"<fencelock.Store {self._path!r}{state}>"
 
-    def __enter__(self) -> "Store":
-        return super().__enter__()
-
     # -- locks --------------------------------------------------------------------------------
 
-    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Optional[Seconds] = None) -> "Holder":
+    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = None) -> Holder:
         """Acquires the lock ``name`` for a lease of ``ttl`` seconds and returns its Holder.
 
         With ``timeout=None`` (default) it tries once and raises ``LockedError`` (with the
@@ -244,7 +242,7 @@ class Store(Handle):
             self._res.check(lib.fencelock_store_acquire_wait, raw_name, ttl_ms, timeout_ms, byref(out))
         return Holder(out, ttl_ms)
 
-    def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> "Holder":
+    def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> Holder:
         """Acquires the lock ``name`` and writes ``value`` under ``key`` with the new token, in one
         transaction: both happen or neither. Raises ``LockedError`` when the lock is held."""
         raw_name = _name(name, "lock name")
@@ -264,7 +262,7 @@ class Store(Handle):
         )
         return Holder(out, ttl_ms)
 
-    def locks(self) -> List[LockInfo]:
+    def locks(self) -> list[LockInfo]:
         """Every lock record with its state, in name order."""
         out = LockListP()
         self._res.check(lib.fencelock_store_locks, byref(out))
@@ -301,7 +299,7 @@ class Store(Handle):
             lib.fencelock_store_put, raw_key, len(raw_key), raw_value, len(raw_value), _token(token)
         )
 
-    def get(self, key: Key) -> Optional[Fenced]:
+    def get(self, key: Key) -> Fenced | None:
         """The value under ``key`` and the token that wrote it, or None when it has no value."""
         raw_key = _key(key)
         ptr = BytesP()
@@ -330,7 +328,7 @@ class Store(Handle):
         self._res.check(lib.fencelock_store_delete, raw_key, len(raw_key), _token(token), byref(existed))
         return existed.value
 
-    def keys(self, prefix: Key = b"") -> List[bytes]:
+    def keys(self, prefix: Key = b"") -> list[bytes]:
         """The keys holding a value that start with ``prefix``, in byte order."""
         raw_prefix = _bytes(prefix, "prefix")
         out = KeyListP()
@@ -356,7 +354,7 @@ class Store(Handle):
         Use it to guard storage of your own with fencelock's tokens."""
         self._res.check(lib.fencelock_store_fence, _name(resource, "fence resource"), _token(token))
 
-    def fence_token(self, resource: str) -> Optional[int]:
+    def fence_token(self, resource: str) -> int | None:
         """The highest token the external fence ``resource`` has accepted, or None."""
         token = c_uint64()
         self._res.check(lib.fencelock_store_fence_token, _name(resource, "fence resource"), byref(token))
@@ -365,19 +363,14 @@ class Store(Handle):
 
 def _release_then_close(resource: _Resource) -> None:
     """The holder finalizer: release the lease, then free the handle. Never raises."""
-    try:
+    with contextlib.suppress(Exception):
         if not resource.inherited and not resource.closed:
             # Released before the free so that a watcher thread blocked in wait_lost (which
             # delays the free) wakes at once and the lease does not outlive the object.
             status, err = resource.call(lib.fencelock_holder_release)
             if status and err:
                 lib.fencelock_error_free(err)
-    except Exception:  # pragma: no cover - nothing may escape a finalizer
-        pass
-    try:
-        resource.close()
-    except Exception:  # pragma: no cover
-        pass
+    _close_quietly(resource)
 
 
 class Holder(Handle):
@@ -414,9 +407,6 @@ class Holder(Handle):
     def __repr__(self) -> str:
         state = " closed" if self.closed else (" released" if self._released else "")
         return f"<fencelock.Holder {self._name!r} token={self._token}{state}>"
-
-    def __enter__(self) -> "Holder":
-        return super().__enter__()
 
     def close(self) -> None:
         """Releases the lease (see ``release``) and frees the handle. Idempotent."""
@@ -468,9 +458,9 @@ class Holder(Handle):
 
     def keep_alive(
         self,
-        ttl: Optional[Seconds] = None,
+        ttl: Seconds | None = None,
         *,
-        on_lost: Optional[Callable[["Holder"], Any]] = None,
+        on_lost: Callable[[Holder], Any] | None = None,
     ) -> None:
         """Keeps the lease alive from a background thread of the library: renews it for ``ttl``
         (default: the ttl it was acquired or last extended with) every third of ``ttl`` until it is
@@ -491,7 +481,7 @@ class Holder(Handle):
         a lease that silently ran out without keep-alive is found by ``held()``."""
         return self._wait_lost_ms(0)
 
-    def wait_lost(self, timeout: Optional[Seconds] = None) -> bool:
+    def wait_lost(self, timeout: Seconds | None = None) -> bool:
         """Blocks until the lease is known to be lost or released (see ``lost``), or ``timeout``
         seconds pass (None: no limit). Returns whether it ended. Releases the GIL while waiting,
         and wakes between slices of at most a second so Ctrl-C is honoured."""
@@ -512,7 +502,7 @@ class Holder(Handle):
         self._res.check(lib.fencelock_holder_wait_lost, timeout_ms, byref(lost))
         return lost.value
 
-    def on_lost(self, callback: Callable[["Holder"], Any]) -> threading.Thread:
+    def on_lost(self, callback: Callable[[Holder], Any]) -> threading.Thread:
         """Runs ``callback(holder)`` from a watcher thread as soon as the lease is known to be
         lost (see ``lost``; pair it with ``keep_alive``). It is not run when this holder released
         the lease itself, was closed, or was collected. Returns the (daemon) watcher thread.
@@ -531,7 +521,7 @@ class Holder(Handle):
         return watcher
 
 
-def _watch(resource: _Resource, holder_ref: "weakref.ref[Holder]", callback: Callable) -> None:
+def _watch(resource: _Resource, holder_ref: weakref.ref[Holder], callback: Callable) -> None:
     # Holds the resource, not the Holder, so a holder dropped by its owner is still collected
     # (its finalizer releases the lease, which wakes this thread, which then exits).
     lost = c_bool()

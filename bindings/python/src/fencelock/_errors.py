@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, Optional, Type
 
 from . import _ffi
 from ._ffi import lib
@@ -56,7 +55,7 @@ class LockLostError(FencelockError):
     the token now recorded for the lock, or None."""
 
     token: int = 0
-    current: Optional[int] = None
+    current: int | None = None
 
 
 class LockTimeoutError(FencelockError, TimeoutError):
@@ -108,7 +107,7 @@ class PanicError(FencelockError):
     """A panic was caught at the C boundary; the handle involved may be unusable."""
 
 
-_BY_STATUS: Dict[int, Type[FencelockError]] = {
+_BY_STATUS: dict[int, type[FencelockError]] = {
     _ffi.LOCKED: LockedError,
     _ffi.STALE_TOKEN: StaleTokenError,
     _ffi.LOCK_LOST: LockLostError,
@@ -127,8 +126,7 @@ _BY_STATUS: Dict[int, Type[FencelockError]] = {
 }
 
 _FORK_HINT = (
-    " (fencelock: a Store cannot be shared across os.fork(); open a new fencelock.Store "
-    "in the child process)"
+    " (fencelock: a Store cannot be shared across os.fork(); open a new fencelock.Store in the child process)"
 )
 
 
@@ -137,7 +135,7 @@ def status_str(status: int) -> str:
     return lib.fencelock_status_str(status).decode("utf-8", "replace")
 
 
-def error_from(status: int, err: "ctypes._Pointer") -> FencelockError:
+def error_from(status: int, err: ctypes._Pointer) -> FencelockError:
     """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
     frees ``err``."""
     cls = _BY_STATUS.get(status, FencelockError)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
 from ctypes import byref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, TypeVar
 
 from ._errors import error_from
 from ._ffi import ErrorP
+
+_H = TypeVar("_H", bound="Handle")
 
 
 class _Resource:
@@ -20,7 +23,7 @@ class _Resource:
     waiting acquire, a wait for a lost lease) never frees memory under that call.
     """
 
-    __slots__ = ("_ptr", "_free", "_kind", "_lock", "_borrows", "_closed", "_pid")
+    __slots__ = ("_borrows", "_closed", "_free", "_kind", "_lock", "_pid", "_ptr")
 
     def __init__(self, ptr: Any, free: Callable[[Any], None], kind: str) -> None:
         self._ptr = ptr
@@ -72,7 +75,7 @@ class _Resource:
         if ptr is not None and not self.inherited:
             self._free(ptr)
 
-    def call(self, fn: Callable[..., int], *args: Any) -> "tuple[int, Any]":
+    def call(self, fn: Callable[..., int], *args: Any) -> tuple[int, Any]:
         """Calls ``fn(ptr, *args, &err)``; returns the status and the error object."""
         err = ErrorP()
         ptr = self.borrow()
@@ -91,10 +94,8 @@ class _Resource:
 
 def _close_quietly(resource: _Resource) -> None:
     # A finalizer must never raise: it runs from the garbage collector or at exit.
-    try:
+    with contextlib.suppress(Exception):
         resource.close()
-    except Exception:  # pragma: no cover - close only frees memory
-        pass
 
 
 class Handle:
@@ -124,11 +125,11 @@ class Handle:
         """Frees the C object. Idempotent; further calls on the handle raise ``ValueError``."""
         self._finalizer()
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _H) -> _H:  # noqa: PYI019 - typing.Self needs Python 3.11
         if self._res.closed:
             raise ValueError(f"operation on a closed fencelock {self._kind}")
         return self
 
-    def __exit__(self, *exc: Any) -> Optional[bool]:
+    def __exit__(self, *exc: object) -> bool | None:
         self.close()
         return None
