@@ -1,0 +1,30 @@
+//! Torture test with a history checker.
+//!
+//! ```text
+//! cargo run --release --example torture -- --processes 8 --duration 60s
+//! ```
+//!
+//! Worker processes (this program re-executed with the role `worker`) run several threads
+//! each, doing random acquires (try and wait), extends, releases, puts by token, holder-checked
+//! puts, acquire-and-puts, deletes, gets and fences on 3 locks, 4 keys and 2 fence resources,
+//! with leases of 50-300 ms. The controller pauses workers with SIGSTOP for longer than any
+//! lease and resumes them, and kills them with SIGKILL and starts replacements. Every operation
+//! is logged with its start, end and result; afterwards the checker reads the logs and the
+//! final store and reports every violation of fencelock's rules (see `check.rs`). The exit
+//! status is non-zero when there is one.
+
+mod check;
+mod controller;
+mod history;
+mod rng;
+mod worker;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        return worker::main(&args[1..]);
+    }
+    controller::main(&args)
+}

@@ -1,0 +1,378 @@
+//! A worker process: several threads doing random operations on a few locks and keys, each
+//! logged before and after.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use fencelock::{boottime_ns, Holder, Store};
+use parking_lot::Mutex;
+
+use crate::history::{Kind, Op, Outcome};
+use crate::rng::Rng;
+
+/// The locks, keys and fence resources of the workload: few, so that operations collide.
+pub const LOCKS: [&str; 3] = ["lock-a", "lock-b", "lock-c"];
+pub const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+pub const RESOURCES: [&str; 2] = ["fence-x", "fence-y"];
+/// Tokens from here up are never granted in a run: a write carrying one must be refused.
+pub const FORGED_BASE: u64 = 1 << 62;
+pub const TTL_MS: (u64, u64) = (50, 300);
+
+pub struct Args {
+    pub store: String,
+    pub log: String,
+    pub index: usize,
+    pub threads: u32,
+    pub deadline: u64,
+    pub seed: u64,
+}
+
+impl Args {
+    pub fn to_argv(&self) -> Vec<String> {
+        vec![
+            "worker".into(),
+            self.store.clone(),
+            self.log.clone(),
+            self.index.to_string(),
+            self.threads.to_string(),
+            self.deadline.to_string(),
+            self.seed.to_string(),
+        ]
+    }
+
+    fn parse(argv: &[String]) -> Option<Args> {
+        match argv {
+            [store, log, index, threads, deadline, seed] => Some(Args {
+                store: store.clone(),
+                log: log.clone(),
+                index: index.parse().ok()?,
+                threads: threads.parse().ok()?,
+                deadline: deadline.parse().ok()?,
+                seed: seed.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The log of one process. Each line goes out in one `write(2)` under the mutex, so lines of
+/// different threads never interleave and a SIGKILL loses at most the line being written.
+struct Log {
+    file: Mutex<File>,
+    seq: AtomicU64,
+}
+
+impl Log {
+    fn begin(&self, thread: u32, kind: Kind, fill: impl FnOnce(&mut Op)) -> Op {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut op = Op::new(thread, seq, kind, 0);
+        fill(&mut op);
+        let mut file = self.file.lock();
+        op.start = boottime_ns();
+        file.write_all(op.begin_line().as_bytes())
+            .expect("write the worker log");
+        op
+    }
+
+    fn end(&self, op: &Op, outcome: &Outcome) {
+        let line = Op::end_line(op.seq, boottime_ns(), outcome);
+        self.file
+            .lock()
+            .write_all(line.as_bytes())
+            .expect("write the worker log");
+    }
+}
+
+fn outcome<T>(result: &fencelock::Result<T>, ok: impl FnOnce(&T) -> Outcome) -> Outcome {
+    match result {
+        Ok(value) => ok(value),
+        Err(err) => Outcome::from_error(err),
+    }
+}
+
+pub fn main(argv: &[String]) -> ExitCode {
+    let Some(args) = Args::parse(argv) else {
+        eprintln!("usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED");
+        return ExitCode::from(2);
+    };
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.log)
+        .expect("open the worker log");
+    let log = Arc::new(Log {
+        file: Mutex::new(file),
+        seq: AtomicU64::new(0),
+    });
+    let op = log.begin(0, Kind::Open, |_| {});
+    let opened = Store::open(&args.store);
+    log.end(&op, &outcome(&opened, |_| Outcome::Ok));
+    let store = match opened {
+        Ok(store) => store,
+        Err(err) => {
+            eprintln!("worker {}: open failed: {err}", args.index);
+            return ExitCode::from(3);
+        }
+    };
+    let threads: Vec<_> = (0..args.threads)
+        .map(|thread| {
+            let mut worker = Thread {
+                store: store.clone(),
+                log: Arc::clone(&log),
+                thread: thread + 1,
+                index: args.index,
+                rng: Rng::new(args.seed ^ (u64::from(thread) + 1).wrapping_mul(0x1234_5678_9ABC)),
+                held: None,
+                seen: Vec::new(),
+                writes: 0,
+            };
+            let deadline = args.deadline;
+            thread::spawn(move || worker.run(deadline))
+        })
+        .collect();
+    let mut failed = false;
+    for handle in threads {
+        failed |= handle.join().is_err();
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+struct Thread {
+    store: Store,
+    log: Arc<Log>,
+    thread: u32,
+    index: usize,
+    rng: Rng,
+    held: Option<Holder>,
+    /// Tokens this thread saw (its own grants, values read, holders met): used for puts by
+    /// token alone, which are then sometimes stale.
+    seen: Vec<u64>,
+    writes: u64,
+}
+
+impl Thread {
+    fn run(&mut self, deadline: u64) {
+        while boottime_ns() < deadline {
+            if self.held.is_some() {
+                self.step_holding();
+            } else {
+                self.step_free();
+            }
+        }
+        self.release();
+    }
+
+    /// A value no other write of the run carries, so a value read names its write.
+    fn next_value(&mut self) -> String {
+        self.writes += 1;
+        format!("w{}.{}.{}", self.index, self.thread, self.writes)
+    }
+
+    fn ttl(&mut self) -> u64 {
+        self.rng.range(TTL_MS.0, TTL_MS.1)
+    }
+
+    fn see(&mut self, token: u64) {
+        if token != 0 && token < FORGED_BASE {
+            if self.seen.len() == 32 {
+                self.seen.remove(0);
+            }
+            self.seen.push(token);
+        }
+    }
+
+    fn some_token(&mut self) -> u64 {
+        if self.seen.is_empty() {
+            1
+        } else {
+            *self.rng.pick(&self.seen)
+        }
+    }
+
+    fn step_free(&mut self) {
+        let lock = *self.rng.pick(&LOCKS);
+        let key = *self.rng.pick(&KEYS);
+        let roll = self.rng.range(0, 99);
+        match roll {
+            0..=19 => {
+                let ttl = self.ttl();
+                let op = self.log.begin(self.thread, Kind::Acquire, |op| {
+                    op.lock = Some(lock.into());
+                    op.ttl_ms = ttl;
+                });
+                let result = self.store.acquire(lock, Duration::from_millis(ttl));
+                self.granted(&op, result);
+            }
+            20..=34 => {
+                let ttl = self.ttl();
+                let wait = self.rng.range(0, 300);
+                let op = self.log.begin(self.thread, Kind::AcquireWait, |op| {
+                    op.lock = Some(lock.into());
+                    op.ttl_ms = ttl;
+                });
+                let result = self.store.acquire_wait(
+                    lock,
+                    Duration::from_millis(ttl),
+                    Duration::from_millis(wait),
+                );
+                self.granted(&op, result);
+            }
+            35..=44 => {
+                let ttl = self.ttl();
+                let value = self.next_value();
+                let op = self.log.begin(self.thread, Kind::AcquireAndPut, |op| {
+                    op.lock = Some(lock.into());
+                    op.key = Some(key.into());
+                    op.ttl_ms = ttl;
+                    op.value = Some(value.clone());
+                });
+                let result = self.store.acquire_and_put(
+                    lock,
+                    Duration::from_millis(ttl),
+                    key.as_bytes(),
+                    value.as_bytes(),
+                );
+                self.granted(&op, result);
+            }
+            45..=59 => {
+                let token = self.some_token();
+                self.put(key, token);
+            }
+            60..=61 => {
+                let token = FORGED_BASE + self.rng.range(0, 1 << 20);
+                self.put(key, token);
+            }
+            62..=65 => {
+                let token = self.some_token();
+                let op = self.log.begin(self.thread, Kind::Delete, |op| {
+                    op.key = Some(key.into());
+                    op.token = token;
+                });
+                let result = self.store.delete(key.as_bytes(), token);
+                self.log.end(&op, &outcome(&result, |_| Outcome::Ok));
+            }
+            66..=84 => self.get(key),
+            85..=94 => {
+                let token = self.some_token();
+                self.fence(token);
+            }
+            _ => thread::sleep(Duration::from_millis(self.rng.range(1, 20))),
+        }
+    }
+
+    fn step_holding(&mut self) {
+        let key = *self.rng.pick(&KEYS);
+        let roll = self.rng.range(0, 99);
+        let ttl = self.ttl();
+        let value = self.next_value();
+        let holder = self.held.as_ref().expect("holding");
+        let (lock, token) = (holder.name().to_owned(), holder.token());
+        match roll {
+            0..=19 => {
+                let op = self.log.begin(self.thread, Kind::Extend, |op| {
+                    op.lock = Some(lock);
+                    op.token = token;
+                    op.ttl_ms = ttl;
+                });
+                let result = holder.extend(Duration::from_millis(ttl));
+                let lost = matches!(result, Err(fencelock::Error::LockLost { .. }));
+                self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
+                if lost {
+                    self.release();
+                }
+            }
+            20..=34 => self.release(),
+            35..=59 => {
+                let op = self.log.begin(self.thread, Kind::HolderPut, |op| {
+                    op.lock = Some(lock);
+                    op.key = Some(key.into());
+                    op.token = token;
+                    op.value = Some(value.clone());
+                });
+                let result = holder.put(key.as_bytes(), value.as_bytes());
+                let lost = matches!(result, Err(fencelock::Error::LockLost { .. }));
+                self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
+                if lost {
+                    self.release();
+                }
+            }
+            60..=69 => self.put(key, token),
+            70..=79 => self.get(key),
+            80..=89 => self.fence(token),
+            // Idle while holding, so that leases run out under their holders.
+            _ => thread::sleep(Duration::from_millis(self.rng.range(10, 150))),
+        }
+    }
+
+    fn granted(&mut self, op: &Op, result: fencelock::Result<Holder>) {
+        let logged = outcome(&result, |holder| Outcome::Granted(holder.token()));
+        self.log.end(op, &logged);
+        match (&logged, result) {
+            (Outcome::Granted(token), Ok(holder)) => {
+                self.see(*token);
+                self.held = Some(holder);
+            }
+            (Outcome::Locked(token), _) => self.see(*token),
+            _ => {}
+        }
+    }
+
+    fn release(&mut self) {
+        let Some(holder) = self.held.take() else {
+            return;
+        };
+        let op = self.log.begin(self.thread, Kind::Release, |op| {
+            op.lock = Some(holder.name().to_owned());
+            op.token = holder.token();
+        });
+        let result = holder.release();
+        self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
+    }
+
+    fn put(&mut self, key: &str, token: u64) {
+        let value = self.next_value();
+        let op = self.log.begin(self.thread, Kind::Put, |op| {
+            op.key = Some(key.into());
+            op.token = token;
+            op.value = Some(value.clone());
+        });
+        let result = self.store.put(key.as_bytes(), value.as_bytes(), token);
+        self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
+    }
+
+    fn get(&mut self, key: &str) {
+        let op = self.log.begin(self.thread, Kind::Get, |op| {
+            op.key = Some(key.into());
+        });
+        let result = self.store.get(key.as_bytes());
+        let logged = outcome(&result, |found| match found {
+            Some(fenced) => {
+                Outcome::Value(fenced.token, String::from_utf8_lossy(&fenced.value).into())
+            }
+            None => Outcome::NotFound,
+        });
+        self.log.end(&op, &logged);
+        if let Outcome::Value(token, _) = logged {
+            self.see(token);
+        }
+    }
+
+    fn fence(&mut self, token: u64) {
+        let resource = *self.rng.pick(&RESOURCES);
+        let op = self.log.begin(self.thread, Kind::Fence, |op| {
+            op.lock = Some(resource.into());
+            op.token = token;
+        });
+        let result = self.store.fence(resource, token);
+        self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
+    }
+}
