@@ -38,6 +38,22 @@ def cycle(store: fencelock.Store) -> None:
         pass
 
 
+def bench_mode(mode: fencelock.Mode, samples: int) -> None:
+    name = mode.name.lower().replace("_", "-")
+    with tempfile.TemporaryDirectory() as tmp, fencelock.Store(Path(tmp) / "bench.db", mode=mode) as store:
+        held = store.acquire("held", TTL)
+        store.put("key", VALUE, held.token)
+        rows = [
+            ("acquire+release", lambda: cycle(store)),
+            ("get", lambda: store.get("key")),
+            ("is_held", held.held),
+            ("put with token", lambda: store.put("key", VALUE, held.token)),
+        ]
+        for label, fn in rows:
+            print(f"{name}/{label:<18} {median_us(fn, samples):10.1f} us")
+        held.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
@@ -45,20 +61,7 @@ def main() -> None:
     print(f"fencelock {fencelock.library_version()} from {fencelock.library_path()}")
     print(f"median of {args.samples} samples, one run")
     for mode in fencelock.Mode:
-        with tempfile.TemporaryDirectory() as tmp:
-            with fencelock.Store(Path(tmp) / "bench.db", mode=mode) as store:
-                held = store.acquire("held", TTL)
-                store.put("key", VALUE, held.token)
-                name = mode.name.lower().replace("_", "-")
-                rows = [
-                    ("acquire+release", lambda: cycle(store)),  # noqa: B023 - used at once
-                    ("get", lambda: store.get("key")),  # noqa: B023
-                    ("is_held", held.held),
-                    ("put with token", lambda: store.put("key", VALUE, held.token)),  # noqa: B023
-                ]
-                for label, fn in rows:
-                    print(f"{name}/{label:<18} {median_us(fn, args.samples):10.1f} us")
-                held.close()
+        bench_mode(mode, args.samples)
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def _child(check) -> None:
 
 def _wait_child(pid: int) -> int:
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
 
 
 def test_store_used_after_fork_raises_forked_error(store_path):
