@@ -400,10 +400,16 @@ fn watch(holder: &Holder, shared: &Shared, store: &Store, lock: &str, signal: li
                 .lock(lock)
                 .ok()
                 .flatten()
-                .filter(|info| info.token != holder.token() && info.state == LockState::Held)
+                .filter(|info| info.token != holder.token())
                 .map_or_else(
                     || "it expired".to_owned(),
-                    |info| format!("pid {} holds it now with token {}", info.pid, info.token),
+                    |info| {
+                        if info.state == LockState::Held {
+                            format!("pid {} holds it now with token {}", info.pid, info.token)
+                        } else {
+                            format!("it was taken over with token {}", info.token)
+                        }
+                    },
                 );
             let phase = shared.phase();
             if let Phase::Running { pid } = *phase {
