@@ -70,3 +70,34 @@ func BenchmarkWakeUpAfterRelease(b *testing.B) {
 	}
 	reportMedian(b, samples)
 }
+
+// Time from a Release in this process to the return of a waiting Acquire in another process.
+//
+//	go test -run '^$' -bench WakeUpAcross -benchtime 200x
+func BenchmarkWakeUpAcrossProcesses(b *testing.B) {
+	path := b.TempDir() + "/locks.db"
+	store, err := fencelock.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	_, in, out := child(b, "waiter", path)
+	samples := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		holder, err := store.Acquire(bg, "bench", fencelock.Wait(), fencelock.WithTTL(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := in.Write([]byte("go\n")); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond) // let the waiter reach its wait
+		released := time.Now()
+		if err := holder.Release(); err != nil {
+			b.Fatal(err)
+		}
+		woke := readToken(b, "waiter", out) // the waiter's wall clock, in ns
+		samples = append(samples, time.Unix(0, int64(woke)).Sub(released))
+	}
+	reportMedian(b, samples)
+}

@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runA(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	case "B":
 		os.Exit(runB(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "waiter":
+		os.Exit(runWaiter(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)
@@ -96,7 +98,32 @@ func runB(path string) int {
 	return 0
 }
 
-func child(t *testing.T, role, path string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+// runWaiter serves BenchmarkWakeUpAcrossProcesses: for each line it reads, it waits for the
+// lock and prints the wall-clock time it got it.
+func runWaiter(path string) int {
+	store, err := fencelock.Open(path)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	in := bufio.NewReader(os.Stdin)
+	for {
+		if _, err := in.ReadString('\n'); err != nil {
+			return 0
+		}
+		holder, err := store.Acquire(bg, "bench", fencelock.Wait())
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		woke := time.Now().UnixNano()
+		_ = holder.Release()
+		fmt.Println("token", woke)
+	}
+}
+
+func child(t testing.TB, role, path string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), roleEnv+"="+role, "FENCELOCK_GO_TEST_STORE="+path)
@@ -120,7 +147,7 @@ func child(t *testing.T, role, path string) (*exec.Cmd, io.WriteCloser, *bufio.R
 	return cmd, stdin, bufio.NewReader(stdout)
 }
 
-func readToken(t *testing.T, who string, out *bufio.Reader) uint64 {
+func readToken(t testing.TB, who string, out *bufio.Reader) uint64 {
 	t.Helper()
 	line, err := out.ReadString('\n')
 	if err != nil {
