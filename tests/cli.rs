@@ -892,3 +892,37 @@ fn the_default_database_follows_xdg_state_home_then_home() {
         stderr(&out)
     );
 }
+
+/// Colour only on a terminal, and never with `NO_COLOR`. `script` (util-linux, essential on
+/// Debian) gives the tool a pseudo-terminal.
+#[test]
+fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
+    let env = Env::new();
+    env.grant();
+    let status = format!("{BIN} status");
+    let on_terminal = |no_color: Option<&str>| {
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &status, "/dev/null"])
+            .env("FENCELOCK_DB", &env.db)
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null());
+        if let Some(value) = no_color {
+            cmd.env("NO_COLOR", value);
+        }
+        let out = cmd.output().expect("run script(1)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let coloured = on_terminal(None);
+    assert!(coloured.contains("grant"), "{coloured:?}");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_terminal(Some("1"));
+    assert!(plain.contains("grant"), "{plain:?}");
+    assert!(
+        !plain.contains('\x1b'),
+        "colour despite NO_COLOR: {plain:?}"
+    );
+}

@@ -251,7 +251,11 @@ fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> 
                 Cell::from(info.token.to_string()),
                 Cell::from(info.pid.to_string()),
                 Cell::from(relative(now, info.granted_at)),
-                Cell::from(relative(now, info.expires_at)),
+                // Once released or dead, the expiry no longer means anything.
+                Cell::from(match info.state {
+                    LockState::Held | LockState::Expired => relative(now, info.expires_at),
+                    _ => "-".to_owned(),
+                }),
             ]
         })
         .collect();
