@@ -145,8 +145,11 @@ Example:
   fencelock fence s3://bucket/exports --token \"$FENCELOCK_TOKEN\" && aws s3 cp out.csv s3://bucket/exports/";
 
 const STATUS_AFTER_HELP: &str = "\
-States: held (live holder, not expired), expired (TTL ran out), released, holder-dead.
-Records of released and expired locks are pruned a few at a time by later grants.
+States: held (live holder, not expired); expired (the TTL ran out); released (the holder let
+go and its process still runs); holder-dead (the holder's process is gone, so once a
+`fencelock run` has ended its lock shows this whether it released cleanly or died).
+EXPIRES is \"-\" for released and holder-dead locks. Records of locks no longer held are
+pruned a few at a time by later grants.
 With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
 \"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\"}.
 Exit status: 0; 1 --lock names a lock with no record; 81 database error.
