@@ -15,9 +15,9 @@ PATIENCE = 60
 
 
 def test_keep_alive_holds_the_lease_past_its_ttl(store):
-    holder = store.acquire("kept", ttl=0.6)
-    holder.keep_alive()  # renews for the acquire ttl every 0.2 s
-    time.sleep(1.5)
+    holder = store.acquire("kept", ttl=1.2)
+    holder.keep_alive()  # renews for the acquire ttl every 0.4 s
+    time.sleep(3.0)  # 2.5 leases: without renewal it would have expired
     assert holder.held()
     with pytest.raises(fencelock.LockedError):
         store.acquire("kept")

@@ -39,7 +39,8 @@ __version__ = "0.1.0"
 
 def library_version() -> str:
     """The version of the loaded native library (``fencelock_version()``)."""
-    return _lib.fencelock_version().decode("ascii")
+    version: bytes = _lib.fencelock_version()
+    return version.decode("ascii")
 
 
 def library_path() -> str:

@@ -385,8 +385,9 @@ class Holder(Handle):
 
     def __init__(self, ptr: Any, ttl_ms: int) -> None:
         super().__init__(ptr, lib.fencelock_holder_free)
-        self._token = lib.fencelock_holder_token(ptr)
-        self._name = lib.fencelock_holder_name(ptr).decode("utf-8")
+        self._token: int = lib.fencelock_holder_token(ptr)
+        raw_name: bytes = lib.fencelock_holder_name(ptr)
+        self._name = raw_name.decode("utf-8")
         self._ttl_ms = ttl_ms
         self._released = False
 
@@ -521,7 +522,7 @@ class Holder(Handle):
         return watcher
 
 
-def _watch(resource: _Resource, holder_ref: weakref.ref[Holder], callback: Callable) -> None:
+def _watch(resource: _Resource, holder_ref: weakref.ref[Holder], callback: Callable[[Holder], Any]) -> None:
     # Holds the resource, not the Holder, so a holder dropped by its owner is still collected
     # (its finalizer releases the lease, which wakes this thread, which then exits).
     lost = c_bool()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
+from typing import Any
 
 from . import _ffi
 from ._ffi import lib
@@ -23,11 +23,12 @@ class FencelockError(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def __reduce__(self):  # keeps the error picklable (multiprocessing, concurrent.futures)
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keeps errors picklable (multiprocessing, concurrent.futures) with their details.
         return (_rebuild, (type(self), self.status, self.message, dict(self.__dict__)))
 
 
-def _rebuild(cls, status, message, state):
+def _rebuild(cls: type[FencelockError], status: int, message: str, state: dict[str, Any]) -> FencelockError:
     err = cls(status, message)
     err.__dict__.update(state)
     return err
@@ -132,14 +133,15 @@ _FORK_HINT = (
 
 def status_str(status: int) -> str:
     """The C library's static description of a status code."""
-    return lib.fencelock_status_str(status).decode("utf-8", "replace")
+    text: bytes = lib.fencelock_status_str(status)
+    return text.decode("utf-8", "replace")
 
 
-def error_from(status: int, err: ctypes._Pointer) -> FencelockError:
+def error_from(status: int, err: Any) -> FencelockError:
     """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
     frees ``err``."""
     cls = _BY_STATUS.get(status, FencelockError)
-    details: dict = {}
+    details: dict[str, Any] = {}
     if err:
         try:
             message = lib.fencelock_error_message(err).decode("utf-8", "replace")

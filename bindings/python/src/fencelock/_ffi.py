@@ -29,6 +29,7 @@ from ctypes import (
     c_uint64,
 )
 from pathlib import Path
+from typing import Any
 
 LIBRARY_ENV = "FENCELOCK_LIBRARY"
 LIBRARY_NAME = "libfencelock.so"
@@ -104,7 +105,7 @@ KeyListP = POINTER(fencelock_key_list)
 BytesP = POINTER(c_uint8)
 
 # name -> (restype, argtypes). The order follows the header.
-SIGNATURES: dict = {
+SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_version": (c_char_p, []),
     "fencelock_status_str": (c_char_p, [fencelock_status]),
     # error object
