@@ -379,13 +379,8 @@ static void open_failures(const scratch *sc) {
         fputc((i * 7919) & 0xff, f);
     }
     fclose(f);
-    fencelock_error *err = NULL;
-    fencelock_status status = fencelock_store_open(path, &so, &err);
-    CHECK(status == FENCELOCK_CORRUPT || status == FENCELOCK_NOT_A_STORE);
-    if (status != FENCELOCK_CORRUPT && status != FENCELOCK_NOT_A_STORE) {
-        fprintf(stderr, "damaged file gave %d: %s\n", status, fencelock_error_message(err));
-    }
-    fencelock_error_free(err);
+    CHECK_STATUS(FENCELOCK_CORRUPT, fencelock_store_open(path, &so, ERR));
+    CHECK(so == (fencelock_store *)0x1);
 
     /* Single-process mode excludes a second open; its value limit applies. */
     snprintf(path, sizeof path, "%s/single.db", sc->dir);
