@@ -101,3 +101,31 @@ func BenchmarkWakeUpAcrossProcesses(b *testing.B) {
 	}
 	reportMedian(b, samples)
 }
+
+// One Get of a 100-byte value (a read transaction, no commit): the cost of crossing the
+// binding shows here more than in Acquire, which a commit dominates.
+//
+//	go test -run '^$' -bench Get -benchtime 40000x
+func BenchmarkGet(b *testing.B) {
+	store := openStore(b)
+	holder, err := store.Acquire(bg, "w")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer holder.Release()
+	if err := store.PutWithFence(bg, "payments/today.csv", make([]byte, 100), holder.Token()); err != nil {
+		b.Fatal(err)
+	}
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, _, err := store.Get(bg, "payments/today.csv"); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(samples)
+	b.ReportMetric(float64(samples[len(samples)/2].Nanoseconds())/1000, "median-us")
+}
