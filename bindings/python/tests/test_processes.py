@@ -192,6 +192,31 @@ def test_finalizers_in_a_forked_child_leave_the_parents_lease(store_path):
     store.close()
 
 
+def test_fork_while_another_thread_is_inside_a_handle(store_path):
+    store = Store(store_path)
+    # Stand-in for a thread of the parent caught inside a call at the moment of the fork: it
+    # holds the handle's lock, and no thread of the child will ever release it.
+    store._res._lock.acquire()
+
+    def check():
+        signal.alarm(30)  # a hang becomes a failure, not a stuck test run
+        try:
+            store.get("k")
+            return 1
+        except fencelock.ForkedError:
+            return 0
+
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(check)
+    finally:
+        store._res._lock.release()
+    assert _wait_child(pid) == 0
+    assert store.get("k") is None
+    store.close()
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux only")
 def test_child_process_started_with_subprocess_is_independent(store_path):
     # A fresh interpreter (no fork of a store) opens its own store and takes turns with us.

@@ -23,7 +23,7 @@ class _Resource:
     waiting acquire, a wait for a lost lease) never frees memory under that call.
     """
 
-    __slots__ = ("_borrows", "_closed", "_free", "_kind", "_lock", "_pid", "_ptr")
+    __slots__ = ("__weakref__", "_borrows", "_closed", "_free", "_kind", "_lock", "_pid", "_ptr")
 
     def __init__(self, ptr: Any, free: Callable[[Any], None], kind: str) -> None:
         self._ptr = ptr
@@ -33,6 +33,7 @@ class _Resource:
         self._borrows = 0
         self._closed = False
         self._pid = os.getpid()
+        _LIVE.add(self)
 
     @property
     def closed(self) -> bool:
@@ -90,6 +91,20 @@ class _Resource:
         status, err = self.call(fn, *args)
         if status:
             raise error_from(status, err)
+
+
+_LIVE: weakref.WeakSet[_Resource] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held a handle's lock at the fork; in the child that
+    # thread does not exist, so the lock would never be released. Calls on inherited handles
+    # then reach C, which answers FENCELOCK_FORKED, instead of hanging.
+    for resource in list(_LIVE):
+        resource._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _close_quietly(resource: _Resource) -> None:
