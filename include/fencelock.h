@@ -190,7 +190,7 @@ typedef struct fencelock_lock_info {
 #define FENCELOCK_IN_USE 11
 
 /**
- * The store was used in a child after fork(); open a new store in the child.
+ * The store was used in a child after `fork()`; open a new store in the child.
  */
 #define FENCELOCK_FORKED 12
 

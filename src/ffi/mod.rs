@@ -53,7 +53,7 @@ pub const FENCELOCK_NOT_A_STORE: fencelock_status = 9;
 pub const FENCELOCK_INCOMPATIBLE_VERSION: fencelock_status = 10;
 /// The store is open elsewhere in a way that excludes this open.
 pub const FENCELOCK_IN_USE: fencelock_status = 11;
-/// The store was used in a child after fork(); open a new store in the child.
+/// The store was used in a child after `fork()`; open a new store in the child.
 pub const FENCELOCK_FORKED: fencelock_status = 12;
 /// Any other storage error.
 pub const FENCELOCK_STORAGE: fencelock_status = 13;
@@ -188,7 +188,7 @@ fn null(what: &str) -> fencelock_error {
     fencelock_error::new(Status::NullPointer, format!("{what} is NULL"))
 }
 
-/// The object behind a handle, or NULL_POINTER.
+/// The object behind a handle, or `NULL_POINTER`.
 ///
 /// # Safety
 /// `ptr` is NULL or points to a live `T` that outlives `'a`.
@@ -197,7 +197,7 @@ unsafe fn handle<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, fencelock_er
     unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
 }
 
-/// A NUL-terminated UTF-8 name: NULL_POINTER for NULL, INVALID_ARGUMENT when it is not UTF-8.
+/// A NUL-terminated UTF-8 name: `NULL_POINTER` for NULL, `INVALID_ARGUMENT` when not UTF-8.
 ///
 /// # Safety
 /// `ptr` is NULL or points to a NUL-terminated string that outlives `'a`.
@@ -235,7 +235,7 @@ fn millis(ms: u64) -> Duration {
 struct Out<T>(NonNull<T>);
 
 impl<T> Out<T> {
-    /// A required output: NULL gives NULL_POINTER.
+    /// A required output: NULL gives `NULL_POINTER`.
     fn required(ptr: *mut T, what: &str) -> Result<Out<T>, fencelock_error> {
         NonNull::new(ptr).map(Out).ok_or_else(|| null(what))
     }
