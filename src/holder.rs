@@ -121,6 +121,9 @@ impl Holder {
     /// Releases the lease. Takes effect at once for every process, without an fsync. Idempotent;
     /// a stale holder's release never touches its successor's lease.
     pub fn release(&self) -> Result<()> {
+        // In a child of fork() the lease and the keep-alive thread belong to the parent: touch
+        // neither (unlocking the shared open file would end the parent's lease).
+        self.state.inner.check_fork()?;
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

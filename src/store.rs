@@ -1,6 +1,7 @@
 //! The store: one redb file holding leases, the token counter, fenced values and external fences.
 
 use std::fs;
+use std::mem::ManuallyDrop;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -158,7 +159,8 @@ pub struct Store {
 }
 
 pub(crate) struct Inner {
-    db: Database,
+    /// Dropped only in the process that opened it: see `Drop for Inner`.
+    db: ManuallyDrop<Database>,
     path: PathBuf,
     live: Liveness,
     boot_id: [u8; 16],
@@ -214,7 +216,7 @@ impl Store {
         let mut live_path = path.clone().into_os_string();
         live_path.push("-live");
         let inner = Inner {
-            db,
+            db: ManuallyDrop::new(db),
             live: Liveness::open(Path::new(&live_path))?,
             path,
             boot_id: clock::boot_id()?,
@@ -557,6 +559,17 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A child of fork() shares the parent's open file descriptions, and with them redb's file
+        // locks: closing the database there would end them for the parent. The child leaks it.
+        if self.check_fork().is_ok() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.db) };
+        }
     }
 }
 
