@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use fencelock::Store;
 
-/// A store in a fresh temporary directory, removed with the returned guard.
+/// A store in a fresh temporary directory; the directory lives as long as the returned guard.
 pub fn temp_store() -> (tempfile::TempDir, PathBuf, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("locks.db");

@@ -1,0 +1,205 @@
+//! Real processes sharing one store file: contention, death, pauses.
+//!
+//! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
+//! then plays the role and reports on stdout in lines marked with `@@ `.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use fencelock::{boottime_ns, Error, Store};
+
+const ROLE: &str = "FENCELOCK_TEST_ROLE";
+const DB: &str = "FENCELOCK_TEST_DB";
+
+/// Not a test of its own: the entry point of child processes.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let store = Store::open(std::env::var(DB).unwrap()).unwrap();
+    let say = |line: String| {
+        println!("@@ {line}");
+        std::io::stdout().flush().unwrap();
+    };
+    let wait_for_parent = || {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+    };
+    match role.as_str() {
+        // Holds a long lease until killed.
+        "hold" => {
+            let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+            say(format!("token {}", holder.token()));
+            wait_for_parent();
+        }
+        // Holds a short lease, is paused by the parent, then writes late.
+        "pause" => {
+            let holder = store.acquire("job", Duration::from_millis(500)).unwrap();
+            say(format!("token {}", holder.token()));
+            wait_for_parent();
+            let fenced = store.put(b"data", b"stale", holder.token());
+            say(format!("fenced {}", outcome(&fenced)));
+            let checked = holder.put(b"data", b"stale");
+            say(format!("checked {}", outcome(&checked)));
+            say(format!("held {}", holder.is_held().unwrap()));
+        }
+        // Takes the hot lock many times, logging each holding interval.
+        "contend" => {
+            for _ in 0..15 {
+                let holder = store
+                    .acquire_wait("hot", Duration::from_secs(60), Duration::from_secs(300))
+                    .unwrap();
+                let start = boottime_ns();
+                holder.put(b"hot-data", b"x").unwrap();
+                let end = boottime_ns();
+                holder.release().unwrap();
+                say(format!("held {} {start} {end}", holder.token()));
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn outcome(result: &fencelock::Result<()>) -> &'static str {
+    match result {
+        Ok(()) => "accepted",
+        Err(Error::StaleToken { .. }) => "stale-token",
+        Err(Error::LockLost { .. }) => "lock-lost",
+        Err(_) => "other-error",
+    }
+}
+
+struct Kid {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Kid {
+    fn spawn(role: &str, db: &std::path::Path) -> Kid {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(DB, db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Kid {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// The next report line, without its `@@ ` prefix; `None` at the end of output.
+    fn report(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                return None;
+            }
+            // The harness may print "test child ... " on the same line first.
+            if let Some((_, report)) = line.trim_end().split_once("@@ ") {
+                return Some(report.to_owned());
+            }
+        }
+    }
+
+    fn token(&mut self) -> u64 {
+        let line = self.report().expect("child reported its token");
+        line.strip_prefix("token ").unwrap().parse().unwrap()
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+}
+
+#[test]
+fn a_killed_holder_frees_its_lock_at_once() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("hold", &path);
+    let token = kid.token();
+    assert!(matches!(
+        store.acquire("job", Duration::from_secs(5)),
+        Err(Error::Locked { token: t, pid, .. }) if t == token && pid == kid.child.id()
+    ));
+    kid.signal(libc::SIGKILL);
+    kid.child.wait().unwrap();
+    // The dead holder's 600 s lease no longer excludes anyone: a single try succeeds.
+    let next = store.acquire("job", Duration::from_secs(5)).unwrap();
+    assert!(next.token() > token);
+}
+
+#[test]
+fn a_paused_holder_keeps_its_lease_until_the_ttl_then_is_fenced_out() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("pause", &path);
+    let token = kid.token();
+    kid.signal(libc::SIGSTOP);
+    let paused_at = boottime_ns();
+    let lease = store.lock("job").unwrap().unwrap();
+    assert_eq!(lease.token, token);
+    let expires = paused_at + u64::try_from(lease.remaining.as_nanos()).unwrap();
+
+    let successor = store
+        .acquire_wait("job", Duration::from_secs(60), Duration::from_secs(60))
+        .unwrap();
+    assert!(
+        boottime_ns() >= expires,
+        "the paused holder's lease was taken before it expired"
+    );
+    assert_eq!(successor.token(), token + 1);
+    successor.put(b"data", b"fresh").unwrap();
+
+    kid.signal(libc::SIGCONT);
+    writeln!(kid.stdin, "go").unwrap();
+    assert_eq!(kid.report().as_deref(), Some("fenced stale-token"));
+    assert_eq!(kid.report().as_deref(), Some("checked lock-lost"));
+    assert_eq!(kid.report().as_deref(), Some("held false"));
+    assert!(kid.child.wait().unwrap().success());
+    let data = store.get(b"data").unwrap().unwrap();
+    assert_eq!(
+        (data.value.as_slice(), data.token),
+        (&b"fresh"[..], successor.token())
+    );
+}
+
+#[test]
+fn processes_contending_hold_the_lock_one_at_a_time_in_token_order() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kids: Vec<Kid> = (0..4).map(|_| Kid::spawn("contend", &path)).collect();
+    let mut holds: Vec<(u64, u64, u64)> = Vec::new();
+    for kid in &mut kids {
+        while let Some(line) = kid.report() {
+            let fields: Vec<u64> = line
+                .strip_prefix("held ")
+                .unwrap()
+                .split(' ')
+                .map(|f| f.parse().unwrap())
+                .collect();
+            holds.push((fields[0], fields[1], fields[2]));
+        }
+        assert!(kid.child.wait().unwrap().success());
+    }
+    assert_eq!(holds.len(), 60);
+    holds.sort_unstable();
+    for pair in holds.windows(2) {
+        let ((t1, _, end1), (t2, start2, _)) = (pair[0], pair[1]);
+        assert!(t1 < t2, "token {t1} granted twice");
+        assert!(
+            end1 < start2,
+            "holder of token {t1} was still inside when token {t2} entered"
+        );
+    }
+    let last = holds.last().unwrap().0;
+    assert_eq!(store.get(b"hot-data").unwrap().unwrap().token, last);
+}
