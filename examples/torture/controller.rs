@@ -15,7 +15,7 @@ use crate::rng::Rng;
 use crate::worker::{self, KEYS, TTL_MS};
 
 const USAGE: &str = "usage: torture [--processes N] [--threads N] [--duration 60s] [--seed N] \
-                     [--dir PATH] [--keep]";
+                     [--dir PATH] [--keep] [--racing-create]";
 /// Controller tick; fault probabilities below are per tick.
 const TICK: Duration = Duration::from_millis(20);
 const PAUSE_PERCENT_PER_TICK: u64 = 4;
@@ -32,6 +32,8 @@ struct Config {
     seed: u64,
     dir: Option<PathBuf>,
     keep: bool,
+    /// Let the first workers race to create the store instead of creating it beforehand.
+    racing_create: bool,
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -56,6 +58,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         seed: boottime_ns(),
         dir: None,
         keep: false,
+        racing_create: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -83,6 +86,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             }
             "--dir" => config.dir = Some(PathBuf::from(value()?)),
             "--keep" => config.keep = true,
+            "--racing-create" => config.racing_create = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
@@ -309,6 +313,12 @@ pub fn main(args: &[String]) -> ExitCode {
         faults: Faults::default(),
         next_index: 0,
     };
+    if !config.racing_create {
+        if let Err(err) = Store::open(&run.store) {
+            eprintln!("cannot create the store {}: {err}", run.store.display());
+            return ExitCode::FAILURE;
+        }
+    }
     for _ in 0..config.processes {
         run.spawn();
     }
@@ -384,29 +394,31 @@ fn summarize(
     let width = classes.iter().map(|c| c.len()).max().unwrap_or(0) + 1;
     let mut table: BTreeMap<Kind, BTreeMap<&str, u64>> = BTreeMap::new();
     let mut total = 0;
-    let mut opens = (0, 0);
+    let mut opens = (0, 0, 0);
     for worker in &history.workers {
         for op in &worker.ops {
             total += 1;
             let class = op.outcome.as_ref().map_or("unknown", |o| o.class());
             *table.entry(op.kind).or_default().entry(class).or_default() += 1;
             if op.kind == Kind::Open {
-                if class == "ok" {
-                    opens.0 += 1;
-                } else {
-                    opens.1 += 1;
+                match class {
+                    "ok" => opens.0 += 1,
+                    "unknown" => opens.2 += 1,
+                    _ => opens.1 += 1,
                 }
             }
         }
     }
     let faults = &run.faults;
     println!(
-        "ran {:.1} s; workers started: {} ({} replacements); store opens: {} ok, {} failed",
+        "ran {:.1} s; workers started: {} ({} replacements); store opens: {} ok, {} failed, {} \
+         cut short by a kill",
         ran.as_secs_f64(),
         run.next_index,
         run.next_index - run.config.processes,
         opens.0,
-        opens.1
+        opens.1,
+        opens.2
     );
     println!(
         "faults: {} pauses (SIGSTOP {}-{} ms, longer than every TTL of {}-{} ms), {} kills \

@@ -12,6 +12,9 @@
 //! is logged with its start, end and result; afterwards the checker reads the logs and the
 //! final store and reports every violation of fencelock's rules (see `check.rs`). The exit
 //! status is non-zero when there is one.
+//!
+//! The controller creates the store before it starts the workers; `--racing-create` lets the
+//! first workers race to create it instead.
 
 mod check;
 mod controller;
