@@ -3,6 +3,7 @@
 use std::fs;
 use std::mem::ManuallyDrop;
 use std::ops::Bound;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -200,7 +201,6 @@ impl Store {
                 options.max_value_len
             )));
         }
-        check_foreign_file(&path)?;
         let mut builder = redb::Builder::new();
         builder.set_concurrency_mode(match options.mode {
             Mode::MultiProcess => ConcurrencyMode::MultiWriter,
@@ -208,11 +208,11 @@ impl Store {
         });
         // The value cache is for reads of this process; leases and values are small.
         builder.set_cache_size(64 << 20);
-        let db = builder.create(&path)?;
-        let schema = check_schema(&db)?;
-        if schema.is_none() {
-            initialize(&db)?;
-        }
+        let existing = is_existing_database(&path)?;
+        let db = catch_unwind(AssertUnwindSafe(|| {
+            open_database(&builder, &path, existing)
+        }))
+        .unwrap_or_else(|_| Err(damaged()))?;
         let mut live_path = path.clone().into_os_string();
         live_path.push("-live");
         let inner = Inner {
@@ -287,7 +287,6 @@ impl Store {
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Holder> {
-        self.inner.check_fork()?;
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         let inner = Arc::clone(&self.inner);
@@ -354,7 +353,6 @@ impl Store {
     /// accepted a higher token before; an equal token is accepted, so one holder can write many
     /// times. The token must have been granted by this store.
     pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
-        self.inner.check_fork()?;
         check_key(key)?;
         self.inner.check_value(value)?;
         check_token(token)?;
@@ -369,7 +367,6 @@ impl Store {
     /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
     /// write after the delete is still refused. Returns whether the key held a value.
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
-        self.inner.check_fork()?;
         check_key(key)?;
         check_token(token)?;
         let key = key.to_vec();
@@ -382,71 +379,64 @@ impl Store {
 
     /// The value under `key` and the token that wrote it, or `None` if there is none.
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
-        self.inner.check_fork()?;
         check_key(key)?;
-        let txn = self.inner.db.begin_read()?;
-        let values = match txn.open_table(VALUES) {
-            Ok(values) => values,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(err) => return Err(err.into()),
-        };
-        let Some(record) = values.get(key)? else {
-            return Ok(None);
-        };
-        let (token, value) = decode_value(record.value())?;
-        Ok(value.map(|value| Fenced {
-            value: value.to_vec(),
-            token,
-        }))
+        self.inner.read(|txn| {
+            let values = match txn.open_table(VALUES) {
+                Ok(values) => values,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(err) => return Err(err.into()),
+            };
+            let Some(record) = values.get(key)? else {
+                return Ok(None);
+            };
+            let (token, value) = decode_value(record.value())?;
+            Ok(value.map(|value| Fenced {
+                value: value.to_vec(),
+                token,
+            }))
+        })
     }
 
     /// The keys holding a value that start with `prefix`, in byte order.
     pub fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.inner.check_fork()?;
         if prefix.len() > MAX_NAME_LEN {
             return Err(Error::invalid(format!(
                 "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
                 prefix.len()
             )));
         }
-        let txn = self.inner.db.begin_read()?;
-        let values = txn.open_table(VALUES)?;
-        let mut keys = Vec::new();
-        for entry in values.range::<&[u8]>(prefix..)? {
-            let (key, record) = entry?;
-            if !key.value().starts_with(prefix) {
-                break;
+        self.inner.read(|txn| {
+            let values = txn.open_table(VALUES)?;
+            let mut keys = Vec::new();
+            for entry in values.range::<&[u8]>(prefix..)? {
+                let (key, record) = entry?;
+                if !key.value().starts_with(prefix) {
+                    break;
+                }
+                if decode_value(record.value())?.1.is_some() {
+                    keys.push(key.value().to_vec());
+                }
             }
-            if decode_value(record.value())?.1.is_some() {
-                keys.push(key.value().to_vec());
-            }
-        }
-        Ok(keys)
+            Ok(keys)
+        })
     }
 
     /// Checks `token` against the external fence `resource`, recording it as the highest seen
     /// when it is. Refused with [`Error::StaleToken`] when a higher token was seen before; an
     /// equal token passes. For guarding storage of the user's own with fencelock's tokens.
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
-        self.inner.check_fork()?;
         check_name("fence resource", resource)?;
         check_token(token)?;
         // A token equal to the recorded one passes without a write.
-        {
-            let txn = self.inner.db.begin_read()?;
-            let fences = txn.open_table(FENCES)?;
-            if let Some(highest) = fences.get(resource)? {
-                match token.cmp(&highest.value()) {
-                    std::cmp::Ordering::Less => {
-                        return Err(Error::StaleToken {
-                            token,
-                            highest: highest.value(),
-                        })
-                    }
-                    std::cmp::Ordering::Equal => return Ok(()),
-                    std::cmp::Ordering::Greater => {}
-                }
+        let highest = self
+            .inner
+            .read(|txn| Ok(txn.open_table(FENCES)?.get(resource)?.map(|h| h.value())))?;
+        match highest.map(|highest| (token.cmp(&highest), highest)) {
+            Some((std::cmp::Ordering::Less, highest)) => {
+                return Err(Error::StaleToken { token, highest })
             }
+            Some((std::cmp::Ordering::Equal, _)) => return Ok(()),
+            _ => {}
         }
         let resource = resource.to_owned();
         self.inner.write(move |txn| {
@@ -466,99 +456,99 @@ impl Store {
 
     /// The highest token the external fence `resource` has accepted, if any.
     pub fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
-        self.inner.check_fork()?;
         check_name("fence resource", resource)?;
-        let txn = self.inner.db.begin_read()?;
-        let fences = txn.open_table(FENCES)?;
-        Ok(fences.get(resource)?.map(|h| h.value()))
+        self.inner.read(|txn| {
+            let fences = txn.open_table(FENCES)?;
+            Ok(fences.get(resource)?.map(|h| h.value()))
+        })
     }
 
     /// Every lock record with its state, in name order.
     pub fn locks(&self) -> Result<Vec<LockInfo>> {
-        self.inner.check_fork()?;
-        let txn = self.inner.db.begin_read()?;
-        let leases = txn.open_table(LEASES)?;
-        let now = clock::now_ns();
-        let mut locks = Vec::new();
-        for entry in leases.iter()? {
-            let (name, record) = entry?;
-            let lease = Lease::decode(record.value())?;
-            locks.push(self.inner.describe(name.value(), &lease, now)?);
-        }
-        Ok(locks)
+        self.inner.read(|txn| {
+            let leases = txn.open_table(LEASES)?;
+            let now = clock::now_ns();
+            let mut locks = Vec::new();
+            for entry in leases.iter()? {
+                let (name, record) = entry?;
+                let lease = Lease::decode(record.value())?;
+                locks.push(self.inner.describe(name.value(), &lease, now)?);
+            }
+            Ok(locks)
+        })
     }
 
     /// What the store records of the lock `name`, if anything.
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
-        self.inner.check_fork()?;
         check_name("lock name", name)?;
-        let txn = self.inner.db.begin_read()?;
-        let leases = txn.open_table(LEASES)?;
-        let Some(record) = leases.get(name)? else {
-            return Ok(None);
-        };
-        let lease = Lease::decode(record.value())?;
-        Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?))
+        self.inner.read(|txn| {
+            let leases = txn.open_table(LEASES)?;
+            let Some(record) = leases.get(name)? else {
+                return Ok(None);
+            };
+            let lease = Lease::decode(record.value())?;
+            Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?))
+        })
     }
 
     /// Counts and settings of the store.
     pub fn info(&self) -> Result<StoreInfo> {
-        self.inner.check_fork()?;
-        let txn = self.inner.db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        let schema_version = meta.get(SCHEMA_KEY)?.map_or(0, |v| v.value());
-        let last_token = read_counter(&meta)?;
-        let lock_records = txn.open_table(LEASES)?.len()?;
-        let fences = txn.open_table(FENCES)?.len()?;
-        let mut keys = 0;
-        for entry in txn.open_table(VALUES)?.iter()? {
-            if decode_value(entry?.1.value())?.1.is_some() {
-                keys += 1;
+        self.inner.read(|txn| {
+            let meta = txn.open_table(META)?;
+            let schema_version = meta.get(SCHEMA_KEY)?.map_or(0, |v| v.value());
+            let last_token = read_counter(&meta)?;
+            let lock_records = txn.open_table(LEASES)?.len()?;
+            let fences = txn.open_table(FENCES)?.len()?;
+            let mut keys = 0;
+            for entry in txn.open_table(VALUES)?.iter()? {
+                if decode_value(entry?.1.value())?.1.is_some() {
+                    keys += 1;
+                }
             }
-        }
-        Ok(StoreInfo {
-            file_size: fs::metadata(&self.inner.path)?.len(),
-            path: self.inner.path.clone(),
-            schema_version,
-            last_token,
-            lock_records,
-            keys,
-            fences,
+            Ok(StoreInfo {
+                file_size: fs::metadata(&self.inner.path)?.len(),
+                path: self.inner.path.clone(),
+                schema_version,
+                last_token,
+                lock_records,
+                keys,
+                fences,
+            })
         })
     }
 
     /// Checks the store's own invariants: every record decodes, and no lease, value or fence
     /// carries a token above the counter. Returns the first violation as [`Error::Corrupt`].
     pub fn verify(&self) -> Result<()> {
-        self.inner.check_fork()?;
-        let txn = self.inner.db.begin_read()?;
-        let last = read_counter(&txn.open_table(META)?)?;
-        let above = |what: &str, name: String, token: u64| {
-            Error::Corrupt(format!(
-                "{what} {name} carries token {token} above the counter {last}"
-            ))
-        };
-        for entry in txn.open_table(LEASES)?.iter()? {
-            let (name, record) = entry?;
-            let lease = Lease::decode(record.value())?;
-            if lease.token > last || lease.token == 0 {
-                return Err(above("lease", name.value().to_owned(), lease.token));
+        self.inner.read(|txn| {
+            let last = read_counter(&txn.open_table(META)?)?;
+            let above = |what: &str, name: String, token: u64| {
+                Error::Corrupt(format!(
+                    "{what} {name} carries token {token} above the counter {last}"
+                ))
+            };
+            for entry in txn.open_table(LEASES)?.iter()? {
+                let (name, record) = entry?;
+                let lease = Lease::decode(record.value())?;
+                if lease.token > last || lease.token == 0 {
+                    return Err(above("lease", name.value().to_owned(), lease.token));
+                }
             }
-        }
-        for entry in txn.open_table(VALUES)?.iter()? {
-            let (key, record) = entry?;
-            let (token, _) = decode_value(record.value())?;
-            if token > last || token == 0 {
-                return Err(above("key", format!("{:?}", key.value()), token));
+            for entry in txn.open_table(VALUES)?.iter()? {
+                let (key, record) = entry?;
+                let (token, _) = decode_value(record.value())?;
+                if token > last || token == 0 {
+                    return Err(above("key", format!("{:?}", key.value()), token));
+                }
             }
-        }
-        for entry in txn.open_table(FENCES)?.iter()? {
-            let (resource, token) = entry?;
-            if token.value() > last || token.value() == 0 {
-                return Err(above("fence", resource.value().to_owned(), token.value()));
+            for entry in txn.open_table(FENCES)?.iter()? {
+                let (resource, token) = entry?;
+                if token.value() > last || token.value() == 0 {
+                    return Err(above("fence", resource.value().to_owned(), token.value()));
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -587,11 +577,16 @@ impl Inner {
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
+        self.check_fork()?;
         self.commits.run(&self.db, op)
     }
 
-    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
-        Ok(self.db.begin_read()?)
+    /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
+    /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
+        self.check_fork()?;
+        catch_unwind(AssertUnwindSafe(|| f(&self.db.begin_read()?)))
+            .unwrap_or_else(|_| Err(damaged()))
     }
 
     fn check_value(&self, value: &[u8]) -> Result<()> {
@@ -738,7 +733,6 @@ impl Inner {
 
     /// Sets a new expiry for the lease `token` of `name`, if it is still current.
     pub(crate) fn extend(self: &Arc<Self>, name: &str, token: u64, ttl: Duration) -> Result<u64> {
-        self.check_fork()?;
         check_ttl(ttl)?;
         let name = name.to_owned();
         let me = Arc::clone(self);
@@ -763,7 +757,6 @@ impl Inner {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<bool> {
-        self.check_fork()?;
         check_key(key)?;
         if let Some(value) = value {
             self.check_value(value)?;
@@ -779,17 +772,17 @@ impl Inner {
 
     /// Whether the lease `token` of `name` is current, from a read transaction (no write).
     pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
-        self.check_fork()?;
-        let txn = self.begin_read()?;
-        let leases = txn.open_table(LEASES)?;
-        let Some(record) = leases.get(name)? else {
-            return Ok(false);
-        };
-        let lease = Lease::decode(record.value())?;
-        Ok(lease.token == token
-            && lease.boot_id == self.boot_id
-            && clock::now_ns() < lease.expires_ns
-            && self.live.is_held(token)?)
+        self.read(|txn| {
+            let leases = txn.open_table(LEASES)?;
+            let Some(record) = leases.get(name)? else {
+                return Ok(false);
+            };
+            let lease = Lease::decode(record.value())?;
+            Ok(lease.token == token
+                && lease.boot_id == self.boot_id
+                && clock::now_ns() < lease.expires_ns
+                && self.live.is_held(token)?)
+        })
     }
 }
 
@@ -817,6 +810,10 @@ fn put_fenced(
     };
     values.insert(key, encode_value(token, value).as_slice())?;
     Ok(existed)
+}
+
+fn damaged() -> Error {
+    Error::Corrupt("the storage engine failed on a damaged page".into())
 }
 
 fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
@@ -881,18 +878,19 @@ fn duration_ns(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Refuses, without modifying it, a file that is not empty and not a redb database.
-fn check_foreign_file(path: &Path) -> Result<()> {
+/// Whether `path` holds a redb database (`false` for a missing or empty file, which becomes a
+/// new store). Refuses, without modifying it, a file that is neither.
+fn is_existing_database(path: &Path) -> Result<bool> {
     let metadata = match fs::metadata(path) {
         Ok(metadata) => metadata,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(err) => return Err(err.into()),
     };
     if metadata.is_dir() {
         return Err(Error::invalid(format!("{} is a directory", path.display())));
     }
     if metadata.len() == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let mut head = [0u8; REDB_MAGIC.len()];
     let read = {
@@ -913,12 +911,34 @@ fn check_foreign_file(path: &Path) -> Result<()> {
             path.display()
         )));
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Opens the database at `path` and checks (or, for a new file, creates) the schema.
+fn open_database(builder: &redb::Builder, path: &Path, existing: bool) -> Result<Database> {
+    if existing {
+        // A writable open may write redb's header, so another program's database is recognized
+        // through a read-only open first and left as it was.
+        match builder.open_read_only(path) {
+            Ok(db) => {
+                check_schema(&db)?;
+            }
+            // A store left by a crash needs the repair that the writable open performs; its
+            // schema is checked after that.
+            Err(redb::DatabaseError::RepairAborted) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let db = builder.create(path)?;
+    if check_schema(&db)?.is_none() {
+        initialize(&db)?;
+    }
+    Ok(db)
 }
 
 /// The schema version of a fencelock store, `None` for a database with no tables yet (a new
 /// file), or an error for another program's database or a newer schema.
-fn check_schema(db: &Database) -> Result<Option<u64>> {
+fn check_schema(db: &impl ReadableDatabase) -> Result<Option<u64>> {
     let txn = db.begin_read()?;
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
