@@ -39,6 +39,16 @@ impl Liveness {
         })
     }
 
+    /// Excludes the opens of other stores on the same file until the guard drops. A `flock(2)`
+    /// lock, which on Linux is independent of the byte-range locks of leases.
+    pub(crate) fn lock_for_open(&self) -> io::Result<OpenGuard<'_>> {
+        // SAFETY: the descriptor is open for the life of `self.hold`.
+        if unsafe { libc::flock(self.hold.as_raw_fd(), libc::LOCK_EX) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OpenGuard(&self.hold))
+    }
+
     /// Marks the lease with `token` as held by this store. Returns `false` if another open file
     /// holds the byte, which happens only when a grant of the same token is in flight elsewhere.
     pub(crate) fn lock(&self, token: u64) -> io::Result<bool> {
@@ -60,6 +70,15 @@ impl Liveness {
     pub(crate) fn is_held(&self, token: u64) -> io::Result<bool> {
         let lock = fcntl(&self.probe, libc::F_OFD_GETLK, libc::F_WRLCK, token)?;
         Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+    }
+}
+
+pub(crate) struct OpenGuard<'a>(&'a File);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as in `lock_for_open`. Unlocking an owned flock cannot fail.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 

@@ -208,16 +208,25 @@ impl Store {
         });
         // The value cache is for reads of this process; leases and values are small.
         builder.set_cache_size(64 << 20);
-        let existing = is_existing_database(&path)?;
-        let db = catch_unwind(AssertUnwindSafe(|| {
-            open_database(&builder, &path, existing)
-        }))
-        .unwrap_or_else(|_| Err(damaged()))?;
+        if path.is_dir() {
+            return Err(Error::invalid(format!("{} is a directory", path.display())));
+        }
         let mut live_path = path.clone().into_os_string();
         live_path.push("-live");
+        let live = Liveness::open(Path::new(&live_path))?;
+        let db = {
+            // Opens are serialized, so that no open mistakes a file another process is creating
+            // right now (not yet holding redb's header) for a foreign file.
+            let _opening = live.lock_for_open()?;
+            let existing = is_existing_database(&path)?;
+            catch_unwind(AssertUnwindSafe(|| {
+                open_database(&builder, &path, existing)
+            }))
+            .unwrap_or_else(|_| Err(damaged()))?
+        };
         let inner = Inner {
             db: ManuallyDrop::new(db),
-            live: Liveness::open(Path::new(&live_path))?,
+            live,
             path,
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
@@ -886,9 +895,6 @@ fn is_existing_database(path: &Path) -> Result<bool> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(err) => return Err(err.into()),
     };
-    if metadata.is_dir() {
-        return Err(Error::invalid(format!("{} is a directory", path.display())));
-    }
     if metadata.len() == 0 {
         return Ok(false);
     }

@@ -60,6 +60,13 @@ fn child() {
                 say(format!("held {} {start} {end}", holder.token()));
             }
         }
+        // Opened on a fresh path at the same time as its siblings.
+        "race" => {
+            let holder = store
+                .acquire_wait("x", Duration::from_secs(60), Duration::from_secs(60))
+                .unwrap();
+            say(format!("token {}", holder.token()));
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -202,4 +209,18 @@ fn processes_contending_hold_the_lock_one_at_a_time_in_token_order() {
     }
     let last = holds.last().unwrap().0;
     assert_eq!(store.get(b"hot-data").unwrap().unwrap().token, last);
+}
+
+#[test]
+fn processes_racing_to_create_a_store_all_open_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.db");
+    let mut kids: Vec<Kid> = (0..6).map(|_| Kid::spawn("race", &path)).collect();
+    let mut tokens: Vec<u64> = kids.iter_mut().map(Kid::token).collect();
+    for kid in &mut kids {
+        assert!(kid.child.wait().unwrap().success());
+    }
+    tokens.sort_unstable();
+    assert_eq!(tokens, (1..=6).collect::<Vec<_>>());
+    Store::open(&path).unwrap().verify().unwrap();
 }
