@@ -406,8 +406,11 @@ proptest! {
 fn an_expired_lease_is_taken_over_and_fenced() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("expiry.db")).unwrap();
-    let old = store.acquire("job", Duration::from_millis(20)).unwrap();
+    // The lease is cut short only after the first write, which a slow machine could otherwise
+    // reach after a 20 ms TTL ran out.
+    let old = store.acquire("job", LONG).unwrap();
     old.put(b"out", b"old-1").unwrap();
+    old.extend(Duration::from_millis(20)).unwrap();
     // Sleeping longer than the TTL only makes the lease more expired: no timing assumption.
     std::thread::sleep(Duration::from_millis(60));
     assert!(!old.is_held().unwrap());
