@@ -1,0 +1,49 @@
+# fencelock: the commands a newcomer needs.
+#   make demo    the GC-pause walkthrough with real processes
+#   make test    every test: Rust, C, Python, Go, and a short torture run
+#   make install PREFIX=/usr/local   library, header and pkg-config file
+
+CARGO ?= cargo
+PREFIX ?= /usr/local
+
+.PHONY: demo test test-rust test-c test-python test-go test-torture lint release install bench compare torture
+
+demo:
+	$(CARGO) run --quiet --example gc_pause
+
+test: lint test-rust test-c test-python test-go test-torture
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+test-rust:
+	$(CARGO) test
+	$(CARGO) run --quiet --example gc_pause
+
+release:
+	$(CARGO) build --release --lib
+
+test-c: release
+	$(MAKE) -C tests/c test
+
+test-python: release
+	bash bindings/python/run_tests.sh
+
+test-go: release
+	bash bindings/go/run_tests.sh
+
+test-torture:
+	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
+
+torture:
+	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
+
+bench:
+	$(CARGO) bench --bench ops
+
+compare:
+	$(CARGO) bench --bench compare
+
+install: release
+	sh scripts/install.sh $(PREFIX)
