@@ -109,9 +109,9 @@ impl Outcome {
             Outcome::NotFound => "not-found",
             Outcome::Locked(_) => "locked",
             Outcome::Timeout => "timeout",
-            Outcome::Stale { .. } => "stale-token",
-            Outcome::Lost => "lock-lost",
-            Outcome::Invalid => "invalid-argument",
+            Outcome::Stale { .. } => "stale",
+            Outcome::Lost => "lost",
+            Outcome::Invalid => "invalid",
             Outcome::Error(_) => "error",
         }
     }
