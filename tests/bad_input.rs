@@ -402,7 +402,6 @@ fn files_that_are_not_stores_are_refused_unchanged() {
 }
 
 #[test]
-#[ignore = "engine bug: Store::open rewrites the header of another program's redb file (see the torture report)"]
 fn another_programs_redb_database_is_refused_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("other.redb");
@@ -503,7 +502,6 @@ fn truncated_stores_give_errors_not_panics() {
 }
 
 #[test]
-#[ignore = "engine bug: verify() panics inside redb on a damaged page (see the torture report)"]
 fn flipped_bytes_give_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
     let (path, bytes) = closed_store(dir.path());
