@@ -263,6 +263,9 @@ impl From<redb::Error> for Error {
         match err {
             redb::Error::Corrupted(message) => Error::Corrupt(message),
             redb::Error::Io(err) => Error::Io(err),
+            redb::Error::PreviousIo => Error::Io(std::io::Error::other(
+                "an earlier I/O error stopped the database handle; it is reopened",
+            )),
             redb::Error::DatabaseAlreadyOpen | redb::Error::LockProtocolMismatch => Error::InUse,
             redb::Error::UpgradeRequired(version) => Error::NotAStore(format!(
                 "redb file format {version} is older than this library reads"

@@ -5,10 +5,11 @@ use std::mem::ManuallyDrop;
 use std::ops::Bound;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{
     ConcurrencyMode, Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
     TableDefinition, WriteTransaction,
@@ -160,8 +161,13 @@ pub struct Store {
 }
 
 pub(crate) struct Inner {
-    /// Dropped only in the process that opened it: see `Drop for Inner`.
-    db: ManuallyDrop<Database>,
+    /// The open database; `None` while a reopen after an I/O error has not succeeded. Dropped
+    /// only in the process that opened it: see `Drop for Inner`.
+    db: ManuallyDrop<RwLock<Option<Arc<Database>>>>,
+    mode: ConcurrencyMode,
+    /// Set when an operation failed with an I/O error. redb refuses every later operation of a
+    /// handle that saw one, so the next operation reopens the database first.
+    io_failed: AtomicBool,
     path: PathBuf,
     live: Liveness,
     boot_id: [u8; 16],
@@ -201,13 +207,10 @@ impl Store {
                 options.max_value_len
             )));
         }
-        let mut builder = redb::Builder::new();
-        builder.set_concurrency_mode(match options.mode {
+        let mode = match options.mode {
             Mode::MultiProcess => ConcurrencyMode::MultiWriter,
             Mode::SingleProcess => ConcurrencyMode::ExclusiveWriter,
-        });
-        // The value cache is for reads of this process; leases and values are small.
-        builder.set_cache_size(64 << 20);
+        };
         if path.is_dir() {
             return Err(Error::invalid(format!("{} is a directory", path.display())));
         }
@@ -220,12 +223,14 @@ impl Store {
             let _opening = live.lock_for_open()?;
             let existing = is_existing_database(&path)?;
             catch_unwind(AssertUnwindSafe(|| {
-                open_database(&builder, &path, existing)
+                open_database(&redb_builder(mode), &path, existing)
             }))
             .unwrap_or_else(|_| Err(damaged()))?
         };
         let inner = Inner {
-            db: ManuallyDrop::new(db),
+            db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
+            mode,
+            io_failed: AtomicBool::new(false),
             live,
             path,
             boot_id: clock::boot_id()?,
@@ -587,15 +592,57 @@ impl Inner {
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
-        self.commits.run(&self.db, op)
+        let db = self.database()?;
+        self.note_io_failure(self.commits.run(&db, op))
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
     /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_fork()?;
-        catch_unwind(AssertUnwindSafe(|| f(&self.db.begin_read()?)))
-            .unwrap_or_else(|_| Err(damaged()))
+        let db = self.database()?;
+        let result = catch_unwind(AssertUnwindSafe(|| f(&db.begin_read()?)))
+            .unwrap_or_else(|_| Err(damaged()));
+        self.note_io_failure(result)
+    }
+
+    fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
+        if matches!(result, Err(Error::Io(_))) {
+            self.io_failed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The open database, reopened first if an operation failed with an I/O error (a full disk,
+    /// say) since the last one. Holders keep their leases across the reopen: liveness is in the
+    /// sidecar file, not in the database handle.
+    fn database(&self) -> Result<Arc<Database>> {
+        if !self.io_failed.load(Ordering::Acquire) {
+            if let Some(db) = self.db.read().as_ref() {
+                return Ok(Arc::clone(db));
+            }
+        }
+        let mut slot = self.db.write();
+        if self.io_failed.swap(false, Ordering::AcqRel) || slot.is_none() {
+            // In single-process mode the old handle must close before the file opens again;
+            // operations still running on it keep it open, and the next operation retries.
+            *slot = None;
+            let reopened = self
+                .live
+                .lock_for_open()
+                .map_err(Error::from)
+                .and_then(|_opening| Ok(redb_builder(self.mode).create(&self.path)?));
+            match reopened {
+                Ok(db) => *slot = Some(Arc::new(db)),
+                Err(err) => {
+                    self.io_failed.store(true, Ordering::Release);
+                    return Err(Error::Io(std::io::Error::other(format!(
+                        "the store could not be reopened after an I/O error: {err}"
+                    ))));
+                }
+            }
+        }
+        Ok(Arc::clone(slot.as_ref().expect("reopened above")))
     }
 
     fn check_value(&self, value: &[u8]) -> Result<()> {
@@ -918,6 +965,14 @@ fn is_existing_database(path: &Path) -> Result<bool> {
         )));
     }
     Ok(true)
+}
+
+fn redb_builder(mode: ConcurrencyMode) -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(mode);
+    // The value cache is for reads of this process; leases and values are small.
+    builder.set_cache_size(64 << 20);
+    builder
 }
 
 /// Opens the database at `path` and checks (or, for a new file, creates) the schema.
