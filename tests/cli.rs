@@ -153,6 +153,34 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     assert_eq!(rc, 0, "killpg: {}", std::io::Error::last_os_error());
 }
 
+/// The pid of the command `fencelock run` (pid `tool`) started, once it has exec'd `program`.
+fn command_of(tool: u32, program: &str) -> u32 {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    loop {
+        let children =
+            fs::read_to_string(format!("/proc/{tool}/task/{tool}/children")).unwrap_or_default();
+        for pid in children.split_whitespace() {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.split(|&b| b == 0).next() == Some(program.as_bytes()) {
+                return pid.parse().unwrap();
+            }
+        }
+        assert!(Instant::now() < give_up, "{tool} never started {program}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` ended (gone, or a zombie not yet reaped by its parent).
+fn ended(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
 /// Spawns `fencelock run` holding `lock` with a command that signals readiness by creating
 /// `started` and then runs until `stop` exists.
 fn spawn_holder(env: &Env, lock: &str, ttl: &str, started: &str, stop: &str) -> Child {
@@ -626,21 +654,22 @@ fn sigterm_to_the_tool_reaches_the_command_and_frees_the_lock() {
     assert_eq!(fs::read_to_string(env.path("term")).unwrap(), "got TERM\n");
     assert_eq!(code(&env.run(&["run", "--lock", "t", "--", "true"])), 0);
 
-    // A command that does not catch it dies of it, and the tool reports 128 + SIGTERM.
+    // A command that does not catch it dies of it, and the tool reports 128 + SIGTERM. No
+    // shell here: a shell resets its signal mask, `sleep` would keep one it inherited.
     let tool = env
-        .cmd(&[
-            "run",
-            "--lock",
-            "t",
-            "--",
-            "sh",
-            "-c",
-            "touch \"$D/started2\"; exec sleep 600",
-        ])
+        .cmd(&["run", "--lock", "t", "--", "sleep", "600"])
         .spawn()
         .unwrap();
-    wait_for_file(&env.path("started2"));
+    let command = command_of(tool.id(), "sleep");
     signal(tool.id(), libc::SIGTERM);
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !ended(command) && Instant::now() < give_up {
+        thread::sleep(Duration::from_millis(10));
+    }
+    if !ended(command) {
+        signal(command, libc::SIGKILL);
+        panic!("the command did not get the forwarded SIGTERM");
+    }
     assert_eq!(finish(tool).status.code(), Some(128 + libc::SIGTERM));
 }
 
@@ -925,4 +954,26 @@ fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
         !plain.contains('\x1b'),
         "colour despite NO_COLOR: {plain:?}"
     );
+}
+
+/// The command must not inherit the signals the tool blocks for itself: a plain program (no
+/// shell to reset the mask) dies of --lost-signal when the tool is killed.
+#[test]
+fn a_killed_tool_takes_a_plain_command_down() {
+    let env = Env::new();
+    let mut tool = env
+        .cmd(&["run", "--lock", "k", "--", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let command = command_of(tool.id(), "sleep");
+    signal(tool.id(), libc::SIGKILL);
+    tool.wait().unwrap();
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while !ended(command) && Instant::now() < give_up {
+        thread::sleep(Duration::from_millis(10));
+    }
+    if !ended(command) {
+        signal(command, libc::SIGKILL);
+        panic!("the command outlived the tool");
+    }
 }

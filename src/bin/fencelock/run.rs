@@ -130,6 +130,15 @@ impl Shared {
     }
 }
 
+fn empty_signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initializes the set; it is async-signal-safe, as the child needs.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        set
+    }
+}
+
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset initializes the set before sigaddset reads it.
     unsafe {
@@ -144,7 +153,7 @@ fn signal_set() -> libc::sigset_t {
 
 /// Blocks the forwarded signals in this thread, and so in every thread spawned after, then
 /// starts the thread that takes them. Must run before any other thread exists. The command
-/// does not inherit the mask: the standard library empties it in the child before exec.
+/// would inherit the mask across exec: `spawn` empties it in the child.
 fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
     let set = signal_set();
     // SAFETY: `set` is initialized; the old mask is not wanted.
@@ -357,6 +366,14 @@ fn spawn(db: &Path, args: &RunArgs, holder: &Holder) -> Result<std::process::Chi
     // calls; it allocates nothing (the error is built from an errno).
     unsafe {
         command.pre_exec(move || {
+            // The forwarded signals are blocked in the tool; a command must not start with
+            // them blocked, or it could neither be stopped by them nor by --lost-signal.
+            let empty = empty_signal_set();
+            let rc =
+                libc::pthread_sigmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
             // If the tool dies (even by SIGKILL), its lease dies with it: stop the command too.
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
