@@ -1,56 +1,99 @@
-//! Holder liveness through open-file-description locks on a sidecar file.
+//! Holder liveness through open-file-description locks on the store file itself.
 //!
-//! The holder of the lease with token `T` holds a write lock on byte `T` of the sidecar file
-//! (`<store>-live`), taken inside the granting transaction before it commits. The kernel drops
-//! the lock when the holder releases it or when the last descriptor of the holding open file
-//! closes, which includes the death of the process. Anyone may test the byte: a lease whose
-//! byte is free has no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock,
-//! so a paused holder keeps its lease until the TTL runs out.
+//! The holder of the lease with token `T` holds a write lock on byte `BASE + T` of the store file,
+//! taken inside the granting transaction before it commits. The kernel drops the lock when the
+//! holder releases it or when the last descriptor of the holding open file closes, which
+//! includes the death of the process. Anyone may test the byte: a lease whose byte is free has
+//! no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock, so a paused holder
+//! keeps its lease until the TTL runs out.
 //!
-//! Each store opens the sidecar twice: locks are taken through `hold`, tested through `probe`.
+//! The locks are advisory and on the file's inode, so every path to the file (symlinks, hard
+//! links) sees the same ones, and no sidecar file can be lost. redb 4 locks bytes below 320 (its
+//! header) and from 2^62 up, also with open-file-description locks, and none in between: fencelock
+//! uses `[2^61, 2^62)`. Byte `BASE + 0`, never a token's, serializes opens.
+//!
+//! Each store opens the file twice more: locks are taken through `hold`, tested through `probe`.
 //! Two open file descriptions conflict even inside one process, so a probe sees the locks of
 //! this process's holders too.
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
+
+/// The offset of token 0's byte. Bytes of the file beyond its end can be locked, and redb never
+/// locks between 320 and 2^62.
+const BASE: u64 = 1 << 61;
+/// The highest token whose byte lies below the offsets redb locks.
+pub(crate) const MAX_TOKEN: u64 = (1 << 61) - 1;
 
 pub(crate) struct Liveness {
     hold: File,
     probe: File,
 }
 
+/// Opens (creating it if needed) the store file for its locks. `File` opens with `O_CLOEXEC`, so
+/// a child process started with exec does not inherit them.
+fn open(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 impl Liveness {
-    /// Opens (creating it if needed) the sidecar file. `File` opens with `O_CLOEXEC`, so a child
-    /// process started with exec does not inherit the locks.
-    pub(crate) fn open(path: &Path) -> io::Result<Liveness> {
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-        };
+    /// Liveness shared by every process that opens the store file at `path`.
+    pub(crate) fn shared(path: &Path) -> io::Result<Liveness> {
         Ok(Liveness {
-            hold: open()?,
-            probe: open()?,
+            hold: open(path)?,
+            probe: open(path)?,
         })
     }
 
-    /// Excludes the opens of other stores on the same file until the guard drops. A `flock(2)`
-    /// lock, which on Linux is independent of the byte-range locks of leases.
-    pub(crate) fn lock_for_open(&self) -> io::Result<OpenGuard<'_>> {
-        // SAFETY: the descriptor is open for the life of `self.hold`.
-        if unsafe { libc::flock(self.hold.as_raw_fd(), libc::LOCK_EX) } == -1 {
+    /// Liveness private to this process, for single-process mode, where redb holds a lock over
+    /// the whole store file: an anonymous in-memory file, opened twice.
+    pub(crate) fn private() -> io::Result<Liveness> {
+        // SAFETY: a NUL-terminated name and valid flags; the new descriptor is owned below.
+        let fd = unsafe { libc::memfd_create(c"fencelock-liveness".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd == -1 {
             return Err(io::Error::last_os_error());
         }
-        Ok(OpenGuard(&self.hold))
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let hold = unsafe { File::from_raw_fd(fd) };
+        // Opening the /proc link makes a second open file description of the same file.
+        let probe = open(Path::new(&format!("/proc/self/fd/{fd}")))?;
+        Ok(Liveness { hold, probe })
+    }
+
+    /// Excludes the opens of other stores on the same file until the returned file is dropped:
+    /// a lock on token 0's byte through an open file of its own. `Ok(None)` when a single-process
+    /// store holds the file.
+    pub(crate) fn lock_for_open(path: &Path) -> io::Result<Option<File>> {
+        let file = open(path)?;
+        loop {
+            match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, 0) {
+                Ok(_) => return Ok(Some(file)),
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+                Err(err) => return Err(err),
+            }
+            // Another open locks exactly this byte; redb's single-process writer locks ranges
+            // that span it.
+            let holder = fcntl(&file, libc::F_OFD_GETLK, libc::F_WRLCK, 0)?;
+            if i32::from(holder.l_type) != libc::F_UNLCK
+                && (holder.l_start as u64, holder.l_len) != (BASE, 1)
+            {
+                return Ok(None);
+            }
+            // Another open of a few milliseconds is under way.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 
     /// Marks the lease with `token` as held by this store. Returns `false` if another open file
-    /// holds the byte, which happens only when a grant of the same token is in flight elsewhere.
+    /// holds the byte: a grant of the same token by a process that failed to commit it and has
+    /// not undone its lock yet.
     pub(crate) fn lock(&self, token: u64) -> io::Result<bool> {
         match fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_WRLCK, token) {
             Ok(_) => Ok(true),
@@ -73,18 +116,14 @@ impl Liveness {
     }
 }
 
-pub(crate) struct OpenGuard<'a>(&'a File);
-
-impl Drop for OpenGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: as in `lock_for_open`. Unlocking an owned flock cannot fail.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
-    }
-}
-
 fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, token: u64) -> io::Result<libc::flock> {
-    let start = libc::off_t::try_from(token)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "token beyond file offsets"))?;
+    if token > MAX_TOKEN {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "token beyond the offsets fencelock may lock",
+        ));
+    }
+    let start = (BASE + token) as libc::off_t;
     // SAFETY: an all-zero flock is a valid value of the plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
@@ -108,9 +147,9 @@ mod tests {
     #[test]
     fn lock_is_seen_by_another_open_file_until_unlocked() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("live");
-        let a = Liveness::open(&path).unwrap();
-        let b = Liveness::open(&path).unwrap();
+        let path = dir.path().join("store");
+        let a = Liveness::shared(&path).unwrap();
+        let b = Liveness::shared(&path).unwrap();
         assert!(!b.is_held(7).unwrap());
         assert!(a.lock(7).unwrap());
         assert!(a.is_held(7).unwrap(), "own probe sees own hold");
@@ -125,11 +164,37 @@ mod tests {
     }
 
     #[test]
+    fn private_liveness_sees_its_own_holds() {
+        let live = Liveness::private().unwrap();
+        assert!(!live.is_held(3).unwrap());
+        assert!(live.lock(3).unwrap());
+        assert!(live.is_held(3).unwrap());
+        live.unlock(3).unwrap();
+        assert!(!live.is_held(3).unwrap());
+    }
+
+    #[test]
+    fn opens_wait_for_each_other_and_tokens_beyond_the_range_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let first = Liveness::lock_for_open(&path).unwrap().unwrap();
+        let live = Liveness::shared(&path).unwrap();
+        assert!(
+            live.is_held(0).unwrap(),
+            "an open in progress holds token 0's byte"
+        );
+        drop(first);
+        assert!(!live.is_held(0).unwrap());
+        assert!(live.lock(MAX_TOKEN).unwrap());
+        assert!(live.lock(MAX_TOKEN + 1).is_err());
+    }
+
+    #[test]
     fn closing_the_holder_frees_its_locks() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("live");
-        let a = Liveness::open(&path).unwrap();
-        let b = Liveness::open(&path).unwrap();
+        let path = dir.path().join("store");
+        let a = Liveness::shared(&path).unwrap();
+        let b = Liveness::shared(&path).unwrap();
         assert!(a.lock(1).unwrap());
         assert!(a.lock(2).unwrap());
         drop(a);

@@ -165,8 +165,8 @@ pub(crate) struct Inner {
     /// only in the process that opened it: see `Drop for Inner`.
     db: ManuallyDrop<RwLock<Option<Arc<Database>>>>,
     mode: ConcurrencyMode,
-    /// Set when an operation failed with an I/O error. redb refuses every later operation of a
-    /// handle that saw one, so the next operation reopens the database first.
+    /// Set when an operation failed for lack of space. redb refuses every later operation of a
+    /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
     path: PathBuf,
     live: Liveness,
@@ -198,7 +198,7 @@ impl Store {
     /// Opens the store at `path`, creating it if it does not exist.
     ///
     /// A file that is not a fencelock store, one of a newer schema, or a damaged one gives an
-    /// error, and is not modified. The sidecar file `<path>-live` holds the liveness locks.
+    /// error, and is not modified.
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         if options.max_value_len > MAX_VALUE_LEN_LIMIT {
@@ -214,13 +214,15 @@ impl Store {
         if path.is_dir() {
             return Err(Error::invalid(format!("{} is a directory", path.display())));
         }
-        let mut live_path = path.clone().into_os_string();
-        live_path.push("-live");
-        let live = Liveness::open(Path::new(&live_path))?;
         let db = {
             // Opens are serialized, so that no open mistakes a file another process is creating
             // right now (not yet holding redb's header) for a foreign file.
-            let _opening = live.lock_for_open()?;
+            let _opening = match mode {
+                ConcurrencyMode::MultiWriter => {
+                    Some(Liveness::lock_for_open(&path)?.ok_or(Error::InUse)?)
+                }
+                _ => None,
+            };
             let existing = is_existing_database(&path)?;
             catch_unwind(AssertUnwindSafe(|| {
                 open_database(&redb_builder(mode), &path, existing)
@@ -228,10 +230,13 @@ impl Store {
             .unwrap_or_else(|_| Err(damaged()))?
         };
         let inner = Inner {
+            live: match mode {
+                ConcurrencyMode::MultiWriter => Liveness::shared(&path)?,
+                _ => Liveness::private()?,
+            },
             db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
             mode,
             io_failed: AtomicBool::new(false),
-            live,
             path,
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
@@ -606,16 +611,22 @@ impl Inner {
         self.note_io_failure(result)
     }
 
+    /// Marks the handle for a reopen after a full disk or file-size limit. Other I/O errors (an
+    /// fsync that failed, say) leave it refusing work: the page cache may then hold writes that
+    /// never reached the disk, and a reopened handle would build on them.
     fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
-        if matches!(result, Err(Error::Io(_))) {
-            self.io_failed.store(true, Ordering::Release);
+        if let Err(Error::Io(err)) = &result {
+            use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+            if matches!(err.kind(), StorageFull | FileTooLarge | QuotaExceeded) {
+                self.io_failed.store(true, Ordering::Release);
+            }
         }
         result
     }
 
-    /// The open database, reopened first if an operation failed with an I/O error (a full disk,
-    /// say) since the last one. Holders keep their leases across the reopen: liveness is in the
-    /// sidecar file, not in the database handle.
+    /// The open database, reopened first if an operation failed for lack of space since the
+    /// last one. Holders keep their leases across the reopen: their liveness
+    /// locks are not the database handle's.
     fn database(&self) -> Result<Arc<Database>> {
         if !self.io_failed.load(Ordering::Acquire) {
             if let Some(db) = self.db.read().as_ref() {
@@ -627,11 +638,7 @@ impl Inner {
             // In single-process mode the old handle must close before the file opens again;
             // operations still running on it keep it open, and the next operation retries.
             *slot = None;
-            let reopened = self
-                .live
-                .lock_for_open()
-                .map_err(Error::from)
-                .and_then(|_opening| Ok(redb_builder(self.mode).create(&self.path)?));
+            let reopened = redb_builder(self.mode).create(&self.path);
             match reopened {
                 Ok(db) => *slot = Some(Arc::new(db)),
                 Err(err) => {

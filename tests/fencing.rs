@@ -480,3 +480,20 @@ fn single_process_mode_refuses_a_second_open() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
 }
+
+#[test]
+fn every_path_to_the_store_file_sees_the_same_leases() {
+    let (dir, path, store) = common::temp_store();
+    let symlink = dir.path().join("symlink.db");
+    let hard_link = dir.path().join("hard-link.db");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    std::fs::hard_link(&path, &hard_link).unwrap();
+    let holder = store.acquire("job", LONG).unwrap();
+    for other in [&symlink, &hard_link] {
+        let other = Store::open(other).unwrap();
+        assert!(
+            matches!(other.acquire("job", LONG), Err(Error::Locked { token, .. }) if token == holder.token()),
+            "{other:?}"
+        );
+    }
+}

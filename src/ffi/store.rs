@@ -17,8 +17,7 @@ pub struct fencelock_store {
 }
 
 /// Opens the store at `path` (NUL-terminated UTF-8), creating it if it does not exist, in
-/// multi-process mode with the default value limit (16 MiB). Also uses the sidecar file
-/// `<path>-live`.
+/// multi-process mode with the default value limit (16 MiB).
 ///
 /// On success `*store_out` receives a new store, to be closed with `fencelock_store_close`.
 /// A store opened before `fork()` returns `FENCELOCK_FORKED` in the child: open a new one there.
