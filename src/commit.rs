@@ -4,39 +4,68 @@
 //! The first thread to find no leader becomes the leader: it takes the queued operations, runs
 //! them in one transaction, commits, hands every operation its result and steps down. Threads
 //! that arrive meanwhile queue up for the next batch. An operation that is refused (a held lock,
-//! a stale token) writes nothing, so the others of its batch still commit. An operation that
-//! fails in the storage aborts the whole batch, and every operation of it gets the error; an
-//! operation that took an effect outside the database (a liveness lock) undoes it then.
+//! a stale token) writes nothing, so the others of its batch still commit; a batch of refusals
+//! only is not committed at all. An operation that fails in the storage aborts the whole batch,
+//! and every operation of it gets the error; an operation that took an effect outside the
+//! database (a liveness lock) has it undone then.
+//!
+//! Another process may hold redb's write lock for long (it may be paused inside a transaction).
+//! Operations with a deadline are then refused with [`Error::Timeout`] once it passes.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 use redb::WriteTransaction;
 
+use crate::clock;
 use crate::error::{Error, Result};
 
-/// Undoes an operation's effect outside the database when its transaction does not commit.
-pub(crate) type Undo = Box<dyn FnOnce() + Send>;
+/// An effect outside the database that belongs to a write: undone when dropped, unless kept once
+/// the write committed. Being a drop guard, it is also undone when the write panics.
+pub(crate) trait Effect: Send {
+    fn keep(self: Box<Self>);
+}
 
-/// What an operation produced in the transaction: its value once committed, and how to undo it
-/// otherwise.
+/// What an operation produced in the transaction: its value once committed, and its effect
+/// outside the database.
 pub(crate) struct Applied<T> {
     pub value: T,
-    pub undo: Option<Undo>,
+    pub effect: Option<Box<dyn Effect>>,
 }
 
 impl<T> Applied<T> {
     pub(crate) fn new(value: T) -> Self {
-        Applied { value, undo: None }
+        Applied {
+            value,
+            effect: None,
+        }
     }
 }
 
 type Finish = Box<dyn FnOnce(Result<(), &Error>) + Send>;
-type Job = Box<dyn FnOnce(Result<&WriteTransaction, &Error>) -> (Finish, Option<Error>) + Send>;
+
+/// What running one job in the transaction gave.
+enum Ran {
+    Applied(Finish),
+    Refused(Finish),
+    Failed(Finish, Error),
+}
+
+/// Runs a job's operation in the batch's transaction, or fails it with the batch's error.
+type Run = Box<dyn FnOnce(Result<&WriteTransaction, &Error>) -> Ran + Send>;
+
+struct Job {
+    run: Run,
+    /// `CLOCK_BOOTTIME` nanoseconds after which the job gives up waiting for the write lock.
+    deadline: Option<u64>,
+}
 
 /// The most operations one transaction carries, so that one commit does not grow without bound.
 const MAX_BATCH: usize = 128;
+/// Longest pause between tries for the write lock while a job with a deadline waits.
+const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
@@ -60,46 +89,48 @@ impl GroupCommit {
     }
 
     /// Runs `op` in a write transaction shared with the operations queued at the same time, and
-    /// returns its result once the transaction committed (or failed).
-    pub(crate) fn run<T, F>(&self, db: &redb::Database, op: F) -> Result<T>
+    /// returns its result once the transaction committed (or failed). With a `deadline`
+    /// (`CLOCK_BOOTTIME` ns), gives up with [`Error::Timeout`] if the write lock is not had by
+    /// then.
+    pub(crate) fn run<T, F>(&self, db: &redb::Database, deadline: Option<u64>, op: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         let slot: Arc<Mutex<Option<Result<T>>>> = Arc::new(Mutex::new(None));
         let filled = Arc::clone(&slot);
-        let job: Job = Box::new(move |txn| {
+        let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
             let outcome = match txn {
                 Ok(txn) => catch_unwind(AssertUnwindSafe(|| op(txn)))
                     .unwrap_or_else(|_| Err(Error::Storage("a write operation panicked".into()))),
                 Err(err) => Err(err.duplicate()),
             };
             match outcome {
-                Ok(applied) => {
-                    let finish: Finish = Box::new(move |committed| {
-                        let result = match committed {
-                            Ok(()) => Ok(applied.value),
-                            Err(err) => {
-                                if let Some(undo) = applied.undo {
-                                    undo();
-                                }
-                                Err(err.duplicate())
+                Ok(applied) => Ran::Applied(Box::new(move |committed| {
+                    let result = match committed {
+                        Ok(()) => {
+                            if let Some(effect) = applied.effect {
+                                effect.keep();
                             }
-                        };
-                        *filled.lock() = Some(result);
-                    });
-                    (finish, None)
+                            Ok(applied.value)
+                        }
+                        // Dropping the effect undoes it.
+                        Err(err) => Err(err.duplicate()),
+                    };
+                    *filled.lock() = Some(result);
+                })),
+                Err(err) if err.is_refusal() => {
+                    Ran::Refused(Box::new(move |_| *filled.lock() = Some(Err(err))))
                 }
                 Err(err) => {
-                    let fatal = (!err.is_refusal()).then(|| err.duplicate());
-                    let finish: Finish = Box::new(move |_| *filled.lock() = Some(Err(err)));
-                    (finish, fatal)
+                    let fatal = err.duplicate();
+                    Ran::Failed(Box::new(move |_| *filled.lock() = Some(Err(err))), fatal)
                 }
             }
         });
 
         let mut queue = self.queue.lock();
-        queue.jobs.push(job);
+        queue.jobs.push(Job { run, deadline });
         loop {
             if let Some(result) = slot.lock().take() {
                 return result;
@@ -112,9 +143,9 @@ impl GroupCommit {
             let take = queue.jobs.len().min(MAX_BATCH);
             let batch: Vec<Job> = queue.jobs.drain(..take).collect();
             drop(queue);
-            let _stepping_down = StepDown(self);
+            let stepping_down = StepDown(self);
             run_batch(db, batch);
-            drop(_stepping_down);
+            drop(stepping_down);
             queue = self.queue.lock();
         }
     }
@@ -130,19 +161,64 @@ impl Drop for StepDown<'_> {
     }
 }
 
-fn run_batch(db: &redb::Database, batch: Vec<Job>) {
-    let txn = db.begin_write().map_err(Error::from);
+fn panicked(what: &str) -> Error {
+    Error::Storage(format!("the storage engine panicked in {what}"))
+}
+
+/// Takes the write lock for `batch`. While another process holds it, jobs whose deadline passes
+/// are completed with [`Error::Timeout`] and dropped from the batch.
+fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> {
+    let mut backoff = Duration::from_micros(50);
+    loop {
+        let Some(earliest) = batch.iter().filter_map(|job| job.deadline).min() else {
+            return Ok(db.begin_write()?);
+        };
+        match db.try_begin_write() {
+            Err(redb::TransactionError::WouldBlock) => {}
+            other => return Ok(other?),
+        }
+        let now = clock::now_ns();
+        if now >= earliest {
+            let (expired, waiting): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
+                .into_iter()
+                .partition(|job| job.deadline.is_some_and(|deadline| now >= deadline));
+            *batch = waiting;
+            for job in expired {
+                let (Ran::Refused(finish) | Ran::Applied(finish) | Ran::Failed(finish, _)) =
+                    (job.run)(Err(&Error::Timeout));
+                finish(Err(&Error::Timeout));
+            }
+            if batch.is_empty() {
+                return Err(Error::Timeout);
+            }
+            continue;
+        }
+        std::thread::sleep(backoff.min(Duration::from_nanos(earliest - now)));
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn run_batch(db: &redb::Database, mut batch: Vec<Job>) {
+    let txn = catch_unwind(AssertUnwindSafe(|| begin(db, &mut batch)))
+        .unwrap_or_else(|_| Err(panicked("begin_write")));
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
+    let mut applied = false;
     for job in batch {
         let input = match (&txn, &fatal) {
             (Err(err), _) | (Ok(_), Some(err)) => Err(err),
             (Ok(txn), None) => Ok(txn),
         };
-        let (finish, failed) = job(input);
-        finishes.push(finish);
-        if fatal.is_none() {
-            fatal = failed;
+        match (job.run)(input) {
+            Ran::Applied(finish) => {
+                applied = true;
+                finishes.push(finish);
+            }
+            Ran::Refused(finish) => finishes.push(finish),
+            Ran::Failed(finish, err) => {
+                finishes.push(finish);
+                fatal.get_or_insert(err);
+            }
         }
     }
     let committed: Result<()> = match (txn, fatal) {
@@ -151,7 +227,10 @@ fn run_batch(db: &redb::Database, batch: Vec<Job>) {
             drop(txn.abort());
             Err(err)
         }
-        (Ok(txn), None) => txn.commit().map_err(Error::from),
+        // Nothing to commit: refusals write nothing.
+        (Ok(txn), None) if !applied => txn.abort().map_err(Error::from),
+        (Ok(txn), None) => catch_unwind(AssertUnwindSafe(|| txn.commit().map_err(Error::from)))
+            .unwrap_or_else(|_| Err(panicked("commit"))),
     };
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));

@@ -127,14 +127,17 @@ impl Holder {
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.state.end();
-        let keeper = self.state.keeper.lock().take();
-        if let Some(keeper) = keeper {
-            if keeper.thread().id() != thread::current().id() {
-                let _ = keeper.join();
-            }
+        if let Err(err) = self.state.inner.release(self.state.token) {
+            self.state.released.store(false, Ordering::Release);
+            return Err(err);
         }
-        self.state.inner.release(self.state.token)
+        // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
+        // for the write lock behind a paused process, and a release must not wait for that. A
+        // renewal that lands after the release changes nothing, since the lease's liveness
+        // lock is gone.
+        self.state.end();
+        drop(self.state.keeper.lock().take());
+        Ok(())
     }
 
     /// Keeps the lease alive in a background thread: renews it for `ttl` every third of `ttl`

@@ -19,7 +19,7 @@ use crate::clock::{self, ProcessId};
 use crate::commit::{Applied, GroupCommit};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
-use crate::liveness::Liveness;
+use crate::liveness::{Liveness, MAX_TOKEN};
 use crate::record::{decode_value, encode_value, Lease};
 
 /// Schema version of the tables this library writes.
@@ -260,7 +260,7 @@ impl Store {
     /// Tries once to acquire the lock `name` for `ttl`. On contention returns
     /// [`Error::Locked`] with the current holder's token, pid and time left.
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
-        self.acquire_inner(name, ttl, None)
+        self.acquire_inner(name, ttl, None, None)
     }
 
     /// Acquires the lock `name` for `ttl`, waiting up to `timeout` for it to be free. Wakes at
@@ -270,7 +270,7 @@ impl Store {
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
         let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
         loop {
-            match self.acquire(name, ttl) {
+            match self.acquire_inner(name, ttl, None, Some(deadline)) {
                 Err(Error::Locked {
                     token, remaining, ..
                 }) => {
@@ -297,7 +297,7 @@ impl Store {
     ) -> Result<Holder> {
         self.inner.check_value(value)?;
         check_key(key)?;
-        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())))
+        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None)
     }
 
     fn acquire_inner(
@@ -305,60 +305,43 @@ impl Store {
         name: &str,
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
+        deadline: Option<u64>,
     ) -> Result<Holder> {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
+        // A refusal needs no write transaction: most are answered from a read.
+        self.inner.read(|txn| {
+            self.inner
+                .check_free(&txn.open_table(LEASES)?, name, clock::now_ns())
+        })?;
         let inner = Arc::clone(&self.inner);
         let owned_name = name.to_owned();
-        let (token, expires_ns) = self.inner.write(move |txn| {
+        let (token, expires_ns) = self.inner.write(deadline, move |txn| {
             let mut leases = txn.open_table(LEASES)?;
             let now = clock::now_ns();
-            inner.prune(&mut leases, now, &owned_name)?;
-            if let Some(current) = leases.get(owned_name.as_str())? {
-                let lease = Lease::decode(current.value())?;
-                if inner.is_live(&lease, now)? {
-                    return Err(Error::Locked {
-                        token: lease.token,
-                        pid: lease.holder.pid,
-                        remaining: Duration::from_nanos(lease.expires_ns - now),
-                    });
-                }
-            }
+            inner.check_free(&leases, &owned_name, now)?;
             let mut meta = txn.open_table(META)?;
-            let token = read_counter(&meta)? + 1;
-            if !inner.live.lock(token)? {
-                return Err(Error::Corrupt(format!(
-                    "token {token} is being granted twice: the token counter went back"
-                )));
+            let grant = Grant::take(&inner, read_counter(&meta)? + 1)?;
+            let token = grant.token;
+            // Nothing is written before the last check that can refuse.
+            if let Some((key, value)) = &write {
+                put_fenced(txn, key, Some(value), token, token)?;
             }
-            let undo_inner = Arc::clone(&inner);
-            let undo = Box::new(move || drop(undo_inner.live.unlock(token)));
-            let result = (|| {
-                meta.insert(COUNTER_KEY, token)?;
-                let expires_ns = now + duration_ns(ttl);
-                let lease = Lease {
-                    token,
-                    holder: inner.me,
-                    boot_id: inner.boot_id,
-                    granted_ns: now,
-                    expires_ns,
-                };
-                leases.insert(owned_name.as_str(), lease.encode().as_slice())?;
-                if let Some((key, value)) = &write {
-                    put_fenced(txn, key, Some(value), token, token)?;
-                }
-                Ok(expires_ns)
-            })();
-            match result {
-                Ok(expires_ns) => Ok(Applied {
-                    value: (token, expires_ns),
-                    undo: Some(undo),
-                }),
-                Err(err) => {
-                    undo();
-                    Err(err)
-                }
-            }
+            meta.insert(COUNTER_KEY, token)?;
+            let expires_ns = now + duration_ns(ttl);
+            let lease = Lease {
+                token,
+                holder: inner.me,
+                boot_id: inner.boot_id,
+                granted_ns: now,
+                expires_ns,
+            };
+            leases.insert(owned_name.as_str(), lease.encode().as_slice())?;
+            inner.prune(&mut leases, now, &owned_name)?;
+            Ok(Applied {
+                value: (token, expires_ns),
+                effect: Some(Box::new(grant)),
+            })
         })?;
         Ok(Holder::new(
             Arc::clone(&self.inner),
@@ -376,7 +359,7 @@ impl Store {
         self.inner.check_value(value)?;
         check_token(token)?;
         let (key, value) = (key.to_vec(), value.to_vec());
-        self.inner.write(move |txn| {
+        self.inner.write(None, move |txn| {
             let granted = read_counter(&txn.open_table(META)?)?;
             put_fenced(txn, &key, Some(&value), token, granted)?;
             Ok(Applied::new(()))
@@ -389,7 +372,7 @@ impl Store {
         check_key(key)?;
         check_token(token)?;
         let key = key.to_vec();
-        self.inner.write(move |txn| {
+        self.inner.write(None, move |txn| {
             let granted = read_counter(&txn.open_table(META)?)?;
             let existed = put_fenced(txn, &key, None, token, granted)?;
             Ok(Applied::new(existed))
@@ -458,7 +441,7 @@ impl Store {
             _ => {}
         }
         let resource = resource.to_owned();
-        self.inner.write(move |txn| {
+        self.inner.write(None, move |txn| {
             check_granted(token, read_counter(&txn.open_table(META)?)?)?;
             let mut fences = txn.open_table(FENCES)?;
             let highest = fences.get(resource.as_str())?.map(|h| h.value());
@@ -591,14 +574,37 @@ impl Inner {
         }
     }
 
-    pub(crate) fn write<T, F>(&self, op: F) -> Result<T>
+    /// Runs `op` in a write transaction shared with other threads' writes (group commit). With a
+    /// `deadline` (`CLOCK_BOOTTIME` ns), gives up with [`Error::Timeout`] if another process
+    /// keeps the write lock past it.
+    pub(crate) fn write<T, F>(&self, deadline: Option<u64>, op: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
         let db = self.database()?;
-        self.note_io_failure(self.commits.run(&db, op))
+        self.note_io_failure(self.commits.run(&db, deadline, op))
+    }
+
+    /// Refuses with [`Error::Locked`] when a live lease holds `name`.
+    fn check_free(
+        &self,
+        leases: &impl ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+        now: u64,
+    ) -> Result<()> {
+        if let Some(current) = leases.get(name)? {
+            let lease = Lease::decode(current.value())?;
+            if self.is_live(&lease, now)? {
+                return Err(Error::Locked {
+                    token: lease.token,
+                    pid: lease.holder.pid,
+                    remaining: Duration::from_nanos(lease.expires_ns - now),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
@@ -799,7 +805,7 @@ impl Inner {
         check_ttl(ttl)?;
         let name = name.to_owned();
         let me = Arc::clone(self);
-        self.write(move |txn| {
+        self.write(None, move |txn| {
             let now = clock::now_ns();
             me.check_current(txn, &name, token, now)?;
             let mut leases = txn.open_table(LEASES)?;
@@ -826,7 +832,7 @@ impl Inner {
         }
         let (name, key, value) = (name.to_owned(), key.to_vec(), value.map(<[u8]>::to_vec));
         let me = Arc::clone(self);
-        self.write(move |txn| {
+        self.write(None, move |txn| {
             me.check_current(txn, &name, token, clock::now_ns())?;
             let existed = put_fenced(txn, &key, value.as_deref(), token, token)?;
             Ok(Applied::new(existed))
@@ -846,6 +852,48 @@ impl Inner {
                 && clock::now_ns() < lease.expires_ns
                 && self.live.is_held(token)?)
         })
+    }
+}
+
+/// The liveness lock of a token being granted: released again unless the grant commits.
+struct Grant {
+    inner: Arc<Inner>,
+    token: u64,
+    kept: bool,
+}
+
+impl Grant {
+    /// Locks the byte of `next`, the token after the counter, for this store. A byte still held
+    /// by another open file belongs to a grant of that token that did not commit, in a process
+    /// that has not undone its lock yet (it may have panicked in the middle): such tokens are
+    /// skipped, since tokens need only be unique and increasing.
+    fn take(inner: &Arc<Inner>, next: u64) -> Result<Grant> {
+        for token in next..next.saturating_add(64).min(MAX_TOKEN + 1) {
+            if inner.live.lock(token)? {
+                return Ok(Grant {
+                    inner: Arc::clone(inner),
+                    token,
+                    kept: false,
+                });
+            }
+        }
+        Err(Error::Corrupt(format!(
+            "no token from {next} on can be granted: their liveness bytes are held"
+        )))
+    }
+}
+
+impl crate::commit::Effect for Grant {
+    fn keep(mut self: Box<Self>) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = self.inner.live.unlock(self.token);
+        }
     }
 }
 

@@ -497,3 +497,27 @@ fn every_path_to_the_store_file_sees_the_same_leases() {
         );
     }
 }
+
+#[test]
+fn a_refused_acquire_writes_nothing() {
+    let (_dir, path, store) = common::temp_store();
+    let _held = store.acquire("held", LONG).unwrap();
+    store.acquire("gone", LONG).unwrap().release().unwrap();
+    let before = std::fs::read(&path).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            store.acquire("held", LONG),
+            Err(Error::Locked { .. })
+        ));
+        assert!(matches!(
+            store.acquire_and_put("held", LONG, b"k", b"v"),
+            Err(Error::Locked { .. })
+        ));
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "a refusal changed the file"
+    );
+    assert!(store.lock("gone").unwrap().is_some());
+}

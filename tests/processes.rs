@@ -20,6 +20,20 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
+    if role == "write-lock" {
+        // Holds the store's write lock, as a process paused inside a transaction does.
+        let db = redb::Builder::new()
+            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+            .open(std::env::var(DB).unwrap())
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        println!("@@ locked");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        drop(txn);
+        return;
+    }
     let store = Store::open(std::env::var(DB).unwrap()).unwrap();
     let say = |line: String| {
         println!("@@ {line}");
@@ -223,4 +237,38 @@ fn processes_racing_to_create_a_store_all_open_it() {
     tokens.sort_unstable();
     assert_eq!(tokens, (1..=6).collect::<Vec<_>>());
     Store::open(&path).unwrap().verify().unwrap();
+}
+
+#[test]
+fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
+    let (_dir, path, store) = common::temp_store();
+    let holder = store.acquire("held", Duration::from_secs(60)).unwrap();
+    store.put(b"k", b"v", holder.token()).unwrap();
+    let mut kid = Kid::spawn("write-lock", &path);
+    assert_eq!(kid.report().as_deref(), Some("locked"));
+
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = store.clone();
+    std::thread::spawn(move || {
+        let wait =
+            waiter.acquire_wait("other", Duration::from_secs(60), Duration::from_millis(100));
+        done.send(wait.map(|h| h.token())).unwrap();
+    });
+    // Generous: this guards against a wait that never ends, not against a slow one.
+    let wait = finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("acquire_wait overran its timeout while another process held the write lock");
+    assert!(matches!(wait, Err(Error::Timeout)), "{wait:?}");
+    // Reads, refusals and releases need no write lock.
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+    assert!(matches!(
+        store.acquire("held", Duration::from_secs(1)),
+        Err(Error::Locked { .. })
+    ));
+    holder.release().unwrap();
+    assert!(!holder.is_held().unwrap());
+
+    writeln!(kid.stdin, "go").unwrap();
+    assert!(kid.child.wait().unwrap().success());
+    store.acquire("other", Duration::from_secs(60)).unwrap();
 }
