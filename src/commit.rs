@@ -33,6 +33,9 @@ pub(crate) trait Effect: Send {
 pub(crate) struct Applied<T> {
     pub value: T,
     pub effect: Option<Box<dyn Effect>>,
+    /// Whether the write must be on disk before it is acknowledged. Lease records need not be
+    /// in single-process mode (see `Inner::write`); values, fences and token reservations must.
+    pub durable: bool,
 }
 
 impl<T> Applied<T> {
@@ -40,6 +43,7 @@ impl<T> Applied<T> {
         Applied {
             value,
             effect: None,
+            durable: true,
         }
     }
 }
@@ -48,7 +52,8 @@ type Finish = Box<dyn FnOnce(Result<(), &Error>) + Send>;
 
 /// What running one job in the transaction gave.
 enum Ran {
-    Applied(Finish),
+    /// Applied; whether it must be durable.
+    Applied(Finish, bool),
     Refused(Finish),
     Failed(Finish, Error),
 }
@@ -70,6 +75,8 @@ const MAX_BACKOFF: Duration = Duration::from_millis(1);
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
     changed: Condvar,
+    /// Commit without an fsync when no write of the batch asks to be durable.
+    relaxed: bool,
 }
 
 struct Queue {
@@ -78,13 +85,16 @@ struct Queue {
 }
 
 impl GroupCommit {
-    pub(crate) fn new() -> Self {
+    /// With `relaxed`, a batch whose writes all say they need not be durable commits without
+    /// an fsync; redb supports that only for a database one process has open.
+    pub(crate) fn new(relaxed: bool) -> Self {
         GroupCommit {
             queue: Mutex::new(Queue {
                 jobs: Vec::new(),
                 leader: false,
             }),
             changed: Condvar::new(),
+            relaxed,
         }
     }
 
@@ -106,19 +116,25 @@ impl GroupCommit {
                 Err(err) => Err(err.duplicate()),
             };
             match outcome {
-                Ok(applied) => Ran::Applied(Box::new(move |committed| {
-                    let result = match committed {
-                        Ok(()) => {
-                            if let Some(effect) = applied.effect {
-                                effect.keep();
-                            }
-                            Ok(applied.value)
-                        }
-                        // Dropping the effect undoes it.
-                        Err(err) => Err(err.duplicate()),
-                    };
-                    *filled.lock() = Some(result);
-                })),
+                Ok(applied) => {
+                    let durable = applied.durable;
+                    Ran::Applied(
+                        Box::new(move |committed| {
+                            let result = match committed {
+                                Ok(()) => {
+                                    if let Some(effect) = applied.effect {
+                                        effect.keep();
+                                    }
+                                    Ok(applied.value)
+                                }
+                                // Dropping the effect undoes it.
+                                Err(err) => Err(err.duplicate()),
+                            };
+                            *filled.lock() = Some(result);
+                        }),
+                        durable,
+                    )
+                }
                 Err(err) if err.is_refusal() => {
                     Ran::Refused(Box::new(move |_| *filled.lock() = Some(Err(err))))
                 }
@@ -144,7 +160,7 @@ impl GroupCommit {
             let batch: Vec<Job> = queue.jobs.drain(..take).collect();
             drop(queue);
             let stepping_down = StepDown(self);
-            run_batch(db, batch);
+            run_batch(db, batch, self.relaxed);
             drop(stepping_down);
             queue = self.queue.lock();
         }
@@ -184,7 +200,7 @@ fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> 
                 .partition(|job| job.deadline.is_some_and(|deadline| now >= deadline));
             *batch = waiting;
             for job in expired {
-                let (Ran::Refused(finish) | Ran::Applied(finish) | Ran::Failed(finish, _)) =
+                let (Ran::Refused(finish) | Ran::Applied(finish, _) | Ran::Failed(finish, _)) =
                     (job.run)(Err(&Error::Timeout));
                 finish(Err(&Error::Timeout));
             }
@@ -198,20 +214,22 @@ fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> 
     }
 }
 
-fn run_batch(db: &redb::Database, mut batch: Vec<Job>) {
+fn run_batch(db: &redb::Database, mut batch: Vec<Job>, relaxed: bool) {
     let txn = catch_unwind(AssertUnwindSafe(|| begin(db, &mut batch)))
         .unwrap_or_else(|_| Err(panicked("begin_write")));
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = false;
+    let mut durable = !relaxed;
     for job in batch {
         let input = match (&txn, &fatal) {
             (Err(err), _) | (Ok(_), Some(err)) => Err(err),
             (Ok(txn), None) => Ok(txn),
         };
         match (job.run)(input) {
-            Ran::Applied(finish) => {
+            Ran::Applied(finish, must_last) => {
                 applied = true;
+                durable |= must_last;
                 finishes.push(finish);
             }
             Ran::Refused(finish) => finishes.push(finish),
@@ -229,8 +247,14 @@ fn run_batch(db: &redb::Database, mut batch: Vec<Job>) {
         }
         // Nothing to commit: refusals write nothing.
         (Ok(txn), None) if !applied => txn.abort().map_err(Error::from),
-        (Ok(txn), None) => catch_unwind(AssertUnwindSafe(|| txn.commit().map_err(Error::from)))
-            .unwrap_or_else(|_| Err(panicked("commit"))),
+        (Ok(mut txn), None) => catch_unwind(AssertUnwindSafe(|| {
+            if !durable {
+                txn.set_durability(redb::Durability::None)
+                    .map_err(|err| Error::Storage(err.to_string()))?;
+            }
+            txn.commit().map_err(Error::from)
+        }))
+        .unwrap_or_else(|_| Err(panicked("commit"))),
     };
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));

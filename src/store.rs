@@ -41,6 +41,10 @@ const VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencelock.va
 const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fencelock.fences");
 const SCHEMA_KEY: &str = "schema_version";
 const COUNTER_KEY: &str = "last_token";
+/// Single-process mode: a durable bound on the tokens handed out (see `reserve_tokens`).
+const RESERVED_KEY: &str = "reserved_token";
+/// How many tokens one durable reservation covers.
+const TOKEN_BLOCK: u64 = 4096;
 
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 /// Lease records examined for pruning by each grant; two per grant keeps dead records from
@@ -173,6 +177,8 @@ pub(crate) struct Inner {
     boot_id: [u8; 16],
     me: ProcessId,
     max_value_len: usize,
+    /// Single-process mode: lease writes commit without an fsync (see `reserve_tokens`).
+    relaxed: bool,
     commits: GroupCommit,
     /// The last lease name the pruner looked at; it resumes after it.
     prune_cursor: Mutex<String>,
@@ -241,7 +247,8 @@ impl Store {
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
             max_value_len: options.max_value_len,
-            commits: GroupCommit::new(),
+            relaxed: mode == ConcurrencyMode::ExclusiveWriter,
+            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter),
             prune_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
             released: Condvar::new(),
@@ -328,6 +335,10 @@ impl Store {
                 put_fenced(txn, key, Some(value), token, token)?;
             }
             meta.insert(COUNTER_KEY, token)?;
+            // A lease need not outlive its process, so in single-process mode a grant commits
+            // without an fsync; tokens are then reserved durably a block at a time, so that no
+            // token is handed out twice after a crash loses the counter's latest value.
+            let durable = write.is_some() || inner.relaxed && reserve_tokens(&mut meta, token)?;
             let expires_ns = now + duration_ns(ttl);
             let lease = Lease {
                 token,
@@ -341,6 +352,7 @@ impl Store {
             Ok(Applied {
                 value: (token, expires_ns),
                 effect: Some(Box::new(grant)),
+                durable,
             })
         })?;
         Ok(Holder::new(
@@ -644,7 +656,10 @@ impl Inner {
             // In single-process mode the old handle must close before the file opens again;
             // operations still running on it keep it open, and the next operation retries.
             *slot = None;
-            let reopened = redb_builder(self.mode).create(&self.path);
+            let reopened = redb_builder(self.mode)
+                .create(&self.path)
+                .map_err(Error::from)
+                .and_then(|db| restore_counter(&db).map(|()| db));
             match reopened {
                 Ok(db) => *slot = Some(Arc::new(db)),
                 Err(err) => {
@@ -813,7 +828,10 @@ impl Inner {
                 Lease::decode(leases.get(name.as_str())?.expect("checked current").value())?;
             lease.expires_ns = now + duration_ns(ttl);
             leases.insert(name.as_str(), lease.encode().as_slice())?;
-            Ok(Applied::new(lease.expires_ns))
+            Ok(Applied {
+                durable: false,
+                ..Applied::new(lease.expires_ns)
+            })
         })
     }
 
@@ -925,6 +943,45 @@ fn put_fenced(
 
 fn damaged() -> Error {
     Error::Corrupt("the storage engine failed on a damaged page".into())
+}
+
+/// Reserves tokens up to a block beyond `token` when `token` passes the last reservation.
+/// Returns whether it did, in which case the transaction must be durable.
+fn reserve_tokens(meta: &mut Table<&str, u64>, token: u64) -> Result<bool> {
+    let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
+    if token <= reserved {
+        return Ok(false);
+    }
+    meta.insert(
+        RESERVED_KEY,
+        token.saturating_add(TOKEN_BLOCK).min(MAX_TOKEN),
+    )?;
+    Ok(true)
+}
+
+/// After a crash in single-process mode the counter may be older than tokens handed out; they
+/// are all at most the durable reservation, so the counter moves up to it.
+fn restore_counter(db: &Database) -> Result<()> {
+    {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        if meta.get(RESERVED_KEY)?.map_or(0, |v| v.value()) <= read_counter(&meta)? {
+            return Ok(());
+        }
+    }
+    let txn = db.begin_write()?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
+        if reserved <= read_counter(&meta)? {
+            drop(meta);
+            txn.abort()?;
+            return Ok(());
+        }
+        meta.insert(COUNTER_KEY, reserved)?;
+    }
+    txn.commit()?;
+    Ok(())
 }
 
 fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
@@ -1049,6 +1106,7 @@ fn open_database(builder: &redb::Builder, path: &Path, existing: bool) -> Result
     if check_schema(&db)?.is_none() {
         initialize(&db)?;
     }
+    restore_counter(&db)?;
     Ok(db)
 }
 

@@ -34,6 +34,27 @@ fn child() {
         drop(txn);
         return;
     }
+    if role == "single-process" {
+        let options = fencelock::Options {
+            mode: fencelock::Mode::SingleProcess,
+            ..fencelock::Options::default()
+        };
+        let store = Store::open_with(std::env::var(DB).unwrap(), &options).unwrap();
+        let mut last = 0;
+        for round in 0..50 {
+            let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+            if round == 10 {
+                holder.put(b"acknowledged", b"yes").unwrap();
+            }
+            last = holder.token();
+        }
+        let _still_held = store.acquire("job", Duration::from_secs(60)).unwrap();
+        println!("@@ token {last}");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        return;
+    }
     let store = Store::open(std::env::var(DB).unwrap()).unwrap();
     let say = |line: String| {
         println!("@@ {line}");
@@ -271,4 +292,29 @@ fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
     store.acquire("other", Duration::from_secs(60)).unwrap();
+}
+
+#[test]
+fn single_process_mode_never_reuses_a_token_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("single.db");
+    let mut kid = Kid::spawn("single-process", &path);
+    let last = kid.token();
+    kid.signal(libc::SIGKILL);
+    kid.child.wait().unwrap();
+    let options = fencelock::Options {
+        mode: fencelock::Mode::SingleProcess,
+        ..fencelock::Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    // The dead process's lease is gone with it, and no token it was given comes back.
+    let next = store.acquire("job", Duration::from_secs(60)).unwrap();
+    assert!(
+        next.token() > last + 1,
+        "token {} after {last}",
+        next.token()
+    );
+    let acknowledged = store.get(b"acknowledged").unwrap().unwrap();
+    assert_eq!(acknowledged.value, b"yes");
+    store.verify().unwrap();
 }
