@@ -283,7 +283,7 @@ func lockInfo(t testing.TB, store *fencelock.Store, name string) fencelock.LockI
 
 func TestKeepAliveRenewsUntilRelease(t *testing.T) {
 	store := openStore(t)
-	holder := acquire(t, store, "w", fencelock.WithTTL(300*time.Millisecond), fencelock.KeepAlive())
+	holder := acquire(t, store, "w", fencelock.WithTTL(3*time.Second), fencelock.KeepAlive())
 	first := lockInfo(t, store, "w").ExpiresAt
 	waitFor(t, "a background renewal", func() bool {
 		return lockInfo(t, store, "w").ExpiresAt.After(first)

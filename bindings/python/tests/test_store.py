@@ -102,7 +102,7 @@ def test_acquire_and_put_is_one_step(store):
 
 
 def test_extend(store):
-    holder = store.acquire("ext", ttl=0.5)
+    holder = store.acquire("ext", ttl=5)
     holder.extend(60)
     holder.extend(timedelta(minutes=2))
     (info,) = [lock for lock in store.locks() if lock.name == "ext"]
