@@ -33,8 +33,9 @@ pub(crate) trait Effect: Send {
 pub(crate) struct Applied<T> {
     pub value: T,
     pub effect: Option<Box<dyn Effect>>,
-    /// Whether the write must be on disk before it is acknowledged. Lease records need not be
-    /// in single-process mode (see `Inner::write`); values, fences and token reservations must.
+    /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
+    /// be in single-process mode (see `reserve_tokens` in store.rs); values, fences and token
+    /// reservations must.
     pub durable: bool,
 }
 

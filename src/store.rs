@@ -61,7 +61,8 @@ pub enum Mode {
     #[default]
     MultiProcess,
     /// Only this process opens the file; a second process's open is refused with
-    /// [`Error::InUse`]. Commits are cheaper (one fsync instead of two).
+    /// [`Error::InUse`]. Grants and extends commit without an fsync (a lease cannot outlive
+    /// this process); fenced values and fences commit with one fsync instead of two.
     SingleProcess,
 }
 
@@ -177,8 +178,6 @@ pub(crate) struct Inner {
     boot_id: [u8; 16],
     me: ProcessId,
     max_value_len: usize,
-    /// Single-process mode: lease writes commit without an fsync (see `reserve_tokens`).
-    relaxed: bool,
     commits: GroupCommit,
     /// The last lease name the pruner looked at; it resumes after it.
     prune_cursor: Mutex<String>,
@@ -247,7 +246,6 @@ impl Store {
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
             max_value_len: options.max_value_len,
-            relaxed: mode == ConcurrencyMode::ExclusiveWriter,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter),
             prune_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
@@ -338,7 +336,9 @@ impl Store {
             // A lease need not outlive its process, so in single-process mode a grant commits
             // without an fsync; tokens are then reserved durably a block at a time, so that no
             // token is handed out twice after a crash loses the counter's latest value.
-            let durable = write.is_some() || inner.relaxed && reserve_tokens(&mut meta, token)?;
+            let durable = write.is_some()
+                || inner.mode == ConcurrencyMode::ExclusiveWriter
+                    && reserve_tokens(&mut meta, token)?;
             let expires_ns = now + duration_ns(ttl);
             let lease = Lease {
                 token,
@@ -395,11 +395,7 @@ impl Store {
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
         self.inner.read(|txn| {
-            let values = match txn.open_table(VALUES) {
-                Ok(values) => values,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(err) => return Err(err.into()),
-            };
+            let values = txn.open_table(VALUES)?;
             let Some(record) = values.get(key)? else {
                 return Ok(None);
             };
@@ -779,8 +775,8 @@ impl Inner {
     }
 
     /// Ends this process's hold of the lease `token`. No write: the record is cleared lazily.
+    /// The caller has checked that this is not a child of `fork()`.
     pub(crate) fn release(&self, token: u64) -> Result<()> {
-        self.check_fork()?;
         self.live.unlock(token)?;
         *self.releases.lock() += 1;
         self.released.notify_all();
@@ -788,14 +784,13 @@ impl Inner {
     }
 
     /// Checks, inside a write transaction, that the lease `token` of `name` is still current.
-    pub(crate) fn check_current(
+    fn check_current(
         &self,
-        txn: &WriteTransaction,
+        leases: &impl ReadableTable<&'static str, &'static [u8]>,
         name: &str,
         token: u64,
         now: u64,
-    ) -> Result<()> {
-        let leases = txn.open_table(LEASES)?;
+    ) -> Result<Lease> {
         let current = match leases.get(name)? {
             Some(record) => Some(Lease::decode(record.value())?),
             None => None,
@@ -806,7 +801,7 @@ impl Inner {
                     && lease.boot_id == self.boot_id
                     && now < lease.expires_ns =>
             {
-                Ok(())
+                Ok(lease)
             }
             other => Err(Error::LockLost {
                 token,
@@ -822,10 +817,8 @@ impl Inner {
         let me = Arc::clone(self);
         self.write(None, move |txn| {
             let now = clock::now_ns();
-            me.check_current(txn, &name, token, now)?;
             let mut leases = txn.open_table(LEASES)?;
-            let mut lease =
-                Lease::decode(leases.get(name.as_str())?.expect("checked current").value())?;
+            let mut lease = me.check_current(&leases, &name, token, now)?;
             lease.expires_ns = now + duration_ns(ttl);
             leases.insert(name.as_str(), lease.encode().as_slice())?;
             Ok(Applied {
@@ -851,7 +844,7 @@ impl Inner {
         let (name, key, value) = (name.to_owned(), key.to_vec(), value.map(<[u8]>::to_vec));
         let me = Arc::clone(self);
         self.write(None, move |txn| {
-            me.check_current(txn, &name, token, clock::now_ns())?;
+            me.check_current(&txn.open_table(LEASES)?, &name, token, clock::now_ns())?;
             let existed = put_fenced(txn, &key, value.as_deref(), token, token)?;
             Ok(Applied::new(existed))
         })
@@ -865,10 +858,7 @@ impl Inner {
                 return Ok(false);
             };
             let lease = Lease::decode(record.value())?;
-            Ok(lease.token == token
-                && lease.boot_id == self.boot_id
-                && clock::now_ns() < lease.expires_ns
-                && self.live.is_held(token)?)
+            Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?)
         })
     }
 }
