@@ -103,7 +103,7 @@ fn an_expired_lease_is_taken_over_and_its_holder_is_fenced_out() {
     assert!(fresh.is_held().unwrap());
     assert!(matches!(
         store.acquire("payment-export", LONG),
-        Err(Error::Locked { .. })
+        Err(Error::Locked { token, .. }) if token == fresh.token()
     ));
 }
 
