@@ -8,9 +8,11 @@
  *     FENCELOCK_UPDATE_HEADER=1 cargo test --test header
  * (tests/header.rs fails while this committed copy differs from a fresh generation.)
  *
- * Conventions: every fallible function returns a fencelock_status (FENCELOCK_OK is 0) and
- * takes an optional last parameter `fencelock_error **err_out`: on failure, when it is not
- * NULL, it receives an error to free with fencelock_error_free(). Out-parameters are written
+ * Conventions: every fallible function returns a fencelock_status (FENCELOCK_OK is 0) and,
+ * but for fencelock_lock_list_get and fencelock_key_list_get (whose only failures are a NULL
+ * pointer or an index out of range), takes an optional last parameter
+ * `fencelock_error **err_out`: on failure, when it is not NULL, it receives an error to free
+ * with fencelock_error_free(). Out-parameters are written
  * only on success. Names are NUL-terminated UTF-8; keys and values are (pointer, length)
  * pairs whose pointer may be NULL only when the length is 0. Durations are milliseconds.
  * Every handle may be used from many threads at once; *_close(NULL) and *_free(NULL) do nothing.
@@ -326,7 +328,7 @@ const char *fencelock_holder_name(const struct fencelock_holder *holder);
 /**
  * Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired and taken over, or released),
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),
  * `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30
  * days), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
  * `FENCELOCK_PANIC`.

@@ -53,7 +53,7 @@ pub unsafe extern "C" fn fencelock_holder_name(holder: *const fencelock_holder) 
 
 /// Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired and taken over, or released),
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),
 /// `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30
 /// days), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
 /// `FENCELOCK_PANIC`.

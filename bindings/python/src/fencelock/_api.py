@@ -427,7 +427,7 @@ class Holder(Handle):
 
     def extend(self, ttl: Seconds) -> None:
         """Renews the lease for ``ttl`` seconds from now. Raises ``LockLostError`` when the lease
-        expired and was taken over, or was released."""
+        expired (taken over or not), or was released."""
         ttl_ms = _ms(ttl, "ttl")
         self._res.check(lib.fencelock_holder_extend, ttl_ms)
         self._ttl_ms = ttl_ms
