@@ -164,25 +164,36 @@ impl Holder {
         Ok(())
     }
 
-    /// Whether the lease is known to be lost or released (a keep-alive renewal failed, an
-    /// extend or write found it taken over, or it was released). Reads no storage.
+    /// Whether the lease is known to be lost or released: its TTL ran out without a renewal,
+    /// an extend or write found it taken over, or it was released. Reads no storage.
     #[must_use]
     pub fn is_lost(&self) -> bool {
-        *self.state.ended.lock()
+        *self.state.ended.lock() || self.remaining().is_zero()
     }
 
-    /// Blocks until the lease is known to be lost or released, or `timeout` passes. Returns
-    /// whether it ended.
+    /// Blocks until the lease is known to be lost or released (as [`Holder::is_lost`] tells),
+    /// or `timeout` passes. Returns whether it ended.
     #[must_use]
     pub fn wait_lost(&self, timeout: Duration) -> bool {
+        let deadline =
+            clock::now_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
         let mut ended = self.state.ended.lock();
-        if !*ended {
+        loop {
+            // A renewal moves the expiry on, so the wait is in slices up to the current one.
+            let expires = self.state.expires_ns.load(Ordering::Acquire);
+            let now = clock::now_ns();
+            if *ended || now >= expires {
+                return true;
+            }
+            if now >= deadline {
+                return false;
+            }
+            let slice = Duration::from_nanos(expires.min(deadline) - now);
             let _ = self
                 .state
                 .ended_changed
-                .wait_while_for(&mut ended, |ended| !*ended, timeout);
+                .wait_while_for(&mut ended, |ended| !*ended, slice);
         }
-        *ended
     }
 }
 

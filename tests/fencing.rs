@@ -521,3 +521,16 @@ fn a_refused_acquire_writes_nothing() {
     );
     assert!(store.lock("gone").unwrap().is_some());
 }
+
+#[test]
+fn a_lease_that_runs_out_unrenewed_counts_as_lost() {
+    let (_dir, _path, store) = common::temp_store();
+    let holder = store.acquire("job", LONG).unwrap();
+    assert!(!holder.is_lost());
+    assert!(!holder.wait_lost(Duration::from_millis(1)));
+    holder.extend(SHORT).unwrap();
+    // Nobody took the lock over: the holder learns of the loss from its own expiry.
+    assert!(holder.wait_lost(Duration::from_secs(60)));
+    assert!(holder.is_lost());
+    assert!(matches!(holder.extend(LONG), Err(Error::LockLost { .. })));
+}

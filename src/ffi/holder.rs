@@ -228,7 +228,8 @@ pub unsafe extern "C" fn fencelock_holder_keep_alive(
 }
 
 /// Blocks up to `timeout_ms` milliseconds until the lease is known to be lost or released
-/// (a keep-alive renewal failed, an extend or write found it taken over, or it was released).
+/// (its TTL ran out without a renewal, an extend or write found it taken over, or it was
+/// released).
 /// `*lost_out` receives whether it ended. Reads no storage.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`), `FENCELOCK_PANIC`.

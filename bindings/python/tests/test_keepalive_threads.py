@@ -36,13 +36,15 @@ def test_keep_alive_twice_changes_nothing(store):
 
 
 def test_loss_is_learned_through_lost_wait_lost_and_on_lost(store):
-    holder = store.acquire("lossy", ttl=0.05)
+    holder = store.acquire("lossy", ttl=60)
     called = threading.Event()
     seen = []
     watcher = holder.on_lost(lambda h: (seen.append(h), called.set()))
     assert not holder.lost
     assert not holder.wait_lost(0.01)
-    taker = store.acquire("lossy", ttl=60, timeout=PATIENCE)  # waits for the lease to run out
+    holder.extend(0.05)  # now let it run out
+    assert holder.wait_lost(PATIENCE)  # a lease that ran out unrenewed counts as lost
+    taker = store.acquire("lossy", ttl=60, timeout=PATIENCE)
     with pytest.raises(fencelock.LockLostError):
         holder.extend(5)  # the holder notices the loss
     assert holder.lost

@@ -477,9 +477,9 @@ class Holder(Handle):
 
     @property
     def lost(self) -> bool:
-        """Whether the lease is known to be lost or released: a keep-alive renewal failed, an
-        ``extend``/``put``/``delete`` found it taken over, or it was released. Reads no storage;
-        a lease that silently ran out without keep-alive is found by ``held()``."""
+        """Whether the lease is known to be lost or released: its TTL ran out without a
+        renewal, an ``extend``/``put``/``delete`` found it taken over, or it was released.
+        Reads no storage; whether another holder took the lock is answered by ``held()``."""
         return self._wait_lost_ms(0)
 
     def wait_lost(self, timeout: Seconds | None = None) -> bool:
