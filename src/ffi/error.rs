@@ -4,7 +4,7 @@ use std::any::Any;
 use std::ffi::{c_char, CStr, CString};
 use std::sync::OnceLock;
 
-use super::{fencelock_status, guard_value, FENCELOCK_NULL_POINTER, STATUSES};
+use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
 use crate::error::{Error, Status};
 
 /// A detailed error: its status, a message, and the numbers of a refusal. Created by the
@@ -102,9 +102,11 @@ pub(super) fn static_description(status: Status) -> &'static CStr {
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_status(err: *const fencelock_error) -> fencelock_status {
     // SAFETY: upheld by the caller.
-    guard_value(FENCELOCK_NULL_POINTER, || {
-        unsafe { err.as_ref() }.map_or(FENCELOCK_NULL_POINTER, |err| err.status as fencelock_status)
-    })
+    unsafe {
+        read_or(err, FENCELOCK_NULL_POINTER, |err| {
+            err.status as fencelock_status
+        })
+    }
 }
 
 /// The message of `err`, NUL-terminated UTF-8; NULL when `err` is NULL.
@@ -117,9 +119,7 @@ pub unsafe extern "C" fn fencelock_error_status(err: *const fencelock_error) -> 
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_message(err: *const fencelock_error) -> *const c_char {
     // SAFETY: upheld by the caller.
-    guard_value(std::ptr::null(), || {
-        unsafe { err.as_ref() }.map_or(std::ptr::null(), |err| err.message.as_ptr())
-    })
+    unsafe { read_or(err, std::ptr::null(), |err| err.message.as_ptr()) }
 }
 
 /// For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
@@ -132,7 +132,7 @@ pub unsafe extern "C" fn fencelock_error_message(err: *const fencelock_error) ->
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_token(err: *const fencelock_error) -> u64 {
     // SAFETY: upheld by the caller.
-    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.token))
+    unsafe { read_or(err, 0, |err| err.token) }
 }
 
 /// For `FENCELOCK_STALE_TOKEN`: the highest token accepted. For `FENCELOCK_LOCK_LOST`: the
@@ -145,7 +145,7 @@ pub unsafe extern "C" fn fencelock_error_token(err: *const fencelock_error) -> u
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_highest(err: *const fencelock_error) -> u64 {
     // SAFETY: upheld by the caller.
-    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.highest))
+    unsafe { read_or(err, 0, |err| err.highest) }
 }
 
 /// For `FENCELOCK_LOCKED`: the process id of the current holder. Otherwise, and for NULL, 0.
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn fencelock_error_highest(err: *const fencelock_error) ->
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_pid(err: *const fencelock_error) -> u32 {
     // SAFETY: upheld by the caller.
-    guard_value(0, || unsafe { err.as_ref() }.map_or(0, |err| err.pid))
+    unsafe { read_or(err, 0, |err| err.pid) }
 }
 
 /// For `FENCELOCK_LOCKED`: the time left on the current lease, in milliseconds (rounded
@@ -170,9 +170,7 @@ pub unsafe extern "C" fn fencelock_error_pid(err: *const fencelock_error) -> u32
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_remaining_ms(err: *const fencelock_error) -> u64 {
     // SAFETY: upheld by the caller.
-    guard_value(0, || {
-        unsafe { err.as_ref() }.map_or(0, |err| err.remaining_ms)
-    })
+    unsafe { read_or(err, 0, |err| err.remaining_ms) }
 }
 
 /// Frees an error object. NULL does nothing.
@@ -183,10 +181,6 @@ pub unsafe extern "C" fn fencelock_error_remaining_ms(err: *const fencelock_erro
 /// `err` is NULL or an error returned by this library and not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_error_free(err: *mut fencelock_error) {
-    guard_value((), || {
-        if !err.is_null() {
-            // SAFETY: upheld by the caller: `err` came from `Box::into_raw` in `guard`.
-            drop(unsafe { Box::from_raw(err) });
-        }
-    });
+    // SAFETY: upheld by the caller.
+    unsafe { free_boxed(err) }
 }

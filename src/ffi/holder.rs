@@ -2,7 +2,9 @@
 
 use std::ffi::{c_char, CString};
 
-use super::{bytes, fencelock_error, fencelock_status, guard, guard_value, handle, millis, Out};
+use super::{
+    bytes, fencelock_error, fencelock_status, free_boxed, guard, handle, millis, read_or, Out,
+};
 use crate::holder::Holder;
 
 /// A granted lease. Created by the `fencelock_store_acquire*` functions; freed with
@@ -31,9 +33,7 @@ impl fencelock_holder {
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_holder_token(holder: *const fencelock_holder) -> u64 {
     // SAFETY: upheld by the caller.
-    guard_value(0, || {
-        unsafe { holder.as_ref() }.map_or(0, |holder| holder.holder.token())
-    })
+    unsafe { read_or(holder, 0, |holder| holder.holder.token()) }
 }
 
 /// The lock's name, NUL-terminated UTF-8; NULL for NULL.
@@ -46,9 +46,7 @@ pub unsafe extern "C" fn fencelock_holder_token(holder: *const fencelock_holder)
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_holder_name(holder: *const fencelock_holder) -> *const c_char {
     // SAFETY: upheld by the caller.
-    guard_value(std::ptr::null(), || {
-        unsafe { holder.as_ref() }.map_or(std::ptr::null(), |holder| holder.name.as_ptr())
-    })
+    unsafe { read_or(holder, std::ptr::null(), |holder| holder.name.as_ptr()) }
 }
 
 /// Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
@@ -265,10 +263,6 @@ pub unsafe extern "C" fn fencelock_holder_wait_lost(
 /// `holder` is NULL or a holder from this library not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_holder_free(holder: *mut fencelock_holder) {
-    guard_value((), || {
-        if !holder.is_null() {
-            // SAFETY: upheld by the caller: `holder` came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(holder) });
-        }
-    });
+    // SAFETY: upheld by the caller.
+    unsafe { free_boxed(holder) }
 }

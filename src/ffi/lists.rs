@@ -4,8 +4,9 @@ use std::ffi::{c_char, CString};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{
-    fencelock_error, fencelock_status, guard, guard_value, handle, Out, FENCELOCK_LOCK_EXPIRED,
-    FENCELOCK_LOCK_HELD, FENCELOCK_LOCK_HOLDER_DEAD, FENCELOCK_LOCK_RELEASED,
+    fencelock_error, fencelock_status, free_boxed, guard, handle, read_or, Out,
+    FENCELOCK_LOCK_EXPIRED, FENCELOCK_LOCK_HELD, FENCELOCK_LOCK_HOLDER_DEAD,
+    FENCELOCK_LOCK_RELEASED,
 };
 use crate::error::Status;
 use crate::store::{LockInfo, LockState};
@@ -104,9 +105,7 @@ fn out_of_range(index: usize, len: usize) -> fencelock_error {
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_lock_list_len(list: *const fencelock_lock_list) -> usize {
     // SAFETY: upheld by the caller.
-    guard_value(0, || {
-        unsafe { list.as_ref() }.map_or(0, |list| list.infos.len())
-    })
+    unsafe { read_or(list, 0, |list| list.infos.len()) }
 }
 
 /// Copies entry `index` of `list` to `*info_out`. Its `name` points into the list and is valid
@@ -148,12 +147,8 @@ pub unsafe extern "C" fn fencelock_lock_list_get(
 /// `list` is NULL or a list from this library not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_lock_list_free(list: *mut fencelock_lock_list) {
-    guard_value((), || {
-        if !list.is_null() {
-            // SAFETY: upheld by the caller: `list` came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(list) });
-        }
-    });
+    // SAFETY: upheld by the caller.
+    unsafe { free_boxed(list) }
 }
 
 /// The number of keys of `list`; 0 for NULL.
@@ -165,9 +160,7 @@ pub unsafe extern "C" fn fencelock_lock_list_free(list: *mut fencelock_lock_list
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_key_list_len(list: *const fencelock_key_list) -> usize {
     // SAFETY: upheld by the caller.
-    guard_value(0, || {
-        unsafe { list.as_ref() }.map_or(0, |list| list.keys.len())
-    })
+    unsafe { read_or(list, 0, |list| list.keys.len()) }
 }
 
 /// Key `index` of `list`: `*key_out` receives a pointer to its bytes (valid until
@@ -212,10 +205,6 @@ pub unsafe extern "C" fn fencelock_key_list_get(
 /// `list` is NULL or a list from this library not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_key_list_free(list: *mut fencelock_key_list) {
-    guard_value((), || {
-        if !list.is_null() {
-            // SAFETY: upheld by the caller: `list` came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(list) });
-        }
-    });
+    // SAFETY: upheld by the caller.
+    unsafe { free_boxed(list) }
 }

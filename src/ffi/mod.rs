@@ -183,6 +183,29 @@ pub fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// Frees a handle made by `Box::into_raw`, inside the panic boundary; NULL does nothing.
+///
+/// # Safety
+/// `ptr` is NULL or came from `Box::into_raw`, and is not used after this call.
+unsafe fn free_boxed<T>(ptr: *mut T) {
+    guard_value((), || {
+        if !ptr.is_null() {
+            // SAFETY: upheld by the caller.
+            drop(unsafe { Box::from_raw(ptr) });
+        }
+    });
+}
+
+/// `read` of the object behind a handle, or `fallback` for NULL (and for a panic), for the
+/// infallible getters.
+///
+/// # Safety
+/// `ptr` is NULL or points to a live `T`.
+unsafe fn read_or<T, R: Copy>(ptr: *const T, fallback: R, read: impl FnOnce(&T) -> R) -> R {
+    // SAFETY: upheld by the caller.
+    guard_value(fallback, || unsafe { ptr.as_ref() }.map_or(fallback, read))
+}
+
 /// A required pointer argument was NULL.
 fn null(what: &str) -> fencelock_error {
     fencelock_error::new(Status::NullPointer, format!("{what} is NULL"))

@@ -4,8 +4,8 @@ use std::ffi::c_char;
 
 use super::{
     bytes, fencelock_error, fencelock_holder, fencelock_key_list, fencelock_lock_list,
-    fencelock_status, guard, guard_value, handle, millis, name, Out, FENCELOCK_MODE_MULTI_PROCESS,
-    FENCELOCK_MODE_SINGLE_PROCESS,
+    fencelock_status, free_boxed, guard, guard_value, handle, millis, name, Out,
+    FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
 };
 use crate::error::Status;
 use crate::store::{Mode, Options, Store, DEFAULT_MAX_VALUE_LEN};
@@ -105,12 +105,8 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 /// `store` is NULL or a store from `fencelock_store_open*` not yet closed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_store_close(store: *mut fencelock_store) {
-    guard_value((), || {
-        if !store.is_null() {
-            // SAFETY: upheld by the caller: `store` came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(store) });
-        }
-    });
+    // SAFETY: upheld by the caller.
+    unsafe { free_boxed(store) }
 }
 
 /// Tries once to acquire the lock `name` (NUL-terminated UTF-8, 1 to 1024 bytes) for `ttl_ms`
