@@ -121,26 +121,10 @@ def test_io_error(tmp_path):
     assert isinstance(info.value, OSError)
 
 
-def test_in_use_by_another_process_in_single_process_mode(tmp_path):
-    path = tmp_path / "single.db"
-    with Store(path, mode="single-process"):
-        child = run(
-            """
-            import sys, fencelock
-            try:
-                fencelock.Store(sys.argv[1], mode="single-process")
-            except fencelock.InUseError:
-                sys.exit(0)
-            sys.exit(1)
-            """,
-            str(path),
-        )
-        assert child.returncode == 0, child.stderr
-
-
-def test_in_use_for_another_mode(tmp_path):
-    path = tmp_path / "mixed.db"
-    with Store(path, mode="multi-process"):
+@pytest.mark.parametrize("parent_mode", ["single-process", "multi-process"])
+def test_in_use_for_a_single_process_open_beside_another_process(tmp_path, parent_mode):
+    path = tmp_path / "in-use.db"
+    with Store(path, mode=parent_mode):
         child = run(
             """
             import sys, fencelock
