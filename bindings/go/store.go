@@ -195,6 +195,25 @@ func KeepAlive() AcquireOption { return func(s *AcquireSettings) { s.KeepAlive =
 // (matching ErrLocked) when a live lease holds the lock.
 func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Holder, error) {
 	settings := SettingsOf(opts...)
+	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
+		if settings.Wait {
+			return s.acquireWait(ctx, name, cname, ttl)
+		}
+		var h *C.fencelock_holder
+		err := s.call(ctx, func(sh *C.fencelock_store) error {
+			var eobj *C.fencelock_error
+			if status := C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj); status != 0 {
+				return newError(Status(status), eobj)
+			}
+			return nil
+		})
+		return h, err
+	})
+}
+
+// grant runs one granting call with the lock name and TTL converted for C, and wraps the
+// holder it returns.
+func (s *Store) grant(name string, settings AcquireSettings, call func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error)) (Holder, error) {
 	ttl, err := millis("ttl", settings.TTL)
 	if err != nil {
 		return nil, err
@@ -205,18 +224,7 @@ func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption)
 	}
 	defer C.free(unsafe.Pointer(cname))
 	start := time.Now()
-	var h *C.fencelock_holder
-	if settings.Wait {
-		h, err = s.acquireWait(ctx, name, cname, ttl)
-	} else {
-		err = s.call(ctx, func(sh *C.fencelock_store) error {
-			var eobj *C.fencelock_error
-			if status := C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj); status != 0 {
-				return newError(Status(status), eobj)
-			}
-			return nil
-		})
-	}
+	h, err := call(cname, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -301,31 +309,20 @@ func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byt
 	if settings.Wait {
 		return nil, invalid("AcquireAndPut tries once; acquire with Wait, then Holder.Put")
 	}
-	ttl, err := millis("ttl", settings.TTL)
-	if err != nil {
-		return nil, err
-	}
-	cname, err := cString("lock name", name)
-	if err != nil {
-		return nil, err
-	}
-	defer C.free(unsafe.Pointer(cname))
-	start := time.Now()
-	var h *C.fencelock_holder
-	err = s.call(ctx, func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		status := C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
-			bytesPtr(value), C.size_t(len(value)), &h, &eobj)
-		runtime.KeepAlive(value)
-		if status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
+		var h *C.fencelock_holder
+		err := s.call(ctx, func(sh *C.fencelock_store) error {
+			var eobj *C.fencelock_error
+			status := C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
+				bytesPtr(value), C.size_t(len(value)), &h, &eobj)
+			runtime.KeepAlive(value)
+			if status != 0 {
+				return newError(Status(status), eobj)
+			}
+			return nil
+		})
+		return h, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return newLease(h, name, start, settings)
 }
 
 // PutWithFence stores data under key with the fencing token fence. It returns a
