@@ -128,8 +128,11 @@ pub enum Lease {
 pub trait Client: Send {
     /// Tries once; `None` when the lock is held.
     fn try_acquire(&mut self, name: &str) -> Option<Lease>;
-    /// Waits until the lock is free and takes it.
-    fn acquire_wait(&mut self, name: &str) -> Lease;
+    /// Waits until the lock is free and takes it; by default by polling `try_acquire`, for the
+    /// peers that have no waiting form.
+    fn acquire_wait(&mut self, name: &str) -> Lease {
+        poll_until_acquired(|| self.try_acquire(name))
+    }
     /// Writes `value` under `key`, refused unless `lease` is still current and no newer token
     /// wrote `key`.
     fn write(&mut self, lease: &Lease, key: &str, value: &[u8]);
@@ -317,10 +320,6 @@ impl Client for SqliteClient {
         })
     }
 
-    fn acquire_wait(&mut self, name: &str) -> Lease {
-        poll_until_acquired(|| self.try_acquire(name))
-    }
-
     fn write(&mut self, lease: &Lease, key: &str, value: &[u8]) {
         let Lease::Token { name, token } = lease else {
             unreachable!()
@@ -428,10 +427,6 @@ impl Client for RedisClient {
             name: name.to_owned(),
             token,
         })
-    }
-
-    fn acquire_wait(&mut self, name: &str) -> Lease {
-        poll_until_acquired(|| self.try_acquire(name))
     }
 
     fn write(&mut self, lease: &Lease, key: &str, value: &[u8]) {
