@@ -61,6 +61,14 @@
 #define FENCELOCK_LOCK_HOLDER_DEAD 3
 
 /**
+ * A cancel handle: passed to the `*_cancellable` functions, it ends their wait within about a
+ * millisecond with `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called, changing
+ * nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
+ * stays fired: make a new one for the next call. Safe to use from many threads at once.
+ */
+typedef struct fencelock_cancel fencelock_cancel;
+
+/**
  * A detailed error: its status, a message, and the numbers of a refusal. Created by the
  * library on failure; freed with `fencelock_error_free`. Immutable, so safe to read from many
  * threads at once.
@@ -152,7 +160,8 @@ typedef struct fencelock_lock_info {
 #define FENCELOCK_LOCK_LOST 3
 
 /**
- * A waiting acquire timed out.
+ * A wait timed out: a waiting acquire, or an open or write behind another process that holds
+ * the store's write lock (it may be paused inside a commit).
  */
 #define FENCELOCK_TIMEOUT 4
 
@@ -211,6 +220,17 @@ typedef struct fencelock_lock_info {
  */
 #define FENCELOCK_PANIC 15
 
+/**
+ * A wait was cancelled through its `fencelock_cancel`; nothing was changed.
+ */
+#define FENCELOCK_CANCELLED 16
+
+/**
+ * The store file was deleted, renamed or replaced at its path since it was opened; writes and
+ * grants through this handle are refused.
+ */
+#define FENCELOCK_REPLACED 17
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -229,6 +249,40 @@ const char *fencelock_version(void);
  * Returns a static string; never free it. Thread-safe.
  */
 const char *fencelock_status_str(fencelock_status status);
+
+/**
+ * Makes a cancel handle that has not fired.
+ *
+ * On success `*cancel_out` receives it, to be freed with `fencelock_cancel_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`cancel_out`), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_cancel_new(struct fencelock_cancel **cancel_out,
+                                      struct fencelock_error **err_out);
+
+/**
+ * Fires the handle: every call waiting with it ends with `FENCELOCK_CANCELLED`, and every
+ * later call given it ends so at once. NULL does nothing.
+ *
+ * Thread-safe and lock-free (one atomic store), so it may be called from a signal handler.
+ *
+ * # Safety
+ * `cancel` is NULL or a handle from `fencelock_cancel_new` not yet freed.
+ */
+void fencelock_cancel_fire(const struct fencelock_cancel *cancel);
+
+/**
+ * Frees a cancel handle. NULL does nothing. No call may be waiting with it.
+ *
+ * # Safety
+ * `cancel` is NULL or a handle from `fencelock_cancel_new` not yet freed.
+ */
+void fencelock_cancel_free(struct fencelock_cancel *cancel);
 
 /**
  * The status of `err`; `FENCELOCK_NULL_POINTER` when `err` is NULL.
@@ -452,6 +506,24 @@ fencelock_status fencelock_holder_wait_lost(const struct fencelock_holder *holde
                                             struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_holder_wait_lost`, and ends within about a millisecond with
+ * `FENCELOCK_CANCELLED` once `cancel` fires (NULL: no cancel handle).
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`),
+ * `FENCELOCK_CANCELLED`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_holder_wait_lost_cancellable(const struct fencelock_holder *holder,
+                                                        uint64_t timeout_ms,
+                                                        const struct fencelock_cancel *cancel,
+                                                        bool *lost_out,
+                                                        struct fencelock_error **err_out);
+
+/**
  * Frees a holder, releasing the lease if it is still held (errors of that release are
  * ignored; call `fencelock_holder_release` first to see them). NULL does nothing.
  *
@@ -579,6 +651,29 @@ fencelock_status fencelock_store_open_with(const char *path,
                                            struct fencelock_error **err_out);
 
 /**
+ * Opens the store at `path` like `fencelock_store_open_with`, with a busy timeout and a cancel
+ * handle. `busy_timeout_ms` bounds how long the open, and each later write that has no timeout
+ * of its own, waits for another process that holds the store (one paused inside a commit or
+ * inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open
+ * with `FENCELOCK_CANCELLED`.
+ *
+ * Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
+ * `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_open_cancellable(const char *path,
+                                                  int32_t mode,
+                                                  uint64_t max_value_len,
+                                                  uint64_t busy_timeout_ms,
+                                                  const struct fencelock_cancel *cancel,
+                                                  struct fencelock_store **store_out,
+                                                  struct fencelock_error **err_out);
+
+/**
  * Closes a store. NULL does nothing. Holders acquired from it stay valid: each keeps the
  * underlying database open until it is freed.
  *
@@ -634,6 +729,25 @@ fencelock_status fencelock_store_acquire_wait(const struct fencelock_store *stor
                                               uint64_t timeout_ms,
                                               struct fencelock_holder **holder_out,
                                               struct fencelock_error **err_out);
+
+/**
+ * Like `fencelock_store_acquire_wait`, and ends within about a millisecond with
+ * `FENCELOCK_CANCELLED`, changing nothing, once `cancel` fires (NULL: no cancel handle).
+ *
+ * Returns the codes of `fencelock_store_acquire_wait`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_acquire_wait_cancellable(const struct fencelock_store *store,
+                                                          const char *name,
+                                                          uint64_t ttl_ms,
+                                                          uint64_t timeout_ms,
+                                                          const struct fencelock_cancel *cancel,
+                                                          struct fencelock_holder **holder_out,
+                                                          struct fencelock_error **err_out);
 
 /**
  * Acquires the lock `name` for `ttl_ms` and writes `value` under `key` with the new token,

@@ -10,7 +10,8 @@
 //! database (a liveness lock) has it undone then.
 //!
 //! Another process may hold redb's write lock for long (it may be paused inside a transaction).
-//! Operations with a deadline are then refused with [`Error::Timeout`] once it passes.
+//! Every operation has a deadline, and is refused with [`Error::Timeout`] once it passes (or
+//! with [`Error::Cancelled`] once its cancel handle fires) while it waits for that lock.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use redb::WriteTransaction;
 
+use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
 
@@ -65,12 +67,28 @@ type Run = Box<dyn FnOnce(Result<&WriteTransaction, &Error>) -> Ran + Send>;
 struct Job {
     run: Run,
     /// `CLOCK_BOOTTIME` nanoseconds after which the job gives up waiting for the write lock.
-    deadline: Option<u64>,
+    deadline: u64,
+    /// Ends the job's wait for the write lock early.
+    cancel: Option<Cancel>,
+}
+
+impl Job {
+    /// Why the job stops waiting for the write lock at `now`, if it does.
+    fn given_up(&self, now: u64) -> Option<Error> {
+        if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            Some(Error::Cancelled)
+        } else if now >= self.deadline {
+            Some(Error::Timeout)
+        } else {
+            None
+        }
+    }
 }
 
 /// The most operations one transaction carries, so that one commit does not grow without bound.
 const MAX_BATCH: usize = 128;
-/// Longest pause between tries for the write lock while a job with a deadline waits.
+/// First and longest pause between tries for the write lock while another process holds it.
+const MIN_BACKOFF: Duration = Duration::from_micros(20);
 const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
 pub(crate) struct GroupCommit {
@@ -100,10 +118,16 @@ impl GroupCommit {
     }
 
     /// Runs `op` in a write transaction shared with the operations queued at the same time, and
-    /// returns its result once the transaction committed (or failed). With a `deadline`
-    /// (`CLOCK_BOOTTIME` ns), gives up with [`Error::Timeout`] if the write lock is not had by
-    /// then.
-    pub(crate) fn run<T, F>(&self, db: &redb::Database, deadline: Option<u64>, op: F) -> Result<T>
+    /// returns its result once the transaction committed (or failed). Gives up with
+    /// [`Error::Timeout`] if the write lock is not had by `deadline` (`CLOCK_BOOTTIME` ns), and
+    /// with [`Error::Cancelled`] once `cancel` fires before that.
+    pub(crate) fn run<T, F>(
+        &self,
+        db: &redb::Database,
+        deadline: u64,
+        cancel: Option<&Cancel>,
+        op: F,
+    ) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
@@ -147,7 +171,11 @@ impl GroupCommit {
         });
 
         let mut queue = self.queue.lock();
-        queue.jobs.push(Job { run, deadline });
+        queue.jobs.push(Job {
+            run,
+            deadline,
+            cancel: cancel.cloned(),
+        });
         loop {
             if let Some(result) = slot.lock().take() {
                 return result;
@@ -183,34 +211,37 @@ fn panicked(what: &str) -> Error {
 }
 
 /// Takes the write lock for `batch`. While another process holds it, jobs whose deadline passes
-/// are completed with [`Error::Timeout`] and dropped from the batch.
+/// or whose cancel handle fires are completed with [`Error::Timeout`] or [`Error::Cancelled`]
+/// and dropped from the batch.
 fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> {
-    let mut backoff = Duration::from_micros(50);
+    let mut backoff = MIN_BACKOFF;
     loop {
-        let Some(earliest) = batch.iter().filter_map(|job| job.deadline).min() else {
-            return Ok(db.begin_write()?);
-        };
         match db.try_begin_write() {
             Err(redb::TransactionError::WouldBlock) => {}
             other => return Ok(other?),
         }
         let now = clock::now_ns();
-        if now >= earliest {
-            let (expired, waiting): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
-                .into_iter()
-                .partition(|job| job.deadline.is_some_and(|deadline| now >= deadline));
-            *batch = waiting;
-            for job in expired {
-                let (Ran::Refused(finish) | Ran::Applied(finish, _) | Ran::Failed(finish, _)) =
-                    (job.run)(Err(&Error::Timeout));
-                finish(Err(&Error::Timeout));
-            }
-            if batch.is_empty() {
-                return Err(Error::Timeout);
-            }
-            continue;
+        let mut last = None;
+        let (ended, waiting): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
+            .into_iter()
+            .partition(|job| job.given_up(now).is_some());
+        *batch = waiting;
+        for job in ended {
+            let err = job.given_up(now).unwrap_or(Error::Timeout);
+            let (Ran::Refused(finish) | Ran::Applied(finish, _) | Ran::Failed(finish, _)) =
+                (job.run)(Err(&err));
+            finish(Err(&err));
+            last = Some(err);
         }
-        std::thread::sleep(backoff.min(Duration::from_nanos(earliest - now)));
+        if batch.is_empty() {
+            return Err(last.unwrap_or(Error::Timeout));
+        }
+        let earliest = batch.iter().map(|job| job.deadline).min().unwrap_or(now);
+        std::thread::sleep(
+            backoff
+                .min(Duration::from_nanos(earliest.saturating_sub(now)))
+                .min(crate::cancel::POLL),
+        );
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }

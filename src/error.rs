@@ -34,8 +34,15 @@ pub enum Error {
         /// The token of the lease now recorded for the lock, if any.
         current: Option<u64>,
     },
-    /// A waiting acquire gave up after its timeout.
+    /// A wait gave up after its timeout: a waiting acquire, or an open or write behind another
+    /// process that holds the store's write lock (it may be paused inside a commit).
     Timeout,
+    /// A wait was ended through its [`crate::Cancel`] handle; nothing was changed.
+    Cancelled,
+    /// The store's path no longer names the file this handle opened: the file was deleted,
+    /// renamed or replaced. Writes and grants through this handle are refused, since another
+    /// process opening the path would start a separate store with its own tokens.
+    Replaced(String),
     /// An argument was out of range or malformed; the message says which and why.
     InvalidArgument(String),
     /// The file exists but is not a fencelock store (another program's file or database).
@@ -95,6 +102,10 @@ pub enum Status {
     NotFound = 14,
     /// A panic was caught at the C boundary; the handle involved may be unusable.
     Panic = 15,
+    /// A wait was cancelled through its cancel handle.
+    Cancelled = 16,
+    /// The store file was deleted, renamed or replaced since it was opened.
+    Replaced = 17,
 }
 
 impl Status {
@@ -106,7 +117,7 @@ impl Status {
             Status::Locked => "the lock is held by another live lease",
             Status::StaleToken => "the token is lower than the highest token already accepted",
             Status::LockLost => "the lease expired or was taken over",
-            Status::Timeout => "timed out waiting for the lock",
+            Status::Timeout => "timed out waiting",
             Status::InvalidArgument => "invalid argument",
             Status::NullPointer => "a required pointer was NULL",
             Status::Io => "I/O error",
@@ -118,6 +129,10 @@ impl Status {
             Status::Storage => "storage engine error",
             Status::NotFound => "not found",
             Status::Panic => "internal panic caught at the C boundary",
+            Status::Cancelled => "the wait was cancelled",
+            Status::Replaced => {
+                "the store file was deleted, renamed or replaced since it was opened"
+            }
         }
     }
 }
@@ -131,6 +146,8 @@ impl Error {
             Error::StaleToken { .. } => Status::StaleToken,
             Error::LockLost { .. } => Status::LockLost,
             Error::Timeout => Status::Timeout,
+            Error::Cancelled => Status::Cancelled,
+            Error::Replaced(_) => Status::Replaced,
             Error::InvalidArgument(_) => Status::InvalidArgument,
             Error::NotAStore(_) => Status::NotAStore,
             Error::IncompatibleVersion { .. } => Status::IncompatibleVersion,
@@ -151,6 +168,7 @@ impl Error {
                 | Error::StaleToken { .. }
                 | Error::LockLost { .. }
                 | Error::Timeout
+                | Error::Cancelled
                 | Error::InvalidArgument(_)
         )
     }
@@ -176,6 +194,8 @@ impl Error {
                 current: *current,
             },
             Error::Timeout => Error::Timeout,
+            Error::Cancelled => Error::Cancelled,
+            Error::Replaced(message) => Error::Replaced(message.clone()),
             Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
             Error::NotAStore(message) => Error::NotAStore(message.clone()),
             Error::IncompatibleVersion { found, supported } => Error::IncompatibleVersion {
@@ -221,7 +241,9 @@ impl fmt::Display for Error {
                     "lease with token {token} was lost: it expired or was released"
                 ),
             },
-            Error::Timeout => write!(f, "timed out waiting for the lock"),
+            Error::Timeout => write!(f, "timed out waiting"),
+            Error::Cancelled => write!(f, "the wait was cancelled"),
+            Error::Replaced(message) => write!(f, "store file replaced: {message}"),
             Error::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
             Error::NotAStore(message) => write!(f, "not a fencelock store: {message}"),
             Error::IncompatibleVersion { found, supported } => write!(

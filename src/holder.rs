@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::store::{Inner, Store};
@@ -175,6 +176,17 @@ impl Holder {
     /// or `timeout` passes. Returns whether it ended.
     #[must_use]
     pub fn wait_lost(&self, timeout: Duration) -> bool {
+        self.wait_lost_inner(timeout, None)
+            .expect("a wait without a cancel handle is never cancelled")
+    }
+
+    /// Like [`Holder::wait_lost`], and ends within about a millisecond with
+    /// [`Error::Cancelled`] once `cancel` fires (from any thread).
+    pub fn wait_lost_cancellable(&self, timeout: Duration, cancel: &Cancel) -> Result<bool> {
+        self.wait_lost_inner(timeout, Some(cancel))
+    }
+
+    fn wait_lost_inner(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
         let deadline =
             clock::now_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
         let mut ended = self.state.ended.lock();
@@ -183,12 +195,16 @@ impl Holder {
             let expires = self.state.expires_ns.load(Ordering::Acquire);
             let now = clock::now_ns();
             if *ended || now >= expires {
-                return true;
+                return Ok(true);
             }
+            crate::cancel::check(cancel)?;
             if now >= deadline {
-                return false;
+                return Ok(false);
             }
-            let slice = Duration::from_nanos(expires.min(deadline) - now);
+            let mut slice = Duration::from_nanos(expires.min(deadline) - now);
+            if cancel.is_some() {
+                slice = slice.min(crate::cancel::POLL);
+            }
             let _ = self
                 .state
                 .ended_changed

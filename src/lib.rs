@@ -23,21 +23,24 @@
 //!
 //! See README.md for the guarantees and their limits.
 
+mod cancel;
 mod clock;
 mod commit;
 mod error;
 pub mod ffi;
+mod file;
 mod holder;
 mod liveness;
 mod record;
 mod store;
 
+pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;
 pub use error::{Error, Result, Status};
 pub use holder::Holder;
 pub use store::{
-    Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_MAX_VALUE_LEN,
-    MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_TTL, SCHEMA_VERSION,
+    Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_TTL, SCHEMA_VERSION,
 };
 
 /// The library's version, as Cargo knows it.

@@ -69,14 +69,18 @@ impl Liveness {
 
     /// Excludes the opens of other stores on the same file until the returned file is dropped:
     /// a lock on token 0's byte through an open file of its own. `Ok(None)` when a single-process
-    /// store holds the file.
-    pub(crate) fn lock_for_open(path: &Path) -> io::Result<Option<File>> {
+    /// store holds the file. While another open holds the byte, calls `waited` between tries
+    /// and gives up with its error: that open may be paused.
+    pub(crate) fn lock_for_open(
+        path: &Path,
+        mut waited: impl FnMut() -> crate::Result<()>,
+    ) -> crate::Result<Option<File>> {
         let file = open(path)?;
         loop {
             match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, 0) {
                 Ok(_) => return Ok(Some(file)),
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
-                Err(err) => return Err(err),
+                Err(err) => return Err(err.into()),
             }
             // Another open locks exactly this byte; redb's single-process writer locks ranges
             // that span it.
@@ -87,6 +91,7 @@ impl Liveness {
                 return Ok(None);
             }
             // Another open of a few milliseconds is under way.
+            waited()?;
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
@@ -177,7 +182,7 @@ mod tests {
     fn opens_wait_for_each_other_and_tokens_beyond_the_range_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
-        let first = Liveness::lock_for_open(&path).unwrap().unwrap();
+        let first = Liveness::lock_for_open(&path, || Ok(())).unwrap().unwrap();
         let live = Liveness::shared(&path).unwrap();
         assert!(
             live.is_held(0).unwrap(),

@@ -15,6 +15,7 @@ use redb::{
     TableDefinition, WriteTransaction,
 };
 
+use crate::cancel::Cancel;
 use crate::clock::{self, ProcessId};
 use crate::commit::{Applied, GroupCommit};
 use crate::error::{Error, Result};
@@ -46,7 +47,6 @@ const RESERVED_KEY: &str = "reserved_token";
 /// How many tokens one durable reservation covers.
 const TOKEN_BLOCK: u64 = 4096;
 
-const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 /// Lease records examined for pruning by each grant; two per grant keeps dead records from
 /// outnumbering the grants that made them.
 const PRUNE_PER_GRANT: usize = 2;
@@ -66,6 +66,9 @@ pub enum Mode {
     SingleProcess,
 }
 
+/// Default of [`Options::busy_timeout`].
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Options for opening a store.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -73,6 +76,13 @@ pub struct Options {
     pub mode: Mode,
     /// Largest fenced value accepted, in bytes (at most [`MAX_VALUE_LEN_LIMIT`]).
     pub max_value_len: usize,
+    /// How long the open, and each later write that has no timeout of its own, waits for
+    /// another process that holds the store: one inside a commit or inside its own open, which
+    /// may be paused (a SIGSTOP, Ctrl-Z, a debugger). Past it they fail with [`Error::Timeout`]
+    /// and change nothing. Like SQLite's `busy_timeout`.
+    pub busy_timeout: Duration,
+    /// Ends a waiting open early with [`Error::Cancelled`].
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for Options {
@@ -80,6 +90,8 @@ impl Default for Options {
         Options {
             mode: Mode::MultiProcess,
             max_value_len: DEFAULT_MAX_VALUE_LEN,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            cancel: None,
         }
     }
 }
@@ -178,6 +190,7 @@ pub(crate) struct Inner {
     boot_id: [u8; 16],
     me: ProcessId,
     max_value_len: usize,
+    busy_timeout: Duration,
     commits: GroupCommit,
     /// The last lease name the pruner looked at; it resumes after it.
     prune_cursor: Mutex<String>,
@@ -219,20 +232,14 @@ impl Store {
         if path.is_dir() {
             return Err(Error::invalid(format!("{} is a directory", path.display())));
         }
-        let db = {
-            // Opens are serialized, so that no open mistakes a file another process is creating
-            // right now (not yet holding redb's header) for a foreign file.
-            let _opening = match mode {
-                ConcurrencyMode::MultiWriter => {
-                    Some(Liveness::lock_for_open(&path)?.ok_or(Error::InUse)?)
-                }
-                _ => None,
-            };
-            let existing = is_existing_database(&path)?;
-            catch_unwind(AssertUnwindSafe(|| {
-                open_database(&redb_builder(mode), &path, existing)
-            }))
-            .unwrap_or_else(|_| Err(damaged()))?
+        crate::cancel::check(options.cancel.as_ref())?;
+        let db = match mode {
+            ConcurrencyMode::MultiWriter => open_shared(
+                &path,
+                Waiting::new(options.busy_timeout, options.cancel.as_ref()),
+            )?,
+            // A single-process open never waits: redb refuses at once when the file is held.
+            _ => open_now(&path, mode)?,
         };
         let inner = Inner {
             live: match mode {
@@ -246,6 +253,7 @@ impl Store {
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
             max_value_len: options.max_value_len,
+            busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter),
             prune_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
@@ -273,18 +281,33 @@ impl Store {
     /// another process releases or dies, and when the holder's lease expires. Returns
     /// [`Error::Timeout`] when the timeout passes first.
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
-        let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
+        self.wait_for(name, ttl, Waiting::new(timeout, None))
+    }
+
+    /// Like [`Store::acquire_wait`], and ends within about a millisecond with
+    /// [`Error::Cancelled`], changing nothing, once `cancel` fires (from any thread).
+    pub fn acquire_wait_cancellable(
+        &self,
+        name: &str,
+        ttl: Duration,
+        timeout: Duration,
+        cancel: &Cancel,
+    ) -> Result<Holder> {
+        self.wait_for(name, ttl, Waiting::new(timeout, Some(cancel)))
+    }
+
+    fn wait_for(&self, name: &str, ttl: Duration, waiting: Waiting<'_>) -> Result<Holder> {
+        crate::cancel::check(waiting.cancel)?;
         loop {
-            match self.acquire_inner(name, ttl, None, Some(deadline)) {
+            match self.acquire_inner(name, ttl, None, Some(waiting)) {
                 Err(Error::Locked {
                     token, remaining, ..
                 }) => {
-                    let now = clock::now_ns();
-                    if now >= deadline {
-                        return Err(Error::Timeout);
-                    }
-                    let until = deadline.min(now.saturating_add(duration_ns(remaining)));
-                    self.inner.wait_until_free(token, until)?;
+                    waiting.step()?;
+                    let until = waiting
+                        .deadline
+                        .min(clock::now_ns().saturating_add(duration_ns(remaining)));
+                    self.inner.wait_until_free(token, until, waiting.cancel)?;
                 }
                 other => return other,
             }
@@ -310,7 +333,7 @@ impl Store {
         name: &str,
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
-        deadline: Option<u64>,
+        waiting: Option<Waiting<'_>>,
     ) -> Result<Holder> {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
@@ -321,7 +344,7 @@ impl Store {
         })?;
         let inner = Arc::clone(&self.inner);
         let owned_name = name.to_owned();
-        let (token, expires_ns) = self.inner.write(deadline, move |txn| {
+        let (token, expires_ns) = self.inner.write(waiting, move |txn| {
             let mut leases = txn.open_table(LEASES)?;
             let now = clock::now_ns();
             inner.check_free(&leases, &owned_name, now)?;
@@ -582,17 +605,18 @@ impl Inner {
         }
     }
 
-    /// Runs `op` in a write transaction shared with other threads' writes (group commit). With a
-    /// `deadline` (`CLOCK_BOOTTIME` ns), gives up with [`Error::Timeout`] if another process
-    /// keeps the write lock past it.
-    pub(crate) fn write<T, F>(&self, deadline: Option<u64>, op: F) -> Result<T>
+    /// Runs `op` in a write transaction shared with other threads' writes (group commit). Gives
+    /// up with [`Error::Timeout`] if another process keeps the write lock past `waiting` (by
+    /// default, the busy timeout), or with [`Error::Cancelled`] when its handle fires.
+    pub(crate) fn write<T, F>(&self, waiting: Option<Waiting<'_>>, op: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
         let db = self.database()?;
-        self.note_io_failure(self.commits.run(&db, deadline, op))
+        let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
     }
 
     /// Refuses with [`Error::Locked`] when a live lease holds `name`.
@@ -753,9 +777,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes.
-    fn wait_until_free(&self, token: u64, until: u64) -> Result<()> {
+    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes;
+    /// [`Error::Cancelled`] once `cancel` fires.
+    fn wait_until_free(&self, token: u64, until: u64, cancel: Option<&Cancel>) -> Result<()> {
         loop {
+            crate::cancel::check(cancel)?;
             let mut releases = self.releases.lock();
             let seen = *releases;
             if !self.live.is_held(token)? {
@@ -1036,37 +1062,69 @@ fn duration_ns(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Whether `path` holds a redb database (`false` for a missing or empty file, which becomes a
-/// new store). Refuses, without modifying it, a file that is neither.
-fn is_existing_database(path: &Path) -> Result<bool> {
-    let metadata = match fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(err) => return Err(err.into()),
-    };
-    if metadata.len() == 0 {
-        return Ok(false);
-    }
-    let mut head = [0u8; REDB_MAGIC.len()];
-    let read = {
-        use std::io::Read;
-        let mut file = fs::File::open(path)?;
-        let mut read = 0;
-        while read < head.len() {
-            match file.read(&mut head[read..])? {
-                0 => break,
-                n => read += n,
+/// Opens the database at `path` in this thread, without waiting for other processes.
+fn open_now(path: &Path, mode: ConcurrencyMode) -> Result<Database> {
+    let existing = crate::file::is_existing_database(path)?;
+    catch_unwind(AssertUnwindSafe(|| {
+        open_database(&redb_builder(mode), path, existing)
+    }))
+    .unwrap_or_else(|_| Err(damaged()))
+}
+
+/// Opens the database at `path` in multi-process mode within `waiting`.
+///
+/// Opens are serialized, so that no open mistakes a file another process is creating right now
+/// (not yet holding redb's header) for a foreign file. redb's writable open then waits, with no
+/// timeout, for the write lock, which a process paused inside a commit holds indefinitely; so
+/// the open runs in a thread of its own, and the caller stops waiting for it at the deadline or
+/// on cancellation. An open given up on finishes in its thread once the other process moves
+/// on, and closes the database again.
+fn open_shared(path: &Path, waiting: Waiting<'_>) -> Result<Database> {
+    let opening = Liveness::lock_for_open(path, || waiting.step())?.ok_or(Error::InUse)?;
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    let owned = path.to_owned();
+    std::thread::Builder::new()
+        .name("fencelock-open".into())
+        .spawn(move || {
+            let result = open_now(&owned, ConcurrencyMode::MultiWriter);
+            drop(opening);
+            // A caller that gave up is gone; the database then closes here.
+            let _ = sender.send(result);
+        })?;
+    loop {
+        match receiver.recv_timeout(crate::cancel::POLL) {
+            Ok(result) => return result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => waiting.step()?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Error::Storage("the open ended without a result".into()))
             }
         }
-        read
-    };
-    if read < head.len() || head != REDB_MAGIC {
-        return Err(Error::NotAStore(format!(
-            "{} is not a redb database",
-            path.display()
-        )));
     }
-    Ok(true)
+}
+
+/// A wait bounded by a deadline and, optionally, a cancel handle.
+#[derive(Clone, Copy)]
+pub(crate) struct Waiting<'a> {
+    deadline: u64,
+    cancel: Option<&'a Cancel>,
+}
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn new(timeout: Duration, cancel: Option<&'a Cancel>) -> Self {
+        Waiting {
+            deadline: clock::now_ns().saturating_add(duration_ns(timeout)),
+            cancel,
+        }
+    }
+
+    /// [`Error::Cancelled`] or [`Error::Timeout`] when the wait must end.
+    fn step(&self) -> Result<()> {
+        crate::cancel::check(self.cancel)?;
+        if clock::now_ns() >= self.deadline {
+            return Err(Error::Timeout);
+        }
+        Ok(())
+    }
 }
 
 fn redb_builder(mode: ConcurrencyMode) -> redb::Builder {

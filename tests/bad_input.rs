@@ -401,6 +401,83 @@ fn files_that_are_not_stores_are_refused_unchanged() {
     }
 }
 
+/// What redb leaves when a creation is cut short after its first write (the file sized, all
+/// zeros) and after its second (the header without the magic number), built from the header
+/// of a real new redb file.
+fn creation_remnants(dir: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    let fresh = dir.join("fresh.redb");
+    drop(redb::Database::create(&fresh).unwrap());
+    let bytes = std::fs::read(&fresh).unwrap();
+    std::fs::remove_file(&fresh).unwrap();
+    assert_eq!(&bytes[..4], b"redb");
+    let sized = vec![0u8; bytes.len()];
+    let mut unsealed = sized.clone();
+    unsealed[9..320].copy_from_slice(&bytes[9..320]);
+    vec![("sized", sized), ("header-without-magic", unsealed)]
+}
+
+#[test]
+fn a_store_whose_creation_was_cut_short_is_created_again() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in creation_remnants(dir.path()) {
+        let path = dir.path().join(name);
+        write_file(&path, &bytes);
+        let store = Store::open(&path).unwrap_or_else(|err| panic!("{name}: {err}"));
+        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+        assert_eq!(holder.token(), 1, "{name}");
+        holder.put(b"k", b"v").unwrap();
+        store.verify().unwrap();
+        drop((holder, store));
+        assert_eq!(
+            Store::open(&path)
+                .unwrap()
+                .get(b"k")
+                .unwrap()
+                .unwrap()
+                .value,
+            b"v"
+        );
+    }
+}
+
+#[test]
+fn a_remnant_lookalike_with_data_or_an_owner_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, sized) = creation_remnants(dir.path()).remove(0);
+    // A byte of data past the header: not a remnant of redb's creation.
+    let path = dir.path().join("data");
+    let mut data = sized.clone();
+    data[5000] = 1;
+    write_file(&path, &data);
+    assert!(matches!(open_error(&path), Error::NotAStore(_)));
+    assert_unchanged(&path, &data);
+    // A remnant that some process holds a header lock on is a creation still at work.
+    let path = dir.path().join("owned");
+    write_file(&path, &sized);
+    let owner = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
+    let rc = unsafe {
+        let mut lock: libc::flock = std::mem::zeroed();
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_len = 320;
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&owner),
+            libc::F_OFD_SETLK,
+            &raw mut lock,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert!(matches!(open_error(&path), Error::NotAStore(_)));
+    assert_unchanged(&path, &sized);
+    drop(owner);
+    Store::open(&path).unwrap();
+}
+
 #[test]
 fn another_programs_redb_database_is_refused_unchanged() {
     let dir = tempfile::tempdir().unwrap();

@@ -81,6 +81,8 @@ fn status_macros_match_the_engine_codes() {
         ("FENCELOCK_STORAGE", Status::Storage),
         ("FENCELOCK_NOT_FOUND", Status::NotFound),
         ("FENCELOCK_PANIC", Status::Panic),
+        ("FENCELOCK_CANCELLED", Status::Cancelled),
+        ("FENCELOCK_REPLACED", Status::Replaced),
     ] {
         assert_eq!(define(FRESH, name), (status as i32).to_string(), "{name}");
     }

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use fencelock::{boottime_ns, Error, Store};
+use fencelock::{boottime_ns, Cancel, Error, Options, Store};
 
 const ROLE: &str = "FENCELOCK_TEST_ROLE";
 const DB: &str = "FENCELOCK_TEST_DB";
@@ -32,6 +32,34 @@ fn child() {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
         drop(txn);
+        return;
+    }
+    if role == "open-lock" {
+        // Holds the byte that serializes opens, as a process paused inside Store::open does.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(std::env::var(DB).unwrap())
+            .unwrap();
+        // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
+        let rc = unsafe {
+            let mut lock: libc::flock = std::mem::zeroed();
+            lock.l_type = libc::F_WRLCK as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_start = 1 << 61;
+            lock.l_len = 1;
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                libc::F_OFD_SETLK,
+                &raw mut lock,
+            )
+        };
+        assert_eq!(rc, 0);
+        println!("@@ opening");
+        std::io::stdout().flush().unwrap();
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        drop(file);
         return;
     }
     if role == "single-process" {
@@ -292,6 +320,104 @@ fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
     store.acquire("other", Duration::from_secs(60)).unwrap();
+}
+
+/// Runs `f` in a thread and returns its result. The bound is generous: it catches a call that
+/// never ends (the defect), not a slow one.
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(f()).unwrap());
+    result
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what} never ended while another process was paused"))
+}
+
+fn short_busy_timeout() -> Options {
+    Options {
+        busy_timeout: Duration::from_millis(200),
+        ..Options::default()
+    }
+}
+
+#[test]
+fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
+    let (_dir, path, store) = common::temp_store();
+    let holder = store.acquire("held", Duration::from_secs(60)).unwrap();
+    store.put(b"k", b"v", holder.token()).unwrap();
+    let opened_before = Store::open_with(&path, &short_busy_timeout()).unwrap();
+    let last_token = store.info().unwrap().last_token;
+    let mut kid = Kid::spawn("write-lock", &path);
+    assert_eq!(kid.report().as_deref(), Some("locked"));
+    kid.signal(libc::SIGSTOP);
+
+    // A new open gives up at its busy timeout with a typed error...
+    let at = path.clone();
+    let open = bounded("an open", move || {
+        Store::open_with(&at, &short_busy_timeout()).map(drop)
+    });
+    assert!(matches!(open, Err(Error::Timeout)), "{open:?}");
+    // ...or when its cancel handle fires.
+    let cancel = Cancel::new();
+    let (at, handle) = (path.clone(), cancel.clone());
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        handle.cancel();
+    });
+    let open = bounded("a cancelled open", move || {
+        let options = Options {
+            busy_timeout: Duration::from_secs(3600),
+            cancel: Some(cancel),
+            ..Options::default()
+        };
+        Store::open_with(&at, &options).map(drop)
+    });
+    assert!(matches!(open, Err(Error::Cancelled)), "{open:?}");
+
+    // Writes of a store opened before give up at the busy timeout and change nothing.
+    let token = holder.token();
+    let (put, fence, grant) = bounded("a write", move || {
+        (
+            opened_before.put(b"k", b"late", token),
+            opened_before.fence("printer", token),
+            opened_before
+                .acquire("free", Duration::from_secs(60))
+                .map(|h| h.token()),
+        )
+    });
+    assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
+    assert!(matches!(fence, Err(Error::Timeout)), "{fence:?}");
+    assert!(matches!(grant, Err(Error::Timeout)), "{grant:?}");
+    // Reads go on.
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+
+    kid.signal(libc::SIGCONT);
+    writeln!(kid.stdin, "go").unwrap();
+    assert!(kid.child.wait().unwrap().success());
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+    assert_eq!(store.fence_token("printer").unwrap(), None);
+    assert_eq!(store.info().unwrap().last_token, last_token);
+    // Once the paused process has moved on, opens and grants work again.
+    let reopened = Store::open_with(&path, &short_busy_timeout()).unwrap();
+    let next = reopened.acquire("free", Duration::from_secs(60)).unwrap();
+    assert_eq!(next.token(), last_token + 1);
+}
+
+#[test]
+fn a_process_paused_inside_its_open_cannot_freeze_other_opens() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let mut kid = Kid::spawn("open-lock", &path);
+    assert_eq!(kid.report().as_deref(), Some("opening"));
+    kid.signal(libc::SIGSTOP);
+    let at = path.clone();
+    let open = bounded("an open", move || {
+        Store::open_with(&at, &short_busy_timeout()).map(drop)
+    });
+    assert!(matches!(open, Err(Error::Timeout)), "{open:?}");
+    kid.signal(libc::SIGCONT);
+    writeln!(kid.stdin, "go").unwrap();
+    assert!(kid.child.wait().unwrap().success());
+    Store::open_with(&path, &short_busy_timeout()).unwrap();
 }
 
 #[test]

@@ -3,7 +3,8 @@
 use std::ffi::{c_char, CString};
 
 use super::{
-    bytes, fencelock_error, fencelock_status, free_boxed, guard, handle, millis, read_or, Out,
+    bytes, fencelock_cancel, fencelock_error, fencelock_status, free_boxed, guard, handle, millis,
+    read_or, Out,
 };
 use crate::holder::Holder;
 
@@ -245,10 +246,47 @@ pub unsafe extern "C" fn fencelock_holder_wait_lost(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_holder_wait_lost_cancellable(
+            holder,
+            timeout_ms,
+            std::ptr::null(),
+            lost_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_holder_wait_lost`, and ends within about a millisecond with
+/// `FENCELOCK_CANCELLED` once `cancel` fires (NULL: no cancel handle).
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`),
+/// `FENCELOCK_CANCELLED`, `FENCELOCK_PANIC`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_wait_lost_cancellable(
+    holder: *const fencelock_holder,
+    timeout_ms: u64,
+    cancel: *const fencelock_cancel,
+    lost_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
             let holder = handle(holder, "holder")?;
             let lost_out = Out::required(lost_out, "lost_out")?;
-            lost_out.set(holder.holder.wait_lost(millis(timeout_ms)));
+            let timeout = millis(timeout_ms);
+            let lost = match cancel.as_ref() {
+                Some(cancel) => holder
+                    .holder
+                    .wait_lost_cancellable(timeout, &cancel.cancel)?,
+                None => holder.holder.wait_lost(timeout),
+            };
+            lost_out.set(lost);
             Ok(())
         })
     }

@@ -15,12 +15,14 @@ use std::time::Duration;
 
 use crate::error::Status;
 
+pub mod cancel;
 pub mod error;
 pub mod holder;
 pub mod lists;
 pub mod store;
 
 // Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
+pub use cancel::*;
 pub use error::*;
 pub use holder::*;
 pub use lists::*;
@@ -37,7 +39,8 @@ pub const FENCELOCK_LOCKED: fencelock_status = 1;
 pub const FENCELOCK_STALE_TOKEN: fencelock_status = 2;
 /// The holder's lease expired, was taken over or was released.
 pub const FENCELOCK_LOCK_LOST: fencelock_status = 3;
-/// A waiting acquire timed out.
+/// A wait timed out: a waiting acquire, or an open or write behind another process that holds
+/// the store's write lock (it may be paused inside a commit).
 pub const FENCELOCK_TIMEOUT: fencelock_status = 4;
 /// An argument was out of range or malformed (including a name that is not UTF-8).
 pub const FENCELOCK_INVALID_ARGUMENT: fencelock_status = 5;
@@ -61,6 +64,11 @@ pub const FENCELOCK_STORAGE: fencelock_status = 13;
 pub const FENCELOCK_NOT_FOUND: fencelock_status = 14;
 /// A panic was caught at the C boundary.
 pub const FENCELOCK_PANIC: fencelock_status = 15;
+/// A wait was cancelled through its `fencelock_cancel`; nothing was changed.
+pub const FENCELOCK_CANCELLED: fencelock_status = 16;
+/// The store file was deleted, renamed or replaced at its path since it was opened; writes and
+/// grants through this handle are refused.
+pub const FENCELOCK_REPLACED: fencelock_status = 17;
 
 /// Mode of `fencelock_store_open_with`: any number of processes share the file (the default).
 pub const FENCELOCK_MODE_MULTI_PROCESS: i32 = 0;
@@ -94,10 +102,12 @@ const _: () = {
     assert!(FENCELOCK_STORAGE == Status::Storage as i32);
     assert!(FENCELOCK_NOT_FOUND == Status::NotFound as i32);
     assert!(FENCELOCK_PANIC == Status::Panic as i32);
+    assert!(FENCELOCK_CANCELLED == Status::Cancelled as i32);
+    assert!(FENCELOCK_REPLACED == Status::Replaced as i32);
 };
 
 /// Every status, indexed by its code.
-const STATUSES: [Status; 16] = [
+const STATUSES: [Status; 18] = [
     Status::Ok,
     Status::Locked,
     Status::StaleToken,
@@ -114,6 +124,8 @@ const STATUSES: [Status; 16] = [
     Status::Storage,
     Status::NotFound,
     Status::Panic,
+    Status::Cancelled,
+    Status::Replaced,
 ];
 
 /// The status with code `code`, if there is one.

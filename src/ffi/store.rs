@@ -3,12 +3,12 @@
 use std::ffi::c_char;
 
 use super::{
-    bytes, fencelock_error, fencelock_holder, fencelock_key_list, fencelock_lock_list,
-    fencelock_status, free_boxed, guard, guard_value, handle, millis, name, Out,
-    FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
+    bytes, fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list,
+    fencelock_lock_list, fencelock_status, free_boxed, guard, guard_value, handle, millis, name,
+    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
 };
 use crate::error::Status;
-use crate::store::{Mode, Options, Store, DEFAULT_MAX_VALUE_LEN};
+use crate::store::{Mode, Options, Store, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
 
 /// An open store. Created by `fencelock_store_open`; closed with `fencelock_store_close`.
 /// Safe to use from many threads at once.
@@ -65,6 +65,43 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_open_cancellable(
+            path,
+            mode,
+            max_value_len,
+            0,
+            std::ptr::null(),
+            store_out,
+            err_out,
+        )
+    }
+}
+
+/// Opens the store at `path` like `fencelock_store_open_with`, with a busy timeout and a cancel
+/// handle. `busy_timeout_ms` bounds how long the open, and each later write that has no timeout
+/// of its own, waits for another process that holds the store (one paused inside a commit or
+/// inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open
+/// with `FENCELOCK_CANCELLED`.
+///
+/// Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
+/// `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_open_cancellable(
+    path: *const c_char,
+    mode: i32,
+    max_value_len: u64,
+    busy_timeout_ms: u64,
+    cancel: *const fencelock_cancel,
+    store_out: *mut *mut fencelock_store,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
             let path = name(path, "path")?;
             let store_out = Out::required(store_out, "store_out")?;
@@ -83,11 +120,17 @@ pub unsafe extern "C" fn fencelock_store_open_with(
                 // Larger than the address space is over the limit too; the engine says so.
                 n => usize::try_from(n).unwrap_or(usize::MAX),
             };
+            let busy_timeout = match busy_timeout_ms {
+                0 => DEFAULT_BUSY_TIMEOUT,
+                ms => millis(ms),
+            };
             let store = Store::open_with(
                 path,
                 &Options {
                     mode,
                     max_value_len,
+                    busy_timeout,
+                    cancel: cancel.as_ref().map(|c| c.cancel.clone()),
                 },
             )?;
             store_out.set(Box::into_raw(Box::new(fencelock_store { store })));
@@ -170,13 +213,52 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_acquire_wait_cancellable(
+            store,
+            name,
+            ttl_ms,
+            timeout_ms,
+            std::ptr::null(),
+            holder_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_store_acquire_wait`, and ends within about a millisecond with
+/// `FENCELOCK_CANCELLED`, changing nothing, once `cancel` fires (NULL: no cancel handle).
+///
+/// Returns the codes of `fencelock_store_acquire_wait`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
+    store: *const fencelock_store,
+    name: *const c_char,
+    ttl_ms: u64,
+    timeout_ms: u64,
+    cancel: *const fencelock_cancel,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
             let store = handle(store, "store")?;
             let lock = super::name(name, "name")?;
             let holder_out = Out::required(holder_out, "holder_out")?;
-            let holder = store
-                .store
-                .acquire_wait(lock, millis(ttl_ms), millis(timeout_ms))?;
+            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
+            let holder = match cancel.as_ref() {
+                Some(cancel) => {
+                    store
+                        .store
+                        .acquire_wait_cancellable(lock, ttl, timeout, &cancel.cancel)?
+                }
+                None => store.store.acquire_wait(lock, ttl, timeout)?,
+            };
             holder_out.set(fencelock_holder::into_raw(holder));
             Ok(())
         })

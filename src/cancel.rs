@@ -1,0 +1,64 @@
+//! Cancellation of waits from another thread.
+//!
+//! Every wait of the engine (an open behind a busy store, a waiting acquire, a wait for a lost
+//! lease) looks at its `Cancel` at least once a millisecond, so a signal thread, a Python main
+//! thread that caught Ctrl-C or a Go goroutine watching a context can end it at once. A
+//! cancelled wait ends with [`Error::Cancelled`] and changes nothing in the store.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// The longest a wait goes without looking at its cancel handle.
+pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A handle that ends the waits it is passed to, once [`Cancel::cancel`] is called from any
+/// thread. Cheap to clone; clones share one state. Once cancelled it stays cancelled: use a new
+/// one for the next wait.
+#[derive(Clone, Default)]
+pub struct Cancel {
+    fired: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancel")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+impl Cancel {
+    /// A handle not yet cancelled.
+    #[must_use]
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Ends every wait given this handle (or a clone of it), now and later. Lock-free and
+    /// async-signal-safe: one atomic store.
+    pub fn cancel(&self) {
+        self.fired.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// [`Error::Cancelled`] once cancelled.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Checks an optional handle.
+pub(crate) fn check(cancel: Option<&Cancel>) -> Result<()> {
+    cancel.map_or(Ok(()), Cancel::check)
+}

@@ -1,0 +1,89 @@
+//! What is at the store's path before redb opens it: nothing, a redb database, the remnant of a
+//! creation that was cut short, or another program's file.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+/// The size of redb's header, which it writes at the start of the file; it locks the same bytes.
+const REDB_HEADER_LEN: u64 = 320;
+/// Larger than redb's first size of a new file (about 80 KiB with 4 KiB pages).
+const MAX_CREATION_REMNANT: u64 = 1 << 20;
+
+/// Whether `path` holds a redb database (`false` for a missing or empty file, which becomes a
+/// new store). Refuses, without modifying it, a file that is neither.
+///
+/// redb creates a file in three steps: it sizes the file, writes its header without the magic
+/// number and syncs, then writes the magic number and syncs. A creation cut short by a kill or
+/// a power loss leaves a file of at most that first size, zero everywhere but in the header,
+/// with no magic number. When no process has such a file open, it holds nothing, and it is
+/// emptied so that the creation starts again; any other file without the magic is refused.
+pub(crate) fn is_existing_database(path: &Path) -> Result<bool> {
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(err) => return Err(err.into()),
+    };
+    if metadata.len() == 0 {
+        return Ok(false);
+    }
+    let mut file = File::open(path)?;
+    let mut head = [0u8; REDB_MAGIC.len()];
+    let read = read_full(&mut file, &mut head)?;
+    if read == head.len() && head == REDB_MAGIC {
+        return Ok(true);
+    }
+    let not_redb = || {
+        Error::NotAStore(format!(
+            "{} is not a redb database (it has no redb magic number)",
+            path.display()
+        ))
+    };
+    if head.iter().any(|&byte| byte != 0) || metadata.len() > MAX_CREATION_REMNANT {
+        return Err(not_redb());
+    }
+    let mut rest = Vec::new();
+    file.read_to_end(&mut rest)?;
+    let past_header = usize::try_from(REDB_HEADER_LEN).unwrap_or(usize::MAX) - read;
+    if rest.iter().skip(past_header).any(|&byte| byte != 0) || header_locked(&file)? {
+        return Err(not_redb());
+    }
+    // Checked again through the file that is emptied, in case it was replaced meanwhile.
+    let writable = fs::OpenOptions::new().write(true).open(path)?;
+    if writable.metadata()?.len() == metadata.len() && !header_locked(&writable)? {
+        writable.set_len(0)?;
+        writable.sync_all()?;
+    }
+    Ok(false)
+}
+
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut read = 0;
+    while read < buf.len() {
+        match file.read(&mut buf[read..])? {
+            0 => break,
+            n => read += n,
+        }
+    }
+    Ok(read)
+}
+
+/// Whether some process holds a lock on redb's header bytes: a redb handle (a creator still at
+/// work among them) has the file open.
+fn header_locked(file: &File) -> io::Result<bool> {
+    // SAFETY: an all-zero flock is a valid value of the plain C struct.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = 0;
+    lock.l_len = REDB_HEADER_LEN as libc::off_t;
+    // SAFETY: the descriptor is open for the life of `file`; `lock` is a valid flock.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+}
