@@ -145,11 +145,10 @@ impl Holder {
     /// until it is released or lost. Use [`Holder::wait_lost`] or [`Holder::is_lost`] to learn
     /// of a loss. Calling it again changes nothing.
     pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
-        if ttl < crate::store::MIN_TTL * 3 || ttl > crate::store::MAX_TTL {
+        use crate::store::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
+        if !(MIN_KEEP_ALIVE_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::invalid(format!(
-                "keep-alive ttl {ttl:?} is outside {:?} to {:?}",
-                crate::store::MIN_TTL * 3,
-                crate::store::MAX_TTL
+                "keep-alive ttl {ttl:?} is outside {MIN_KEEP_ALIVE_TTL:?} to {MAX_TTL:?}"
             )));
         }
         let mut keeper = self.state.keeper.lock();

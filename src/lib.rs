@@ -40,7 +40,8 @@ pub use error::{Error, Result, Status};
 pub use holder::Holder;
 pub use store::{
     Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_TTL, SCHEMA_VERSION,
+    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
+    SCHEMA_VERSION,
 };
 
 /// The library's version, as Cargo knows it.

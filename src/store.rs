@@ -33,6 +33,8 @@ pub const DEFAULT_MAX_VALUE_LEN: usize = 16 << 20;
 pub const MAX_VALUE_LEN_LIMIT: usize = 1 << 30;
 /// Shortest lease.
 pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Shortest lease [`crate::Holder::keep_alive`] renews: it renews every third of the TTL.
+pub const MIN_KEEP_ALIVE_TTL: Duration = Duration::from_millis(3);
 /// Longest lease.
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 

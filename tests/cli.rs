@@ -283,12 +283,19 @@ fn usage_errors_exit_80_with_a_message() {
         (&["delete", "k"], "no token"),
         (&["fence", "r"], "no token"),
         (&["get"], "KEY"),
+        (&["get", "k", "--busy-timeout", "0s"], "greater than zero"),
     ];
     for (args, message) in cases {
         let out = env.run(args);
         assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
+    // A TTL the keep-alive cannot renew is refused with the arguments: no store, no token.
+    let fresh = Env::new();
+    let out = fresh.run(&["run", "--lock", "a", "--ttl", "1ms", "--", "true"]);
+    assert_eq!(code(&out), USAGE, "{}", stderr(&out));
+    assert!(stderr(&out).contains("outside 3ms"), "{}", stderr(&out));
+    assert!(!fresh.db.exists(), "a refused run created the store");
     // A token the store never granted is refused, and nothing is written.
     let granted = env.grant();
     let out = env.put("k", b"v", granted + 1);
@@ -671,6 +678,96 @@ fn sigterm_to_the_tool_reaches_the_command_and_frees_the_lock() {
         panic!("the command did not get the forwarded SIGTERM");
     }
     assert_eq!(finish(tool).status.code(), Some(128 + libc::SIGTERM));
+}
+
+#[test]
+fn an_endless_value_stops_at_the_limit_with_a_usage_error() {
+    let env = Env::new();
+    let token = env.grant();
+    for args in [
+        vec!["put", "k", "--token"],
+        vec!["put", "k", "--file", "/dev/zero", "--token"],
+    ] {
+        let token = token.to_string();
+        let mut args = args.clone();
+        args.push(&token);
+        let zero = fs::File::open("/dev/zero").unwrap();
+        let out = env
+            .cmd(&args)
+            .stdin(zero)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("over the limit"), "{}", stderr(&out));
+    }
+    assert_eq!(code(&env.run(&["get", "k"])), NOT_FOUND);
+}
+
+/// Holds the store's write lock from this process, as a process paused inside a commit does,
+/// until dropped.
+fn hold_write_lock(db: &Path) -> (redb::Database, redb::WriteTransaction) {
+    let database = redb::Builder::new()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .open(db)
+        .unwrap();
+    let txn = database.begin_write().unwrap();
+    (database, txn)
+}
+
+#[test]
+fn a_process_paused_inside_a_commit_makes_commands_time_out_not_hang() {
+    let env = Env::new();
+    let token = env.grant();
+    assert_eq!(code(&env.put("k", b"v", token)), 0);
+    let (database, txn) = hold_write_lock(&env.db);
+
+    // run --wait counts the open against its wait.
+    let out = env.run(&["run", "--lock", "a", "--wait", "300ms", "--", "true"]);
+    assert_eq!(code(&out), TIMEOUT, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("another process holds it"),
+        "{}",
+        stderr(&out)
+    );
+    // Every other command gives up at --busy-timeout.
+    for args in [
+        &["get", "k", "--busy-timeout", "200ms"][..],
+        &["info", "--busy-timeout", "200ms"][..],
+        &[
+            "--busy-timeout",
+            "200ms",
+            "fence",
+            "printer",
+            "--token",
+            "1",
+        ][..],
+    ] {
+        let out = env.run(args);
+        assert_eq!(code(&out), TIMEOUT, "{args:?}: {}", stderr(&out));
+    }
+    // A signal ends a run that waits at its open at once.
+    let waiter = env
+        .cmd(&["run", "--lock", "a", "--wait", "10m", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    signal(waiter.id(), libc::SIGTERM);
+    let out = finish(waiter);
+    assert_eq!(code(&out), 128 + libc::SIGTERM, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted by SIGTERM"),
+        "{}",
+        stderr(&out)
+    );
+
+    drop(txn);
+    drop(database);
+    assert_eq!(env.get("k"), b"v");
+    let info = env.json(&["info", "--json"]);
+    assert_eq!(info["last_token"], token, "{info}");
+    assert_eq!(info["fences"], 0, "{info}");
 }
 
 #[test]

@@ -7,9 +7,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fencelock::{LockInfo, LockState, Store};
+use fencelock::{Cancel, Error, LockInfo, LockState, Options, Store, DEFAULT_MAX_VALUE_LEN};
 use serde_json::{json, Map, Value};
 
 use crate::duration::format_duration;
@@ -58,8 +58,15 @@ pub fn database_path(flag: Option<PathBuf>, create: bool) -> Result<PathBuf, Fai
 }
 
 /// Opens the store. Read commands pass `create = false` and get a clear error for a missing
-/// file rather than a new, empty store at a mistyped path.
-pub fn open_store(path: &Path, create: bool) -> Result<Store, Failure> {
+/// file rather than a new, empty store at a mistyped path. The open, and every write after it,
+/// waits at most `busy_timeout` for another process that holds the store; `cancel` ends the
+/// open early.
+pub fn open_store(
+    path: &Path,
+    create: bool,
+    busy_timeout: Duration,
+    cancel: Option<Cancel>,
+) -> Result<Store, Failure> {
     if !create && !path.exists() {
         return Err(Failure::new(
             exit::DATABASE,
@@ -69,18 +76,38 @@ pub fn open_store(path: &Path, create: bool) -> Result<Store, Failure> {
             ),
         ));
     }
-    // Every failure to open is a database error, whatever the library's kind (a directory
-    // given as the path is an invalid argument to the library, but a bad database to the user).
-    Store::open(path).map_err(|err| {
-        Failure::new(
+    let options = Options {
+        busy_timeout,
+        cancel,
+        ..Options::default()
+    };
+    // Every other failure to open is a database error, whatever the library's kind (a
+    // directory given as the path is an invalid argument to the library, but a bad database to
+    // the user).
+    Store::open_with(path, &options).map_err(|err| match err {
+        Error::Timeout => Failure::new(
+            exit::TIMEOUT,
+            format!(
+                "timed out after {} opening database {}: another process holds it; one \
+                 paused inside a commit or an open (Ctrl-Z, SIGSTOP, a debugger) holds it \
+                 until it resumes (--busy-timeout sets the wait)",
+                format_duration(busy_timeout),
+                path.display()
+            ),
+        ),
+        err => Failure::new(
             exit::DATABASE,
             format!("cannot open database {}: {err}", path.display()),
-        )
+        ),
     })
 }
 
 /// Runs every command but `run`.
-pub fn dispatch(db: Option<PathBuf>, command: Command) -> Result<(), Failure> {
+pub fn dispatch(
+    db: Option<PathBuf>,
+    busy_timeout: Duration,
+    command: Command,
+) -> Result<(), Failure> {
     let writes = matches!(
         command,
         Command::Put(_) | Command::Delete(_) | Command::Fence(_)
@@ -91,14 +118,14 @@ pub fn dispatch(db: Option<PathBuf>, command: Command) -> Result<(), Failure> {
         Command::Put(args) => {
             let token = token_or_env(args.token)?;
             let value = read_value(args.file.as_deref())?;
-            let store = open_store(&path, true)?;
+            let store = open_store(&path, true, busy_timeout, None)?;
             store
                 .put(args.key.as_bytes(), &value, token)
                 .map_err(|err| Failure::from_lib(&err))
         }
         Command::Delete(args) => {
             let token = token_or_env(args.token)?;
-            let store = open_store(&path, true)?;
+            let store = open_store(&path, true, busy_timeout, None)?;
             store
                 .delete(args.key.as_bytes(), token)
                 .map(|_| ())
@@ -106,21 +133,27 @@ pub fn dispatch(db: Option<PathBuf>, command: Command) -> Result<(), Failure> {
         }
         Command::Fence(args) => {
             let token = token_or_env(args.token)?;
-            let store = open_store(&path, true)?;
+            let store = open_store(&path, true, busy_timeout, None)?;
             store
                 .fence(&args.resource, token)
                 .map_err(|err| Failure::from_lib(&err))
         }
-        Command::Get(args) => get(&open_store(&path, false)?, &args.key, args.json),
-        Command::Status(args) => {
-            status(&open_store(&path, false)?, args.lock.as_deref(), args.json)
-        }
+        Command::Get(args) => get(
+            &open_store(&path, false, busy_timeout, None)?,
+            &args.key,
+            args.json,
+        ),
+        Command::Status(args) => status(
+            &open_store(&path, false, busy_timeout, None)?,
+            args.lock.as_deref(),
+            args.json,
+        ),
         Command::Keys(args) => keys(
-            &open_store(&path, false)?,
+            &open_store(&path, false, busy_timeout, None)?,
             args.prefix.as_deref().unwrap_or_default(),
             args.json,
         ),
-        Command::Info(args) => info(&open_store(&path, false)?, args.json),
+        Command::Info(args) => info(&open_store(&path, false, busy_timeout, None)?, args.json),
         Command::Run(_) => unreachable!("run is dispatched by main"),
     }
 }
@@ -144,19 +177,28 @@ fn token_or_env(flag: Option<u64>) -> Result<u64, Failure> {
     })
 }
 
+/// Reads the value, stopping one byte past the store's limit, so that an endless input (a
+/// pipe, `/dev/zero`) gives the usage error at once instead of filling the memory.
 fn read_value(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    let limit = DEFAULT_MAX_VALUE_LEN;
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     let mut value = Vec::new();
-    match file {
-        Some(path) if path != Path::new("-") => {
-            value = fs::read(path).map_err(|err| {
-                Failure::new(exit::IO, format!("cannot read {}: {err}", path.display()))
-            })?;
-        }
-        _ => {
-            io::stdin().lock().read_to_end(&mut value).map_err(|err| {
-                Failure::new(exit::IO, format!("cannot read standard input: {err}"))
-            })?;
-        }
+    let (read, source) = match file {
+        Some(path) if path != Path::new("-") => (
+            fs::File::open(path).and_then(|file| file.take(cap).read_to_end(&mut value)),
+            path.display().to_string(),
+        ),
+        _ => (
+            io::stdin().lock().take(cap).read_to_end(&mut value),
+            "standard input".to_owned(),
+        ),
+    };
+    read.map_err(|err| Failure::new(exit::IO, format!("cannot read {source}: {err}")))?;
+    if value.len() > limit {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("the value from {source} is over the limit of {limit} bytes"),
+        ));
     }
     Ok(value)
 }

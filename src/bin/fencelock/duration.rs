@@ -18,6 +18,23 @@ const EXPECTED: &str = "expected a number and a unit (ms, s, m, h, d), e.g. 500m
 
 /// Parses one or more `<number><unit>` groups (`30s`, `1.5s`, `1m30s`). Zero, negative or
 /// unit-less durations are refused with a message that says what is expected.
+/// A lease time `fencelock run` can keep alive: [`fencelock::MIN_KEEP_ALIVE_TTL`] to
+/// [`fencelock::MAX_TTL`], checked with the arguments so that nothing is written for a TTL the
+/// keep-alive would refuse.
+pub fn parse_keep_alive_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    let (min, max) = (fencelock::MIN_KEEP_ALIVE_TTL, fencelock::MAX_TTL);
+    if !(min..=max).contains(&ttl) {
+        return Err(format!(
+            "ttl {} is outside {} to {}",
+            format_duration(ttl),
+            format_duration(min),
+            format_duration(max)
+        ));
+    }
+    Ok(ttl)
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     if trimmed.is_empty() {

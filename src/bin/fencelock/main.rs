@@ -23,7 +23,7 @@
 //! | 80   | usage error: bad option, duration, signal or argument, missing command |
 //! | 81   | database error: cannot open, read or write the store (missing for a read command, not a store, damaged, newer version, I/O) |
 //! | 82   | `run` without `--wait`: the lock is held by another live lease (like `flock -n`) |
-//! | 83   | `run --wait`: the wait timed out (like `flock -w`) |
+//! | 83   | timed out: `run --wait` (like `flock -w`), or another process held the store past `--busy-timeout` (one paused inside a commit or an open) |
 //! | 84   | stale token: a write or fence with a higher token was already accepted |
 //! | 85   | `run`: the lease was lost while the command ran (it expired, e.g. the tool was paused past its TTL, or was taken over); the command was sent `--lost-signal` |
 //! | 86   | I/O error outside the store: reading `--file` or standard input, writing standard output |
@@ -74,7 +74,7 @@ Exit status:
    80  usage error (bad option, duration, signal, argument; missing command)
    81  database error (cannot open, read or write the store)
    82  run: the lock is held by another live lease (no --wait)
-   83  run: --wait timed out
+   83  timed out: run --wait, or another process held the store past --busy-timeout
    84  stale token: a higher token was already accepted
    85  run: the lease was lost while the command ran
    86  I/O error reading --file or stdin, or writing stdout
@@ -183,6 +183,12 @@ struct Cli {
     #[arg(long, global = true, value_name = "PATH")]
     db: Option<PathBuf>,
 
+    /// How long to wait for another process that holds the store (one paused inside a commit
+    /// or an open) before failing with status 83
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
+          allow_hyphen_values = true, value_parser = duration::parse_duration)]
+    busy_timeout: Duration,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -220,9 +226,10 @@ pub struct RunArgs {
     /// Name of the lock
     #[arg(long, value_name = "NAME")]
     pub lock: String,
-    /// Lease time; renewed every third of it while the command runs (e.g. 500ms, 30s, 2m)
+    /// Lease time; renewed every third of it while the command runs (e.g. 500ms, 30s, 2m;
+    /// 3ms to 30 days)
     #[arg(long, value_name = "DURATION", default_value = "30s", allow_hyphen_values = true,
-          value_parser = duration::parse_duration)]
+          value_parser = duration::parse_keep_alive_ttl)]
     pub ttl: Duration,
     /// Wait up to this long for the lock instead of failing at once with status 82
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
@@ -350,8 +357,10 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => commands::database_path(cli.db, true)
-            .and_then(|db| run::run(&db, &args).map(ExitCode::from)),
-        other => commands::dispatch(cli.db, other).map(|()| ExitCode::from(exit::OK)),
+            .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        other => {
+            commands::dispatch(cli.db, cli.busy_timeout, other).map(|()| ExitCode::from(exit::OK))
+        }
     };
     result.unwrap_or_else(|failure| {
         eprintln!("fencelock: {}", failure.message);

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::{Error, Holder, LockState, Store};
+use fencelock::{Cancel, Error, Holder, LockState, Store};
 
 use crate::commands::open_store;
 use crate::duration::format_duration;
@@ -24,8 +24,6 @@ use crate::{exit, Failure, RunArgs};
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
-/// How long one library wait lasts before the tool looks for a signal that aborts the wait.
-const WAIT_SLICE: Duration = Duration::from_millis(100);
 /// How long the watcher waits for a loss before looking whether the command ended.
 const WATCH_SLICE: Duration = Duration::from_millis(250);
 
@@ -92,6 +90,8 @@ enum Phase {
 
 struct Shared {
     phase: Mutex<Phase>,
+    /// Fired by the first forwarded signal while acquiring: ends the open or the wait at once.
+    cancel: Cancel,
     /// Set by the watcher when it found the lease lost and signalled the command.
     lost: AtomicBool,
 }
@@ -113,6 +113,7 @@ impl Shared {
         match &mut *phase {
             Phase::Acquiring { interrupted } => {
                 interrupted.get_or_insert(signal);
+                self.cancel.cancel();
             }
             Phase::Running { pid } => {
                 // The terminal sends Ctrl-C and friends to its whole foreground process group;
@@ -178,15 +179,26 @@ fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
 }
 
 /// Runs `fencelock run`; returns the status to exit with.
-pub fn run(db: &Path, args: &RunArgs) -> Result<u8, Failure> {
+pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Failure> {
     let shared = Arc::new(Shared {
         phase: Mutex::new(Phase::Acquiring { interrupted: None }),
+        cancel: Cancel::new(),
         lost: AtomicBool::new(false),
     });
     start_signal_thread(Arc::clone(&shared))
         .map_err(|err| Failure::new(exit::IO, format!("cannot set up signal handling: {err}")))?;
-    let store = open_store(db, true)?;
-    let holder = Arc::new(acquire(&store, args, &shared)?);
+    // With --wait, the open counts against the wait, so the whole acquisition ends on time.
+    let started = Instant::now();
+    let open_wait = args
+        .wait
+        .map_or(busy_timeout, |wait| wait.min(busy_timeout));
+    let store = open_store(db, true, open_wait, Some(shared.cancel.clone())).map_err(
+        |failure| match shared.interrupted() {
+            Some(signal) => interrupted_failure(signal, &args.lock),
+            None => failure,
+        },
+    )?;
+    let holder = Arc::new(acquire(&store, args, &shared, started)?);
     if let Err(err) = holder.keep_alive(args.ttl) {
         let _ = holder.release();
         return Err(Failure::from_lib(&err));
@@ -280,42 +292,44 @@ pub fn run(db: &Path, args: &RunArgs) -> Result<u8, Failure> {
     }
 }
 
-/// Takes the lock once, or waits up to `--wait` in slices, so a forwarded signal aborts the
-/// wait within a slice.
-fn acquire(store: &Store, args: &RunArgs, shared: &Shared) -> Result<Holder, Failure> {
+/// Takes the lock once, or waits up to `--wait` (counted from `started`); a forwarded signal
+/// fires the cancel handle, which ends the wait at once.
+fn acquire(
+    store: &Store,
+    args: &RunArgs,
+    shared: &Shared,
+    started: Instant,
+) -> Result<Holder, Failure> {
     let Some(wait) = args.wait else {
         return store
             .acquire(&args.lock, args.ttl)
             .map_err(|err| acquire_failure(&err, &args.lock, None));
     };
-    let deadline = Instant::now() + wait;
-    loop {
-        if let Some(signal) = shared.interrupted() {
-            return Err(interrupted_failure(signal, &args.lock));
+    let left = wait.saturating_sub(started.elapsed());
+    match store.acquire_wait_cancellable(&args.lock, args.ttl, left, &shared.cancel) {
+        Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
+            || Failure::from_lib(&Error::Cancelled),
+            |signal| interrupted_failure(signal, &args.lock),
+        )),
+        Err(Error::Timeout) => {
+            let holder = store
+                .lock(&args.lock)
+                .ok()
+                .flatten()
+                .filter(|info| info.state == LockState::Held)
+                .map_or_else(String::new, |info| {
+                    format!(" (held by pid {} with token {})", info.pid, info.token)
+                });
+            Err(Failure::new(
+                exit::TIMEOUT,
+                format!(
+                    "timed out after {} waiting for lock {:?}{holder}",
+                    format_duration(wait),
+                    args.lock
+                ),
+            ))
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        match store.acquire_wait(&args.lock, args.ttl, left.min(WAIT_SLICE)) {
-            Err(Error::Timeout) if left > WAIT_SLICE => {}
-            Err(Error::Timeout) => {
-                let holder = store
-                    .lock(&args.lock)
-                    .ok()
-                    .flatten()
-                    .filter(|info| info.state == LockState::Held)
-                    .map_or_else(String::new, |info| {
-                        format!(" (held by pid {} with token {})", info.pid, info.token)
-                    });
-                return Err(Failure::new(
-                    exit::TIMEOUT,
-                    format!(
-                        "timed out after {} waiting for lock {:?}{holder}",
-                        format_duration(wait),
-                        args.lock
-                    ),
-                ));
-            }
-            other => return other.map_err(|err| acquire_failure(&err, &args.lock, Some(wait))),
-        }
+        other => other.map_err(|err| acquire_failure(&err, &args.lock, Some(wait))),
     }
 }
 
