@@ -13,7 +13,6 @@
 //! Every operation has a deadline, and is refused with [`Error::Timeout`] once it passes (or
 //! with [`Error::Cancelled`] once its cancel handle fires) while it waits for that lock.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,8 +135,11 @@ impl GroupCommit {
         let filled = Arc::clone(&slot);
         let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
             let outcome = match txn {
-                Ok(txn) => catch_unwind(AssertUnwindSafe(|| op(txn)))
-                    .unwrap_or_else(|_| Err(Error::Storage("a write operation panicked".into()))),
+                Ok(txn) => crate::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
+                    Err(Error::Storage(format!(
+                        "a write operation panicked: {panic}"
+                    )))
+                }),
                 Err(err) => Err(err.duplicate()),
             };
             match outcome {
@@ -206,8 +208,8 @@ impl Drop for StepDown<'_> {
     }
 }
 
-fn panicked(what: &str) -> Error {
-    Error::Storage(format!("the storage engine panicked in {what}"))
+fn panicked(what: &str, panic: &str) -> Error {
+    Error::Storage(format!("the storage engine panicked in {what}: {panic}"))
 }
 
 /// Takes the write lock for `batch`. While another process holds it, jobs whose deadline passes
@@ -247,8 +249,8 @@ fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> 
 }
 
 fn run_batch(db: &redb::Database, mut batch: Vec<Job>, relaxed: bool) {
-    let txn = catch_unwind(AssertUnwindSafe(|| begin(db, &mut batch)))
-        .unwrap_or_else(|_| Err(panicked("begin_write")));
+    let txn = crate::quiet::catch(|| begin(db, &mut batch))
+        .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)));
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = false;
@@ -274,19 +276,20 @@ fn run_batch(db: &redb::Database, mut batch: Vec<Job>, relaxed: bool) {
     let committed: Result<()> = match (txn, fatal) {
         (Err(err), _) => Err(err),
         (Ok(txn), Some(err)) => {
-            drop(txn.abort());
+            let _ = crate::quiet::catch(|| txn.abort());
             Err(err)
         }
         // Nothing to commit: refusals write nothing.
-        (Ok(txn), None) if !applied => txn.abort().map_err(Error::from),
-        (Ok(mut txn), None) => catch_unwind(AssertUnwindSafe(|| {
+        (Ok(txn), None) if !applied => crate::quiet::catch(|| txn.abort().map_err(Error::from))
+            .unwrap_or_else(|panic| Err(panicked("abort", &panic))),
+        (Ok(mut txn), None) => crate::quiet::catch(|| {
             if !durable {
                 txn.set_durability(redb::Durability::None)
                     .map_err(|err| Error::Storage(err.to_string()))?;
             }
             txn.commit().map_err(Error::from)
-        }))
-        .unwrap_or_else(|_| Err(panicked("commit"))),
+        })
+        .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));

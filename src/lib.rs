@@ -31,6 +31,7 @@ pub mod ffi;
 mod file;
 mod holder;
 mod liveness;
+mod quiet;
 mod record;
 mod store;
 

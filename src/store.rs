@@ -3,7 +3,6 @@
 use std::fs;
 use std::mem::ManuallyDrop;
 use std::ops::Bound;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -592,8 +591,11 @@ impl Drop for Inner {
         // A child of fork() shares the parent's open file descriptions, and with them redb's file
         // locks: closing the database there would end them for the parent. The child leaks it.
         if self.check_fork().is_ok() {
+            // Closing may write (redb commits its allocator state), and redb panics on some
+            // damaged pages there too: the damage was reported by the call that met it, so the
+            // close stays quiet.
             // SAFETY: dropped once, here, and never used again.
-            unsafe { ManuallyDrop::drop(&mut self.db) };
+            let _ = crate::quiet::catch(|| unsafe { ManuallyDrop::drop(&mut self.db) });
         }
     }
 }
@@ -646,8 +648,7 @@ impl Inner {
     pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_fork()?;
         let db = self.database()?;
-        let result = catch_unwind(AssertUnwindSafe(|| f(&db.begin_read()?)))
-            .unwrap_or_else(|_| Err(damaged()));
+        let result = crate::quiet::catch(|| f(&db.begin_read()?)).unwrap_or_else(damaged);
         self.note_io_failure(result)
     }
 
@@ -959,8 +960,11 @@ fn put_fenced(
     Ok(existed)
 }
 
-fn damaged() -> Error {
-    Error::Corrupt("the storage engine failed on a damaged page".into())
+/// The error for a panic of the storage engine, which it raises on some forms of damage.
+fn damaged<T>(panic: String) -> Result<T> {
+    Err(Error::Corrupt(format!(
+        "the storage engine failed on a damaged page ({panic})"
+    )))
 }
 
 /// Reserves tokens up to a block beyond `token` when `token` passes the last reservation.
@@ -1067,10 +1071,8 @@ fn duration_ns(duration: Duration) -> u64 {
 /// Opens the database at `path` in this thread, without waiting for other processes.
 fn open_now(path: &Path, mode: ConcurrencyMode) -> Result<Database> {
     let existing = crate::file::is_existing_database(path)?;
-    catch_unwind(AssertUnwindSafe(|| {
-        open_database(&redb_builder(mode), path, existing)
-    }))
-    .unwrap_or_else(|_| Err(damaged()))
+    crate::quiet::catch(|| open_database(&redb_builder(mode), path, existing))
+        .unwrap_or_else(damaged)
 }
 
 /// Opens the database at `path` in multi-process mode within `waiting`.

@@ -959,6 +959,44 @@ fn database_errors_exit_81() {
 }
 
 #[test]
+fn a_damaged_store_gives_81_and_never_prints_a_panic() {
+    let env = Env::new();
+    let token = env.grant();
+    for i in 0..5 {
+        assert_eq!(code(&env.put(&format!("k{i}"), b"value", token)), 0);
+    }
+    let pristine = fs::read(&env.db).unwrap();
+    let mut outcomes = std::collections::BTreeMap::new();
+    // Every 4 KiB page but the header's, zeroed in turn.
+    for page in 1..pristine.len() / 4096 {
+        let mut bytes = pristine.clone();
+        bytes[page * 4096..(page + 1) * 4096].fill(0);
+        let damaged = env.path(&format!("page{page}.db"));
+        fs::write(&damaged, &bytes).unwrap();
+        for args in [&["info", "--json"][..], &["get", "k3"][..], &["status"][..]] {
+            let out = env
+                .cmd(args)
+                .env("FENCELOCK_DB", &damaged)
+                .output()
+                .unwrap();
+            let err = stderr(&out);
+            assert!(
+                !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+                "page {page}, {args:?}: {err}"
+            );
+            assert!(
+                matches!(code(&out), 0 | DATABASE),
+                "page {page}, {args:?}: status {}: {err}",
+                code(&out)
+            );
+            *outcomes.entry(code(&out)).or_insert(0) += 1;
+        }
+    }
+    // The damage is met: some pages make commands fail, as they must.
+    assert!(outcomes.contains_key(&DATABASE), "{outcomes:?}");
+}
+
+#[test]
 fn the_default_database_follows_xdg_state_home_then_home() {
     let env = Env::new();
     let home = env.path("home");

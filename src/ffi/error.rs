@@ -1,6 +1,5 @@
 //! The error object handed out through the optional `fencelock_error **err_out` parameters.
 
-use std::any::Any;
 use std::ffi::{c_char, CStr, CString};
 use std::sync::OnceLock;
 
@@ -31,12 +30,7 @@ impl fencelock_error {
         }
     }
 
-    pub(super) fn from_panic(payload: &(dyn Any + Send)) -> fencelock_error {
-        let detail = payload
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("no message");
+    pub(super) fn from_panic(detail: &str) -> fencelock_error {
         fencelock_error::new(
             Status::Panic,
             format!("internal panic caught at the C boundary: {detail}"),

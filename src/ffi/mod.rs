@@ -9,7 +9,6 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::time::Duration;
 
@@ -173,8 +172,9 @@ pub unsafe fn guard(
     err_out: *mut *mut fencelock_error,
     body: impl FnOnce() -> Result<(), fencelock_error>,
 ) -> fencelock_status {
-    let outcome = catch_unwind(AssertUnwindSafe(body))
-        .unwrap_or_else(|payload| Err(fencelock_error::from_panic(payload.as_ref())));
+    // Quiet: the panic's message travels in the error object, not on the host's stderr.
+    let outcome =
+        crate::quiet::catch(body).unwrap_or_else(|panic| Err(fencelock_error::from_panic(&panic)));
     match outcome {
         Ok(()) => FENCELOCK_OK,
         Err(err) => {
@@ -192,7 +192,7 @@ pub unsafe fn guard(
 /// Runs the body of an infallible exported function behind the panic boundary; a panic gives
 /// `fallback`.
 pub fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+    crate::quiet::catch(body).unwrap_or(fallback)
 }
 
 /// Frees a handle made by `Box::into_raw`, inside the panic boundary; NULL does nothing.
