@@ -3,11 +3,42 @@
 //! Lease times are read from `CLOCK_BOOTTIME`: one clock for every process of the host, never
 //! stepped by NTP or by setting the date, counting time spent suspended. Its values mean nothing
 //! across a reboot, so every lease also records the boot id; a lease of an earlier boot is dead.
+//!
+//! A Linux time namespace (`unshare --time --boottime N`) shifts `CLOCK_BOOTTIME`, and the start
+//! times in `/proc/<pid>/stat`, by an offset of its own, which `/proc/self/timens_offsets` shows
+//! relative to the host. Both are read back to the host's clock here, so processes in different
+//! time namespaces agree on when a lease ends and on who started when. The offset is read once
+//! per process: one that moves itself to another time namespace later (`setns`) is not seen.
 
 use std::fs;
 use std::io;
+use std::sync::OnceLock;
 
-/// Nanoseconds since boot, from `CLOCK_BOOTTIME`.
+/// This process's time namespace's boot-time offset from the host, in nanoseconds (0 on the
+/// host, and on kernels without time namespaces).
+fn boottime_offset_ns() -> i128 {
+    static OFFSET: OnceLock<i128> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        fs::read_to_string("/proc/self/timens_offsets")
+            .ok()
+            .and_then(|text| parse_boottime_offset(&text))
+            .unwrap_or(0)
+    })
+}
+
+/// The `boottime SECONDS NANOSECONDS` line of `/proc/self/timens_offsets`.
+fn parse_boottime_offset(text: &str) -> Option<i128> {
+    let line = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("boottime"))?;
+    let mut fields = line.split_whitespace().skip(1);
+    let secs: i128 = fields.next()?.parse().ok()?;
+    let nanos: i128 = fields.next()?.parse().ok()?;
+    Some(secs * 1_000_000_000 + nanos)
+}
+
+/// Nanoseconds since boot on the host's `CLOCK_BOOTTIME`, whatever time namespace this process
+/// is in.
 #[must_use]
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -17,7 +48,8 @@ pub fn now_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux since 2.6.39.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let raw = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+    u64::try_from(raw - boottime_offset_ns()).unwrap_or(0)
 }
 
 /// The 16 bytes of `/proc/sys/kernel/random/boot_id`, which change at every boot.
@@ -83,11 +115,17 @@ fn start_time(pid: u32) -> io::Result<Option<u64>> {
         return Ok(None);
     }
     // `rest` starts at field 3 (state); field 22 is 19 further on.
-    let start = fields
+    let start: u64 = fields
         .nth(18)
         .and_then(|field| field.parse().ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
-    Ok(Some(start))
+    // Shown shifted by the reader's time namespace, in clock ticks: read back to the host's.
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = i128::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1));
+    let offset_ticks = boottime_offset_ns() * ticks_per_s / 1_000_000_000;
+    Ok(Some(
+        u64::try_from(i128::from(start) - offset_ticks).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]
@@ -110,6 +148,17 @@ mod tests {
             start_time: me.start_time + 1,
         };
         assert!(!impostor.is_alive());
+    }
+
+    #[test]
+    fn the_boottime_offset_line_is_parsed() {
+        let text = "monotonic           0         0\nboottime         1000       250\n";
+        assert_eq!(parse_boottime_offset(text), Some(1_000_000_000_250));
+        assert_eq!(
+            parse_boottime_offset("boottime -5 0\n"),
+            Some(-5_000_000_000)
+        );
+        assert_eq!(parse_boottime_offset("monotonic 0 0\n"), None);
     }
 
     #[test]

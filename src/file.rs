@@ -4,6 +4,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -86,4 +87,47 @@ fn header_locked(file: &File) -> io::Result<bool> {
         return Err(io::Error::last_os_error());
     }
     Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+}
+
+/// Which file a path named when the store opened it: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Identity {
+    dev: u64,
+    ino: u64,
+}
+
+impl Identity {
+    /// The file `path` names now (through any symlinks).
+    pub(crate) fn of(path: &Path) -> io::Result<Identity> {
+        let metadata = fs::metadata(path)?;
+        Ok(Identity {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+        })
+    }
+
+    /// [`Error::Replaced`] when `path` no longer names this file: it was deleted, renamed, or
+    /// another file (a restored backup, a new store) took its place. Grants and writes in the
+    /// old file would then be invisible to every process that opens the path, and its tokens
+    /// would start again from 1 in the new file.
+    pub(crate) fn check(&self, path: &Path) -> Result<()> {
+        let now = match Identity::of(path) {
+            Ok(now) => now,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::Replaced(format!(
+                    "{} was deleted or renamed after this store opened it; open it again",
+                    path.display()
+                )))
+            }
+            Err(err) => return Err(err.into()),
+        };
+        if now != *self {
+            return Err(Error::Replaced(format!(
+                "{} names another file than the one this store opened (it was replaced or \
+                 restored over); open it again",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
 }

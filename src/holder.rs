@@ -232,7 +232,8 @@ impl State {
     }
 
     fn note(&self, err: Error) -> Error {
-        if matches!(err, Error::LockLost { .. }) {
+        // A lease in a replaced store file no longer excludes anyone who opens the path.
+        if matches!(err, Error::LockLost { .. } | Error::Replaced(_)) {
             self.end();
         }
         err
@@ -275,7 +276,7 @@ impl State {
             }
             match self.extend(ttl) {
                 Ok(()) => {}
-                Err(Error::LockLost { .. }) => return,
+                Err(Error::LockLost { .. } | Error::Replaced(_)) => return,
                 // A passing storage failure: try again until the lease runs out.
                 Err(_) => {
                     if self.expires_ns.load(Ordering::Acquire) <= clock::now_ns() {

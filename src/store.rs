@@ -187,6 +187,8 @@ pub(crate) struct Inner {
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
     path: PathBuf,
+    /// The file the store opened, to notice when `path` names another one.
+    file: crate::file::Identity,
     live: Liveness,
     boot_id: [u8; 16],
     me: ProcessId,
@@ -250,6 +252,7 @@ impl Store {
             db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
             mode,
             io_failed: AtomicBool::new(false),
+            file: crate::file::Identity::of(&path)?,
             path,
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
@@ -618,6 +621,7 @@ impl Inner {
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
+        self.file.check(&self.path)?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
@@ -676,6 +680,8 @@ impl Inner {
         }
         let mut slot = self.db.write();
         if self.io_failed.swap(false, Ordering::AcqRel) || slot.is_none() {
+            // Never reopen another file than the one opened.
+            self.file.check(&self.path)?;
             // In single-process mode the old handle must close before the file opens again;
             // operations still running on it keep it open, and the next operation retries.
             *slot = None;
@@ -881,6 +887,10 @@ impl Inner {
 
     /// Whether the lease `token` of `name` is current, from a read transaction (no write).
     pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
+        // A lease in a file that the path no longer names excludes nobody who opens the path.
+        if self.file.check(&self.path).is_err() {
+            return Ok(false);
+        }
         self.read(|txn| {
             let leases = txn.open_table(LEASES)?;
             let Some(record) = leases.get(name)? else {

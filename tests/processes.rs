@@ -123,6 +123,14 @@ fn child() {
                 say(format!("held {} {start} {end}", holder.token()));
             }
         }
+        // Tries once for the lock its parent holds.
+        "try-acquire" => match store.acquire("job", Duration::from_secs(60)) {
+            Ok(holder) => say(format!("acquired {}", holder.token())),
+            Err(Error::Locked { remaining, .. }) => {
+                say(format!("locked {}", remaining.as_secs()));
+            }
+            Err(err) => say(format!("error {err}")),
+        },
         // Opened on a fresh path at the same time as its siblings.
         "race" => {
             let holder = store
@@ -418,6 +426,42 @@ fn a_process_paused_inside_its_open_cannot_freeze_other_opens() {
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
     Store::open_with(&path, &short_busy_timeout()).unwrap();
+}
+
+#[test]
+fn processes_in_another_time_namespace_agree_on_when_a_lease_ends() {
+    let (_dir, path, store) = common::temp_store();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // A boot-time clock 100,000 s ahead (and one behind) of the host's, as `unshare --time`
+    // gives a container. Needs CAP_SYS_ADMIN, which the project's test machines (root) have.
+    for offset in ["100000", "-100"] {
+        let out = Command::new("unshare")
+            .args(["--time", "--boottime", offset])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(ROLE, "try-acquire")
+            .env(DB, &path)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run unshare");
+        assert!(
+            out.status.success(),
+            "unshare --time failed (root and Linux 5.6+ are needed): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let report = text
+            .lines()
+            .find_map(|line| line.split_once("@@ ").map(|(_, r)| r.to_owned()))
+            .expect("the child reported");
+        let seconds_left: u64 = report
+            .strip_prefix("locked ")
+            .unwrap_or_else(|| panic!("offset {offset}: the child got {report:?}"))
+            .parse()
+            .unwrap();
+        assert!(seconds_left <= 60, "offset {offset}: {seconds_left} s left");
+    }
+    assert!(holder.is_held().unwrap());
 }
 
 #[test]
