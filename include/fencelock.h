@@ -383,9 +383,10 @@ const char *fencelock_holder_name(const struct fencelock_holder *holder);
  * Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),
- * `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30
- * days), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
- * `FENCELOCK_PANIC`.
+ * `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30 days),
+ * `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
+ * (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -418,11 +419,12 @@ fencelock_status fencelock_holder_is_held(const struct fencelock_holder *holder,
  * the lease is still current and that the key accepted no higher token.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (the lease expired, was taken over or was
- * released; the error carries this token and the lock's current one),
- * `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`holder`, or `key`/`value` NULL with a
- * non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit),
- * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
- * `FENCELOCK_PANIC`.
+ * released; the error carries this token and the lock's current one), `FENCELOCK_STALE_TOKEN`,
+ * `FENCELOCK_NULL_POINTER` (`holder`, or `key`/`value` NULL with a non-zero length),
+ * `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit), `FENCELOCK_TIMEOUT`
+ * (another process held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was
+ * replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
+ * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -617,7 +619,8 @@ void fencelock_key_list_free(struct fencelock_key_list *list);
  * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`path` or `store_out`),
  * `FENCELOCK_INVALID_ARGUMENT` (`path` not UTF-8 or a directory), `FENCELOCK_IO`,
  * `FENCELOCK_NOT_A_STORE`, `FENCELOCK_INCOMPATIBLE_VERSION`, `FENCELOCK_CORRUPT`,
- * `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_STORAGE`,
+ * `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_TIMEOUT` (another
+ * process held the store for the default busy timeout of 10 s), `FENCELOCK_STORAGE`,
  * `FENCELOCK_PANIC`. On failure, `*err_out` (if `err_out` is not NULL) receives an error to
  * free with `fencelock_error_free`.
  *
@@ -691,10 +694,11 @@ void fencelock_store_close(struct fencelock_store *store);
  * On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`
  * (which releases the lease if still held); its token is higher than every earlier grant.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error carries the holder's token, pid and
- * time left), `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`),
- * `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
- * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error carries the holder's token, pid and time
+ * left), `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`), `FENCELOCK_INVALID_ARGUMENT`,
+ * `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
+ * (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -715,8 +719,9 @@ fencelock_status fencelock_store_acquire(const struct fencelock_store *store,
  * On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_TIMEOUT`, `FENCELOCK_NULL_POINTER` (`store`, `name`,
- * `holder_out`), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`,
- * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ * `holder_out`), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_REPLACED` (the store file was replaced
+ * at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+ * `FENCELOCK_PANIC`.
  *
  * Thread-safe; blocks the calling thread only.
  *
@@ -756,11 +761,12 @@ fencelock_status fencelock_store_acquire_wait_cancellable(const struct fencelock
  *
  * On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED`, `FENCELOCK_STALE_TOKEN` (cannot happen for a
- * token just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`,
- * `name`, `holder_out`, or `key`/`value` NULL with a non-zero length),
- * `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, bad name or TTL),
- * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED`, `FENCELOCK_STALE_TOKEN` (cannot happen for a token
+ * just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`, `name`,
+ * `holder_out`, or `key`/`value` NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty
+ * or long key, value over the limit, bad name or TTL), `FENCELOCK_TIMEOUT` (another process held
+ * the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
+ * path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
  * `FENCELOCK_PANIC`.
  *
  * Thread-safe.
@@ -784,11 +790,12 @@ fencelock_status fencelock_store_acquire_and_put(const struct fencelock_store *s
  * accepted a higher token before; an equal token is accepted. The token must have been
  * granted by this store.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN` (the error carries the token and the
- * highest accepted), `FENCELOCK_NULL_POINTER` (`store`, or `key`/`value` NULL with a non-zero
- * length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, token 0 or
- * never granted), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
- * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ * Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN` (the error carries the token and the highest
+ * accepted), `FENCELOCK_NULL_POINTER` (`store`, or `key`/`value` NULL with a non-zero length),
+ * `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, token 0 or never
+ * granted), `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout),
+ * `FENCELOCK_REPLACED` (the store file was replaced at its path), `FENCELOCK_FORKED`,
+ * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -835,8 +842,10 @@ fencelock_status fencelock_store_get(const struct fencelock_store *store,
  * the key held a value.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`, or `key`
- * NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`,
- * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ * NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_TIMEOUT` (another process
+ * held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
+ * path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+ * `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -855,9 +864,10 @@ fencelock_status fencelock_store_delete(const struct fencelock_store *store,
  * as the highest seen when it is higher. An equal token passes. For guarding storage of your
  * own with fencelock's tokens.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`,
- * `resource`), `FENCELOCK_INVALID_ARGUMENT` (bad name, token 0 or never granted),
- * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+ * Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`, `resource`),
+ * `FENCELOCK_INVALID_ARGUMENT` (bad name, token 0 or never granted), `FENCELOCK_TIMEOUT` (another
+ * process held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced
+ * at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
  * `FENCELOCK_PANIC`.
  *
  * Thread-safe.

@@ -53,9 +53,10 @@ pub unsafe extern "C" fn fencelock_holder_name(holder: *const fencelock_holder) 
 /// Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),
-/// `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30
-/// days), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
-/// `FENCELOCK_PANIC`.
+/// `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_INVALID_ARGUMENT` (TTL out of 1 ms to 30 days),
+/// `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
+/// (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+/// `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
@@ -109,11 +110,12 @@ pub unsafe extern "C" fn fencelock_holder_is_held(
 /// the lease is still current and that the key accepted no higher token.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (the lease expired, was taken over or was
-/// released; the error carries this token and the lock's current one),
-/// `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`holder`, or `key`/`value` NULL with a
-/// non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit),
-/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
-/// `FENCELOCK_PANIC`.
+/// released; the error carries this token and the lock's current one), `FENCELOCK_STALE_TOKEN`,
+/// `FENCELOCK_NULL_POINTER` (`holder`, or `key`/`value` NULL with a non-zero length),
+/// `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit), `FENCELOCK_TIMEOUT`
+/// (another process held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was
+/// replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
+/// `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///

@@ -25,7 +25,8 @@ pub struct fencelock_store {
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`path` or `store_out`),
 /// `FENCELOCK_INVALID_ARGUMENT` (`path` not UTF-8 or a directory), `FENCELOCK_IO`,
 /// `FENCELOCK_NOT_A_STORE`, `FENCELOCK_INCOMPATIBLE_VERSION`, `FENCELOCK_CORRUPT`,
-/// `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_STORAGE`,
+/// `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_TIMEOUT` (another
+/// process held the store for the default busy timeout of 10 s), `FENCELOCK_STORAGE`,
 /// `FENCELOCK_PANIC`. On failure, `*err_out` (if `err_out` is not NULL) receives an error to
 /// free with `fencelock_error_free`.
 ///
@@ -158,10 +159,11 @@ pub unsafe extern "C" fn fencelock_store_close(store: *mut fencelock_store) {
 /// On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`
 /// (which releases the lease if still held); its token is higher than every earlier grant.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error carries the holder's token, pid and
-/// time left), `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`),
-/// `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
-/// `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error carries the holder's token, pid and time
+/// left), `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`), `FENCELOCK_INVALID_ARGUMENT`,
+/// `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
+/// (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+/// `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
@@ -195,8 +197,9 @@ pub unsafe extern "C" fn fencelock_store_acquire(
 /// On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_TIMEOUT`, `FENCELOCK_NULL_POINTER` (`store`, `name`,
-/// `holder_out`), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`,
-/// `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+/// `holder_out`), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_REPLACED` (the store file was replaced
+/// at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
@@ -271,11 +274,12 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
 ///
 /// On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED`, `FENCELOCK_STALE_TOKEN` (cannot happen for a
-/// token just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`,
-/// `name`, `holder_out`, or `key`/`value` NULL with a non-zero length),
-/// `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, bad name or TTL),
-/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED`, `FENCELOCK_STALE_TOKEN` (cannot happen for a token
+/// just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`, `name`,
+/// `holder_out`, or `key`/`value` NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty
+/// or long key, value over the limit, bad name or TTL), `FENCELOCK_TIMEOUT` (another process held
+/// the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
+/// path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
 /// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
@@ -316,11 +320,12 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put(
 /// accepted a higher token before; an equal token is accepted. The token must have been
 /// granted by this store.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN` (the error carries the token and the
-/// highest accepted), `FENCELOCK_NULL_POINTER` (`store`, or `key`/`value` NULL with a non-zero
-/// length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, token 0 or
-/// never granted), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
-/// `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+/// Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN` (the error carries the token and the highest
+/// accepted), `FENCELOCK_NULL_POINTER` (`store`, or `key`/`value` NULL with a non-zero length),
+/// `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit, token 0 or never
+/// granted), `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout),
+/// `FENCELOCK_REPLACED` (the store file was replaced at its path), `FENCELOCK_FORKED`,
+/// `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
@@ -404,8 +409,10 @@ pub unsafe extern "C" fn fencelock_store_get(
 /// the key held a value.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`, or `key`
-/// NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_FORKED`,
-/// `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+/// NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT`, `FENCELOCK_TIMEOUT` (another process
+/// held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
+/// path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
@@ -439,9 +446,10 @@ pub unsafe extern "C" fn fencelock_store_delete(
 /// as the highest seen when it is higher. An equal token passes. For guarding storage of your
 /// own with fencelock's tokens.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`,
-/// `resource`), `FENCELOCK_INVALID_ARGUMENT` (bad name, token 0 or never granted),
-/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+/// Returns `FENCELOCK_OK`, `FENCELOCK_STALE_TOKEN`, `FENCELOCK_NULL_POINTER` (`store`, `resource`),
+/// `FENCELOCK_INVALID_ARGUMENT` (bad name, token 0 or never granted), `FENCELOCK_TIMEOUT` (another
+/// process held the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced
+/// at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
 /// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
