@@ -1097,7 +1097,7 @@ fn open_shared(path: &Path, waiting: Waiting<'_>) -> Result<Database> {
     let opening = Liveness::lock_for_open(path, || waiting.step())?.ok_or(Error::InUse)?;
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     let owned = path.to_owned();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("fencelock-open".into())
         .spawn(move || {
             let result = open_now(&owned, ConcurrencyMode::MultiWriter);
@@ -1107,7 +1107,11 @@ fn open_shared(path: &Path, waiting: Waiting<'_>) -> Result<Database> {
         })?;
     loop {
         match receiver.recv_timeout(crate::cancel::POLL) {
-            Ok(result) => return result,
+            Ok(result) => {
+                // It has nothing left to do; joined so that no thread of ours outlives the open.
+                let _ = thread.join();
+                return result;
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => waiting.step()?,
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(Error::Storage("the open ended without a result".into()))

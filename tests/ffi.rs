@@ -1135,3 +1135,85 @@ fn a_store_used_after_fork_reports_forked() {
     assert!(libc::WIFEXITED(wstatus));
     assert_eq!(libc::WEXITSTATUS(wstatus), FENCELOCK_FORKED);
 }
+
+/// A `*const` handle that may cross to another thread (the C ABI's handles are thread-safe).
+struct Shared<T>(*const T);
+// SAFETY: the handles the tests share are documented as safe to use from many threads.
+unsafe impl<T> Send for Shared<T> {}
+
+#[test]
+fn a_cancel_handle_ends_waits_with_cancelled_and_nothing_changes() {
+    let t = temp_store();
+    let holder = acquire(t.store, "job", 60_000);
+    let mut cancel = null_mut();
+    // SAFETY: valid pointers throughout; each handle is freed once, after its last use.
+    unsafe {
+        ok(|err| fencelock_cancel_new(&raw mut cancel, err));
+        let firing = Shared(cancel.cast_const());
+        let fire = std::thread::spawn(move || {
+            let firing = firing;
+            sleep(Duration::from_millis(50));
+            fencelock_cancel_fire(firing.0);
+        });
+        let name = c("job");
+        let mut waiter: *mut fencelock_holder = null_mut();
+        let failure = fails(|err| {
+            fencelock_store_acquire_wait_cancellable(
+                t.store,
+                name.as_ptr(),
+                60_000,
+                600_000,
+                cancel,
+                &raw mut waiter,
+                err,
+            )
+        });
+        fire.join().unwrap();
+        assert_eq!(failure.status, FENCELOCK_CANCELLED);
+        assert!(waiter.is_null(), "holder_out untouched on failure");
+        let mut lost = true;
+        let failure = fails(|err| {
+            fencelock_holder_wait_lost_cancellable(holder, 600_000, cancel, &raw mut lost, err)
+        });
+        assert_eq!(failure.status, FENCELOCK_CANCELLED);
+        assert!(lost, "lost_out untouched on failure");
+        let mut held = false;
+        ok(|err| fencelock_holder_is_held(holder, &raw mut held, err));
+        assert!(held);
+        // A fired handle ends an open at once; NULL handles are no-ops or no handle at all.
+        let mut other = null_mut();
+        let failure = fails(|err| {
+            fencelock_store_open_cancellable(
+                t.path.as_ptr(),
+                FENCELOCK_MODE_MULTI_PROCESS,
+                0,
+                0,
+                cancel,
+                &raw mut other,
+                err,
+            )
+        });
+        assert_eq!(failure.status, FENCELOCK_CANCELLED);
+        assert!(other.is_null());
+        ok(|err| {
+            fencelock_store_open_cancellable(
+                t.path.as_ptr(),
+                FENCELOCK_MODE_MULTI_PROCESS,
+                0,
+                250,
+                null(),
+                &raw mut other,
+                err,
+            )
+        });
+        fencelock_store_close(other);
+        fencelock_cancel_fire(null());
+        fencelock_cancel_free(cancel);
+        fencelock_cancel_free(null_mut());
+        assert_eq!(
+            fails(|err| fencelock_cancel_new(null_mut(), err)).status,
+            FENCELOCK_NULL_POINTER
+        );
+        fencelock_holder_free(holder);
+    }
+}
