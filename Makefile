@@ -1,17 +1,18 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
-#   make test    every test: Rust, C, Python, Go, and a short torture run
+#   make test    every test: Rust, C, Python, Go, a short torture run and short fuzz runs
 #   make install PREFIX=/usr/local   library, header and pkg-config file
 
 CARGO ?= cargo
+FUZZ_SECONDS ?= 45
 PREFIX ?= /usr/local
 
-.PHONY: demo test test-rust test-c test-python test-go test-torture lint release install bench compare torture
+.PHONY: demo test test-rust test-c test-python test-go test-torture test-fuzz lint release install bench compare torture fuzz
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
-test: lint test-rust test-c test-python test-go test-torture
+test: lint test-rust test-c test-python test-go test-torture test-fuzz
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -38,6 +39,13 @@ test-torture:
 
 torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
+
+# Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
+test-fuzz:
+	CARGO=$(CARGO) bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz:
+	CARGO=$(CARGO) bash scripts/fuzz.sh 600
 
 bench:
 	$(CARGO) bench --bench ops
