@@ -16,14 +16,15 @@ const REDB_HEADER_LEN: u64 = 320;
 const MAX_CREATION_REMNANT: u64 = 1 << 20;
 
 /// Whether `path` holds a redb database (`false` for a missing or empty file, which becomes a
-/// new store). Refuses, without modifying it, a file that is neither.
+/// new store). Refuses, without modifying it, a file that is neither. With `may_restart`, the
+/// remnant of a cut-short creation is emptied (see below); without, it is refused.
 ///
 /// redb creates a file in three steps: it sizes the file, writes its header without the magic
 /// number and syncs, then writes the magic number and syncs. A creation cut short by a kill or
 /// a power loss leaves a file of at most that first size, zero everywhere but in the header,
 /// with no magic number. When no process has such a file open, it holds nothing, and it is
 /// emptied so that the creation starts again; any other file without the magic is refused.
-pub(crate) fn is_existing_database(path: &Path) -> Result<bool> {
+pub(crate) fn is_existing_database(path: &Path, may_restart: bool) -> Result<bool> {
     let metadata = match fs::metadata(path) {
         Ok(metadata) => metadata,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -52,6 +53,12 @@ pub(crate) fn is_existing_database(path: &Path) -> Result<bool> {
     let past_header = usize::try_from(REDB_HEADER_LEN).unwrap_or(usize::MAX) - read;
     if rest.iter().skip(past_header).any(|&byte| byte != 0) || header_locked(&file)? {
         return Err(not_redb());
+    }
+    if !may_restart {
+        return Err(Error::NotAStore(format!(
+            "{} holds a store creation that was cut short; a writable open creates it again",
+            path.display()
+        )));
     }
     // Checked again through the file that is emptied, in case it was replaced meanwhile.
     let writable = fs::OpenOptions::new().write(true).open(path)?;

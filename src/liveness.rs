@@ -52,6 +52,15 @@ impl Liveness {
         })
     }
 
+    /// Liveness seen but never held, for a read-only store: the file is opened for reading
+    /// only, which is enough to test the locks.
+    pub(crate) fn observer(path: &Path) -> io::Result<Liveness> {
+        Ok(Liveness {
+            hold: File::open(path)?,
+            probe: File::open(path)?,
+        })
+    }
+
     /// Liveness private to this process, for single-process mode, where redb holds a lock over
     /// the whole store file: an anonymous in-memory file, opened twice.
     pub(crate) fn private() -> io::Result<Liveness> {
@@ -70,21 +79,27 @@ impl Liveness {
     /// Excludes the opens of other stores on the same file until the returned file is dropped:
     /// a lock on token 0's byte through an open file of its own. `Ok(None)` when a single-process
     /// store holds the file. While another open holds the byte, calls `waited` between tries
-    /// and gives up with its error: that open may be paused.
+    /// and gives up with its error: that open may be paused. A read-only open shares the byte
+    /// with other read-only opens, through a file opened for reading only (it creates nothing).
     pub(crate) fn lock_for_open(
         path: &Path,
+        read_only: bool,
         mut waited: impl FnMut() -> crate::Result<()>,
     ) -> crate::Result<Option<File>> {
-        let file = open(path)?;
+        let (file, kind) = if read_only {
+            (File::open(path)?, libc::F_RDLCK)
+        } else {
+            (open(path)?, libc::F_WRLCK)
+        };
         loop {
-            match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, 0) {
+            match fcntl(&file, libc::F_OFD_SETLK, kind, 0) {
                 Ok(_) => return Ok(Some(file)),
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
                 Err(err) => return Err(err.into()),
             }
             // Another open locks exactly this byte; redb's single-process writer locks ranges
             // that span it.
-            let holder = fcntl(&file, libc::F_OFD_GETLK, libc::F_WRLCK, 0)?;
+            let holder = fcntl(&file, libc::F_OFD_GETLK, kind, 0)?;
             if i32::from(holder.l_type) != libc::F_UNLCK
                 && (holder.l_start as u64, holder.l_len) != (BASE, 1)
             {
@@ -182,7 +197,9 @@ mod tests {
     fn opens_wait_for_each_other_and_tokens_beyond_the_range_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
-        let first = Liveness::lock_for_open(&path, || Ok(())).unwrap().unwrap();
+        let first = Liveness::lock_for_open(&path, false, || Ok(()))
+            .unwrap()
+            .unwrap();
         let live = Liveness::shared(&path).unwrap();
         assert!(
             live.is_held(0).unwrap(),

@@ -84,6 +84,10 @@ pub struct Options {
     pub busy_timeout: Duration,
     /// Ends a waiting open early with [`Error::Cancelled`].
     pub cancel: Option<Cancel>,
+    /// Opens for reading only: grants and writes are refused, and neither the open nor a read
+    /// waits for a process that holds the write lock (one paused inside a commit). The store
+    /// must exist; the file need not be writable, unless a crash left it needing a repair.
+    pub read_only: bool,
 }
 
 impl Default for Options {
@@ -93,6 +97,7 @@ impl Default for Options {
             max_value_len: DEFAULT_MAX_VALUE_LEN,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             cancel: None,
+            read_only: false,
         }
     }
 }
@@ -181,7 +186,8 @@ pub struct Store {
 pub(crate) struct Inner {
     /// The open database; `None` while a reopen after an I/O error has not succeeded. Dropped
     /// only in the process that opened it: see `Drop for Inner`.
-    db: ManuallyDrop<RwLock<Option<Arc<Database>>>>,
+    db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
+    read_only: bool,
     mode: ConcurrencyMode,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
@@ -236,20 +242,24 @@ impl Store {
             return Err(Error::invalid(format!("{} is a directory", path.display())));
         }
         crate::cancel::check(options.cancel.as_ref())?;
+        let read_only = options.read_only;
         let db = match mode {
             ConcurrencyMode::MultiWriter => open_shared(
                 &path,
+                read_only,
                 Waiting::new(options.busy_timeout, options.cancel.as_ref()),
             )?,
             // A single-process open never waits: redb refuses at once when the file is held.
-            _ => open_now(&path, mode)?,
+            _ => open_now(&path, mode, read_only)?,
         };
         let inner = Inner {
             live: match mode {
+                ConcurrencyMode::MultiWriter if read_only => Liveness::observer(&path)?,
                 ConcurrencyMode::MultiWriter => Liveness::shared(&path)?,
                 _ => Liveness::private()?,
             },
             db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
+            read_only,
             mode,
             io_failed: AtomicBool::new(false),
             file: crate::file::Identity::of(&path)?,
@@ -624,7 +634,10 @@ impl Inner {
         self.file.check(&self.path)?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
-        self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
+        self.note_io_failure(
+            self.commits
+                .run(db.writable()?, waiting.deadline, waiting.cancel, op),
+        )
     }
 
     /// Refuses with [`Error::Locked`] when a live lease holds `name`.
@@ -672,7 +685,7 @@ impl Inner {
     /// The open database, reopened first if an operation failed for lack of space since the
     /// last one. Holders keep their leases across the reopen: their liveness
     /// locks are not the database handle's.
-    fn database(&self) -> Result<Arc<Database>> {
+    fn database(&self) -> Result<Arc<Db>> {
         if !self.io_failed.load(Ordering::Acquire) {
             if let Some(db) = self.db.read().as_ref() {
                 return Ok(Arc::clone(db));
@@ -685,10 +698,17 @@ impl Inner {
             // In single-process mode the old handle must close before the file opens again;
             // operations still running on it keep it open, and the next operation retries.
             *slot = None;
-            let reopened = redb_builder(self.mode)
-                .create(&self.path)
-                .map_err(Error::from)
-                .and_then(|db| restore_counter(&db).map(|()| db));
+            let reopened = if self.read_only {
+                redb_builder(self.mode)
+                    .open_read_only(&self.path)
+                    .map(Db::ReadOnly)
+                    .map_err(Error::from)
+            } else {
+                redb_builder(self.mode)
+                    .create(&self.path)
+                    .map_err(Error::from)
+                    .and_then(|db| restore_counter(&db).map(|()| Db::Writable(db)))
+            };
             match reopened {
                 Ok(db) => *slot = Some(Arc::new(db)),
                 Err(err) => {
@@ -1078,30 +1098,93 @@ fn duration_ns(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// An open database: writable, or read-only.
+pub(crate) enum Db {
+    Writable(Database),
+    ReadOnly(redb::ReadOnlyDatabase),
+}
+
+impl Db {
+    fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(match self {
+            Db::Writable(db) => db.begin_read()?,
+            Db::ReadOnly(db) => db.begin_read()?,
+        })
+    }
+
+    /// The database for a write; refused on a read-only store.
+    fn writable(&self) -> Result<&Database> {
+        match self {
+            Db::Writable(db) => Ok(db),
+            Db::ReadOnly(_) => Err(Error::invalid(
+                "the store was opened read-only (Options::read_only): it grants and writes nothing",
+            )),
+        }
+    }
+}
+
 /// Opens the database at `path` in this thread, without waiting for other processes.
-fn open_now(path: &Path, mode: ConcurrencyMode) -> Result<Database> {
-    let existing = crate::file::is_existing_database(path)?;
-    crate::quiet::catch(|| open_database(&redb_builder(mode), path, existing))
-        .unwrap_or_else(damaged)
+fn open_now(path: &Path, mode: ConcurrencyMode, read_only: bool) -> Result<Db> {
+    let existing = crate::file::is_existing_database(path, !read_only)?;
+    open_known(path, mode, read_only, existing)
+}
+
+/// Opens the database at `path`, which holds a redb database if `existing`.
+fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: bool) -> Result<Db> {
+    let builder = redb_builder(mode);
+    if !read_only {
+        return crate::quiet::catch(|| open_database(&builder, path, existing).map(Db::Writable))
+            .unwrap_or_else(damaged);
+    }
+    if !existing {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no store at {} to open read-only", path.display()),
+        )));
+    }
+    crate::quiet::catch(|| {
+        let db = match builder.open_read_only(path) {
+            // A crash left the file needing the repair that only a writable open performs (no
+            // live writer would do it): it is repaired, and the read-only open tried again.
+            Err(redb::DatabaseError::RepairAborted) => {
+                drop(open_database(&builder, path, true)?);
+                builder.open_read_only(path)?
+            }
+            other => other?,
+        };
+        match check_schema(&db)? {
+            Some(_) => Ok(Db::ReadOnly(db)),
+            None => Err(Error::NotAStore(format!(
+                "{} holds no fencelock tables yet",
+                path.display()
+            ))),
+        }
+    })
+    .unwrap_or_else(damaged)
 }
 
 /// Opens the database at `path` in multi-process mode within `waiting`.
 ///
-/// Opens are serialized, so that no open mistakes a file another process is creating right now
-/// (not yet holding redb's header) for a foreign file. redb's writable open then waits, with no
-/// timeout, for the write lock, which a process paused inside a commit holds indefinitely; so
-/// the open runs in a thread of its own, and the caller stops waiting for it at the deadline or
-/// on cancellation. An open given up on finishes in its thread once the other process moves
-/// on, and closes the database again.
-fn open_shared(path: &Path, waiting: Waiting<'_>) -> Result<Database> {
-    let opening = Liveness::lock_for_open(path, || waiting.step())?.ok_or(Error::InUse)?;
+/// The look at what the file holds is serialized with other opens, so that no open mistakes a
+/// file another process is creating right now (not yet holding redb's header) for a foreign
+/// file, and the creation of a new store stays serialized to its end. An open of an existing
+/// database lets the other opens go on. redb's writable open then waits, with no timeout, for
+/// the write lock, which a process paused inside a commit holds indefinitely; so the open runs
+/// in a thread of its own, and the caller stops waiting for it at the deadline or on
+/// cancellation. An open given up on finishes in its thread once the other process moves on,
+/// and closes the database again.
+fn open_shared(path: &Path, read_only: bool, waiting: Waiting<'_>) -> Result<Db> {
+    let opening =
+        Liveness::lock_for_open(path, read_only, || waiting.step())?.ok_or(Error::InUse)?;
+    let existing = crate::file::is_existing_database(path, !read_only)?;
+    let creating = (!existing).then_some(opening);
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     let owned = path.to_owned();
     let thread = std::thread::Builder::new()
         .name("fencelock-open".into())
         .spawn(move || {
-            let result = open_now(&owned, ConcurrencyMode::MultiWriter);
-            drop(opening);
+            let result = open_known(&owned, ConcurrencyMode::MultiWriter, read_only, existing);
+            drop(creating);
             // A caller that gave up is gone; the database then closes here.
             let _ = sender.send(result);
         })?;

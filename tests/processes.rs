@@ -201,6 +201,16 @@ impl Kid {
     }
 }
 
+impl Drop for Kid {
+    /// A test that fails midway must not leave a stopped child holding its output open.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 #[test]
 fn a_killed_holder_frees_its_lock_at_once() {
     let (_dir, path, store) = common::temp_store();
@@ -395,8 +405,22 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
     assert!(matches!(fence, Err(Error::Timeout)), "{fence:?}");
     assert!(matches!(grant, Err(Error::Timeout)), "{grant:?}");
-    // Reads go on.
+    // Reads go on, and so does a read-only open, which never needs the write lock.
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+    let at = path.clone();
+    let reader = bounded("a read-only open", move || {
+        let options = Options {
+            read_only: true,
+            ..short_busy_timeout()
+        };
+        Store::open_with(&at, &options)
+    })
+    .unwrap();
+    assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
+    assert_eq!(
+        reader.lock("held").unwrap().unwrap().state,
+        fencelock::LockState::Held
+    );
 
     kid.signal(libc::SIGCONT);
     writeln!(kid.stdin, "go").unwrap();
@@ -462,6 +486,25 @@ fn processes_in_another_time_namespace_agree_on_when_a_lease_ends() {
         assert!(seconds_left <= 60, "offset {offset}: {seconds_left} s left");
     }
     assert!(holder.is_held().unwrap());
+}
+
+#[test]
+fn a_read_only_open_repairs_a_store_left_by_a_killed_writer() {
+    let (_dir, path, store) = common::temp_store();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"v").unwrap();
+    drop((holder, store));
+    let mut kid = Kid::spawn("write-lock", &path);
+    assert_eq!(kid.report().as_deref(), Some("locked"));
+    kid.signal(libc::SIGKILL);
+    kid.child.wait().unwrap();
+    let options = Options {
+        read_only: true,
+        ..Options::default()
+    };
+    let reader = Store::open_with(&path, &options).unwrap();
+    assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
+    reader.verify().unwrap();
 }
 
 #[test]

@@ -132,6 +132,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     max_value_len,
                     busy_timeout,
                     cancel: cancel.as_ref().map(|c| c.cancel.clone()),
+                    ..Options::default()
                 },
             )?;
             store_out.set(Box::into_raw(Box::new(fencelock_store { store })));

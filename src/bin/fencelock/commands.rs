@@ -57,8 +57,9 @@ pub fn database_path(flag: Option<PathBuf>, create: bool) -> Result<PathBuf, Fai
     Ok(dir.join("locks.db"))
 }
 
-/// Opens the store. Read commands pass `create = false` and get a clear error for a missing
-/// file rather than a new, empty store at a mistyped path. The open, and every write after it,
+/// Opens the store. Read commands pass `create = false`: they get a clear error for a missing
+/// file rather than a new, empty store at a mistyped path, and open it read-only, so that a
+/// process paused inside a commit does not hold them up. The open, and every write after it,
 /// waits at most `busy_timeout` for another process that holds the store; `cancel` ends the
 /// open early.
 pub fn open_store(
@@ -79,6 +80,7 @@ pub fn open_store(
     let options = Options {
         busy_timeout,
         cancel,
+        read_only: !create,
         ..Options::default()
     };
     // Every other failure to open is a database error, whatever the library's kind (a
