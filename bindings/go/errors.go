@@ -33,6 +33,8 @@ const (
 	StatusStorage             Status = 13
 	StatusNotFound            Status = 14
 	StatusPanic               Status = 15
+	StatusCancelled           Status = 16
+	StatusReplaced            Status = 17
 )
 
 // String returns the library's static description of the status.
@@ -42,11 +44,14 @@ func (s Status) String() string {
 
 // Sentinel errors, one per status code, for errors.Is. Every error the package returns for a
 // failed C call matches exactly one of them; the typed errors below carry the details.
+// ErrTimeout is a waiting Acquire whose ctx deadline passed (the error then also matches
+// context.DeadlineExceeded), or an open or a write that waited past the busy timeout behind
+// another process (see WithBusyTimeout).
 var (
 	ErrLocked              = errors.New("fencelock: lock is held by another live lease")
 	ErrStaleToken          = errors.New("fencelock: stale token")
 	ErrLockLost            = errors.New("fencelock: lease lost")
-	ErrTimeout             = errors.New("fencelock: timed out waiting for the lock")
+	ErrTimeout             = errors.New("fencelock: timed out waiting")
 	ErrInvalidArgument     = errors.New("fencelock: invalid argument")
 	ErrNullPointer         = errors.New("fencelock: null pointer")
 	ErrIO                  = errors.New("fencelock: I/O error")
@@ -58,6 +63,13 @@ var (
 	ErrStorage             = errors.New("fencelock: storage error")
 	ErrNotFound            = errors.New("fencelock: not found")
 	ErrPanic               = errors.New("fencelock: internal panic")
+	// ErrCancelled: a wait was ended through its cancel handle; nothing changed. The package
+	// cancels a wait only for its ctx or a Close, and then returns ctx.Err() (wrapped) or
+	// ErrClosed instead, so it is seldom seen.
+	ErrCancelled = errors.New("fencelock: wait cancelled")
+	// ErrReplaced: the store file was deleted, renamed or replaced at its path since the Store
+	// opened it; writes and grants are refused. Open the store again.
+	ErrReplaced = errors.New("fencelock: store file was replaced since it was opened")
 	// ErrClosed is returned by every method of a Store after Close. It has no C status code.
 	ErrClosed = errors.New("fencelock: store is closed")
 )
@@ -79,6 +91,8 @@ var sentinels = map[Status]error{
 	StatusStorage:             ErrStorage,
 	StatusNotFound:            ErrNotFound,
 	StatusPanic:               ErrPanic,
+	StatusCancelled:           ErrCancelled,
+	StatusReplaced:            ErrReplaced,
 }
 
 // Error is a failure reported by the library that has no more specific type below.

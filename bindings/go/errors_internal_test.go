@@ -2,12 +2,16 @@ package fencelock
 
 import (
 	"errors"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 )
 
 // Every status maps to its own sentinel, and to no other, through the one table.
 func TestEveryStatusMatchesItsSentinelOnly(t *testing.T) {
-	for status := StatusLocked; status <= StatusPanic; status++ {
+	for status := StatusLocked; status <= StatusReplaced; status++ {
 		sentinel, ok := sentinels[status]
 		if !ok {
 			t.Fatalf("status %d has no sentinel", status)
@@ -58,5 +62,36 @@ func TestUnknownStatusMatchesNoSentinel(t *testing.T) {
 	}
 	if Status(999).String() != "unknown status" {
 		t.Errorf("Status(999).String() = %q", Status(999).String())
+	}
+}
+
+// Every status code the header defines has its Status constant's number and a sentinel.
+func TestEveryHeaderStatusHasASentinel(t *testing.T) {
+	header, err := os.ReadFile("../../include/fencelock.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	define := regexp.MustCompile(`(?m)^#define FENCELOCK_([A-Z_]+) (-?\d+)$`)
+	found := 0
+	for _, m := range define.FindAllStringSubmatch(string(header), -1) {
+		name := m[1]
+		if strings.HasPrefix(name, "MODE_") || strings.HasPrefix(name, "VERSION_") ||
+			name == "LOCK_HELD" || name == "LOCK_EXPIRED" || name == "LOCK_RELEASED" || name == "LOCK_HOLDER_DEAD" {
+			continue
+		}
+		value, _ := strconv.Atoi(m[2])
+		found++
+		if value == 0 {
+			continue
+		}
+		if _, ok := sentinels[Status(value)]; !ok {
+			t.Errorf("FENCELOCK_%s (%d) has no sentinel", name, value)
+		}
+		if Status(value) > StatusReplaced {
+			t.Errorf("FENCELOCK_%s (%d) is past the last Status constant", name, value)
+		}
+	}
+	if found < 18 || len(sentinels) != found-1 {
+		t.Errorf("the header has %d statuses, the binding %d sentinels besides OK", found, len(sentinels))
 	}
 }

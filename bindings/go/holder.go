@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -48,12 +47,6 @@ type Holder interface {
 var _ Locker = (*Store)(nil)
 var _ Holder = (*lease)(nil)
 
-// lostSlice bounds one blocking C call of the goroutine behind Holder.Lost.
-const lostSlice = 50 * time.Millisecond
-
-// epoch anchors the monotonic lease deadlines kept as integers.
-var epoch = time.Now()
-
 // lease is the Holder of a Store. The cleanup attached to it frees the C holder, which
 // releases the lease if it is still held.
 type lease struct {
@@ -67,27 +60,19 @@ type leaseCore struct {
 	name  string
 	token uint64
 
-	// expires is when the lease runs out as this process last set it (nanoseconds since
-	// epoch, measured from before the call that set it, so never later than the library's).
-	// It is ignored under keep-alive, where the library renews and reports loss itself.
-	expires   atomic.Int64
-	keepAlive bool
-
 	lost      chan struct{}
 	closeLost sync.Once
 	watch     sync.Once
 }
 
-// newLease wraps a granted C holder; start is taken before the call that granted it.
-func newLease(h *C.fencelock_holder, name string, start time.Time, settings AcquireSettings) (Holder, error) {
+// newLease wraps a granted C holder.
+func newLease(h *C.fencelock_holder, name string, settings AcquireSettings) (Holder, error) {
 	core := &leaseCore{
-		h:         h,
-		name:      name,
-		token:     uint64(C.fencelock_holder_token(h)),
-		keepAlive: settings.KeepAlive,
-		lost:      make(chan struct{}),
+		h:     h,
+		name:  name,
+		token: uint64(C.fencelock_holder_token(h)),
+		lost:  make(chan struct{}),
 	}
-	core.expires.Store(int64(start.Sub(epoch) + settings.TTL))
 	l := &lease{core: core}
 	runtime.AddCleanup(l, func(c *leaseCore) { _ = c.end() }, core)
 	if settings.KeepAlive {
@@ -164,13 +149,11 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
 	return l.call(ctx, func(h *C.fencelock_holder) error {
 		var eobj *C.fencelock_error
 		if status := C.fencelock_holder_extend(h, ms, &eobj); status != 0 {
 			return newError(Status(status), eobj)
 		}
-		l.core.expires.Store(int64(start.Sub(epoch) + ttl))
 		return nil
 	})
 }
@@ -219,8 +202,13 @@ func (l *lease) Delete(ctx context.Context, key string) (bool, error) {
 	return bool(existed), err
 }
 
-// Lost starts, on first use, one goroutine that waits for the loss in C in bounded slices (so
-// it never holds an OS thread for long and never blocks Release); it ends with the lease.
+// Lost starts, on first use, one goroutine that waits for the loss in one C call, which the
+// library ends when the lease is released (Release wakes it at once), runs out unrenewed or is
+// found taken over. The goroutine ends with the lease.
+//
+// That call has no cancel handle on purpose: the library looks at a cancel handle every
+// millisecond (measured: 15 ms of CPU a second per watched holder), while a wait without one
+// sleeps until the lease ends. Release, which ends the lease, is what needs to end it.
 func (l *lease) Lost() <-chan struct{} {
 	c := l.core
 	c.watch.Do(func() { go c.watchLost() })
@@ -229,33 +217,16 @@ func (l *lease) Lost() <-chan struct{} {
 
 func (c *leaseCore) watchLost() {
 	defer c.closeLost.Do(func() { close(c.lost) })
-	for {
-		slice := lostSlice
-		if !c.keepAlive {
-			left := time.Duration(c.expires.Load()) - time.Since(epoch)
-			if left <= 0 {
-				return
-			}
-			slice = min(slice, left)
-		}
-		timeout, _ := millis("timeout", slice)
-		c.mu.RLock()
-		if c.h == nil {
-			c.mu.RUnlock()
-			return
-		}
-		var lost C.bool
-		var eobj *C.fencelock_error
-		status := C.fencelock_holder_wait_lost(c.h, timeout, &lost, &eobj)
-		c.mu.RUnlock()
-		if status != 0 {
-			// The library could not say (a panic or a bad handle): report the lease as lost,
-			// the safe answer for code that must stop writing.
-			_ = newError(Status(status), eobj)
-			return
-		}
-		if lost {
-			return
-		}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == nil {
+		return
+	}
+	var lost C.bool
+	var eobj *C.fencelock_error
+	if status := C.fencelock_holder_wait_lost(c.h, forever, &lost, &eobj); status != 0 {
+		// The library could not say (a panic or a bad handle): report the lease as lost, the
+		// safe answer for code that must stop writing.
+		_ = newError(Status(status), eobj)
 	}
 }

@@ -42,11 +42,6 @@ import (
 // DefaultTTL is the lease length of Acquire without WithTTL.
 const DefaultTTL = 30 * time.Second
 
-// waitSlice bounds one blocking C call of a waiting Acquire. Between slices the goroutine
-// checks ctx, so cancellation is seen within a slice; a shorter slice wakes the OS thread more
-// often for nothing.
-const waitSlice = 20 * time.Millisecond
-
 // Version is the version of the linked fencelock library.
 func Version() string { return C.GoString(C.fencelock_version()) }
 
@@ -66,6 +61,7 @@ type OpenOption func(*openConfig)
 type openConfig struct {
 	mode        Mode
 	maxValueLen uint64
+	busyTimeout time.Duration
 }
 
 // WithMode sets how processes share the file (default MultiProcess).
@@ -73,6 +69,11 @@ func WithMode(mode Mode) OpenOption { return func(c *openConfig) { c.mode = mode
 
 // WithMaxValueLen sets the largest fenced value accepted, in bytes (default 16 MiB).
 func WithMaxValueLen(n uint64) OpenOption { return func(c *openConfig) { c.maxValueLen = n } }
+
+// WithBusyTimeout bounds how long Open, and each later write without a ctx deadline of its
+// own, waits behind another process that holds the store (one paused inside a commit or its
+// open) before giving up with ErrTimeout (default 10s; rounded up to whole milliseconds).
+func WithBusyTimeout(d time.Duration) OpenOption { return func(c *openConfig) { c.busyTimeout = d } }
 
 // Store is an open fencelock store. Close it when done; a forgotten Store is closed when the
 // garbage collector finds it unreachable, but only as a safety net.
@@ -91,6 +92,9 @@ type storeCore struct {
 
 	gatesMu sync.Mutex
 	gates   map[string]*gate
+
+	// waits ends the waiting Acquires at Close, so that Close does not wait for them.
+	waits waits
 }
 
 // gate lets one goroutine per lock name of a Store wait inside C at a time; the others wait on
@@ -107,6 +111,10 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
+	busy, err := millis("busy timeout", cfg.busyTimeout) // 0: the library's default
+	if err != nil {
+		return nil, err
+	}
 	cpath, err := cString("path", path)
 	if err != nil {
 		return nil, err
@@ -114,7 +122,7 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	defer C.free(unsafe.Pointer(cpath))
 	var h *C.fencelock_store
 	var eobj *C.fencelock_error
-	status := C.fencelock_store_open_with(cpath, C.int32_t(cfg.mode), C.uint64_t(cfg.maxValueLen), &h, &eobj)
+	status := C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), C.uint64_t(cfg.maxValueLen), busy, nil, &h, &eobj)
 	if status != 0 {
 		return nil, newError(Status(status), eobj)
 	}
@@ -126,8 +134,8 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 // Path is the store file.
 func (s *Store) Path() string { return s.core.path }
 
-// Close closes the store. It waits for calls in progress (a waiting Acquire gives up within
-// one wait slice with ErrClosed). Holders outlive it: they keep the file open until released.
+// Close closes the store. It ends waiting Acquires at once (they return ErrClosed) and waits
+// for other calls in progress. Holders outlive it: they keep the file open until released.
 // Closing again does nothing.
 func (s *Store) Close() error {
 	s.core.close()
@@ -135,6 +143,7 @@ func (s *Store) Close() error {
 }
 
 func (c *storeCore) close() {
+	c.waits.closeAll() // before the lock, which waits for the calls holding the handle
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.h != nil {
@@ -223,16 +232,16 @@ func (s *Store) grant(name string, settings AcquireSettings, call func(cname *C.
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(cname))
-	start := time.Now()
 	h, err := call(cname, ttl)
 	if err != nil {
 		return nil, err
 	}
-	return newLease(h, name, start, settings)
+	return newLease(h, name, settings)
 }
 
-// acquireWait waits in C in bounded slices, checking ctx between them, behind the lock name's
-// gate (see gate).
+// acquireWait waits in one C call, behind the lock name's gate (see gate), until the lock is
+// granted, ctx's deadline passes (the C timeout) or ctx is done or the store closed (the
+// call's cancel fires).
 func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
 	g := s.core.enterGate(name)
 	defer s.core.leaveGate(name, g)
@@ -240,44 +249,54 @@ func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl
 	case g.slot <- struct{}{}:
 		defer func() { <-g.slot }()
 	case <-ctx.Done():
-		return nil, waitError(ctx, name)
+		return nil, waitError(name, ctx.Err())
 	}
-	for {
-		slice := waitSlice
-		if deadline, ok := ctx.Deadline(); ok {
-			slice = min(slice, time.Until(deadline))
+	timeout := forever
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		left := time.Until(deadline)
+		if left <= 0 {
+			// ctx.Err() may still be nil here: its timer need not have fired yet.
+			return nil, waitError(name, context.DeadlineExceeded)
 		}
-		if ctx.Err() != nil || slice <= 0 {
-			return nil, waitError(ctx, name)
+		timeout, _ = millis("timeout", left)
+	}
+	var h *C.fencelock_holder
+	err := s.call(ctx, func(sh *C.fencelock_store) error {
+		cancel, err := newWaitCancel(ctx, &s.core.waits)
+		if err != nil {
+			return err
 		}
-		timeout, _ := millis("timeout", slice)
-		var h *C.fencelock_holder
-		err := s.call(ctx, func(sh *C.fencelock_store) error {
-			var eobj *C.fencelock_error
-			if status := C.fencelock_store_acquire_wait(sh, cname, ttl, timeout, &h, &eobj); status != 0 {
-				return newError(Status(status), eobj)
-			}
-			return nil
-		})
-		switch {
-		case err == nil:
-			return h, nil
-		case errors.Is(err, ErrTimeout):
-			continue
-		case ctx.Err() != nil:
-			return nil, waitError(ctx, name)
-		default:
-			return nil, err
+		defer cancel.free()
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel.c, &h, &eobj); status != 0 {
+			return newError(Status(status), eobj)
 		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return h, nil
+	case errors.Is(err, ErrTimeout) && hasDeadline:
+		// The C timeout is the deadline, though ctx's own timer may not have fired yet.
+		return nil, waitError(name, context.DeadlineExceeded)
+	case errors.Is(err, ErrCancelled) && ctx.Err() != nil:
+		return nil, waitError(name, ctx.Err())
+	case errors.Is(err, ErrCancelled) && s.core.waits.isClosed():
+		return nil, ErrClosed
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return nil, waitError(name, err) // ctx was done before the call began
+	default:
+		return nil, err
 	}
 }
 
-func waitError(ctx context.Context, name string) error {
-	err := ctx.Err()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("fencelock: waiting for lock %q: %w (%w)", name, ErrTimeout, err)
+// waitError is the error of a wait that ctx ended with ctxErr (never nil).
+func waitError(name string, ctxErr error) error {
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return fmt.Errorf("fencelock: waiting for lock %q: %w (%w)", name, ErrTimeout, ctxErr)
 	}
-	return fmt.Errorf("fencelock: waiting for lock %q: %w", name, err)
+	return fmt.Errorf("fencelock: waiting for lock %q: %w", name, ctxErr)
 }
 
 func (c *storeCore) enterGate(name string) *gate {

@@ -373,6 +373,83 @@ func TestWaitingAcquireHonoursDeadlineAndCancel(t *testing.T) {
 	}
 }
 
+// A deadline always gives an error that matches both ErrTimeout and context.DeadlineExceeded,
+// including when the C wait ends a hair before ctx's own timer fires (the sliced wait of an
+// earlier version then gave "%!w(<nil>)" about a third of the time).
+func TestWaitingAcquireDeadlineAlwaysMatchesBoth(t *testing.T) {
+	store := openStore(t)
+	holder := acquire(t, store, "w", fencelock.WithTTL(time.Hour))
+	for i := 0; i < 50; i++ {
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		_, err := store.Acquire(ctx, "w", fencelock.Wait())
+		cancel()
+		if !errors.Is(err, fencelock.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) ||
+			strings.Contains(err.Error(), "%!") {
+			t.Fatalf("try %d: %v", i+1, err)
+		}
+	}
+	if held, err := holder.Held(bg); err != nil || !held {
+		t.Fatalf("holder after the timed-out waits: held %v, %v", held, err)
+	}
+}
+
+// A cancel ends the one C call of a waiting Acquire at once and grants nothing.
+func TestCancelEndsAWaitingAcquireAndGrantsNothing(t *testing.T) {
+	store := openStore(t)
+	holder := acquire(t, store, "w", fencelock.WithTTL(time.Hour))
+	for _, deadline := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(bg)
+		if deadline {
+			ctx, cancel = context.WithTimeout(bg, time.Hour)
+		}
+		var cancelled time.Time
+		time.AfterFunc(50*time.Millisecond, func() { cancelled = time.Now(); cancel() })
+		_, err := store.Acquire(ctx, "w", fencelock.Wait())
+		ended := time.Since(cancelled)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, fencelock.ErrTimeout) {
+			t.Fatalf("deadline %v: %v", deadline, err)
+		}
+		t.Logf("deadline %v: the wait ended %v after the cancel", deadline, ended)
+	}
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	next := acquire(t, store, "w")
+	if next.Token() != holder.Token()+1 {
+		t.Fatalf("token %d after %d: a cancelled wait was granted the lock", next.Token(), holder.Token())
+	}
+}
+
+// Close ends a waiting Acquire at once instead of waiting for it.
+func TestCloseEndsAWaitingAcquire(t *testing.T) {
+	store := openStore(t)
+	acquire(t, store, "w", fencelock.WithTTL(time.Hour))
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ { // one waits in C, one at the gate
+		go func() {
+			_, err := store.Acquire(bg, "w", fencelock.Wait())
+			errs <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; !errors.Is(err, fencelock.ErrClosed) {
+			t.Fatalf("waiter after Close: %v", err)
+		}
+	}
+}
+
+func TestBusyTimeoutOption(t *testing.T) {
+	if _, err := fencelock.Open(filepath.Join(t.TempDir(), "x.db"), fencelock.WithBusyTimeout(-time.Second)); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("negative busy timeout: %v", err)
+	}
+	store := openStore(t, fencelock.WithBusyTimeout(time.Second))
+	acquire(t, store, "w")
+}
+
 func TestAcquireAndPutIsAtomic(t *testing.T) {
 	store := openStore(t)
 	holder, err := store.AcquireAndPut(bg, "w", "k", []byte("v"))

@@ -29,6 +29,8 @@ EXPECTED = {
     13: fencelock.StorageError,
     14: fencelock.NotFoundError,
     15: fencelock.PanicError,
+    16: fencelock.CancelledError,
+    17: fencelock.StoreReplacedError,
 }
 
 
@@ -230,6 +232,9 @@ def test_bad_holder_arguments(store, call, exc):
         ({"max_value_len": 0}, ValueError),
         ({"max_value_len": -1}, ValueError),
         ({"max_value_len": "1"}, TypeError),
+        ({"busy_timeout": 0}, ValueError),
+        ({"busy_timeout": -1}, ValueError),
+        ({"busy_timeout": "1"}, TypeError),
     ],
 )
 def test_bad_store_arguments(tmp_path, kwargs, exc):

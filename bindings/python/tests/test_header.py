@@ -34,6 +34,7 @@ OPAQUE = {
     for name in (
         "fencelock_store",
         "fencelock_holder",
+        "fencelock_cancel",
         "fencelock_error",
         "fencelock_lock_list",
         "fencelock_key_list",

@@ -115,6 +115,18 @@ def test_wait_lost_releases_the_gil(store):
     thread.join(PATIENCE)
 
 
+def test_closing_a_holder_ends_a_wait_lost_in_another_thread(store):
+    holder = store.acquire("w", ttl=60)
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(holder.wait_lost()))
+    thread.start()
+    time.sleep(0.05)
+    holder.close()  # releases, which ends the wait as a loss
+    thread.join(PATIENCE)
+    assert not thread.is_alive()
+    assert outcome == [True]
+
+
 def test_many_threads_distinct_locks_and_one_contended_lock(store):
     errors = []
     tokens = []
@@ -155,7 +167,7 @@ def test_closing_a_store_while_a_thread_waits_in_it(store_path):
     def waiter():
         started.set()
         try:
-            store.acquire("busy", timeout=0.5)
+            store.acquire("busy", timeout=PATIENCE)
         except Exception as err:  # noqa: BLE001 - the assertion below checks which
             outcome.append(err)
 
@@ -163,10 +175,12 @@ def test_closing_a_store_while_a_thread_waits_in_it(store_path):
     thread.start()
     started.wait(PATIENCE)
     time.sleep(0.05)
-    store.close()  # the C store is freed only after the waiting call returns
+    store.close()  # ends the wait (its cancel fires); the C store is freed after it returns
     thread.join(PATIENCE)
+    assert not thread.is_alive()
     assert len(outcome) == 1
-    assert isinstance(outcome[0], (fencelock.LockTimeoutError, ValueError))
+    # A close that only waited for the call would leave it blocked for PATIENCE and a timeout.
+    assert type(outcome[0]) is ValueError, outcome
     with pytest.raises(ValueError):
         store.get("k")
     assert blocker.held()  # the holder keeps its own reference to the store

@@ -14,6 +14,7 @@ A process that wakes after its lease expired and another process took over gets
 
 from ._api import Fenced, Holder, LockInfo, LockState, Mode, Store
 from ._errors import (
+    CancelledError,
     CorruptError,
     FencelockError,
     ForkedError,
@@ -30,6 +31,7 @@ from ._errors import (
     PanicError,
     StaleTokenError,
     StorageError,
+    StoreReplacedError,
 )
 from ._ffi import lib as _lib
 from ._ffi import loaded_path as _loaded_path
@@ -49,6 +51,7 @@ def library_path() -> str:
 
 
 __all__ = [
+    "CancelledError",
     "CorruptError",
     "Fenced",
     "FencelockError",
@@ -71,6 +74,7 @@ __all__ = [
     "StaleTokenError",
     "StorageError",
     "Store",
+    "StoreReplacedError",
     "__version__",
     "library_path",
     "library_version",

@@ -7,7 +7,6 @@ import enum
 import math
 import os
 import threading
-import time
 import weakref
 from ctypes import byref, c_bool, c_size_t, c_uint64, string_at
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any, Callable, NamedTuple, Union
 from . import _ffi
 from ._errors import error_from
 from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
-from ._handles import Handle, _close_quietly, _Resource
+from ._handles import Cancel, Handle, _close_quietly, _Resource, call_waiting
 
 __all__ = ["Fenced", "Holder", "LockInfo", "LockState", "Mode", "Store"]
 
@@ -30,9 +29,8 @@ Value = Union[bytes, bytearray, memoryview, str]
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 _U64_MAX = (1 << 64) - 1
-# How long a watcher thread blocks in one wait_lost call before it checks whether its holder was
-# closed; a loss or a release wakes it at once regardless.
-_WATCH_SLICE_MS = 500
+# A timeout the library saturates: no limit.
+_FOREVER_MS = _U64_MAX
 
 
 class Mode(enum.IntEnum):
@@ -167,6 +165,9 @@ class Store(Handle):
     ``Store(path)`` opens the store at ``path``, creating it if needed. ``mode`` is
     ``Mode.MULTI_PROCESS`` (default; also ``"multi-process"``) or ``Mode.SINGLE_PROCESS``;
     ``max_value_len`` limits fenced values in bytes (None: the library default of 16 MiB).
+    ``busy_timeout`` bounds, in seconds, how long the open and each later write wait behind
+    another process that holds the store (one paused inside a commit) before they raise
+    ``LockTimeoutError`` (None: the library default of 10 s). Ctrl-C ends a waiting open.
 
     Use it as a context manager or call ``close()``. Holders acquired from a store stay usable
     after the store is closed. A store is safe to share between threads; it cannot be shared
@@ -181,6 +182,7 @@ class Store(Handle):
         *,
         mode: Mode | str = Mode.MULTI_PROCESS,
         max_value_len: int | None = None,
+        busy_timeout: Seconds | None = None,
     ) -> None:
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _type_error("path", "str, bytes or os.PathLike", path)
@@ -198,9 +200,15 @@ class Store(Handle):
             raise ValueError(f"max_value_len must be positive, not {max_value_len}")
         else:
             limit = max_value_len
+        busy_ms = 0 if busy_timeout is None else _ms(busy_timeout, "busy_timeout")
         out = StoreP()
-        err = _ffi.ErrorP()
-        status = lib.fencelock_store_open_with(raw_path, int(mode), limit, byref(out), byref(err))
+        status, err = call_waiting(
+            lib.fencelock_store_open_cancellable,
+            (raw_path, int(mode), limit, busy_ms),
+            (byref(out),),
+            Cancel(),
+            lambda: lib.fencelock_store_close(out),
+        )
         if status:
             raise error_from(status, err)
         super().__init__(out, lib.fencelock_store_close)
@@ -230,7 +238,8 @@ class Store(Handle):
         holder's token, pid and time left) when the lock is held. With a ``timeout`` it waits up
         to that long for the lock and raises ``LockTimeoutError`` (a ``TimeoutError``) when the
         time passes; ``timeout=0`` tries once but raises ``LockTimeoutError`` on contention. The
-        wait releases the GIL.
+        wait releases the GIL; Ctrl-C (or another signal's exception) ends it at once, leaving
+        the lock as it was, and so does closing the store from another thread (``ValueError``).
         """
         raw_name = _name(name, "lock name")
         ttl_ms = _ms(ttl, "ttl")
@@ -239,7 +248,12 @@ class Store(Handle):
             self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
         else:
             timeout_ms = _ms(timeout, "timeout", allow_zero=True)
-            self._res.check(lib.fencelock_store_acquire_wait, raw_name, ttl_ms, timeout_ms, byref(out))
+            self._res.check_wait(
+                lib.fencelock_store_acquire_wait_cancellable,
+                (raw_name, ttl_ms, timeout_ms),
+                (byref(out),),
+                lambda: lib.fencelock_holder_free(out),
+            )
         return Holder(out, ttl_ms)
 
     def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> Holder:
@@ -480,27 +494,18 @@ class Holder(Handle):
         """Whether the lease is known to be lost or released: its TTL ran out without a
         renewal, an ``extend``/``put``/``delete`` found it taken over, or it was released.
         Reads no storage; whether another holder took the lock is answered by ``held()``."""
-        return self._wait_lost_ms(0)
+        lost = c_bool()
+        self._res.check(lib.fencelock_holder_wait_lost, 0, byref(lost))
+        return lost.value
 
     def wait_lost(self, timeout: Seconds | None = None) -> bool:
         """Blocks until the lease is known to be lost or released (see ``lost``), or ``timeout``
-        seconds pass (None: no limit). Returns whether it ended. Releases the GIL while waiting,
-        and wakes between slices of at most a second so Ctrl-C is honoured."""
-        if timeout is None:
-            while True:
-                if self._wait_lost_ms(1000):
-                    return True
-        deadline = time.monotonic() + _ms(timeout, "timeout", allow_zero=True) / 1000.0
-        while True:
-            left_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000.0))
-            if self._wait_lost_ms(min(left_ms, 1000)):
-                return True
-            if left_ms <= 1000:
-                return False
-
-    def _wait_lost_ms(self, timeout_ms: int) -> bool:
+        seconds pass (None: no limit). Returns whether it ended. Releases the GIL while waiting;
+        Ctrl-C (or another signal's exception) ends the wait at once, and so does closing the
+        holder from another thread (``ValueError``)."""
+        timeout_ms = _FOREVER_MS if timeout is None else _ms(timeout, "timeout", allow_zero=True)
         lost = c_bool()
-        self._res.check(lib.fencelock_holder_wait_lost, timeout_ms, byref(lost))
+        self._res.check_wait(lib.fencelock_holder_wait_lost_cancellable, (timeout_ms,), (byref(lost),))
         return lost.value
 
     def on_lost(self, callback: Callable[[Holder], Any]) -> threading.Thread:
@@ -525,19 +530,21 @@ class Holder(Handle):
 def _watch(resource: _Resource, holder_ref: weakref.ref[Holder], callback: Callable[[Holder], Any]) -> None:
     # Holds the resource, not the Holder, so a holder dropped by its owner is still collected
     # (its finalizer releases the lease, which wakes this thread, which then exits).
+    # One wait, ended by the library when the lease ends (close() and the finalizer release it
+    # first). No cancel handle: the library looks at one every millisecond, a cost for a wait
+    # as long as the lease, while a wait without one sleeps until the lease ends.
     lost = c_bool()
-    while True:
-        try:
-            status, err = resource.call(lib.fencelock_holder_wait_lost, _WATCH_SLICE_MS, byref(lost))
-        except ValueError:  # the holder was closed
-            return
-        if status:
-            if err:
-                lib.fencelock_error_free(err)
-            return
-        if lost.value:
-            break
+    try:
+        status, err = resource.call(lib.fencelock_holder_wait_lost, _FOREVER_MS, byref(lost))
+    except ValueError:  # the holder was closed
+        return
+    if status:
+        if err:
+            lib.fencelock_error_free(err)
+        return
     holder = holder_ref()
+    if not lost.value:
+        return
     if holder is None or holder._released or holder.closed:
         return
     callback(holder)

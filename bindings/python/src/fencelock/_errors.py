@@ -60,7 +60,9 @@ class LockLostError(FencelockError):
 
 
 class LockTimeoutError(FencelockError, TimeoutError):
-    """A waiting acquire gave up after its timeout. Also a builtin ``TimeoutError``."""
+    """A wait gave up after its timeout: a waiting acquire, or an open or a write that waited
+    past the store's busy timeout behind another process (one paused inside a commit). Also a
+    builtin ``TimeoutError``."""
 
 
 class InvalidArgumentError(FencelockError, ValueError):
@@ -108,6 +110,17 @@ class PanicError(FencelockError):
     """A panic was caught at the C boundary; the handle involved may be unusable."""
 
 
+class CancelledError(FencelockError):
+    """A wait was ended through its cancel handle; nothing changed. The binding cancels a wait
+    only to deliver a signal (the signal's exception, such as ``KeyboardInterrupt``, is raised
+    instead) or when the handle is closed (``ValueError``), so this is seldom seen."""
+
+
+class StoreReplacedError(FencelockError):
+    """The store file was deleted, renamed or replaced at its path since this ``Store`` opened
+    it; writes and grants through it are refused. Open a new ``Store``."""
+
+
 _BY_STATUS: dict[int, type[FencelockError]] = {
     _ffi.LOCKED: LockedError,
     _ffi.STALE_TOKEN: StaleTokenError,
@@ -124,6 +137,8 @@ _BY_STATUS: dict[int, type[FencelockError]] = {
     _ffi.STORAGE: StorageError,
     _ffi.NOT_FOUND: NotFoundError,
     _ffi.PANIC: PanicError,
+    _ffi.CANCELLED: CancelledError,
+    _ffi.REPLACED: StoreReplacedError,
 }
 
 _FORK_HINT = (

@@ -9,7 +9,8 @@ travels separately); an output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opa
 ``POINTER(<opaque Structure>)``.
 
 ``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
-for a lost lease, a commit's fsync) lets other Python threads run.
+for a lost lease, an open or a commit behind a busy store) lets other Python threads run. Every
+blocking call is made through ``_handles.call_waiting``, which makes Ctrl-C end it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ FORKED = 12
 STORAGE = 13
 NOT_FOUND = 14
 PANIC = 15
+CANCELLED = 16
+REPLACED = 17
 
 MODE_MULTI_PROCESS = 0
 MODE_SINGLE_PROCESS = 1
@@ -69,6 +72,10 @@ class fencelock_store(Structure):
 
 class fencelock_holder(Structure):
     """Opaque holder handle."""
+
+
+class fencelock_cancel(Structure):
+    """Opaque cancel handle."""
 
 
 class fencelock_error(Structure):
@@ -99,6 +106,7 @@ class fencelock_lock_info(Structure):
 
 StoreP = POINTER(fencelock_store)
 HolderP = POINTER(fencelock_holder)
+CancelP = POINTER(fencelock_cancel)
 ErrorP = POINTER(fencelock_error)
 LockListP = POINTER(fencelock_lock_list)
 KeyListP = POINTER(fencelock_key_list)
@@ -108,6 +116,10 @@ BytesP = POINTER(c_uint8)
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_version": (c_char_p, []),
     "fencelock_status_str": (c_char_p, [fencelock_status]),
+    # cancel handle
+    "fencelock_cancel_new": (fencelock_status, [POINTER(CancelP), POINTER(ErrorP)]),
+    "fencelock_cancel_fire": (None, [CancelP]),
+    "fencelock_cancel_free": (None, [CancelP]),
     # error object
     "fencelock_error_status": (fencelock_status, [ErrorP]),
     "fencelock_error_message": (c_char_p, [ErrorP]),
@@ -122,6 +134,10 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [c_char_p, c_int32, c_uint64, POINTER(StoreP), POINTER(ErrorP)],
     ),
+    "fencelock_store_open_cancellable": (
+        fencelock_status,
+        [c_char_p, c_int32, c_uint64, c_uint64, CancelP, POINTER(StoreP), POINTER(ErrorP)],
+    ),
     "fencelock_store_close": (None, [StoreP]),
     "fencelock_store_acquire": (
         fencelock_status,
@@ -130,6 +146,10 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_store_acquire_wait": (
         fencelock_status,
         [StoreP, c_char_p, c_uint64, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_acquire_wait_cancellable": (
+        fencelock_status,
+        [StoreP, c_char_p, c_uint64, c_uint64, CancelP, POINTER(HolderP), POINTER(ErrorP)],
     ),
     "fencelock_store_acquire_and_put": (
         fencelock_status,
@@ -208,6 +228,10 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_holder_wait_lost": (
         fencelock_status,
         [HolderP, c_uint64, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_holder_wait_lost_cancellable": (
+        fencelock_status,
+        [HolderP, c_uint64, CancelP, POINTER(c_bool), POINTER(ErrorP)],
     ),
     "fencelock_holder_free": (None, [HolderP]),
 }

@@ -1,4 +1,5 @@
-"""Handles: one base class gives every C object ``close()``, ``with`` and a finalizer."""
+"""Handles: one base class gives every C object ``close()``, ``with`` and a finalizer; and the one
+helper through which every blocking C call is made (``call_waiting``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import os
 import threading
 import weakref
 from ctypes import byref
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
+from . import _ffi
 from ._errors import error_from
-from ._ffi import ErrorP
+from ._ffi import CancelP, ErrorP, lib
 
 _H = TypeVar("_H", bound="Handle")
 
@@ -23,7 +25,17 @@ class _Resource:
     waiting acquire, a wait for a lost lease) never frees memory under that call.
     """
 
-    __slots__ = ("__weakref__", "_borrows", "_closed", "_free", "_kind", "_lock", "_pid", "_ptr")
+    __slots__ = (
+        "__weakref__",
+        "_borrows",
+        "_closed",
+        "_free",
+        "_kind",
+        "_lock",
+        "_pid",
+        "_ptr",
+        "_waits",
+    )
 
     def __init__(self, ptr: Any, free: Callable[[Any], None], kind: str) -> None:
         self._ptr = ptr
@@ -33,6 +45,8 @@ class _Resource:
         self._borrows = 0
         self._closed = False
         self._pid = os.getpid()
+        # The cancel handles of the calls blocked on this handle; close() fires them.
+        self._waits: set[Cancel] = set()
         _LIVE.add(self)
 
     @property
@@ -44,24 +58,34 @@ class _Resource:
         """True in a child process that inherited the handle through ``os.fork()``."""
         return os.getpid() != self._pid
 
-    def borrow(self) -> Any:
+    def borrow(self, cancel: Cancel | None = None) -> Any:
         with self._lock:
             if self._closed:
-                raise ValueError(f"operation on a closed fencelock {self._kind}")
+                raise self._closed_error()
             self._borrows += 1
+            if cancel is not None:
+                self._waits.add(cancel)
             return self._ptr
 
-    def unborrow(self) -> None:
+    def unborrow(self, cancel: Cancel | None = None) -> None:
         with self._lock:
             self._borrows -= 1
+            self._waits.discard(cancel)  # type: ignore[arg-type]
             ptr = self._take()
         self._dispose(ptr)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            # Blocked calls end at once (FENCELOCK_CANCELLED), so the free below is not delayed
+            # by a wait; they raise ValueError, as any call on a closed handle does.
+            for cancel in self._waits:
+                cancel.fire()
             ptr = self._take()
         self._dispose(ptr)
+
+    def _closed_error(self) -> ValueError:
+        return ValueError(f"operation on a closed fencelock {self._kind}")
 
     def _take(self) -> Any:
         if self._closed and self._borrows == 0 and self._ptr is not None:
@@ -92,6 +116,109 @@ class _Resource:
         if status:
             raise error_from(status, err)
 
+    def wait(
+        self, fn: Callable[..., int], args: tuple[Any, ...], outs: tuple[Any, ...], undo: Undo = None
+    ) -> tuple[int, Any]:
+        """``call_waiting`` on this handle: ``fn(ptr, *args, cancel, *outs, &err)``, ended at once
+        by ``close()`` (then ValueError). Returns the status and the error object."""
+        cancel = Cancel()
+        ptr = self.borrow(cancel)
+        try:
+            status, err = call_waiting(fn, (ptr, *args), outs, cancel, undo)
+        finally:
+            self.unborrow(cancel)
+        if status == _ffi.CANCELLED:
+            # Only close() fires this cancel outside call_waiting, which raises for its own.
+            if err:
+                lib.fencelock_error_free(err)
+            raise self._closed_error()
+        return status, err
+
+    def check_wait(
+        self, fn: Callable[..., int], args: tuple[Any, ...], outs: tuple[Any, ...], undo: Undo = None
+    ) -> None:
+        """``wait``, raising the matching FencelockError on failure."""
+        status, err = self.wait(fn, args, outs, undo)
+        if status:
+            raise error_from(status, err)
+
+
+Undo = Optional[Callable[[], None]]
+"""Frees what a blocking call returned when its caller was interrupted after all."""
+
+
+class Cancel:
+    """A ``fencelock_cancel``, freed when the last reference goes: the thread that fires it and
+    the thread blocked in C with it may each outlive the other's interest in it."""
+
+    __slots__ = ("__weakref__", "ptr")
+
+    def __init__(self) -> None:
+        self.ptr = CancelP()
+        err = ErrorP()
+        status = lib.fencelock_cancel_new(byref(self.ptr), byref(err))
+        if status:
+            raise error_from(status, err)
+        # Not at interpreter exit: a daemon thread may still be blocked in C with it.
+        weakref.finalize(self, lib.fencelock_cancel_free, self.ptr).atexit = False
+
+    def fire(self) -> None:
+        lib.fencelock_cancel_fire(self.ptr)
+
+
+def call_waiting(
+    fn: Callable[..., int], args: tuple[Any, ...], outs: tuple[Any, ...], cancel: Cancel, undo: Undo = None
+) -> tuple[int, Any]:
+    """Makes one blocking ``*_cancellable`` C call, ``fn(*args, cancel, *outs, &err)``, so that a
+    signal ends it: the one way the binding blocks. Returns the status and the error object.
+
+    Python runs signal handlers in the main thread only, and only between bytecodes, never while
+    that thread is inside C. So on the main thread the call runs in a worker thread while the
+    main thread waits for it in ``Event.wait``, which a signal interrupts. When that wait raises
+    (``KeyboardInterrupt``, or whatever a signal handler raised) the cancel fires, the worker's
+    call ends within about a millisecond with FENCELOCK_CANCELLED (nothing changed), what the
+    call returned if it finished first anyway is undone (``undo``: a holder is freed, which
+    releases it; a store is closed), and the exception propagates. Other threads call directly.
+    """
+    err = ErrorP()
+
+    def invoke() -> int:
+        return fn(*args, cancel.ptr, *outs, byref(err))
+
+    if threading.current_thread() is not threading.main_thread():
+        return invoke(), err
+    outcome: list[Any] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(invoke())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="fencelock-wait", daemon=True)
+    try:
+        worker.start()
+        done.wait()
+    except BaseException:
+        cancel.fire()
+        # A call already begun ends within a millisecond; one not begun yet ends at once. A
+        # second signal meanwhile does not cut this short: the worker's outputs are still ours.
+        while worker.ident is not None and not done.is_set():
+            with contextlib.suppress(BaseException):
+                done.wait()
+        if outcome and outcome[0] == _ffi.OK and undo is not None:
+            undo()
+        elif err:
+            lib.fencelock_error_free(err)
+        raise
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result, err
+
 
 _LIVE: weakref.WeakSet[_Resource] = weakref.WeakSet()
 
@@ -102,6 +229,7 @@ def _after_fork_in_child() -> None:
     # then reach C, which answers FENCELOCK_FORKED, instead of hanging.
     for resource in list(_LIVE):
         resource._lock = threading.Lock()
+        resource._waits = set()  # their threads did not cross the fork
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

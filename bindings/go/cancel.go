@@ -1,0 +1,98 @@
+package fencelock
+
+/*
+#include "fencelock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"math"
+	"sync"
+)
+
+// forever is a C timeout with no limit (the library saturates it).
+const forever = C.uint64_t(math.MaxUint64)
+
+// waitCancel is the fencelock_cancel of one blocking C call: the only way the package ends a
+// wait early. It fires when ctx is done or when the handle the call blocks on is closed
+// (waits.closeAll); the call then ends within about a millisecond with StatusCancelled,
+// having changed nothing. One C call per wait, so no layer here cuts waits into slices.
+type waitCancel struct {
+	c     *C.fencelock_cancel
+	stop  func() bool
+	fired chan struct{} // closed once the ctx callback has fired c
+	ws    *waits
+}
+
+// newWaitCancel makes the cancel of one call and registers it with ws. Call free once the C
+// call has returned.
+func newWaitCancel(ctx context.Context, ws *waits) (*waitCancel, error) {
+	var c *C.fencelock_cancel
+	var eobj *C.fencelock_error
+	if status := C.fencelock_cancel_new(&c, &eobj); status != 0 {
+		return nil, newError(Status(status), eobj)
+	}
+	w := &waitCancel{c: c, fired: make(chan struct{}), ws: ws}
+	w.stop = context.AfterFunc(ctx, func() {
+		C.fencelock_cancel_fire(c)
+		close(w.fired)
+	})
+	ws.add(c)
+	return w, nil
+}
+
+// free unregisters and frees the cancel, after a ctx callback already running has finished
+// with it.
+func (w *waitCancel) free() {
+	w.ws.remove(w.c)
+	if !w.stop() {
+		<-w.fired
+	}
+	C.fencelock_cancel_free(w.c)
+}
+
+// waits is the set of cancels of the calls blocked on one handle, so that closing the handle
+// ends them at once instead of waiting for them.
+type waits struct {
+	mu     sync.Mutex
+	closed bool
+	set    map[*C.fencelock_cancel]struct{}
+}
+
+// add registers c; once the handle is closing, c fires at once.
+func (ws *waits) add(c *C.fencelock_cancel) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		C.fencelock_cancel_fire(c)
+		return
+	}
+	if ws.set == nil {
+		ws.set = map[*C.fencelock_cancel]struct{}{}
+	}
+	ws.set[c] = struct{}{}
+}
+
+func (ws *waits) remove(c *C.fencelock_cancel) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	delete(ws.set, c)
+}
+
+// closeAll fires every registered cancel and every later one.
+func (ws *waits) closeAll() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	for c := range ws.set {
+		C.fencelock_cancel_fire(c)
+	}
+}
+
+// isClosed reports whether closeAll ran: a StatusCancelled then came from the close.
+func (ws *waits) isClosed() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.closed
+}
