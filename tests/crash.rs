@@ -1,0 +1,408 @@
+//! Power-loss crash images: a workload runs in child processes with an LD_PRELOAD recorder
+//! (`tests/crash/recorder.c`, compiled with `cc` at run time) that logs every write, sync,
+//! truncation and allocation of the store file, and the workload's acknowledgements, in one
+//! order. From the log, images are built of what the file may hold after a power loss at each
+//! sync (`tests/crash/images.rs`), and each image is opened and checked against what had been
+//! acknowledged by then (`tests/crash/check.rs`). See docs/torture.md, "Power-loss crash images".
+//!
+//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 1500), `FENCELOCK_CRASH_OPS=N`
+//! the operations per writer (default 40), `FENCELOCK_CRASH_SEED=N` the seed (default: from the
+//! clock; printed on failure); `FENCELOCK_CRASH_DUMP=1` prints each recording. Children are this test binary run again with
+//! `FENCELOCK_TEST_ROLE=crash-writer`.
+
+#[path = "crash/check.rs"]
+mod check;
+#[path = "crash/images.rs"]
+mod images;
+#[path = "crash/recording.rs"]
+mod recording;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fencelock::{Error, Holder, Mode, Options, Store};
+
+use check::{History, Violation};
+use images::{crash_points, Builder, CrashPoint, Rng};
+use recording::{Op, Recording};
+
+const ROLE: &str = "FENCELOCK_TEST_ROLE";
+
+/// Not a test of its own: the entry point of the workload's child processes.
+#[test]
+fn child() {
+    if std::env::var(ROLE).as_deref() == Ok("crash-writer") {
+        writer();
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+    })
+}
+
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        env_u64("FENCELOCK_CRASH_SEED").unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            now.as_secs() ^ u64::from(now.subsec_nanos())
+        })
+    })
+}
+
+fn images_per_case() -> usize {
+    env_u64("FENCELOCK_CRASH_IMAGES").map_or(1500, |n| usize::try_from(n).unwrap())
+}
+
+fn ops_per_writer() -> u64 {
+    env_u64("FENCELOCK_CRASH_OPS").unwrap_or(40)
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::SingleProcess => "single",
+        _ => "multi",
+    }
+}
+
+/// The workload of one writer: random grants, holder-checked and token-fenced puts, deletes,
+/// fences and releases on a few locks and keys. It marks each operation before calling it
+/// (`begin`) and after it returned successfully (`ack`), each mark one write(2) to the marker
+/// file, which the recorder logs in order with the store's writes. A value is its operation's
+/// id, so an image tells which operation wrote it.
+fn writer() {
+    let var = |name: &str| std::env::var(name).unwrap();
+    let mode = match var("FENCELOCK_CRASH_MODE").as_str() {
+        "single" => Mode::SingleProcess,
+        _ => Mode::MultiProcess,
+    };
+    let name = var("FENCELOCK_CRASH_WRITER");
+    let mut rng = Rng::new(var("FENCELOCK_CRASH_SEED").parse::<u64>().unwrap());
+    let ops: u64 = var("FENCELOCK_CRASH_OPS").parse().unwrap();
+    let mut marks = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(var("FENCELOCK_CRASH_MARKS"))
+        .unwrap();
+    let mut mark = |line: String| marks.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let options = Options {
+        mode,
+        ..Options::default()
+    };
+    let store = Store::open_with(var("FENCELOCK_CRASH_DB"), &options).unwrap();
+    mark(format!("created {name}"));
+    let ttl = Duration::from_secs(3600);
+    let mut holder: Option<Holder> = None;
+    let mut last_token = 0;
+    for seq in 0..ops {
+        let id = format!("{name}.{seq}");
+        let key = format!("k{}", rng.below(3));
+        let lock = ["lock-a", "lock-b"][rng.below(2)];
+        let choice = rng.below(100);
+        // Refusals (a lock held by the other writer, a stale token) are expected and unmarked.
+        let (op, outcome): (Op, Result<u64, Error>) = match choice {
+            0..=19 => {
+                drop(holder.take());
+                mark(format!("begin {id} grant {lock} 0"));
+                let granted = store.acquire(lock, ttl).map(|h| {
+                    let token = h.token();
+                    holder = Some(h);
+                    token
+                });
+                (
+                    Op::Grant {
+                        lock: lock.into(),
+                        token: 0,
+                    },
+                    granted,
+                )
+            }
+            20..=29 => {
+                drop(holder.take());
+                mark(format!("begin {id} grant-put {lock} {key} 0"));
+                let granted = store
+                    .acquire_and_put(lock, ttl, key.as_bytes(), id.as_bytes())
+                    .map(|h| {
+                        let token = h.token();
+                        holder = Some(h);
+                        token
+                    });
+                (
+                    Op::GrantPut {
+                        lock: lock.into(),
+                        key: key.clone(),
+                        token: 0,
+                    },
+                    granted,
+                )
+            }
+            30..=54 => {
+                let Some(h) = &holder else { continue };
+                let token = h.token();
+                let op = Op::Put { key, token };
+                mark(format!("begin {id} {}", op.render()));
+                let Op::Put { key, .. } = &op else {
+                    unreachable!()
+                };
+                let done = h.put(key.as_bytes(), id.as_bytes()).map(|()| token);
+                (op, done)
+            }
+            55..=79 if last_token > 0 => {
+                let token = last_token;
+                let op = if choice < 70 {
+                    Op::Put { key, token }
+                } else {
+                    Op::Delete { key, token }
+                };
+                mark(format!("begin {id} {}", op.render()));
+                let done = match &op {
+                    Op::Put { key, .. } => store.put(key.as_bytes(), id.as_bytes(), token),
+                    Op::Delete { key, .. } => store.delete(key.as_bytes(), token).map(|_| ()),
+                    _ => unreachable!(),
+                };
+                (op, done.map(|()| token))
+            }
+            80..=89 if last_token > 0 => {
+                let op = Op::Fence {
+                    resource: format!("f{}", rng.below(2)),
+                    token: last_token,
+                };
+                mark(format!("begin {id} {}", op.render()));
+                let Op::Fence { resource, token } = &op else {
+                    unreachable!()
+                };
+                let done = store.fence(resource, *token).map(|()| *token);
+                (op, done)
+            }
+            _ => {
+                if let Some(h) = holder.take() {
+                    h.release().unwrap();
+                }
+                continue;
+            }
+        };
+        match outcome {
+            Ok(token) => {
+                let acked = match op {
+                    Op::Grant { lock, .. } => Op::Grant { lock, token },
+                    Op::GrantPut { lock, key, .. } => Op::GrantPut { lock, key, token },
+                    other => other,
+                };
+                if matches!(acked, Op::Grant { .. } | Op::GrantPut { .. }) {
+                    last_token = token;
+                }
+                mark(format!("ack {id} {}", acked.render()));
+            }
+            Err(Error::Locked { .. } | Error::StaleToken { .. } | Error::LockLost { .. }) => {}
+            Err(err) => panic!("{id} {}: {err:?}", op.render()),
+        }
+    }
+}
+
+/// A scratch directory, in memory when /dev/shm is there: images are written and opened by
+/// the thousand, and an fsync there costs nothing (the recorder logs the calls, not the disk).
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(dir) = tempfile::Builder::new()
+            .prefix("fencelock-crash")
+            .tempdir_in(shm)
+        {
+            return dir;
+        }
+    }
+    tempfile::Builder::new()
+        .prefix("fencelock-crash")
+        .tempdir()
+        .unwrap()
+}
+
+/// The recorder, compiled once per test run.
+fn recorder() -> &'static Path {
+    static RECORDER: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = RECORDER.get_or_init(|| {
+        let dir = scratch();
+        let out = dir.path().join("recorder.so");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crash/recorder.c");
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(&source)
+            .args(["-ldl", "-lpthread"])
+            .status()
+            .expect("run cc to build the crash recorder");
+        assert!(status.success(), "cc failed on {}", source.display());
+        (dir, out)
+    });
+    path
+}
+
+/// A workload recorded: its log, and where it ran.
+struct Recorded {
+    recording: Recording,
+    history: History,
+    mode: Mode,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `writers` workload processes at once on a new store with the recorder preloaded.
+fn record(mode: Mode, writers: usize, ops: u64, seed: u64) -> Recorded {
+    let dir = scratch();
+    let root = dir.path().canonicalize().unwrap();
+    let (db, marks, log) = (root.join("store.db"), root.join("marks"), root.join("log"));
+    let children: Vec<_> = (0..writers)
+        .map(|n| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+                .env(ROLE, "crash-writer")
+                .env("LD_PRELOAD", recorder())
+                .env("FENCELOCK_CRASH_TARGET", &db)
+                .env("FENCELOCK_CRASH_MARKS", &marks)
+                .env("FENCELOCK_CRASH_LOG", &log)
+                .env("FENCELOCK_CRASH_DB", &db)
+                .env("FENCELOCK_CRASH_MODE", mode_name(mode))
+                .env("FENCELOCK_CRASH_WRITER", format!("w{n}"))
+                .env("FENCELOCK_CRASH_SEED", (seed ^ (n as u64 + 1)).to_string())
+                .env("FENCELOCK_CRASH_OPS", ops.to_string())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a workload writer failed");
+    }
+    let recording = Recording::parse(&fs::read(&log).unwrap());
+    // The recorder saw every change: replaying the log gives the file byte for byte.
+    assert!(
+        recording.final_file() == fs::read(&db).unwrap(),
+        "replaying the recording does not give the store file ({})",
+        recording.summary()
+    );
+    if std::env::var_os("FENCELOCK_CRASH_DUMP").is_some() {
+        eprintln!("{}", recording.dump());
+    }
+    let history = History::new(&recording);
+    Recorded {
+        recording,
+        history,
+        mode,
+        _dir: dir,
+    }
+}
+
+/// What checking the images of some crash points found.
+#[derive(Default)]
+struct Report {
+    points: usize,
+    images: BTreeMap<&'static str, usize>,
+    violations: Vec<String>,
+    classes: BTreeMap<&'static str, usize>,
+}
+
+impl Report {
+    fn total(&self) -> usize {
+        self.images.values().sum()
+    }
+
+    fn summary(&self, case: &str) -> String {
+        format!(
+            "{case}: {} images at {} crash points ({:?}); violations by class {:?} (seed {})",
+            self.total(),
+            self.points,
+            self.images,
+            self.classes,
+            seed()
+        )
+    }
+
+    fn assert_clean(&self, case: &str) {
+        eprintln!("{}", self.summary(case));
+        assert!(
+            self.violations.is_empty(),
+            "{}\nfirst violations:\n{}\nrerun with FENCELOCK_CRASH_SEED={}",
+            self.summary(case),
+            self.violations
+                .iter()
+                .take(12)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            seed()
+        );
+    }
+}
+
+/// Builds and checks up to `budget` images spread over `points`.
+fn check_points(recorded: &Recorded, points: &[CrashPoint], budget: usize, salt: u64) -> Report {
+    let mut rng = Rng::new(seed() ^ salt);
+    let mut builder = Builder::new(&recorded.recording);
+    let dir = scratch();
+    let path = dir.path().join("image.db");
+    let per_point = budget.div_ceil(points.len().max(1)).max(2);
+    let mut report = Report {
+        points: points.len(),
+        ..Report::default()
+    };
+    for point in points {
+        for image in builder.images(point, per_point, &mut rng) {
+            fs::write(&path, &image.bytes).unwrap();
+            *report.images.entry(image.kind).or_default() += 1;
+            if let Err(Violation { class, detail }) =
+                recorded.history.check(&path, recorded.mode, point)
+            {
+                *report.classes.entry(class).or_default() += 1;
+                report.violations.push(format!(
+                    "[{class}] after sync {} of {} ({} acks before the next sync), image {} ({}): {detail}",
+                    point.k,
+                    recorded.recording.summary(),
+                    recorded.history.acks_before(point),
+                    image.kind,
+                    image.description,
+                ));
+            }
+        }
+    }
+    report
+}
+
+/// The crash points after the store was acknowledged as created (the rest are
+/// `creation_images`' concern).
+fn created_points(recorded: &Recorded, lost_sync: Option<usize>) -> Vec<CrashPoint> {
+    crash_points(&recorded.recording, lost_sync)
+        .into_iter()
+        .filter(|point| recorded.history.created_before(point))
+        .collect()
+}
+
+fn run_case(case: &str, mode: Mode, writers: usize, salt: u64) {
+    let recorded = record(mode, writers, ops_per_writer(), seed() ^ salt);
+    let points = created_points(&recorded, None);
+    let report = check_points(&recorded, &points, images_per_case(), salt);
+    report.assert_clean(case);
+}
+
+#[test]
+fn multi_process_one_writer() {
+    run_case("multi-process, one writer", Mode::MultiProcess, 1, 1);
+}
+
+#[test]
+fn single_process_one_writer() {
+    run_case("single-process, one writer", Mode::SingleProcess, 1, 2);
+}
+
+#[test]
+fn multi_process_two_writers() {
+    run_case("multi-process, two writers", Mode::MultiProcess, 2, 3);
+}

@@ -1,0 +1,301 @@
+//! What a crash image must satisfy, given the marks before the crash point.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::time::Duration;
+
+use fencelock::{Error, Mode, Options, Store};
+
+use super::images::CrashPoint;
+use super::recording::{Event, Mark, Op, Recording};
+
+/// One operation of the workload: where its begin and ack marks are in the log.
+#[derive(Debug, Clone)]
+struct Recorded {
+    id: String,
+    begin: usize,
+    ack: Option<usize>,
+    /// From the ack when there is one (a grant's token is known only then).
+    op: Op,
+}
+
+impl Recorded {
+    fn acked_before(&self, bound: usize) -> bool {
+        self.ack.is_some_and(|ack| ack < bound)
+    }
+
+    /// The key it writes and whether it writes a value (`false`: a delete).
+    fn key(&self) -> Option<(&str, bool)> {
+        match &self.op {
+            Op::Put { key, .. } | Op::GrantPut { key, .. } => Some((key, true)),
+            Op::Delete { key, .. } => Some((key, false)),
+            _ => None,
+        }
+    }
+
+    /// The token it wrote with, if known (an unacknowledged grant-put's is not).
+    fn known_token(&self) -> Option<u64> {
+        match self.op {
+            Op::GrantPut { token: 0, .. } | Op::Grant { token: 0, .. } => None,
+            ref op => Some(op.token()),
+        }
+    }
+}
+
+/// The workload's operations in a recording, and what the checker derives from them.
+pub struct History {
+    ops: Vec<Recorded>,
+    created: Vec<usize>,
+}
+
+/// Why an image failed.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// A short class: `panic`, `open error`, `not a store`, `counter`, `lost write`, ...
+    pub class: &'static str,
+    pub detail: String,
+}
+
+fn violation(class: &'static str, detail: String) -> Violation {
+    Violation { class, detail }
+}
+
+impl History {
+    pub fn new(recording: &Recording) -> History {
+        let mut ops: Vec<Recorded> = Vec::new();
+        let mut index = BTreeMap::new();
+        let mut created = Vec::new();
+        for (at, event) in recording.events.iter().enumerate() {
+            match event {
+                Event::Mark(Mark::Created) => created.push(at),
+                Event::Mark(Mark::Begin { id, op }) => {
+                    index.insert(id.clone(), ops.len());
+                    ops.push(Recorded {
+                        id: id.clone(),
+                        begin: at,
+                        ack: None,
+                        op: op.clone(),
+                    });
+                }
+                Event::Mark(Mark::Ack { id, op }) => {
+                    let recorded = &mut ops[index[id]];
+                    recorded.ack = Some(at);
+                    recorded.op = op.clone();
+                }
+                _ => {}
+            }
+        }
+        History { ops, created }
+    }
+
+    /// Whether the store had been acknowledged as created before sync k+1 of `point`: if not,
+    /// the point is inside store creation.
+    pub fn created_before(&self, point: &CrashPoint) -> bool {
+        self.created.iter().any(|&at| at < point.next_sync)
+    }
+
+    /// How many operations were acknowledged before the crash point's next sync.
+    pub fn acks_before(&self, point: &CrashPoint) -> usize {
+        self.ops
+            .iter()
+            .filter(|op| op.acked_before(point.next_sync))
+            .count()
+    }
+
+    /// The highest token acknowledged (granted, or carried by a write) before `bound`.
+    fn highest_acked(&self, bound: usize) -> u64 {
+        self.ops
+            .iter()
+            .filter(|op| op.acked_before(bound))
+            .map(|op| op.op.token())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Opens the image at `path` and checks it against the marks before `point`'s next sync:
+    /// the open succeeds; the counter is at or above every acknowledged token; every key holds
+    /// the last acknowledged write, or one that may have committed after it; every fence is at
+    /// or above its last acknowledged token; `verify()` passes; a new grant is above every
+    /// acknowledged token, and a write with it is accepted.
+    pub fn check(&self, path: &Path, mode: Mode, point: &CrashPoint) -> Result<(), Violation> {
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.check_open(path, mode, point)));
+        outcome.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            Err(violation("panic", message))
+        })
+    }
+
+    fn check_open(&self, path: &Path, mode: Mode, point: &CrashPoint) -> Result<(), Violation> {
+        let options = Options {
+            mode,
+            ..Options::default()
+        };
+        let store = Store::open_with(path, &options).map_err(|err| match err {
+            Error::NotAStore(_) => violation("not a store", format!("open: {err}")),
+            err => violation("open error", format!("open: {err:?}")),
+        })?;
+        let failed =
+            |what: &str, err: Error| violation("operation error", format!("{what}: {err:?}"));
+        let bound = point.next_sync;
+        let highest = self.highest_acked(bound);
+        let info = store.info().map_err(|e| failed("info", e))?;
+        if info.last_token < highest {
+            return Err(violation(
+                "counter",
+                format!(
+                    "the counter is {} but token {highest} was acknowledged",
+                    info.last_token
+                ),
+            ));
+        }
+        self.check_values(&store, bound)?;
+        self.check_fences(&store, bound)?;
+        store.verify().map_err(|e| failed("verify", e))?;
+        let holder = store
+            .acquire("crash-check", Duration::from_secs(3600))
+            .map_err(|e| failed("acquire", e))?;
+        if holder.token() <= highest {
+            return Err(violation(
+                "counter",
+                format!(
+                    "a new grant got token {}, not above the acknowledged {highest}",
+                    holder.token()
+                ),
+            ));
+        }
+        holder
+            .put(b"crash-check", b"after the crash")
+            .map_err(|e| failed("put after the crash", e))?;
+        Ok(())
+    }
+
+    fn check_values(&self, store: &Store, bound: usize) -> Result<(), Violation> {
+        let keys: BTreeSet<&str> = self
+            .ops
+            .iter()
+            .filter_map(|op| op.key())
+            .map(|k| k.0)
+            .collect();
+        for key in keys {
+            let on_key: Vec<&Recorded> = self
+                .ops
+                .iter()
+                .filter(|op| op.begin < bound && op.key().is_some_and(|(k, _)| k == key))
+                .collect();
+            let acked: Vec<&Recorded> = on_key
+                .iter()
+                .copied()
+                .filter(|op| op.acked_before(bound))
+                .collect();
+            // An operation is certainly overwritten when an acknowledged one on the key began
+            // after it returned; any other may be the key's last write.
+            let possible: Vec<&Recorded> = on_key
+                .iter()
+                .copied()
+                .filter(|x| {
+                    !acked
+                        .iter()
+                        .any(|y| y.id != x.id && x.ack.is_some_and(|a| a < y.begin))
+                })
+                .collect();
+            let found = store
+                .get(key.as_bytes())
+                .map_err(|e| violation("operation error", format!("get {key}: {e:?}")))?;
+            let describe = || {
+                let acked: Vec<String> = acked
+                    .iter()
+                    .map(|op| format!("{} {}", op.id, op.op.render()))
+                    .collect();
+                format!(
+                    "acknowledged before the crash point: [{}]",
+                    acked.join(", ")
+                )
+            };
+            match found {
+                None => {
+                    if !acked.is_empty()
+                        && !possible.iter().any(|op| op.key() == Some((key, false)))
+                    {
+                        return Err(violation(
+                            "lost write",
+                            format!("key {key} holds nothing; {}", describe()),
+                        ));
+                    }
+                }
+                Some(fenced) => {
+                    let value = String::from_utf8_lossy(&fenced.value).into_owned();
+                    let writer = possible
+                        .iter()
+                        .find(|op| op.id == value && op.key() == Some((key, true)));
+                    match writer {
+                        Some(op) if op.known_token().is_none_or(|t| t == fenced.token) => {}
+                        Some(op) => {
+                            return Err(violation(
+                                "wrong token",
+                                format!(
+                                    "key {key} holds {value} with token {} but {} wrote it with {}",
+                                    fenced.token,
+                                    op.id,
+                                    op.op.token()
+                                ),
+                            ))
+                        }
+                        None => {
+                            return Err(violation(
+                                if acked.is_empty() { "phantom write" } else { "lost write" },
+                                format!(
+                                    "key {key} holds {value:?} (token {}), not a possible last write; {}",
+                                    fenced.token,
+                                    describe()
+                                ),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_fences(&self, store: &Store, bound: usize) -> Result<(), Violation> {
+        let mut acked: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut begun: BTreeMap<&str, u64> = BTreeMap::new();
+        for op in &self.ops {
+            if let Op::Fence { resource, token } = &op.op {
+                if op.begin < bound {
+                    let entry = begun.entry(resource).or_default();
+                    *entry = (*entry).max(*token);
+                }
+                if op.acked_before(bound) {
+                    let entry = acked.entry(resource).or_default();
+                    *entry = (*entry).max(*token);
+                }
+            }
+        }
+        for (resource, &most) in &begun {
+            let found = store
+                .fence_token(resource)
+                .map_err(|e| violation("operation error", format!("fence_token: {e:?}")))?;
+            let least = acked.get(resource).copied();
+            let fine = match (found, least) {
+                (None, None) => true,
+                (None, Some(_)) => false,
+                (Some(t), least) => t <= most && least.is_none_or(|l| t >= l),
+            };
+            if !fine {
+                return Err(violation(
+                    "lost fence",
+                    format!(
+                        "fence {resource} is at {found:?}; acknowledged up to {least:?}, attempted up to {most}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

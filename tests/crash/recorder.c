@@ -1,0 +1,437 @@
+/* An LD_PRELOAD recorder of what reaches one file: the store of tests/crash.rs.
+ *
+ * Environment (read once, at load):
+ *   FENCELOCK_CRASH_TARGET  absolute, canonical path of the store file
+ *   FENCELOCK_CRASH_MARKS   absolute path of the marker file the workload writes its acks to
+ *   FENCELOCK_CRASH_LOG     the log this recorder appends to
+ *
+ * A descriptor is the store's (or the marker file's) when /proc/self/fd/N names that path after
+ * open/openat/creat; dup, dup2, dup3 and fcntl(F_DUPFD*) copy that, close forgets it. Recorded,
+ * for the store: every write (pwrite, pwrite64, pwritev, pwritev2, write, writev) with its offset
+ * and the bytes the kernel took, fsync and fdatasync, sync_file_range (logged, but it is not a
+ * durability barrier), ftruncate, fallocate and posix_fallocate; sync() and syncfs() of any
+ * descriptor (they flush the store too). For the marker file: each write, as a mark.
+ *
+ * Each record is appended to the log with one write while this process holds flock(LOCK_EX) on
+ * its own descriptor of the log (and a mutex among its threads), and the lock is held around the
+ * real call as well. So with several processes the log's order is an order in which the calls
+ * really happened: every write logged before a sync finished before that sync began.
+ *
+ * Record: u8 kind, u32 pid, u64 a, u64 b, u64 data_len, data (little-endian, packed). */
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum {
+    REC_WRITE = 1,      /* a = offset, data = the bytes written */
+    REC_SYNC = 2,       /* fsync, fdatasync, sync, syncfs */
+    REC_TRUNCATE = 3,   /* a = new length */
+    REC_FALLOCATE = 4,  /* a = offset, b = length, data = mode (u32) */
+    REC_MARK = 5,       /* data = what the workload wrote to the marker file */
+    REC_SYNC_RANGE = 6, /* a = offset, b = length: sync_file_range, not a barrier */
+};
+
+#define MAX_FDS 65536
+enum { FD_NONE = 0, FD_STORE = 1, FD_MARKS = 2 };
+static volatile unsigned char fd_kind[MAX_FDS];
+
+static char target[4096];
+static char marks[4096];
+static char log_path[4096];
+static int log_fd = -1;
+static pid_t log_pid;
+static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static int (*real_open)(const char *, int, ...);
+static int (*real_open64)(const char *, int, ...);
+static int (*real_openat)(int, const char *, int, ...);
+static int (*real_openat64)(int, const char *, int, ...);
+static int (*real_creat)(const char *, mode_t);
+static int (*real_creat64)(const char *, mode_t);
+static int (*real_close)(int);
+static int (*real_dup)(int);
+static int (*real_dup2)(int, int);
+static int (*real_dup3)(int, int, int);
+static int (*real_fcntl)(int, int, ...);
+static int (*real_fcntl64)(int, int, ...);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_pwritev64)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_pwritev2)(int, const struct iovec *, int, off_t, int);
+static ssize_t (*real_pwritev64v2)(int, const struct iovec *, int, off_t, int);
+static int (*real_fsync)(int);
+static int (*real_fdatasync)(int);
+static int (*real_sync_file_range)(int, off_t, off_t, unsigned int);
+static void (*real_sync)(void);
+static int (*real_syncfs)(int);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_ftruncate64)(int, off_t);
+static int (*real_fallocate)(int, int, off_t, off_t);
+static int (*real_fallocate64)(int, int, off_t, off_t);
+static int (*real_posix_fallocate)(int, off_t, off_t);
+static int (*real_posix_fallocate64)(int, off_t, off_t);
+
+static void die(const char *what) {
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "crash recorder: %s: %s\n", what, strerror(errno));
+    if (n > 0 && real_write)
+        real_write(2, msg, (size_t)n);
+    abort();
+}
+
+#define RESOLVE(name) real_##name = dlsym(RTLD_NEXT, #name)
+
+static volatile int resolved;
+
+/* Runs at load, or at the first call if another library's constructor calls in earlier. */
+__attribute__((constructor)) static void recorder_init(void) {
+    if (resolved)
+        return;
+    RESOLVE(open); RESOLVE(open64); RESOLVE(openat); RESOLVE(openat64);
+    RESOLVE(creat); RESOLVE(creat64); RESOLVE(close);
+    RESOLVE(dup); RESOLVE(dup2); RESOLVE(dup3); RESOLVE(fcntl); RESOLVE(fcntl64);
+    RESOLVE(write); RESOLVE(writev); RESOLVE(pwrite); RESOLVE(pwrite64);
+    RESOLVE(pwritev); RESOLVE(pwritev64); RESOLVE(pwritev2); RESOLVE(pwritev64v2);
+    RESOLVE(fsync); RESOLVE(fdatasync); RESOLVE(sync_file_range); RESOLVE(sync); RESOLVE(syncfs);
+    RESOLVE(ftruncate); RESOLVE(ftruncate64); RESOLVE(fallocate); RESOLVE(fallocate64);
+    RESOLVE(posix_fallocate); RESOLVE(posix_fallocate64);
+    const char *t = getenv("FENCELOCK_CRASH_TARGET");
+    const char *m = getenv("FENCELOCK_CRASH_MARKS");
+    const char *l = getenv("FENCELOCK_CRASH_LOG");
+    if (t && m && l) {
+        snprintf(target, sizeof target, "%s", t);
+        snprintf(marks, sizeof marks, "%s", m);
+        snprintf(log_path, sizeof log_path, "%s", l);
+    }
+    resolved = 1;
+}
+
+#define ENSURE()                                                                                   \
+    if (!resolved)                                                                                 \
+    recorder_init()
+
+static int active(void) { return target[0] != 0; }
+
+static int kind_of(int fd) {
+    ENSURE();
+    return fd >= 0 && fd < MAX_FDS ? fd_kind[fd] : FD_NONE;
+}
+
+static void set_kind(int fd, int kind) {
+    if (fd >= 0 && fd < MAX_FDS)
+        fd_kind[fd] = (unsigned char)kind;
+}
+
+/* Classifies a descriptor just opened by the path it really names. */
+static void classify(int fd) {
+    if (fd < 0 || !active())
+        return;
+    char link[64], name[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, name, sizeof name - 1);
+    int kind = FD_NONE;
+    if (n > 0) {
+        name[n] = 0;
+        if (strcmp(name, target) == 0)
+            kind = FD_STORE;
+        else if (strcmp(name, marks) == 0)
+            kind = FD_MARKS;
+    }
+    set_kind(fd, kind);
+}
+
+/* Takes the log lock; opens this process's own descriptor of the log first (after a fork the
+ * child needs one of its own, since flock belongs to the open file description). */
+static void lock_log(void) {
+    if (pthread_mutex_lock(&log_mutex) != 0)
+        die("mutex");
+    if (log_fd < 0 || log_pid != getpid()) {
+        int fd = real_open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            die("open log");
+        log_fd = fd;
+        log_pid = getpid();
+    }
+    while (flock(log_fd, LOCK_EX) != 0)
+        if (errno != EINTR)
+            die("flock log");
+}
+
+static void unlock_log(void) {
+    flock(log_fd, LOCK_UN);
+    pthread_mutex_unlock(&log_mutex);
+}
+
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Appends one record; the caller holds the log lock. */
+static void append(int kind, uint64_t a, uint64_t b, const struct iovec *iov, int iovcnt,
+                   uint64_t len) {
+    size_t total = 29 + (size_t)len;
+    unsigned char *rec = malloc(total);
+    if (!rec)
+        die("malloc");
+    rec[0] = (unsigned char)kind;
+    uint32_t pid = (uint32_t)getpid();
+    memcpy(rec + 1, &pid, 4);
+    put_u64(rec + 5, a);
+    put_u64(rec + 13, b);
+    put_u64(rec + 21, len);
+    size_t at = 29;
+    for (int i = 0; i < iovcnt && at < total; i++) {
+        size_t take = iov[i].iov_len < total - at ? iov[i].iov_len : total - at;
+        memcpy(rec + at, iov[i].iov_base, take);
+        at += take;
+    }
+    /* O_APPEND under the lock: finishing a short write interleaves nothing. */
+    size_t done = 0;
+    while (done < total) {
+        ssize_t n = real_write(log_fd, rec + done, total - done);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            die("write log");
+        }
+        done += (size_t)n;
+    }
+    free(rec);
+}
+
+static void append_plain(int kind, uint64_t a, uint64_t b) { append(kind, a, b, NULL, 0, 0); }
+
+/* ---- opens and descriptor bookkeeping ---- */
+
+static int wants_mode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+
+#define OPEN_BODY(call)                                                                            \
+    ENSURE();                                                                                      \
+    mode_t mode = 0;                                                                               \
+    if (wants_mode(flags)) {                                                                       \
+        va_list ap;                                                                                \
+        va_start(ap, flags);                                                                       \
+        mode = va_arg(ap, mode_t);                                                                 \
+        va_end(ap);                                                                                \
+    }                                                                                              \
+    int fd = call;                                                                                 \
+    classify(fd);                                                                                  \
+    return fd;
+
+int open(const char *path, int flags, ...) { OPEN_BODY(real_open(path, flags, mode)) }
+int open64(const char *path, int flags, ...) { OPEN_BODY(real_open64(path, flags, mode)) }
+int openat(int dir, const char *path, int flags, ...) {
+    OPEN_BODY(real_openat(dir, path, flags, mode))
+}
+int openat64(int dir, const char *path, int flags, ...) {
+    OPEN_BODY(real_openat64(dir, path, flags, mode))
+}
+int __open_2(const char *path, int flags) { return open(path, flags); }
+int __open64_2(const char *path, int flags) { return open64(path, flags); }
+int __openat_2(int dir, const char *path, int flags) { return openat(dir, path, flags); }
+int __openat64_2(int dir, const char *path, int flags) { return openat64(dir, path, flags); }
+
+int creat(const char *path, mode_t mode) {
+    ENSURE();
+    int fd = real_creat(path, mode);
+    classify(fd);
+    return fd;
+}
+int creat64(const char *path, mode_t mode) {
+    ENSURE();
+    int fd = real_creat64(path, mode);
+    classify(fd);
+    return fd;
+}
+
+int close(int fd) {
+    ENSURE();
+    int rc = real_close(fd);
+    set_kind(fd, FD_NONE);
+    return rc;
+}
+
+int dup(int fd) {
+    ENSURE();
+    int copy = real_dup(fd);
+    if (copy >= 0)
+        set_kind(copy, kind_of(fd));
+    return copy;
+}
+int dup2(int fd, int to) {
+    ENSURE();
+    int copy = real_dup2(fd, to);
+    if (copy >= 0)
+        set_kind(copy, kind_of(fd));
+    return copy;
+}
+int dup3(int fd, int to, int flags) {
+    ENSURE();
+    int copy = real_dup3(fd, to, flags);
+    if (copy >= 0)
+        set_kind(copy, kind_of(fd));
+    return copy;
+}
+
+#define FCNTL_BODY(real)                                                                           \
+    ENSURE();                                                                                      \
+    va_list ap;                                                                                    \
+    va_start(ap, cmd);                                                                             \
+    void *arg = va_arg(ap, void *);                                                                \
+    va_end(ap);                                                                                    \
+    int rc = real(fd, cmd, arg);                                                                   \
+    if (rc >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))                                    \
+        set_kind(rc, kind_of(fd));                                                                 \
+    return rc;
+
+int fcntl(int fd, int cmd, ...) { FCNTL_BODY(real_fcntl) }
+int fcntl64(int fd, int cmd, ...) { FCNTL_BODY(real_fcntl64) }
+
+/* ---- writes ---- */
+
+/* Where a write without an offset lands: the file's end with O_APPEND, else the file offset. */
+static off_t current_offset(int fd) {
+    int flags = real_fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_APPEND)) {
+        struct stat st;
+        return fstat(fd, &st) == 0 ? st.st_size : -1;
+    }
+    return lseek(fd, 0, SEEK_CUR);
+}
+
+/* A positioned write of `iov` at `offset` (or at the file offset when `offset` < 0). */
+#define WRITE_BODY(call, iov, iovcnt, offset_expr)                                                 \
+    int kind = kind_of(fd);                                                                        \
+    if (kind == FD_NONE || !active())                                                              \
+        return call;                                                                               \
+    lock_log();                                                                                    \
+    off_t at = offset_expr;                                                                        \
+    ssize_t n = call;                                                                              \
+    int saved = errno;                                                                             \
+    if (n > 0) {                                                                                   \
+        if (kind == FD_STORE)                                                                      \
+            append(REC_WRITE, (uint64_t)at, 0, iov, iovcnt, (uint64_t)n);                          \
+        else                                                                                       \
+            append(REC_MARK, 0, 0, iov, iovcnt, (uint64_t)n);                                      \
+    }                                                                                              \
+    unlock_log();                                                                                  \
+    errno = saved;                                                                                 \
+    return n;
+
+ssize_t write(int fd, const void *buf, size_t count) {
+    struct iovec one = {(void *)buf, count};
+    WRITE_BODY(real_write(fd, buf, count), &one, 1, current_offset(fd))
+}
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt) {
+    WRITE_BODY(real_writev(fd, iov, iovcnt), iov, iovcnt, current_offset(fd))
+}
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    struct iovec one = {(void *)buf, count};
+    WRITE_BODY(real_pwrite(fd, buf, count, offset), &one, 1, offset)
+}
+ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
+    struct iovec one = {(void *)buf, count};
+    WRITE_BODY(real_pwrite64(fd, buf, count, offset), &one, 1, offset)
+}
+ssize_t pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
+    WRITE_BODY(real_pwritev(fd, iov, iovcnt, offset), iov, iovcnt, offset)
+}
+ssize_t pwritev64(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
+    WRITE_BODY(real_pwritev64(fd, iov, iovcnt, offset), iov, iovcnt, offset)
+}
+/* pwritev2 with offset -1 writes at the file offset. */
+ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags) {
+    WRITE_BODY(real_pwritev2(fd, iov, iovcnt, offset, flags), iov, iovcnt,
+               offset == -1 ? current_offset(fd) : offset)
+}
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags) {
+    WRITE_BODY(real_pwritev64v2(fd, iov, iovcnt, offset, flags), iov, iovcnt,
+               offset == -1 ? current_offset(fd) : offset)
+}
+
+/* ---- syncs, truncation, allocation ---- */
+
+#define LOGGED_CALL(call, record)                                                                  \
+    if (kind_of(fd) != FD_STORE || !active())                                                      \
+        return call;                                                                               \
+    lock_log();                                                                                    \
+    int rc = call;                                                                                 \
+    int saved = errno;                                                                             \
+    if (rc == 0)                                                                                   \
+        record;                                                                                    \
+    unlock_log();                                                                                  \
+    errno = saved;                                                                                 \
+    return rc;
+
+int fsync(int fd) { LOGGED_CALL(real_fsync(fd), append_plain(REC_SYNC, 0, 0)) }
+int fdatasync(int fd) { LOGGED_CALL(real_fdatasync(fd), append_plain(REC_SYNC, 0, 0)) }
+int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags) {
+    LOGGED_CALL(real_sync_file_range(fd, offset, nbytes, flags),
+                append_plain(REC_SYNC_RANGE, (uint64_t)offset, (uint64_t)nbytes))
+}
+int ftruncate(int fd, off_t length) {
+    LOGGED_CALL(real_ftruncate(fd, length), append_plain(REC_TRUNCATE, (uint64_t)length, 0))
+}
+int ftruncate64(int fd, off_t length) {
+    LOGGED_CALL(real_ftruncate64(fd, length), append_plain(REC_TRUNCATE, (uint64_t)length, 0))
+}
+
+static void append_fallocate(int mode, off_t offset, off_t len) {
+    uint32_t m = (uint32_t)mode;
+    struct iovec one = {&m, sizeof m};
+    append(REC_FALLOCATE, (uint64_t)offset, (uint64_t)len, &one, 1, sizeof m);
+}
+int fallocate(int fd, int mode, off_t offset, off_t len) {
+    LOGGED_CALL(real_fallocate(fd, mode, offset, len), append_fallocate(mode, offset, len))
+}
+int fallocate64(int fd, int mode, off_t offset, off_t len) {
+    LOGGED_CALL(real_fallocate64(fd, mode, offset, len), append_fallocate(mode, offset, len))
+}
+int posix_fallocate(int fd, off_t offset, off_t len) {
+    LOGGED_CALL(real_posix_fallocate(fd, offset, len), append_fallocate(0, offset, len))
+}
+int posix_fallocate64(int fd, off_t offset, off_t len) {
+    LOGGED_CALL(real_posix_fallocate64(fd, offset, len), append_fallocate(0, offset, len))
+}
+
+/* sync() and syncfs() flush every file, the store included. */
+void sync(void) {
+    ENSURE();
+    if (!active()) {
+        real_sync();
+        return;
+    }
+    lock_log();
+    real_sync();
+    append_plain(REC_SYNC, 0, 0);
+    unlock_log();
+}
+int syncfs(int fd) {
+    ENSURE();
+    if (!active())
+        return real_syncfs(fd);
+    lock_log();
+    int rc = real_syncfs(fd);
+    int saved = errno;
+    if (rc == 0)
+        append_plain(REC_SYNC, 0, 0);
+    unlock_log();
+    errno = saved;
+    return rc;
+}
