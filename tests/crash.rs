@@ -5,7 +5,7 @@
 //! sync (`tests/crash/images.rs`), and each image is opened and checked against what had been
 //! acknowledged by then (`tests/crash/check.rs`). See docs/torture.md, "Power-loss crash images".
 //!
-//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 1500), `FENCELOCK_CRASH_OPS=N`
+//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 3000), `FENCELOCK_CRASH_OPS=N`
 //! the operations per writer (default 40), `FENCELOCK_CRASH_SEED=N` the seed (default: from the
 //! clock; printed on failure). `FENCELOCK_CRASH_DUMP=1` prints each recording, and
 //! `FENCELOCK_CRASH_KEEP=DIR` keeps there each image that fails. Children are this test binary
@@ -62,7 +62,7 @@ fn seed() -> u64 {
 }
 
 fn images_per_case() -> usize {
-    env_u64("FENCELOCK_CRASH_IMAGES").map_or(1500, |n| usize::try_from(n).unwrap())
+    env_u64("FENCELOCK_CRASH_IMAGES").map_or(3000, |n| usize::try_from(n).unwrap())
 }
 
 fn ops_per_writer() -> u64 {
@@ -472,6 +472,16 @@ fn a_lost_sync_is_reported() {
                 .filter(|e| matches!(e, recording::Event::Sync))
                 .count()
         };
+        // The key of an operation that writes one.
+        let key_of = |op: &Op| match op {
+            Op::Put { key, .. } | Op::GrantPut { key, .. } | Op::Delete { key, .. } => {
+                Some(key.clone())
+            }
+            _ => None,
+        };
+        // Acknowledged writes whose key no other operation touches before the next sync: the
+        // checker counts such an operation as possibly committed, which would explain the
+        // write's absence.
         let acked_writes: Vec<(usize, String)> = recording
             .events
             .iter()
@@ -479,14 +489,24 @@ fn a_lost_sync_is_reported() {
             .filter_map(|(at, event)| match event {
                 recording::Event::Mark(recording::Mark::Ack {
                     id,
-                    op: Op::Put { .. } | Op::GrantPut { .. },
-                }) => Some((at, id.clone())),
+                    op: op @ (Op::Put { .. } | Op::GrantPut { .. }),
+                }) => Some((at, id.clone(), key_of(op))),
                 _ => None,
             })
+            .filter(|(at, _, key)| {
+                !recording.events[*at..]
+                    .iter()
+                    .take_while(|e| !matches!(e, recording::Event::Sync))
+                    .any(|e| {
+                        matches!(e, recording::Event::Mark(recording::Mark::Begin { op, .. })
+                            if key_of(op) == *key)
+                    })
+            })
+            .map(|(at, id, _)| (at, id))
             .collect();
         assert!(
             acked_writes.len() >= 3,
-            "the workload acknowledged only {} writes (seed {})",
+            "the workload acknowledged only {} writes that fit (seed {})",
             acked_writes.len(),
             seed()
         );
@@ -506,9 +526,10 @@ fn a_lost_sync_is_reported() {
             assert!(
                 caught.classes.contains_key("lost write") || caught.classes.contains_key("counter"),
                 "{} mode: with sync {lost} (the last before the ack of {id}) treated as lost, \
-                 the checker reported no lost write or counter: {}",
+                 the checker reported no lost write or counter: {}\n{}",
                 mode_name(mode),
-                caught.summary("planted")
+                caught.summary("planted"),
+                caught.violations.join("\n")
             );
         }
     }

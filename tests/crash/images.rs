@@ -226,7 +226,7 @@ impl<'a> Builder<'a> {
             .collect();
         // Random tries; identical images are skipped, so stop after a while if few differ.
         let mut tries = 0;
-        while images.len() < budget && tries < budget * 4 && !pending.is_empty() {
+        while images.len() < budget && tries < budget * 8 && !pending.is_empty() {
             tries += 1;
             let subset: Vec<usize> = pending.iter().copied().filter(|_| rng.chance(50)).collect();
             match rng.below(3) {
