@@ -1,13 +1,14 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
 #   make test    every test: Rust, C, Python, Go, a short torture run and short fuzz runs
+#   make crash   the long run of the power-loss crash images
 #   make install PREFIX=/usr/local   library, header and pkg-config file
 
 CARGO ?= cargo
 FUZZ_SECONDS ?= 45
 PREFIX ?= /usr/local
 
-.PHONY: demo test test-rust test-c test-python test-go test-torture test-fuzz lint release install bench compare torture fuzz
+.PHONY: demo test test-rust test-c test-python test-go test-torture test-fuzz lint release install bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -46,6 +47,10 @@ test-fuzz:
 
 fuzz:
 	CARGO=$(CARGO) bash scripts/fuzz.sh 600
+
+# The long run of the power-loss crash images (docs/torture.md), the creation images included.
+crash:
+	FENCELOCK_CRASH_IMAGES=200000 FENCELOCK_CRASH_OPS=200 $(CARGO) test --release --test crash -- --include-ignored
 
 bench:
 	$(CARGO) bench --bench ops
