@@ -5,7 +5,7 @@
 //! sync (`tests/crash/images.rs`), and each image is opened and checked against what had been
 //! acknowledged by then (`tests/crash/check.rs`). See docs/torture.md, "Power-loss crash images".
 //!
-//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 3000), `FENCELOCK_CRASH_OPS=N`
+//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000), `FENCELOCK_CRASH_OPS=N`
 //! the operations per writer (default 40), `FENCELOCK_CRASH_SEED=N` the seed (default: from the
 //! clock; printed on failure). `FENCELOCK_CRASH_DUMP=1` prints each recording, and
 //! `FENCELOCK_CRASH_KEEP=DIR` keeps there each image that fails. Children are this test binary
@@ -62,7 +62,7 @@ fn seed() -> u64 {
 }
 
 fn images_per_case() -> usize {
-    env_u64("FENCELOCK_CRASH_IMAGES").map_or(3000, |n| usize::try_from(n).unwrap())
+    env_u64("FENCELOCK_CRASH_IMAGES").map_or(2000, |n| usize::try_from(n).unwrap())
 }
 
 fn ops_per_writer() -> u64 {
@@ -256,32 +256,56 @@ struct Recorded {
     _dir: tempfile::TempDir,
 }
 
-/// Runs `writers` workload processes at once on a new store with the recorder preloaded.
-fn record(mode: Mode, writers: usize, ops: u64, seed: u64) -> Recorded {
+/// How the workload's writers run: phases one after the other, the writers of a phase at once;
+/// a writer with `Some(n)` kills itself with SIGKILL right after the store's nth write it made
+/// (mid-commit, or inside a repair).
+type Plan<'a> = &'a [&'a [Option<u64>]];
+
+/// Runs a workload on a new store with the recorder preloaded.
+fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
     let dir = scratch();
     let root = dir.path().canonicalize().unwrap();
     let (db, marks, log) = (root.join("store.db"), root.join("marks"), root.join("log"));
-    let children: Vec<_> = (0..writers)
-        .map(|n| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-                .env(ROLE, "crash-writer")
-                .env("LD_PRELOAD", recorder())
-                .env("FENCELOCK_CRASH_TARGET", &db)
-                .env("FENCELOCK_CRASH_MARKS", &marks)
-                .env("FENCELOCK_CRASH_LOG", &log)
-                .env("FENCELOCK_CRASH_DB", &db)
-                .env("FENCELOCK_CRASH_MODE", mode_name(mode))
-                .env("FENCELOCK_CRASH_WRITER", format!("w{n}"))
-                .env("FENCELOCK_CRASH_SEED", (seed ^ (n as u64 + 1)).to_string())
-                .env("FENCELOCK_CRASH_OPS", ops.to_string())
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a workload writer failed");
+    let mut n = 0u64;
+    for phase in plan {
+        let children: Vec<_> = phase
+            .iter()
+            .map(|kill_at| {
+                n += 1;
+                let mut command = Command::new(std::env::current_exe().unwrap());
+                command
+                    .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+                    .env(ROLE, "crash-writer")
+                    .env("LD_PRELOAD", recorder())
+                    .env("FENCELOCK_CRASH_TARGET", &db)
+                    .env("FENCELOCK_CRASH_MARKS", &marks)
+                    .env("FENCELOCK_CRASH_LOG", &log)
+                    .env("FENCELOCK_CRASH_DB", &db)
+                    .env("FENCELOCK_CRASH_MODE", mode_name(mode))
+                    .env("FENCELOCK_CRASH_WRITER", format!("w{n}"))
+                    .env("FENCELOCK_CRASH_SEED", (seed ^ n).to_string())
+                    .env("FENCELOCK_CRASH_OPS", ops.to_string())
+                    .env_remove("FENCELOCK_CRASH_KILL_AT")
+                    .stdout(std::process::Stdio::null());
+                if let Some(at) = kill_at {
+                    command.env("FENCELOCK_CRASH_KILL_AT", at.to_string());
+                }
+                (*kill_at, command.spawn().unwrap())
+            })
+            .collect();
+        for (kill_at, mut child) in children {
+            let status = child.wait().unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            if kill_at.is_some() {
+                assert_eq!(
+                    status.signal(),
+                    Some(libc::SIGKILL),
+                    "a writer to be killed after its write {kill_at:?} ended with {status}"
+                );
+            } else {
+                assert!(status.success(), "a workload writer failed: {status}");
+            }
+        }
     }
     let recording = Recording::parse(&fs::read(&log).unwrap());
     // The recorder saw every change: replaying the log gives the file byte for byte.
@@ -415,8 +439,8 @@ fn created_points(recorded: &Recorded, lost_sync: Option<usize>) -> Vec<CrashPoi
         .collect()
 }
 
-fn run_case(case: &str, mode: Mode, writers: usize, salt: u64) {
-    let recorded = record(mode, writers, ops_per_writer(), seed() ^ salt);
+fn run_case(case: &str, mode: Mode, plan: Plan, salt: u64) {
+    let recorded = record(mode, plan, ops_per_writer(), seed() ^ salt);
     let points = created_points(&recorded, None);
     let report = check_points(&recorded, &points, images_per_case(), salt);
     report.assert_clean(case);
@@ -424,17 +448,58 @@ fn run_case(case: &str, mode: Mode, writers: usize, salt: u64) {
 
 #[test]
 fn multi_process_one_writer() {
-    run_case("multi-process, one writer", Mode::MultiProcess, 1, 1);
+    run_case(
+        "multi-process, one writer",
+        Mode::MultiProcess,
+        &[&[None]],
+        1,
+    );
 }
 
 #[test]
 fn single_process_one_writer() {
-    run_case("single-process, one writer", Mode::SingleProcess, 1, 2);
+    run_case(
+        "single-process, one writer",
+        Mode::SingleProcess,
+        &[&[None]],
+        2,
+    );
 }
 
 #[test]
 fn multi_process_two_writers() {
-    run_case("multi-process, two writers", Mode::MultiProcess, 2, 3);
+    run_case(
+        "multi-process, two writers",
+        Mode::MultiProcess,
+        &[&[None, None]],
+        3,
+    );
+}
+
+/// Two writers, one killed mid-commit (SIGKILL right after a random one of the store's writes
+/// it made), then a third that reopens the store (repairing it) and goes on: the repair's writes
+/// are recorded and cut too.
+#[test]
+fn multi_process_a_writer_killed() {
+    let kill = 30 + Rng::new(seed() ^ 8).next_u64() % 150;
+    run_case(
+        &format!("multi-process, two writers, one killed after its write {kill}, then a third"),
+        Mode::MultiProcess,
+        &[&[Some(kill), None], &[None]],
+        8,
+    );
+}
+
+/// A writer killed mid-commit, then another that reopens the store and goes on.
+#[test]
+fn single_process_a_writer_killed() {
+    let kill = 30 + Rng::new(seed() ^ 9).next_u64() % 150;
+    run_case(
+        &format!("single-process, a writer killed after its write {kill}, then another"),
+        Mode::SingleProcess,
+        &[&[Some(kill)], &[None]],
+        9,
+    );
 }
 
 /// Images cut inside store creation: after the first open's first writes (redb's ftruncate and
@@ -446,7 +511,7 @@ fn multi_process_two_writers() {
 fn creation_images() {
     let mut report = Report::default();
     for (salt, mode) in [(4, Mode::MultiProcess), (5, Mode::SingleProcess)] {
-        let recorded = record(mode, 1, 3, seed() ^ salt);
+        let recorded = record(mode, &[&[None]], 3, seed() ^ salt);
         let points: Vec<CrashPoint> = crash_points(&recorded.recording, None)
             .into_iter()
             .filter(|point| !recorded.history.created_before(point))
@@ -464,7 +529,7 @@ fn creation_images() {
 #[test]
 fn a_lost_sync_is_reported() {
     for (salt, mode) in [(6, Mode::MultiProcess), (7, Mode::SingleProcess)] {
-        let recorded = record(mode, 1, 24, seed() ^ salt);
+        let recorded = record(mode, &[&[None]], 24, seed() ^ salt);
         let recording = &recorded.recording;
         let syncs_before = |at: usize| {
             recording.events[..at]

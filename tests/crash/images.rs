@@ -173,10 +173,10 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// Up to `budget` distinct images of `point`: the file as of the sync; then every in-order
-    /// prefix of the pending changes (a process that stopped with a perfect disk, the last
-    /// prefix being all of them); then, at random, subsets in order, subsets in a random order,
-    /// and torn writes (cut at a 512 B or 4 KiB boundary of the file, after a random subset of
+    /// Up to `budget` distinct images of `point`: the file as of the sync; then in-order
+    /// prefixes of the pending changes (a process that stopped with a perfect disk: all of them
+    /// first, then others at random, for up to half the budget); then, at random, subsets in
+    /// order, subsets in a random order, and torn writes (cut at a 512 B or 4 KiB boundary of the file, after a random subset of
     /// the changes before them).
     pub fn images(&mut self, point: &CrashPoint, budget: usize, rng: &mut Rng) -> Vec<Image> {
         let base = self.base_at(point.base_end);
@@ -207,9 +207,14 @@ impl<'a> Builder<'a> {
             "nothing after the sync".into(),
             base.clone(),
         );
-        for n in 1..=pending.len() {
-            if images.len() >= budget {
-                return images;
+        // All pending changes first, then other prefixes in a random order, for up to half the
+        // budget; the rest goes to the random kinds.
+        let mut lengths: Vec<usize> = (1..pending.len()).collect();
+        rng.shuffle(&mut lengths);
+        lengths.insert(0, pending.len());
+        for n in lengths.into_iter().filter(|&n| n > 0) {
+            if images.len() >= budget.div_ceil(2).max(2) {
+                break;
             }
             let bytes = self.build(&base, &whole(&pending[..n]));
             offer(

@@ -4,6 +4,8 @@
  *   FENCELOCK_CRASH_TARGET  absolute, canonical path of the store file
  *   FENCELOCK_CRASH_MARKS   absolute path of the marker file the workload writes its acks to
  *   FENCELOCK_CRASH_LOG     the log this recorder appends to
+ *   FENCELOCK_CRASH_KILL_AT optional: after logging the store's Nth write, the process kills
+ *                           itself with SIGKILL (a writer killed mid-commit, its log complete)
  *
  * A descriptor is the store's (or the marker file's) when /proc/self/fd/N names that path after
  * open/openat/creat; dup, dup2, dup3 and fcntl(F_DUPFD*) copy that, close forgets it. Recorded,
@@ -24,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -53,6 +56,8 @@ static char log_path[4096];
 static int log_fd = -1;
 static pid_t log_pid;
 static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long kill_at;      /* 0: never */
+static unsigned long store_writes; /* under the log lock */
 
 static int (*real_open)(const char *, int, ...);
 static int (*real_open64)(const char *, int, ...);
@@ -118,6 +123,8 @@ __attribute__((constructor)) static void recorder_init(void) {
         snprintf(marks, sizeof marks, "%s", m);
         snprintf(log_path, sizeof log_path, "%s", l);
     }
+    const char *k = getenv("FENCELOCK_CRASH_KILL_AT");
+    kill_at = k ? strtoul(k, NULL, 10) : 0;
     resolved = 1;
 }
 
@@ -324,12 +331,17 @@ static off_t current_offset(int fd) {
     off_t at = offset_expr;                                                                        \
     ssize_t n = call;                                                                              \
     int saved = errno;                                                                             \
+    int die_now = 0;                                                                               \
     if (n > 0) {                                                                                   \
-        if (kind == FD_STORE)                                                                      \
+        if (kind == FD_STORE) {                                                                    \
             append(REC_WRITE, (uint64_t)at, 0, iov, iovcnt, (uint64_t)n);                          \
-        else                                                                                       \
+            die_now = kill_at != 0 && ++store_writes == kill_at;                                   \
+        } else {                                                                                   \
             append(REC_MARK, 0, 0, iov, iovcnt, (uint64_t)n);                                      \
+        }                                                                                          \
     }                                                                                              \
+    if (die_now)                                                                                   \
+        kill(getpid(), SIGKILL);                                                                   \
     unlock_log();                                                                                  \
     errno = saved;                                                                                 \
     return n;
