@@ -398,6 +398,9 @@ fn check_points(recorded: &Recorded, points: &[CrashPoint], budget: usize, salt:
     };
     for point in points {
         for image in builder.images(point, per_point, &mut rng) {
+            // A new file each time: a store the checker leaked (see `History::check`) keeps the
+            // last one open and locked.
+            let _ = fs::remove_file(&path);
             fs::write(&path, &image.bytes).unwrap();
             *report.images.entry(image.kind).or_default() += 1;
             if let Err(Violation { class, detail }) =
@@ -405,12 +408,14 @@ fn check_points(recorded: &Recorded, points: &[CrashPoint], budget: usize, salt:
             {
                 *report.classes.entry(class).or_default() += 1;
                 if let Some(keep) = std::env::var_os("FENCELOCK_CRASH_KEEP") {
+                    static KEPT: std::sync::atomic::AtomicUsize =
+                        std::sync::atomic::AtomicUsize::new(0);
                     let kept = Path::new(&keep).join(format!(
-                        "{}-{}-sync{}-{}.db",
-                        mode_name(recorded.mode),
+                        "{}-{}-{}-sync{}.db",
                         std::process::id(),
+                        KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                        mode_name(recorded.mode),
                         point.k,
-                        report.violations.len()
                     ));
                     fs::create_dir_all(&keep).unwrap();
                     fs::write(&kept, &image.bytes).unwrap();

@@ -1,6 +1,7 @@
 //! What a crash image must satisfy, given the marks before the crash point.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::Duration;
@@ -47,6 +48,18 @@ impl Recorded {
 pub struct History {
     ops: Vec<Recorded>,
     created: Vec<usize>,
+}
+
+/// Runs `f`, turning a panic out of it into a violation.
+fn caught<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Violation> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        violation("panic", format!("{what} panicked: {message}"))
+    })
 }
 
 /// Why an image failed.
@@ -119,26 +132,26 @@ impl History {
     /// or above its last acknowledged token; `verify()` passes; a new grant is above every
     /// acknowledged token, and a write with it is accepted.
     pub fn check(&self, path: &Path, mode: Mode, point: &CrashPoint) -> Result<(), Violation> {
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.check_open(path, mode, point)));
-        outcome.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default();
-            Err(violation("panic", message))
-        })
-    }
-
-    fn check_open(&self, path: &Path, mode: Mode, point: &CrashPoint) -> Result<(), Violation> {
         let options = Options {
             mode,
             ..Options::default()
         };
-        let store = Store::open_with(path, &options).map_err(|err| match err {
-            Error::NotAStore(_) => violation("not a store", format!("open: {err}")),
-            err => violation("open error", format!("open: {err:?}")),
+        let store =
+            caught("open", || Store::open_with(path, &options))?.map_err(|err| match err {
+                Error::NotAStore(_) => violation("not a store", format!("open: {err}")),
+                err => violation("open error", format!("open: {err:?}")),
+            })?;
+        // A store whose operation panicked is leaked, not dropped: a second panic in its drop
+        // while the first unwinds would abort the whole test binary.
+        let store = ManuallyDrop::new(store);
+        let checked = caught("an operation", || self.check_store(&store, point))?;
+        caught("dropping the store", || {
+            drop(ManuallyDrop::into_inner(store))
         })?;
+        checked
+    }
+
+    fn check_store(&self, store: &Store, point: &CrashPoint) -> Result<(), Violation> {
         let failed =
             |what: &str, err: Error| violation("operation error", format!("{what}: {err:?}"));
         let bound = point.next_sync;
@@ -153,8 +166,8 @@ impl History {
                 ),
             ));
         }
-        self.check_values(&store, bound)?;
-        self.check_fences(&store, bound)?;
+        self.check_values(store, bound)?;
+        self.check_fences(store, bound)?;
         store.verify().map_err(|e| failed("verify", e))?;
         let holder = store
             .acquire("crash-check", Duration::from_secs(3600))
