@@ -228,24 +228,26 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-/// The recorder, compiled once per test run.
+/// The recorder, compiled once per test run into Cargo's scratch directory for tests (built
+/// under a name of this process's, then renamed into place, so that runs at once do not race).
 fn recorder() -> &'static Path {
-    static RECORDER: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, path) = RECORDER.get_or_init(|| {
-        let dir = scratch();
-        let out = dir.path().join("recorder.so");
+    static RECORDER: OnceLock<PathBuf> = OnceLock::new();
+    RECORDER.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let building = dir.join(format!("crash-recorder-{}.so", std::process::id()));
+        let out = dir.join("crash-recorder.so");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/crash/recorder.c");
         let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
             .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-            .arg(&out)
+            .arg(&building)
             .arg(&source)
             .args(["-ldl", "-lpthread"])
             .status()
             .expect("run cc to build the crash recorder");
         assert!(status.success(), "cc failed on {}", source.display());
-        (dir, out)
-    });
-    path
+        fs::rename(&building, &out).unwrap();
+        out
+    })
 }
 
 /// A workload recorded: its log, and where it ran.
