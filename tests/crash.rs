@@ -513,8 +513,6 @@ fn single_process_a_writer_killed() {
 /// header, its magic, the first commits) and before `Store::open` returned. Every one must open
 /// as a store, empty or created.
 #[test]
-#[ignore = "known engine bug, being fixed: an image cut between redb's ftruncate/header write \
-            and its magic write is refused as NotAStore on every later open"]
 fn creation_images() {
     let mut report = Report::default();
     for (salt, mode) in [(4, Mode::MultiProcess), (5, Mode::SingleProcess)] {
