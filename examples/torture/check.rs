@@ -30,7 +30,12 @@ impl Ev<'_> {
     fn name(&self) -> String {
         let op = self.op;
         let mut text = format!(
-            "[worker {} pid {} thread {} #{} {}",
+            "[{} {} pid {} thread {} #{} {}",
+            if self.worker.opener {
+                "opener"
+            } else {
+                "worker"
+            },
             self.worker.index,
             self.worker.pid,
             op.thread,
@@ -103,7 +108,11 @@ pub fn check(history: &History) -> Vec<String> {
     for ev in &evs {
         match &ev.op.outcome {
             Some(Outcome::Error(_)) => out.push(format!("unexpected error: {}", ev.name())),
-            Some(other) if ev.op.kind == Kind::Open && *other != Outcome::Ok => {
+            // An open may be refused with `Timeout` (another process held the store past the
+            // busy timeout); that changed nothing.
+            Some(other)
+                if ev.op.kind == Kind::Open && !matches!(other, Outcome::Ok | Outcome::Timeout) =>
+            {
                 out.push(format!("the store did not open: {}", ev.name()));
             }
             _ => {}
@@ -116,6 +125,7 @@ pub fn check(history: &History) -> Vec<String> {
     check_takeovers(&evs, &leases, &mut out);
     check_keys(&evs, &leases, history, &mut out);
     check_fences(&evs, &leases, &mut out);
+    check_listings(&evs, &leases, &mut out);
     out
 }
 
@@ -620,6 +630,90 @@ impl<'a> Reads<'a> {
     }
 }
 
+/// `locks()` lists under each lock the token of its last grant: a grant of that lock that
+/// started before the read ended, and not one that a newer grant of the lock had replaced
+/// before the read started. `info()`'s last token is at least that of every grant that ended
+/// before it started.
+fn check_listings(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
+    let by_token: HashMap<u64, &Lease> = leases.iter().map(|l| (l.token, l)).collect();
+    let mut by_lock: HashMap<&str, Vec<&Lease>> = HashMap::new();
+    for lease in leases {
+        by_lock.entry(&lease.lock).or_default().push(lease);
+    }
+    // A grant of unknown outcome may have written any token of its lock's record.
+    let mut unknown: HashMap<&str, u64> = HashMap::new();
+    for ev in evs.iter().filter(|e| e.op.kind.grants() && !e.known()) {
+        let earliest = unknown
+            .entry(ev.op.lock.as_deref().unwrap_or(""))
+            .or_insert(u64::MAX);
+        *earliest = (*earliest).min(ev.op.start);
+    }
+    // Grants by the end of their grant, with the highest token among those ended by then.
+    let mut ended: Vec<(u64, u64, usize)> =
+        leases.iter().map(|l| (l.claim.0, l.token, l.ev)).collect();
+    ended.sort_unstable();
+    let mut highest = (0, usize::MAX);
+    for item in &mut ended {
+        if item.1 > highest.0 {
+            highest = (item.1, item.2);
+        }
+        (item.1, item.2) = highest;
+    }
+    for ev in evs {
+        match &ev.op.outcome {
+            Some(Outcome::Locks(listed)) => {
+                for (lock, token) in listed {
+                    let newer = by_lock.get(lock.as_str()).and_then(|grants| {
+                        grants
+                            .iter()
+                            .find(|g| g.token > *token && g.claim.0 < ev.op.start)
+                    });
+                    if let Some(newer) = newer {
+                        out.push(format!(
+                            "locks() lists token {token} for {lock}, replaced by {} before: {}",
+                            evs[newer.ev].name(),
+                            ev.name()
+                        ));
+                    }
+                    match by_token.get(token) {
+                        Some(lease) if lease.lock != *lock => out.push(format!(
+                            "locks() lists token {token} for {lock}, a lease of {}: {}",
+                            lease.lock,
+                            ev.name()
+                        )),
+                        Some(lease) if evs[lease.ev].op.start > ev.end => out.push(format!(
+                            "locks() lists token {token} for {lock}, granted later by {}: {}",
+                            evs[lease.ev].name(),
+                            ev.name()
+                        )),
+                        Some(_) => {}
+                        None if unknown.get(lock.as_str()).is_some_and(|&s| s < ev.end) => {}
+                        None => out.push(format!(
+                            "locks() lists token {token} for {lock}, which no grant of {lock} \
+                             carries: {}",
+                            ev.name()
+                        )),
+                    }
+                }
+            }
+            Some(Outcome::Info(last_token)) => {
+                let before = ended.partition_point(|e| e.0 < ev.op.start);
+                if let Some(&(_, token, grant)) = before.checked_sub(1).map(|i| &ended[i]) {
+                    if token > *last_token {
+                        out.push(format!(
+                            "info() reports last token {last_token}, below the token of {}, \
+                             granted before: {}",
+                            evs[grant].name(),
+                            ev.name()
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn check_fences(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     let mut fences: BTreeMap<&str, Vec<Write>> = BTreeMap::new();
     for (i, ev) in evs.iter().enumerate() {
@@ -661,6 +755,7 @@ mod tests {
                     .map(|index| Worker {
                         index,
                         pid: 100 + index as u32,
+                        opener: false,
                         killed_at: None,
                         gone_at: 10_000 * MS,
                         ops: Vec::new(),
@@ -1055,5 +1150,131 @@ mod tests {
             Vec::<String>::new()
         );
         expect_violation(&b.history(&[("k", Some((1, "z")))]), "never written");
+    }
+
+    /// Worker 1 is stopped inside a commit from 50 to 450 ms: worker 0's extend and put, and an
+    /// opener's open, time out meanwhile. Each is a definite refusal that changed nothing.
+    fn behind_a_paused_commit(extend: Outcome, open: Outcome) -> Builder {
+        let mut b = Builder::new(3);
+        b.workers[2].opener = true;
+        b.acquire(0, (0, 5), "a", 100, 1)
+            .put(0, (10, 11), "k", 1, "x", Outcome::Ok)
+            .put(1, (40, 460), "k", 1, "z", Outcome::Ok)
+            .op(
+                0,
+                Kind::Extend,
+                (60, 400),
+                Some("a"),
+                None,
+                1,
+                1000,
+                None,
+                Some(extend),
+            )
+            .put(0, (70, 410), "k", 1, "y", Outcome::Timeout)
+            .op(
+                2,
+                Kind::Open,
+                (120, 420),
+                None,
+                None,
+                0,
+                0,
+                None,
+                Some(open),
+            )
+            .op(
+                2,
+                Kind::Open,
+                (500, 510),
+                None,
+                None,
+                0,
+                0,
+                None,
+                Some(Outcome::Ok),
+            )
+            .op(
+                2,
+                Kind::Get,
+                (520, 521),
+                None,
+                Some("k"),
+                0,
+                0,
+                None,
+                Some(Outcome::Value(1, "z".into())),
+            )
+            // Worker 0's lease ran out at 100 ms, unextended: worker 1 takes the lock over.
+            .acquire(1, (470, 480), "a", 100, 2);
+        // Both workers live on: their leases could run until their expiry.
+        for w in 0..2 {
+            b.op(
+                w,
+                Kind::Get,
+                (600, 601),
+                None,
+                Some("k"),
+                0,
+                0,
+                None,
+                Some(Outcome::Value(1, "z".into())),
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn a_timeout_behind_a_paused_commit_is_a_definite_refusal() {
+        let b = behind_a_paused_commit(Outcome::Timeout, Outcome::Timeout);
+        assert_eq!(
+            check(&b.history(&[("k", Some((1, "z")))])),
+            Vec::<String>::new()
+        );
+        // The put that timed out must not show up.
+        expect_violation(
+            &b.history(&[("k", Some((1, "y")))]),
+            "value of a refused write",
+        );
+        // Had the extend been accepted, worker 1's grant would overlap the extended lease.
+        let b = behind_a_paused_commit(Outcome::Ok, Outcome::Timeout);
+        expect_violation(&b.history(&[("k", Some((1, "z")))]), "two holders of a");
+        // An open fails only by timing out.
+        let b = behind_a_paused_commit(Outcome::Timeout, Outcome::Invalid);
+        expect_violation(&b.history(&[("k", Some((1, "z")))]), "did not open");
+    }
+
+    #[test]
+    fn listings_must_name_current_grants() {
+        let listing = |outcome: Outcome| {
+            let mut b = Builder::new(2);
+            b.acquire(0, (0, 5), "a", 100, 1)
+                .acquire(0, (200, 205), "a", 100, 2)
+                .op(
+                    1,
+                    Kind::Locks,
+                    (300, 301),
+                    None,
+                    None,
+                    0,
+                    0,
+                    None,
+                    Some(outcome),
+                );
+            check(&b.history(&[]))
+        };
+        let locks = |lock: &str, token| Outcome::Locks(vec![(lock.to_owned(), token)]);
+        assert_eq!(listing(locks("a", 2)), Vec::<String>::new());
+        assert_eq!(listing(Outcome::Info(2)), Vec::<String>::new());
+        let expect = |found: Vec<String>, needle: &str| {
+            assert!(
+                found.iter().any(|v| v.contains(needle)),
+                "expected {needle:?} in {found:#?}"
+            );
+        };
+        expect(listing(locks("a", 1)), "replaced by");
+        expect(listing(locks("a", 7)), "which no grant of a carries");
+        expect(listing(locks("b", 2)), "a lease of a");
+        expect(listing(Outcome::Info(1)), "info() reports last token 1");
     }
 }

@@ -173,6 +173,7 @@ impl Run<'_> {
         self.done.push(Worker {
             index: running.index,
             pid: running.child.id(),
+            opener: false,
             killed_at,
             gone_at,
             ops: Vec::new(),

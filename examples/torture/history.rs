@@ -30,9 +30,13 @@ pub enum Kind {
     Delete,
     Get,
     Fence,
+    /// `Store::locks()`: every lock record's token.
+    Locks,
+    /// `Store::info()`: the last token granted.
+    Info,
 }
 
-const KINDS: [(Kind, &str); 11] = [
+const KINDS: [(Kind, &str); 13] = [
     (Kind::Open, "open"),
     (Kind::Acquire, "acquire"),
     (Kind::AcquireWait, "acquire-wait"),
@@ -44,6 +48,8 @@ const KINDS: [(Kind, &str); 11] = [
     (Kind::Delete, "delete"),
     (Kind::Get, "get"),
     (Kind::Fence, "fence"),
+    (Kind::Locks, "locks"),
+    (Kind::Info, "info"),
 ];
 
 impl Kind {
@@ -87,6 +93,10 @@ pub enum Outcome {
     Value(u64, String),
     /// A get found no value.
     NotFound,
+    /// `locks()` listed these lock names with the tokens of their last grants.
+    Locks(Vec<(String, u64)>),
+    /// `info()` reported this last token granted.
+    Info(u64),
     /// Refused: the lock is held by the lease with this token.
     Locked(u64),
     /// A waiting acquire timed out.
@@ -105,7 +115,11 @@ impl Outcome {
     /// A short class name for the summary.
     pub fn class(&self) -> &'static str {
         match self {
-            Outcome::Ok | Outcome::Granted(_) | Outcome::Value(..) => "ok",
+            Outcome::Ok
+            | Outcome::Granted(_)
+            | Outcome::Value(..)
+            | Outcome::Locks(_)
+            | Outcome::Info(_) => "ok",
             Outcome::NotFound => "not-found",
             Outcome::Locked(_) => "locked",
             Outcome::Timeout => "timeout",
@@ -139,6 +153,12 @@ impl fmt::Display for Outcome {
             Outcome::Granted(token) => write!(f, "granted\t{token}"),
             Outcome::Value(token, value) => write!(f, "value\t{token}\t{value}"),
             Outcome::NotFound => write!(f, "notfound"),
+            Outcome::Locks(locks) if locks.is_empty() => write!(f, "locks\t-"),
+            Outcome::Locks(locks) => {
+                let listed: Vec<String> = locks.iter().map(|(n, t)| format!("{n}={t}")).collect();
+                write!(f, "locks\t{}", listed.join(","))
+            }
+            Outcome::Info(last_token) => write!(f, "info\t{last_token}"),
             Outcome::Locked(token) => write!(f, "locked\t{token}"),
             Outcome::Timeout => write!(f, "timeout"),
             Outcome::Stale { token, highest } => write!(f, "stale\t{token}\t{highest}"),
@@ -249,6 +269,8 @@ pub fn parse_log(text: &str) -> Result<Vec<Op>, String> {
                     Some(&"granted") => Outcome::Granted(num(4)?),
                     Some(&"value") => Outcome::Value(num(4)?, text(5)?),
                     Some(&"notfound") => Outcome::NotFound,
+                    Some(&"locks") => Outcome::Locks(parse_locks(&text(4)?).ok_or_else(bad)?),
+                    Some(&"info") => Outcome::Info(num(4)?),
                     Some(&"locked") => Outcome::Locked(num(4)?),
                     Some(&"timeout") => Outcome::Timeout,
                     Some(&"stale") => Outcome::Stale {
@@ -269,11 +291,26 @@ pub fn parse_log(text: &str) -> Result<Vec<Op>, String> {
     Ok(ops)
 }
 
-/// One worker process: its operations and when it ended.
+/// `lock-a=5,lock-b=7` (or `-` for none) as written by `Outcome::Locks`.
+fn parse_locks(text: &str) -> Option<Vec<(String, u64)>> {
+    if text == "-" {
+        return Some(Vec::new());
+    }
+    text.split(',')
+        .map(|item| {
+            let (name, token) = item.rsplit_once('=')?;
+            Some((name.to_owned(), token.parse().ok()?))
+        })
+        .collect()
+}
+
+/// One worker or opener process: its operations and when it ended.
 #[derive(Clone, Debug, Default)]
 pub struct Worker {
     pub index: usize,
     pub pid: u32,
+    /// A short-lived opener (see `opener.rs`) rather than a worker.
+    pub opener: bool,
     /// When the controller sent SIGKILL (before the `kill` call), if it did.
     pub killed_at: Option<u64>,
     /// When the controller reaped the process: it was dead by then.
@@ -324,5 +361,10 @@ mod tests {
         assert_eq!(ops[0].lock, None);
         assert_eq!(ops[1].outcome, None, "no end line: unknown outcome");
         assert!(parse_log("X\t1\n").is_err());
+        let listed = Outcome::Locks(vec![("lock-a".into(), 5), ("lock-b".into(), 7)]);
+        for outcome in [listed, Outcome::Locks(Vec::new()), Outcome::Info(12)] {
+            let log = get.begin_line() + &Op::end_line(8, 400, &outcome);
+            assert_eq!(parse_log(&log).unwrap()[0].outcome, Some(outcome));
+        }
     }
 }
