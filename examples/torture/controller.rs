@@ -1,5 +1,6 @@
 //! The controller: starts the workers, pauses them with SIGSTOP for longer than any lease,
-//! kills them with SIGKILL and starts replacements, then checks the history.
+//! kills them with SIGKILL and starts replacements, resumes workers that the stop shim stopped
+//! inside a commit or an open and starts openers meanwhile, then checks the history.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,11 +12,12 @@ use fencelock::{boottime_ns, Store};
 
 use crate::check::check;
 use crate::history::{parse_log, FinalState, History, Kind, Worker};
+use crate::opener;
 use crate::rng::Rng;
 use crate::worker::{self, KEYS, TTL_MS};
 
 const USAGE: &str = "usage: torture [--processes N] [--threads N] [--duration 60s] [--seed N] \
-                     [--dir PATH] [--keep] [--racing-create]";
+                     [--dir PATH] [--keep] [--racing-create] [--no-shim]";
 /// Controller tick; fault probabilities below are per tick.
 const TICK: Duration = Duration::from_millis(20);
 const PAUSE_PERCENT_PER_TICK: u64 = 4;
@@ -24,6 +26,25 @@ const KILL_PERMILLE_PER_TICK: u64 = 20;
 const PAUSE_MS: (u64, u64) = (TTL_MS.1 + 50, 900);
 /// How long workers get to finish after the deadline before they are killed.
 const GRACE: Duration = Duration::from_secs(20);
+/// Workers' busy timeout: often shorter than a pause, so that writes behind a process paused
+/// inside a commit are refused with `Timeout`; always far below the grace period.
+const WORKER_BUSY_MS: (u64, u64) = (300, 2000);
+/// The stop shim, compiled at run time into the run's directory.
+const SHIM_SOURCE: &str = include_str!("stop_shim.c");
+/// The share of workers that load the shim.
+const SHIM_WORKER_PERCENT: u64 = 50;
+/// A shimmed worker's chance to stop at a store pwrite, and right after taking the open byte,
+/// in parts per million; each worker draws its own rates in these ranges.
+const SHIM_WRITE_PPM: (u64, u64) = (300, 1500);
+const SHIM_OPEN_PPM: (u64, u64) = (100_000, 400_000);
+/// Openers started when the controller notices a worker stopped by the shim, each at a random
+/// moment of its pause (so that some still wait when it ends), at most `MAX_OPENERS` at a time,
+/// each with a busy timeout in `OPENER_BUSY_MS`.
+const OPENERS_PER_STOP: (u64, u64) = (1, 3);
+const MAX_OPENERS: usize = 6;
+const OPENER_BUSY_MS: (u64, u64) = (200, 500);
+/// An opener still running after this hangs: it is killed and reported.
+const OPENER_LIMIT: Duration = Duration::from_secs(30);
 
 struct Config {
     processes: usize,
@@ -34,6 +55,8 @@ struct Config {
     keep: bool,
     /// Let the first workers race to create the store instead of creating it beforehand.
     racing_create: bool,
+    /// Load the stop shim into some workers.
+    shim: bool,
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -59,6 +82,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         dir: None,
         keep: false,
         racing_create: false,
+        shim: true,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -87,6 +111,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--dir" => config.dir = Some(PathBuf::from(value()?)),
             "--keep" => config.keep = true,
             "--racing-create" => config.racing_create = true,
+            "--no-shim" => config.shim = false,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
@@ -98,14 +123,74 @@ struct Running {
     index: usize,
     child: Child,
     resume_at: Option<u64>,
+    /// Loads the stop shim.
+    shimmed: bool,
+}
+
+/// An opener process under way.
+struct Opening {
+    index: usize,
+    child: Child,
+    started: u64,
 }
 
 #[derive(Default)]
 struct Faults {
     pauses: u64,
+    /// Stops by the shim that the controller noticed and resumed (or killed).
+    shim_stops: u64,
     kills: u64,
     kills_while_paused: u64,
+    /// Openers killed after `OPENER_LIMIT`.
+    hung_openers: u64,
     crashes: Vec<String>,
+}
+
+/// Compiles the stop shim into `dir`; returns the library's path.
+fn build_shim(dir: &Path) -> Result<PathBuf, String> {
+    let source = dir.join("stop_shim.c");
+    let library = dir.join("stop_shim.so");
+    std::fs::write(&source, SHIM_SOURCE).map_err(|err| format!("write the shim: {err}"))?;
+    let output = Command::new("cc")
+        .args([
+            "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o",
+        ])
+        .arg(&library)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .map_err(|err| format!("run cc: {err}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(library)
+}
+
+/// Whether the process is stopped by a signal (state `T` in /proc/PID/stat).
+fn is_stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The command name, in parentheses, may hold spaces; the state follows the last ')'.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        == Some('T')
+}
+
+/// Stops the shim logged in `path`: (inside a commit, inside an open).
+fn count_stops(path: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
+    complete.lines().fold((0, 0), |(commit, open), line| {
+        match line.split(' ').next() {
+            Some("commit") => (commit + 1, open),
+            Some("open") => (commit, open + 1),
+            _ => (commit, open),
+        }
+    })
 }
 
 struct Run<'a> {
@@ -115,65 +200,132 @@ struct Run<'a> {
     deadline: u64,
     rng: Rng,
     running: Vec<Running>,
+    openers: Vec<Opening>,
+    /// When to start openers, during pauses of the shim.
+    planned_openers: Vec<u64>,
     done: Vec<Worker>,
     faults: Faults,
+    /// Indices are shared by workers and openers, so that each names one process.
     next_index: usize,
+    workers_started: usize,
+    openers_started: usize,
+    shim: Option<PathBuf>,
+    shimmed_workers: usize,
 }
 
 impl Run<'_> {
-    fn log_path(&self, index: usize) -> PathBuf {
-        self.dir.join(format!("worker-{index}.log"))
+    fn file(&self, role: &str, index: usize, ext: &str) -> PathBuf {
+        self.dir.join(format!("{role}-{index}.{ext}"))
+    }
+
+    fn log_path(&self, worker: &Worker) -> PathBuf {
+        let role = if worker.opener { "opener" } else { "worker" };
+        self.file(role, worker.index, "log")
+    }
+
+    fn command(&self, role: &str, index: usize, argv: Vec<String>) -> Command {
+        let stderr =
+            std::fs::File::create(self.file(role, index, "err")).expect("create a stderr file");
+        let mut command = Command::new(std::env::current_exe().expect("own executable"));
+        command
+            .args(argv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        command
     }
 
     fn spawn(&mut self) {
         let index = self.next_index;
         self.next_index += 1;
+        self.workers_started += 1;
         let args = worker::Args {
             store: self.store.display().to_string(),
-            log: self.log_path(index).display().to_string(),
+            log: self.file("worker", index, "log").display().to_string(),
             index,
             threads: self.config.threads,
             deadline: self.deadline,
             seed: self.rng.next_u64(),
+            busy_timeout_ms: self.rng.range(WORKER_BUSY_MS.0, WORKER_BUSY_MS.1),
         };
-        let stderr = std::fs::File::create(self.dir.join(format!("worker-{index}.err")))
-            .expect("create the worker's stderr file");
-        let child = Command::new(std::env::current_exe().expect("own executable"))
-            .args(args.to_argv())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("start a worker");
+        let mut command = self.command("worker", index, args.to_argv());
+        let shimmed = self.shim.is_some() && self.rng.chance(SHIM_WORKER_PERCENT);
+        if let (true, Some(shim)) = (shimmed, &self.shim) {
+            self.shimmed_workers += 1;
+            command
+                .env("LD_PRELOAD", shim)
+                .env("FENCELOCK_SHIM_STORE", &self.store)
+                .env("FENCELOCK_SHIM_LOG", self.file("worker", index, "stops"))
+                .env("FENCELOCK_SHIM_SEED", self.rng.next_u64().to_string())
+                .env(
+                    "FENCELOCK_SHIM_WRITE_PPM",
+                    self.rng
+                        .range(SHIM_WRITE_PPM.0, SHIM_WRITE_PPM.1)
+                        .to_string(),
+                )
+                .env(
+                    "FENCELOCK_SHIM_OPEN_PPM",
+                    self.rng.range(SHIM_OPEN_PPM.0, SHIM_OPEN_PPM.1).to_string(),
+                );
+        }
+        let child = command.spawn().expect("start a worker");
         self.running.push(Running {
             index,
             child,
             resume_at: None,
+            shimmed,
         });
     }
 
-    fn signal(running: &Running, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(running.child.id()).expect("pid fits");
+    fn spawn_opener(&mut self) {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.openers_started += 1;
+        let args = opener::Args {
+            store: self.store.display().to_string(),
+            log: self.file("opener", index, "log").display().to_string(),
+            index,
+            seed: self.rng.next_u64(),
+            busy_timeout_ms: self.rng.range(OPENER_BUSY_MS.0, OPENER_BUSY_MS.1),
+        };
+        let child = self
+            .command("opener", index, args.to_argv())
+            .spawn()
+            .expect("start an opener");
+        self.openers.push(Opening {
+            index,
+            child,
+            started: boottime_ns(),
+        });
+    }
+
+    fn signal(child: &Child, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(child.id()).expect("pid fits");
         // SAFETY: kill(2) with a pid of our own unreaped child and a valid signal number.
         unsafe { libc::kill(pid, signal) };
     }
 
-    /// Records a worker that is gone (reaped at `gone_at`).
-    fn finish(&mut self, mut running: Running, killed_at: Option<u64>, gone_at: u64, ok: bool) {
+    /// Records a worker or opener that is gone (reaped at `gone_at`).
+    fn finish(
+        &mut self,
+        (index, opener): (usize, bool),
+        child: &mut Child,
+        killed_at: Option<u64>,
+        gone_at: u64,
+        ok: bool,
+    ) {
+        let role = if opener { "opener" } else { "worker" };
         if !ok && killed_at.is_none() {
             self.faults.crashes.push(format!(
-                "worker {} exited with {:?}; see {}",
-                running.index,
-                running.child.try_wait(),
-                self.dir
-                    .join(format!("worker-{}.err", running.index))
-                    .display()
+                "{role} {index} exited with {:?}; see {}",
+                child.try_wait(),
+                self.file(role, index, "err").display()
             ));
         }
         self.done.push(Worker {
-            index: running.index,
-            pid: running.child.id(),
-            opener: false,
+            index,
+            pid: child.id(),
+            opener,
             killed_at,
             gone_at,
             ops: Vec::new(),
@@ -183,14 +335,20 @@ impl Run<'_> {
     fn kill(&mut self, at: usize) {
         let mut victim = self.running.swap_remove(at);
         let killed_at = boottime_ns();
-        Run::signal(&victim, libc::SIGKILL);
+        Run::signal(&victim.child, libc::SIGKILL);
         victim.child.wait().expect("reap a killed worker");
         let gone_at = boottime_ns();
         self.faults.kills += 1;
         if victim.resume_at.is_some() {
             self.faults.kills_while_paused += 1;
         }
-        self.finish(victim, Some(killed_at), gone_at, true);
+        self.finish(
+            (victim.index, false),
+            &mut victim.child,
+            Some(killed_at),
+            gone_at,
+            true,
+        );
     }
 
     /// Reaps workers that exited by themselves.
@@ -200,10 +358,67 @@ impl Run<'_> {
             match self.running[i].child.try_wait().expect("wait for a worker") {
                 Some(status) => {
                     let gone_at = boottime_ns();
-                    let done = self.running.swap_remove(i);
-                    self.finish(done, None, gone_at, status.success());
+                    let mut done = self.running.swap_remove(i);
+                    let index = (done.index, false);
+                    self.finish(index, &mut done.child, None, gone_at, status.success());
                 }
                 None => i += 1,
+            }
+        }
+        let mut i = 0;
+        while i < self.openers.len() {
+            let now = boottime_ns();
+            if let Some(status) = self.openers[i]
+                .child
+                .try_wait()
+                .expect("wait for an opener")
+            {
+                let mut done = self.openers.swap_remove(i);
+                let index = (done.index, true);
+                self.finish(index, &mut done.child, None, now, status.success());
+            } else if now - self.openers[i].started > OPENER_LIMIT.as_nanos() as u64 {
+                let mut hung = self.openers.swap_remove(i);
+                Run::signal(&hung.child, libc::SIGKILL);
+                hung.child.wait().expect("reap a killed opener");
+                let gone_at = boottime_ns();
+                self.faults.hung_openers += 1;
+                self.faults.crashes.push(format!(
+                    "opener {} did not finish within {OPENER_LIMIT:?}; killed; see {}",
+                    hung.index,
+                    self.file("opener", hung.index, "log").display()
+                ));
+                let index = (hung.index, true);
+                self.finish(index, &mut hung.child, Some(now), gone_at, true);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Schedules the resumption of workers the shim stopped, like the controller's own
+    /// pauses, and starts openers while they hold the store.
+    fn notice_stops(&mut self, now: u64) {
+        for i in 0..self.running.len() {
+            let running = &self.running[i];
+            if running.shimmed && running.resume_at.is_none() && is_stopped(running.child.id()) {
+                let pause = self.rng.range(PAUSE_MS.0, PAUSE_MS.1) * 1_000_000;
+                self.running[i].resume_at = Some(now + pause);
+                self.faults.shim_stops += 1;
+                for _ in 0..self.rng.range(OPENERS_PER_STOP.0, OPENERS_PER_STOP.1) {
+                    let at = now + self.rng.range(0, pause);
+                    self.planned_openers.push(at);
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.planned_openers.len() {
+            if self.planned_openers[i] > now {
+                i += 1;
+                continue;
+            }
+            self.planned_openers.swap_remove(i);
+            if self.openers.len() < MAX_OPENERS {
+                self.spawn_opener();
             }
         }
     }
@@ -212,10 +427,11 @@ impl Run<'_> {
         let now = boottime_ns();
         for running in &mut self.running {
             if running.resume_at.is_some_and(|at| at <= now) {
-                Run::signal(running, libc::SIGCONT);
+                Run::signal(&running.child, libc::SIGCONT);
                 running.resume_at = None;
             }
         }
+        self.notice_stops(now);
         if self.running.is_empty() {
             return;
         }
@@ -223,7 +439,7 @@ impl Run<'_> {
             let at = (self.rng.next_u64() % self.running.len() as u64) as usize;
             if self.running[at].resume_at.is_none() {
                 let pause = self.rng.range(PAUSE_MS.0, PAUSE_MS.1) * 1_000_000;
-                Run::signal(&self.running[at], libc::SIGSTOP);
+                Run::signal(&self.running[at].child, libc::SIGSTOP);
                 self.running[at].resume_at = Some(now + pause);
                 self.faults.pauses += 1;
             }
@@ -235,15 +451,18 @@ impl Run<'_> {
         }
     }
 
-    /// Resumes every paused worker and waits for all to exit, killing stragglers.
+    /// Resumes every paused worker and waits for all to exit, killing stragglers. Workers
+    /// the shim stops from now on are resumed at once.
     fn wind_down(&mut self) {
-        for running in &mut self.running {
-            if running.resume_at.take().is_some() {
-                Run::signal(running, libc::SIGCONT);
-            }
-        }
         let until = boottime_ns() + GRACE.as_nanos() as u64;
-        while !self.running.is_empty() && boottime_ns() < until {
+        while !(self.running.is_empty() && self.openers.is_empty()) && boottime_ns() < until {
+            for running in &mut self.running {
+                if running.resume_at.take().is_some()
+                    || (running.shimmed && is_stopped(running.child.id()))
+                {
+                    Run::signal(&running.child, libc::SIGCONT);
+                }
+            }
             self.reap();
             thread::sleep(TICK);
         }
@@ -253,6 +472,11 @@ impl Run<'_> {
                 self.running[0].index
             );
             self.kill(0);
+        }
+        // Openers are killed and reported once they pass their limit.
+        while !self.openers.is_empty() {
+            self.reap();
+            thread::sleep(TICK);
         }
     }
 }
@@ -310,10 +534,25 @@ pub fn main(args: &[String]) -> ExitCode {
         deadline: started + config.duration.as_nanos() as u64,
         rng: Rng::new(config.seed),
         running: Vec::new(),
+        openers: Vec::new(),
+        planned_openers: Vec::new(),
         done: Vec::new(),
         faults: Faults::default(),
         next_index: 0,
+        workers_started: 0,
+        openers_started: 0,
+        shim: None,
+        shimmed_workers: 0,
     };
+    if config.shim {
+        match build_shim(&dir) {
+            Ok(library) => run.shim = Some(library),
+            Err(err) => {
+                eprintln!("{err}\n(--no-shim runs without the stop shim)");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if !config.racing_create {
         if let Err(err) = Store::open(&run.store) {
             eprintln!("cannot create the store {}: {err}", run.store.display());
@@ -338,7 +577,7 @@ pub fn main(args: &[String]) -> ExitCode {
     let mut history = History::default();
     let mut violations: Vec<String> = run.faults.crashes.clone();
     for mut worker in std::mem::take(&mut run.done) {
-        let path = run.log_path(worker.index);
+        let path = run.log_path(&worker);
         match std::fs::read_to_string(&path) {
             Ok(text) => match parse_log(&text) {
                 Ok(ops) => worker.ops = ops,
@@ -395,31 +634,45 @@ fn summarize(
     let width = classes.iter().map(|c| c.len()).max().unwrap_or(0) + 1;
     let mut table: BTreeMap<Kind, BTreeMap<&str, u64>> = BTreeMap::new();
     let mut total = 0;
-    let mut opens = (0, 0, 0);
+    // Per role (worker, opener), classes of opens and of writes.
+    let mut opens: [BTreeMap<&str, u64>; 2] = Default::default();
+    let mut opener_writes: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut opener_reads = 0;
+    let mut stops = (0, 0);
     for worker in &history.workers {
+        if !worker.opener {
+            let (commit, open) = count_stops(&run.file("worker", worker.index, "stops"));
+            stops = (stops.0 + commit, stops.1 + open);
+        }
         for op in &worker.ops {
             total += 1;
             let class = op.outcome.as_ref().map_or("unknown", |o| o.class());
             *table.entry(op.kind).or_default().entry(class).or_default() += 1;
-            if op.kind == Kind::Open {
-                match class {
-                    "ok" => opens.0 += 1,
-                    "unknown" => opens.2 += 1,
-                    _ => opens.1 += 1,
-                }
+            match op.kind {
+                Kind::Open => *opens[usize::from(worker.opener)].entry(class).or_default() += 1,
+                Kind::Get | Kind::Locks | Kind::Info if worker.opener => opener_reads += 1,
+                _ if worker.opener => *opener_writes.entry(class).or_default() += 1,
+                _ => {}
             }
         }
     }
+    let classes_of = |counts: &BTreeMap<&str, u64>| {
+        let listed: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
+        if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join(", ")
+        }
+    };
     let faults = &run.faults;
     println!(
-        "ran {:.1} s; workers started: {} ({} replacements); store opens: {} ok, {} failed, {} \
-         cut short by a kill",
+        "ran {:.1} s; workers started: {} ({} replacements, {} with the stop shim); worker \
+         store opens: {}",
         ran.as_secs_f64(),
-        run.next_index,
-        run.next_index - run.config.processes,
-        opens.0,
-        opens.1,
-        opens.2
+        run.workers_started,
+        run.workers_started - run.config.processes,
+        run.shimmed_workers,
+        classes_of(&opens[0])
     );
     println!(
         "faults: {} pauses (SIGSTOP {}-{} ms, longer than every TTL of {}-{} ms), {} kills \
@@ -431,6 +684,19 @@ fn summarize(
         TTL_MS.1,
         faults.kills,
         faults.kills_while_paused
+    );
+    println!(
+        "stop shim: {} pauses inside a commit, {} inside an open ({} noticed and resumed \
+         by the controller, the rest cut short by a kill or the end)",
+        stops.0, stops.1, faults.shim_stops
+    );
+    println!(
+        "openers: {} run ({} hung and killed); opens: {}; reads: {}; writes: {}",
+        run.openers_started,
+        faults.hung_openers,
+        classes_of(&opens[1]),
+        opener_reads,
+        classes_of(&opener_writes)
     );
     print!("operations: {total}\n{:<16}", "");
     for class in classes {

@@ -13,12 +13,19 @@
 //! final store and reports every violation of fencelock's rules (see `check.rs`). The exit
 //! status is non-zero when there is one.
 //!
+//! Some workers load an LD_PRELOAD shim (`stop_shim.c`) that stops its own process inside a
+//! commit (at a store pwrite, under redb's write lock) or inside an open (holding fencelock's
+//! open byte). The controller resumes them like its own pauses, and meanwhile starts short-lived
+//! openers (the role `opener`) that open the store with a short busy timeout, read, maybe
+//! write once, and must finish, `Ok` or refused with `Timeout`, never hang.
+//!
 //! The controller creates the store before it starts the workers; `--racing-create` lets the
 //! first workers race to create it instead.
 
 mod check;
 mod controller;
 mod history;
+mod opener;
 mod rng;
 mod worker;
 
@@ -28,6 +35,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
         return worker::main(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("opener") {
+        return opener::main(&args[1..]);
     }
     controller::main(&args)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use fencelock::{boottime_ns, Holder, Store};
+use fencelock::{boottime_ns, Holder, Options, Store};
 use parking_lot::Mutex;
 
 use crate::history::{Kind, Op, Outcome};
@@ -30,6 +30,8 @@ pub struct Args {
     pub threads: u32,
     pub deadline: u64,
     pub seed: u64,
+    /// `Options::busy_timeout` of the open and of every write without a timeout of its own.
+    pub busy_timeout_ms: u64,
 }
 
 impl Args {
@@ -42,18 +44,20 @@ impl Args {
             self.threads.to_string(),
             self.deadline.to_string(),
             self.seed.to_string(),
+            self.busy_timeout_ms.to_string(),
         ]
     }
 
     fn parse(argv: &[String]) -> Option<Args> {
         match argv {
-            [store, log, index, threads, deadline, seed] => Some(Args {
+            [store, log, index, threads, deadline, seed, busy_timeout_ms] => Some(Args {
                 store: store.clone(),
                 log: log.clone(),
                 index: index.parse().ok()?,
                 threads: threads.parse().ok()?,
                 deadline: deadline.parse().ok()?,
                 seed: seed.parse().ok()?,
+                busy_timeout_ms: busy_timeout_ms.parse().ok()?,
             }),
             _ => None,
         }
@@ -62,13 +66,26 @@ impl Args {
 
 /// The log of one process. Each line goes out in one `write(2)` under the mutex, so lines of
 /// different threads never interleave and a SIGKILL loses at most the line being written.
-struct Log {
+pub struct Log {
     file: Mutex<File>,
     seq: AtomicU64,
 }
 
 impl Log {
-    fn begin(&self, thread: u32, kind: Kind, fill: impl FnOnce(&mut Op)) -> Op {
+    /// Opens (creating it) the log at `path`.
+    pub fn create(path: &str) -> Log {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open the log");
+        Log {
+            file: Mutex::new(file),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    pub fn begin(&self, thread: u32, kind: Kind, fill: impl FnOnce(&mut Op)) -> Op {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut op = Op::new(thread, seq, kind, 0);
         fill(&mut op);
@@ -79,7 +96,7 @@ impl Log {
         op
     }
 
-    fn end(&self, op: &Op, outcome: &Outcome) {
+    pub fn end(&self, op: &Op, outcome: &Outcome) {
         let line = Op::end_line(op.seq, boottime_ns(), outcome);
         self.file
             .lock()
@@ -88,7 +105,7 @@ impl Log {
     }
 }
 
-fn outcome<T>(result: &fencelock::Result<T>, ok: impl FnOnce(&T) -> Outcome) -> Outcome {
+pub fn outcome<T>(result: &fencelock::Result<T>, ok: impl FnOnce(&T) -> Outcome) -> Outcome {
     match result {
         Ok(value) => ok(value),
         Err(err) => Outcome::from_error(err),
@@ -97,26 +114,29 @@ fn outcome<T>(result: &fencelock::Result<T>, ok: impl FnOnce(&T) -> Outcome) -> 
 
 pub fn main(argv: &[String]) -> ExitCode {
     let Some(args) = Args::parse(argv) else {
-        eprintln!("usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED");
+        eprintln!("usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED BUSY_TIMEOUT_MS");
         return ExitCode::from(2);
     };
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&args.log)
-        .expect("open the worker log");
-    let log = Arc::new(Log {
-        file: Mutex::new(file),
-        seq: AtomicU64::new(0),
-    });
-    let op = log.begin(0, Kind::Open, |_| {});
-    let opened = Store::open(&args.store);
-    log.end(&op, &outcome(&opened, |_| Outcome::Ok));
-    let store = match opened {
-        Ok(store) => store,
-        Err(err) => {
-            eprintln!("worker {}: open failed: {err}", args.index);
-            return ExitCode::from(3);
+    let log = Arc::new(Log::create(&args.log));
+    let options = Options {
+        busy_timeout: Duration::from_millis(args.busy_timeout_ms),
+        ..Options::default()
+    };
+    // An open refused with `Timeout` (another process held the store past the busy timeout:
+    // paused inside a commit or an open) changed nothing; the worker tries again.
+    let store = loop {
+        let op = log.begin(0, Kind::Open, |_| {});
+        let opened = Store::open_with(&args.store, &options);
+        log.end(&op, &outcome(&opened, |_| Outcome::Ok));
+        match opened {
+            Ok(store) => break store,
+            Err(fencelock::Error::Timeout) if boottime_ns() < args.deadline => {}
+            // The run ended while the store was held: nothing left to do.
+            Err(fencelock::Error::Timeout) => return ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("worker {}: open failed: {err}", args.index);
+                return ExitCode::from(3);
+            }
         }
     };
     let threads: Vec<_> = (0..args.threads)
