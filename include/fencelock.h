@@ -61,9 +61,9 @@
 #define FENCELOCK_LOCK_HOLDER_DEAD 3
 
 /**
- * A cancel handle: passed to the `*_cancellable` functions, it ends their wait within about a
- * millisecond with `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called, changing
- * nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
+ * A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
+ * `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
+ * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
  * stays fired: make a new one for the next call. Safe to use from many threads at once.
  */
 typedef struct fencelock_cancel fencelock_cancel;
@@ -508,8 +508,8 @@ fencelock_status fencelock_holder_wait_lost(const struct fencelock_holder *holde
                                             struct fencelock_error **err_out);
 
 /**
- * Like `fencelock_holder_wait_lost`, and ends within about a millisecond with
- * `FENCELOCK_CANCELLED` once `cancel` fires (NULL: no cancel handle).
+ * Like `fencelock_holder_wait_lost`, and ends within about 10 ms with `FENCELOCK_CANCELLED`
+ * once `cancel` fires (NULL: no cancel handle).
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`),
  * `FENCELOCK_CANCELLED`, `FENCELOCK_PANIC`.

@@ -1,7 +1,9 @@
 //! Cancellation of waits from another thread.
 //!
-//! Every wait of the engine (an open behind a busy store, a waiting acquire, a wait for a lost
-//! lease) looks at its `Cancel` at least once a millisecond, so a signal thread, a Python main
+//! Every wait of the engine looks at its `Cancel` between its own steps: an open behind a busy
+//! store and a waiting acquire, which test other processes' locks once a millisecond anyway, at
+//! each of those steps; a wait for a lost lease, which otherwise sleeps until it is woken,
+//! every 10 ms (a watched holder then costs little CPU). So a signal thread, a Python main
 //! thread that caught Ctrl-C or a Go goroutine watching a context can end it at once. A
 //! cancelled wait ends with [`Error::Cancelled`] and changes nothing in the store.
 
@@ -10,8 +12,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
-/// The longest a wait goes without looking at its cancel handle.
+/// The longest a wait for the store or a lock goes without looking at its cancel handle.
 pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(1);
+/// The longest a wait for a lost lease goes without looking at its cancel handle.
+pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A handle that ends the waits it is passed to, once [`Cancel::cancel`] is called from any
 /// thread. Cheap to clone; clones share one state. Once cancelled it stays cancelled: use a new

@@ -179,8 +179,8 @@ impl Holder {
             .expect("a wait without a cancel handle is never cancelled")
     }
 
-    /// Like [`Holder::wait_lost`], and ends within about a millisecond with
-    /// [`Error::Cancelled`] once `cancel` fires (from any thread).
+    /// Like [`Holder::wait_lost`], and ends within about 10 ms with [`Error::Cancelled`] once
+    /// `cancel` fires (from any thread).
     pub fn wait_lost_cancellable(&self, timeout: Duration, cancel: &Cancel) -> Result<bool> {
         self.wait_lost_inner(timeout, Some(cancel))
     }
@@ -202,7 +202,7 @@ impl Holder {
             }
             let mut slice = Duration::from_nanos(expires.min(deadline) - now);
             if cancel.is_some() {
-                slice = slice.min(crate::cancel::POLL);
+                slice = slice.min(crate::cancel::LOST_POLL);
             }
             let _ = self
                 .state

@@ -3,9 +3,9 @@
 use super::{fencelock_error, fencelock_status, free_boxed, guard, guard_value, Out};
 use crate::cancel::Cancel;
 
-/// A cancel handle: passed to the `*_cancellable` functions, it ends their wait within about a
-/// millisecond with `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called, changing
-/// nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
+/// A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
+/// `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
+/// ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
 /// stays fired: make a new one for the next call. Safe to use from many threads at once.
 pub struct fencelock_cancel {
     pub(super) cancel: Cancel,

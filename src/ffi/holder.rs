@@ -258,8 +258,8 @@ pub unsafe extern "C" fn fencelock_holder_wait_lost(
     }
 }
 
-/// Like `fencelock_holder_wait_lost`, and ends within about a millisecond with
-/// `FENCELOCK_CANCELLED` once `cancel` fires (NULL: no cancel handle).
+/// Like `fencelock_holder_wait_lost`, and ends within about 10 ms with `FENCELOCK_CANCELLED`
+/// once `cancel` fires (NULL: no cancel handle).
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `lost_out`),
 /// `FENCELOCK_CANCELLED`, `FENCELOCK_PANIC`.
