@@ -22,6 +22,7 @@ use redb::WriteTransaction;
 use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::store::Db;
 
 /// An effect outside the database that belongs to a write: undone when dropped, unless kept once
 /// the write committed. Being a drop guard, it is also undone when the write panics.
@@ -86,15 +87,15 @@ impl Job {
 
 /// The most operations one transaction carries, so that one commit does not grow without bound.
 const MAX_BATCH: usize = 128;
-/// First and longest pause between tries for the write lock while another process holds it.
-const MIN_BACKOFF: Duration = Duration::from_micros(20);
-const MAX_BACKOFF: Duration = Duration::from_millis(1);
 
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
     changed: Condvar,
     /// Commit without an fsync when no write of the batch asks to be durable.
     relaxed: bool,
+    /// The wait for the write lock of a batch that gave up, which the next batch takes over.
+    /// Only the leader touches it.
+    waiting: Mutex<Option<Arc<Handoff>>>,
 }
 
 struct Queue {
@@ -113,6 +114,7 @@ impl GroupCommit {
             }),
             changed: Condvar::new(),
             relaxed,
+            waiting: Mutex::new(None),
         }
     }
 
@@ -122,7 +124,7 @@ impl GroupCommit {
     /// with [`Error::Cancelled`] once `cancel` fires before that.
     pub(crate) fn run<T, F>(
         &self,
-        db: &redb::Database,
+        db: &Arc<Db>,
         deadline: u64,
         cancel: Option<&Cancel>,
         op: F,
@@ -191,7 +193,7 @@ impl GroupCommit {
             let batch: Vec<Job> = queue.jobs.drain(..take).collect();
             drop(queue);
             let stepping_down = StepDown(self);
-            run_batch(db, batch, self.relaxed);
+            run_batch(db, batch, self.relaxed, &mut self.waiting.lock());
             drop(stepping_down);
             queue = self.queue.lock();
         }
@@ -212,22 +214,92 @@ fn panicked(what: &str, panic: &str) -> Error {
     Error::Storage(format!("the storage engine panicked in {what}: {panic}"))
 }
 
+/// A blocking `begin_write` run in a thread of its own, handed to whichever batch still wants
+/// it when it returns.
+///
+/// redb's `begin_write` queues for the write lock in the kernel, so writers of different
+/// processes take turns fairly; but it has no timeout, and a process paused inside a commit holds
+/// the lock indefinitely. The wait therefore runs in a thread, and the batch waits for the
+/// handoff only up to its deadlines. A batch that gives up leaves the wait to the next batch;
+/// a transaction that nobody wants any more is dropped at once (an abort), so this process never
+/// sits on the write lock unasked.
+struct Handoff {
+    state: Mutex<Handed>,
+    ready: Condvar,
+}
+
+enum Handed {
+    /// The thread waits for the lock; `wanted` says whether a batch waits for the thread.
+    Waiting { wanted: bool },
+    /// The thread got the lock (or failed), and a batch wanted it.
+    Ready(Box<Result<WriteTransaction>>),
+    /// The thread got the lock when no batch wanted it, and gave it back.
+    Returned,
+}
+
+impl Handoff {
+    fn start(db: &Arc<Db>) -> Result<Arc<Handoff>> {
+        let handoff = Arc::new(Handoff {
+            state: Mutex::new(Handed::Waiting { wanted: true }),
+            ready: Condvar::new(),
+        });
+        let (db, shared) = (Arc::clone(db), Arc::clone(&handoff));
+        std::thread::Builder::new()
+            .name("fencelock-write-wait".into())
+            .spawn(move || {
+                let began = crate::quiet::catch(|| Ok(db.writable()?.begin_write()?))
+                    .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)));
+                let mut state = shared.state.lock();
+                *state = match *state {
+                    Handed::Waiting { wanted: true } => Handed::Ready(Box::new(began)),
+                    // Dropping the transaction gives the lock back.
+                    _ => Handed::Returned,
+                };
+                shared.ready.notify_all();
+            })?;
+        Ok(handoff)
+    }
+}
+
 /// Takes the write lock for `batch`. While another process holds it, jobs whose deadline passes
 /// or whose cancel handle fires are completed with [`Error::Timeout`] or [`Error::Cancelled`]
 /// and dropped from the batch.
-fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> {
-    let mut backoff = MIN_BACKOFF;
+fn begin(
+    db: &Arc<Db>,
+    batch: &mut Vec<Job>,
+    waiting: &mut Option<Arc<Handoff>>,
+) -> Result<WriteTransaction> {
     loop {
-        match db.try_begin_write() {
-            Err(redb::TransactionError::WouldBlock) => {}
-            other => return Ok(other?),
+        let handoff = match waiting.take() {
+            Some(handoff) => handoff,
+            None => match db.writable()?.try_begin_write() {
+                Err(redb::TransactionError::WouldBlock) => Handoff::start(db)?,
+                other => return Ok(other?),
+            },
+        };
+        {
+            let mut state = handoff.state.lock();
+            if let Handed::Waiting { wanted } = &mut *state {
+                *wanted = true;
+                let now = clock::now_ns();
+                let earliest = batch.iter().map(|job| job.deadline).min().unwrap_or(now);
+                let slice =
+                    Duration::from_nanos(earliest.saturating_sub(now)).min(crate::cancel::POLL);
+                let _ = handoff.ready.wait_for(&mut state, slice);
+            }
+            match std::mem::replace(&mut *state, Handed::Returned) {
+                Handed::Ready(began) => return *began,
+                // Given back before this batch asked again: try afresh.
+                Handed::Returned => continue,
+                still @ Handed::Waiting { .. } => *state = still,
+            }
         }
         let now = clock::now_ns();
-        let mut last = None;
-        let (ended, waiting): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
+        let (ended, left): (Vec<Job>, Vec<Job>) = std::mem::take(batch)
             .into_iter()
             .partition(|job| job.given_up(now).is_some());
-        *batch = waiting;
+        *batch = left;
+        let mut last = None;
         for job in ended {
             let err = job.given_up(now).unwrap_or(Error::Timeout);
             let (Ran::Refused(finish) | Ran::Applied(finish, _) | Ran::Failed(finish, _)) =
@@ -236,20 +308,19 @@ fn begin(db: &redb::Database, batch: &mut Vec<Job>) -> Result<WriteTransaction> 
             last = Some(err);
         }
         if batch.is_empty() {
+            // The next batch takes the wait over; until then its transaction is not wanted.
+            if let Handed::Waiting { wanted } = &mut *handoff.state.lock() {
+                *wanted = false;
+            }
+            *waiting = Some(handoff);
             return Err(last.unwrap_or(Error::Timeout));
         }
-        let earliest = batch.iter().map(|job| job.deadline).min().unwrap_or(now);
-        std::thread::sleep(
-            backoff
-                .min(Duration::from_nanos(earliest.saturating_sub(now)))
-                .min(crate::cancel::POLL),
-        );
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        *waiting = Some(handoff);
     }
 }
 
-fn run_batch(db: &redb::Database, mut batch: Vec<Job>, relaxed: bool) {
-    let txn = crate::quiet::catch(|| begin(db, &mut batch))
+fn run_batch(db: &Arc<Db>, mut batch: Vec<Job>, relaxed: bool, waiting: &mut Option<Arc<Handoff>>) {
+    let txn = crate::quiet::catch(|| begin(db, &mut batch, waiting))
         .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)));
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;

@@ -634,10 +634,8 @@ impl Inner {
         self.file.check(&self.path)?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
-        self.note_io_failure(
-            self.commits
-                .run(db.writable()?, waiting.deadline, waiting.cancel, op),
-        )
+        db.writable()?;
+        self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
     }
 
     /// Refuses with [`Error::Locked`] when a live lease holds `name`.
@@ -1113,7 +1111,7 @@ impl Db {
     }
 
     /// The database for a write; refused on a read-only store.
-    fn writable(&self) -> Result<&Database> {
+    pub(crate) fn writable(&self) -> Result<&Database> {
         match self {
             Db::Writable(db) => Ok(db),
             Db::ReadOnly(_) => Err(Error::invalid(
