@@ -4,6 +4,8 @@
 //!
 //! The C side of the matrix is in tests/c.
 
+mod common;
+
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -459,19 +461,7 @@ fn a_remnant_lookalike_with_data_or_an_owner_is_refused_unchanged() {
         .write(true)
         .open(&path)
         .unwrap();
-    // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
-    let rc = unsafe {
-        let mut lock: libc::flock = std::mem::zeroed();
-        lock.l_type = libc::F_WRLCK as libc::c_short;
-        lock.l_whence = libc::SEEK_SET as libc::c_short;
-        lock.l_len = 320;
-        libc::fcntl(
-            std::os::fd::AsRawFd::as_raw_fd(&owner),
-            libc::F_OFD_SETLK,
-            &raw mut lock,
-        )
-    };
-    assert_eq!(rc, 0);
+    common::lock_bytes(&owner, 0, 320);
     assert!(matches!(open_error(&path), Error::NotAStore(_)));
     assert_unchanged(&path, &sized);
     drop(owner);

@@ -17,6 +17,10 @@ mod check;
 mod images;
 #[path = "crash/recording.rs"]
 mod recording;
+/// The torture run's seeded generator, one for both.
+#[allow(dead_code)]
+#[path = "../examples/torture/rng.rs"]
+mod rng;
 
 use std::collections::BTreeMap;
 use std::fs;

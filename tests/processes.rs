@@ -41,20 +41,7 @@ fn child() {
             .write(true)
             .open(std::env::var(DB).unwrap())
             .unwrap();
-        // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
-        let rc = unsafe {
-            let mut lock: libc::flock = std::mem::zeroed();
-            lock.l_type = libc::F_WRLCK as libc::c_short;
-            lock.l_whence = libc::SEEK_SET as libc::c_short;
-            lock.l_start = 1 << 61;
-            lock.l_len = 1;
-            libc::fcntl(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                libc::F_OFD_SETLK,
-                &raw mut lock,
-            )
-        };
-        assert_eq!(rc, 0);
+        common::lock_bytes(&file, 1 << 61, 1);
         println!("@@ opening");
         std::io::stdout().flush().unwrap();
         let mut line = String::new();

@@ -26,6 +26,8 @@ mod check;
 mod controller;
 mod history;
 mod opener;
+// Shared with tests/crash.rs, which uses parts of it this run does not.
+#[allow(dead_code)]
 mod rng;
 mod worker;
 

@@ -1,5 +1,5 @@
-//! A small seeded generator (SplitMix64): the torture run needs reproducible choices, not
-//! cryptographic randomness.
+//! A small seeded generator (SplitMix64): the torture run and the crash images need
+//! reproducible choices, the same on every machine, not cryptographic randomness.
 
 pub struct Rng(u64);
 
@@ -21,12 +21,23 @@ impl Rng {
         low + self.next_u64() % (high - low + 1)
     }
 
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next_u64() % n as u64).expect("below n, which is a usize")
+    }
+
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+
     /// True with probability `percent` / 100.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.next_u64() % 100 < percent
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[(self.next_u64() % items.len() as u64) as usize]
+        &items[self.below(items.len())]
     }
 }
