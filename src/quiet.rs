@@ -5,7 +5,9 @@
 //! standard hook would only be noise on the host's stderr (a C, Python or Go program's too). A
 //! hook installed once, in front of whatever hook the program had, stays silent for panics
 //! raised inside [`catch`] on the thread that called it and hands every other panic to the
-//! program's hook unchanged.
+//! program's hook unchanged. A panic that cannot unwind (one raised by a destructor while an
+//! earlier panic unwinds) aborts the process whatever `catch` does: it is printed too, so that
+//! the abort is explained.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -15,6 +17,8 @@ use std::sync::Once;
 thread_local! {
     /// How many [`catch`] calls this thread is inside.
     static CATCHING: Cell<u32> = const { Cell::new(0) };
+    /// Whether a panic inside [`catch`] is unwinding on this thread.
+    static UNWINDING: Cell<bool> = const { Cell::new(false) };
 }
 
 static HOOK: Once = Once::new();
@@ -24,7 +28,9 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     HOOK.call_once(|| {
         let earlier = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
-            if CATCHING.with(Cell::get) == 0 {
+            // A second panic while the first unwinds cannot be caught: it aborts.
+            if CATCHING.with(Cell::get) == 0 || UNWINDING.with(|unwinding| unwinding.replace(true))
+            {
                 earlier(info);
             }
         }));
@@ -32,6 +38,7 @@ pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     CATCHING.with(|depth| depth.set(depth.get() + 1));
     let outcome = panic::catch_unwind(AssertUnwindSafe(f));
     CATCHING.with(|depth| depth.set(depth.get() - 1));
+    UNWINDING.with(|unwinding| unwinding.set(false));
     outcome.map_err(|payload| message(payload.as_ref()))
 }
 

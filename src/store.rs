@@ -1250,11 +1250,22 @@ fn open_database(builder: &redb::Builder, path: &Path, existing: bool) -> Result
         }
     }
     let db = builder.create(path)?;
-    if check_schema(&db)?.is_none() {
-        initialize(&db)?;
-    }
-    restore_counter(&db)?;
-    Ok(db)
+    // Caught here, while `db` is still this frame's: a panic on a damaged page must not drop the
+    // database as it unwinds, since redb's close may panic on the same page, and a panic while
+    // unwinding aborts the process.
+    let checked = crate::quiet::catch(|| {
+        if check_schema(&db)?.is_none() {
+            initialize(&db)?;
+        }
+        restore_counter(&db)
+    });
+    let failure = match checked {
+        Ok(Ok(())) => return Ok(db),
+        Ok(Err(err)) => err,
+        Err(panic) => damaged::<()>(panic).unwrap_err(),
+    };
+    let _ = crate::quiet::catch(move || drop(db));
+    Err(failure)
 }
 
 /// The schema version of a fencelock store, `None` for a database with no tables yet (a new
