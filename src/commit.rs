@@ -224,6 +224,8 @@ fn panicked(what: &str, panic: &str) -> Error {
 /// a transaction that nobody wants any more is dropped at once (an abort), so this process never
 /// sits on the write lock unasked.
 struct Handoff {
+    /// The database handle it waits on (a reopen after an I/O error makes a new one).
+    db: Arc<Db>,
     state: Mutex<Handed>,
     ready: Condvar,
 }
@@ -240,6 +242,7 @@ enum Handed {
 impl Handoff {
     fn start(db: &Arc<Db>) -> Result<Arc<Handoff>> {
         let handoff = Arc::new(Handoff {
+            db: Arc::clone(db),
             state: Mutex::new(Handed::Waiting { wanted: true }),
             ready: Condvar::new(),
         });
@@ -259,6 +262,17 @@ impl Handoff {
             })?;
         Ok(handoff)
     }
+
+    /// No batch waits for the transaction any more: if it comes, it is given back at once.
+    fn unwant(&self) {
+        let mut state = self.state.lock();
+        match &mut *state {
+            Handed::Waiting { wanted } => *wanted = false,
+            // Came meanwhile: give it back now.
+            Handed::Ready(_) => *state = Handed::Returned,
+            Handed::Returned => {}
+        }
+    }
 }
 
 /// Takes the write lock for `batch`. While another process holds it, jobs whose deadline passes
@@ -271,7 +285,12 @@ fn begin(
 ) -> Result<WriteTransaction> {
     loop {
         let handoff = match waiting.take() {
-            Some(handoff) => handoff,
+            Some(handoff) if Arc::ptr_eq(&handoff.db, db) => handoff,
+            // A wait on a handle reopened since: its transaction, if it comes, is not wanted.
+            Some(stale) => {
+                stale.unwant();
+                continue;
+            }
             None => match db.writable()?.try_begin_write() {
                 Err(redb::TransactionError::WouldBlock) => Handoff::start(db)?,
                 other => return Ok(other?),
@@ -309,9 +328,7 @@ fn begin(
         }
         if batch.is_empty() {
             // The next batch takes the wait over; until then its transaction is not wanted.
-            if let Handed::Waiting { wanted } = &mut *handoff.state.lock() {
-                *wanted = false;
-            }
+            handoff.unwant();
             *waiting = Some(handoff);
             return Err(last.unwrap_or(Error::Timeout));
         }
