@@ -145,7 +145,7 @@ impl Holder {
     /// until it is released or lost. Use [`Holder::wait_lost`] or [`Holder::is_lost`] to learn
     /// of a loss. Calling it again changes nothing.
     pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
-        use crate::store::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
+        use crate::limits::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
         if !(MIN_KEEP_ALIVE_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::invalid(format!(
                 "keep-alive ttl {ttl:?} is outside {MIN_KEEP_ALIVE_TTL:?} to {MAX_TTL:?}"

@@ -30,6 +30,7 @@ mod error;
 pub mod ffi;
 mod file;
 mod holder;
+mod limits;
 mod liveness;
 mod quiet;
 mod record;
@@ -39,9 +40,11 @@ pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;
 pub use error::{Error, Result, Status};
 pub use holder::Holder;
+pub use limits::{
+    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
+};
 pub use store::{
     Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_BUSY_TIMEOUT,
-    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
     SCHEMA_VERSION,
 };
 

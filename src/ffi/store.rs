@@ -8,7 +8,8 @@ use super::{
     Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
 };
 use crate::error::Status;
-use crate::store::{Mode, Options, Store, DEFAULT_BUSY_TIMEOUT, DEFAULT_MAX_VALUE_LEN};
+use crate::limits::DEFAULT_MAX_VALUE_LEN;
+use crate::store::{Mode, Options, Store, DEFAULT_BUSY_TIMEOUT};
 
 /// An open store. Created by `fencelock_store_open`; closed with `fencelock_store_close`.
 /// Safe to use from many threads at once.
