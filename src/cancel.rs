@@ -10,7 +10,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use crate::clock;
 use crate::error::{Error, Result};
+use crate::limits::duration_ns;
 
 /// The longest a wait for the store or a lock goes without looking at its cancel handle.
 pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(1);
@@ -65,4 +69,29 @@ impl Cancel {
 /// Checks an optional handle.
 pub(crate) fn check(cancel: Option<&Cancel>) -> Result<()> {
     cancel.map_or(Ok(()), Cancel::check)
+}
+
+/// A wait bounded by a deadline and, optionally, a cancel handle.
+#[derive(Clone, Copy)]
+pub(crate) struct Waiting<'a> {
+    pub(crate) deadline: u64,
+    pub(crate) cancel: Option<&'a Cancel>,
+}
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn new(timeout: Duration, cancel: Option<&'a Cancel>) -> Self {
+        Waiting {
+            deadline: clock::now_ns().saturating_add(duration_ns(timeout)),
+            cancel,
+        }
+    }
+
+    /// [`Error::Cancelled`] or [`Error::Timeout`] when the wait must end.
+    pub(crate) fn step(&self) -> Result<()> {
+        crate::cancel::check(self.cancel)?;
+        if clock::now_ns() >= self.deadline {
+            return Err(Error::Timeout);
+        }
+        Ok(())
+    }
 }

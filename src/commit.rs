@@ -21,8 +21,8 @@ use redb::WriteTransaction;
 
 use crate::cancel::Cancel;
 use crate::clock;
+use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::store::Db;
 
 /// An effect outside the database that belongs to a write: undone when dropped, unless kept once
 /// the write committed. Being a drop guard, it is also undone when the write panics.

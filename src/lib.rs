@@ -26,6 +26,7 @@
 mod cancel;
 mod clock;
 mod commit;
+mod db;
 mod error;
 pub mod ffi;
 mod file;
@@ -35,9 +36,11 @@ mod liveness;
 mod quiet;
 mod record;
 mod store;
+mod tokens;
 
 pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;
+pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
 pub use holder::Holder;
 pub use limits::{
@@ -45,7 +48,6 @@ pub use limits::{
 };
 pub use store::{
     Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_BUSY_TIMEOUT,
-    SCHEMA_VERSION,
 };
 
 /// The library's version, as Cargo knows it.

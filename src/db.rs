@@ -1,0 +1,222 @@
+//! The database handle: opening the redb file (writable or read-only, bounded by the busy
+//! timeout), the tables and the schema, and turning redb's panics on damaged pages into errors.
+
+use std::path::Path;
+
+use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::cancel::Waiting;
+use crate::error::{Error, Result};
+use crate::liveness::Liveness;
+use crate::tokens::{restore_counter, COUNTER_KEY};
+
+/// Schema version of the tables this library writes.
+pub const SCHEMA_VERSION: u64 = 1;
+
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
+pub(crate) const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
+pub(crate) const VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencelock.values");
+pub(crate) const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fencelock.fences");
+pub(crate) const SCHEMA_KEY: &str = "schema_version";
+
+/// The error for a panic of the storage engine, which it raises on some forms of damage.
+pub(crate) fn damaged<T>(panic: String) -> Result<T> {
+    Err(Error::Corrupt(format!(
+        "the storage engine failed on a damaged page ({panic})"
+    )))
+}
+
+/// An open database: writable, or read-only.
+pub(crate) enum Db {
+    Writable(Database),
+    ReadOnly(redb::ReadOnlyDatabase),
+}
+
+impl Db {
+    pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        Ok(match self {
+            Db::Writable(db) => db.begin_read()?,
+            Db::ReadOnly(db) => db.begin_read()?,
+        })
+    }
+
+    /// The database for a write; refused on a read-only store.
+    pub(crate) fn writable(&self) -> Result<&Database> {
+        match self {
+            Db::Writable(db) => Ok(db),
+            Db::ReadOnly(_) => Err(Error::invalid(
+                "the store was opened read-only (Options::read_only): it grants and writes nothing",
+            )),
+        }
+    }
+}
+
+/// Opens the database at `path` in this thread, without waiting for other processes.
+pub(crate) fn open_now(path: &Path, mode: ConcurrencyMode, read_only: bool) -> Result<Db> {
+    let existing = crate::file::is_existing_database(path, !read_only)?;
+    open_known(path, mode, read_only, existing)
+}
+
+/// Opens the database at `path`, which holds a redb database if `existing`.
+fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: bool) -> Result<Db> {
+    let builder = redb_builder(mode);
+    if !read_only {
+        return crate::quiet::catch(|| open_database(&builder, path, existing).map(Db::Writable))
+            .unwrap_or_else(damaged);
+    }
+    if !existing {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no store at {} to open read-only", path.display()),
+        )));
+    }
+    crate::quiet::catch(|| {
+        let db = match builder.open_read_only(path) {
+            // A crash left the file needing the repair that only a writable open performs (no
+            // live writer would do it): it is repaired, and the read-only open tried again.
+            Err(redb::DatabaseError::RepairAborted) => {
+                drop(open_database(&builder, path, true)?);
+                builder.open_read_only(path)?
+            }
+            other => other?,
+        };
+        match check_schema(&db)? {
+            Some(_) => Ok(Db::ReadOnly(db)),
+            None => Err(Error::NotAStore(format!(
+                "{} holds no fencelock tables yet",
+                path.display()
+            ))),
+        }
+    })
+    .unwrap_or_else(damaged)
+}
+
+/// Opens the database at `path` in multi-process mode within `waiting`.
+///
+/// The look at what the file holds is serialized with other opens, so that no open mistakes a
+/// file another process is creating right now (not yet holding redb's header) for a foreign
+/// file, and the creation of a new store stays serialized to its end. An open of an existing
+/// database lets the other opens go on. redb's writable open then waits, with no timeout, for
+/// the write lock, which a process paused inside a commit holds indefinitely; so the open runs
+/// in a thread of its own, and the caller stops waiting for it at the deadline or on
+/// cancellation. An open given up on finishes in its thread once the other process moves on,
+/// and closes the database again.
+pub(crate) fn open_shared(path: &Path, read_only: bool, waiting: Waiting<'_>) -> Result<Db> {
+    let opening =
+        Liveness::lock_for_open(path, read_only, || waiting.step())?.ok_or(Error::InUse)?;
+    let existing = crate::file::is_existing_database(path, !read_only)?;
+    let creating = (!existing).then_some(opening);
+    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+    let owned = path.to_owned();
+    let thread = std::thread::Builder::new()
+        .name("fencelock-open".into())
+        .spawn(move || {
+            let result = open_known(&owned, ConcurrencyMode::MultiWriter, read_only, existing);
+            drop(creating);
+            // A caller that gave up is gone; the database then closes here.
+            let _ = sender.send(result);
+        })?;
+    loop {
+        match receiver.recv_timeout(crate::cancel::POLL) {
+            Ok(result) => {
+                // It has nothing left to do; joined so that no thread of ours outlives the open.
+                let _ = thread.join();
+                return result;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => waiting.step()?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Error::Storage("the open ended without a result".into()))
+            }
+        }
+    }
+}
+
+pub(crate) fn redb_builder(mode: ConcurrencyMode) -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(mode);
+    // The value cache is for reads of this process; leases and values are small.
+    builder.set_cache_size(64 << 20);
+    builder
+}
+
+/// Opens the database at `path` and checks (or, for a new file, creates) the schema.
+pub(crate) fn open_database(
+    builder: &redb::Builder,
+    path: &Path,
+    existing: bool,
+) -> Result<Database> {
+    if existing {
+        // A writable open may write redb's header, so another program's database is recognized
+        // through a read-only open first and left as it was.
+        match builder.open_read_only(path) {
+            Ok(db) => {
+                check_schema(&db)?;
+            }
+            // A store left by a crash needs the repair that the writable open performs; its
+            // schema is checked after that.
+            Err(redb::DatabaseError::RepairAborted) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let db = builder.create(path)?;
+    // Caught here, while `db` is still this frame's: a panic on a damaged page must not drop the
+    // database as it unwinds, since redb's close may panic on the same page, and a panic while
+    // unwinding aborts the process.
+    let checked = crate::quiet::catch(|| {
+        if check_schema(&db)?.is_none() {
+            initialize(&db)?;
+        }
+        restore_counter(&db)
+    });
+    let failure = match checked {
+        Ok(Ok(())) => return Ok(db),
+        Ok(Err(err)) => err,
+        Err(panic) => damaged::<()>(panic).unwrap_err(),
+    };
+    let _ = crate::quiet::catch(move || drop(db));
+    Err(failure)
+}
+
+/// The schema version of a fencelock store, `None` for a database with no tables yet (a new
+/// file), or an error for another program's database or a newer schema.
+pub(crate) fn check_schema(db: &impl ReadableDatabase) -> Result<Option<u64>> {
+    let txn = db.begin_read()?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return if txn.list_tables()?.next().is_some() {
+                Err(Error::NotAStore(
+                    "a redb database of another program".into(),
+                ))
+            } else {
+                Ok(None)
+            };
+        }
+        Err(err) => return Err(err.into()),
+    };
+    match meta.get(SCHEMA_KEY)?.map(|v| v.value()) {
+        None => Err(Error::NotAStore("no fencelock schema version".into())),
+        Some(found) if found > SCHEMA_VERSION => Err(Error::IncompatibleVersion {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        Some(found) => Ok(Some(found)),
+    }
+}
+
+/// Creates the tables of a new store. Another process may race to do the same; write
+/// transactions are serialized, so the second finds the schema and leaves it.
+pub(crate) fn initialize(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    let mut meta = txn.open_table(META)?;
+    if meta.get(SCHEMA_KEY)?.is_none() {
+        meta.insert(SCHEMA_KEY, SCHEMA_VERSION)?;
+        meta.insert(COUNTER_KEY, 0)?;
+    }
+    drop(meta);
+    txn.open_table(LEASES)?;
+    txn.open_table(VALUES)?;
+    txn.open_table(FENCES)?;
+    txn.commit()?;
+    Ok(())
+}
