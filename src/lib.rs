@@ -31,8 +31,10 @@ mod error;
 pub mod ffi;
 mod file;
 mod holder;
+mod info;
 mod limits;
 mod liveness;
+mod options;
 mod quiet;
 mod record;
 mod store;
@@ -43,12 +45,12 @@ pub use clock::now_ns as boottime_ns;
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
 pub use holder::Holder;
+pub use info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
-pub use store::{
-    Fenced, LockInfo, LockState, Mode, Options, Store, StoreInfo, DEFAULT_BUSY_TIMEOUT,
-};
+pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+pub use store::Store;
 
 /// The library's version, as Cargo knows it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

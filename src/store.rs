@@ -19,11 +19,13 @@ use crate::db::{
 };
 use crate::error::{Error, Result};
 use crate::holder::Holder;
+use crate::info::{Fenced, LockInfo, LockState, StoreInfo};
 use crate::limits::{
-    check_granted, check_key, check_name, check_token, check_ttl, duration_ns,
-    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
+    check_granted, check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN,
+    MAX_VALUE_LEN_LIMIT,
 };
 use crate::liveness::{Liveness, MAX_TOKEN};
+use crate::options::{Mode, Options};
 use crate::record::{decode_value, encode_value, Lease};
 use crate::tokens::{read_counter, reserve_tokens, restore_counter, COUNTER_KEY};
 
@@ -32,128 +34,6 @@ use crate::tokens::{read_counter, reserve_tokens, restore_counter, COUNTER_KEY};
 const PRUNE_PER_GRANT: usize = 2;
 /// How often a waiting acquire tests whether the holder of another process let go.
 const WAIT_POLL: Duration = Duration::from_millis(1);
-
-/// How processes share the store file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Mode {
-    /// Any number of processes open the file at once (redb's multi-writer mode). The default.
-    #[default]
-    MultiProcess,
-    /// Only this process opens the file; a second process's open is refused with
-    /// [`Error::InUse`]. Grants and extends commit without an fsync (a lease cannot outlive
-    /// this process); fenced values and fences commit with one fsync instead of two.
-    SingleProcess,
-}
-
-/// Default of [`Options::busy_timeout`].
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Options for opening a store.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// How processes share the file.
-    pub mode: Mode,
-    /// Largest fenced value accepted, in bytes (at most [`MAX_VALUE_LEN_LIMIT`]).
-    pub max_value_len: usize,
-    /// How long the open, and each later write that has no timeout of its own, waits for
-    /// another process that holds the store: one inside a commit or inside its own open, which
-    /// may be paused (a SIGSTOP, Ctrl-Z, a debugger). Past it they fail with [`Error::Timeout`]
-    /// and change nothing. Like SQLite's `busy_timeout`.
-    pub busy_timeout: Duration,
-    /// Ends a waiting open early with [`Error::Cancelled`].
-    pub cancel: Option<Cancel>,
-    /// Opens for reading only: grants and writes are refused, and neither the open nor a read
-    /// waits for a process that holds the write lock (one paused inside a commit). The store
-    /// must exist; the file need not be writable, unless a crash left it needing a repair.
-    pub read_only: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            mode: Mode::MultiProcess,
-            max_value_len: DEFAULT_MAX_VALUE_LEN,
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            cancel: None,
-            read_only: false,
-        }
-    }
-}
-
-/// A fenced value and the token of the write that stored it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fenced {
-    /// The value.
-    pub value: Vec<u8>,
-    /// The token of the write that stored it.
-    pub token: u64,
-}
-
-/// The state of a lock record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockState {
-    /// Held by a live holder and not expired.
-    Held,
-    /// The TTL ran out; the next acquire takes the lock.
-    Expired,
-    /// The holder released it (its process still runs).
-    Released,
-    /// The holder's process died, or the lease is from an earlier boot.
-    HolderDead,
-}
-
-impl LockState {
-    /// A lower-case name: `held`, `expired`, `released`, `holder-dead`.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockState::Held => "held",
-            LockState::Expired => "expired",
-            LockState::Released => "released",
-            LockState::HolderDead => "holder-dead",
-        }
-    }
-}
-
-/// What the store records of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// The token of the last grant.
-    pub token: u64,
-    /// The holder's process id.
-    pub pid: u32,
-    /// When the lease was granted (wall-clock estimate from the boot-time clock).
-    pub granted_at: SystemTime,
-    /// When the lease expires or expired (wall-clock estimate).
-    pub expires_at: SystemTime,
-    /// Time left before expiry; zero once expired.
-    pub remaining: Duration,
-    /// The lock's state.
-    pub state: LockState,
-}
-
-/// Counts and settings of a store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreInfo {
-    /// The store file.
-    pub path: PathBuf,
-    /// The file's size in bytes.
-    pub file_size: u64,
-    /// The schema version recorded in the file.
-    pub schema_version: u64,
-    /// The highest token granted so far (0 before the first grant).
-    pub last_token: u64,
-    /// Lock records, of any state.
-    pub lock_records: u64,
-    /// Fenced keys holding a value.
-    pub keys: u64,
-    /// External fence resources.
-    pub fences: u64,
-}
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.

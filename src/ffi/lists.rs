@@ -9,7 +9,7 @@ use super::{
     FENCELOCK_LOCK_RELEASED,
 };
 use crate::error::Status;
-use crate::store::{LockInfo, LockState};
+use crate::info::{LockInfo, LockState};
 
 /// What the store records of one lock.
 #[repr(C)]

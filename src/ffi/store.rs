@@ -9,7 +9,8 @@ use super::{
 };
 use crate::error::Status;
 use crate::limits::DEFAULT_MAX_VALUE_LEN;
-use crate::store::{Mode, Options, Store, DEFAULT_BUSY_TIMEOUT};
+use crate::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+use crate::store::Store;
 
 /// An open store. Created by `fencelock_store_open`; closed with `fencelock_store_close`.
 /// Safe to use from many threads at once.

@@ -1,0 +1,78 @@
+//! What the store tells of itself: fenced values, lock records and their states, counts.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// A fenced value and the token of the write that stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fenced {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The token of the write that stored it.
+    pub token: u64,
+}
+
+/// The state of a lock record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockState {
+    /// Held by a live holder and not expired.
+    Held,
+    /// The TTL ran out; the next acquire takes the lock.
+    Expired,
+    /// The holder released it (its process still runs).
+    Released,
+    /// The holder's process died, or the lease is from an earlier boot.
+    HolderDead,
+}
+
+impl LockState {
+    /// A lower-case name: `held`, `expired`, `released`, `holder-dead`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockState::Held => "held",
+            LockState::Expired => "expired",
+            LockState::Released => "released",
+            LockState::HolderDead => "holder-dead",
+        }
+    }
+}
+
+/// What the store records of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// The token of the last grant.
+    pub token: u64,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the lease was granted (wall-clock estimate from the boot-time clock).
+    pub granted_at: SystemTime,
+    /// When the lease expires or expired (wall-clock estimate).
+    pub expires_at: SystemTime,
+    /// Time left before expiry; zero once expired.
+    pub remaining: Duration,
+    /// The lock's state.
+    pub state: LockState,
+}
+
+/// Counts and settings of a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The store file.
+    pub path: PathBuf,
+    /// The file's size in bytes.
+    pub file_size: u64,
+    /// The schema version recorded in the file.
+    pub schema_version: u64,
+    /// The highest token granted so far (0 before the first grant).
+    pub last_token: u64,
+    /// Lock records, of any state.
+    pub lock_records: u64,
+    /// Fenced keys holding a value.
+    pub keys: u64,
+    /// External fence resources.
+    pub fences: u64,
+}

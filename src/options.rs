@@ -1,0 +1,54 @@
+//! How a store is opened: its mode, limits, busy timeout and cancel handle.
+
+use std::time::Duration;
+
+use crate::cancel::Cancel;
+use crate::limits::DEFAULT_MAX_VALUE_LEN;
+
+/// How processes share the store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Any number of processes open the file at once (redb's multi-writer mode). The default.
+    #[default]
+    MultiProcess,
+    /// Only this process opens the file; a second process's open is refused with
+    /// [`Error::InUse`](crate::Error::InUse). Grants and extends commit without an fsync (a lease cannot outlive
+    /// this process); fenced values and fences commit with one fsync instead of two.
+    SingleProcess,
+}
+
+/// Default of [`Options::busy_timeout`].
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options for opening a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How processes share the file.
+    pub mode: Mode,
+    /// Largest fenced value accepted, in bytes (at most [`crate::MAX_VALUE_LEN_LIMIT`]).
+    pub max_value_len: usize,
+    /// How long the open, and each later write that has no timeout of its own, waits for
+    /// another process that holds the store: one inside a commit or inside its own open, which
+    /// may be paused (a SIGSTOP, Ctrl-Z, a debugger). Past it they fail with [`Error::Timeout`](crate::Error::Timeout)
+    /// and change nothing. Like SQLite's `busy_timeout`.
+    pub busy_timeout: Duration,
+    /// Ends a waiting open early with [`Error::Cancelled`](crate::Error::Cancelled).
+    pub cancel: Option<Cancel>,
+    /// Opens for reading only: grants and writes are refused, and neither the open nor a read
+    /// waits for a process that holds the write lock (one paused inside a commit). The store
+    /// must exist; the file need not be writable, unless a crash left it needing a repair.
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            mode: Mode::MultiProcess,
+            max_value_len: DEFAULT_MAX_VALUE_LEN,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            cancel: None,
+            read_only: false,
+        }
+    }
+}
