@@ -32,6 +32,7 @@ pub mod ffi;
 mod file;
 mod holder;
 mod info;
+mod leases;
 mod limits;
 mod liveness;
 mod options;

@@ -2,14 +2,13 @@
 
 use std::fs;
 use std::mem::ManuallyDrop;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use redb::{ConcurrencyMode, ReadableTable, ReadableTableMetadata, Table, WriteTransaction};
+use redb::{ConcurrencyMode, ReadableTable, ReadableTableMetadata, WriteTransaction};
 
 use crate::cancel::{Cancel, Waiting};
 use crate::clock::{self, ProcessId};
@@ -19,21 +18,16 @@ use crate::db::{
 };
 use crate::error::{Error, Result};
 use crate::holder::Holder;
-use crate::info::{Fenced, LockInfo, LockState, StoreInfo};
+use crate::info::{Fenced, LockInfo, StoreInfo};
+use crate::leases::Grant;
 use crate::limits::{
     check_granted, check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN,
     MAX_VALUE_LEN_LIMIT,
 };
-use crate::liveness::{Liveness, MAX_TOKEN};
+use crate::liveness::Liveness;
 use crate::options::{Mode, Options};
 use crate::record::{decode_value, encode_value, Lease};
 use crate::tokens::{read_counter, reserve_tokens, restore_counter, COUNTER_KEY};
-
-/// Lease records examined for pruning by each grant; two per grant keeps dead records from
-/// outnumbering the grants that made them.
-const PRUNE_PER_GRANT: usize = 2;
-/// How often a waiting acquire tests whether the holder of another process let go.
-const WAIT_POLL: Duration = Duration::from_millis(1);
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -54,17 +48,17 @@ pub(crate) struct Inner {
     path: PathBuf,
     /// The file the store opened, to notice when `path` names another one.
     file: crate::file::Identity,
-    live: Liveness,
-    boot_id: [u8; 16],
-    me: ProcessId,
+    pub(crate) live: Liveness,
+    pub(crate) boot_id: [u8; 16],
+    pub(crate) me: ProcessId,
     max_value_len: usize,
     busy_timeout: Duration,
     commits: GroupCommit,
     /// The last lease name the pruner looked at; it resumes after it.
-    prune_cursor: Mutex<String>,
+    pub(crate) prune_cursor: Mutex<String>,
     /// Bumped at every release in this process, so in-process waiters wake at once.
-    releases: Mutex<u64>,
-    released: Condvar,
+    pub(crate) releases: Mutex<u64>,
+    pub(crate) released: Condvar,
 }
 
 impl std::fmt::Debug for Store {
@@ -473,6 +467,11 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// [`Error::Replaced`] when the store's path no longer names the file it opened.
+    pub(crate) fn check_file(&self) -> Result<()> {
+        self.file.check(&self.path)
+    }
+
     pub(crate) fn check_fork(&self) -> Result<()> {
         if std::process::id() == self.me.pid {
             Ok(())
@@ -490,31 +489,11 @@ impl Inner {
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
-        self.file.check(&self.path)?;
+        self.check_file()?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         db.writable()?;
         self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
-    }
-
-    /// Refuses with [`Error::Locked`] when a live lease holds `name`.
-    fn check_free(
-        &self,
-        leases: &impl ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
-        now: u64,
-    ) -> Result<()> {
-        if let Some(current) = leases.get(name)? {
-            let lease = Lease::decode(current.value())?;
-            if self.is_live(&lease, now)? {
-                return Err(Error::Locked {
-                    token: lease.token,
-                    pid: lease.holder.pid,
-                    remaining: Duration::from_nanos(lease.expires_ns - now),
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
@@ -590,156 +569,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Whether `lease` still excludes others: granted in this boot, not expired, and its holder
-    /// still holds the liveness lock.
-    fn is_live(&self, lease: &Lease, now: u64) -> Result<bool> {
-        Ok(lease.boot_id == self.boot_id
-            && now < lease.expires_ns
-            && self.live.is_held(lease.token)?)
-    }
-
-    fn describe(&self, name: &str, lease: &Lease, now: u64) -> Result<LockInfo> {
-        let this_boot = lease.boot_id == self.boot_id;
-        let state = if !this_boot {
-            LockState::HolderDead
-        } else if !self.live.is_held(lease.token)? {
-            if lease.holder.is_alive() {
-                LockState::Released
-            } else {
-                LockState::HolderDead
-            }
-        } else if now >= lease.expires_ns {
-            LockState::Expired
-        } else {
-            LockState::Held
-        };
-        let wall = SystemTime::now();
-        let at = |ns: u64| {
-            if ns >= now {
-                wall + Duration::from_nanos(ns - now)
-            } else {
-                wall - Duration::from_nanos(now - ns)
-            }
-        };
-        Ok(LockInfo {
-            name: name.to_owned(),
-            token: lease.token,
-            pid: lease.holder.pid,
-            granted_at: at(lease.granted_ns),
-            expires_at: at(lease.expires_ns),
-            remaining: if this_boot {
-                Duration::from_nanos(lease.expires_ns.saturating_sub(now))
-            } else {
-                Duration::ZERO
-            },
-            state,
-        })
-    }
-
-    /// Removes dead lease records, a few per grant, resuming where the last grant stopped, so
-    /// that released and expired records do not pile up.
-    fn prune(&self, leases: &mut Table<&str, &[u8]>, now: u64, granting: &str) -> Result<()> {
-        let mut cursor = self.prune_cursor.lock();
-        let mut dead = Vec::new();
-        let mut seen = 0;
-        for entry in leases.range::<&str>((Bound::Excluded(cursor.as_str()), Bound::Unbounded))? {
-            let (name, record) = entry?;
-            seen += 1;
-            let name = name.value().to_owned();
-            if name != granting && !self.is_live(&Lease::decode(record.value())?, now)? {
-                dead.push(name.clone());
-            }
-            *cursor = name;
-            if seen == PRUNE_PER_GRANT {
-                break;
-            }
-        }
-        if seen < PRUNE_PER_GRANT {
-            cursor.clear();
-        }
-        for name in dead {
-            leases.remove(name.as_str())?;
-        }
-        Ok(())
-    }
-
-    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes;
-    /// [`Error::Cancelled`] once `cancel` fires.
-    fn wait_until_free(&self, token: u64, until: u64, cancel: Option<&Cancel>) -> Result<()> {
-        loop {
-            crate::cancel::check(cancel)?;
-            let mut releases = self.releases.lock();
-            let seen = *releases;
-            if !self.live.is_held(token)? {
-                return Ok(());
-            }
-            let now = clock::now_ns();
-            if now >= until {
-                return Ok(());
-            }
-            let slice = WAIT_POLL.min(Duration::from_nanos(until - now));
-            while *releases == seen {
-                if self.released.wait_for(&mut releases, slice).timed_out() {
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Ends this process's hold of the lease `token`. No write: the record is cleared lazily.
-    /// The caller has checked that this is not a child of `fork()`.
-    pub(crate) fn release(&self, token: u64) -> Result<()> {
-        self.live.unlock(token)?;
-        *self.releases.lock() += 1;
-        self.released.notify_all();
-        Ok(())
-    }
-
-    /// Checks, inside a write transaction, that the lease `token` of `name` is still current.
-    fn check_current(
-        &self,
-        leases: &impl ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
-        token: u64,
-        now: u64,
-    ) -> Result<Lease> {
-        let current = match leases.get(name)? {
-            Some(record) => Some(Lease::decode(record.value())?),
-            None => None,
-        };
-        match current {
-            Some(lease)
-                if lease.token == token
-                    && lease.boot_id == self.boot_id
-                    && now < lease.expires_ns =>
-            {
-                Ok(lease)
-            }
-            other => Err(Error::LockLost {
-                token,
-                current: other.map(|lease| lease.token).filter(|&t| t != token),
-            }),
-        }
-    }
-
-    /// Sets a new expiry for the lease `token` of `name`, if it is still current.
-    pub(crate) fn extend(self: &Arc<Self>, name: &str, token: u64, ttl: Duration) -> Result<u64> {
-        check_ttl(ttl)?;
-        let name = name.to_owned();
-        let me = Arc::clone(self);
-        self.write(None, move |txn| {
-            let now = clock::now_ns();
-            let mut leases = txn.open_table(LEASES)?;
-            let mut lease = me.check_current(&leases, &name, token, now)?;
-            lease.expires_ns = now + duration_ns(ttl);
-            leases.insert(name.as_str(), lease.encode().as_slice())?;
-            Ok(Applied {
-                durable: false,
-                ..Applied::new(lease.expires_ns)
-            })
-        })
-    }
-
     /// Writes `value` under `key` with `token`, checking in the same transaction that the lease
     /// `token` of `name` is still current.
     pub(crate) fn holder_put(
@@ -760,64 +589,6 @@ impl Inner {
             let existed = put_fenced(txn, &key, value.as_deref(), token, token)?;
             Ok(Applied::new(existed))
         })
-    }
-
-    /// Whether the lease `token` of `name` is current, from a read transaction (no write).
-    pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
-        // A lease in a file that the path no longer names excludes nobody who opens the path.
-        if self.file.check(&self.path).is_err() {
-            return Ok(false);
-        }
-        self.read(|txn| {
-            let leases = txn.open_table(LEASES)?;
-            let Some(record) = leases.get(name)? else {
-                return Ok(false);
-            };
-            let lease = Lease::decode(record.value())?;
-            Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?)
-        })
-    }
-}
-
-/// The liveness lock of a token being granted: released again unless the grant commits.
-struct Grant {
-    inner: Arc<Inner>,
-    token: u64,
-    kept: bool,
-}
-
-impl Grant {
-    /// Locks the byte of `next`, the token after the counter, for this store. A byte still held
-    /// by another open file belongs to a grant of that token that did not commit, in a process
-    /// that has not undone its lock yet (it may have panicked in the middle): such tokens are
-    /// skipped, since tokens need only be unique and increasing.
-    fn take(inner: &Arc<Inner>, next: u64) -> Result<Grant> {
-        for token in next..next.saturating_add(64).min(MAX_TOKEN + 1) {
-            if inner.live.lock(token)? {
-                return Ok(Grant {
-                    inner: Arc::clone(inner),
-                    token,
-                    kept: false,
-                });
-            }
-        }
-        Err(Error::Corrupt(format!(
-            "no token from {next} on can be granted: their liveness bytes are held"
-        )))
-    }
-}
-
-impl crate::commit::Effect for Grant {
-    fn keep(mut self: Box<Self>) {
-        self.kept = true;
-    }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        if !self.kept {
-            let _ = self.inner.live.unlock(self.token);
-        }
     }
 }
 

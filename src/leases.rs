@@ -1,0 +1,266 @@
+//! Lease rules: when a lease still excludes others, what state a lock record is in, the grant's
+//! liveness lock, extending, releasing, waiting for a holder to let go, and pruning dead
+//! records.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use redb::{ReadableTable, Table};
+
+use crate::cancel::Cancel;
+use crate::clock;
+use crate::commit::Applied;
+use crate::db::LEASES;
+use crate::error::{Error, Result};
+use crate::info::{LockInfo, LockState};
+use crate::limits::{check_ttl, duration_ns};
+use crate::liveness::MAX_TOKEN;
+use crate::record::Lease;
+use crate::store::Inner;
+
+/// Lease records examined for pruning by each grant; two per grant keeps dead records from
+/// outnumbering the grants that made them.
+const PRUNE_PER_GRANT: usize = 2;
+/// How often a waiting acquire tests whether the holder of another process let go.
+const WAIT_POLL: Duration = Duration::from_millis(1);
+
+impl Inner {
+    /// Refuses with [`Error::Locked`] when a live lease holds `name`.
+    pub(crate) fn check_free(
+        &self,
+        leases: &impl ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+        now: u64,
+    ) -> Result<()> {
+        if let Some(current) = leases.get(name)? {
+            let lease = Lease::decode(current.value())?;
+            if self.is_live(&lease, now)? {
+                return Err(Error::Locked {
+                    token: lease.token,
+                    pid: lease.holder.pid,
+                    remaining: Duration::from_nanos(lease.expires_ns - now),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `lease` still excludes others: granted in this boot, not expired, and its holder
+    /// still holds the liveness lock.
+    pub(crate) fn is_live(&self, lease: &Lease, now: u64) -> Result<bool> {
+        Ok(lease.boot_id == self.boot_id
+            && now < lease.expires_ns
+            && self.live.is_held(lease.token)?)
+    }
+
+    pub(crate) fn describe(&self, name: &str, lease: &Lease, now: u64) -> Result<LockInfo> {
+        let this_boot = lease.boot_id == self.boot_id;
+        let state = if !this_boot {
+            LockState::HolderDead
+        } else if !self.live.is_held(lease.token)? {
+            if lease.holder.is_alive() {
+                LockState::Released
+            } else {
+                LockState::HolderDead
+            }
+        } else if now >= lease.expires_ns {
+            LockState::Expired
+        } else {
+            LockState::Held
+        };
+        let wall = SystemTime::now();
+        let at = |ns: u64| {
+            if ns >= now {
+                wall + Duration::from_nanos(ns - now)
+            } else {
+                wall - Duration::from_nanos(now - ns)
+            }
+        };
+        Ok(LockInfo {
+            name: name.to_owned(),
+            token: lease.token,
+            pid: lease.holder.pid,
+            granted_at: at(lease.granted_ns),
+            expires_at: at(lease.expires_ns),
+            remaining: if this_boot {
+                Duration::from_nanos(lease.expires_ns.saturating_sub(now))
+            } else {
+                Duration::ZERO
+            },
+            state,
+        })
+    }
+
+    /// Removes dead lease records, a few per grant, resuming where the last grant stopped, so
+    /// that released and expired records do not pile up.
+    pub(crate) fn prune(
+        &self,
+        leases: &mut Table<&str, &[u8]>,
+        now: u64,
+        granting: &str,
+    ) -> Result<()> {
+        let mut cursor = self.prune_cursor.lock();
+        let mut dead = Vec::new();
+        let mut seen = 0;
+        for entry in leases.range::<&str>((Bound::Excluded(cursor.as_str()), Bound::Unbounded))? {
+            let (name, record) = entry?;
+            seen += 1;
+            let name = name.value().to_owned();
+            if name != granting && !self.is_live(&Lease::decode(record.value())?, now)? {
+                dead.push(name.clone());
+            }
+            *cursor = name;
+            if seen == PRUNE_PER_GRANT {
+                break;
+            }
+        }
+        if seen < PRUNE_PER_GRANT {
+            cursor.clear();
+        }
+        for name in dead {
+            leases.remove(name.as_str())?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes;
+    /// [`Error::Cancelled`] once `cancel` fires.
+    pub(crate) fn wait_until_free(
+        &self,
+        token: u64,
+        until: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<()> {
+        loop {
+            crate::cancel::check(cancel)?;
+            let mut releases = self.releases.lock();
+            let seen = *releases;
+            if !self.live.is_held(token)? {
+                return Ok(());
+            }
+            let now = clock::now_ns();
+            if now >= until {
+                return Ok(());
+            }
+            let slice = WAIT_POLL.min(Duration::from_nanos(until - now));
+            while *releases == seen {
+                if self.released.wait_for(&mut releases, slice).timed_out() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Ends this process's hold of the lease `token`. No write: the record is cleared lazily.
+    /// The caller has checked that this is not a child of `fork()`.
+    pub(crate) fn release(&self, token: u64) -> Result<()> {
+        self.live.unlock(token)?;
+        *self.releases.lock() += 1;
+        self.released.notify_all();
+        Ok(())
+    }
+
+    /// Checks, inside a write transaction, that the lease `token` of `name` is still current.
+    pub(crate) fn check_current(
+        &self,
+        leases: &impl ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+        token: u64,
+        now: u64,
+    ) -> Result<Lease> {
+        let current = match leases.get(name)? {
+            Some(record) => Some(Lease::decode(record.value())?),
+            None => None,
+        };
+        match current {
+            Some(lease)
+                if lease.token == token
+                    && lease.boot_id == self.boot_id
+                    && now < lease.expires_ns =>
+            {
+                Ok(lease)
+            }
+            other => Err(Error::LockLost {
+                token,
+                current: other.map(|lease| lease.token).filter(|&t| t != token),
+            }),
+        }
+    }
+
+    /// Sets a new expiry for the lease `token` of `name`, if it is still current.
+    pub(crate) fn extend(self: &Arc<Self>, name: &str, token: u64, ttl: Duration) -> Result<u64> {
+        check_ttl(ttl)?;
+        let name = name.to_owned();
+        let me = Arc::clone(self);
+        self.write(None, move |txn| {
+            let now = clock::now_ns();
+            let mut leases = txn.open_table(LEASES)?;
+            let mut lease = me.check_current(&leases, &name, token, now)?;
+            lease.expires_ns = now + duration_ns(ttl);
+            leases.insert(name.as_str(), lease.encode().as_slice())?;
+            Ok(Applied {
+                durable: false,
+                ..Applied::new(lease.expires_ns)
+            })
+        })
+    }
+
+    /// Whether the lease `token` of `name` is current, from a read transaction (no write).
+    pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
+        // A lease in a file that the path no longer names excludes nobody who opens the path.
+        if self.check_file().is_err() {
+            return Ok(false);
+        }
+        self.read(|txn| {
+            let leases = txn.open_table(LEASES)?;
+            let Some(record) = leases.get(name)? else {
+                return Ok(false);
+            };
+            let lease = Lease::decode(record.value())?;
+            Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?)
+        })
+    }
+}
+
+/// The liveness lock of a token being granted: released again unless the grant commits.
+pub(crate) struct Grant {
+    inner: Arc<Inner>,
+    pub(crate) token: u64,
+    kept: bool,
+}
+
+impl Grant {
+    /// Locks the byte of `next`, the token after the counter, for this store. A byte still held
+    /// by another open file belongs to a grant of that token that did not commit, in a process
+    /// that has not undone its lock yet (it may have panicked in the middle): such tokens are
+    /// skipped, since tokens need only be unique and increasing.
+    pub(crate) fn take(inner: &Arc<Inner>, next: u64) -> Result<Grant> {
+        for token in next..next.saturating_add(64).min(MAX_TOKEN + 1) {
+            if inner.live.lock(token)? {
+                return Ok(Grant {
+                    inner: Arc::clone(inner),
+                    token,
+                    kept: false,
+                });
+            }
+        }
+        Err(Error::Corrupt(format!(
+            "no token from {next} on can be granted: their liveness bytes are held"
+        )))
+    }
+}
+
+impl crate::commit::Effect for Grant {
+    fn keep(mut self: Box<Self>) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = self.inner.live.unlock(self.token);
+        }
+    }
+}
