@@ -40,6 +40,7 @@ mod quiet;
 mod record;
 mod store;
 mod tokens;
+mod values;
 
 pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;

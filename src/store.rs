@@ -21,13 +21,13 @@ use crate::holder::Holder;
 use crate::info::{Fenced, LockInfo, StoreInfo};
 use crate::leases::Grant;
 use crate::limits::{
-    check_granted, check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN,
-    MAX_VALUE_LEN_LIMIT,
+    check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
 use crate::liveness::Liveness;
 use crate::options::{Mode, Options};
-use crate::record::{decode_value, encode_value, Lease};
+use crate::record::{decode_value, Lease};
 use crate::tokens::{read_counter, reserve_tokens, restore_counter, COUNTER_KEY};
+use crate::values::{admit, put_fenced, record_fence};
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -331,26 +331,15 @@ impl Store {
         let highest = self
             .inner
             .read(|txn| Ok(txn.open_table(FENCES)?.get(resource)?.map(|h| h.value())))?;
-        match highest.map(|highest| (token.cmp(&highest), highest)) {
-            Some((std::cmp::Ordering::Less, highest)) => {
-                return Err(Error::StaleToken { token, highest })
-            }
-            Some((std::cmp::Ordering::Equal, _)) => return Ok(()),
-            _ => {}
+        admit(token, highest)?;
+        if highest == Some(token) {
+            return Ok(());
         }
         let resource = resource.to_owned();
         self.inner.write(None, move |txn| {
-            check_granted(token, read_counter(&txn.open_table(META)?)?)?;
-            let mut fences = txn.open_table(FENCES)?;
-            let highest = fences.get(resource.as_str())?.map(|h| h.value());
-            match highest {
-                Some(highest) if token < highest => Err(Error::StaleToken { token, highest }),
-                Some(highest) if token == highest => Ok(Applied::new(())),
-                _ => {
-                    fences.insert(resource.as_str(), token)?;
-                    Ok(Applied::new(()))
-                }
-            }
+            let granted = read_counter(&txn.open_table(META)?)?;
+            record_fence(txn, &resource, token, granted)?;
+            Ok(Applied::new(()))
         })
     }
 
@@ -558,7 +547,7 @@ impl Inner {
         Ok(Arc::clone(slot.as_ref().expect("reopened above")))
     }
 
-    fn check_value(&self, value: &[u8]) -> Result<()> {
+    pub(crate) fn check_value(&self, value: &[u8]) -> Result<()> {
         if value.len() > self.max_value_len {
             return Err(Error::invalid(format!(
                 "value is {} bytes; the limit is {}",
@@ -568,52 +557,4 @@ impl Inner {
         }
         Ok(())
     }
-
-    /// Writes `value` under `key` with `token`, checking in the same transaction that the lease
-    /// `token` of `name` is still current.
-    pub(crate) fn holder_put(
-        self: &Arc<Self>,
-        name: &str,
-        token: u64,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<bool> {
-        check_key(key)?;
-        if let Some(value) = value {
-            self.check_value(value)?;
-        }
-        let (name, key, value) = (name.to_owned(), key.to_vec(), value.map(<[u8]>::to_vec));
-        let me = Arc::clone(self);
-        self.write(None, move |txn| {
-            me.check_current(&txn.open_table(LEASES)?, &name, token, clock::now_ns())?;
-            let existed = put_fenced(txn, &key, value.as_deref(), token, token)?;
-            Ok(Applied::new(existed))
-        })
-    }
-}
-
-/// Writes (or, with `None`, deletes) `key` with `token` if no higher token was accepted for it.
-/// `granted` is the highest token granted; a token above it is a forgery. Returns whether the key
-/// held a value before.
-fn put_fenced(
-    txn: &WriteTransaction,
-    key: &[u8],
-    value: Option<&[u8]>,
-    token: u64,
-    granted: u64,
-) -> Result<bool> {
-    check_granted(token, granted)?;
-    let mut values = txn.open_table(VALUES)?;
-    let existed = match values.get(key)? {
-        Some(record) => {
-            let (highest, value) = decode_value(record.value())?;
-            if token < highest {
-                return Err(Error::StaleToken { token, highest });
-            }
-            value.is_some()
-        }
-        None => false,
-    };
-    values.insert(key, encode_value(token, value).as_slice())?;
-    Ok(existed)
 }
