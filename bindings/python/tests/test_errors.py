@@ -155,6 +155,43 @@ def test_corrupt_or_not_a_store_for_a_damaged_file(tmp_path):
         Store(path)
 
 
+def test_a_damaged_store_prints_nothing_on_stderr(tmp_path):
+    # Every page but the header's zeroed in turn, in a child whose stderr is captured: the
+    # damage surfaces as exceptions, never as a panic message from the library.
+    path = tmp_path / "store.db"
+    with Store(path) as store:
+        holder = store.acquire("job")
+        for i in range(5):
+            holder.put(f"k{i}", b"value")
+        holder.close()
+    child = run(
+        """
+        import sys
+        from pathlib import Path
+        import fencelock
+        pristine = Path(sys.argv[1]).read_bytes()
+        failed = 0
+        for page in range(1, len(pristine) // 4096):
+            data = bytearray(pristine)
+            data[page * 4096:(page + 1) * 4096] = bytes(4096)
+            damaged = Path(sys.argv[1] + f".{page}")
+            damaged.write_bytes(bytes(data))
+            try:
+                with fencelock.Store(damaged) as store:
+                    store.get("k3")
+                    store.locks()
+                    store.keys()
+            except fencelock.FencelockError:
+                failed += 1
+        print(failed)
+        """,
+        str(path),
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stderr == ""
+    assert int(child.stdout) > 0, "no damaged page was met"
+
+
 # --- bad arguments never reach C ---------------------------------------------------------------
 
 
