@@ -41,6 +41,12 @@
 #define FENCELOCK_MODE_SINGLE_PROCESS 1
 
 /**
+ * Flag of `fencelock_store_open_cancellable`: open for reading only; grants and writes are
+ * refused, and the open never waits for another process's write lock.
+ */
+#define FENCELOCK_OPEN_READ_ONLY 1
+
+/**
  * Lock state: held by a live holder and not expired.
  */
 #define FENCELOCK_LOCK_HELD 0
@@ -654,14 +660,20 @@ fencelock_status fencelock_store_open_with(const char *path,
                                            struct fencelock_error **err_out);
 
 /**
- * Opens the store at `path` like `fencelock_store_open_with`, with a busy timeout and a cancel
- * handle. `busy_timeout_ms` bounds how long the open, and each later write that has no timeout
- * of its own, waits for another process that holds the store (one paused inside a commit or
- * inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open
- * with `FENCELOCK_CANCELLED`.
+ * Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
+ * cancel handle.
+ *
+ * `flags` is 0 or `FENCELOCK_OPEN_READ_ONLY`: a read-only store reads (get, keys, locks,
+ * lock, fence_token, holder checks) but refuses every grant and write with
+ * `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock, creates nothing and needs no
+ * write permission (unless a crash left the file needing a repair). `busy_timeout_ms` bounds
+ * how long the open, and each later write that has no timeout of its own, waits for another
+ * process that holds the store (one paused inside a commit or inside its open); 0 means the
+ * default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
  *
  * Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
- * `FENCELOCK_CANCELLED`.
+ * `FENCELOCK_CANCELLED`; `FENCELOCK_INVALID_ARGUMENT` also for unknown flags, and
+ * `FENCELOCK_IO` for a read-only open of a missing file.
  *
  * Thread-safe; blocks the calling thread only.
  *
@@ -670,6 +682,7 @@ fencelock_status fencelock_store_open_with(const char *path,
  */
 fencelock_status fencelock_store_open_cancellable(const char *path,
                                                   int32_t mode,
+                                                  uint32_t flags,
                                                   uint64_t max_value_len,
                                                   uint64_t busy_timeout_ms,
                                                   const struct fencelock_cancel *cancel,

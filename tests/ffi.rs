@@ -1188,6 +1188,7 @@ fn a_cancel_handle_ends_waits_with_cancelled_and_nothing_changes() {
                 FENCELOCK_MODE_MULTI_PROCESS,
                 0,
                 0,
+                0,
                 cancel,
                 &raw mut other,
                 err,
@@ -1199,6 +1200,7 @@ fn a_cancel_handle_ends_waits_with_cancelled_and_nothing_changes() {
             fencelock_store_open_cancellable(
                 t.path.as_ptr(),
                 FENCELOCK_MODE_MULTI_PROCESS,
+                0,
                 0,
                 250,
                 null(),

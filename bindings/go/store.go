@@ -62,6 +62,7 @@ type openConfig struct {
 	mode        Mode
 	maxValueLen uint64
 	busyTimeout time.Duration
+	readOnly    bool
 }
 
 // WithMode sets how processes share the file (default MultiProcess).
@@ -74,6 +75,11 @@ func WithMaxValueLen(n uint64) OpenOption { return func(c *openConfig) { c.maxVa
 // own, waits behind another process that holds the store (one paused inside a commit or its
 // open) before giving up with ErrTimeout (default 10s; rounded up to whole milliseconds).
 func WithBusyTimeout(d time.Duration) OpenOption { return func(c *openConfig) { c.busyTimeout = d } }
+
+// WithReadOnly opens an existing store for reading only: grants and writes fail with
+// ErrInvalidArgument, and Open never waits behind a process paused inside a commit, creates
+// nothing and needs no write permission.
+func WithReadOnly() OpenOption { return func(c *openConfig) { c.readOnly = true } }
 
 // Store is an open fencelock store. Close it when done; a forgotten Store is closed when the
 // garbage collector finds it unreachable, but only as a safety net.
@@ -122,7 +128,11 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	defer C.free(unsafe.Pointer(cpath))
 	var h *C.fencelock_store
 	var eobj *C.fencelock_error
-	status := C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), C.uint64_t(cfg.maxValueLen), busy, nil, &h, &eobj)
+	var flags C.uint32_t
+	if cfg.readOnly {
+		flags = C.FENCELOCK_OPEN_READ_ONLY
+	}
+	status := C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), flags, C.uint64_t(cfg.maxValueLen), busy, nil, &h, &eobj)
 	if status != 0 {
 		return nil, newError(Status(status), eobj)
 	}

@@ -601,3 +601,39 @@ func TestSingleProcessModeExcludesASecondOpen(t *testing.T) {
 	}
 	_ = again.Close()
 }
+
+func TestReadOnlyStoreReadsAndRefusesWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	store, err := fencelock.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	holder := acquire(t, store, "job")
+	if err := holder.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := fencelock.Open(path, fencelock.WithReadOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	value, token, err := reader.Get(ctx, "k")
+	if err != nil || string(value) != "v" || token != holder.Token() {
+		t.Fatalf("Get = %q, %d, %v", value, token, err)
+	}
+	if _, err := reader.Acquire(ctx, "other"); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Acquire on a read-only store: %v", err)
+	}
+	if err := reader.PutWithFence(ctx, "k", []byte("w"), holder.Token()); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("PutWithFence on a read-only store: %v", err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.db")
+	if _, err := fencelock.Open(missing, fencelock.WithReadOnly()); err == nil {
+		t.Fatal("a read-only open of a missing store succeeded")
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("a read-only open created %s", missing)
+	}
+}

@@ -74,6 +74,10 @@ pub const FENCELOCK_MODE_MULTI_PROCESS: i32 = 0;
 /// Mode of `fencelock_store_open_with`: only this process opens the file; cheaper commits.
 pub const FENCELOCK_MODE_SINGLE_PROCESS: i32 = 1;
 
+/// Flag of `fencelock_store_open_cancellable`: open for reading only; grants and writes are
+/// refused, and the open never waits for another process's write lock.
+pub const FENCELOCK_OPEN_READ_ONLY: u32 = 1;
+
 /// Lock state: held by a live holder and not expired.
 pub const FENCELOCK_LOCK_HELD: i32 = 0;
 /// Lock state: the lease ran out; the next acquire takes the lock.

@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use super::{
     bytes, fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list,
     fencelock_lock_list, fencelock_status, free_boxed, guard, guard_value, handle, millis, name,
-    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
+    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_READ_ONLY,
 };
 use crate::error::Status;
 use crate::limits::DEFAULT_MAX_VALUE_LEN;
@@ -71,6 +71,7 @@ pub unsafe extern "C" fn fencelock_store_open_with(
         fencelock_store_open_cancellable(
             path,
             mode,
+            0,
             max_value_len,
             0,
             std::ptr::null(),
@@ -80,14 +81,20 @@ pub unsafe extern "C" fn fencelock_store_open_with(
     }
 }
 
-/// Opens the store at `path` like `fencelock_store_open_with`, with a busy timeout and a cancel
-/// handle. `busy_timeout_ms` bounds how long the open, and each later write that has no timeout
-/// of its own, waits for another process that holds the store (one paused inside a commit or
-/// inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open
-/// with `FENCELOCK_CANCELLED`.
+/// Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
+/// cancel handle.
+///
+/// `flags` is 0 or `FENCELOCK_OPEN_READ_ONLY`: a read-only store reads (get, keys, locks,
+/// lock, fence_token, holder checks) but refuses every grant and write with
+/// `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock, creates nothing and needs no
+/// write permission (unless a crash left the file needing a repair). `busy_timeout_ms` bounds
+/// how long the open, and each later write that has no timeout of its own, waits for another
+/// process that holds the store (one paused inside a commit or inside its open); 0 means the
+/// default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
 ///
 /// Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
-/// `FENCELOCK_CANCELLED`.
+/// `FENCELOCK_CANCELLED`; `FENCELOCK_INVALID_ARGUMENT` also for unknown flags, and
+/// `FENCELOCK_IO` for a read-only open of a missing file.
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
@@ -97,6 +104,7 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 pub unsafe extern "C" fn fencelock_store_open_cancellable(
     path: *const c_char,
     mode: i32,
+    flags: u32,
     max_value_len: u64,
     busy_timeout_ms: u64,
     cancel: *const fencelock_cancel,
@@ -123,6 +131,12 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                 // Larger than the address space is over the limit too; the engine says so.
                 n => usize::try_from(n).unwrap_or(usize::MAX),
             };
+            if flags & !FENCELOCK_OPEN_READ_ONLY != 0 {
+                return Err(fencelock_error::new(
+                    Status::InvalidArgument,
+                    format!("unknown open flags {flags:#x}"),
+                ));
+            }
             let busy_timeout = match busy_timeout_ms {
                 0 => DEFAULT_BUSY_TIMEOUT,
                 ms => millis(ms),
@@ -134,7 +148,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     max_value_len,
                     busy_timeout,
                     cancel: cancel.as_ref().map(|c| c.cancel.clone()),
-                    ..Options::default()
+                    read_only: flags & FENCELOCK_OPEN_READ_ONLY != 0,
                 },
             )?;
             store_out.set(Box::into_raw(Box::new(fencelock_store { store })));

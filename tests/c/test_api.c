@@ -405,6 +405,28 @@ static void open_failures(const scratch *sc) {
     fencelock_store_close(single);
 }
 
+/* A read-only store reads and refuses grants and writes; unknown flags are refused. */
+static void read_only(const char *path) {
+    fencelock_store *ro = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_open_cancellable(path, FENCELOCK_MODE_MULTI_PROCESS,
+                                                                FENCELOCK_OPEN_READ_ONLY, 0, 0,
+                                                                NULL, &ro, ERR));
+    fencelock_lock_list *locks = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_locks(ro, &locks, ERR));
+    fencelock_lock_list_free(locks);
+    fencelock_holder *h = (fencelock_holder *)0x1;
+    CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_acquire(ro, "read-only", 1000, &h, ERR));
+    CHECK(h == (fencelock_holder *)0x1);
+    CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
+                 fencelock_store_put(ro, (const uint8_t *)"k", 1, NULL, 0, 1, ERR));
+    fencelock_store_close(ro);
+    fencelock_store *so = (fencelock_store *)0x1;
+    CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
+                 fencelock_store_open_cancellable(path, FENCELOCK_MODE_MULTI_PROCESS, 0x80, 0, 0,
+                                                  NULL, &so, ERR));
+    CHECK(so == (fencelock_store *)0x1);
+}
+
 int main(void) {
     scratch sc;
     scratch_make(&sc);
@@ -418,6 +440,7 @@ int main(void) {
     null_pointers(store, sc.path);
     invalid_arguments(store, sc.path, sc.dir);
     open_failures(&sc);
+    read_only(sc.path);
 
     fencelock_store_close(store);
     scratch_remove(&sc);

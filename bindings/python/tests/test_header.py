@@ -167,11 +167,12 @@ LOCK_STATES = ("HELD", "EXPIRED", "RELEASED", "HOLDER_DEAD")
 
 
 def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
-    """Every numeric FENCELOCK_* define that is not a mode, a lock state or a version."""
+    """Every numeric FENCELOCK_* define that is not a mode, an open flag, a lock state or a
+    version."""
     return {
         name[len("FENCELOCK_") :]: value
         for name, value in defines.items()
-        if not name.startswith(("FENCELOCK_MODE_", "FENCELOCK_VERSION"))
+        if not name.startswith(("FENCELOCK_MODE_", "FENCELOCK_OPEN_", "FENCELOCK_VERSION"))
         and name[len("FENCELOCK_LOCK_") :] not in LOCK_STATES
         and name != "FENCELOCK_H"
     }
@@ -183,7 +184,12 @@ def test_constants_match(header):
     assert statuses.get("OK") == 0 and len(statuses) >= 16, statuses
     for name, value in statuses.items():
         assert getattr(_ffi, name, None) == value, f"FENCELOCK_{name}"
-    for name in ("MODE_MULTI_PROCESS", "MODE_SINGLE_PROCESS", *(f"LOCK_{s}" for s in LOCK_STATES)):
+    for name in (
+        "MODE_MULTI_PROCESS",
+        "MODE_SINGLE_PROCESS",
+        "OPEN_READ_ONLY",
+        *(f"LOCK_{s}" for s in LOCK_STATES),
+    ):
         assert defines[f"FENCELOCK_{name}"] == getattr(_ffi, name), name
     assert {m.name: m.value for m in fencelock.Mode} == {
         "MULTI_PROCESS": defines["FENCELOCK_MODE_MULTI_PROCESS"],

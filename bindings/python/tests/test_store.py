@@ -256,3 +256,22 @@ def test_repr(store):
         assert "r" in repr(holder) and str(holder.token) in repr(holder)
     assert "closed" in repr(holder)
     assert "Store" in repr(store)
+
+
+def test_a_read_only_store_reads_and_refuses_writes(tmp_path):
+    path = tmp_path / "locks.db"
+    with Store(path) as store:
+        holder = store.acquire("job")
+        holder.put("k", b"v")
+        with Store(path, read_only=True) as reader:
+            assert reader.get("k") == Fenced(b"v", holder.token)
+            assert [lock.name for lock in reader.locks()] == ["job"]
+            with pytest.raises(fencelock.InvalidArgumentError, match="read-only"):
+                reader.acquire("other")
+            with pytest.raises(fencelock.InvalidArgumentError, match="read-only"):
+                reader.put("k", b"w", holder.token)
+        holder.close()
+    missing = tmp_path / "missing.db"
+    with pytest.raises(fencelock.FencelockError):
+        Store(missing, read_only=True)
+    assert not missing.exists()

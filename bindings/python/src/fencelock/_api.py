@@ -168,6 +168,9 @@ class Store(Handle):
     ``busy_timeout`` bounds, in seconds, how long the open and each later write wait behind
     another process that holds the store (one paused inside a commit) before they raise
     ``LockTimeoutError`` (None: the library default of 10 s). Ctrl-C ends a waiting open.
+    ``read_only=True`` opens an existing store for reading only: grants and writes raise
+    ``InvalidArgumentError``, and the open never waits behind a process paused inside a
+    commit, creates nothing and needs no write permission.
 
     Use it as a context manager or call ``close()``. Holders acquired from a store stay usable
     after the store is closed. A store is safe to share between threads; it cannot be shared
@@ -183,6 +186,7 @@ class Store(Handle):
         mode: Mode | str = Mode.MULTI_PROCESS,
         max_value_len: int | None = None,
         busy_timeout: Seconds | None = None,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _type_error("path", "str, bytes or os.PathLike", path)
@@ -201,10 +205,13 @@ class Store(Handle):
         else:
             limit = max_value_len
         busy_ms = 0 if busy_timeout is None else _ms(busy_timeout, "busy_timeout")
+        if not isinstance(read_only, bool):
+            raise _type_error("read_only", "bool", read_only)
+        flags = _ffi.OPEN_READ_ONLY if read_only else 0
         out = StoreP()
         status, err = call_waiting(
             lib.fencelock_store_open_cancellable,
-            (raw_path, int(mode), limit, busy_ms),
+            (raw_path, int(mode), flags, limit, busy_ms),
             (byref(out),),
             Cancel(),
             lambda: lib.fencelock_store_close(out),

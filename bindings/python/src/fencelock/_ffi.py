@@ -58,6 +58,8 @@ REPLACED = 17
 MODE_MULTI_PROCESS = 0
 MODE_SINGLE_PROCESS = 1
 
+OPEN_READ_ONLY = 1
+
 LOCK_HELD = 0
 LOCK_EXPIRED = 1
 LOCK_RELEASED = 2
@@ -136,7 +138,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "fencelock_store_open_cancellable": (
         fencelock_status,
-        [c_char_p, c_int32, c_uint64, c_uint64, CancelP, POINTER(StoreP), POINTER(ErrorP)],
+        [c_char_p, c_int32, c_uint32, c_uint64, c_uint64, CancelP, POINTER(StoreP), POINTER(ErrorP)],
     ),
     "fencelock_store_close": (None, [StoreP]),
     "fencelock_store_acquire": (
