@@ -75,10 +75,12 @@ impl Store {
         Store::open_with(path, &Options::default())
     }
 
-    /// Opens the store at `path`, creating it if it does not exist.
+    /// Opens the store at `path`, creating it if it does not exist (unless `options.read_only`).
     ///
     /// A file that is not a fencelock store, one of a newer schema, or a damaged one gives an
-    /// error, and is not modified.
+    /// error, and is not modified. Behind another process that holds the store (paused inside a
+    /// commit or inside its own open), the open waits at most `options.busy_timeout` and then
+    /// fails with [`Error::Timeout`], or with [`Error::Cancelled`] once `options.cancel` fires.
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         if options.max_value_len > MAX_VALUE_LEN_LIMIT {
