@@ -16,6 +16,9 @@
  * only on success. Names are NUL-terminated UTF-8; keys and values are (pointer, length)
  * pairs whose pointer may be NULL only when the length is 0. Durations are milliseconds.
  * Every handle may be used from many threads at once; *_close(NULL) and *_free(NULL) do nothing.
+ *
+ * Needs C99 or later (stdint.h, stdbool.h, line comments) or any C++; tests/c checks it with
+ * -std=c99 -pedantic and as C++17.
  */
 
 #include <stdbool.h>
