@@ -121,10 +121,12 @@ impl GroupCommit {
     /// Runs `op` in a write transaction shared with the operations queued at the same time, and
     /// returns its result once the transaction committed (or failed). Gives up with
     /// [`Error::Timeout`] if the write lock is not had by `deadline` (`CLOCK_BOOTTIME` ns), and
-    /// with [`Error::Cancelled`] once `cancel` fires before that.
+    /// with [`Error::Cancelled`] once `cancel` fires before that. `admit` runs once a batch,
+    /// before its transaction: an error of it fails every operation of the batch.
     pub(crate) fn run<T, F>(
         &self,
         db: &Arc<Db>,
+        admit: &dyn Fn() -> Result<()>,
         deadline: u64,
         cancel: Option<&Cancel>,
         op: F,
@@ -193,7 +195,7 @@ impl GroupCommit {
             let batch: Vec<Job> = queue.jobs.drain(..take).collect();
             drop(queue);
             let stepping_down = StepDown(self);
-            run_batch(db, batch, self.relaxed, &mut self.waiting.lock());
+            run_batch(db, admit, batch, self.relaxed, &mut self.waiting.lock());
             drop(stepping_down);
             queue = self.queue.lock();
         }
@@ -336,9 +338,17 @@ fn begin(
     }
 }
 
-fn run_batch(db: &Arc<Db>, mut batch: Vec<Job>, relaxed: bool, waiting: &mut Option<Arc<Handoff>>) {
-    let txn = crate::quiet::catch(|| begin(db, &mut batch, waiting))
-        .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)));
+fn run_batch(
+    db: &Arc<Db>,
+    admit: &dyn Fn() -> Result<()>,
+    mut batch: Vec<Job>,
+    relaxed: bool,
+    waiting: &mut Option<Arc<Handoff>>,
+) {
+    let txn = admit().and_then(|()| {
+        crate::quiet::catch(|| begin(db, &mut batch, waiting))
+            .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)))
+    });
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = false;

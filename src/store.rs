@@ -480,11 +480,15 @@ impl Inner {
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
         self.check_fork()?;
-        self.check_file()?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         db.writable()?;
-        self.note_io_failure(self.commits.run(&db, waiting.deadline, waiting.cancel, op))
+        // The file check runs once a commit, not once an operation.
+        let admit = || self.check_file();
+        self.note_io_failure(
+            self.commits
+                .run(&db, &admit, waiting.deadline, waiting.cancel, op),
+        )
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
