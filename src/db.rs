@@ -21,9 +21,13 @@ pub(crate) const SCHEMA_KEY: &str = "schema_version";
 
 /// The error for a panic of the storage engine, which it raises on some forms of damage.
 pub(crate) fn damaged<T>(panic: String) -> Result<T> {
-    Err(Error::Corrupt(format!(
+    Err(damage(&panic))
+}
+
+fn damage(panic: &str) -> Error {
+    Error::Corrupt(format!(
         "the storage engine failed on a damaged page ({panic})"
-    )))
+    ))
 }
 
 /// An open database: writable, or read-only.
@@ -171,7 +175,7 @@ pub(crate) fn open_database(
     let failure = match checked {
         Ok(Ok(())) => return Ok(db),
         Ok(Err(err)) => err,
-        Err(panic) => damaged::<()>(panic).unwrap_err(),
+        Err(panic) => damage(&panic),
     };
     let _ = crate::quiet::catch(move || drop(db));
     Err(failure)

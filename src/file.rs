@@ -3,7 +3,6 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -83,17 +82,7 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
 /// Whether some process holds a lock on redb's header bytes: a redb handle (a creator still at
 /// work among them) has the file open.
 fn header_locked(file: &File) -> io::Result<bool> {
-    // SAFETY: an all-zero flock is a valid value of the plain C struct.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = 0;
-    lock.l_len = REDB_HEADER_LEN as libc::off_t;
-    // SAFETY: the descriptor is open for the life of `file`; `lock` is a valid flock.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+    crate::liveness::range_locked(file, 0, REDB_HEADER_LEN)
 }
 
 /// Which file a path named when the store opened it: its device and inode.

@@ -143,13 +143,29 @@ fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, token: u64) -> io::Re
             "token beyond the offsets fencelock may lock",
         ));
     }
-    let start = (BASE + token) as libc::off_t;
+    fcntl_range(file, cmd, kind, BASE + token, 1)
+}
+
+/// Whether some open file other than `file` holds a lock on `len` bytes of the file from
+/// `start` (any process's, redb's among them).
+pub(crate) fn range_locked(file: &File, start: u64, len: u64) -> io::Result<bool> {
+    let lock = fcntl_range(file, libc::F_OFD_GETLK, libc::F_WRLCK, start, len)?;
+    Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+}
+
+fn fcntl_range(
+    file: &File,
+    cmd: libc::c_int,
+    kind: libc::c_int,
+    start: u64,
+    len: u64,
+) -> io::Result<libc::flock> {
     // SAFETY: an all-zero flock is a valid value of the plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind as libc::c_short;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = start;
-    lock.l_len = 1;
+    lock.l_start = start as libc::off_t;
+    lock.l_len = len as libc::off_t;
     // l_pid must be 0 for OFD locks.
     // SAFETY: the descriptor is open for the life of `file`; `lock` is a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &raw mut lock) };
