@@ -18,6 +18,18 @@ fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         .expect("the wait did not end after its cancel handle fired")
 }
 
+/// Waits up to 10 minutes for the lock "job", ending when `cancel` fires; the granted token.
+fn wait_for_job(store: &Store, cancel: &Cancel) -> fencelock::Result<u64> {
+    store
+        .acquire_wait_cancellable(
+            "job",
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            cancel,
+        )
+        .map(|h| h.token())
+}
+
 /// Fires `cancel` from another thread after a moment.
 fn fire_soon(cancel: &Cancel) {
     let cancel = cancel.clone();
@@ -35,16 +47,7 @@ fn a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone() {
     let cancel = Cancel::new();
     fire_soon(&cancel);
     let (waiter, handle) = (store.clone(), cancel.clone());
-    let result = bounded(move || {
-        waiter
-            .acquire_wait_cancellable(
-                "job",
-                Duration::from_secs(60),
-                Duration::from_secs(600),
-                &handle,
-            )
-            .map(|h| h.token())
-    });
+    let result = bounded(move || wait_for_job(&waiter, &handle));
     assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
     assert!(cancel.is_cancelled());
     assert_eq!(store.lock("job").unwrap().unwrap().token, holder.token());
@@ -89,16 +92,7 @@ fn an_uncancelled_wait_still_sees_a_release() {
     let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
     let cancel = Cancel::new();
     let (waiter, handle) = (store.clone(), cancel.clone());
-    let wait = thread::spawn(move || {
-        waiter
-            .acquire_wait_cancellable(
-                "job",
-                Duration::from_secs(60),
-                Duration::from_secs(600),
-                &handle,
-            )
-            .map(|h| h.token())
-    });
+    let wait = thread::spawn(move || wait_for_job(&waiter, &handle));
     thread::sleep(Duration::from_millis(20));
     let token = holder.token();
     holder.release().unwrap();
