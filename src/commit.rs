@@ -36,19 +36,9 @@ pub(crate) struct Applied<T> {
     pub value: T,
     pub effect: Option<Box<dyn Effect>>,
     /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
-    /// be in single-process mode (see `reserve_tokens` in store.rs); values, fences and token
+    /// be in single-process mode (see `reservation` in tokens.rs); values, fences and token
     /// reservations must.
     pub durable: bool,
-}
-
-impl<T> Applied<T> {
-    pub(crate) fn new(value: T) -> Self {
-        Applied {
-            value,
-            effect: None,
-            durable: true,
-        }
-    }
 }
 
 type Finish = Box<dyn FnOnce(Result<(), &Error>) + Send>;

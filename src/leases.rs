@@ -10,12 +10,12 @@ use redb::{ReadableTable, Table};
 
 use crate::cancel::Cancel;
 use crate::clock;
-use crate::commit::Applied;
 use crate::db::LEASES;
 use crate::error::{Error, Result};
 use crate::info::{LockInfo, LockState};
-use crate::limits::{check_ttl, duration_ns};
+use crate::limits::check_ttl;
 use crate::liveness::MAX_TOKEN;
+use crate::ops::{unexpected, Done, Op};
 use crate::record::Lease;
 use crate::store::Inner;
 
@@ -26,22 +26,14 @@ const PRUNE_PER_GRANT: usize = 2;
 const WAIT_POLL: Duration = Duration::from_millis(1);
 
 impl Inner {
-    /// Refuses with [`Error::Locked`] when a live lease holds `name`.
-    pub(crate) fn check_free(
-        &self,
-        leases: &impl ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
-        now: u64,
-    ) -> Result<()> {
-        if let Some(current) = leases.get(name)? {
-            let lease = Lease::decode(current.value())?;
-            if self.is_live(&lease, now)? {
-                return Err(Error::Locked {
-                    token: lease.token,
-                    pid: lease.holder.pid,
-                    remaining: Duration::from_nanos(lease.expires_ns - now),
-                });
-            }
+    /// Refuses with [`Error::Locked`] when `lease`, the record of the lock, is live at `now`.
+    pub(crate) fn check_free(&self, lease: &Lease, now: u64) -> Result<()> {
+        if self.is_live(lease, now)? {
+            return Err(Error::Locked {
+                token: lease.token,
+                pid: lease.holder.pid,
+                remaining: Duration::from_nanos(lease.expires_ns - now),
+            });
         }
         Ok(())
     }
@@ -161,18 +153,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Checks, inside a write transaction, that the lease `token` of `name` is still current.
+    /// Checks that the lease `token` is the lock's current record, `current`, and unexpired.
     pub(crate) fn check_current(
         &self,
-        leases: &impl ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
+        current: Option<Lease>,
         token: u64,
         now: u64,
     ) -> Result<Lease> {
-        let current = match leases.get(name)? {
-            Some(record) => Some(Lease::decode(record.value())?),
-            None => None,
-        };
         match current {
             Some(lease)
                 if lease.token == token
@@ -191,19 +178,15 @@ impl Inner {
     /// Sets a new expiry for the lease `token` of `name`, if it is still current.
     pub(crate) fn extend(self: &Arc<Self>, name: &str, token: u64, ttl: Duration) -> Result<u64> {
         check_ttl(ttl)?;
-        let name = name.to_owned();
-        let me = Arc::clone(self);
-        self.write(None, move |txn| {
-            let now = clock::now_ns();
-            let mut leases = txn.open_table(LEASES)?;
-            let mut lease = me.check_current(&leases, &name, token, now)?;
-            lease.expires_ns = now + duration_ns(ttl);
-            leases.insert(name.as_str(), lease.encode().as_slice())?;
-            Ok(Applied {
-                durable: false,
-                ..Applied::new(lease.expires_ns)
-            })
-        })
+        let op = Op::Extend {
+            name: name.to_owned(),
+            token,
+            ttl,
+        };
+        match self.submit(op, None)? {
+            Done::Extended { expires_ns } => Ok(expires_ns),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Whether the lease `token` of `name` is current, from a read transaction (no write).

@@ -35,6 +35,7 @@ mod info;
 mod leases;
 mod limits;
 mod liveness;
+mod ops;
 mod options;
 mod quiet;
 mod record;

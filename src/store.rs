@@ -12,22 +12,22 @@ use redb::{ConcurrencyMode, ReadableTable, ReadableTableMetadata, WriteTransacti
 
 use crate::cancel::{Cancel, Waiting};
 use crate::clock::{self, ProcessId};
-use crate::commit::{Applied, GroupCommit};
+use crate::commit::GroupCommit;
 use crate::db::{
     damaged, open_now, open_shared, redb_builder, Db, FENCES, LEASES, META, SCHEMA_KEY, VALUES,
 };
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::info::{Fenced, LockInfo, StoreInfo};
-use crate::leases::Grant;
 use crate::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
 use crate::liveness::Liveness;
+use crate::ops::{unexpected, Done, Op, Tables};
 use crate::options::{Mode, Options};
 use crate::record::{decode_value, Lease};
-use crate::tokens::{read_counter, reserve_tokens, restore_counter, COUNTER_KEY};
-use crate::values::{admit, put_fenced, record_fence};
+use crate::tokens::{read_counter, restore_counter};
+use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -207,52 +207,27 @@ impl Store {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         // A refusal needs no write transaction: most are answered from a read.
-        self.inner.read(|txn| {
-            self.inner
-                .check_free(&txn.open_table(LEASES)?, name, clock::now_ns())
-        })?;
-        let inner = Arc::clone(&self.inner);
-        let owned_name = name.to_owned();
-        let (token, expires_ns) = self.inner.write(waiting, move |txn| {
-            let mut leases = txn.open_table(LEASES)?;
-            let now = clock::now_ns();
-            inner.check_free(&leases, &owned_name, now)?;
-            let mut meta = txn.open_table(META)?;
-            let grant = Grant::take(&inner, read_counter(&meta)? + 1)?;
-            let token = grant.token;
-            // Nothing is written before the last check that can refuse.
-            if let Some((key, value)) = &write {
-                put_fenced(txn, key, Some(value), token, token)?;
-            }
-            meta.insert(COUNTER_KEY, token)?;
-            // A lease need not outlive its process, so in single-process mode a grant commits
-            // without an fsync; tokens are then reserved durably a block at a time, so that no
-            // token is handed out twice after a crash loses the counter's latest value.
-            let durable = write.is_some()
-                || inner.mode == ConcurrencyMode::ExclusiveWriter
-                    && reserve_tokens(&mut meta, token)?;
-            let expires_ns = now + duration_ns(ttl);
-            let lease = Lease {
+        self.inner
+            .read(|txn| match txn.open_table(LEASES)?.get(name)? {
+                Some(record) => self
+                    .inner
+                    .check_free(&Lease::decode(record.value())?, clock::now_ns()),
+                None => Ok(()),
+            })?;
+        let op = Op::Acquire {
+            name: name.to_owned(),
+            ttl,
+            write,
+        };
+        match self.inner.submit(op, waiting)? {
+            Done::Granted { token, expires_ns } => Ok(Holder::new(
+                Arc::clone(&self.inner),
+                name.to_owned(),
                 token,
-                holder: inner.me,
-                boot_id: inner.boot_id,
-                granted_ns: now,
                 expires_ns,
-            };
-            leases.insert(owned_name.as_str(), lease.encode().as_slice())?;
-            inner.prune(&mut leases, now, &owned_name)?;
-            Ok(Applied {
-                value: (token, expires_ns),
-                effect: Some(Box::new(grant)),
-                durable,
-            })
-        })?;
-        Ok(Holder::new(
-            Arc::clone(&self.inner),
-            name.to_owned(),
-            token,
-            expires_ns,
-        ))
+            )),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Stores `value` under `key` with `token`. Refused with [`Error::StaleToken`] when the key
@@ -262,12 +237,7 @@ impl Store {
         check_key(key)?;
         self.inner.check_value(value)?;
         check_token(token)?;
-        let (key, value) = (key.to_vec(), value.to_vec());
-        self.inner.write(None, move |txn| {
-            let granted = read_counter(&txn.open_table(META)?)?;
-            put_fenced(txn, &key, Some(&value), token, granted)?;
-            Ok(Applied::new(()))
-        })
+        self.submit_put(key, Some(value), token).map(|_| ())
     }
 
     /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
@@ -275,12 +245,20 @@ impl Store {
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
         check_key(key)?;
         check_token(token)?;
-        let key = key.to_vec();
-        self.inner.write(None, move |txn| {
-            let granted = read_counter(&txn.open_table(META)?)?;
-            let existed = put_fenced(txn, &key, None, token, granted)?;
-            Ok(Applied::new(existed))
-        })
+        self.submit_put(key, None, token)
+    }
+
+    fn submit_put(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+        let op = Op::Put {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+            token,
+            lease: None,
+        };
+        match self.inner.submit(op, None)? {
+            Done::Put { existed } => Ok(existed),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// The value under `key` and the token that wrote it, or `None` if there is none.
@@ -337,12 +315,14 @@ impl Store {
         if highest == Some(token) {
             return Ok(());
         }
-        let resource = resource.to_owned();
-        self.inner.write(None, move |txn| {
-            let granted = read_counter(&txn.open_table(META)?)?;
-            record_fence(txn, &resource, token, granted)?;
-            Ok(Applied::new(()))
-        })
+        let op = Op::Fence {
+            resource: resource.to_owned(),
+            token,
+        };
+        match self.inner.submit(op, None)? {
+            Done::Fenced => Ok(()),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// The highest token the external fence `resource` has accepted, if any.
@@ -474,21 +454,30 @@ impl Inner {
     /// Runs `op` in a write transaction shared with other threads' writes (group commit). Gives
     /// up with [`Error::Timeout`] if another process keeps the write lock past `waiting` (by
     /// default, the busy timeout), or with [`Error::Cancelled`] when its handle fires.
-    pub(crate) fn write<T, F>(&self, waiting: Option<Waiting<'_>>, op: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
-    {
+    pub(crate) fn submit(self: &Arc<Self>, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
         self.check_fork()?;
         let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         db.writable()?;
         // The file check runs once a commit, not once an operation.
         let admit = || self.check_file();
+        let inner = Arc::clone(self);
+        let run = move |txn: &WriteTransaction| {
+            let mut tables = Tables::open(txn)?;
+            let now = clock::now_ns();
+            let plan = op.check(&inner, &tables, now)?;
+            plan.apply(&inner, &mut tables, now)
+        };
         self.note_io_failure(
             self.commits
-                .run(&db, &admit, waiting.deadline, waiting.cancel, op),
+                .run(&db, &admit, waiting.deadline, waiting.cancel, run),
         )
+    }
+
+    /// Whether writes that need not outlive the process commit without an fsync: in
+    /// single-process mode.
+    pub(crate) fn relaxed(&self) -> bool {
+        self.mode == ConcurrencyMode::ExclusiveWriter
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that

@@ -1,7 +1,7 @@
 //! The token counter: the highest token granted, read and moved in the granting transaction,
 //! and in single-process mode the durable reservation that keeps tokens unique across a crash.
 
-use redb::{Database, ReadableDatabase, ReadableTable, Table};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::db::META;
 use crate::error::Result;
@@ -9,23 +9,19 @@ use crate::liveness::MAX_TOKEN;
 
 /// The key of the token counter in the meta table: the highest token granted.
 pub(crate) const COUNTER_KEY: &str = "last_token";
-/// Single-process mode: a durable bound on the tokens handed out (see `reserve_tokens`).
-const RESERVED_KEY: &str = "reserved_token";
+/// Single-process mode: a durable bound on the tokens handed out (see `reservation`).
+pub(crate) const RESERVED_KEY: &str = "reserved_token";
 /// How many tokens one durable reservation covers.
 const TOKEN_BLOCK: u64 = 4096;
 
-/// Reserves tokens up to a block beyond `token` when `token` passes the last reservation.
-/// Returns whether it did, in which case the transaction must be durable.
-pub(crate) fn reserve_tokens(meta: &mut Table<&str, u64>, token: u64) -> Result<bool> {
+/// The new durable bound on tokens when `token` passes the last reservation: a block beyond
+/// `token`. A transaction that records one must be durable.
+pub(crate) fn reservation(
+    meta: &impl ReadableTable<&'static str, u64>,
+    token: u64,
+) -> Result<Option<u64>> {
     let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
-    if token <= reserved {
-        return Ok(false);
-    }
-    meta.insert(
-        RESERVED_KEY,
-        token.saturating_add(TOKEN_BLOCK).min(MAX_TOKEN),
-    )?;
-    Ok(true)
+    Ok((token > reserved).then(|| token.saturating_add(TOKEN_BLOCK).min(MAX_TOKEN)))
 }
 
 /// After a crash in single-process mode the counter may be older than tokens handed out; they
