@@ -125,53 +125,9 @@ impl GroupCommit {
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
-        let slot: Arc<Mutex<Option<Result<T>>>> = Arc::new(Mutex::new(None));
-        let filled = Arc::clone(&slot);
-        let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
-            let outcome = match txn {
-                Ok(txn) => crate::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
-                    Err(Error::Storage(format!(
-                        "a write operation panicked: {panic}"
-                    )))
-                }),
-                Err(err) => Err(err.duplicate()),
-            };
-            match outcome {
-                Ok(applied) => {
-                    let durable = applied.durable;
-                    Ran::Applied(
-                        Box::new(move |committed| {
-                            let result = match committed {
-                                Ok(()) => {
-                                    if let Some(effect) = applied.effect {
-                                        effect.keep();
-                                    }
-                                    Ok(applied.value)
-                                }
-                                // Dropping the effect undoes it.
-                                Err(err) => Err(err.duplicate()),
-                            };
-                            *filled.lock() = Some(result);
-                        }),
-                        durable,
-                    )
-                }
-                Err(err) if err.is_refusal() => {
-                    Ran::Refused(Box::new(move |_| *filled.lock() = Some(Err(err))))
-                }
-                Err(err) => {
-                    let fatal = err.duplicate();
-                    Ran::Failed(Box::new(move |_| *filled.lock() = Some(Err(err))), fatal)
-                }
-            }
-        });
-
+        let (job, slot) = job(op, deadline, cancel);
         let mut queue = self.queue.lock();
-        queue.jobs.push(Job {
-            run,
-            deadline,
-            cancel: cancel.cloned(),
-        });
+        queue.jobs.push(job);
         loop {
             if let Some(result) = slot.lock().take() {
                 return result;
@@ -190,6 +146,64 @@ impl GroupCommit {
             queue = self.queue.lock();
         }
     }
+}
+
+/// Where a job's result arrives once its batch is done.
+type Slot<T> = Arc<Mutex<Option<Result<T>>>>;
+
+/// A job that runs `op` in a batch's transaction, and the slot its result arrives in.
+fn job<T, F>(op: F, deadline: u64, cancel: Option<&Cancel>) -> (Job, Slot<T>)
+where
+    T: Send + 'static,
+    F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
+{
+    let slot: Slot<T> = Arc::new(Mutex::new(None));
+    let filled = Arc::clone(&slot);
+    let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
+        let outcome = match txn {
+            Ok(txn) => crate::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
+                Err(Error::Storage(format!(
+                    "a write operation panicked: {panic}"
+                )))
+            }),
+            Err(err) => Err(err.duplicate()),
+        };
+        match outcome {
+            Ok(applied) => {
+                let durable = applied.durable;
+                Ran::Applied(
+                    Box::new(move |committed| {
+                        let result = match committed {
+                            Ok(()) => {
+                                if let Some(effect) = applied.effect {
+                                    effect.keep();
+                                }
+                                Ok(applied.value)
+                            }
+                            // Dropping the effect undoes it.
+                            Err(err) => Err(err.duplicate()),
+                        };
+                        *filled.lock() = Some(result);
+                    }),
+                    durable,
+                )
+            }
+            Err(err) if err.is_refusal() => {
+                Ran::Refused(Box::new(move |_| *filled.lock() = Some(Err(err))))
+            }
+            Err(err) => {
+                let fatal = err.duplicate();
+                Ran::Failed(Box::new(move |_| *filled.lock() = Some(Err(err))), fatal)
+            }
+        }
+    });
+
+    let job = Job {
+        run,
+        deadline,
+        cancel: cancel.cloned(),
+    };
+    (job, slot)
 }
 
 /// Hands leadership back and wakes the waiting threads, also when a batch unwinds.
@@ -381,5 +395,208 @@ fn run_batch(
     };
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    use redb::{ConcurrencyMode, TableDefinition};
+
+    use super::*;
+
+    const NUMBERS: TableDefinition<u64, u64> = TableDefinition::new("numbers");
+    const KEPT: u8 = 1;
+    const UNDONE: u8 = 2;
+
+    /// An effect that records whether it was kept or undone.
+    struct Mark(Arc<AtomicU8>, bool);
+
+    impl Effect for Mark {
+        fn keep(mut self: Box<Self>) {
+            self.1 = true;
+        }
+    }
+
+    impl Drop for Mark {
+        fn drop(&mut self) {
+            self.0.store(if self.1 { KEPT } else { UNDONE }, Ordering::SeqCst);
+        }
+    }
+
+    fn open(path: &std::path::Path) -> Arc<Db> {
+        let db = crate::db::redb_builder(ConcurrencyMode::MultiWriter)
+            .create(path)
+            .unwrap();
+        Arc::new(Db::Writable(db))
+    }
+
+    fn later() -> u64 {
+        clock::now_ns() + 30_000_000_000
+    }
+
+    /// A job writing `key = value`, with an effect whose fate `mark` records.
+    fn insert(key: u64, value: u64, mark: &Arc<AtomicU8>) -> (Job, Slot<u64>) {
+        let mark = Arc::clone(mark);
+        job(
+            move |txn: &WriteTransaction| {
+                txn.open_table(NUMBERS)?.insert(key, value)?;
+                Ok(Applied {
+                    value,
+                    effect: Some(Box::new(Mark(mark, false))),
+                    durable: true,
+                })
+            },
+            later(),
+            None,
+        )
+    }
+
+    fn failing(err: fn() -> Error) -> (Job, Slot<u64>) {
+        job(
+            move |txn: &WriteTransaction| {
+                // Opened, as a real operation opens its tables before it refuses.
+                txn.open_table(NUMBERS)?;
+                Err(err())
+            },
+            later(),
+            None,
+        )
+    }
+
+    fn value(db: &Db, key: u64) -> Option<u64> {
+        let txn = db.begin_read().unwrap();
+        let table = match txn.open_table(NUMBERS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return None,
+            Err(err) => panic!("{err}"),
+        };
+        table.get(key).unwrap().map(|v| v.value())
+    }
+
+    fn run(db: &Arc<Db>, jobs: Vec<Job>) {
+        run_batch(db, &|| Ok(()), jobs, false, &mut None);
+    }
+
+    fn take(slot: &Slot<u64>) -> Result<u64> {
+        slot.lock()
+            .take()
+            .expect("every job of a batch gets its result")
+    }
+
+    #[test]
+    fn a_refusal_writes_nothing_and_the_rest_of_its_batch_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("db"));
+        let (one, two) = (Arc::new(AtomicU8::new(0)), Arc::new(AtomicU8::new(0)));
+        let (a, a_slot) = insert(1, 10, &one);
+        let (refused, refused_slot) = failing(|| Error::StaleToken {
+            token: 1,
+            highest: 2,
+        });
+        let (b, b_slot) = insert(2, 20, &two);
+        run(&db, vec![a, refused, b]);
+        assert_eq!(take(&a_slot).unwrap(), 10);
+        assert!(matches!(take(&refused_slot), Err(Error::StaleToken { .. })));
+        assert_eq!(take(&b_slot).unwrap(), 20);
+        assert_eq!((value(&db, 1), value(&db, 2)), (Some(10), Some(20)));
+        assert_eq!(
+            (one.load(Ordering::SeqCst), two.load(Ordering::SeqCst)),
+            (KEPT, KEPT)
+        );
+    }
+
+    #[test]
+    fn a_storage_failure_fails_its_whole_batch_and_undoes_its_effects() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("db"));
+        let mark = Arc::new(AtomicU8::new(0));
+        let (a, a_slot) = insert(1, 10, &mark);
+        let (failed, failed_slot) = failing(|| Error::Storage("the disk failed".into()));
+        let (b, b_slot) = insert(2, 20, &Arc::new(AtomicU8::new(0)));
+        run(&db, vec![a, failed, b]);
+        for slot in [&a_slot, &failed_slot, &b_slot] {
+            let err = take(slot).unwrap_err();
+            assert!(err.to_string().contains("the disk failed"), "{err}");
+        }
+        assert_eq!((value(&db, 1), value(&db, 2)), (None, None));
+        assert_eq!(mark.load(Ordering::SeqCst), UNDONE);
+    }
+
+    #[test]
+    fn a_panicking_operation_fails_its_batch_without_unwinding_into_the_leader() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("db"));
+        let mark = Arc::new(AtomicU8::new(0));
+        let (a, a_slot) = insert(1, 10, &mark);
+        let (panics, panics_slot) = job(
+            |txn: &WriteTransaction| -> Result<Applied<u64>> {
+                txn.open_table(NUMBERS)?.insert(5, 5)?;
+                panic!("a defect in an operation")
+            },
+            later(),
+            None,
+        );
+        run(&db, vec![a, panics]);
+        assert!(matches!(take(&a_slot), Err(Error::Storage(_))));
+        let err = take(&panics_slot).unwrap_err();
+        assert!(err.to_string().contains("panicked"), "{err}");
+        assert_eq!((value(&db, 1), value(&db, 5)), (None, None));
+        assert_eq!(mark.load(Ordering::SeqCst), UNDONE);
+    }
+
+    #[test]
+    fn jobs_give_up_at_their_deadline_or_cancel_while_another_writer_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = open(&path);
+        let other = open(&path);
+        let blocking = other.writable().unwrap().begin_write().unwrap();
+        let mut waiting = None;
+        let mark = Arc::new(AtomicU8::new(0));
+        let (mut timed, timed_slot) = insert(1, 10, &mark);
+        timed.deadline = clock::now_ns() + 20_000_000;
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let (cancelled, cancelled_slot) = job(
+            |_: &WriteTransaction| -> Result<Applied<u64>> { unreachable!("never runs") },
+            later(),
+            Some(&cancel),
+        );
+        run_batch(&db, &|| Ok(()), vec![timed, cancelled], false, &mut waiting);
+        assert!(matches!(take(&timed_slot), Err(Error::Timeout)));
+        assert!(matches!(take(&cancelled_slot), Err(Error::Cancelled)));
+        assert_eq!(
+            mark.load(Ordering::SeqCst),
+            0,
+            "the timed-out job never ran"
+        );
+        // The next batch takes the wait over and commits once the other writer lets go.
+        let (next, next_slot) = insert(2, 20, &Arc::new(AtomicU8::new(0)));
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            drop(blocking);
+        });
+        run_batch(&db, &|| Ok(()), vec![next], false, &mut waiting);
+        release.join().unwrap();
+        assert_eq!(take(&next_slot).unwrap(), 20);
+        assert_eq!(value(&db, 2), Some(20));
+    }
+
+    #[test]
+    fn an_admission_error_fails_the_batch_before_its_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("db"));
+        let (a, a_slot) = insert(1, 10, &Arc::new(AtomicU8::new(0)));
+        run_batch(
+            &db,
+            &|| Err(Error::Replaced("moved away".into())),
+            vec![a],
+            false,
+            &mut None,
+        );
+        assert!(matches!(take(&a_slot), Err(Error::Replaced(_))));
+        assert_eq!(value(&db, 1), None);
     }
 }
