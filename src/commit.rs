@@ -6,8 +6,7 @@
 //! that arrive meanwhile queue up for the next batch. An operation that is refused (a held lock,
 //! a stale token) writes nothing, so the others of its batch still commit; a batch of refusals
 //! only is not committed at all. An operation that fails in the storage aborts the whole batch,
-//! and every operation of it gets the error; an operation that took an effect outside the
-//! database (a liveness lock) has it undone then.
+//! and every operation of it gets the error.
 //!
 //! Another process may hold redb's write lock for long (it may be paused inside a transaction).
 //! Every operation has a deadline, and is refused with [`Error::Timeout`] once it passes (or
@@ -24,17 +23,9 @@ use crate::clock;
 use crate::db::Db;
 use crate::error::{Error, Result};
 
-/// An effect outside the database that belongs to a write: undone when dropped, unless kept once
-/// the write committed. Being a drop guard, it is also undone when the write panics.
-pub(crate) trait Effect: Send {
-    fn keep(self: Box<Self>);
-}
-
-/// What an operation produced in the transaction: its value once committed, and its effect
-/// outside the database.
+/// What an operation produced in the transaction: its value once committed.
 pub(crate) struct Applied<T> {
     pub value: T,
-    pub effect: Option<Box<dyn Effect>>,
     /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
     /// be in single-process mode (see `reservation` in tokens.rs); values, fences and token
     /// reservations must.
@@ -174,13 +165,7 @@ where
                 Ran::Applied(
                     Box::new(move |committed| {
                         let result = match committed {
-                            Ok(()) => {
-                                if let Some(effect) = applied.effect {
-                                    effect.keep();
-                                }
-                                Ok(applied.value)
-                            }
-                            // Dropping the effect undoes it.
+                            Ok(()) => Ok(applied.value),
                             Err(err) => Err(err.duplicate()),
                         };
                         *filled.lock() = Some(result);
@@ -400,31 +385,13 @@ fn run_batch(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     use redb::{ConcurrencyMode, TableDefinition};
 
     use super::*;
 
     const NUMBERS: TableDefinition<u64, u64> = TableDefinition::new("numbers");
-    const KEPT: u8 = 1;
-    const UNDONE: u8 = 2;
-
-    /// An effect that records whether it was kept or undone.
-    struct Mark(Arc<AtomicU8>, bool);
-
-    impl Effect for Mark {
-        fn keep(mut self: Box<Self>) {
-            self.1 = true;
-        }
-    }
-
-    impl Drop for Mark {
-        fn drop(&mut self) {
-            self.0.store(if self.1 { KEPT } else { UNDONE }, Ordering::SeqCst);
-        }
-    }
-
     fn open(path: &std::path::Path) -> Arc<Db> {
         let db = crate::db::redb_builder(ConcurrencyMode::MultiWriter)
             .create(path)
@@ -436,15 +403,15 @@ mod tests {
         clock::now_ns() + 30_000_000_000
     }
 
-    /// A job writing `key = value`, with an effect whose fate `mark` records.
-    fn insert(key: u64, value: u64, mark: &Arc<AtomicU8>) -> (Job, Slot<u64>) {
-        let mark = Arc::clone(mark);
+    /// A job writing `key = value`; `ran` is set when it runs.
+    fn insert(key: u64, value: u64, ran: &Arc<AtomicBool>) -> (Job, Slot<u64>) {
+        let ran = Arc::clone(ran);
         job(
             move |txn: &WriteTransaction| {
+                ran.store(true, Ordering::SeqCst);
                 txn.open_table(NUMBERS)?.insert(key, value)?;
                 Ok(Applied {
                     value,
-                    effect: Some(Box::new(Mark(mark, false))),
                     durable: true,
                 })
             },
@@ -489,7 +456,10 @@ mod tests {
     fn a_refusal_writes_nothing_and_the_rest_of_its_batch_commits() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("db"));
-        let (one, two) = (Arc::new(AtomicU8::new(0)), Arc::new(AtomicU8::new(0)));
+        let (one, two) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let (a, a_slot) = insert(1, 10, &one);
         let (refused, refused_slot) = failing(|| Error::StaleToken {
             token: 1,
@@ -501,35 +471,30 @@ mod tests {
         assert!(matches!(take(&refused_slot), Err(Error::StaleToken { .. })));
         assert_eq!(take(&b_slot).unwrap(), 20);
         assert_eq!((value(&db, 1), value(&db, 2)), (Some(10), Some(20)));
-        assert_eq!(
-            (one.load(Ordering::SeqCst), two.load(Ordering::SeqCst)),
-            (KEPT, KEPT)
-        );
     }
 
     #[test]
-    fn a_storage_failure_fails_its_whole_batch_and_undoes_its_effects() {
+    fn a_storage_failure_fails_its_whole_batch() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("db"));
-        let mark = Arc::new(AtomicU8::new(0));
-        let (a, a_slot) = insert(1, 10, &mark);
+        let ran = Arc::new(AtomicBool::new(false));
+        let (a, a_slot) = insert(1, 10, &ran);
         let (failed, failed_slot) = failing(|| Error::Storage("the disk failed".into()));
-        let (b, b_slot) = insert(2, 20, &Arc::new(AtomicU8::new(0)));
+        let (b, b_slot) = insert(2, 20, &Arc::new(AtomicBool::new(false)));
         run(&db, vec![a, failed, b]);
         for slot in [&a_slot, &failed_slot, &b_slot] {
             let err = take(slot).unwrap_err();
             assert!(err.to_string().contains("the disk failed"), "{err}");
         }
         assert_eq!((value(&db, 1), value(&db, 2)), (None, None));
-        assert_eq!(mark.load(Ordering::SeqCst), UNDONE);
     }
 
     #[test]
     fn a_panicking_operation_fails_its_batch_without_unwinding_into_the_leader() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("db"));
-        let mark = Arc::new(AtomicU8::new(0));
-        let (a, a_slot) = insert(1, 10, &mark);
+        let ran = Arc::new(AtomicBool::new(false));
+        let (a, a_slot) = insert(1, 10, &ran);
         let (panics, panics_slot) = job(
             |txn: &WriteTransaction| -> Result<Applied<u64>> {
                 txn.open_table(NUMBERS)?.insert(5, 5)?;
@@ -543,7 +508,6 @@ mod tests {
         let err = take(&panics_slot).unwrap_err();
         assert!(err.to_string().contains("panicked"), "{err}");
         assert_eq!((value(&db, 1), value(&db, 5)), (None, None));
-        assert_eq!(mark.load(Ordering::SeqCst), UNDONE);
     }
 
     #[test]
@@ -554,8 +518,8 @@ mod tests {
         let other = open(&path);
         let blocking = other.writable().unwrap().begin_write().unwrap();
         let mut waiting = None;
-        let mark = Arc::new(AtomicU8::new(0));
-        let (mut timed, timed_slot) = insert(1, 10, &mark);
+        let ran = Arc::new(AtomicBool::new(false));
+        let (mut timed, timed_slot) = insert(1, 10, &ran);
         timed.deadline = clock::now_ns() + 20_000_000;
         let cancel = Cancel::new();
         cancel.cancel();
@@ -567,13 +531,9 @@ mod tests {
         run_batch(&db, &|| Ok(()), vec![timed, cancelled], false, &mut waiting);
         assert!(matches!(take(&timed_slot), Err(Error::Timeout)));
         assert!(matches!(take(&cancelled_slot), Err(Error::Cancelled)));
-        assert_eq!(
-            mark.load(Ordering::SeqCst),
-            0,
-            "the timed-out job never ran"
-        );
+        assert!(!ran.load(Ordering::SeqCst), "the timed-out job never ran");
         // The next batch takes the wait over and commits once the other writer lets go.
-        let (next, next_slot) = insert(2, 20, &Arc::new(AtomicU8::new(0)));
+        let (next, next_slot) = insert(2, 20, &Arc::new(AtomicBool::new(false)));
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
             drop(blocking);
@@ -588,7 +548,7 @@ mod tests {
     fn an_admission_error_fails_the_batch_before_its_transaction() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("db"));
-        let (a, a_slot) = insert(1, 10, &Arc::new(AtomicU8::new(0)));
+        let (a, a_slot) = insert(1, 10, &Arc::new(AtomicBool::new(false)));
         run_batch(
             &db,
             &|| Err(Error::Replaced("moved away".into())),

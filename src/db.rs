@@ -10,8 +10,10 @@ use crate::error::{Error, Result};
 use crate::liveness::Liveness;
 use crate::tokens::{restore_counter, COUNTER_KEY};
 
-/// Schema version of the tables this library writes.
-pub const SCHEMA_VERSION: u64 = 1;
+/// Schema version of the tables this library writes. Version 2 added the liveness id to lease
+/// records; a store of version 1 is upgraded when it is opened for writing (its records are
+/// read as they are), after which libraries that know only version 1 refuse to open it.
+pub const SCHEMA_VERSION: u64 = 2;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
 pub(crate) const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
@@ -48,11 +50,16 @@ impl Db {
     pub(crate) fn writable(&self) -> Result<&Database> {
         match self {
             Db::Writable(db) => Ok(db),
-            Db::ReadOnly(_) => Err(Error::invalid(
-                "the store was opened read-only (Options::read_only): it grants and writes nothing",
-            )),
+            Db::ReadOnly(_) => Err(read_only()),
         }
     }
+}
+
+/// The refusal of a write on a read-only store.
+pub(crate) fn read_only() -> Error {
+    Error::invalid(
+        "the store was opened read-only (Options::read_only): it grants and writes nothing",
+    )
 }
 
 /// Opens the database at `path` in this thread, without waiting for other processes.
@@ -167,8 +174,10 @@ pub(crate) fn open_database(
     // database as it unwinds, since redb's close may panic on the same page, and a panic while
     // unwinding aborts the process.
     let checked = crate::quiet::catch(|| {
-        if check_schema(&db)?.is_none() {
-            initialize(&db)?;
+        match check_schema(&db)? {
+            None => initialize(&db)?,
+            Some(found) if found < SCHEMA_VERSION => upgrade(&db)?,
+            Some(_) => {}
         }
         restore_counter(&db)
     });
@@ -206,6 +215,23 @@ pub(crate) fn check_schema(db: &impl ReadableDatabase) -> Result<Option<u64>> {
         }),
         Some(found) => Ok(Some(found)),
     }
+}
+
+/// Moves a store to the current schema version, in one transaction. Version 1 differs only in
+/// the lease records, which are read in either format, so only the version changes.
+fn upgrade(db: &Database) -> Result<()> {
+    let txn = db.begin_write()?;
+    let mut meta = txn.open_table(META)?;
+    // Another process may have upgraded it since the check.
+    if meta
+        .get(SCHEMA_KEY)?
+        .is_some_and(|v| v.value() < SCHEMA_VERSION)
+    {
+        meta.insert(SCHEMA_KEY, SCHEMA_VERSION)?;
+    }
+    drop(meta);
+    txn.commit()?;
+    Ok(())
 }
 
 /// Creates the tables of a new store. Another process may race to do the same; write

@@ -24,6 +24,8 @@ struct State {
     inner: Arc<Inner>,
     name: String,
     token: u64,
+    /// The liveness id whose lock this holder holds.
+    live: u64,
     expires_ns: AtomicU64,
     released: AtomicBool,
     /// Set once the lease is known to be lost or released; waited on by `wait_lost`.
@@ -42,12 +44,19 @@ impl std::fmt::Debug for Holder {
 }
 
 impl Holder {
-    pub(crate) fn new(inner: Arc<Inner>, name: String, token: u64, expires_ns: u64) -> Holder {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        name: String,
+        token: u64,
+        live: u64,
+        expires_ns: u64,
+    ) -> Holder {
         Holder {
             state: Arc::new(State {
                 inner,
                 name,
                 token,
+                live,
                 expires_ns: AtomicU64::new(expires_ns),
                 released: AtomicBool::new(false),
                 ended: Mutex::new(false),
@@ -128,7 +137,7 @@ impl Holder {
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Err(err) = self.state.inner.release(self.state.token) {
+        if let Err(err) = self.state.inner.release(self.state.live) {
             self.state.released.store(false, Ordering::Release);
             return Err(err);
         }

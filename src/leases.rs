@@ -14,7 +14,7 @@ use crate::db::LEASES;
 use crate::error::{Error, Result};
 use crate::info::{LockInfo, LockState};
 use crate::limits::check_ttl;
-use crate::liveness::MAX_TOKEN;
+use crate::liveness::fresh_id;
 use crate::ops::{unexpected, Done, Op};
 use crate::record::Lease;
 use crate::store::Inner;
@@ -43,14 +43,14 @@ impl Inner {
     pub(crate) fn is_live(&self, lease: &Lease, now: u64) -> Result<bool> {
         Ok(lease.boot_id == self.boot_id
             && now < lease.expires_ns
-            && self.live.is_held(lease.token)?)
+            && self.live.is_held(lease.live)?)
     }
 
     pub(crate) fn describe(&self, name: &str, lease: &Lease, now: u64) -> Result<LockInfo> {
         let this_boot = lease.boot_id == self.boot_id;
         let state = if !this_boot {
             LockState::HolderDead
-        } else if !self.live.is_held(lease.token)? {
+        } else if !self.live.is_held(lease.live)? {
             if lease.holder.is_alive() {
                 LockState::Released
             } else {
@@ -116,11 +116,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits until the liveness lock of `token` is free or `until` (boot-time ns) passes;
+    /// Waits until the liveness lock `live` is free or `until` (boot-time ns) passes;
     /// [`Error::Cancelled`] once `cancel` fires.
     pub(crate) fn wait_until_free(
         &self,
-        token: u64,
+        live: u64,
         until: u64,
         cancel: Option<&Cancel>,
     ) -> Result<()> {
@@ -128,7 +128,7 @@ impl Inner {
             crate::cancel::check(cancel)?;
             let mut releases = self.releases.lock();
             let seen = *releases;
-            if !self.live.is_held(token)? {
+            if !self.live.is_held(live)? {
                 return Ok(());
             }
             let now = clock::now_ns();
@@ -144,10 +144,10 @@ impl Inner {
         }
     }
 
-    /// Ends this process's hold of the lease `token`. No write: the record is cleared lazily.
-    /// The caller has checked that this is not a child of `fork()`.
-    pub(crate) fn release(&self, token: u64) -> Result<()> {
-        self.live.unlock(token)?;
+    /// Ends this process's hold of the lease whose liveness id is `live`. No write: the record is
+    /// cleared lazily. The caller has checked that this is not a child of `fork()`.
+    pub(crate) fn release(&self, live: u64) -> Result<()> {
+        self.live.unlock(live)?;
         *self.releases.lock() += 1;
         self.released.notify_all();
         Ok(())
@@ -206,44 +206,45 @@ impl Inner {
     }
 }
 
-/// The liveness lock of a token being granted: released again unless the grant commits.
+/// The liveness lock of a lease being requested: a fresh liveness id that the requesting store
+/// locks before it asks for the grant, released again unless the grant is kept. A drop guard,
+/// so a grant that fails, or a request that panics, releases it.
 pub(crate) struct Grant {
     inner: Arc<Inner>,
-    pub(crate) token: u64,
+    pub(crate) live: u64,
     kept: bool,
 }
 
 impl Grant {
-    /// Locks the byte of `next`, the token after the counter, for this store. A byte still held
-    /// by another open file belongs to a grant of that token that did not commit, in a process
-    /// that has not undone its lock yet (it may have panicked in the middle): such tokens are
-    /// skipped, since tokens need only be unique and increasing.
-    pub(crate) fn take(inner: &Arc<Inner>, next: u64) -> Result<Grant> {
-        for token in next..next.saturating_add(64).min(MAX_TOKEN + 1) {
-            if inner.live.lock(token)? {
+    /// Locks a fresh liveness id for this store. An id whose byte another open file holds is
+    /// another lease's: another is drawn.
+    pub(crate) fn take(inner: &Arc<Inner>) -> Result<Grant> {
+        for _ in 0..64 {
+            let live = fresh_id()?;
+            if inner.live.lock(live)? {
                 return Ok(Grant {
                     inner: Arc::clone(inner),
-                    token,
+                    live,
                     kept: false,
                 });
             }
         }
-        Err(Error::Corrupt(format!(
-            "no token from {next} on can be granted: their liveness bytes are held"
-        )))
+        Err(Error::Storage(
+            "no free liveness id could be drawn: 64 random ids were all held".into(),
+        ))
     }
-}
 
-impl crate::commit::Effect for Grant {
-    fn keep(mut self: Box<Self>) {
+    /// The grant committed: the lock stays, for the holder to release.
+    pub(crate) fn keep(mut self) -> u64 {
         self.kept = true;
+        self.live
     }
 }
 
 impl Drop for Grant {
     fn drop(&mut self) {
         if !self.kept {
-            let _ = self.inner.live.unlock(self.token);
+            let _ = self.inner.live.unlock(self.live);
         }
     }
 }

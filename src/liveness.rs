@@ -1,16 +1,19 @@
 //! Holder liveness through open-file-description locks on the store file itself.
 //!
-//! The holder of the lease with token `T` holds a write lock on byte `BASE + T` of the store file,
-//! taken inside the granting transaction before it commits. The kernel drops the lock when the
-//! holder releases it or when the last descriptor of the holding open file closes, which
-//! includes the death of the process. Anyone may test the byte: a lease whose byte is free has
-//! no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock, so a paused holder
-//! keeps its lease until the TTL runs out.
+//! Every lease record names a liveness id `L`, and its holder holds a write lock on byte
+//! `BASE + L` of the store file. The requesting process draws a fresh random id and locks it
+//! before it asks for the grant, so the lock is the holder's own whichever process commits the
+//! grant; it keeps the lock when the grant is reported to it and drops it otherwise. The kernel
+//! drops the lock when the holder releases it or when the last descriptor of the holding open
+//! file closes, which includes the death of the process. Anyone may test the byte: a lease whose
+//! byte is free has no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock,
+//! so a paused holder keeps its lease until the TTL runs out. (Records of schema 1 use their
+//! token as the id.)
 //!
 //! The locks are advisory and on the file's inode, so every path to the file (symlinks, hard
 //! links) sees the same ones, and no sidecar file can be lost. redb 4 locks bytes below 320 (its
 //! header) and from 2^62 up, also with open-file-description locks, and none in between: fencelock
-//! uses `[2^61, 2^62)`. Byte `BASE + 0`, never a token's, serializes opens.
+//! uses `[2^61, 2^62)`. Byte `BASE + 0`, never a liveness id, serializes opens.
 //!
 //! Each store opens the file twice more: locks are taken through `hold`, tested through `probe`.
 //! Two open file descriptions conflict even inside one process, so a probe sees the locks of
@@ -21,11 +24,27 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
-/// The offset of token 0's byte. Bytes of the file beyond its end can be locked, and redb never
+/// The offset of liveness id 0's byte. Bytes of the file beyond its end can be locked, and redb never
 /// locks between 320 and 2^62.
 const BASE: u64 = 1 << 61;
-/// The highest token whose byte lies below the offsets redb locks.
-pub(crate) const MAX_TOKEN: u64 = (1 << 61) - 1;
+/// The highest liveness id, whose byte lies just below the offsets redb locks.
+pub(crate) const MAX_ID: u64 = (1 << 61) - 1;
+
+/// The lowest liveness id drawn at random. Lower ids are the tokens that schema-1 lease
+/// records use as their liveness ids, and byte 0 serializes opens.
+const FIRST_RANDOM_ID: u64 = 1 << 48;
+
+/// A liveness id drawn at random from `[2^48, MAX_ID]`: 2^61 - 2^48 ids, so that two ids in
+/// use at once (or one in use and one in a stale record) coincide with a negligible chance.
+pub(crate) fn fresh_id() -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the buffer is valid for 8 bytes of writes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FIRST_RANDOM_ID + u64::from_le_bytes(bytes) % (MAX_ID - FIRST_RANDOM_ID + 1))
+}
 
 pub(crate) struct Liveness {
     hold: File,
@@ -77,7 +96,7 @@ impl Liveness {
     }
 
     /// Excludes the opens of other stores on the same file until the returned file is dropped:
-    /// a lock on token 0's byte through an open file of its own. `Ok(None)` when a single-process
+    /// a lock on id 0's byte through an open file of its own. `Ok(None)` when a single-process
     /// store holds the file. While another open holds the byte, calls `waited` between tries
     /// and gives up with its error: that open may be paused. A read-only open shares the byte
     /// with other read-only opens, through a file opened for reading only (it creates nothing).
@@ -111,11 +130,11 @@ impl Liveness {
         }
     }
 
-    /// Marks the lease with `token` as held by this store. Returns `false` if another open file
-    /// holds the byte: a grant of the same token by a process that failed to commit it and has
+    /// Takes the liveness lock `id` for this store. Returns `false` if another open file holds
+    /// the byte (another lease's id; ids are drawn at random, so the caller draws another).
     /// not undone its lock yet.
-    pub(crate) fn lock(&self, token: u64) -> io::Result<bool> {
-        match fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_WRLCK, token) {
+    pub(crate) fn lock(&self, id: u64) -> io::Result<bool> {
+        match fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_WRLCK, id) {
             Ok(_) => Ok(true),
             Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {
                 Ok(false)
@@ -124,26 +143,26 @@ impl Liveness {
         }
     }
 
-    /// Ends this store's hold on the lease with `token`. Takes effect at once, without an fsync.
-    pub(crate) fn unlock(&self, token: u64) -> io::Result<()> {
-        fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_UNLCK, token).map(|_| ())
+    /// Ends this store's hold on the liveness lock `id`. Takes effect at once, without an fsync.
+    pub(crate) fn unlock(&self, id: u64) -> io::Result<()> {
+        fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_UNLCK, id).map(|_| ())
     }
 
-    /// Whether some open file (of any process, this one included) holds the lease with `token`.
-    pub(crate) fn is_held(&self, token: u64) -> io::Result<bool> {
-        let lock = fcntl(&self.probe, libc::F_OFD_GETLK, libc::F_WRLCK, token)?;
+    /// Whether some open file (of any process, this one included) holds the liveness lock `id`.
+    pub(crate) fn is_held(&self, id: u64) -> io::Result<bool> {
+        let lock = fcntl(&self.probe, libc::F_OFD_GETLK, libc::F_WRLCK, id)?;
         Ok(i32::from(lock.l_type) != libc::F_UNLCK)
     }
 }
 
-fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, token: u64) -> io::Result<libc::flock> {
-    if token > MAX_TOKEN {
+fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, id: u64) -> io::Result<libc::flock> {
+    if id > MAX_ID {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "token beyond the offsets fencelock may lock",
+            "liveness id beyond the offsets fencelock may lock",
         ));
     }
-    fcntl_range(file, cmd, kind, BASE + token, 1)
+    fcntl_range(file, cmd, kind, BASE + id, 1)
 }
 
 /// Whether some open file other than `file` holds a lock on `len` bytes of the file from
@@ -219,12 +238,12 @@ mod tests {
         let live = Liveness::shared(&path).unwrap();
         assert!(
             live.is_held(0).unwrap(),
-            "an open in progress holds token 0's byte"
+            "an open in progress holds id 0's byte"
         );
         drop(first);
         assert!(!live.is_held(0).unwrap());
-        assert!(live.lock(MAX_TOKEN).unwrap());
-        assert!(live.lock(MAX_TOKEN + 1).is_err());
+        assert!(live.lock(MAX_ID).unwrap());
+        assert!(live.lock(MAX_ID + 1).is_err());
     }
 
     #[test]

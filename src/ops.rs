@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use crate::commit::{Applied, Effect};
+use crate::clock::ProcessId;
+use crate::commit::Applied;
 use crate::db::{FENCES, LEASES, META, VALUES};
 use crate::error::{Error, Result};
-use crate::leases::Grant;
 use crate::limits::{check_granted, duration_ns};
 use crate::record::{decode_value, encode_value, Lease};
 use crate::store::Inner;
@@ -25,12 +25,15 @@ use crate::values::admit;
 /// One write operation of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
-    /// Grants the lock `name` for `ttl` with the next token; with `write`, also writes the value
-    /// `(key, value)` with that token, all or nothing.
+    /// Grants the lock `name` for `ttl` with the next token to `holder`, which holds the
+    /// liveness lock `live`; with `write`, also writes the value `(key, value)` with that token,
+    /// all or nothing.
     Acquire {
         name: String,
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
+        holder: ProcessId,
+        live: u64,
     },
     /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
     Extend {
@@ -125,8 +128,6 @@ enum Write {
 pub(crate) struct Plan {
     writes: Vec<Write>,
     pub(crate) done: Done,
-    /// An effect outside the database (a grant's liveness lock), kept once the writes commit.
-    pub(crate) effect: Option<Box<dyn Effect>>,
     /// Whether the writes must be on disk before the result is reported.
     pub(crate) durable: bool,
 }
@@ -136,7 +137,6 @@ impl Plan {
         Plan {
             writes: Vec::new(),
             done,
-            effect: None,
             durable: true,
         }
     }
@@ -170,7 +170,6 @@ impl Plan {
         }
         Ok(Applied {
             value: self.done,
-            effect: self.effect,
             durable: self.durable,
         })
     }
@@ -181,12 +180,27 @@ impl Op {
     /// plan of its writes.
     pub(crate) fn check(&self, inner: &Arc<Inner>, tables: &Tables<'_>, now: u64) -> Result<Plan> {
         match self {
-            Op::Acquire { name, ttl, write } => {
+            Op::Acquire {
+                name,
+                ttl,
+                write,
+                holder,
+                live,
+            } => {
                 if let Some(lease) = tables.lease(name)? {
+                    // Run again after its grant committed (by a process that died before it
+                    // reported it): the same grant, not a second one.
+                    if lease.live == *live && lease.holder == *holder {
+                        return Ok(Plan::new(Done::Granted {
+                            token: lease.token,
+                            expires_ns: lease.expires_ns,
+                        }));
+                    }
                     inner.check_free(&lease, now)?;
                 }
-                let grant = Grant::take(inner, read_counter(&tables.meta)? + 1)?;
-                let token = grant.token;
+                let token = read_counter(&tables.meta)?
+                    .checked_add(1)
+                    .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
                 let expires_ns = now + duration_ns(*ttl);
                 let mut plan = Plan::new(Done::Granted { token, expires_ns });
                 if let Some((key, value)) = write {
@@ -206,14 +220,14 @@ impl Op {
                 plan.writes.extend(reserve.map(Write::Reserve));
                 let lease = Lease {
                     token,
-                    holder: inner.me,
+                    holder: *holder,
                     boot_id: inner.boot_id,
                     granted_ns: now,
                     expires_ns,
+                    live: *live,
                 };
                 plan.writes.push(Write::Lease(name.clone(), lease));
                 plan.writes.push(Write::Prune(name.clone()));
-                plan.effect = Some(Box::new(grant));
                 Ok(plan)
             }
             Op::Extend { name, token, ttl } => {

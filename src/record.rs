@@ -12,10 +12,17 @@ pub(crate) struct Lease {
     /// `CLOCK_BOOTTIME` nanoseconds of the boot `boot_id`.
     pub granted_ns: u64,
     pub expires_ns: u64,
+    /// The liveness id whose lock the holder holds (see liveness.rs): chosen and locked by the
+    /// requesting process before its grant, so that the grant's liveness never depends on the
+    /// process that commits it. Records of format 1 used the token.
+    pub live: u64,
 }
 
-const LEASE_FORMAT: u8 = 1;
-const LEASE_LEN: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
+/// Format 1 (schema 1) had no liveness id; format 2 appends it.
+const LEASE_FORMAT_1: u8 = 1;
+const LEASE_FORMAT: u8 = 2;
+const LEASE_LEN_1: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
+const LEASE_LEN: usize = LEASE_LEN_1 + 8;
 
 impl Lease {
     pub(crate) fn encode(&self) -> [u8; LEASE_LEN] {
@@ -27,15 +34,19 @@ impl Lease {
         out[21..37].copy_from_slice(&self.boot_id);
         out[37..45].copy_from_slice(&self.granted_ns.to_le_bytes());
         out[45..53].copy_from_slice(&self.expires_ns.to_le_bytes());
+        out[53..61].copy_from_slice(&self.live.to_le_bytes());
         out
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Lease> {
-        if bytes.len() != LEASE_LEN || bytes[0] != LEASE_FORMAT {
-            return Err(Error::Corrupt("malformed lease record".into()));
-        }
+        let format_1 = match (bytes.first(), bytes.len()) {
+            (Some(&LEASE_FORMAT), LEASE_LEN) => false,
+            (Some(&LEASE_FORMAT_1), LEASE_LEN_1) => true,
+            _ => return Err(Error::Corrupt("malformed lease record".into())),
+        };
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         Ok(Lease {
+            live: if format_1 { u64_at(1) } else { u64_at(53) },
             token: u64_at(1),
             holder: ProcessId {
                 pid: u32::from_le_bytes(bytes[9..13].try_into().expect("4 bytes")),
@@ -88,8 +99,15 @@ mod tests {
             boot_id: [7; 16],
             granted_ns: 10,
             expires_ns: 20,
+            live: 1 << 50,
         };
         assert_eq!(Lease::decode(&lease.encode()).unwrap(), lease);
+        // A format-1 record (schema 1) names its liveness by its token.
+        let mut old = lease.encode()[..LEASE_LEN_1].to_vec();
+        old[0] = LEASE_FORMAT_1;
+        let decoded = Lease::decode(&old).unwrap();
+        assert_eq!(decoded.live, lease.token);
+        assert_eq!(decoded.expires_ns, lease.expires_ns);
         assert!(matches!(
             Lease::decode(&lease.encode()[1..]),
             Err(Error::Corrupt(_))

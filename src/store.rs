@@ -19,6 +19,7 @@ use crate::db::{
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::info::{Fenced, LockInfo, StoreInfo};
+use crate::leases::Grant;
 use crate::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
@@ -169,14 +170,16 @@ impl Store {
         crate::cancel::check(waiting.cancel)?;
         loop {
             match self.acquire_inner(name, ttl, None, Some(waiting)) {
-                Err(Error::Locked {
-                    token, remaining, ..
-                }) => {
+                Err(Error::Locked { remaining, .. }) => {
                     waiting.step()?;
                     let until = waiting
                         .deadline
                         .min(clock::now_ns().saturating_add(duration_ns(remaining)));
-                    self.inner.wait_until_free(token, until, waiting.cancel)?;
+                    // The holder's liveness lock, as the record names it now.
+                    if let Some(lease) = self.inner.read(|txn| self.inner.record(txn, name))? {
+                        self.inner
+                            .wait_until_free(lease.live, until, waiting.cancel)?;
+                    }
                 }
                 other => return other,
             }
@@ -207,23 +210,28 @@ impl Store {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         // A refusal needs no write transaction: most are answered from a read.
-        self.inner
-            .read(|txn| match txn.open_table(LEASES)?.get(name)? {
-                Some(record) => self
-                    .inner
-                    .check_free(&Lease::decode(record.value())?, clock::now_ns()),
-                None => Ok(()),
-            })?;
+        if let Some(lease) = self.inner.read(|txn| self.inner.record(txn, name))? {
+            self.inner.check_free(&lease, clock::now_ns())?;
+        }
+        if self.inner.read_only {
+            return Err(crate::db::read_only());
+        }
+        // The liveness lock is this process's before the grant is asked for, whichever
+        // process commits it; it is released again unless the grant is reported.
+        let grant = Grant::take(&self.inner)?;
         let op = Op::Acquire {
             name: name.to_owned(),
             ttl,
             write,
+            holder: self.inner.me,
+            live: grant.live,
         };
         match self.inner.submit(op, waiting)? {
             Done::Granted { token, expires_ns } => Ok(Holder::new(
                 Arc::clone(&self.inner),
                 name.to_owned(),
                 token,
+                grant.keep(),
                 expires_ns,
             )),
             other => Err(unexpected(&other)),
@@ -472,6 +480,14 @@ impl Inner {
             self.commits
                 .run(&db, &admit, waiting.deadline, waiting.cancel, run),
         )
+    }
+
+    /// The lease record of the lock `name`, if there is one.
+    pub(crate) fn record(&self, txn: &redb::ReadTransaction, name: &str) -> Result<Option<Lease>> {
+        match txn.open_table(LEASES)?.get(name)? {
+            Some(record) => Ok(Some(Lease::decode(record.value())?)),
+            None => Ok(None),
+        }
     }
 
     /// Whether writes that need not outlive the process commit without an fsync: in

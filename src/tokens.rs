@@ -5,7 +5,6 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::db::META;
 use crate::error::Result;
-use crate::liveness::MAX_TOKEN;
 
 /// The key of the token counter in the meta table: the highest token granted.
 pub(crate) const COUNTER_KEY: &str = "last_token";
@@ -21,7 +20,7 @@ pub(crate) fn reservation(
     token: u64,
 ) -> Result<Option<u64>> {
     let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
-    Ok((token > reserved).then(|| token.saturating_add(TOKEN_BLOCK).min(MAX_TOKEN)))
+    Ok((token > reserved).then(|| token.saturating_add(TOKEN_BLOCK)))
 }
 
 /// After a crash in single-process mode the counter may be older than tokens handed out; they
