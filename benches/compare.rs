@@ -45,6 +45,8 @@ pub enum Workload {
     EightThreads,
     /// Four processes, each on its own lock.
     FourProcesses,
+    /// Eight processes, each on its own lock.
+    EightProcesses,
     /// Four processes taking turns on one lock (waiting acquires).
     HotLock,
     /// One thread: acquire, write 100 bytes guarded by the lease, release.
@@ -52,10 +54,11 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::OneThread,
         Workload::EightThreads,
         Workload::FourProcesses,
+        Workload::EightProcesses,
         Workload::HotLock,
         Workload::AcquireWrite,
     ];
@@ -65,6 +68,7 @@ impl Workload {
             Workload::OneThread => "1 thread: acquire+release",
             Workload::EightThreads => "8 threads, distinct locks: acquire+release",
             Workload::FourProcesses => "4 processes, distinct locks: acquire+release",
+            Workload::EightProcesses => "8 processes, distinct locks: acquire+release",
             Workload::HotLock => "4 processes, one lock: waiting acquire+release",
             Workload::AcquireWrite => "1 thread: acquire+fenced write+release",
         }
@@ -75,6 +79,7 @@ impl Workload {
             Workload::OneThread => "one-thread",
             Workload::EightThreads => "eight-threads",
             Workload::FourProcesses => "four-processes",
+            Workload::EightProcesses => "eight-processes",
             Workload::HotLock => "hot-lock",
             Workload::AcquireWrite => "acquire-write",
         }
@@ -93,6 +98,7 @@ impl Workload {
             Workload::OneThread | Workload::AcquireWrite => (1, false),
             Workload::EightThreads => (8, false),
             Workload::FourProcesses | Workload::HotLock => (4, true),
+            Workload::EightProcesses => (8, true),
         }
     }
 
@@ -136,7 +142,10 @@ fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant
                 client.write(&lease, &key, VALUE);
                 client.release(lease);
             }
-            Workload::OneThread | Workload::EightThreads | Workload::FourProcesses => {
+            Workload::OneThread
+            | Workload::EightThreads
+            | Workload::FourProcesses
+            | Workload::EightProcesses => {
                 let lease = client.try_acquire(lock).expect("a free lock");
                 client.release(lease);
             }
@@ -379,10 +388,12 @@ fn main() {
             });
         }
     }
-    let singles = if systems
-        .iter()
-        .any(|s| matches!(s, System::FencelockMulti | System::FencelockSingle))
-    {
+    let singles = if systems.iter().any(|s| {
+        matches!(
+            s,
+            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle
+        )
+    }) {
         report::single_ops(args.secs / 2)
     } else {
         Vec::new()

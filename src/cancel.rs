@@ -88,10 +88,17 @@ impl<'a> Waiting<'a> {
 
     /// [`Error::Cancelled`] or [`Error::Timeout`] when the wait must end.
     pub(crate) fn step(&self) -> Result<()> {
-        crate::cancel::check(self.cancel)?;
-        if clock::now_ns() >= self.deadline {
-            return Err(Error::Timeout);
+        self.given_up(clock::now_ns()).map_or(Ok(()), Err)
+    }
+
+    /// Why the wait ends at `now`, if it does.
+    pub(crate) fn given_up(&self, now: u64) -> Option<Error> {
+        if self.cancel.is_some_and(Cancel::is_cancelled) {
+            Some(Error::Cancelled)
+        } else if now >= self.deadline {
+            Some(Error::Timeout)
+        } else {
+            None
         }
-        Ok(())
     }
 }

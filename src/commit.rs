@@ -45,7 +45,7 @@ enum Ran {
 /// Runs a job's operation in the batch's transaction, or fails it with the batch's error.
 type Run = Box<dyn FnOnce(Result<&WriteTransaction, &Error>) -> Ran + Send>;
 
-struct Job {
+pub(crate) struct Job {
     run: Run,
     /// `CLOCK_BOOTTIME` nanoseconds after which the job gives up waiting for the write lock.
     deadline: u64,
@@ -103,11 +103,13 @@ impl GroupCommit {
     /// returns its result once the transaction committed (or failed). Gives up with
     /// [`Error::Timeout`] if the write lock is not had by `deadline` (`CLOCK_BOOTTIME` ns), and
     /// with [`Error::Cancelled`] once `cancel` fires before that. `admit` runs once a batch,
-    /// before its transaction: an error of it fails every operation of the batch.
+    /// before its transaction: an error of it fails every operation of the batch. `extra`
+    /// gives more jobs once the batch has its transaction (other processes' requests).
     pub(crate) fn run<T, F>(
         &self,
         db: &Arc<Db>,
         admit: &dyn Fn() -> Result<()>,
+        extra: &dyn Fn() -> Vec<Job>,
         deadline: u64,
         cancel: Option<&Cancel>,
         op: F,
@@ -132,7 +134,14 @@ impl GroupCommit {
             let batch: Vec<Job> = queue.jobs.drain(..take).collect();
             drop(queue);
             let stepping_down = StepDown(self);
-            run_batch(db, admit, batch, self.relaxed, &mut self.waiting.lock());
+            run_batch(
+                db,
+                admit,
+                extra,
+                batch,
+                self.relaxed,
+                &mut self.waiting.lock(),
+            );
             drop(stepping_down);
             queue = self.queue.lock();
         }
@@ -150,6 +159,36 @@ where
 {
     let slot: Slot<T> = Arc::new(Mutex::new(None));
     let filled = Arc::clone(&slot);
+    let job = job_with(
+        op,
+        move |result| *filled.lock() = Some(result),
+        deadline,
+        cancel,
+    );
+    (job, slot)
+}
+
+/// A job that runs `op` in a batch's transaction for another process, and hands its result to
+/// `finish` once the batch is done. It has no deadline: its requester keeps its own.
+pub(crate) fn foreign_job<T, F>(op: F, finish: impl FnOnce(Result<T>) + Send + 'static) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
+{
+    job_with(op, finish, u64::MAX, None)
+}
+
+/// A job that runs `op` in a batch's transaction and hands its result to `finish`.
+fn job_with<T, F>(
+    op: F,
+    finish: impl FnOnce(Result<T>) + Send + 'static,
+    deadline: u64,
+    cancel: Option<&Cancel>,
+) -> Job
+where
+    T: Send + 'static,
+    F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
+{
     let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
         let outcome = match txn {
             Ok(txn) => crate::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
@@ -168,27 +207,24 @@ where
                             Ok(()) => Ok(applied.value),
                             Err(err) => Err(err.duplicate()),
                         };
-                        *filled.lock() = Some(result);
+                        finish(result);
                     }),
                     durable,
                 )
             }
-            Err(err) if err.is_refusal() => {
-                Ran::Refused(Box::new(move |_| *filled.lock() = Some(Err(err))))
-            }
+            Err(err) if err.is_refusal() => Ran::Refused(Box::new(move |_| finish(Err(err)))),
             Err(err) => {
                 let fatal = err.duplicate();
-                Ran::Failed(Box::new(move |_| *filled.lock() = Some(Err(err))), fatal)
+                Ran::Failed(Box::new(move |_| finish(Err(err))), fatal)
             }
         }
     });
 
-    let job = Job {
+    Job {
         run,
         deadline,
         cancel: cancel.cloned(),
-    };
-    (job, slot)
+    }
 }
 
 /// Hands leadership back and wakes the waiting threads, also when a batch unwinds.
@@ -330,6 +366,7 @@ fn begin(
 fn run_batch(
     db: &Arc<Db>,
     admit: &dyn Fn() -> Result<()>,
+    extra: &dyn Fn() -> Vec<Job>,
     mut batch: Vec<Job>,
     relaxed: bool,
     waiting: &mut Option<Arc<Handoff>>,
@@ -338,6 +375,17 @@ fn run_batch(
         crate::quiet::catch(|| begin(db, &mut batch, waiting))
             .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)))
     });
+    if txn.is_ok() {
+        batch.extend(extra());
+    }
+    let _ = execute(txn, batch, relaxed);
+}
+
+/// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
+/// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
+/// fsync when no job asks to be durable. Returns the batch's outcome: how the commit went, or
+/// the error that failed it.
+pub(crate) fn execute(txn: Result<WriteTransaction>, batch: Vec<Job>, relaxed: bool) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = false;
@@ -381,6 +429,7 @@ fn run_batch(
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));
     }
+    committed
 }
 
 #[cfg(test)]
@@ -443,7 +492,7 @@ mod tests {
     }
 
     fn run(db: &Arc<Db>, jobs: Vec<Job>) {
-        run_batch(db, &|| Ok(()), jobs, false, &mut None);
+        run_batch(db, &|| Ok(()), &Vec::new, jobs, false, &mut None);
     }
 
     fn take(slot: &Slot<u64>) -> Result<u64> {
@@ -528,7 +577,14 @@ mod tests {
             later(),
             Some(&cancel),
         );
-        run_batch(&db, &|| Ok(()), vec![timed, cancelled], false, &mut waiting);
+        run_batch(
+            &db,
+            &|| Ok(()),
+            &Vec::new,
+            vec![timed, cancelled],
+            false,
+            &mut waiting,
+        );
         assert!(matches!(take(&timed_slot), Err(Error::Timeout)));
         assert!(matches!(take(&cancelled_slot), Err(Error::Cancelled)));
         assert!(!ran.load(Ordering::SeqCst), "the timed-out job never ran");
@@ -538,7 +594,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(30));
             drop(blocking);
         });
-        run_batch(&db, &|| Ok(()), vec![next], false, &mut waiting);
+        run_batch(&db, &|| Ok(()), &Vec::new, vec![next], false, &mut waiting);
         release.join().unwrap();
         assert_eq!(take(&next_slot).unwrap(), 20);
         assert_eq!(value(&db, 2), Some(20));
@@ -552,6 +608,7 @@ mod tests {
         run_batch(
             &db,
             &|| Err(Error::Replaced("moved away".into())),
+            &Vec::new,
             vec![a],
             false,
             &mut None,

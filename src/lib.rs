@@ -39,9 +39,12 @@ mod ops;
 mod options;
 mod quiet;
 mod record;
+mod ring;
+mod sharing;
 mod store;
 mod tokens;
 mod values;
+mod wire;
 
 pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;

@@ -39,6 +39,11 @@ pub struct Options {
     /// waits for a process that holds the write lock (one paused inside a commit). The store
     /// must exist; the file need not be writable, unless a crash left it needing a repair.
     pub read_only: bool,
+    /// In multi-process mode, writes go through a request ring shared by the processes that
+    /// open the store (in `/dev/shm`), so that one commit carries the writes of all of them.
+    /// The default; off, each process commits its own writes (for comparison or diagnosis).
+    /// Either way the results and guarantees are the same.
+    pub share_commits: bool,
 }
 
 impl Default for Options {
@@ -49,6 +54,7 @@ impl Default for Options {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             cancel: None,
             read_only: false,
+            share_commits: true,
         }
     }
 }

@@ -24,9 +24,10 @@ use crate::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
 use crate::liveness::Liveness;
-use crate::ops::{unexpected, Done, Op, Tables};
+use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
 use crate::record::{decode_value, Lease};
+use crate::sharing::{run_op, Shared};
 use crate::tokens::{read_counter, restore_counter};
 use crate::values::admit;
 
@@ -55,6 +56,8 @@ pub(crate) struct Inner {
     max_value_len: usize,
     busy_timeout: Duration,
     commits: GroupCommit,
+    /// The shared request ring, in multi-process mode when it can be used.
+    pub(crate) shared: Option<Arc<Shared>>,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// Bumped at every release in this process, so in-process waiters wake at once.
@@ -108,19 +111,26 @@ impl Store {
             // A single-process open never waits: redb refuses at once when the file is held.
             _ => open_now(&path, mode, read_only)?,
         };
+        let live = match mode {
+            ConcurrencyMode::MultiWriter if read_only => Liveness::observer(&path)?,
+            ConcurrencyMode::MultiWriter => Liveness::shared(&path)?,
+            _ => Liveness::private()?,
+        };
+        let boot_id = clock::boot_id()?;
+        let shared = (mode == ConcurrencyMode::MultiWriter && !read_only && options.share_commits)
+            .then(|| Shared::open(&path, &live, boot_id))
+            .flatten()
+            .map(Arc::new);
         let inner = Inner {
-            live: match mode {
-                ConcurrencyMode::MultiWriter if read_only => Liveness::observer(&path)?,
-                ConcurrencyMode::MultiWriter => Liveness::shared(&path)?,
-                _ => Liveness::private()?,
-            },
+            live,
+            shared,
             db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
             read_only,
             mode,
             io_failed: AtomicBool::new(false),
             file: crate::file::Identity::of(&path)?,
             path,
-            boot_id: clock::boot_id()?,
+            boot_id,
             me: ProcessId::current()?,
             max_value_len: options.max_value_len,
             busy_timeout: options.busy_timeout,
@@ -459,27 +469,39 @@ impl Inner {
         }
     }
 
-    /// Runs `op` in a write transaction shared with other threads' writes (group commit). Gives
-    /// up with [`Error::Timeout`] if another process keeps the write lock past `waiting` (by
-    /// default, the busy timeout), or with [`Error::Cancelled`] when its handle fires.
+    /// Runs `op` in a write transaction shared with other writes: through the shared request
+    /// ring with every process's (sharing.rs), or else with this process's other threads'
+    /// (group commit). Gives up with [`Error::Timeout`] if another process keeps the write lock
+    /// past `waiting` (by default, the busy timeout), or with [`Error::Cancelled`] when its
+    /// handle fires.
     pub(crate) fn submit(self: &Arc<Self>, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
         self.check_fork()?;
-        let db = self.database()?;
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        if let Some(shared) = &self.shared {
+            self.check_file()?;
+            if let Some(done) = self.submit_shared(shared, &op, waiting)? {
+                return Ok(done);
+            }
+        }
+        let db = self.database()?;
         db.writable()?;
         // The file check runs once a commit, not once an operation.
         let admit = || self.check_file();
-        let inner = Arc::clone(self);
-        let run = move |txn: &WriteTransaction| {
-            let mut tables = Tables::open(txn)?;
-            let now = clock::now_ns();
-            let plan = op.check(&inner, &tables, now)?;
-            plan.apply(&inner, &mut tables, now)
+        // A batch that holds the write lock takes along what other processes posted.
+        let others = || {
+            self.shared
+                .as_ref()
+                .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
-        self.note_io_failure(
-            self.commits
-                .run(&db, &admit, waiting.deadline, waiting.cancel, run),
-        )
+        let inner = Arc::clone(self);
+        let run = move |txn: &WriteTransaction| run_op(&inner, &op, txn);
+        let result = self
+            .commits
+            .run(&db, &admit, &others, waiting.deadline, waiting.cancel, run);
+        if let Some(shared) = &self.shared {
+            shared.wake();
+        }
+        self.note_io_failure(result)
     }
 
     /// The lease record of the lock `name`, if there is one.
@@ -508,7 +530,7 @@ impl Inner {
     /// Marks the handle for a reopen after a full disk or file-size limit. Other I/O errors (an
     /// fsync that failed, say) leave it refusing work: the page cache may then hold writes that
     /// never reached the disk, and a reopened handle would build on them.
-    fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
+    pub(crate) fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(Error::Io(err)) = &result {
             use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
             if matches!(err.kind(), StorageFull | FileTooLarge | QuotaExceeded) {
@@ -521,7 +543,7 @@ impl Inner {
     /// The open database, reopened first if an operation failed for lack of space since the
     /// last one. Holders keep their leases across the reopen: their liveness
     /// locks are not the database handle's.
-    fn database(&self) -> Result<Arc<Db>> {
+    pub(crate) fn database(&self) -> Result<Arc<Db>> {
         if !self.io_failed.load(Ordering::Acquire) {
             if let Some(db) = self.db.read().as_ref() {
                 return Ok(Arc::clone(db));

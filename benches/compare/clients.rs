@@ -30,6 +30,8 @@ const POLL: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
     FencelockMulti,
+    /// Multi-process mode with `share_commits` off: each process commits its own writes.
+    FencelockAlone,
     FencelockSingle,
     Sqlite,
     RedisAlways,
@@ -38,8 +40,9 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 7] = [
         System::FencelockMulti,
+        System::FencelockAlone,
         System::FencelockSingle,
         System::Sqlite,
         System::RedisAlways,
@@ -51,6 +54,7 @@ impl System {
     pub fn label(self) -> &'static str {
         match self {
             System::FencelockMulti => "fencelock (multi-process mode)",
+            System::FencelockAlone => "fencelock (multi-process, each process commits alone)",
             System::FencelockSingle => "fencelock (single-process mode)",
             System::Sqlite => "SQLite (WAL, synchronous=FULL)",
             System::RedisAlways => "Redis (appendfsync always)",
@@ -63,6 +67,7 @@ impl System {
     pub fn key(self) -> &'static str {
         match self {
             System::FencelockMulti => "fencelock-mp",
+            System::FencelockAlone => "fencelock-mp-alone",
             System::FencelockSingle => "fencelock-sp",
             System::Sqlite => "sqlite",
             System::RedisAlways => "redis-always",
@@ -152,7 +157,7 @@ impl Shared {
     /// fencelock store creates itself). A fencelock store stays open, shared by the clients.
     pub fn prepare(system: System, target: Target, create: bool) -> Shared {
         let store = match system {
-            System::FencelockMulti | System::FencelockSingle => {
+            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle => {
                 Some(open_store(system, target.dir()))
             }
             System::Sqlite => {
@@ -173,9 +178,11 @@ impl Shared {
     /// A new client; fencelock clients of one process share the store.
     pub fn client(&self) -> Box<dyn Client> {
         match self.system {
-            System::FencelockMulti | System::FencelockSingle => Box::new(FencelockClient {
-                store: self.store.clone().expect("the store opened in prepare"),
-            }),
+            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle => {
+                Box::new(FencelockClient {
+                    store: self.store.clone().expect("the store opened in prepare"),
+                })
+            }
             System::Sqlite => Box::new(SqliteClient::connect(self.target.dir())),
             System::RedisAlways | System::RedisEverysec => {
                 let Target::Redis(port) = self.target else {
@@ -200,6 +207,7 @@ fn open_store(system: System, dir: &Path) -> Store {
     };
     let options = Options {
         mode,
+        share_commits: system != System::FencelockAlone,
         ..Options::default()
     };
     Store::open_with(dir.join("locks.db"), &options).expect("open the fencelock store")

@@ -287,8 +287,9 @@ fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
     out
 }
 
-const COLORS: [(System, &str); 6] = [
+const COLORS: [(System, &str); 7] = [
     (System::FencelockMulti, "#1f6feb"),
+    (System::FencelockAlone, "#a5b4fc"),
     (System::FencelockSingle, "#79b8ff"),
     (System::Sqlite, "#d97706"),
     (System::RedisAlways, "#c2410c"),

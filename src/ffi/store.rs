@@ -149,6 +149,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     busy_timeout,
                     cancel: cancel.as_ref().map(|c| c.cancel.clone()),
                     read_only: flags & FENCELOCK_OPEN_READ_ONLY != 0,
+                    ..Options::default()
                 },
             )?;
             store_out.set(Box::into_raw(Box::new(fencelock_store { store })));

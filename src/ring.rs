@@ -1,0 +1,702 @@
+//! The shared request ring: a small memory-mapped area in `/dev/shm` through which the processes
+//! that open one store file post their write operations, so that whichever of them holds the
+//! write lock commits everyone's in one transaction.
+//!
+//! The ring is named after the store file's device and inode, so every path to the file finds
+//! it. It is never fsynced and holds nothing that must survive: correctness never depends on it.
+//! A process that cannot use it (another user's ring, a damaged header, another version) commits
+//! directly, only more slowly.
+//!
+//! Each slot moves through phases, kept with a generation in one 32-bit word that is also the
+//! futex the requester sleeps on:
+//!
+//! ```text
+//! FREE --claim--> CLAIMED --post--> POSTED --take--> TAKEN --publish--> DONE --read--> FREE
+//!                                   |  ^               |
+//!                          withdraw |  | combiner died |--abandon--> ABANDONED --publish--> FREE
+//!                                   v  +---------------+
+//!                                  FREE
+//! ```
+//!
+//! Whoever moves a slot to CLAIMED, TAKEN or DONE owns it for the next step; only the owner
+//! writes its payload. A slot returns to FREE through CLAIMED with its owner field cleared, and
+//! with its generation bumped, so a combiner that took a slot can never publish into its next use.
+//! Every requester and combiner is named by a liveness id whose lock it holds on the store file
+//! (see liveness.rs): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
+//! slot of a dead combiner is posted again.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::liveness::Liveness;
+
+/// Slots in a ring: more than the processes that commit at once on a host of this size.
+const SLOTS: usize = 64;
+/// Bytes per slot, its header included.
+const SLOT_SIZE: usize = 4096;
+const HEADER_SIZE: usize = 4096;
+const RING_SIZE: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
+/// Bytes of a slot that carry a request or a reply.
+const SLOT_HEAD: usize = 32;
+pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
+const MAGIC: u64 = u64::from_le_bytes(*b"fl-ring\x01");
+
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const POSTED: u32 = 2;
+const TAKEN: u32 = 3;
+const DONE: u32 = 4;
+const ABANDONED: u32 = 5;
+const PHASE_BITS: u32 = 3;
+
+fn phase(word: u32) -> u32 {
+    word & ((1 << PHASE_BITS) - 1)
+}
+
+fn generation(word: u32) -> u32 {
+    word >> PHASE_BITS
+}
+
+fn word(generation: u32, phase: u32) -> u32 {
+    (generation << PHASE_BITS) | phase
+}
+
+/// The ring's header, at the start of the mapping.
+#[repr(C)]
+struct Header {
+    /// Written last when the ring is set up: a ring without it is not used.
+    magic: AtomicU64,
+    /// The wire format's version, and the number of slots.
+    version: AtomicU32,
+    slots: AtomicU32,
+    boot_id: [AtomicU64; 2],
+}
+
+/// A slot's header, at the start of each slot.
+#[repr(C)]
+struct SlotHead {
+    state: AtomicU32,
+    /// Length of the request or reply in the slot's payload.
+    len: AtomicU32,
+    /// The requester's liveness id; 0 while nobody owns the slot.
+    owner: AtomicU64,
+    /// The combiner's liveness id while the slot is TAKEN.
+    combiner: AtomicU64,
+}
+
+/// What a requester finds its slot doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for a combiner; the word to sleep on.
+    Posted(u32),
+    /// In a combiner's transaction: that combiner's liveness id, and the word to sleep on.
+    Taken(u64, u32),
+    /// The reply is there.
+    Done,
+    /// The slot is no longer this request's (it cannot happen while the requester lives).
+    Lost,
+}
+
+/// A request posted by this process.
+#[derive(Debug)]
+pub(crate) struct Posted {
+    index: usize,
+    generation: u32,
+}
+
+/// A request a combiner took: its slot and its bytes.
+pub(crate) struct Taken {
+    index: usize,
+    generation: u32,
+    pub(crate) request: Vec<u8>,
+}
+
+pub(crate) struct Ring {
+    map: NonNull<u8>,
+    /// Held with a shared `flock` while the ring is mapped, so that a process sets it up, or
+    /// removes it, only when nobody else uses it.
+    file: File,
+    path: PathBuf,
+    /// The process that opened it. A child of fork() shares its open file, and with it the
+    /// lock: it must neither convert the lock nor remove the ring.
+    opener: u32,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics and through payload copies
+// that the slot protocol gives to one owner at a time.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: the mapping of RING_SIZE bytes made in `open`, unmapped once.
+        unsafe { libc::munmap(self.map.as_ptr().cast(), RING_SIZE) };
+        // The last user removes the ring, so that rings do not pile up in /dev/shm. One that
+        // opens it meanwhile finds the path gone once it holds its lock, and opens again.
+        if std::process::id() == self.opener
+            && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+            && names(&self.path, &self.file).unwrap_or(false)
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Whether `path` names the open file `file`.
+fn names(path: &Path, file: &File) -> io::Result<bool> {
+    let (named, open) = match (std::fs::symlink_metadata(path), file.metadata()) {
+        (Ok(named), Ok(open)) => (named, open),
+        (Err(err), _) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+        (Err(err), _) | (_, Err(err)) => return Err(err),
+    };
+    Ok(named.dev() == open.dev() && named.ino() == open.ino())
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid descriptor and flock operation.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn refused(why: &str) -> io::Error {
+    io::Error::other(why.to_owned())
+}
+
+impl Ring {
+    /// Opens (creating it if needed) the ring of the store file with metadata `store`, in
+    /// `dir` (`/dev/shm`). Refused when the ring belongs to another user than the store, or
+    /// lets more users write it than the store does: whoever writes the ring has its requests
+    /// committed into the store.
+    pub(crate) fn open(
+        dir: &Path,
+        store: &std::fs::Metadata,
+        boot_id: [u8; 16],
+    ) -> io::Result<Ring> {
+        let path = dir.join(format!(
+            "fencelock-{:x}-{:x}.ring",
+            store.dev(),
+            store.ino()
+        ));
+        // A ring unlinked by its last user between this open and this lock is not the one
+        // the path names any more: open again.
+        for _ in 0..3 {
+            let ring = Ring::open_at(&path, store, boot_id)?;
+            if names(&path, ring.file())? {
+                return Ok(ring);
+            }
+        }
+        Err(refused(
+            "the ring was removed again and again while it was opened",
+        ))
+    }
+
+    fn open_at(path: &Path, store: &std::fs::Metadata, boot_id: [u8; 16]) -> io::Result<Ring> {
+        let mode = store.mode() & 0o666;
+        // SAFETY: geteuid has no preconditions.
+        let owner = unsafe { libc::geteuid() } == store.uid();
+        // Only the store's owner creates its ring, so that the ring is the owner's too.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(owner)
+            .truncate(false)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let meta = file.metadata()?;
+        if meta.uid() != store.uid() {
+            return Err(refused("the ring belongs to another user than the store"));
+        }
+        if owner && meta.mode() & 0o666 != mode {
+            // The umask narrowed the mode of a new ring, or the store's mode changed since.
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        } else if meta.mode() & 0o022 & !store.mode() != 0 {
+            return Err(refused(
+                "the ring is writable by users who cannot write the store",
+            ));
+        }
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            // Nobody else uses it: set it up unless it is already right.
+            let ring = Ring::map(file, path)?;
+            if !ring.valid(boot_id) {
+                ring.file().set_len(0)?;
+                ring.file().set_len(RING_SIZE as u64)?;
+                ring.initialize(boot_id);
+            }
+            flock(ring.file(), libc::LOCK_SH)?;
+            return if ring.valid(boot_id) {
+                Ok(ring)
+            } else {
+                Err(refused("the ring could not be set up"))
+            };
+        }
+        // Others use it; wait briefly for one that is setting it up.
+        for _ in 0..50 {
+            if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+                let ring = Ring::map(file, path)?;
+                return if ring.valid(boot_id) {
+                    Ok(ring)
+                } else {
+                    Err(refused("the ring is of another version or damaged"))
+                };
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Err(refused("the ring stayed locked by a process setting it up"))
+    }
+
+    fn map(file: File, path: &Path) -> io::Result<Ring> {
+        if file.metadata()?.len() < RING_SIZE as u64 {
+            file.set_len(RING_SIZE as u64)?;
+        }
+        // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RING_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ring {
+            map: NonNull::new(ptr.cast()).ok_or_else(|| refused("mmap returned NULL"))?,
+            file,
+            path: path.to_path_buf(),
+            opener: std::process::id(),
+        })
+    }
+
+    fn file(&self) -> &File {
+        &self.file
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header's worth of bytes, page-aligned; its fields
+        // are atomics, valid for any bit pattern.
+        unsafe { &*self.map.as_ptr().cast::<Header>() }
+    }
+
+    fn head(&self, index: usize) -> &SlotHead {
+        debug_assert!(index < SLOTS);
+        // SAFETY: slot `index` lies inside the mapping, 4096-aligned; its head is atomics.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(HEADER_SIZE + index * SLOT_SIZE)
+                .cast::<SlotHead>()
+        }
+    }
+
+    fn payload(&self, index: usize) -> *mut u8 {
+        // SAFETY: inside the mapping (see `head`).
+        unsafe {
+            self.map
+                .as_ptr()
+                .add(HEADER_SIZE + index * SLOT_SIZE + SLOT_HEAD)
+        }
+    }
+
+    fn boot_words(boot_id: [u8; 16]) -> [u64; 2] {
+        [
+            u64::from_le_bytes(boot_id[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(boot_id[8..].try_into().expect("8 bytes")),
+        ]
+    }
+
+    fn valid(&self, boot_id: [u8; 16]) -> bool {
+        let header = self.header();
+        let boot = Ring::boot_words(boot_id);
+        header.magic.load(Ordering::Acquire) == MAGIC
+            && header.version.load(Ordering::Relaxed) == crate::wire::WIRE_VERSION
+            && header.slots.load(Ordering::Relaxed) as usize == SLOTS
+            && header.boot_id[0].load(Ordering::Relaxed) == boot[0]
+            && header.boot_id[1].load(Ordering::Relaxed) == boot[1]
+    }
+
+    fn initialize(&self, boot_id: [u8; 16]) {
+        let header = self.header();
+        let boot = Ring::boot_words(boot_id);
+        header
+            .version
+            .store(crate::wire::WIRE_VERSION, Ordering::Relaxed);
+        header.slots.store(SLOTS as u32, Ordering::Relaxed);
+        header.boot_id[0].store(boot[0], Ordering::Relaxed);
+        header.boot_id[1].store(boot[1], Ordering::Relaxed);
+        header.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Frees a slot this process owns (its phase is CLAIMED, DONE or ABANDONED, or was TAKEN by
+    /// it): clears its owner, then bumps its generation.
+    fn free(&self, index: usize, generation: u32) {
+        let head = self.head(index);
+        head.owner.store(0, Ordering::Relaxed);
+        head.state.store(
+            word(generation.wrapping_add(1) & (u32::MAX >> PHASE_BITS), FREE),
+            Ordering::Release,
+        );
+    }
+
+    /// Moves a slot from `from` to CLAIMED (owned by the caller), if it is still in `from`.
+    fn own(&self, index: usize, from: u32) -> bool {
+        self.head(index)
+            .state
+            .compare_exchange(
+                from,
+                word(generation(from), CLAIMED),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Posts `request` for the requester with liveness id `owner`. `None` when it does not fit
+    /// or every slot is in use (the caller commits directly).
+    pub(crate) fn post(&self, owner: u64, request: &[u8], live: &Liveness) -> Option<Posted> {
+        if request.len() > PAYLOAD {
+            return None;
+        }
+        for pass in 0..2 {
+            for index in 0..SLOTS {
+                let head = self.head(index);
+                let current = head.state.load(Ordering::Acquire);
+                if phase(current) != FREE || !self.own(index, current) {
+                    continue;
+                }
+                head.owner.store(owner, Ordering::Relaxed);
+                // SAFETY: the slot is this process's (CLAIMED); the payload holds PAYLOAD bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        request.as_ptr(),
+                        self.payload(index),
+                        request.len(),
+                    );
+                }
+                head.len.store(request.len() as u32, Ordering::Relaxed);
+                let generation = generation(current);
+                head.state
+                    .store(word(generation, POSTED), Ordering::Release);
+                return Some(Posted { index, generation });
+            }
+            if pass == 0 {
+                self.reclaim(live);
+            }
+        }
+        None
+    }
+
+    /// Frees the slots of requesters that died, unless a live combiner has them.
+    fn reclaim(&self, live: &Liveness) {
+        for index in 0..SLOTS {
+            let head = self.head(index);
+            let current = head.state.load(Ordering::Acquire);
+            let owner = head.owner.load(Ordering::Relaxed);
+            // A CLAIMED slot with no owner is being claimed or freed right now.
+            if phase(current) == FREE || owner == 0 || live.is_held(owner).unwrap_or(true) {
+                continue;
+            }
+            if phase(current) == TAKEN
+                && live
+                    .is_held(head.combiner.load(Ordering::Relaxed))
+                    .unwrap_or(true)
+            {
+                continue;
+            }
+            if self.own(index, current) {
+                self.free(index, generation(current));
+            }
+        }
+    }
+
+    /// What the request `posted` is doing.
+    pub(crate) fn phase(&self, posted: &Posted) -> Phase {
+        let head = self.head(posted.index);
+        let current = head.state.load(Ordering::Acquire);
+        if generation(current) != posted.generation {
+            return Phase::Lost;
+        }
+        match phase(current) {
+            POSTED => Phase::Posted(current),
+            TAKEN => Phase::Taken(head.combiner.load(Ordering::Relaxed), current),
+            DONE => Phase::Done,
+            _ => Phase::Lost,
+        }
+    }
+
+    /// Takes the request back before any combiner took it. Returns whether it did.
+    pub(crate) fn withdraw(&self, posted: &Posted) -> bool {
+        if self.own(posted.index, word(posted.generation, POSTED)) {
+            self.free(posted.index, posted.generation);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Posts again a request whose combiner died before publishing its reply.
+    pub(crate) fn repost(&self, posted: &Posted) -> bool {
+        self.head(posted.index)
+            .state
+            .compare_exchange(
+                word(posted.generation, TAKEN),
+                word(posted.generation, POSTED),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Gives up waiting for a taken request: its combiner frees the slot when it publishes.
+    /// Returns `false` if the reply came meanwhile (then read it with [`Ring::reply`]).
+    pub(crate) fn abandon(&self, posted: &Posted) -> bool {
+        self.head(posted.index)
+            .state
+            .compare_exchange(
+                word(posted.generation, TAKEN),
+                word(posted.generation, ABANDONED),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The reply to `posted`, once its phase is DONE; frees the slot.
+    pub(crate) fn reply(&self, posted: Posted) -> Vec<u8> {
+        let len = (self.head(posted.index).len.load(Ordering::Relaxed) as usize).min(PAYLOAD);
+        let mut reply = vec![0u8; len];
+        // SAFETY: the slot is this process's while DONE; the payload holds PAYLOAD bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.payload(posted.index), reply.as_mut_ptr(), len)
+        };
+        self.free(posted.index, posted.generation);
+        reply
+    }
+
+    /// Sleeps until the slot's word is no longer `seen`, or `timeout` passes.
+    pub(crate) fn wait(&self, posted: &Posted, seen: u32, timeout: Duration) {
+        futex_wait(&self.head(posted.index).state, seen, timeout);
+    }
+
+    /// Takes every posted request of a live requester, for the combiner with liveness id
+    /// `combiner`, which holds the store's write lock. Requests of dead requesters are dropped.
+    pub(crate) fn take_posted(&self, combiner: u64, live: &Liveness) -> Vec<Taken> {
+        let mut taken = Vec::new();
+        for index in 0..SLOTS {
+            let head = self.head(index);
+            let current = head.state.load(Ordering::Acquire);
+            if phase(current) != POSTED {
+                continue;
+            }
+            let owner = head.owner.load(Ordering::Relaxed);
+            if !live.is_held(owner).unwrap_or(true) {
+                // Its requester died: nobody waits for it, and its grant would be dead.
+                if self.own(index, current) {
+                    self.free(index, generation(current));
+                }
+                continue;
+            }
+            head.combiner.store(combiner, Ordering::Relaxed);
+            if head
+                .state
+                .compare_exchange(
+                    current,
+                    word(generation(current), TAKEN),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            let len = (head.len.load(Ordering::Relaxed) as usize).min(PAYLOAD);
+            let mut request = vec![0u8; len];
+            // SAFETY: the slot is this combiner's while TAKEN; the payload holds PAYLOAD bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.payload(index), request.as_mut_ptr(), len)
+            };
+            taken.push(Taken {
+                index,
+                generation: generation(current),
+                request,
+            });
+        }
+        taken
+    }
+
+    /// Publishes the reply to a taken request and wakes its requester; frees the slot of a
+    /// request given up on.
+    pub(crate) fn publish(&self, taken: &Taken, reply: &[u8]) {
+        let head = self.head(taken.index);
+        let len = reply.len().min(PAYLOAD);
+        // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
+        unsafe { std::ptr::copy_nonoverlapping(reply.as_ptr(), self.payload(taken.index), len) };
+        head.len.store(len as u32, Ordering::Relaxed);
+        fence(Ordering::Release);
+        match head.state.compare_exchange(
+            word(taken.generation, TAKEN),
+            word(taken.generation, DONE),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => futex_wake(&head.state),
+            Err(now) if now == word(taken.generation, ABANDONED) => {
+                self.free(taken.index, taken.generation);
+            }
+            // Posted again because this combiner was taken for dead; the next combiner runs it
+            // again (the rules make a re-run give the same result).
+            Err(_) => {}
+        }
+    }
+
+    /// Wakes the requesters of posted requests, so that one of them takes the write lock next.
+    pub(crate) fn wake_posted(&self) {
+        for index in 0..SLOTS {
+            let head = self.head(index);
+            if phase(head.state.load(Ordering::Relaxed)) == POSTED {
+                futex_wake(&head.state);
+            }
+        }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
+    let timeout = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: a futex wait on a 4-byte aligned word of a shared mapping, with a valid timeout.
+    // Interruptions, timeouts and a changed word all just return; the caller looks again.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &raw const timeout,
+            std::ptr::null::<u32>(),
+            0,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: a futex wake on a 4-byte aligned word of a shared mapping.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOOT: [u8; 16] = [7; 16];
+
+    fn store(dir: &Path) -> (std::path::PathBuf, std::fs::Metadata) {
+        let path = dir.join("store");
+        std::fs::write(&path, b"").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        (path, meta)
+    }
+
+    fn ring_path(dir: &Path, meta: &std::fs::Metadata) -> std::path::PathBuf {
+        dir.join(format!("fencelock-{:x}-{:x}.ring", meta.dev(), meta.ino()))
+    }
+
+    #[test]
+    fn processes_racing_to_create_the_ring_share_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        let rings: Vec<Ring> = std::thread::scope(|scope| {
+            let opening: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| Ring::open(dir.path(), &meta, BOOT).unwrap()))
+                .collect();
+            opening.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let inode = rings[0].file().metadata().unwrap().ino();
+        assert!(rings
+            .iter()
+            .all(|r| r.file().metadata().unwrap().ino() == inode));
+        // What one posts, another takes.
+        let posted = rings[3].post(1 << 50, b"request", &live).unwrap();
+        let taken = rings[5].take_posted(1 << 51, &live);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].request, b"request");
+        rings[6].publish(&taken[0], b"reply");
+        assert_eq!(rings[3].phase(&posted), Phase::Done);
+        assert_eq!(rings[3].reply(posted), b"reply");
+        // The last user removes it.
+        let ring_file = ring_path(dir.path(), &meta);
+        assert!(ring_file.exists());
+        drop(rings);
+        assert!(!ring_file.exists());
+    }
+
+    #[test]
+    fn a_ring_of_an_earlier_boot_is_set_up_again_and_a_foreign_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, meta) = store(dir.path());
+        let ring_file = ring_path(dir.path(), &meta);
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let old = std::fs::read(&ring_file).unwrap();
+        // Used by a process of this boot, it cannot be taken for another boot's.
+        assert!(Ring::open(dir.path(), &meta, [8; 16]).is_err());
+        drop(ring);
+        std::fs::write(&ring_file, &old).unwrap();
+        let ring = Ring::open(dir.path(), &meta, [8; 16]).unwrap();
+        assert!(ring.valid([8; 16]));
+        drop(ring);
+        // Another program's file of that name is set up again too (nobody uses it).
+        std::fs::write(&ring_file, b"something else").unwrap();
+        assert!(Ring::open(dir.path(), &meta, BOOT).unwrap().valid(BOOT));
+    }
+
+    #[test]
+    fn a_taken_request_given_up_on_is_freed_when_its_reply_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let posted = ring.post(1 << 50, b"request", &live).unwrap();
+        let taken = ring.take_posted(1 << 51, &live);
+        assert!(matches!(ring.phase(&posted), Phase::Taken(id, _) if id == 1 << 51));
+        assert!(
+            !ring.withdraw(&posted),
+            "a taken request cannot be withdrawn"
+        );
+        assert!(ring.abandon(&posted));
+        ring.publish(&taken[0], b"late");
+        assert_eq!(
+            ring.phase(&posted),
+            Phase::Lost,
+            "freed for the next request"
+        );
+        assert!(ring.post(1 << 50, b"next", &live).is_some());
+    }
+}

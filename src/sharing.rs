@@ -1,0 +1,430 @@
+//! One commit for every process: writes travel through the shared request ring (ring.rs).
+//!
+//! A thread with a write posts its operation in the ring and then tries, without waiting, to
+//! take the store's write lock. The one that gets it is the combiner: it takes every posted
+//! request (its own, its threads', other processes'), runs them in one transaction with one
+//! commit, publishes each result and wakes each requester. The others sleep on their slot until
+//! their result is there, or until the combiner is done and one of them may combine next.
+//!
+//! Liveness never depends on who commits: the requester holds the liveness lock of the lease it
+//! asks for (liveness.rs), so a grant whose requester died is dead on arrival. The failure rules:
+//!
+//! - A combiner that dies before it publishes: its requests' slots are TAKEN by a dead process;
+//!   their requesters post them again. A re-run acquire whose grant did commit finds its own
+//!   liveness id in the record and returns that same grant; a re-run write or fence has the
+//!   result it had (an equal token passes), and an extend extends again.
+//! - A combiner that is paused (SIGSTOP) holds the write lock, as any process paused inside a
+//!   commit does: requests still POSTED withdraw after [`WITHDRAW_AFTER`] and wait for the lock
+//!   on their own, within their deadline; requests it TAKEN wait for it up to their deadline and
+//!   then give up. An acquire given up then leaves at most a dead record (its requester lets
+//!   its liveness lock go); a write given up then may still land when the combiner resumes, as a
+//!   write that times out inside any database's commit may.
+//! - A requester that dies after posting: a combiner drops its request (or runs it, if it took
+//!   it first: a grant without its requester's lock is dead on arrival); a slot it left is
+//!   reclaimed when the ring runs full.
+//! - A full ring, a request larger than a slot, or no usable ring: the write commits directly.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::WriteTransaction;
+
+use crate::cancel::Waiting;
+use crate::clock;
+use crate::commit::{execute, foreign_job, Applied, Job};
+use crate::error::{Error, Result};
+use crate::liveness::{fresh_id, Liveness};
+use crate::ops::{Done, Op, Tables};
+use crate::ring::{Phase, Posted, Ring, Taken};
+use crate::store::Inner;
+use crate::wire::{decode_op, decode_reply, encode_op, encode_reply};
+
+/// How long a request may stay posted, no combiner taking it, before its requester withdraws
+/// it and waits for the write lock itself: long enough for a combiner's commit, short enough
+/// that a paused combiner costs little.
+const WITHDRAW_AFTER: u64 = 5_000_000;
+/// The longest a requester sleeps on its slot before it looks again at its deadline and at its
+/// combiner's liveness.
+const SLEEP: Duration = Duration::from_millis(1);
+
+/// This process's use of the ring of its store.
+pub(crate) struct Shared {
+    ring: Ring,
+    /// The liveness id this store holds as long as it is open: it names it as a requester and
+    /// as a combiner.
+    id: u64,
+}
+
+impl Shared {
+    /// Wakes the requesters of posted requests after a commit, so that one combines next.
+    pub(crate) fn wake(&self) {
+        self.ring.wake_posted();
+    }
+
+    /// The ring of the store file at `path`, or `None` when it cannot be used; the store then
+    /// commits its own writes.
+    pub(crate) fn open(path: &Path, live: &Liveness, boot_id: [u8; 16]) -> Option<Shared> {
+        let store = fs::metadata(path).ok()?;
+        let ring = Ring::open(Path::new("/dev/shm"), &store, boot_id).ok()?;
+        for _ in 0..64 {
+            let id = fresh_id().ok()?;
+            if live.lock(id).ok()? {
+                return Some(Shared { ring, id });
+            }
+        }
+        None
+    }
+}
+
+/// Runs `op` in `txn`: checks it, then applies its plan.
+pub(crate) fn run_op(inner: &Arc<Inner>, op: &Op, txn: &WriteTransaction) -> Result<Applied<Done>> {
+    let mut tables = Tables::open(txn)?;
+    let now = clock::now_ns();
+    let plan = op.check(inner, &tables, now)?;
+    plan.apply(inner, &mut tables, now)
+}
+
+impl Inner {
+    /// Runs `op` through the ring. `Ok(None)` when it was not posted, or withdrawn: the caller
+    /// commits it directly.
+    pub(crate) fn submit_shared(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        op: &Op,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<Done>> {
+        let request = encode_op(op);
+        match shared.ring.post(shared.id, &request, &self.live) {
+            Some(posted) => self.await_reply(shared, posted, waiting),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits for the reply to `posted`, combining when the write lock is free. `Ok(None)` when
+    /// the request was withdrawn, no combiner having taken it: the caller commits it directly.
+    fn await_reply(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        posted: Posted,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<Done>> {
+        let posted_at = clock::now_ns();
+        loop {
+            let now = clock::now_ns();
+            match shared.ring.phase(&posted) {
+                Phase::Done => return decode_reply(&shared.ring.reply(posted))?.map(Some),
+                Phase::Lost => {
+                    return Err(Error::Storage(
+                        "the shared request ring lost this request's slot".into(),
+                    ))
+                }
+                Phase::Posted(seen) => {
+                    let gave_up = waiting.given_up(now);
+                    if gave_up.is_some() || now.saturating_sub(posted_at) > WITHDRAW_AFTER {
+                        if shared.ring.withdraw(&posted) {
+                            return gave_up.map_or(Ok(None), Err);
+                        }
+                        continue;
+                    }
+                    if !self.combine(shared)? {
+                        shared.ring.wait(&posted, seen, SLEEP);
+                    }
+                }
+                Phase::Taken(combiner, seen) => {
+                    if !self.live.is_held(combiner)? {
+                        // Its combiner died: it is run again.
+                        shared.ring.repost(&posted);
+                        continue;
+                    }
+                    if let Some(err) = waiting.given_up(now) {
+                        if shared.ring.abandon(&posted) {
+                            return Err(err);
+                        }
+                        continue;
+                    }
+                    shared.ring.wait(&posted, seen, SLEEP);
+                }
+            }
+        }
+    }
+
+    /// Becomes the combiner if the write lock is free: runs every posted request in one
+    /// transaction. Returns whether it did.
+    fn combine(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<bool> {
+        let db = self.database()?;
+        let began = crate::quiet::catch(|| match db.writable()?.try_begin_write() {
+            Err(redb::TransactionError::WouldBlock) => Ok(None),
+            other => Ok(Some(other?)),
+        })
+        .unwrap_or_else(|panic| {
+            Err(Error::Storage(format!(
+                "the storage engine panicked in begin_write: {panic}"
+            )))
+        });
+        let Some(txn) = self.note_io_failure(began)? else {
+            return Ok(false);
+        };
+        let jobs = self.ring_jobs(shared);
+        // Another combiner may have taken every request since; the transaction then aborts
+        // unused.
+        let committed = execute(Ok(txn), jobs, false);
+        shared.wake();
+        // A full disk stops this process's handle: the next operation reopens it.
+        let _ = self.note_io_failure(committed);
+        Ok(true)
+    }
+
+    /// Jobs for the requests posted in the ring, for a batch that holds the write lock.
+    pub(crate) fn ring_jobs(self: &Arc<Self>, shared: &Arc<Shared>) -> Vec<Job> {
+        shared
+            .ring
+            .take_posted(shared.id, &self.live)
+            .into_iter()
+            .filter_map(|taken| self.ring_job(shared, taken))
+            .collect()
+    }
+
+    /// The job of a taken request; `None` for one that does not decode, which is answered at
+    /// once (and fails nothing else of the batch).
+    fn ring_job(self: &Arc<Self>, shared: &Arc<Shared>, taken: Taken) -> Option<Job> {
+        let op = match decode_op(&taken.request) {
+            Ok(op) => op,
+            Err(err) => {
+                shared.ring.publish(&taken, &encode_reply(&Err(err)));
+                return None;
+            }
+        };
+        let inner = Arc::clone(self);
+        let shared = Arc::clone(shared);
+        Some(foreign_job(
+            move |txn: &WriteTransaction| run_op(&inner, &op, txn),
+            move |result: Result<Done>| shared.ring.publish(&taken, &encode_reply(&result)),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::leases::Grant;
+    use crate::store::Store;
+
+    fn open(path: &Path) -> Store {
+        let store = Store::open(path).unwrap();
+        assert!(store.inner.shared.is_some(), "the ring is usable in tests");
+        store
+    }
+
+    fn shared(store: &Store) -> Arc<Shared> {
+        Arc::clone(store.inner.shared.as_ref().unwrap())
+    }
+
+    fn waiting() -> Waiting<'static> {
+        Waiting::new(Duration::from_secs(10), None)
+    }
+
+    /// An acquire of `name` by `store`, its liveness lock taken, and posted to the ring.
+    fn post_acquire(store: &Store, name: &str) -> (Grant, Op, Posted) {
+        let grant = Grant::take(&store.inner).unwrap();
+        let op = Op::Acquire {
+            name: name.into(),
+            ttl: Duration::from_secs(30),
+            write: None,
+            holder: store.inner.me,
+            live: grant.live,
+        };
+        let shared = shared(store);
+        let posted = shared
+            .ring
+            .post(shared.id, &encode_op(&op), &store.inner.live)
+            .unwrap();
+        (grant, op, posted)
+    }
+
+    fn granted(done: Option<Done>) -> u64 {
+        match done {
+            Some(Done::Granted { token, .. }) => token,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_whose_combiner_died_before_committing_is_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let requester = open(&path);
+        let combiner = open(&path);
+        let (grant, _, posted) = post_acquire(&requester, "a");
+        let taken = shared(&combiner)
+            .ring
+            .take_posted(shared(&combiner).id, &combiner.inner.live);
+        assert_eq!(taken.len(), 1);
+        drop(combiner);
+        let token = granted(
+            requester
+                .inner
+                .await_reply(&shared(&requester), posted, waiting())
+                .unwrap(),
+        );
+        assert_eq!(token, 1);
+        let live = grant.keep();
+        assert!(requester.inner.live.is_held(live).unwrap());
+        assert_eq!(requester.lock("a").unwrap().unwrap().token, 1);
+    }
+
+    #[test]
+    fn a_request_whose_combiner_died_after_committing_gets_that_same_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let requester = open(&path);
+        let combiner = open(&path);
+        let (grant, _, posted) = post_acquire(&requester, "a");
+        // The combiner runs and commits the request, and dies before it publishes the reply.
+        let inner = Arc::clone(&combiner.inner);
+        let jobs: Vec<Job> = shared(&combiner)
+            .ring
+            .take_posted(shared(&combiner).id, &combiner.inner.live)
+            .into_iter()
+            .map(|taken| {
+                let op = decode_op(&taken.request).unwrap();
+                let inner = Arc::clone(&inner);
+                foreign_job(
+                    move |txn: &WriteTransaction| run_op(&inner, &op, txn),
+                    |_: Result<Done>| {},
+                )
+            })
+            .collect();
+        let txn = inner
+            .database()
+            .unwrap()
+            .writable()
+            .unwrap()
+            .begin_write()
+            .unwrap();
+        execute(Ok(txn), jobs, false).unwrap();
+        drop(inner);
+        drop(combiner);
+        assert_eq!(requester.info().unwrap().last_token, 1);
+        let token = granted(
+            requester
+                .inner
+                .await_reply(&shared(&requester), posted, waiting())
+                .unwrap(),
+        );
+        assert_eq!(token, 1, "the grant that committed, not a second one");
+        assert_eq!(requester.info().unwrap().last_token, 1);
+        grant.keep();
+    }
+
+    #[test]
+    fn a_request_of_a_dead_requester_is_dropped_unrun() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let combiner = open(&path);
+        let ring = shared(&combiner);
+        // Posted under a liveness id that nobody holds: its requester is gone.
+        let op = Op::Fence {
+            resource: "r".into(),
+            token: 1,
+        };
+        let posted = ring
+            .ring
+            .post(
+                crate::liveness::fresh_id().unwrap(),
+                &encode_op(&op),
+                &combiner.inner.live,
+            )
+            .unwrap();
+        assert!(ring
+            .ring
+            .take_posted(ring.id, &combiner.inner.live)
+            .is_empty());
+        assert_eq!(
+            ring.ring.phase(&posted),
+            Phase::Lost,
+            "its slot is free again"
+        );
+    }
+
+    #[test]
+    fn a_full_ring_commits_directly() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let store = open(&path);
+        let ring = shared(&store);
+        let op = encode_op(&Op::Fence {
+            resource: "r".into(),
+            token: 1,
+        });
+        let mut posted = Vec::new();
+        while let Some(p) = ring.ring.post(ring.id, &op, &store.inner.live) {
+            posted.push(p);
+        }
+        assert_eq!(posted.len(), 64);
+        let holder = store.acquire("a", Duration::from_secs(5)).unwrap();
+        holder.put(b"k", b"v").unwrap();
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+        // The direct commits took the posted requests along.
+        for p in &posted {
+            assert_eq!(ring.ring.phase(p), Phase::Done);
+        }
+    }
+
+    #[test]
+    fn behind_a_paused_combiner_a_posted_write_withdraws_and_times_out_changing_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let options = crate::Options {
+            busy_timeout: Duration::from_millis(100),
+            ..crate::Options::default()
+        };
+        let requester = Store::open_with(&path, &options).unwrap();
+        let holder = requester.acquire("a", Duration::from_secs(30)).unwrap();
+        let paused = open(&path);
+        // Holds the write lock and takes nothing, as a combiner stopped before it took.
+        let txn = paused
+            .inner
+            .database()
+            .unwrap()
+            .writable()
+            .unwrap()
+            .begin_write()
+            .unwrap();
+        assert!(matches!(holder.put(b"k", b"v"), Err(Error::Timeout)));
+        drop(txn);
+        assert!(requester.get(b"k").unwrap().is_none());
+        holder.put(b"k", b"v").unwrap();
+        assert_eq!(requester.get(b"k").unwrap().unwrap().value, b"v");
+    }
+
+    #[test]
+    fn processes_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let a = open(&path);
+        let b = open(&path);
+        // Both post; one combine commits both.
+        let (grant_a, _, posted_a) = post_acquire(&a, "a");
+        let (grant_b, _, posted_b) = post_acquire(&b, "b");
+        assert!(b.inner.combine(&shared(&b)).unwrap());
+        assert_eq!(shared(&a).ring.phase(&posted_a), Phase::Done);
+        assert_eq!(shared(&b).ring.phase(&posted_b), Phase::Done);
+        let ta = granted(
+            a.inner
+                .await_reply(&shared(&a), posted_a, waiting())
+                .unwrap(),
+        );
+        let tb = granted(
+            b.inner
+                .await_reply(&shared(&b), posted_b, waiting())
+                .unwrap(),
+        );
+        assert_eq!((ta.min(tb), ta.max(tb)), (1, 2));
+        grant_a.keep();
+        grant_b.keep();
+    }
+}

@@ -1,0 +1,474 @@
+//! The byte form of write operations and their results, as they travel through the shared
+//! request ring between processes of one host (and of one library version: the ring's header
+//! carries the version of this format). Little-endian; strings and byte strings carry a u32
+//! length. Decoding checks every length, so a damaged slot is an error, never a panic.
+
+use std::time::Duration;
+
+use crate::clock::ProcessId;
+use crate::error::{Error, Result, Status};
+use crate::ops::{Done, Op};
+
+/// The version of this format; part of the ring's header.
+pub(crate) const WIRE_VERSION: u32 = 1;
+
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        // Every length here is below the ring slot's size, far below u32::MAX.
+        self.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
+        self.0.extend_from_slice(v);
+    }
+    fn opt_bytes(&mut self, v: Option<&[u8]>) {
+        match v {
+            Some(v) => {
+                self.u8(1);
+                self.bytes(v);
+            }
+            None => self.u8(0),
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+fn malformed() -> Error {
+    Error::Storage("a malformed request or reply in the shared request ring".into())
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(malformed());
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>> {
+        let len = self.u32()? as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+    fn string(&mut self) -> Result<String> {
+        String::from_utf8(self.bytes()?).map_err(|_| malformed())
+    }
+    fn opt_bytes(&mut self) -> Result<Option<Vec<u8>>> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.bytes()?)),
+            _ => Err(malformed()),
+        }
+    }
+    fn end(&self) -> Result<()> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(malformed())
+        }
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    crate::limits::duration_ns(d)
+}
+
+const ACQUIRE: u8 = 1;
+const EXTEND: u8 = 2;
+const PUT: u8 = 3;
+const FENCE: u8 = 4;
+
+pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
+    let mut w = Writer::default();
+    match op {
+        Op::Acquire {
+            name,
+            ttl,
+            write,
+            holder,
+            live,
+        } => {
+            w.u8(ACQUIRE);
+            w.bytes(name.as_bytes());
+            w.u64(ns(*ttl));
+            w.u32(holder.pid);
+            w.u64(holder.start_time);
+            w.u64(*live);
+            match write {
+                Some((key, value)) => {
+                    w.u8(1);
+                    w.bytes(key);
+                    w.bytes(value);
+                }
+                None => w.u8(0),
+            }
+        }
+        Op::Extend { name, token, ttl } => {
+            w.u8(EXTEND);
+            w.bytes(name.as_bytes());
+            w.u64(*token);
+            w.u64(ns(*ttl));
+        }
+        Op::Put {
+            key,
+            value,
+            token,
+            lease,
+        } => {
+            w.u8(PUT);
+            w.bytes(key);
+            w.opt_bytes(value.as_deref());
+            w.u64(*token);
+            w.opt_bytes(lease.as_deref().map(str::as_bytes));
+        }
+        Op::Fence { resource, token } => {
+            w.u8(FENCE);
+            w.bytes(resource.as_bytes());
+            w.u64(*token);
+        }
+    }
+    w.0
+}
+
+pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
+    let mut r = Reader(bytes);
+    let op = match r.u8()? {
+        ACQUIRE => {
+            let name = r.string()?;
+            let ttl = Duration::from_nanos(r.u64()?);
+            let holder = ProcessId {
+                pid: r.u32()?,
+                start_time: r.u64()?,
+            };
+            let live = r.u64()?;
+            let write = match r.u8()? {
+                0 => None,
+                1 => Some((r.bytes()?, r.bytes()?)),
+                _ => return Err(malformed()),
+            };
+            Op::Acquire {
+                name,
+                ttl,
+                write,
+                holder,
+                live,
+            }
+        }
+        EXTEND => Op::Extend {
+            name: r.string()?,
+            token: r.u64()?,
+            ttl: Duration::from_nanos(r.u64()?),
+        },
+        PUT => Op::Put {
+            key: r.bytes()?,
+            value: r.opt_bytes()?,
+            token: r.u64()?,
+            lease: match r.opt_bytes()? {
+                Some(name) => Some(String::from_utf8(name).map_err(|_| malformed())?),
+                None => None,
+            },
+        },
+        FENCE => Op::Fence {
+            resource: r.string()?,
+            token: r.u64()?,
+        },
+        _ => return Err(malformed()),
+    };
+    r.end()?;
+    Ok(op)
+}
+
+const GRANTED: u8 = 1;
+const EXTENDED: u8 = 2;
+const WROTE: u8 = 3;
+const FENCED: u8 = 4;
+const FAILED: u8 = 5;
+
+pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
+    let mut w = Writer::default();
+    match reply {
+        Ok(Done::Granted { token, expires_ns }) => {
+            w.u8(GRANTED);
+            w.u64(*token);
+            w.u64(*expires_ns);
+        }
+        Ok(Done::Extended { expires_ns }) => {
+            w.u8(EXTENDED);
+            w.u64(*expires_ns);
+        }
+        Ok(Done::Put { existed }) => {
+            w.u8(WROTE);
+            w.u8(u8::from(*existed));
+        }
+        Ok(Done::Fenced) => w.u8(FENCED),
+        Err(err) => {
+            w.u8(FAILED);
+            encode_error(&mut w, err);
+        }
+    }
+    w.0
+}
+
+/// The reply in `bytes`; the outer error says the bytes were malformed.
+pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
+    let mut r = Reader(bytes);
+    let reply = match r.u8()? {
+        GRANTED => Ok(Done::Granted {
+            token: r.u64()?,
+            expires_ns: r.u64()?,
+        }),
+        EXTENDED => Ok(Done::Extended {
+            expires_ns: r.u64()?,
+        }),
+        WROTE => Ok(Done::Put {
+            existed: r.u8()? != 0,
+        }),
+        FENCED => Ok(Done::Fenced),
+        FAILED => Err(decode_error(&mut r)?),
+        _ => return Err(malformed()),
+    };
+    r.end()?;
+    Ok(reply)
+}
+
+/// An error as its status, three numbers and a message.
+fn encode_error(w: &mut Writer, err: &Error) {
+    let (a, b, c, message) = match err {
+        Error::Locked {
+            token,
+            pid,
+            remaining,
+        } => (*token, u64::from(*pid), ns(*remaining), String::new()),
+        Error::StaleToken { token, highest } => (*token, *highest, 0, String::new()),
+        Error::LockLost { token, current } => (
+            *token,
+            current.unwrap_or(0),
+            u64::from(current.is_some()),
+            String::new(),
+        ),
+        Error::IncompatibleVersion { found, supported } => (*found, *supported, 0, String::new()),
+        Error::Io(io) => (kind_code(io.kind()), 0, 0, io.to_string()),
+        Error::Replaced(m)
+        | Error::InvalidArgument(m)
+        | Error::NotAStore(m)
+        | Error::Corrupt(m)
+        | Error::Storage(m) => (0, 0, 0, m.clone()),
+        Error::Timeout | Error::Cancelled | Error::InUse | Error::Forked => {
+            (0, 0, 0, String::new())
+        }
+    };
+    w.u32(err.status() as u32);
+    w.u64(a);
+    w.u64(b);
+    w.u64(c);
+    w.bytes(message.as_bytes());
+}
+
+fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
+    let status = r.u32()?;
+    let (a, b, c) = (r.u64()?, r.u64()?, r.u64()?);
+    let message = r.string()?;
+    let err = match status {
+        s if s == Status::Locked as u32 => Error::Locked {
+            token: a,
+            pid: u32::try_from(b).map_err(|_| malformed())?,
+            remaining: Duration::from_nanos(c),
+        },
+        s if s == Status::StaleToken as u32 => Error::StaleToken {
+            token: a,
+            highest: b,
+        },
+        s if s == Status::LockLost as u32 => Error::LockLost {
+            token: a,
+            current: (c != 0).then_some(b),
+        },
+        s if s == Status::IncompatibleVersion as u32 => Error::IncompatibleVersion {
+            found: a,
+            supported: b,
+        },
+        s if s == Status::Io as u32 => Error::Io(std::io::Error::new(kind_of(a), message)),
+        s if s == Status::Replaced as u32 => Error::Replaced(message),
+        s if s == Status::InvalidArgument as u32 => Error::InvalidArgument(message),
+        s if s == Status::NotAStore as u32 => Error::NotAStore(message),
+        s if s == Status::Corrupt as u32 => Error::Corrupt(message),
+        s if s == Status::Storage as u32 => Error::Storage(message),
+        s if s == Status::Timeout as u32 => Error::Timeout,
+        s if s == Status::Cancelled as u32 => Error::Cancelled,
+        s if s == Status::InUse as u32 => Error::InUse,
+        s if s == Status::Forked as u32 => Error::Forked,
+        _ => return Err(malformed()),
+    };
+    Ok(err)
+}
+
+/// The kinds of I/O error a reply keeps; others arrive as `Other`, their message intact.
+const KINDS: [std::io::ErrorKind; 9] = {
+    use std::io::ErrorKind::{
+        FileTooLarge, InvalidData, NotFound, Other, PermissionDenied, QuotaExceeded,
+        ReadOnlyFilesystem, StorageFull, UnexpectedEof,
+    };
+    [
+        Other,
+        StorageFull,
+        FileTooLarge,
+        QuotaExceeded,
+        NotFound,
+        PermissionDenied,
+        ReadOnlyFilesystem,
+        InvalidData,
+        UnexpectedEof,
+    ]
+};
+
+fn kind_code(kind: std::io::ErrorKind) -> u64 {
+    KINDS.iter().position(|&k| k == kind).unwrap_or(0) as u64
+}
+
+fn kind_of(code: u64) -> std::io::ErrorKind {
+    usize::try_from(code)
+        .ok()
+        .and_then(|i| KINDS.get(i).copied())
+        .unwrap_or(std::io::ErrorKind::Other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops() -> Vec<Op> {
+        vec![
+            Op::Acquire {
+                name: "payment-export".into(),
+                ttl: Duration::from_millis(1500),
+                write: None,
+                holder: ProcessId {
+                    pid: 42,
+                    start_time: 7,
+                },
+                live: 1 << 50,
+            },
+            Op::Acquire {
+                name: "n".into(),
+                ttl: Duration::from_secs(1),
+                write: Some((b"k".to_vec(), Vec::new())),
+                holder: ProcessId {
+                    pid: 1,
+                    start_time: 2,
+                },
+                live: 3,
+            },
+            Op::Extend {
+                name: "n".into(),
+                token: 9,
+                ttl: Duration::from_secs(3),
+            },
+            Op::Put {
+                key: b"k\0\xff".to_vec(),
+                value: Some(b"v".to_vec()),
+                token: 4,
+                lease: Some("n".into()),
+            },
+            Op::Put {
+                key: b"k".to_vec(),
+                value: None,
+                token: 4,
+                lease: None,
+            },
+            Op::Fence {
+                resource: "bucket".into(),
+                token: 12,
+            },
+        ]
+    }
+
+    #[test]
+    fn operations_round_trip_and_every_cut_is_refused() {
+        for op in ops() {
+            let bytes = encode_op(&op);
+            assert_eq!(decode_op(&bytes).unwrap(), op);
+            for cut in 0..bytes.len() {
+                assert!(decode_op(&bytes[..cut]).is_err(), "{op:?} cut at {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert!(decode_op(&longer).is_err());
+        }
+    }
+
+    #[test]
+    fn replies_round_trip_with_their_status_and_fields() {
+        let replies: Vec<Result<Done>> = vec![
+            Ok(Done::Granted {
+                token: 5,
+                expires_ns: 99,
+            }),
+            Ok(Done::Extended { expires_ns: 3 }),
+            Ok(Done::Put { existed: true }),
+            Ok(Done::Fenced),
+            Err(Error::Locked {
+                token: 3,
+                pid: 77,
+                remaining: Duration::from_millis(5),
+            }),
+            Err(Error::StaleToken {
+                token: 1,
+                highest: 2,
+            }),
+            Err(Error::LockLost {
+                token: 1,
+                current: Some(4),
+            }),
+            Err(Error::LockLost {
+                token: 1,
+                current: None,
+            }),
+            Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))),
+            Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                "too large",
+            ))),
+            Err(Error::Storage("disk".into())),
+            Err(Error::Timeout),
+            Err(Error::Replaced("moved".into())),
+        ];
+        for reply in replies {
+            let back = decode_reply(&encode_reply(&reply)).unwrap();
+            match (&reply, &back) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.status(), b.status());
+                    assert_eq!(a.to_string(), b.to_string());
+                    if let (Error::Io(a), Error::Io(b)) = (a, b) {
+                        assert_eq!(a.kind(), b.kind());
+                    }
+                }
+                _ => panic!("{reply:?} came back as {back:?}"),
+            }
+        }
+        assert!(decode_reply(&[9]).is_err());
+        assert!(decode_reply(&[]).is_err());
+    }
+}
