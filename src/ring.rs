@@ -149,6 +149,34 @@ impl Drop for Ring {
     }
 }
 
+/// Removes the rings in `dir` (other than `keep`) that nobody uses: those of stores whose last
+/// user was killed, which could not remove its ring. Runs when a ring is set up, which is rare.
+fn sweep(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if path == keep || !name.starts_with("fencelock-") || !name.ends_with(".ring") {
+            continue;
+        }
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        else {
+            continue;
+        };
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+            && names(&path, &file).unwrap_or(false)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Whether `path` names the open file `file`.
 fn names(path: &Path, file: &File) -> io::Result<bool> {
     let (named, open) = match (std::fs::symlink_metadata(path), file.metadata()) {
@@ -232,6 +260,9 @@ impl Ring {
                 ring.file().set_len(0)?;
                 ring.file().set_len(RING_SIZE as u64)?;
                 ring.initialize(boot_id);
+                if let Some(dir) = path.parent() {
+                    sweep(dir, path);
+                }
             }
             flock(ring.file(), libc::LOCK_SH)?;
             return if ring.valid(boot_id) {
@@ -674,6 +705,23 @@ mod tests {
         // Another program's file of that name is set up again too (nobody uses it).
         std::fs::write(&ring_file, b"something else").unwrap();
         assert!(Ring::open(dir.path(), &meta, BOOT).unwrap().valid(BOOT));
+    }
+
+    #[test]
+    fn setting_up_a_ring_removes_the_rings_nobody_uses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, meta) = store(dir.path());
+        let left = dir.path().join("fencelock-1-2.ring");
+        std::fs::write(&left, b"left by a killed process").unwrap();
+        let used = dir.path().join("fencelock-3-4.ring");
+        let user = File::create(&used).unwrap();
+        flock(&user, libc::LOCK_SH).unwrap();
+        let other = dir.path().join("unrelated");
+        std::fs::write(&other, b"").unwrap();
+        let _ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        assert!(!left.exists());
+        assert!(used.exists(), "a ring in use stays");
+        assert!(other.exists());
     }
 
     #[test]
