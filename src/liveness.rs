@@ -155,6 +155,27 @@ impl Liveness {
     }
 }
 
+/// redb's header lock: the first 320 bytes, held shared by every `begin_read` of a shared file
+/// and exclusive by a commit while it writes the header.
+const HEADER: (u64, u64) = (0, 320);
+
+impl Liveness {
+    /// Whether a commit of another open file holds redb's header lock exclusive now (a process
+    /// may be paused there), so that a `begin_read` would block behind it. Only a test: holding
+    /// the lock shared ourselves would deadlock with a commit of this process, which waits for
+    /// it while holding redb's in-process header mutex that `begin_read` then waits for.
+    pub(crate) fn header_busy(&self) -> io::Result<bool> {
+        let lock = fcntl_range(
+            &self.probe,
+            libc::F_OFD_GETLK,
+            libc::F_RDLCK,
+            HEADER.0,
+            HEADER.1,
+        )?;
+        Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+    }
+}
+
 fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, id: u64) -> io::Result<libc::flock> {
     if id > MAX_ID {
         return Err(io::Error::new(

@@ -121,6 +121,11 @@ impl Inner {
                     ))
                 }
                 Phase::Posted(seen) => {
+                    // The write lock is tried before any deadline: a write whose timeout has
+                    // run out still commits when nothing stands in its way.
+                    if self.combine(shared)? {
+                        continue;
+                    }
                     let gave_up = waiting.given_up(now);
                     if gave_up.is_some() || now.saturating_sub(posted_at) > WITHDRAW_AFTER {
                         if shared.ring.withdraw(&posted) {
@@ -128,9 +133,7 @@ impl Inner {
                         }
                         continue;
                     }
-                    if !self.combine(shared)? {
-                        shared.ring.wait(&posted, seen, SLEEP);
-                    }
+                    shared.ring.wait(&posted, seen, SLEEP);
                 }
                 Phase::Taken(combiner, seen) => {
                     if !self.live.is_held(combiner)? {

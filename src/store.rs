@@ -523,8 +523,27 @@ impl Inner {
     pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
         self.check_fork()?;
         let db = self.database()?;
-        let result = crate::quiet::catch(|| f(&db.begin_read()?)).unwrap_or_else(damaged);
+        self.wait_for_header()?;
+        let txn = crate::quiet::catch(|| db.begin_read()).unwrap_or_else(damaged);
+        let result = txn.and_then(|txn| crate::quiet::catch(|| f(&txn)).unwrap_or_else(damaged));
         self.note_io_failure(result)
+    }
+
+    /// In multi-process mode, waits (up to the busy timeout, then [`Error::Timeout`]) while a
+    /// commit of another open file holds redb's header lock: `begin_read` would block behind
+    /// it, without a timeout, for as long as a process stays paused inside that commit. A
+    /// process paused there in the moment between this test and the `begin_read` still blocks
+    /// the read until it resumes.
+    fn wait_for_header(&self) -> Result<()> {
+        if self.mode != ConcurrencyMode::MultiWriter {
+            return Ok(());
+        }
+        let waiting = Waiting::new(self.busy_timeout, None);
+        while self.live.header_busy()? {
+            waiting.step()?;
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
     }
 
     /// Marks the handle for a reopen after a full disk or file-size limit. Other I/O errors (an

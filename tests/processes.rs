@@ -118,6 +118,18 @@ fn child() {
             }
             Err(err) => say(format!("error {err}")),
         },
+        // Writes with token 1 in a loop until killed, combining other processes' requests
+        // whenever it holds the write lock.
+        "put-loop" => {
+            store.put(b"child", &[1; 100], 1).unwrap();
+            say("writing".into());
+            loop {
+                match store.put(b"child", &[1; 100], 1) {
+                    Ok(()) | Err(Error::Timeout) => {}
+                    Err(err) => panic!("put-loop: {err}"),
+                }
+            }
+        }
         // Opened on a fresh path at the same time as its siblings.
         "race" => {
             let holder = store
@@ -517,4 +529,105 @@ fn single_process_mode_never_reuses_a_token_after_a_crash() {
     let acknowledged = store.get(b"acknowledged").unwrap().unwrap();
     assert_eq!(acknowledged.value, b"yes");
     store.verify().unwrap();
+}
+
+/// Acquires and releases `name` in a loop until `stop`, returning the tokens it was granted.
+fn grant_loop(store: &Store, name: &str, stop: &std::sync::atomic::AtomicBool) -> Vec<u64> {
+    let mut tokens = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let holder = store.acquire(name, Duration::from_secs(60)).unwrap();
+        tokens.push(holder.token());
+        holder.release().unwrap();
+    }
+    tokens
+}
+
+#[test]
+fn combiners_killed_mid_batch_lose_no_request_and_grant_none_twice() {
+    let (_dir, path, store) = common::temp_store();
+    let seed = store.acquire("seed", Duration::from_secs(600)).unwrap();
+    assert_eq!(seed.token(), 1);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let kills = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..3)
+            .map(|i| {
+                let (store, stop) = (&store, &stop);
+                scope.spawn(move || grant_loop(store, &format!("lock-{i}"), stop))
+            })
+            .collect();
+        // A writer process combines the requests of this one whenever it holds the write
+        // lock; it is killed again and again, at random points of its batches.
+        let mut kills = 0u32;
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(4) {
+            let mut kid = Kid::spawn("put-loop", &path);
+            assert_eq!(kid.report().as_deref(), Some("writing"));
+            std::thread::sleep(Duration::from_millis(20 + u64::from(kills % 7) * 11));
+            kid.signal(libc::SIGKILL);
+            let _ = kid.child.wait();
+            kills += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let tokens: Vec<u64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        // Every grant happened exactly once: the counter moved once per grant reported, and
+        // no token was reported twice.
+        let mut sorted = tokens.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), tokens.len(), "a token was granted twice");
+        assert_eq!(
+            store.info().unwrap().last_token,
+            1 + tokens.len() as u64,
+            "a grant was made that nobody got"
+        );
+        kills
+    });
+    assert!(kills >= 5, "only {kills} kills in 4 s");
+    store.verify().unwrap();
+    drop(seed);
+}
+
+#[test]
+fn behind_a_combiner_paused_mid_batch_every_deadline_holds() {
+    let (_dir, path, store) = common::temp_store();
+    let seed = store.acquire("seed", Duration::from_secs(600)).unwrap();
+    let mut kid = Kid::spawn("put-loop", &path);
+    assert_eq!(kid.report().as_deref(), Some("writing"));
+    let requester = Store::open_with(&path, &short_busy_timeout()).unwrap();
+    let mut timed_out = 0;
+    for round in 0..15 {
+        // Stopped at a random point: often inside a commit, holding requests it took.
+        std::thread::sleep(Duration::from_millis(3 + round % 5));
+        kid.signal(libc::SIGSTOP);
+        let name = format!("lock-{round}");
+        let at = requester.clone();
+        let grant = bounded("an acquire behind a paused combiner", move || {
+            at.acquire(&name, Duration::from_secs(60))
+                .map(|h| h.token())
+        });
+        let at = requester.clone();
+        let put = bounded("a put behind a paused combiner", move || {
+            at.put(b"parent", b"x", 1)
+        });
+        match (&grant, &put) {
+            (Ok(_) | Err(Error::Timeout), Ok(()) | Err(Error::Timeout)) => {}
+            other => panic!("unexpected outcome behind a paused combiner: {other:?}"),
+        }
+        timed_out += usize::from(grant.is_err());
+        kid.signal(libc::SIGCONT);
+        // A grant that timed out left no live lease: the lock is free for the next one.
+        let name = format!("lock-{round}");
+        let next = store
+            .acquire_wait(&name, Duration::from_secs(60), Duration::from_secs(30))
+            .unwrap();
+        assert!(next.token() > 1);
+    }
+    println!("{timed_out} of 15 acquires timed out behind the paused combiner");
+    kid.signal(libc::SIGKILL);
+    let _ = kid.child.wait();
+    store.verify().unwrap();
+    drop(seed);
 }

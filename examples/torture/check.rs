@@ -188,7 +188,11 @@ fn leases(evs: &[Ev], out: &mut Vec<String>) -> Vec<Lease> {
                     expiry_low = fe.op.start + ttl;
                     expiry_high = expiry_high.max(fe.end + ttl);
                 }
+                // An extend that did not report may have taken effect, also after its process
+                // was paused or killed (another process may commit it), and a shorter TTL than
+                // the lease had left brings the expiry forward.
                 (Kind::Extend, None | Some(Outcome::Error(_))) => {
+                    expiry_low = expiry_low.min(fe.op.start + ttl);
                     expiry_high = expiry_high.max(fe.end + ttl);
                 }
                 (Kind::Extend | Kind::HolderPut, Some(Outcome::Lost))
@@ -1005,6 +1009,23 @@ mod tests {
             .release(0, (200, 201), "a", 1)
             .release(1, (200, 201), "a", 2);
         assert_eq!(check(&b.history(&[])), Vec::<String>::new());
+        // An extend with a shorter TTL that never reported (its process paused, another
+        // process committed it) may end the lease at its start + TTL.
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 5), "a", 100, 1)
+            .op(0, Kind::Extend, (10, 0), Some("a"), None, 1, 20, None, None)
+            .acquire(1, (40, 50), "a", 100, 2)
+            .release(0, (200, 201), "a", 1)
+            .release(1, (200, 201), "a", 2);
+        assert_eq!(check(&b.history(&[])), Vec::<String>::new());
+        // But not before that.
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 5), "a", 100, 1)
+            .op(0, Kind::Extend, (10, 0), Some("a"), None, 1, 20, None, None)
+            .acquire(1, (15, 25), "a", 100, 2)
+            .release(0, (200, 201), "a", 1)
+            .release(1, (200, 201), "a", 2);
+        expect_violation(&b.history(&[]), "two holders of a at once");
     }
 
     #[test]
