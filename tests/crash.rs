@@ -538,8 +538,52 @@ fn creation_images() {
 /// The planted bug: with the image builder treating the last sync before an acknowledged
 /// write as not having happened, the checker must report the write (or its grant) lost at that
 /// crash point, for every such write; and the same crash points are clean without the bug.
+///
+/// Planted images are what only a disk that lies about its syncs leaves, and on a few of them
+/// (about one seed in twenty or more) redb 4.6 aborts the process: it panics on a damaged page
+/// in the open, and again while unwinding (`cached_file.rs:44`), which no catch can stop. The
+/// check therefore runs in a child process; a child that aborts so is run again with the next
+/// seed, and says so, since the abort is redb's answer to a dishonest disk, not a defect of
+/// the checker this test is about.
 #[test]
 fn a_lost_sync_is_reported() {
+    const CHILD: &str = "FENCELOCK_CRASH_LOST_SYNC_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return check_lost_syncs();
+    }
+    for attempt in 0..3 {
+        let seed = seed().wrapping_add(attempt);
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_lost_sync_is_reported",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("FENCELOCK_CRASH_SEED", seed.to_string())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        eprint!("{stderr}");
+        if output.status.success() {
+            return;
+        }
+        let aborted_in_redb = std::os::unix::process::ExitStatusExt::signal(&output.status)
+            == Some(libc::SIGABRT)
+            && stderr.contains("cached_file.rs");
+        assert!(
+            aborted_in_redb,
+            "the lost-sync check failed with seed {seed}: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout)
+        );
+        eprintln!("seed {seed}: redb aborted on a planted image; trying the next seed");
+    }
+    panic!("redb aborted on planted images with three seeds in a row");
+}
+
+fn check_lost_syncs() {
     for (salt, mode) in [(6, Mode::MultiProcess), (7, Mode::SingleProcess)] {
         let recorded = record(mode, &[&[None]], 24, seed() ^ salt);
         let recording = &recorded.recording;
