@@ -16,6 +16,7 @@ use crate::store::{Inner, Store};
 /// any lock of the store. Dropping the holder releases the lease.
 ///
 /// A holder is `Send + Sync`: one thread may write while another extends or releases.
+#[must_use = "dropping the holder releases the lock at once; keep it while the work runs"]
 pub struct Holder {
     state: Arc<State>,
 }

@@ -117,5 +117,5 @@ fn a_fired_handle_ends_an_open_before_it_touches_the_path() {
     assert!(!path.exists(), "a cancelled open created the store");
     // The handle is for the open only: a store opened without it is unaffected.
     let store = Store::open(&path).unwrap();
-    store.acquire("job", Duration::from_secs(1)).unwrap();
+    let _job = store.acquire("job", Duration::from_secs(1)).unwrap();
 }

@@ -53,7 +53,7 @@ fn contention_reports_the_current_holder() {
         other => panic!("expected Locked, got {other:?}"),
     }
     // Other locks are independent.
-    store.acquire("other-job", LONG).unwrap();
+    let _other = store.acquire("other-job", LONG).unwrap();
 }
 
 #[test]
@@ -430,7 +430,7 @@ fn keep_alive_renews_until_released_and_reports_the_end() {
     ));
     holder.release().unwrap();
     assert!(holder.wait_lost(Duration::from_secs(5)));
-    store.acquire("job", ttl).unwrap();
+    let _next = store.acquire("job", ttl).unwrap();
 }
 
 #[test]
@@ -455,7 +455,7 @@ fn stores_opened_twice_in_one_process_see_each_others_leases() {
         Err(Error::Locked { .. })
     ));
     drop(holder);
-    other.acquire("job", LONG).unwrap();
+    let _next = other.acquire("job", LONG).unwrap();
 }
 
 #[test]

@@ -336,7 +336,7 @@ fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
 
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
-    store.acquire("other", Duration::from_secs(60)).unwrap();
+    let _other = store.acquire("other", Duration::from_secs(60)).unwrap();
 }
 
 /// Runs `f` in a thread and returns its result. The bound is generous: it catches a call that
