@@ -35,7 +35,11 @@ pub enum Error {
         current: Option<u64>,
     },
     /// A wait gave up after its timeout: a waiting acquire, or an open or write behind another
-    /// process that holds the store's write lock (it may be paused inside a commit).
+    /// process that holds the store's write lock (it may be paused inside a commit). A write
+    /// that gives up after another process took it into its commit (writes of all processes
+    /// share commits) may still land when that process resumes, as a write that times out
+    /// inside any database's commit may; retrying it is safe. An acquire that gives up never
+    /// leaves a live lease.
     Timeout,
     /// A wait was ended through its [`crate::Cancel`] handle; nothing was changed.
     Cancelled,
