@@ -18,9 +18,12 @@ test: lint test-rust test-c test-python test-go test-torture test-fuzz
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features cli -- -D warnings
 
+# The command-line tool is the `cli` feature (off by default, so that a crate depending on
+# fencelock gets only the library); its tests need it.
 test-rust:
-	$(CARGO) test
+	$(CARGO) test --features cli
 	$(CARGO) run --quiet --example gc_pause
 
 release:

@@ -28,6 +28,9 @@ mod clock;
 mod commit;
 mod db;
 mod error;
+// The C ABI: public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part of
+// the Rust API (Rust users call the engine's types).
+#[doc(hidden)]
 pub mod ffi;
 mod file;
 mod holder;
@@ -47,6 +50,8 @@ mod values;
 mod wire;
 
 pub use cancel::Cancel;
+// The boot-time clock the leases use, for the benches and the torture checker only.
+#[doc(hidden)]
 pub use clock::now_ns as boottime_ns;
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
@@ -60,3 +65,8 @@ pub use store::Store;
 
 /// The library's version, as Cargo knows it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+// The README's Rust snippets compile and run as doctests (`cargo test --doc`).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
