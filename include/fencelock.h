@@ -12,8 +12,11 @@
  * but for fencelock_lock_list_get and fencelock_key_list_get (whose only failures are a NULL
  * pointer or an index out of range), takes an optional last parameter
  * `fencelock_error **err_out`: on failure, when it is not NULL, it receives an error to free
- * with fencelock_error_free(). Out-parameters are written
- * only on success. Names are NUL-terminated UTF-8; keys and values are (pointer, length)
+ * with fencelock_error_free(); on success it is left as it was. `*err_out` must be NULL or
+ * an error from this library, never uninitialized: a failure frees the error it holds before
+ * writing the new one, so one variable can serve a sequence of calls and one
+ * fencelock_error_free() at the end frees the last error (do not keep a copy of the pointer
+ * across a later call). Out-parameters are written only on success. Names are NUL-terminated UTF-8; keys and values are (pointer, length)
  * pairs whose pointer may be NULL only when the length is 0. Durations are milliseconds.
  * Every handle may be used from many threads at once; *_close(NULL) and *_free(NULL) do nothing.
  *
@@ -79,7 +82,8 @@ typedef struct fencelock_cancel fencelock_cancel;
 
 /**
  * A detailed error: its status, a message, and the numbers of a refusal. Created by the
- * library on failure; freed with `fencelock_error_free`. Immutable, so safe to read from many
+ * library on failure; freed with `fencelock_error_free`, or by the next call that fails with
+ * the same `err_out` (which frees the error `*err_out` holds before writing its own). Immutable, so safe to read from many
  * threads at once.
  */
 typedef struct fencelock_error fencelock_error;
@@ -631,7 +635,7 @@ void fencelock_key_list_free(struct fencelock_key_list *list);
  * `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_TIMEOUT` (another
  * process held the store for the default busy timeout of 10 s), `FENCELOCK_STORAGE`,
  * `FENCELOCK_PANIC`. On failure, `*err_out` (if `err_out` is not NULL) receives an error to
- * free with `fencelock_error_free`.
+ * free with `fencelock_error_free`, and the error it held before, if any, is freed.
  *
  * Thread-safe.
  *

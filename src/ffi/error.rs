@@ -1,4 +1,7 @@
 //! The error object handed out through the optional `fencelock_error **err_out` parameters.
+//!
+//! A failing call frees the error object `*err_out` already holds before writing its own (see
+//! `guard` in mod.rs), so `*err_out` must be NULL or a live error object, never uninitialized.
 
 use std::ffi::{c_char, CStr, CString};
 use std::sync::OnceLock;
@@ -7,7 +10,8 @@ use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATU
 use crate::error::{Error, Status};
 
 /// A detailed error: its status, a message, and the numbers of a refusal. Created by the
-/// library on failure; freed with `fencelock_error_free`. Immutable, so safe to read from many
+/// library on failure; freed with `fencelock_error_free`, or by the next call that fails with
+/// the same `err_out` (which frees the error `*err_out` holds before writing its own). Immutable, so safe to read from many
 /// threads at once.
 pub struct fencelock_error {
     pub(super) status: Status,

@@ -168,10 +168,14 @@ pub extern "C" fn fencelock_status_str(status: fencelock_status) -> *const c_cha
 
 /// Runs the body of a fallible exported function behind the panic boundary, and maps its
 /// result to a status. On failure, when `err_out` is not NULL, `*err_out` receives a new error
-/// object that the caller frees with `fencelock_error_free`; on success it is left untouched.
+/// object that the caller frees with `fencelock_error_free`, and the error object it held
+/// before (if not NULL) is freed, so a variable reused across calls never leaks; on success it
+/// is left untouched. Freeing rather than refusing: a refusal would turn a call that failed
+/// for its own reason into a failure about the error variable, and lose the new error.
 ///
 /// # Safety
-/// `err_out` is NULL or points to writable memory for a `fencelock_error *`.
+/// `err_out` is NULL or points to a `fencelock_error *` that is NULL or an error object of this
+/// library not yet freed.
 pub unsafe fn guard(
     err_out: *mut *mut fencelock_error,
     body: impl FnOnce() -> Result<(), fencelock_error>,
@@ -184,9 +188,12 @@ pub unsafe fn guard(
         Err(err) => {
             let status = err.status as fencelock_status;
             if !err_out.is_null() {
-                // SAFETY: the caller passes either NULL or a pointer to a writable
-                // `fencelock_error *`, as every function documents.
-                unsafe { err_out.write(Box::into_raw(Box::new(err))) };
+                // SAFETY: the caller passes either NULL or a pointer to a `fencelock_error *`
+                // that is NULL or a live error object, as the header's conventions say.
+                unsafe {
+                    free_boxed(err_out.read());
+                    err_out.write(Box::into_raw(Box::new(err)));
+                }
             }
             status
         }

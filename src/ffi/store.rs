@@ -30,7 +30,7 @@ pub struct fencelock_store {
 /// `FENCELOCK_IN_USE` (open in single-process mode elsewhere), `FENCELOCK_TIMEOUT` (another
 /// process held the store for the default busy timeout of 10 s), `FENCELOCK_STORAGE`,
 /// `FENCELOCK_PANIC`. On failure, `*err_out` (if `err_out` is not NULL) receives an error to
-/// free with `fencelock_error_free`.
+/// free with `fencelock_error_free`, and the error it held before, if any, is freed.
 ///
 /// Thread-safe.
 ///
