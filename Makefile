@@ -1,19 +1,22 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
-#   make test    every test: Rust, C, Python, Go, a short torture run and short fuzz runs
+#   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs
 #   make crash   the long run of the power-loss crash images
-#   make install PREFIX=/usr/local   library, header and pkg-config file
+#   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
+#                                    DESTDIR too); make uninstall with the same variables
 
 CARGO ?= cargo
 FUZZ_SECONDS ?= 45
 PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 
-.PHONY: demo test test-rust test-c test-python test-go test-torture test-fuzz lint release install bench compare torture fuzz crash
+.PHONY: demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
-test: lint test-rust test-c test-python test-go test-torture test-fuzz
+test: lint test-rust test-c test-python test-go test-packaging test-torture test-fuzz
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -38,6 +41,11 @@ test-python: release
 test-go: release
 	bash bindings/go/run_tests.sh
 
+# What a user of each ecosystem does, in a temporary directory outside the repository
+# (each script in tests/packaging/ says what it checks).
+test-packaging:
+	bash tests/packaging/c.sh
+
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
 
@@ -61,5 +69,10 @@ bench:
 compare:
 	$(CARGO) bench --bench compare
 
-install: release
-	sh scripts/install.sh $(PREFIX)
+# Builds only the library (cargo build --profile dist --lib), then installs it as
+# scripts/install.sh describes.
+install:
+	CARGO=$(CARGO) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh $(PREFIX)
+
+uninstall:
+	LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh --uninstall $(PREFIX)

@@ -1,46 +1,112 @@
 #!/bin/sh
-# Installs the C library of fencelock under PREFIX:
-#   PREFIX/lib/libfencelock.so, PREFIX/lib/libfencelock.a, PREFIX/include/fencelock.h,
-#   PREFIX/lib/pkgconfig/fencelock.pc
-# Usage: scripts/install.sh PREFIX      (DESTDIR is honoured for staged installs)
-# Builds the release library first (cargo build --release --lib) unless FENCELOCK_NO_BUILD=1.
+# Installs (or, with --uninstall, removes) the C library of fencelock, as libsqlite3 is installed:
+#   LIBDIR/libfencelock.so.VERSION        the shared library, stripped, with its SONAME
+#   LIBDIR/libfencelock.so.SONAME-VERSION the link the dynamic linker follows (the SONAME)
+#   LIBDIR/libfencelock.so                the link `cc -lfencelock` follows
+#   LIBDIR/libfencelock.a                 the static library, without debug information
+#   INCLUDEDIR/fencelock.h, PKGCONFIGDIR/fencelock.pc
+# Usage: scripts/install.sh [--uninstall] PREFIX
+# Environment: LIBDIR (default PREFIX/lib; PREFIX/lib64 on some distributions), INCLUDEDIR
+# (default PREFIX/include), PKGCONFIGDIR (default LIBDIR/pkgconfig), DESTDIR (a staging root put
+# in front of every path written, never into fencelock.pc), STRIP (default strip).
+# Builds the library first (cargo build --profile dist --lib: the release build without debug
+# information) unless FENCELOCK_NO_BUILD=1; the SONAME comes from the built library (build.rs
+# sets it). `make install` and `make uninstall` call this script.
 set -eu
 
-if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: $0 PREFIX" >&2
+usage() {
+    echo "usage: $0 [--uninstall] PREFIX   (LIBDIR, INCLUDEDIR, PKGCONFIGDIR, DESTDIR from the environment)" >&2
     exit 2
+}
+action=install
+if [ "${1:-}" = --uninstall ]; then
+    action=uninstall
+    shift
 fi
-case "$1" in
-    /*) prefix=$1 ;;
-    *) prefix=$(pwd)/$1 ;;
-esac
-root=$(cd "$(dirname "$0")/.." && pwd)
-target_dir=${CARGO_TARGET_DIR:-$root/target}
+[ $# -eq 1 ] && [ -n "$1" ] || usage
+absolute() {
+    case "$2" in
+        /*) ;;
+        *) echo "$0: $1 must be an absolute path, not '$2'" >&2; exit 2 ;;
+    esac
+}
+absolute PREFIX "$1"
+prefix=$1
+libdir=${LIBDIR:-$prefix/lib}
+includedir=${INCLUDEDIR:-$prefix/include}
+pkgconfigdir=${PKGCONFIGDIR:-$libdir/pkgconfig}
+absolute LIBDIR "$libdir"
+absolute INCLUDEDIR "$includedir"
+absolute PKGCONFIGDIR "$pkgconfigdir"
 destdir=${DESTDIR:-}
-
-if [ "${FENCELOCK_NO_BUILD:-0}" != 1 ]; then
-    (cd "$root" && cargo build --release --lib)
-fi
-for lib in libfencelock.so libfencelock.a; do
-    if [ ! -f "$target_dir/release/$lib" ]; then
-        echo "$0: $target_dir/release/$lib is missing; run cargo build --release" >&2
-        exit 1
-    fi
-done
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
 if [ -z "$version" ]; then
-    echo "$0: no version found in Cargo.toml" >&2
+    echo "$0: no version found in $root/Cargo.toml" >&2
     exit 1
 fi
 
-libdir=$destdir$prefix/lib
-includedir=$destdir$prefix/include
-pcdir=$libdir/pkgconfig
-install -d "$libdir" "$includedir" "$pcdir"
-install -m 0755 "$target_dir/release/libfencelock.so" "$libdir/libfencelock.so"
-install -m 0644 "$target_dir/release/libfencelock.a" "$libdir/libfencelock.a"
-install -m 0644 "$root/include/fencelock.h" "$includedir/fencelock.h"
-sed -e "s|@PREFIX@|$prefix|g" -e "s|@VERSION@|$version|g" "$root/fencelock.pc.in" \
-    | grep -v '^# pkg-config file of fencelock' > "$pcdir/fencelock.pc"
-echo "installed fencelock $version under $destdir$prefix"
+if [ $action = uninstall ]; then
+    lib=$destdir$libdir
+    # The SONAME link is the one libfencelock.so points to.
+    soname=$(readlink "$lib/libfencelock.so" 2>/dev/null || true)
+    for file in "$lib/libfencelock.so" ${soname:+"$lib/$soname"} "$lib/libfencelock.so.$version" \
+        "$lib/libfencelock.a" "$destdir$includedir/fencelock.h" "$destdir$pkgconfigdir/fencelock.pc"; do
+        if [ -e "$file" ] || [ -L "$file" ]; then
+            rm -f "$file"
+            echo "removed $file"
+        fi
+    done
+    exit 0
+fi
+
+if [ "${FENCELOCK_NO_BUILD:-0}" != 1 ]; then
+    (cd "$root" && ${CARGO:-cargo} build --profile dist --lib)
+fi
+built=$(cd "$root" && ${CARGO:-cargo} metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/dist
+for file in libfencelock.so libfencelock.a; do
+    if [ ! -f "$built/$file" ]; then
+        echo "$0: $built/$file is missing; run cargo build --profile dist --lib" >&2
+        exit 1
+    fi
+done
+strip=${STRIP:-strip}
+for tool in readelf "$strip"; do
+    command -v "$tool" >/dev/null || {
+        echo "$0: $tool is needed (it comes with binutils)" >&2
+        exit 1
+    }
+done
+soname=$(readelf -d "$built/libfencelock.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+case "$soname" in
+    libfencelock.so.*) ;;
+    *) echo "$0: $built/libfencelock.so has no SONAME libfencelock.so.N (build.rs sets it)" >&2; exit 1 ;;
+esac
+
+install -d "$destdir$libdir" "$destdir$includedir" "$destdir$pkgconfigdir"
+install -m 0755 "$built/libfencelock.so" "$destdir$libdir/libfencelock.so.$version"
+ln -sf "libfencelock.so.$version" "$destdir$libdir/$soname"
+ln -sf "$soname" "$destdir$libdir/libfencelock.so"
+install -m 0644 "$built/libfencelock.a" "$destdir$libdir/libfencelock.a"
+# The dist profile strips the shared library; the static one, an archive rustc does not strip,
+# loses its debug information here and keeps the symbols the linker needs.
+"$strip" --strip-debug "$destdir$libdir/libfencelock.a"
+install -m 0644 "$root/include/fencelock.h" "$destdir$includedir/fencelock.h"
+sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@INCLUDEDIR@|$includedir|g" \
+    -e "s|@VERSION@|$version|g" "$root/fencelock.pc.in" |
+    grep -v '^# ' >"$destdir$pkgconfigdir/fencelock.pc"
+echo "installed fencelock $version ($soname) under $destdir$prefix"
+
+# The ldconfig hint, for an install onto this machine (not a staged one).
+[ -z "$destdir" ] || exit 0
+searched=$(ldconfig -v -N -X 2>/dev/null | sed -n 's|^\(/[^:]*\):.*|\1|p' |
+    while read -r dir; do readlink -f "$dir"; done)
+if printf '%s\n' "$searched" | grep -qxF "$(readlink -f "$libdir")"; then
+    echo "run ldconfig (as root) so that the dynamic linker finds $soname in $libdir"
+else
+    echo "$libdir is not searched by the dynamic linker: a program linked with -lfencelock finds" \
+        "$soname at run time if you add $libdir to /etc/ld.so.conf.d/ and run ldconfig, set" \
+        "LD_LIBRARY_PATH=$libdir, or link with -Wl,-rpath,$libdir"
+fi
