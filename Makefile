@@ -45,6 +45,7 @@ test-go: release
 # (each script in tests/packaging/ says what it checks).
 test-packaging:
 	bash tests/packaging/c.sh
+	bash tests/packaging/python.sh
 
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s

@@ -1,44 +1,73 @@
 """Builds libfencelock with cargo and ships it inside the package; metadata is in pyproject.toml.
 
-`pip install ./bindings/python` runs `cargo build --release --lib` in the repository root (two
-levels above this file, or $FENCELOCK_SOURCE_DIR), finds the target directory through
-`cargo metadata` (so CARGO_TARGET_DIR and .cargo/config are honoured) and copies
-libfencelock.so next to the package's modules. The wheel is tagged for the platform
-(py3-none-<platform>): it carries native code but no Python extension, so any Python 3 fits.
+Building the package runs `cargo build --profile dist --lib` (the release build, stripped) in
+the crate's root: `rust/` inside an sdist, else the repository root two levels above this file,
+or $FENCELOCK_SOURCE_DIR. The target directory comes from `cargo metadata` (so CARGO_TARGET_DIR
+and .cargo/config are honoured); libfencelock.so is copied next to the package's modules.
+
+The wheel is tagged py3-none-<platform>: it carries native code but no Python extension, so any
+Python 3 fits. With FENCELOCK_GLIBC=2.17 (say) the library is linked against that glibc version
+by cargo-zigbuild (`pip install ziglang cargo-zigbuild`) and the wheel is tagged
+manylinux_2_17_<arch>, which a package index accepts; `auditwheel show` confirms the tag.
+
+`python -m build --sdist` puts the crate (`cargo package`: its sources, Cargo.toml, Cargo.lock)
+in the sdist under rust/, so that the sdist builds on any machine with cargo.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 from setuptools.dist import Distribution
-
-try:
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools < 70.1
-    from wheel.bdist_wheel import bdist_wheel
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = "libfencelock.so"
 SOURCE_ENV = "FENCELOCK_SOURCE_DIR"
+GLIBC_ENV = "FENCELOCK_GLIBC"
+PROFILE = "dist"  # Cargo.toml: the release build without debug information, stripped
+SDIST_CRATE = "rust"  # where an sdist carries the crate
 
 
 def repo_root() -> Path:
     explicit = os.environ.get(SOURCE_ENV)
-    root = Path(explicit).resolve() if explicit else HERE.parent.parent
+    if explicit:
+        root = Path(explicit).resolve()
+    elif (HERE / SDIST_CRATE / "Cargo.toml").is_file():
+        root = HERE / SDIST_CRATE
+    else:
+        root = HERE.parent.parent
     manifest = root / "Cargo.toml"
     if not manifest.is_file() or 'name = "fencelock"' not in manifest.read_text():
         raise SystemExit(
             f"fencelock: no fencelock Cargo.toml in {root}. Build from the repository checkout "
-            f"(pip install ./bindings/python) or set ${SOURCE_ENV} to the repository root."
+            f"(pip install ./bindings/python), from an sdist, or set ${SOURCE_ENV} to the "
+            f"repository root."
         )
     return root
+
+
+def glibc_target() -> tuple[str, str] | None:
+    """(glibc version, architecture) of a manylinux build, from $FENCELOCK_GLIBC; None without."""
+    wanted = os.environ.get(GLIBC_ENV)
+    if not wanted:
+        return None
+    if not re.fullmatch(r"2\.[0-9]+", wanted):
+        raise SystemExit(f"fencelock: ${GLIBC_ENV} must be a glibc version such as 2.17, not {wanted!r}")
+    arch = platform.machine()
+    if arch not in ("x86_64", "aarch64"):
+        raise SystemExit(f"fencelock: ${GLIBC_ENV} is supported on x86_64 and aarch64, not {arch}")
+    return wanted, arch
 
 
 def cargo(root: Path, *args: str, capture: bool = False) -> str:
@@ -54,11 +83,30 @@ def cargo(root: Path, *args: str, capture: bool = False) -> str:
     return done.stdout or ""
 
 
+def metadata(root: Path) -> dict:
+    return json.loads(cargo(root, "metadata", "--format-version", "1", "--no-deps", capture=True))
+
+
+def target_directory(root: Path) -> Path:
+    return Path(metadata(root)["target_directory"])
+
+
 def build_library() -> Path:
     root = repo_root()
-    cargo(root, "build", "--release", "--lib")
-    metadata = json.loads(cargo(root, "metadata", "--format-version", "1", "--no-deps", capture=True))
-    built = Path(metadata["target_directory"]) / "release" / LIBRARY
+    glibc = glibc_target()
+    if glibc is None:
+        cargo(root, "build", "--profile", PROFILE, "--lib")
+        built = target_directory(root) / PROFILE / LIBRARY
+    else:
+        version, arch = glibc
+        if shutil.which("cargo-zigbuild") is None:
+            raise SystemExit(
+                f"fencelock: ${GLIBC_ENV}={version} builds with cargo-zigbuild, which is not on "
+                f"PATH: pip install ziglang cargo-zigbuild"
+            )
+        triple = f"{arch}-unknown-linux-gnu"
+        cargo(root, "zigbuild", "--profile", PROFILE, "--lib", "--target", f"{triple}.{version}")
+        built = target_directory(root) / triple / PROFILE / LIBRARY
     if not built.is_file():
         raise SystemExit(f"fencelock: cargo finished but {built} does not exist")
     return built
@@ -87,8 +135,35 @@ class PlatformWheel(bdist_wheel):
         self.root_is_pure = False
 
     def get_tag(self):
-        _, _, platform = super().get_tag()
-        return "py3", "none", platform
+        _, _, plat = super().get_tag()
+        glibc = glibc_target()
+        if glibc is not None:
+            version, arch = glibc
+            plat = f"manylinux_{version.replace('.', '_')}_{arch}"
+        return "py3", "none", plat
+
+
+class SdistWithCrate(sdist):
+    """sdist that also carries the crate, as `cargo package` lays it out, under rust/."""
+
+    def make_release_tree(self, base_dir: str, files) -> None:
+        super().make_release_tree(base_dir, files)
+        root = repo_root()
+        cargo(root, "package", "--no-verify", "--allow-dirty", "--quiet")
+        crate_metadata = metadata(root)
+        version = crate_metadata["packages"][0]["version"]
+        crate = Path(crate_metadata["target_directory"]) / "package" / f"fencelock-{version}.crate"
+        destination = Path(base_dir) / SDIST_CRATE
+        with tarfile.open(crate) as archive:
+            for member in archive.getmembers():
+                # Every member is under fencelock-VERSION/; refuse anything else.
+                top, _, rest = member.name.partition("/")
+                if top != f"fencelock-{version}" or not rest or ".." in Path(rest).parts:
+                    raise SystemExit(f"fencelock: unexpected path {member.name!r} in {crate}")
+                if not (member.isfile() or member.isdir()):
+                    raise SystemExit(f"fencelock: {member.name!r} in {crate} is not a plain file")
+                member.name = rest
+                archive.extract(member, destination)
 
 
 class BinaryDistribution(Distribution):
@@ -98,5 +173,5 @@ class BinaryDistribution(Distribution):
 
 setup(
     distclass=BinaryDistribution,
-    cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel},
+    cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel, "sdist": SdistWithCrate},
 )
