@@ -11,7 +11,7 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 
-.PHONY: demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall bench compare torture fuzz crash
+.PHONY: demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -38,7 +38,7 @@ test-c: release
 test-python: release
 	bash bindings/python/run_tests.sh
 
-test-go: release
+test-go:
 	bash bindings/go/run_tests.sh
 
 # What a user of each ecosystem does, in a temporary directory outside the repository
@@ -46,6 +46,7 @@ test-go: release
 test-packaging:
 	bash tests/packaging/c.sh
 	bash tests/packaging/python.sh
+	bash tests/packaging/go.sh
 
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
@@ -74,6 +75,10 @@ compare:
 # scripts/install.sh describes.
 install:
 	CARGO=$(CARGO) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh $(PREFIX)
+
+# The static library the Go module links, put into bindings/go for this machine's architecture.
+go-lib:
+	CARGO=$(CARGO) sh scripts/go-lib.sh
 
 uninstall:
 	LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh --uninstall $(PREFIX)

@@ -1,7 +1,8 @@
 //! The committed C header is the one cbindgen generates, and its version agrees with Cargo's
 //! and the library's.
 //!
-//! build.rs generates the header into OUT_DIR on every build. To update the committed copy:
+//! build.rs generates the header into OUT_DIR on every build. To update the committed copies
+//! (include/fencelock.h and the Go module's bindings/go/fencelock.h):
 //!     FENCELOCK_UPDATE_HEADER=1 cargo test --test header
 
 use std::ffi::CStr;
@@ -9,11 +10,14 @@ use std::path::Path;
 
 const FRESH: &str = include_str!(concat!(env!("OUT_DIR"), "/fencelock.h"));
 const COMMITTED_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include/fencelock.h");
+/// The Go module's copy, so that the module builds once fetched (bindings/go/cgo.go).
+const GO_COPY_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bindings/go/fencelock.h");
 
 #[test]
 fn committed_header_matches_a_fresh_generation() {
     if std::env::var_os("FENCELOCK_UPDATE_HEADER").is_some() {
         std::fs::write(COMMITTED_PATH, FRESH).expect("write include/fencelock.h");
+        std::fs::write(GO_COPY_PATH, FRESH).expect("write bindings/go/fencelock.h");
     }
     let committed = std::fs::read_to_string(Path::new(COMMITTED_PATH))
         .expect("include/fencelock.h is committed");
@@ -31,6 +35,17 @@ fn committed_header_matches_a_fresh_generation() {
              FENCELOCK_UPDATE_HEADER=1 cargo test --test header"
         );
     }
+}
+
+#[test]
+fn go_module_copy_matches_a_fresh_generation() {
+    let copy = std::fs::read_to_string(Path::new(GO_COPY_PATH))
+        .expect("bindings/go/fencelock.h is committed");
+    assert!(
+        copy == FRESH,
+        "bindings/go/fencelock.h is stale; regenerate it with \
+         FENCELOCK_UPDATE_HEADER=1 cargo test --test header"
+    );
 }
 
 /// The value of `#define NAME value` in the header.

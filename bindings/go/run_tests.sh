@@ -1,11 +1,12 @@
 #!/bin/sh
-# Builds the Rust static library the binding links, then vets, format-checks and tests the Go
-# binding with the race detector. Run from anywhere; `make test` calls it.
+# Puts the Rust static library the binding links into the module (scripts/go-lib.sh), then
+# vets, format-checks and tests the Go binding with the race detector. Run from anywhere;
+# `make test` calls it.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
-(cd "$root" && cargo build --release --lib)
+sh "$root/scripts/go-lib.sh"
 cd "$here"
 go vet ./...
 unformatted=$(gofmt -l .)
