@@ -47,6 +47,7 @@ test-packaging:
 	bash tests/packaging/c.sh
 	bash tests/packaging/python.sh
 	bash tests/packaging/go.sh
+	CARGO=$(CARGO) bash tests/packaging/rust.sh
 
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# What a Rust user does, outside the repository: a fresh crate that depends on fencelock by path
+# with the default features, whose dependency tree must hold only what the library needs (not
+# the command-line tool's clap and serde_json), builds and runs the seed walkthrough
+# (rust-user/main.rs); and `cargo install --path . --features cli` installs a working command.
+# Usage: tests/packaging/rust.sh      (`make test-packaging` runs it)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() {
+    echo "packaging/rust: FAILED: $*" >&2
+    exit 1
+}
+cargo=${CARGO:-cargo}
+# Builds share one target directory of their own, so the dependencies are compiled once.
+export CARGO_TARGET_DIR=${FENCELOCK_PACKAGING_TARGET:-$root/target/packaging}
+
+user=$work/user
+mkdir -p "$user/src"
+cp "$here/rust-user/main.rs" "$user/src/main.rs"
+cat >"$user/Cargo.toml" <<TOML
+[package]
+name = "user"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+fencelock = { path = "$root" }
+TOML
+cd "$user"
+# The lock file of the repository pins the same versions the library is tested with.
+cp "$root/Cargo.lock" .
+tree=$("$cargo" tree -e normal --prefix none --offline 2>/dev/null || "$cargo" tree -e normal --prefix none)
+packages=$(sed 's/ (.*)$//; s/ (\*)$//' <<<"$tree" | sort -u | grep -v '^user ')
+count=$(wc -l <<<"$packages")
+for cli_only in clap serde_json; do
+    if grep -q "^$cli_only " <<<"$packages"; then fail "default features pull $cli_only: $packages"; fi
+done
+grep -q '^fencelock ' <<<"$packages" || fail "fencelock is not in the tree: $packages"
+"$cargo" build --quiet >"$work/build.log" 2>&1 || fail "cargo build: $(cat "$work/build.log")"
+mkdir "$work/store"
+"$CARGO_TARGET_DIR/debug/user" "$work/store" >"$work/walk.log" 2>&1 ||
+    fail "the walkthrough: $(cat "$work/walk.log")"
+grep -q "walkthrough ok" "$work/walk.log" || fail "unexpected output: $(cat "$work/walk.log")"
+
+# The command, as the README installs it (a debug build: the test checks what is installed).
+"$cargo" install --quiet --debug --locked --path "$root" --features cli --root "$work/installed" \
+    >"$work/install.log" 2>&1 || fail "cargo install --path . --features cli: $(cat "$work/install.log")"
+db=$work/store/cli.db
+FENCELOCK_DB=$db "$work/installed/bin/fencelock" run --lock payment-export -- \
+    sh -c 'printf "from the command\n" | "$0" put payments/today.csv' "$work/installed/bin/fencelock" ||
+    fail "fencelock run ... put failed"
+got=$(FENCELOCK_DB=$db "$work/installed/bin/fencelock" get payments/today.csv)
+[ "$got" = "from the command" ] || fail "fencelock get printed '$got'"
+
+echo "packaging/rust: ok ($count packages in the default dependency tree, fencelock included; no clap," \
+    "no serde_json; the walkthrough ran; cargo install --features cli installs the command)"
