@@ -66,7 +66,7 @@ pub use store::Store;
 /// The library's version, as Cargo knows it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-// The README's Rust snippets compile and run as doctests (`cargo test --doc`).
+// The README's Rust snippets compile as doctests (`cargo test --doc`).
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

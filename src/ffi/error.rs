@@ -11,8 +11,8 @@ use crate::error::{Error, Status};
 
 /// A detailed error: its status, a message, and the numbers of a refusal. Created by the
 /// library on failure; freed with `fencelock_error_free`, or by the next call that fails with
-/// the same `err_out` (which frees the error `*err_out` holds before writing its own). Immutable, so safe to read from many
-/// threads at once.
+/// the same `err_out` (which frees the error `*err_out` holds before writing its own).
+/// Immutable, so safe to read from many threads at once.
 pub struct fencelock_error {
     pub(super) status: Status,
     message: CString,
