@@ -15,12 +15,7 @@ const GO_COPY_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bindings/go/fen
 
 #[test]
 fn committed_header_matches_a_fresh_generation() {
-    if std::env::var_os("FENCELOCK_UPDATE_HEADER").is_some() {
-        std::fs::write(COMMITTED_PATH, FRESH).expect("write include/fencelock.h");
-        std::fs::write(GO_COPY_PATH, FRESH).expect("write bindings/go/fencelock.h");
-    }
-    let committed = std::fs::read_to_string(Path::new(COMMITTED_PATH))
-        .expect("include/fencelock.h is committed");
+    let committed = committed_copy(COMMITTED_PATH);
     if committed != FRESH {
         let line = committed
             .lines()
@@ -39,13 +34,21 @@ fn committed_header_matches_a_fresh_generation() {
 
 #[test]
 fn go_module_copy_matches_a_fresh_generation() {
-    let copy = std::fs::read_to_string(Path::new(GO_COPY_PATH))
-        .expect("bindings/go/fencelock.h is committed");
+    let copy = committed_copy(GO_COPY_PATH);
     assert!(
         copy == FRESH,
         "bindings/go/fencelock.h is stale; regenerate it with \
          FENCELOCK_UPDATE_HEADER=1 cargo test --test header"
     );
+}
+
+/// The committed copy at `path`, first overwritten with a fresh generation when
+/// FENCELOCK_UPDATE_HEADER is set.
+fn committed_copy(path: &str) -> String {
+    if std::env::var_os("FENCELOCK_UPDATE_HEADER").is_some() {
+        std::fs::write(path, FRESH).unwrap_or_else(|err| panic!("write {path}: {err}"));
+    }
+    std::fs::read_to_string(Path::new(path)).unwrap_or_else(|err| panic!("read {path}: {err}"))
 }
 
 /// The value of `#define NAME value` in the header.
