@@ -53,15 +53,22 @@ fn fails(call: impl FnOnce(*mut ErrPtr) -> fencelock_status) -> Failure {
     take(status, err)
 }
 
-/// Runs a fallible call that must succeed, and checks it leaves `*err_out` alone.
+/// Runs a fallible call that must succeed, and checks it leaves `*err_out` alone: it starts
+/// out holding a live error object (a failing call would free it, so it must be a real one).
 fn ok(call: impl FnOnce(*mut ErrPtr) -> fencelock_status) {
-    let sentinel = 0x5EED as ErrPtr;
-    let mut err: ErrPtr = sentinel;
+    let mut err: ErrPtr = null_mut();
+    let mut store = null_mut();
+    // SAFETY: the pointers are valid; a NULL path is refused with an error object.
+    let refused = unsafe { fencelock_store_open(null(), &raw mut store, &raw mut err) };
+    assert_eq!(refused, FENCELOCK_NULL_POINTER);
+    let earlier = err;
     let status = call(&raw mut err);
     if status != FENCELOCK_OK {
         panic!("expected OK, got {:?}", take(status, err));
     }
-    assert_eq!(err, sentinel, "success leaves *err_out untouched");
+    assert_eq!(err, earlier, "success leaves *err_out untouched");
+    // SAFETY: `err` is the error object of the refused open, not yet freed.
+    unsafe { fencelock_error_free(err) };
 }
 
 fn c(text: &str) -> CString {
