@@ -245,6 +245,111 @@ fn help_documents_exit_codes_database_and_examples() {
     assert!(stdout(&out).contains(env!("CARGO_PKG_VERSION")));
 }
 
+/// The rows of the table under the `Exit status` line of `text` (`--help`): (code, meaning)
+/// pairs.
+fn help_exit_rows(text: &str) -> Vec<(String, String)> {
+    let heading = text.find("Exit status").expect("an exit status table");
+    let start = heading + text[heading..].find('\n').expect("a table under it") + 1;
+    text[start..]
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let (code, meaning) = line.split_once("  ")?;
+            let numeric = code.chars().all(|c| c.is_ascii_digit() || "+N".contains(c));
+            numeric.then(|| (code.to_owned(), meaning.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// The rows of the README's exit status table, between its two markers.
+fn readme_exit_rows(readme: &str) -> Vec<(String, String)> {
+    let begin = readme
+        .find("<!-- exit-status:begin")
+        .expect("README marks its exit status table");
+    let end = readme[begin..]
+        .find("<!-- exit-status:end -->")
+        .expect("README ends its exit status table")
+        + begin;
+    readme[begin..end]
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| status"))
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+            match cells.as_slice() {
+                [code, meaning] => Some((code.trim().to_owned(), meaning.trim().to_owned())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_exit_table_is_the_one_help_prints() {
+    let env = Env::new();
+    let help = stdout(&env.run(&["--help"]));
+    let from_help = help_exit_rows(&help);
+    assert!(from_help.len() >= 12, "{help}");
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let mut table = String::from("| status | meaning |\n|-----:|---------|\n");
+    for (code, meaning) in &from_help {
+        table.push_str(&format!("| {code} | {meaning} |\n"));
+    }
+    assert_eq!(
+        readme_exit_rows(&readme),
+        from_help,
+        "the README's exit status table differs from `fencelock --help` \
+         (src/bin/fencelock/exit.rs); paste this between its markers:\n{table}"
+    );
+    // `run --help` gives the rows `run` can exit with, word for word.
+    let run_help = stdout(&env.run(&["run", "--help"]));
+    let from_run = help_exit_rows(&run_help);
+    assert!(from_run.iter().any(|(code, _)| code == "82"), "{run_help}");
+    assert!(
+        from_run.iter().any(|(code, _)| code == "128+N"),
+        "{run_help}"
+    );
+    for row in &from_run {
+        assert!(from_help.contains(row), "{row:?} is not in --help's table");
+    }
+    // The documented codes are the ones the tool exits with (the tests below check each).
+    for expected in [
+        0,
+        NOT_FOUND,
+        USAGE,
+        DATABASE,
+        LOCKED,
+        TIMEOUT,
+        STALE_TOKEN,
+        LOCK_LOST,
+        IO,
+        CANNOT_EXECUTE,
+        COMMAND_NOT_FOUND,
+    ] {
+        let code = expected.to_string();
+        assert!(
+            from_help.iter().any(|(c, _)| *c == code),
+            "status {code} is not in --help"
+        );
+    }
+}
+
+#[test]
+fn the_fence_example_checks_and_writes_in_one_step() {
+    let env = Env::new();
+    let help = stdout(&env.run(&["fence", "--help"]));
+    // The check-then-act example, `fencelock fence ... && <write elsewhere>`, is gone ...
+    let example = &help[help.find("Example").expect("an example")..];
+    assert!(
+        !example.contains("fencelock fence"),
+        "the example checks, then writes:\n{help}"
+    );
+    // ... for a fenced put as the commit point, and the help says why.
+    assert!(example.contains("fencelock put"), "{help}");
+    assert!(help.contains("not safe"), "{help}");
+    assert!(help.contains("one step"), "{help}");
+}
+
 #[test]
 fn usage_errors_exit_80_with_a_message() {
     let env = Env::new();
@@ -269,8 +374,21 @@ fn usage_errors_exit_80_with_a_message() {
             "negative",
         ),
         (
-            &["run", "--lock", "a", "--wait", "0ms", "--", "true"],
-            "greater than zero",
+            &["run", "--lock", "a", "-w", "soon", "true"],
+            "bare number of seconds",
+        ),
+        (&["run", "--lock", "a", "--wait", "-1", "true"], "negative"),
+        (
+            &["run", "--lock", "a", "-n", "-w", "1", "true"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "--lock", "a", "-c", "true", "echo"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "--lock", "a", "-E", "256", "true"],
+            "invalid value",
         ),
         (
             &["run", "--lock", "a", "--lost-signal", "NOPE", "--", "true"],
@@ -645,6 +763,81 @@ fn a_held_lock_gives_82_at_once_or_83_after_the_wait() {
 }
 
 #[test]
+fn flock_options_nonblock_timeout_conflict_code_and_command_string() {
+    let env = Env::new();
+    let holder = spawn_holder(&env, "busy", "30s", "started", "stop");
+    let ran = env.path("ran");
+    let touch = ["touch", ran.to_str().unwrap()];
+    let conflicts: &[(&[&str], i32, &str)] = &[
+        (&["-n"], LOCKED, "held by pid"),
+        (&["--nonblock"], LOCKED, "held by pid"),
+        (&["-w", "0"], LOCKED, "held by pid"),
+        (&["-w", "0.3"], TIMEOUT, "timed out after 300ms"),
+        (&["--timeout", "1"], TIMEOUT, "timed out after 1.0s"),
+        (&["-n", "-E", "7"], 7, "held by pid"),
+        (&["-E", "9", "-w", ".2"], 9, "timed out after 200ms"),
+        (&["--conflict-exit-code", "0"], 0, "held by pid"),
+    ];
+    for (options, status, message) in conflicts {
+        let mut args = vec!["run", "--lock", "busy"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&touch);
+        let out = env.run(&args);
+        assert_eq!(code(&out), *status, "{options:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(message),
+            "{options:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!ran.exists(), "a command ran without the lock");
+    // Only a run not told to wait is told how to.
+    let out = env.run(&["run", "--lock", "busy", "true"]);
+    assert!(stderr(&out).contains("-w SECONDS"), "{}", stderr(&out));
+    let out = env.run(&["run", "--lock", "busy", "-w", "0", "true"]);
+    assert!(!stderr(&out).contains("-w SECONDS"), "{}", stderr(&out));
+
+    // -w forever waits until the holder ends, then runs the -c string with `sh -c`.
+    let waiter = env
+        .cmd(&[
+            "run",
+            "--lock",
+            "busy",
+            "-w",
+            "forever",
+            "-c",
+            "echo \"got $FENCELOCK_LOCK\"; exit 4",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    let out = finish(waiter);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "got busy\n");
+
+    // The command without `--`: options after it are its own.
+    let out = env.run(&[
+        "run",
+        "--lock",
+        "free",
+        "-w",
+        "10",
+        "sh",
+        "-c",
+        "echo \"$0\" -n",
+        "x",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "x -n\n");
+    // -E changes the status of a conflict only.
+    let out = env.run(&["run", "--lock", "free", "-E", "0", "-c", "exit 82"]);
+    assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
+}
+
+#[test]
 fn sigterm_to_the_tool_reaches_the_command_and_frees_the_lock() {
     let env = Env::new();
     let script = "trap 'echo got TERM > \"$D/term\"; exit 9' TERM; touch \"$D/started\"; \
@@ -785,8 +978,8 @@ fn sigint_while_waiting_aborts_without_running_the_command() {
             "run",
             "--lock",
             "w",
-            "--wait",
-            "10m",
+            "-w",
+            "forever",
             "--",
             "touch",
             marker.to_str().unwrap(),

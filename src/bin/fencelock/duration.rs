@@ -16,8 +16,6 @@ const LONGEST_NS: u128 = 366 * 86_400 * 1_000_000_000;
 
 const EXPECTED: &str = "expected a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 1m30s";
 
-/// Parses one or more `<number><unit>` groups (`30s`, `1.5s`, `1m30s`). Zero, negative or
-/// unit-less durations are refused with a message that says what is expected.
 /// A lease time `fencelock run` can keep alive: [`fencelock::MIN_KEEP_ALIVE_TTL`] to
 /// [`fencelock::MAX_TTL`], checked with the arguments so that nothing is written for a TTL the
 /// keep-alive would refuse.
@@ -35,8 +33,54 @@ pub fn parse_keep_alive_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// How long `fencelock run` waits for a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once (`-w 0`, as `flock -w 0`).
+    Once,
+    /// Wait up to this long.
+    For(Duration),
+    /// Wait without a limit (`-w forever`).
+    Forever,
+}
+
+/// Parses `-w`: a bare number of seconds as flock(1) takes it (`10`, `0.5`), a duration
+/// (`500ms`, `5m`), or `forever`. Zero means try once.
+pub fn parse_wait(text: &str) -> Result<Wait, String> {
     let trimmed = text.trim();
+    if trimmed.eq_ignore_ascii_case("forever") {
+        return Ok(Wait::Forever);
+    }
+    let bare_seconds =
+        !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    let total = if bare_seconds {
+        parse_total(&format!("{trimmed}s"), text)
+    } else {
+        parse_total(trimmed, text)
+    }
+    .map_err(|err| format!("{err}; or a bare number of seconds (10, 0.5), or `forever`"))?;
+    Ok(if total.is_zero() {
+        Wait::Once
+    } else {
+        Wait::For(total)
+    })
+}
+
+/// Parses one or more `<number><unit>` groups (`30s`, `1.5s`, `1m30s`). Zero, negative or
+/// unit-less durations are refused with a message that says what is expected.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let total = parse_total(text.trim(), text)?;
+    if total.is_zero() {
+        return Err(format!(
+            "duration {text:?} is zero: a duration must be greater than zero"
+        ));
+    }
+    Ok(total)
+}
+
+/// `trimmed` as a sum of `<number><unit>` groups, zero included; `text` is what the user
+/// wrote, for the messages.
+fn parse_total(trimmed: &str, text: &str) -> Result<Duration, String> {
     if trimmed.is_empty() {
         return Err(format!("empty duration: {EXPECTED}"));
     }
@@ -65,11 +109,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             return Err(format!("duration {text:?} is too long (at most 366d)"));
         }
         rest = &after[unit.len()..];
-    }
-    if total_ns == 0 {
-        return Err(format!(
-            "duration {text:?} is zero: a duration must be greater than zero"
-        ));
     }
     Ok(Duration::from_nanos(
         u64::try_from(total_ns).expect("bounded by LONGEST_NS"),
@@ -167,6 +206,26 @@ mod tests {
         assert!(parse_duration("99999999999999999999999999999999999999h")
             .unwrap_err()
             .contains("invalid"));
+    }
+
+    #[test]
+    fn waits_take_bare_seconds_durations_zero_and_forever() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_wait("10"), Ok(Wait::For(ms(10_000))));
+        assert_eq!(parse_wait("0.5"), Ok(Wait::For(ms(500))));
+        assert_eq!(parse_wait(".25"), Ok(Wait::For(ms(250))));
+        assert_eq!(parse_wait("5m"), Ok(Wait::For(ms(300_000))));
+        assert_eq!(parse_wait("300ms"), Ok(Wait::For(ms(300))));
+        assert_eq!(parse_wait("0"), Ok(Wait::Once));
+        assert_eq!(parse_wait("0.0"), Ok(Wait::Once));
+        assert_eq!(parse_wait("0s"), Ok(Wait::Once));
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("FOREVER"), Ok(Wait::Forever));
+        for bad in ["", "abc", "-1", "1.2.3", "10 s", "never"] {
+            let err = parse_wait(bad).expect_err(bad);
+            assert!(err.contains("bare number of seconds"), "{bad}: {err}");
+        }
+        assert!(parse_wait("400d").unwrap_err().contains("too long"));
     }
 
     #[test]

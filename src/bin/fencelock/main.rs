@@ -16,25 +16,12 @@
 //!
 //! # Exit status
 //!
-//! | code | meaning |
-//! |-----:|---------|
-//! | 0    | success; for `run`, the command exited 0 |
-//! | 1    | not found: `get` of a key with no value, `status --lock` of a lock with no record |
-//! | 80   | usage error: bad option, duration, signal or argument, missing command |
-//! | 81   | database error: cannot open, read or write the store (missing for a read command, not a store, damaged, newer version, I/O) |
-//! | 82   | `run` without `--wait`: the lock is held by another live lease (like `flock -n`) |
-//! | 83   | timed out: `run --wait` (like `flock -w`), or another process held the store past `--busy-timeout` (one paused inside a commit or an open) |
-//! | 84   | stale token: a write or fence with a higher token was already accepted |
-//! | 85   | `run`: the lease was lost while the command ran (it expired, e.g. the tool was paused past its TTL, or was taken over); the command was sent `--lost-signal` |
-//! | 86   | I/O error outside the store: reading `--file` or standard input, writing standard output |
-//! | 126  | `run`: the command was found but could not be executed |
-//! | 127  | `run`: the command was not found |
-//! | 128+N | `run`: the command was killed by signal N, or the tool was interrupted by signal N while waiting for the lock |
-//!
-//! Any other status of `run` is the command's own.
+//! One table, `exit::TABLE`, rendered by `--help` and copied into the README (a test checks
+//! the copy). Any other status of `run` is the command's own.
 
 mod commands;
 mod duration;
+mod exit;
 mod output;
 mod run;
 
@@ -46,67 +33,64 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// Exit codes of the tool; see the table at the top of this file.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const NOT_FOUND: u8 = 1;
-    pub const USAGE: u8 = 80;
-    pub const DATABASE: u8 = 81;
-    pub const LOCKED: u8 = 82;
-    pub const TIMEOUT: u8 = 83;
-    pub const STALE_TOKEN: u8 = 84;
-    pub const LOCK_LOST: u8 = 85;
-    pub const IO: u8 = 86;
-    pub const CANNOT_EXECUTE: u8 = 126;
-    pub const COMMAND_NOT_FOUND: u8 = 127;
-}
-
-const TOP_AFTER_HELP: &str = "\
+const TOP_DATABASE_HELP: &str = "\
 Database:
   --db PATH, else $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
   $HOME/.local/state/fencelock/locks.db (its directory is created, mode 0700). Processes
   share locks by naming the same file. Write commands create the file; read commands
-  refuse a missing one.
+  refuse a missing one.";
 
-Exit status:
-    0  success (for `run`: the command exited 0)
-    1  not found (`get` of a key with no value, `status --lock` of an unknown lock)
-   80  usage error (bad option, duration, signal, argument; missing command)
-   81  database error (cannot open, read or write the store)
-   82  run: the lock is held by another live lease (no --wait)
-   83  timed out: run --wait, or another process held the store past --busy-timeout
-   84  stale token: a higher token was already accepted
-   85  run: the lease was lost while the command ran
-   86  I/O error reading --file or stdin, or writing stdout
-  126  run: the command could not be executed
-  127  run: the command was not found
-  128+N  run: the command died by signal N (or the wait was interrupted by it)
-  Any other status of `run` is the command's own.
-
+const TOP_EXAMPLE_HELP: &str = "\
 Example:
-  fencelock run --lock nightly-export --ttl 30s -- sh -c \\
+  fencelock run --lock nightly-export --ttl 30s -w 10 -c \\
       'make-report | fencelock put reports/today --token \"$FENCELOCK_TOKEN\"'";
 
-const RUN_AFTER_HELP: &str = "\
+/// The top-level `--help` epilogue: the database, every exit status, an example.
+fn top_after_help() -> String {
+    format!(
+        "{TOP_DATABASE_HELP}\n\nExit status:\n{}  Any other status of `run` is the command's own.\n\n\
+         {TOP_EXAMPLE_HELP}",
+        exit::help_all()
+    )
+}
+
+const RUN_ABOUT_HELP: &str = "\
+Options follow flock(1): -n fails at once, -w SECONDS waits up to that long (a bare number
+is seconds, fractions allowed; 0 tries once; `forever` waits without a limit), -E N sets the
+status of a conflict, -c STRING runs the string with `sh -c`; the command may follow with or
+without `--`.
+
+Without -w, run fails at once (status 82), unlike flock(1), which waits by default. A lock is
+often held by a job that hangs or is paused; a default that waits would silently queue every
+later run (a cron job every minute piles up behind one stuck run). Say how long a wait is
+acceptable with -w, or -w forever to wait as flock does.
+
 The command gets FENCELOCK_TOKEN (the fencing token), FENCELOCK_LOCK and FENCELOCK_DB in its
 environment. The lease is renewed every third of --ttl while the command runs. SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to the tool are forwarded to the command (a Ctrl-C from the
-terminal already reaches both and is not sent twice). If the tool dies, the command gets
---lost-signal.
+terminal already reaches both and is not sent twice); while it waits for the lock, they end
+the wait without running the command. If the tool dies, the command gets --lost-signal.
 
 If the lease is lost while the command runs (the tool was paused past the TTL, or the store
 was unreachable until the lease ran out), the tool says so on stderr, sends --lost-signal to
 the command, waits for it and exits 85. Writes the command makes with `fencelock put --token
-$FENCELOCK_TOKEN` after another holder wrote are refused with status 84.
+$FENCELOCK_TOKEN` after another holder wrote are refused with status 84.";
 
-Exit status: the command's own; 128+N if it died by signal N; 82 lock held (no --wait);
-83 --wait timed out; 85 lease lost; 126 cannot execute; 127 command not found; 80 usage
-error; 81 database error.
-
+const RUN_EXAMPLE_HELP: &str = "\
 Examples:
-  fencelock run --lock backup -- /usr/local/bin/backup.sh
-  fencelock run --lock backup --wait 5m --ttl 1m -- rsync -a /data /backup
-  fencelock run --lock export -- sh -c 'fencelock put out.csv --token \"$FENCELOCK_TOKEN\" --file out.csv'";
+  fencelock run --lock backup /usr/local/bin/backup.sh
+  fencelock run --lock backup -w 300 --ttl 1m rsync -a /data /backup
+  fencelock run --lock backup -w forever -E 0 -c 'backup.sh && notify-send done'
+  fencelock run --lock export -- sh -c 'fencelock put out.csv --file out.csv'";
+
+/// `fencelock run --help`'s epilogue: the default and its reason, the statuses `run` gives.
+fn run_after_help() -> String {
+    format!(
+        "{RUN_ABOUT_HELP}\n\nExit status: the command's own, or one of the tool's:\n{}\n\
+         {RUN_EXAMPLE_HELP}",
+        exit::help_run()
+    )
+}
 
 const PUT_AFTER_HELP: &str = "\
 The token defaults to $FENCELOCK_TOKEN, which `fencelock run` sets for its command.
@@ -136,13 +120,28 @@ Example:
   fencelock delete config/current --token \"$FENCELOCK_TOKEN\"";
 
 const FENCE_AFTER_HELP: &str = "\
-Checks a token against a resource of your own (a table, a directory, a remote bucket) and
-records it as the highest seen. Use it before writing to storage that fencelock does not hold.
+Checks a token against a resource of your own (a table, a bucket, a service) and records it as
+the highest seen: a lower token is refused from then on.
+
+A check followed by a separate write is not safe. In `fencelock fence R && aws s3 cp ...` a
+pause between the two (a GC pause, SIGSTOP, a slow network) lets a newer holder fence and
+write, and then the stale copy lands on top of it. The check and the write must be one step,
+made where the write is applied:
+  - keep the data, or a pointer to it, in fencelock: `fencelock put` checks the token and
+    writes in one transaction;
+  - or let the storage check the token itself: a conditional write that carries the token, or
+    a service that applies writes one at a time and calls `fence` for each under the same
+    mutex that applies it.
+
 Exit status: 0 the token is current (equal to or higher than any seen); 84 stale token;
 80 bad argument; 81 database error.
 
-Example:
-  fencelock fence s3://bucket/exports --token \"$FENCELOCK_TOKEN\" && aws s3 cp out.csv s3://bucket/exports/";
+Example: write under a name of this token's own, then publish it with a fenced put (a stale
+holder's late copy lands under its own old name, and its put is refused with 84):
+  fencelock run --lock export -c '
+    aws s3 cp out.csv \"s3://bucket/exports/$FENCELOCK_TOKEN.csv\" &&
+    echo \"exports/$FENCELOCK_TOKEN.csv\" | fencelock put exports/current'
+  fencelock get exports/current   # readers follow the pointer";
 
 const STATUS_AFTER_HELP: &str = "\
 States: held (live holder, not expired); expired (the TTL ran out); released (the holder let
@@ -176,7 +175,7 @@ Example:
 
 /// Leased locks with fencing tokens, and fenced values, shared by the processes of one host.
 #[derive(Parser, Debug)]
-#[command(name = "fencelock", version, after_help = TOP_AFTER_HELP)]
+#[command(name = "fencelock", version, after_help = top_after_help())]
 struct Cli {
     /// The store file [default: $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
     /// ~/.local/state/fencelock/locks.db]
@@ -196,7 +195,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a command while holding a lock; the command gets the fencing token
-    #[command(after_help = RUN_AFTER_HELP)]
+    #[command(after_help = run_after_help())]
     Run(RunArgs),
     /// Store a value (from stdin or --file) under a key, fenced by a token
     #[command(after_help = PUT_AFTER_HELP)]
@@ -231,17 +230,49 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", allow_hyphen_values = true,
           value_parser = duration::parse_keep_alive_ttl)]
     pub ttl: Duration,
-    /// Wait up to this long for the lock instead of failing at once with status 82
-    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
-          value_parser = duration::parse_duration)]
-    pub wait: Option<Duration>,
+    /// Fail at once with status 82 when the lock is held: the default, accepted for flock(1)
+    /// scripts
+    #[arg(
+        short = 'n',
+        long = "nonblock",
+        visible_alias = "nb",
+        conflicts_with = "wait"
+    )]
+    pub nonblock: bool,
+    /// Wait up to SECONDS for the lock, then fail with status 83: a number of seconds (10,
+    /// 0.5), a duration (5m, 1h30m) or `forever`; 0 tries once
+    #[arg(short = 'w', long = "timeout", visible_alias = "wait", value_name = "SECONDS",
+          allow_hyphen_values = true, value_parser = duration::parse_wait)]
+    pub wait: Option<duration::Wait>,
+    /// Exit with N instead of 82 or 83 when the lock is held or the wait for it ran out
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N")]
+    pub conflict_exit_code: Option<u8>,
+    /// Run STRING with `sh -c` instead of a command and its arguments
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
+    pub shell_command: Option<OsString>,
     /// Signal sent to the command when the lease is lost or the tool dies (name or number)
     #[arg(long, value_name = "SIGNAL", default_value = "TERM", allow_hyphen_values = true,
           value_parser = run::parse_signal)]
     pub lost_signal: i32,
-    /// The command and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments (`--` before it is optional)
+    #[arg(trailing_var_arg = true, num_args = 1..,
+          required_unless_present = "shell_command", value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and its arguments: the command, or `sh -c STRING`.
+    pub fn argv(&self) -> Vec<OsString> {
+        match &self.shell_command {
+            Some(script) => vec!["sh".into(), "-c".into(), script.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 #[derive(Args, Debug)]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use fencelock::{Cancel, Error, Holder, LockState, Store};
 
 use crate::commands::open_store;
-use crate::duration::format_duration;
+use crate::duration::{format_duration, Wait};
 use crate::{exit, Failure, RunArgs};
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
@@ -187,11 +187,12 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
     });
     start_signal_thread(Arc::clone(&shared))
         .map_err(|err| Failure::new(exit::IO, format!("cannot set up signal handling: {err}")))?;
-    // With --wait, the open counts against the wait, so the whole acquisition ends on time.
+    // With -w, the open counts against the wait, so the whole acquisition ends on time.
     let started = Instant::now();
-    let open_wait = args
-        .wait
-        .map_or(busy_timeout, |wait| wait.min(busy_timeout));
+    let open_wait = match args.wait {
+        Some(Wait::For(wait)) => wait.min(busy_timeout),
+        _ => busy_timeout,
+    };
     let store = open_store(db, true, open_wait, Some(shared.cancel.clone())).map_err(
         |failure| match shared.interrupted() {
             Some(signal) => interrupted_failure(signal, &args.lock),
@@ -292,20 +293,36 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
     }
 }
 
-/// Takes the lock once, or waits up to `--wait` (counted from `started`); a forwarded signal
-/// fires the cancel handle, which ends the wait at once.
+/// Takes the lock once, or waits as `-w` says (a limit counted from `started`, or none); a
+/// forwarded signal fires the cancel handle, which ends the wait at once. A conflict exits
+/// with `-E`'s status when it is given.
 fn acquire(
     store: &Store,
     args: &RunArgs,
     shared: &Shared,
     started: Instant,
 ) -> Result<Holder, Failure> {
-    let Some(wait) = args.wait else {
-        return store
-            .acquire(&args.lock, args.ttl)
-            .map_err(|err| acquire_failure(&err, &args.lock, None));
+    let conflict = |mut failure: Failure| {
+        if let Some(code) = args.conflict_exit_code {
+            failure.code = code;
+        }
+        failure
     };
-    let left = wait.saturating_sub(started.elapsed());
+    let limit = match args.wait {
+        None | Some(Wait::Once) => {
+            return store
+                .acquire(&args.lock, args.ttl)
+                .map_err(|err| acquire_failure(&err, &args.lock, args.wait.is_some()))
+                .map_err(|failure| match failure.code {
+                    exit::LOCKED => conflict(failure),
+                    _ => failure,
+                });
+        }
+        Some(Wait::For(wait)) => Some(wait),
+        Some(Wait::Forever) => None,
+    };
+    // The engine saturates its deadline, so the longest Duration is a wait without a limit.
+    let left = limit.map_or(Duration::MAX, |wait| wait.saturating_sub(started.elapsed()));
     match store.acquire_wait_cancellable(&args.lock, args.ttl, left, &shared.cancel) {
         Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
             || Failure::from_lib(&Error::Cancelled),
@@ -320,20 +337,22 @@ fn acquire(
                 .map_or_else(String::new, |info| {
                     format!(" (held by pid {} with token {})", info.pid, info.token)
                 });
-            Err(Failure::new(
+            Err(conflict(Failure::new(
                 exit::TIMEOUT,
                 format!(
                     "timed out after {} waiting for lock {:?}{holder}",
-                    format_duration(wait),
+                    format_duration(limit.unwrap_or(left)),
                     args.lock
                 ),
-            ))
+            )))
         }
-        other => other.map_err(|err| acquire_failure(&err, &args.lock, Some(wait))),
+        other => other.map_err(|err| acquire_failure(&err, &args.lock, true)),
     }
 }
 
-fn acquire_failure(err: &Error, lock: &str, wait: Option<Duration>) -> Failure {
+/// `asked_to_wait`: whether `-w` was given, so that the message for a held lock says how to
+/// wait only to those who did not.
+fn acquire_failure(err: &Error, lock: &str, asked_to_wait: bool) -> Failure {
     match err {
         Error::Locked {
             token,
@@ -344,10 +363,10 @@ fn acquire_failure(err: &Error, lock: &str, wait: Option<Duration>) -> Failure {
             format!(
                 "lock {lock:?} is held by pid {pid} with token {token} for {} more{}",
                 format_duration(*remaining),
-                if wait.is_none() {
-                    "; pass --wait DURATION to wait for it"
-                } else {
+                if asked_to_wait {
                     ""
+                } else {
+                    "; pass -w SECONDS (or -w forever) to wait for it"
                 }
             ),
         ),
@@ -366,11 +385,12 @@ fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
 }
 
 fn spawn(db: &Path, args: &RunArgs, holder: &Holder) -> Result<std::process::Child, Failure> {
-    let program = &args.command[0];
+    let argv = args.argv();
+    let program = &argv[0];
     let db = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
     let mut command = Command::new(program);
     command
-        .args(&args.command[1..])
+        .args(&argv[1..])
         .env("FENCELOCK_TOKEN", holder.token().to_string())
         .env("FENCELOCK_LOCK", &args.lock)
         .env("FENCELOCK_DB", db);
