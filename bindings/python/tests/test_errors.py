@@ -78,6 +78,8 @@ def test_timeout_error(store):
     with pytest.raises(fencelock.LockTimeoutError):
         store.acquire("busy", timeout=0.05)
     with pytest.raises(TimeoutError):  # also the builtin
+        store.acquire("busy", timeout=timedelta(milliseconds=1))
+    with pytest.raises(fencelock.LockedError):  # a zero timeout tries once
         store.acquire("busy", timeout=timedelta(0))
     holder.release()
     store.acquire("busy", timeout=0).close()  # free: a zero timeout still gets it

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
-from conftest import PACKAGE_SOURCE
+import pytest
+from conftest import PACKAGE_SOURCE, REPO_ROOT
 
 
 def test_readme_walkthrough_runs(tmp_path, capsys):
@@ -17,3 +19,21 @@ def test_readme_walkthrough_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "refused: token" in out
     assert "A's lease is gone" in out
+
+
+@pytest.mark.parametrize(
+    "readme", [REPO_ROOT / "README.md", PACKAGE_SOURCE / "README.md"], ids=["root", "python"]
+)
+def test_readme_examples_never_drop_a_holder(readme):
+    """A bare ``store.acquire(...)`` statement releases at once: no example may show one."""
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Expr):
+                value = node.value.value if isinstance(node.value, ast.Await) else node.value
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+                    assert value.func.attr not in ("acquire", "acquire_async", "acquire_and_put"), (
+                        f"{readme.name}: a bare {ast.unparse(node)!r} drops the holder"
+                    )

@@ -10,9 +10,14 @@ threads and processes of one host. Python binding over the C ABI of the Rust lib
 
 A process that wakes after its lease expired and another process took over gets
 ``StaleTokenError`` (or ``LockLostError``) instead of overwriting the newer data.
+
+The Holder is the lease: a bare ``store.acquire(...)`` whose result is dropped is released at
+once (with a ``HolderDroppedWarning``). ``timeout=0`` (default) tries once, a positive timeout
+waits up to that many seconds, ``timeout=None`` waits without a limit. ``acquire_async`` and
+``wait_lost_async`` are the asyncio forms; cancelling the task cancels the wait.
 """
 
-from ._api import Fenced, Holder, LockInfo, LockState, Mode, Store
+from ._api import Fenced, Holder, HolderDroppedWarning, LockInfo, LockState, Mode, Store
 from ._errors import (
     CancelledError,
     CorruptError,
@@ -31,6 +36,8 @@ from ._errors import (
     PanicError,
     StaleTokenError,
     StorageError,
+    StoreNotFoundError,
+    StorePermissionError,
     StoreReplacedError,
 )
 from ._ffi import lib as _lib
@@ -57,6 +64,7 @@ __all__ = [
     "FencelockError",
     "ForkedError",
     "Holder",
+    "HolderDroppedWarning",
     "InUseError",
     "IncompatibleVersionError",
     "InvalidArgumentError",
@@ -74,6 +82,8 @@ __all__ = [
     "StaleTokenError",
     "StorageError",
     "Store",
+    "StoreNotFoundError",
+    "StorePermissionError",
     "StoreReplacedError",
     "__version__",
     "library_path",

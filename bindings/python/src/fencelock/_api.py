@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
+import functools
 import math
 import os
+import sys
 import threading
+import warnings
 import weakref
 from ctypes import byref, c_bool, c_size_t, c_uint64, string_at
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, Callable, Generator, NamedTuple, Union
 
 from . import _ffi
-from ._errors import error_from
+from ._errors import LockLostError, error_from
 from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
 from ._handles import Cancel, Handle, _close_quietly, _Resource, call_waiting
 
-__all__ = ["Fenced", "Holder", "LockInfo", "LockState", "Mode", "Store"]
+__all__ = ["Fenced", "Holder", "HolderDroppedWarning", "LockInfo", "LockState", "Mode", "Store"]
 
 Seconds = Union[int, float, timedelta]
 """A duration: seconds as an int or float, or a ``datetime.timedelta``."""
@@ -50,6 +54,21 @@ class LockState(enum.IntEnum):
     EXPIRED = _ffi.LOCK_EXPIRED
     RELEASED = _ffi.LOCK_RELEASED
     HOLDER_DEAD = _ffi.LOCK_HOLDER_DEAD
+
+    def __str__(self) -> str:
+        """The state's name as ``fencelock status`` prints it: ``held``, ``holder-dead``."""
+        return self.name.lower().replace("_", "-")
+
+    def __format__(self, spec: str) -> str:
+        # An IntEnum formats as its number before Python 3.12; f"{state}" gives the name here.
+        return format(str(self), spec)
+
+
+class HolderDroppedWarning(RuntimeWarning):
+    """A ``Holder`` was garbage-collected unused while its lease was live, so its finalizer
+    released the lease at once: nothing kept the holder, as after a bare ``store.acquire(...)``
+    statement. Keep it as long as the lock is needed, best with ``with store.acquire(...) as
+    holder:``. (A holder used and then dropped is released by the finalizer silently.)"""
 
 
 class Fenced(NamedTuple):
@@ -156,6 +175,18 @@ def _lock_state(value: int) -> LockState:
     return LockState(value)
 
 
+def _wait_ms(timeout: Any) -> int:
+    """A wait for a lock: 0 tries once, None waits without a limit (the library saturates the
+    longest timeout), a positive duration waits up to that long."""
+    if timeout is None:
+        return _FOREVER_MS
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
+        raise ValueError(
+            f"timeout must be zero or positive, not {timeout}: timeout=None waits without a limit"
+        )
+    return _ms(timeout, "timeout", allow_zero=True)
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -217,7 +248,7 @@ class Store(Handle):
             lambda: lib.fencelock_store_close(out),
         )
         if status:
-            raise error_from(status, err)
+            raise error_from(status, err, filename=os.fsdecode(raw_path))
         super().__init__(out, lib.fencelock_store_close)
         self._path = os.fsdecode(raw_path)
         self._mode = mode
@@ -238,24 +269,60 @@ class Store(Handle):
 
     # -- locks --------------------------------------------------------------------------------
 
-    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = None) -> Holder:
-        """Acquires the lock ``name`` for a lease of ``ttl`` seconds and returns its Holder.
+    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = 0) -> Holder:
+        """Acquires the lock ``name`` for a lease of ``ttl`` seconds and returns its Holder, which
+        *is* the lease: keep it (``with store.acquire(...) as holder:``). A Holder nothing refers
+        to is collected and released at once, with a ``HolderDroppedWarning``.
 
-        With ``timeout=None`` (default) it tries once and raises ``LockedError`` (with the
-        holder's token, pid and time left) when the lock is held. With a ``timeout`` it waits up
-        to that long for the lock and raises ``LockTimeoutError`` (a ``TimeoutError``) when the
-        time passes; ``timeout=0`` tries once but raises ``LockTimeoutError`` on contention. The
-        wait releases the GIL; Ctrl-C (or another signal's exception) ends it at once, leaving
-        the lock as it was, and so does closing the store from another thread (``ValueError``).
+        ``timeout`` follows the standard library's waits (``Event.wait``, ``Queue.get``):
+        ``timeout=0`` (the default) tries once and raises ``LockedError`` (with the holder's
+        token, pid and time left) when the lock is held; a positive ``timeout`` waits up to that
+        many seconds and then raises ``LockTimeoutError`` (a ``TimeoutError``);
+        ``timeout=None`` waits without a limit. The default does not wait, as the other
+        languages' and the command line's do not: a holder that hangs would otherwise stall
+        every caller silently. The wait releases the GIL; Ctrl-C (or another signal's
+        exception) ends it at once, leaving the lock as it was, and so does closing the store
+        from another thread (``ValueError``). For asyncio, see ``acquire_async``.
         """
-        raw_name = _name(name, "lock name")
-        ttl_ms = _ms(ttl, "ttl")
+        raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         out = HolderP()
-        if timeout is None:
+        if timeout_ms == 0:
             self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
         else:
-            timeout_ms = _ms(timeout, "timeout", allow_zero=True)
             self._res.check_wait(
+                lib.fencelock_store_acquire_wait_cancellable,
+                (raw_name, ttl_ms, timeout_ms),
+                (byref(out),),
+                lambda: lib.fencelock_holder_free(out),
+            )
+        return Holder(out, ttl_ms)
+
+    def acquire_async(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = 0) -> _AsyncAcquire:
+        """``acquire`` for asyncio, with the same ``timeout``: ``holder = await
+        store.acquire_async(...)``, or ``async with store.acquire_async(...) as holder:``,
+        which releases on exit.
+
+        The wait runs in a thread of its own while the task awaits it. Cancelling the task
+        (``task.cancel()``, ``asyncio.wait_for``/``asyncio.timeout`` running out, Ctrl-C under
+        ``asyncio.run``) cancels the wait in the library: once ``CancelledError`` reaches the
+        caller the wait has ended, and a lock granted in the race is already released, so no
+        thread is left behind to take the lock later. Arguments are checked at the call.
+        """
+        raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
+        return _AsyncAcquire(self._acquire_async(raw_name, ttl_ms, timeout_ms))
+
+    async def _acquire_async(self, raw_name: bytes, ttl_ms: int, timeout_ms: int) -> Holder:
+        out = HolderP()
+        if timeout_ms == 0:
+            await self._res.check_wait_async(
+                lib.fencelock_store_acquire,
+                (raw_name, ttl_ms),
+                (byref(out),),
+                lambda: lib.fencelock_holder_free(out),
+                cancellable=False,
+            )
+        else:
+            await self._res.check_wait_async(
                 lib.fencelock_store_acquire_wait_cancellable,
                 (raw_name, ttl_ms, timeout_ms),
                 (byref(out),),
@@ -382,16 +449,57 @@ class Store(Handle):
         return token.value or None
 
 
-def _release_then_close(resource: _Resource) -> None:
-    """The holder finalizer: release the lease, then free the handle. Never raises."""
+class _AsyncAcquire:
+    """What ``Store.acquire_async`` returns: awaitable (the Holder) and an async context manager
+    (the Holder, released on exit)."""
+
+    __slots__ = ("_coro", "_holder")
+
+    def __init__(self, coro: Any) -> None:
+        self._coro = coro
+        self._holder: Holder | None = None
+
+    def __await__(self) -> Generator[Any, None, Holder]:
+        return self._coro.__await__()  # type: ignore[no-any-return]
+
+    async def __aenter__(self) -> Holder:
+        self._holder = await self._coro
+        return self._holder
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._holder is not None
+        await self._holder.__aexit__(*exc)
+
+
+def _release_then_close(resource: _Resource, name: str, token: int, used: list[bool]) -> None:
+    """The holder finalizer: release the lease, then free the handle. Never raises. Warns when
+    it ends a live lease of a holder never used after its acquire, while the program runs (not
+    at exit): the pitfall of a bare ``store.acquire(...)`` statement."""
+    dropped = False
     with contextlib.suppress(Exception):
         if not resource.inherited and not resource.closed:
+            lost = c_bool()
+            status, err = resource.call(lib.fencelock_holder_wait_lost, 0, byref(lost))
+            if status and err:
+                lib.fencelock_error_free(err)
+            dropped = status == _ffi.OK and not lost.value
             # Released before the free so that a watcher thread blocked in wait_lost (which
             # delays the free) wakes at once and the lease does not outlive the object.
             status, err = resource.call(lib.fencelock_holder_release)
             if status and err:
                 lib.fencelock_error_free(err)
     _close_quietly(resource)
+    exiting = sys.is_finalizing() or not threading.main_thread().is_alive()
+    if dropped and not used[0] and not exiting:
+        with contextlib.suppress(Exception):
+            warnings.warn(
+                f"the fencelock Holder of lock {name!r} (token {token}) was collected without "
+                "ever being used, so its finalizer released the lease (a bare store.acquire(...) "
+                "releases at once): keep the Holder while the lock is needed, as in "
+                "`with store.acquire(...) as holder:`",
+                HolderDroppedWarning,
+                stacklevel=3,
+            )
 
 
 class Holder(Handle):
@@ -405,16 +513,62 @@ class Holder(Handle):
     _kind = "holder"
 
     def __init__(self, ptr: Any, ttl_ms: int) -> None:
-        super().__init__(ptr, lib.fencelock_holder_free)
+        # Read before the base class makes the finalizer, which names them in its warning.
         self._token: int = lib.fencelock_holder_token(ptr)
         raw_name: bytes = lib.fencelock_holder_name(ptr)
         self._name = raw_name.decode("utf-8")
         self._ttl_ms = ttl_ms
         self._released = False
+        self._used = [False]
+        super().__init__(ptr, lib.fencelock_holder_free)
+        self._used[0] = False  # the construction above does not count as a use
 
-    @staticmethod
-    def _finalize_fn() -> Callable[[_Resource], None]:
-        return _release_then_close
+    def __getattribute__(self, name: str) -> Any:
+        # Any use after acquire returned (a `with`, `.token`, a call) shows the holder was kept:
+        # only one collected unused, the result of a bare `store.acquire(...)`, is warned of.
+        object.__getattribute__(self, "_used")[0] = True
+        return object.__getattribute__(self, name)
+
+    def _finalize_fn(self) -> Callable[[_Resource], None]:  # type: ignore[override]
+        # A partial, not a bound method: the finalizer must not keep the holder alive.
+        return functools.partial(_release_then_close, name=self._name, token=self._token, used=self._used)
+
+    def __exit__(self, *exc: object) -> bool | None:
+        """Releases the lease. Raises ``LockLostError`` when the lease was lost inside the
+        block (it expired, or another holder took the lock over), as redis-py's
+        ``LockNotOwnedError`` does: what the block did under the lock was not protected to the
+        end. When the block raised, its exception propagates instead, with a note."""
+        try:
+            lost = self._lost_in_block()
+        finally:
+            self.close()
+        if lost is not None:
+            if exc[1] is None:
+                raise lost
+            if hasattr(exc[1], "add_note"):  # Python 3.11+
+                exc[1].add_note(str(lost))
+        return None
+
+    async def __aenter__(self) -> Holder:  # noqa: PYI034 - typing.Self needs Python 3.11
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        """As ``__exit__``; the release runs in a thread, as it may wait behind a busy store."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(None, lambda: self.__exit__(*exc)))
+
+    def _lost_in_block(self) -> LockLostError | None:
+        """The error for a lease the library no longer counts as held, unless this holder let
+        go itself (released, closed, or the parent's in a forked child)."""
+        if self.closed or self._released or self._res.inherited or self.held():
+            return None
+        err = LockLostError(
+            _ffi.LOCK_LOST,
+            f"lost the lease of lock {self._name!r} (token {self._token}) before the with block "
+            "ended: it expired or was taken over, so its writes were not protected to the end",
+        )
+        err.token = self._token
+        return err
 
     @property
     def token(self) -> int:
@@ -513,6 +667,17 @@ class Holder(Handle):
         timeout_ms = _FOREVER_MS if timeout is None else _ms(timeout, "timeout", allow_zero=True)
         lost = c_bool()
         self._res.check_wait(lib.fencelock_holder_wait_lost_cancellable, (timeout_ms,), (byref(lost),))
+        return lost.value
+
+    async def wait_lost_async(self, timeout: Seconds | None = None) -> bool:
+        """``wait_lost`` for asyncio: the wait runs in a thread of its own, and cancelling the
+        awaiting task ends it in the library (within about 10 ms) before ``CancelledError``
+        propagates."""
+        timeout_ms = _FOREVER_MS if timeout is None else _ms(timeout, "timeout", allow_zero=True)
+        lost = c_bool()
+        await self._res.check_wait_async(
+            lib.fencelock_holder_wait_lost_cancellable, (timeout_ms,), (byref(lost),)
+        )
         return lost.value
 
     def on_lost(self, callback: Callable[[Holder], Any]) -> threading.Thread:

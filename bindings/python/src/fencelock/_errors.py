@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno as _errno
+import os
+import re
 from typing import Any
 
 from . import _ffi
@@ -30,6 +33,9 @@ class FencelockError(Exception):
 
 def _rebuild(cls: type[FencelockError], status: int, message: str, state: dict[str, Any]) -> FencelockError:
     err = cls(status, message)
+    for name in ("errno", "strerror", "filename"):  # OSError's attributes are not in __dict__
+        if name in state:
+            setattr(err, name, state.pop(name))
     err.__dict__.update(state)
     return err
 
@@ -74,7 +80,30 @@ class NullPointerError(FencelockError):
 
 
 class IoError(FencelockError, OSError):
-    """An operating-system I/O error. Also an ``OSError``."""
+    """An operating-system I/O error. Also an ``OSError``, with ``errno`` and ``strerror`` set
+    when the library reports the system's error number, and ``filename`` set to the store's
+    path when the error came from opening it. The common errors are also the builtin
+    subclasses: ``StoreNotFoundError`` is a ``FileNotFoundError`` (the store's directory is
+    missing), ``StorePermissionError`` a ``PermissionError``."""
+
+    def __str__(self) -> str:
+        # As OSError prints its filename, unless the library's message already names it.
+        if self.filename is not None and str(self.filename) not in self.message:
+            return f"{self.message}: {self.filename!r}"
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = dict(self.__dict__, errno=self.errno, strerror=self.strerror, filename=self.filename)
+        return (_rebuild, (type(self), self.status, self.message, state))
+
+
+class StoreNotFoundError(IoError, FileNotFoundError):
+    """``ENOENT``: a directory on the store's path is missing. Also a ``FileNotFoundError``."""
+
+
+class StorePermissionError(IoError, PermissionError):
+    """``EACCES``/``EPERM``: the store's file or directory may not be opened or created. Also a
+    ``PermissionError``."""
 
 
 class CorruptError(FencelockError):
@@ -152,9 +181,26 @@ def status_str(status: int) -> str:
     return text.decode("utf-8", "replace")
 
 
-def error_from(status: int, err: Any) -> FencelockError:
+# The builtin OSError subclass of an errno, as OSError(errno, ...) itself would pick.
+_BY_ERRNO: dict[int, type[IoError]] = {
+    _errno.ENOENT: StoreNotFoundError,
+    _errno.EACCES: StorePermissionError,
+    _errno.EPERM: StorePermissionError,
+}
+
+# The C ABI reports no errno of its own: the library's message ends with Rust's rendering of an
+# io::Error, "... (os error N)", the one place the number is given.
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def _os_errno(message: str) -> int | None:
+    match = _OS_ERROR.search(message)
+    return int(match.group(1)) if match else None
+
+
+def error_from(status: int, err: Any, filename: str | None = None) -> FencelockError:
     """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
-    frees ``err``."""
+    frees ``err``. ``filename`` is the path an I/O error concerns (an open's), if known."""
     cls = _BY_STATUS.get(status, FencelockError)
     details: dict[str, Any] = {}
     if err:
@@ -177,6 +223,14 @@ def error_from(status: int, err: Any) -> FencelockError:
         details = {"token": token, "current": highest or None}
     elif cls is ForkedError:
         message += _FORK_HINT
+    number = _os_errno(message) if cls is IoError else None
+    if number is not None:
+        cls = _BY_ERRNO.get(number, IoError)
     exc = cls(status, message)
     exc.__dict__.update(details)
+    if number is not None:
+        exc.errno = number
+        exc.strerror = os.strerror(number)
+    if cls is not FencelockError and issubclass(cls, OSError) and filename is not None:
+        exc.filename = filename
     return exc

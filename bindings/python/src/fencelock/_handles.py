@@ -1,8 +1,10 @@
-"""Handles: one base class gives every C object ``close()``, ``with`` and a finalizer; and the one
-helper through which every blocking C call is made (``call_waiting``)."""
+"""Handles: one base class gives every C object ``close()``, ``with`` and a finalizer; and the two
+helpers through which every blocking C call is made (``call_waiting``, and ``call_waiting_async``
+for asyncio)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -127,12 +129,49 @@ class _Resource:
             status, err = call_waiting(fn, (ptr, *args), outs, cancel, undo)
         finally:
             self.unborrow(cancel)
+        return self._waited(status, err)
+
+    async def wait_async(
+        self,
+        fn: Callable[..., int],
+        args: tuple[Any, ...],
+        outs: tuple[Any, ...],
+        undo: Undo = None,
+        *,
+        cancellable: bool = True,
+    ) -> tuple[int, Any]:
+        """``wait`` for asyncio (``call_waiting_async``): cancelling the awaiting task ends the
+        C call (``cancellable=False``: ``fn`` takes no cancel handle, and is waited for). The
+        borrow ends only after the C call did, so ``close()`` never frees under it."""
+        cancel = Cancel() if cancellable else None
+        ptr = self.borrow(cancel)
+        try:
+            status, err = await call_waiting_async(fn, (ptr, *args), outs, cancel, undo)
+        finally:
+            self.unborrow(cancel)
+        return self._waited(status, err)
+
+    def _waited(self, status: int, err: Any) -> tuple[int, Any]:
         if status == _ffi.CANCELLED:
-            # Only close() fires this cancel outside call_waiting, which raises for its own.
+            # Only close() fires this cancel outside the helpers, which raise for their own.
             if err:
                 lib.fencelock_error_free(err)
             raise self._closed_error()
         return status, err
+
+    async def check_wait_async(
+        self,
+        fn: Callable[..., int],
+        args: tuple[Any, ...],
+        outs: tuple[Any, ...],
+        undo: Undo = None,
+        *,
+        cancellable: bool = True,
+    ) -> None:
+        """``wait_async``, raising the matching FencelockError on failure."""
+        status, err = await self.wait_async(fn, args, outs, undo, cancellable=cancellable)
+        if status:
+            raise error_from(status, err)
 
     def check_wait(
         self, fn: Callable[..., int], args: tuple[Any, ...], outs: tuple[Any, ...], undo: Undo = None
@@ -218,6 +257,70 @@ def call_waiting(
     if isinstance(result, BaseException):
         raise result
     return result, err
+
+
+async def call_waiting_async(
+    fn: Callable[..., int],
+    args: tuple[Any, ...],
+    outs: tuple[Any, ...],
+    cancel: Cancel | None,
+    undo: Undo = None,
+) -> tuple[int, Any]:
+    """Makes one blocking C call, ``fn(*args, cancel, *outs, &err)`` (``fn(*args, *outs, &err)``
+    when ``cancel`` is None), from asyncio: the call runs in a thread of its own (not the
+    loop's default executor, which a few long waits would fill) and the awaiting task waits for
+    its result. Returns the status and the error object.
+
+    When the task is cancelled (``task.cancel()``, ``asyncio.wait_for`` or ``asyncio.timeout``
+    running out, Ctrl-C under ``asyncio.run``) the cancel fires, the call ends within about a
+    millisecond with FENCELOCK_CANCELLED (nothing changed), and the task waits for that end
+    before ``CancelledError`` propagates; what the call returned if it finished first anyway is
+    undone (``undo``: a holder is freed, which releases it). So a cancelled wait leaves no thread
+    behind that could take the lock later. A call without a cancel handle (a try-once acquire,
+    bounded by the store's busy timeout) is waited for and undone the same way."""
+    loop = asyncio.get_running_loop()
+    err = ErrorP()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def deliver(outcome: Any) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    def work() -> None:
+        try:
+            if cancel is None:
+                outcome: Any = fn(*args, *outs, byref(err))
+            else:
+                outcome = fn(*args, cancel.ptr, *outs, byref(err))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome = exc
+        try:
+            loop.call_soon_threadsafe(deliver, outcome)
+        except RuntimeError:  # the loop is closed: nobody will take what the call returned
+            if outcome == _ffi.OK and undo is not None:
+                undo()
+            elif err:
+                lib.fencelock_error_free(err)
+
+    threading.Thread(target=work, name="fencelock-wait", daemon=True).start()
+    try:
+        outcome = await asyncio.shield(done)
+    except asyncio.CancelledError:
+        if cancel is not None:
+            cancel.fire()
+        # The outputs stay ours until the call ended: a second cancel does not cut this short.
+        while not done.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(done)
+        outcome = done.result()
+        if outcome == _ffi.OK and undo is not None:
+            undo()
+        elif err:
+            lib.fencelock_error_free(err)
+        raise
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome, err
 
 
 _LIVE: weakref.WeakSet[_Resource] = weakref.WeakSet()
