@@ -7,8 +7,13 @@ package fencelock
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -96,16 +101,75 @@ var sentinels = map[Status]error{
 }
 
 // Error is a failure reported by the library that has no more specific type below.
-// errors.Is(err, ErrX) matches the sentinel of its Status.
+// errors.Is(err, ErrX) matches the sentinel of its Status. An I/O error (StatusIO) that the
+// system reported with an error number carries it in Errno and unwraps to it, so that
+// errors.Is(err, fs.ErrNotExist) and errors.Is(err, fs.ErrPermission) work as for package os.
 type Error struct {
 	Status  Status
 	Message string
+	Errno   syscall.Errno // 0 when the library gave no error number
 }
 
 func (e *Error) Error() string { return "fencelock: " + e.Message }
 
 // Is matches the sentinel of the error's status.
 func (e *Error) Is(target error) bool { return target == sentinels[e.Status] && target != nil }
+
+// Unwrap returns Errno, or nil when there is none.
+func (e *Error) Unwrap() error {
+	if e.Errno == 0 {
+		return nil
+	}
+	return e.Errno
+}
+
+// osErrorNumber finds the number in the library's rendering of a system error, "... (os error
+// N)": the C ABI gives the number nowhere else.
+var osErrorNumber = regexp.MustCompile(`\(os error (\d+)\)`)
+
+func errnoOf(message string) syscall.Errno {
+	match := osErrorNumber.FindStringSubmatch(message)
+	if match == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(match[1])
+	if err != nil {
+		return 0
+	}
+	return syscall.Errno(n)
+}
+
+// withPath makes an I/O error that carries an error number a *fs.PathError for path, as
+// package os reports a failed open; other errors are returned as they are.
+func withPath(op, path string, err error) error {
+	var lib *Error
+	if errors.As(err, &lib) && lib.Errno != 0 {
+		return &fs.PathError{Op: op, Path: path, Err: err}
+	}
+	return err
+}
+
+// WaitError is the error of a waiting Acquire that its ctx ended. It unwraps to ctx's error
+// (context.DeadlineExceeded or context.Canceled) and, for a deadline, matches ErrTimeout too.
+type WaitError struct {
+	Lock string // the lock waited for
+	Err  error  // ctx's error
+}
+
+func (e *WaitError) Error() string {
+	if e.timedOut() {
+		return fmt.Sprintf("fencelock: timed out waiting for lock %q (%v)", e.Lock, e.Err)
+	}
+	return fmt.Sprintf("fencelock: waiting for lock %q: %v", e.Lock, e.Err)
+}
+
+// Is matches ErrTimeout when the deadline passed.
+func (e *WaitError) Is(target error) bool { return target == ErrTimeout && e.timedOut() }
+
+// Unwrap returns ctx's error.
+func (e *WaitError) Unwrap() error { return e.Err }
+
+func (e *WaitError) timedOut() bool { return errors.Is(e.Err, context.DeadlineExceeded) }
 
 // LockedError says the lock is held by a live lease. It matches ErrLocked.
 type LockedError struct {
@@ -171,7 +235,11 @@ func newError(s Status, obj *C.fencelock_error) error {
 	if _, known := sentinels[s]; !known {
 		msg = fmt.Sprintf("unknown status %d: %s", int32(s), msg)
 	}
-	return &Error{Status: s, Message: msg}
+	var errno syscall.Errno
+	if s == StatusIO {
+		errno = errnoOf(msg)
+	}
+	return &Error{Status: s, Message: msg, Errno: errno}
 }
 
 // invalid is an InvalidArgument error found on the Go side, before any C call (for example a

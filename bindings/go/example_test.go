@@ -2,7 +2,9 @@ package fencelock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"path/filepath"
@@ -22,15 +24,14 @@ func Example() {
 	}
 	defer store.Close()
 	ctx := context.Background()
-	locks, s3 := store, store
 
-	holder, err := locks.Acquire(ctx, "payment-export")
+	holder, err := store.Acquire(ctx, "payment-export", fencelock.Wait())
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer holder.Release()
 	fence := holder.Token() // monotonic uint64
-	if err := s3.PutWithFence(ctx, "payments/today.csv", []byte("id,amount\n1,100\n"), fence); err != nil {
+	if err := store.PutWithFence(ctx, "payments/today.csv", []byte("id,amount\n1,100\n"), fence); err != nil {
 		log.Fatal(err)
 	}
 
@@ -40,4 +41,48 @@ func Example() {
 	}
 	fmt.Printf("fence %d wrote %d bytes (token %d)\n", fence, len(data), token)
 	// Output: fence 1 wrote 16 bytes (token 1)
+}
+
+// A store whose directory is missing fails to open as a file would: with a *fs.PathError that
+// matches fs.ErrNotExist.
+func ExampleOpen_missingDirectory() {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_, err = fencelock.Open(filepath.Join(dir, "no-such-dir", "locks.db"))
+	var pathErr *fs.PathError
+	fmt.Println(errors.Is(err, fs.ErrNotExist), errors.As(err, &pathErr), errors.Is(err, fencelock.ErrIO))
+	fmt.Println(pathErr.Op, filepath.Base(pathErr.Path))
+	// Output:
+	// true true true
+	// open locks.db
+}
+
+// FenceToken reads what Fence recorded for a resource of your own.
+func ExampleStore_FenceToken() {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := fencelock.Open(filepath.Join(dir, "locks.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	holder, err := store.Acquire(ctx, "exports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Release()
+	before, _ := store.FenceToken(ctx, "s3://bucket/exports")
+	if err := store.Fence(ctx, "s3://bucket/exports", holder.Token()); err != nil {
+		log.Fatal(err)
+	}
+	after, _ := store.FenceToken(ctx, "s3://bucket/exports")
+	fmt.Println(before, after)
+	// Output: 0 1
 }

@@ -7,11 +7,16 @@
 // than every earlier grant of the store, and a fenced write is refused with ErrStaleToken when
 // its token is lower than the highest its key has accepted:
 //
-//	holder, err := locks.Acquire(ctx, "payment-export")
+//	store, err := fencelock.Open("/var/lib/myapp/locks.db")
+//	if err != nil { return err }
+//	defer store.Close()
+//	holder, err := store.Acquire(ctx, "payment-export", fencelock.Wait())
 //	if err != nil { return err }
 //	defer holder.Release()
 //	fence := holder.Token() // monotonic uint64
-//	if err := s3.PutWithFence(ctx, "payments/today.csv", data, fence); err != nil { return err }
+//	if err := store.PutWithFence(ctx, "payments/today.csv", data, fence); err != nil { return err }
+//
+// Example (example_test.go) runs the same as a test.
 //
 // The package calls the C ABI of the Rust library (include/fencelock.h), linked statically.
 //
@@ -20,6 +25,11 @@
 // Calls that do not wait check ctx before they start and then run to completion; only a
 // waiting Acquire (the Wait option) and Holder.Lost watch ctx or the lease while they block.
 // Every type is safe for concurrent use.
+//
+// Errors match the sentinels (ErrLocked, ErrTimeout, ...) with errors.Is and the standard
+// ones where they apply: an Open whose directory is missing returns a *fs.PathError that
+// matches fs.ErrNotExist (fs.ErrPermission when it may not be created), and a waiting Acquire
+// whose deadline passed matches context.DeadlineExceeded.
 package fencelock
 
 /*
@@ -134,7 +144,7 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	}
 	status := C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), flags, C.uint64_t(cfg.maxValueLen), busy, nil, &h, &eobj)
 	if status != 0 {
-		return nil, newError(Status(status), eobj)
+		return nil, withPath("open", path, newError(Status(status), eobj))
 	}
 	s := &Store{core: &storeCore{h: h, path: path, gates: map[string]*gate{}}}
 	runtime.AddCleanup(s, (*storeCore).close, s.core)
@@ -212,6 +222,10 @@ func KeepAlive() AcquireOption { return func(s *AcquireSettings) { s.KeepAlive =
 
 // Acquire acquires the lock name. Without Wait it tries once and returns a *LockedError
 // (matching ErrLocked) when a live lease holds the lock.
+//
+// It returns the Holder interface, not a concrete type, so that *Store implements Locker: Go
+// has no covariant results, and code written against Locker (and Holder) takes a *Store in
+// production and a fake in tests (see locker_test.go). Every method a lease has is on Holder.
 func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Holder, error) {
 	settings := SettingsOf(opts...)
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
@@ -303,10 +317,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl
 
 // waitError is the error of a wait that ctx ended with ctxErr (never nil).
 func waitError(name string, ctxErr error) error {
-	if errors.Is(ctxErr, context.DeadlineExceeded) {
-		return fmt.Errorf("fencelock: waiting for lock %q: %w (%w)", name, ErrTimeout, ctxErr)
-	}
-	return fmt.Errorf("fencelock: waiting for lock %q: %w", name, ctxErr)
+	return &WaitError{Lock: name, Err: ctxErr}
 }
 
 func (c *storeCore) enterGate(name string) *gate {
@@ -422,6 +433,25 @@ func (s *Store) Fence(ctx context.Context, resource string, token uint64) error 
 		}
 		return nil
 	})
+}
+
+// FenceToken returns the highest token the external resource has accepted through Fence, or 0
+// when it has accepted none (the store never grants token 0).
+func (s *Store) FenceToken(ctx context.Context, resource string) (uint64, error) {
+	cres, err := cString("fence resource", resource)
+	if err != nil {
+		return 0, err
+	}
+	defer C.free(unsafe.Pointer(cres))
+	var token C.uint64_t
+	err = s.call(ctx, func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_fence_token(sh, cres, &token, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+	return uint64(token), err
 }
 
 // LockState is the state of a lock record.
