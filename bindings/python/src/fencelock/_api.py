@@ -505,9 +505,12 @@ def _release_then_close(resource: _Resource, name: str, token: int, used: list[b
 class Holder(Handle):
     """A granted lease, returned by ``Store.acquire``; not created directly.
 
-    ``token`` is higher than that of every earlier grant of the store. As a context manager it
-    releases the lease on exit; ``close()`` releases it too, and so does the finalizer when the
-    object is collected. A holder may be used from many threads at once.
+    ``token`` is higher than that of every earlier grant of the store. As a context manager
+    (``with``, or ``async with`` for ``Store.acquire_async``) it releases the lease on exit, and
+    raises ``LockLostError`` there when the lease was lost inside the block; ``close()``
+    releases it too, and so does the finalizer when the object is collected (with a
+    ``HolderDroppedWarning`` for a holder never used). A holder may be used from many threads
+    at once.
     """
 
     _kind = "holder"

@@ -228,9 +228,10 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
         cls = _BY_ERRNO.get(number, IoError)
     exc = cls(status, message)
     exc.__dict__.update(details)
-    if number is not None:
-        exc.errno = number
-        exc.strerror = os.strerror(number)
-    if cls is not FencelockError and issubclass(cls, OSError) and filename is not None:
-        exc.filename = filename
+    if isinstance(exc, OSError):
+        if number is not None:
+            exc.errno = number
+            exc.strerror = os.strerror(number)
+        if filename is not None:
+            exc.filename = filename
     return exc
