@@ -160,7 +160,8 @@ fn the_readme_gives_this_recipe() {
     let root = env!("CARGO_MANIFEST_DIR");
     let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
     let section = &readme[readme.find("### Async code").expect("an async section")..];
-    let start = section.find("```rust\n").expect("a Rust block") + 8;
+    // Not a doctest (`ignore`): this file compiles and runs it.
+    let start = section.find("```rust,ignore\n").expect("a Rust block") + 15;
     let block = &section[start..];
     let recipe = &block[..block.find("\n// ").expect("the usage after the recipe")];
     // Code only, whitespace collapsed: the README may wrap and comment the recipe its own way.
