@@ -7,6 +7,7 @@
 //! cargo bench --bench compare -- --quick      # 1 s a cell
 //! cargo bench --bench compare -- --write-docs # also docs/benchmarks.md and docs/compare.svg
 //! cargo bench --bench compare -- --secs 3 --only sqlite,fencelock-mp
+//! cargo bench --bench compare -- --only fencelock-mp --workloads four-processes
 //! ```
 //!
 //! Writes `target/compare/results.md` and `target/compare/chart.svg`. Worker processes are this
@@ -294,6 +295,8 @@ struct Args {
     secs: Duration,
     write_docs: bool,
     only: Option<Vec<String>>,
+    /// Only these workloads (keys such as `four-processes`), for example under strace.
+    workloads: Option<Vec<Workload>>,
     command: String,
 }
 
@@ -302,6 +305,7 @@ fn parse_args() -> Args {
         secs: Duration::from_secs(2),
         write_docs: false,
         only: None,
+        workloads: None,
         command: "cargo bench --bench compare".into(),
     };
     let mut flags = Vec::new();
@@ -324,9 +328,16 @@ fn parse_args() -> Args {
                 flags.push(format!("--only {value}"));
                 continue;
             }
+            "--workloads" => {
+                let value = iter.next().expect("--workloads needs workload keys");
+                args.workloads = Some(value.split(',').map(Workload::from_key).collect());
+                flags.push(format!("--workloads {value}"));
+                continue;
+            }
             other if other.starts_with("--") => {
                 eprintln!(
-                    "unknown flag {other}; flags: --quick, --secs N, --only KEYS, --write-docs"
+                    "unknown flag {other}; flags: --quick, --secs N, --only KEYS, \
+                     --workloads KEYS, --write-docs"
                 );
                 std::process::exit(2);
             }
@@ -354,11 +365,15 @@ fn main() {
                 .is_none_or(|only| only.iter().any(|key| key == system.key()))
         })
         .collect();
+    let workloads = args
+        .workloads
+        .clone()
+        .unwrap_or_else(|| Workload::ALL.to_vec());
     eprintln!(
         "fencelock compare: {} s a cell, {} systems, {} workloads",
         args.secs.as_secs_f64(),
         systems.len(),
-        Workload::ALL.len()
+        workloads.len()
     );
 
     let mut cells = Vec::new();
@@ -373,7 +388,7 @@ fn main() {
         } else {
             None
         };
-        for workload in Workload::ALL {
+        for &workload in &workloads {
             let outcome = run_cell(*system, workload, args.secs, server.as_ref());
             eprintln!(
                 "  {:<45} {:<42} {}",
