@@ -27,13 +27,15 @@ use crate::values::admit;
 pub(crate) enum Op {
     /// Grants the lock `name` for `ttl` with the next token to `holder`, which holds the
     /// liveness lock `live`; with `write`, also writes the value `(key, value)` with that token,
-    /// all or nothing.
+    /// all or nothing. `ticket` is the requester's place in the lock's waiting queue, if it
+    /// waits: an earlier waiter goes first.
     Acquire {
         name: String,
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
         holder: ProcessId,
         live: u64,
+        ticket: Option<u64>,
     },
     /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
     Extend {
@@ -186,8 +188,10 @@ impl Op {
                 write,
                 holder,
                 live,
+                ticket,
             } => {
-                if let Some(lease) = tables.lease(name)? {
+                let current = tables.lease(name)?;
+                if let Some(lease) = &current {
                     // Run again after its grant committed (by a process that died before it
                     // reported it): the same grant, not a second one.
                     if lease.live == *live && lease.holder == *holder {
@@ -196,8 +200,9 @@ impl Op {
                             expires_ns: lease.expires_ns,
                         }));
                     }
-                    inner.check_free(&lease, now)?;
+                    inner.check_free(lease, now)?;
                 }
+                inner.check_turn(name, current.as_ref(), *ticket, now)?;
                 let token = read_counter(&tables.meta)?
                     .checked_add(1)
                     .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;

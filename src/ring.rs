@@ -76,6 +76,50 @@ struct Header {
     version: AtomicU32,
     slots: AtomicU32,
     boot_id: [AtomicU64; 2],
+    /// The last ticket handed to a waiter of the queue.
+    tickets: AtomicU64,
+}
+
+/// Where the waiting queue starts in the header page, and how many waiters it holds.
+const QUEUE_OFFSET: usize = 64;
+const WAITERS: usize = (HEADER_SIZE - QUEUE_OFFSET) / std::mem::size_of::<WaiterEntry>();
+/// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
+/// over, so that a paused waiter cannot hold a lock up.
+const WAITER_STALE_NS: u64 = 50_000_000;
+
+const ENTRY_FREE: u32 = 0;
+const ENTRY_CLAIMED: u32 = 1;
+const ENTRY_WAITING: u32 = 2;
+
+/// One waiting acquire in the queue.
+#[repr(C)]
+struct WaiterEntry {
+    state: AtomicU32,
+    /// Bumped to wake the waiter (a futex word).
+    wake: AtomicU32,
+    /// Which lock (see `lock_hash`).
+    lock: AtomicU64,
+    ticket: AtomicU64,
+    /// The waiting store's liveness id.
+    owner: AtomicU64,
+    /// When the waiter last showed it still waits (`CLOCK_BOOTTIME` ns).
+    seen_ns: AtomicU64,
+    _reserved: [u64; 3],
+}
+
+/// A waiting acquire's place in the queue.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    index: usize,
+    pub(crate) ticket: u64,
+}
+
+/// The queue's name of a lock: a 64-bit FNV-1a hash of its name. Two locks that share a hash
+/// only share their queue's order, never a lease.
+pub(crate) fn lock_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A slot's header, at the start of each slot.
@@ -594,6 +638,152 @@ impl Ring {
         }
     }
 
+    fn waiter(&self, index: usize) -> &WaiterEntry {
+        debug_assert!(index < WAITERS);
+        // SAFETY: the queue lies inside the header page, 8-aligned; entries are atomics.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(QUEUE_OFFSET)
+                .cast::<WaiterEntry>()
+                .add(index)
+        }
+    }
+
+    /// Queues a waiting acquire of `lock` by the store with liveness id `owner`, with the next
+    /// ticket. `None` when the queue is full even after dropping dead and long-gone waiters;
+    /// the acquire then waits without a place.
+    pub(crate) fn enqueue(
+        &self,
+        lock: u64,
+        owner: u64,
+        now: u64,
+        live: &Liveness,
+    ) -> Option<Waiter> {
+        for pass in 0..2 {
+            for index in 0..WAITERS {
+                let entry = self.waiter(index);
+                if entry
+                    .state
+                    .compare_exchange(
+                        ENTRY_FREE,
+                        ENTRY_CLAIMED,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+                {
+                    continue;
+                }
+                let ticket = self.header().tickets.fetch_add(1, Ordering::AcqRel) + 1;
+                entry.lock.store(lock, Ordering::Relaxed);
+                entry.ticket.store(ticket, Ordering::Relaxed);
+                entry.owner.store(owner, Ordering::Relaxed);
+                entry.seen_ns.store(now, Ordering::Relaxed);
+                entry.state.store(ENTRY_WAITING, Ordering::Release);
+                return Some(Waiter { index, ticket });
+            }
+            if pass == 0 {
+                for index in 0..WAITERS {
+                    let entry = self.waiter(index);
+                    let owner = entry.owner.load(Ordering::Relaxed);
+                    let gone = now.saturating_sub(entry.seen_ns.load(Ordering::Relaxed))
+                        > 200 * WAITER_STALE_NS;
+                    if entry.state.load(Ordering::Acquire) == ENTRY_WAITING
+                        && (gone || !live.is_held(owner).unwrap_or(true))
+                    {
+                        let _ = entry.state.compare_exchange(
+                            ENTRY_WAITING,
+                            ENTRY_FREE,
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        );
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Shows that `waiter` still waits; returns the word to sleep on.
+    pub(crate) fn still_waiting(&self, waiter: &Waiter, now: u64) -> u32 {
+        let entry = self.waiter(waiter.index);
+        entry.seen_ns.store(now, Ordering::Relaxed);
+        entry.wake.load(Ordering::Acquire)
+    }
+
+    /// Leaves the queue.
+    pub(crate) fn dequeue(&self, waiter: Waiter) {
+        self.waiter(waiter.index)
+            .state
+            .store(ENTRY_FREE, Ordering::Release);
+    }
+
+    /// Whether a live waiter of `lock` that still shows it waits holds an earlier ticket than
+    /// `ticket` (than any, with `None`).
+    pub(crate) fn waits_before(
+        &self,
+        lock: u64,
+        ticket: Option<u64>,
+        now: u64,
+        live: &Liveness,
+    ) -> bool {
+        self.oldest(lock, now, live)
+            .is_some_and(|(_, oldest)| ticket.is_none_or(|ticket| oldest < ticket))
+    }
+
+    /// The index and ticket of the oldest live, current waiter of `lock`.
+    fn oldest(&self, lock: u64, now: u64, live: &Liveness) -> Option<(usize, u64)> {
+        let mut oldest: Option<(usize, u64)> = None;
+        for index in 0..WAITERS {
+            let entry = self.waiter(index);
+            if entry.state.load(Ordering::Acquire) != ENTRY_WAITING
+                || entry.lock.load(Ordering::Relaxed) != lock
+                || now.saturating_sub(entry.seen_ns.load(Ordering::Relaxed)) > WAITER_STALE_NS
+            {
+                continue;
+            }
+            let ticket = entry.ticket.load(Ordering::Relaxed);
+            if oldest.is_some_and(|(_, t)| t < ticket) {
+                continue;
+            }
+            if live
+                .is_held(entry.owner.load(Ordering::Relaxed))
+                .unwrap_or(true)
+            {
+                oldest = Some((index, ticket));
+            }
+        }
+        oldest
+    }
+
+    /// How many waiters of `lock` are queued, current or not.
+    #[cfg(test)]
+    pub(crate) fn queued(&self, lock: u64) -> usize {
+        (0..WAITERS)
+            .filter(|&i| {
+                let entry = self.waiter(i);
+                entry.state.load(Ordering::Acquire) == ENTRY_WAITING
+                    && entry.lock.load(Ordering::Relaxed) == lock
+            })
+            .count()
+    }
+
+    /// Wakes the oldest waiter of `lock`, if there is one: its lock was released.
+    pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &Liveness) {
+        if let Some((index, _)) = self.oldest(lock, now, live) {
+            let entry = self.waiter(index);
+            entry.wake.fetch_add(1, Ordering::AcqRel);
+            futex_wake(&entry.wake);
+        }
+    }
+
+    /// Sleeps until `waiter` is woken (its word is no longer `seen`) or `timeout` passes.
+    pub(crate) fn wait_turn(&self, waiter: &Waiter, seen: u32, timeout: Duration) {
+        futex_wait(&self.waiter(waiter.index).wake, seen, timeout);
+    }
+
     /// Wakes the requesters of posted requests, so that one of them takes the write lock next.
     pub(crate) fn wake_posted(&self) {
         for index in 0..SLOTS {
@@ -722,6 +912,40 @@ mod tests {
         assert!(!left.exists());
         assert!(used.exists(), "a ring in use stays");
         assert!(other.exists());
+    }
+
+    #[test]
+    fn the_queue_orders_waiters_and_passes_over_dead_and_paused_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        let other = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        assert!(other.lock(1 << 51).unwrap());
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let lock = lock_hash("hot");
+        let now = 1_000_000_000_000;
+        let first = ring.enqueue(lock, 1 << 50, now, &live).unwrap();
+        let second = ring.enqueue(lock, 1 << 51, now, &live).unwrap();
+        assert!(first.ticket < second.ticket);
+        assert!(ring.waits_before(lock, Some(second.ticket), now, &live));
+        assert!(!ring.waits_before(lock, Some(first.ticket), now, &live));
+        assert!(
+            ring.waits_before(lock, None, now, &live),
+            "a newcomer waits its turn"
+        );
+        assert!(!ring.waits_before(lock_hash("cold"), None, now, &live));
+        // A waiter that stopped showing it waits (paused) is passed over...
+        let later = now + WAITER_STALE_NS + 1;
+        ring.still_waiting(&second, later);
+        assert!(!ring.waits_before(lock, Some(second.ticket), later, &live));
+        // ...and so is one whose process died.
+        ring.still_waiting(&first, later);
+        drop(other);
+        assert!(!ring.waits_before(lock, Some(first.ticket), later, &live));
+        ring.dequeue(first);
+        ring.dequeue(second);
+        assert_eq!(ring.queued(lock), 0);
     }
 
     #[test]

@@ -31,13 +31,15 @@ use std::time::Duration;
 
 use redb::WriteTransaction;
 
+use crate::cancel::Cancel;
 use crate::cancel::Waiting;
 use crate::clock;
 use crate::commit::{execute, foreign_job, Applied, Job};
 use crate::error::{Error, Result};
 use crate::liveness::{fresh_id, Liveness};
 use crate::ops::{Done, Op, Tables};
-use crate::ring::{Phase, Posted, Ring, Taken};
+use crate::record::Lease;
+use crate::ring::{lock_hash, Phase, Posted, Ring, Taken, Waiter};
 use crate::store::Inner;
 use crate::wire::{decode_op, decode_reply, encode_op, encode_reply};
 
@@ -78,6 +80,65 @@ impl Shared {
     }
 }
 
+/// A waiting acquire's place in its lock's queue in the ring; leaves the queue when dropped.
+pub(crate) struct Place<'a> {
+    inner: &'a Inner,
+    shared: &'a Shared,
+    waiter: Option<Waiter>,
+    lock: u64,
+}
+
+impl Place<'_> {
+    pub(crate) fn ticket(&self) -> u64 {
+        self.waiter.as_ref().map_or(0, |w| w.ticket)
+    }
+
+    /// Waits until it may be this waiter's turn: the lease `lease` (the lock's record when the
+    /// wait began) is no longer live, and no earlier waiter waits; or `until` passes. Woken at
+    /// once by a release of the lock in any process; tests the holder's liveness every
+    /// millisecond (a holder may die).
+    pub(crate) fn wait_turn(
+        &self,
+        lease: Option<&Lease>,
+        until: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<()> {
+        let Some(waiter) = &self.waiter else {
+            return Ok(());
+        };
+        let ring = &self.shared.ring;
+        loop {
+            crate::cancel::check(cancel)?;
+            let now = clock::now_ns();
+            if now >= until {
+                return Ok(());
+            }
+            let seen = ring.still_waiting(waiter, now);
+            let held = match lease {
+                Some(lease) => now < lease.expires_ns && self.inner.live.is_held(lease.live)?,
+                None => false,
+            };
+            if !held && !ring.waits_before(self.lock, Some(waiter.ticket), now, &self.inner.live) {
+                return Ok(());
+            }
+            let slice = Duration::from_nanos(until - now).min(crate::cancel::POLL);
+            ring.wait_turn(waiter, seen, slice);
+        }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            self.shared.ring.dequeue(waiter);
+            // The next waiter may be waiting behind this one.
+            self.shared
+                .ring
+                .wake_oldest(self.lock, clock::now_ns(), &self.inner.live);
+        }
+    }
+}
+
 /// Runs `op` in `txn`: checks it, then applies its plan.
 pub(crate) fn run_op(inner: &Arc<Inner>, op: &Op, txn: &WriteTransaction) -> Result<Applied<Done>> {
     let mut tables = Tables::open(txn)?;
@@ -87,6 +148,57 @@ pub(crate) fn run_op(inner: &Arc<Inner>, op: &Op, txn: &WriteTransaction) -> Res
 }
 
 impl Inner {
+    /// A place in the waiting queue of the lock `name`; `None` without a usable ring (the
+    /// wait is then not ordered).
+    pub(crate) fn queue_up(&self, name: &str) -> Option<Place<'_>> {
+        let shared = self.shared.as_deref()?;
+        let lock = lock_hash(name);
+        let waiter = shared
+            .ring
+            .enqueue(lock, shared.id, clock::now_ns(), &self.live);
+        Some(Place {
+            inner: self,
+            shared,
+            waiter,
+            lock,
+        })
+    }
+
+    /// Refuses an acquire of `name` (whose record is `current`) with [`Error::Locked`] while an
+    /// earlier waiter than `ticket` (than any, with `None`) waits for it, so that waiting
+    /// acquires are granted in the order they began to wait, and none starves.
+    pub(crate) fn check_turn(
+        &self,
+        name: &str,
+        current: Option<&Lease>,
+        ticket: Option<u64>,
+        now: u64,
+    ) -> Result<()> {
+        let Some(shared) = self.shared.as_deref() else {
+            return Ok(());
+        };
+        if shared
+            .ring
+            .waits_before(lock_hash(name), ticket.filter(|&t| t != 0), now, &self.live)
+        {
+            return Err(Error::Locked {
+                token: current.map_or(0, |lease| lease.token),
+                pid: current.map_or(0, |lease| lease.holder.pid),
+                remaining: Duration::ZERO,
+            });
+        }
+        Ok(())
+    }
+
+    /// Wakes the oldest waiter of the lock `name`, which was just released.
+    pub(crate) fn wake_waiter(&self, name: &str) {
+        if let Some(shared) = self.shared.as_deref() {
+            shared
+                .ring
+                .wake_oldest(lock_hash(name), clock::now_ns(), &self.live);
+        }
+    }
+
     /// Runs `op` through the ring. `Ok(None)` when it was not posted, or withdrawn: the caller
     /// commits it directly.
     pub(crate) fn submit_shared(
@@ -239,6 +351,7 @@ mod tests {
             write: None,
             holder: store.inner.me,
             live: grant.live,
+            ticket: None,
         };
         let shared = shared(store);
         let posted = shared
@@ -402,6 +515,44 @@ mod tests {
         assert!(requester.get(b"k").unwrap().is_none());
         holder.put(b"k", b"v").unwrap();
         assert_eq!(requester.get(b"k").unwrap().unwrap().value, b"v");
+    }
+
+    #[test]
+    fn waiting_acquires_are_granted_in_the_order_they_began_to_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let store = open(&path);
+        let ring = shared(&store);
+        let hot = lock_hash("hot");
+        for _ in 0..5 {
+            let holder = store.acquire("hot", Duration::from_secs(30)).unwrap();
+            let waiters: Vec<_> = (0..3)
+                .map(|i| {
+                    // Another store of the same file: another process, as far as locks go.
+                    let store = open(&path);
+                    let waiter = std::thread::spawn(move || {
+                        let holder = store
+                            .acquire_wait("hot", Duration::from_secs(30), Duration::from_secs(60))
+                            .unwrap();
+                        let token = holder.token();
+                        std::thread::sleep(Duration::from_millis(5));
+                        drop(holder);
+                        token
+                    });
+                    // The next waiter starts once this one is queued.
+                    while ring.ring.queued(hot) <= i {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    waiter
+                })
+                .collect();
+            drop(holder);
+            let tokens: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+            assert!(
+                tokens.windows(2).all(|w| w[0] < w[1]),
+                "granted out of the order of waiting: {tokens:?}"
+            );
+        }
     }
 
     #[test]

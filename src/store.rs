@@ -27,7 +27,7 @@ use crate::liveness::Liveness;
 use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
 use crate::record::{decode_value, Lease};
-use crate::sharing::{run_op, Shared};
+use crate::sharing::{run_op, Place, Shared};
 use crate::tokens::{read_counter, restore_counter};
 use crate::values::admit;
 
@@ -153,7 +153,7 @@ impl Store {
     /// Tries once to acquire the lock `name` for `ttl`. On contention returns
     /// [`Error::Locked`] with the current holder's token, pid and time left.
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
-        self.acquire_inner(name, ttl, None, None)
+        self.acquire_inner(name, ttl, None, None, None)
     }
 
     /// Acquires the lock `name` for `ttl`, waiting up to `timeout` for it to be free. Wakes at
@@ -178,17 +178,30 @@ impl Store {
 
     fn wait_for(&self, name: &str, ttl: Duration, waiting: Waiting<'_>) -> Result<Holder> {
         crate::cancel::check(waiting.cancel)?;
+        // A place in the lock's waiting queue, taken at the first refusal and left when the
+        // wait ends: waiters of every process are granted the lock oldest first.
+        let mut place: Option<Place<'_>> = None;
         loop {
-            match self.acquire_inner(name, ttl, None, Some(waiting)) {
+            let ticket = place.as_ref().map(Place::ticket);
+            match self.acquire_inner(name, ttl, None, Some(waiting), ticket) {
                 Err(Error::Locked { remaining, .. }) => {
                     waiting.step()?;
+                    if place.is_none() {
+                        place = self.inner.queue_up(name);
+                    }
                     let until = waiting
                         .deadline
                         .min(clock::now_ns().saturating_add(duration_ns(remaining)));
                     // The holder's liveness lock, as the record names it now.
-                    if let Some(lease) = self.inner.read(|txn| self.inner.record(txn, name))? {
-                        self.inner
-                            .wait_until_free(lease.live, until, waiting.cancel)?;
+                    let lease = self.inner.read(|txn| self.inner.record(txn, name))?;
+                    match &place {
+                        Some(place) => place.wait_turn(lease.as_ref(), until, waiting.cancel)?,
+                        None => {
+                            if let Some(lease) = lease {
+                                self.inner
+                                    .wait_until_free(lease.live, until, waiting.cancel)?;
+                            }
+                        }
                     }
                 }
                 other => return other,
@@ -207,7 +220,7 @@ impl Store {
     ) -> Result<Holder> {
         self.inner.check_value(value)?;
         check_key(key)?;
-        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None)
+        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None, None)
     }
 
     fn acquire_inner(
@@ -216,13 +229,17 @@ impl Store {
         ttl: Duration,
         write: Option<(Vec<u8>, Vec<u8>)>,
         waiting: Option<Waiting<'_>>,
+        ticket: Option<u64>,
     ) -> Result<Holder> {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         // A refusal needs no write transaction: most are answered from a read.
-        if let Some(lease) = self.inner.read(|txn| self.inner.record(txn, name))? {
-            self.inner.check_free(&lease, clock::now_ns())?;
+        let now = clock::now_ns();
+        let lease = self.inner.read(|txn| self.inner.record(txn, name))?;
+        if let Some(lease) = &lease {
+            self.inner.check_free(lease, now)?;
         }
+        self.inner.check_turn(name, lease.as_ref(), ticket, now)?;
         if self.inner.read_only {
             return Err(crate::db::read_only());
         }
@@ -235,6 +252,7 @@ impl Store {
             write,
             holder: self.inner.me,
             live: grant.live,
+            ticket,
         };
         match self.inner.submit(op, waiting)? {
             Done::Granted { token, expires_ns } => Ok(Holder::new(

@@ -10,7 +10,7 @@ use crate::error::{Error, Result, Status};
 use crate::ops::{Done, Op};
 
 /// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 1;
+pub(crate) const WIRE_VERSION: u32 = 2;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
@@ -110,6 +110,7 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
             write,
             holder,
             live,
+            ticket,
         } => {
             w.u8(ACQUIRE);
             w.bytes(name.as_bytes());
@@ -117,6 +118,8 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
             w.u32(holder.pid);
             w.u64(holder.start_time);
             w.u64(*live);
+            // Tickets start at 1.
+            w.u64(ticket.unwrap_or(0));
             match write {
                 Some((key, value)) => {
                     w.u8(1);
@@ -164,6 +167,7 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
                 start_time: r.u64()?,
             };
             let live = r.u64()?;
+            let ticket = Some(r.u64()?).filter(|&t| t != 0);
             let write = match r.u8()? {
                 0 => None,
                 1 => Some((r.bytes()?, r.bytes()?)),
@@ -175,6 +179,7 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
                 write,
                 holder,
                 live,
+                ticket,
             }
         }
         EXTEND => Op::Extend {
@@ -369,6 +374,7 @@ mod tests {
                     start_time: 7,
                 },
                 live: 1 << 50,
+                ticket: Some(17),
             },
             Op::Acquire {
                 name: "n".into(),
@@ -379,6 +385,7 @@ mod tests {
                     start_time: 2,
                 },
                 live: 3,
+                ticket: None,
             },
             Op::Extend {
                 name: "n".into(),
