@@ -78,6 +78,8 @@ struct Header {
     boot_id: [AtomicU64; 2],
     /// The last ticket handed to a waiter of the queue.
     tickets: AtomicU64,
+    /// How many requests the last combined batch carried.
+    last_batch: AtomicU64,
 }
 
 /// Where the waiting queue starts in the header page, and how many waiters it holds.
@@ -782,6 +784,17 @@ impl Ring {
     /// Sleeps until `waiter` is woken (its word is no longer `seen`) or `timeout` passes.
     pub(crate) fn wait_turn(&self, waiter: &Waiter, seen: u32, timeout: Duration) {
         futex_wait(&self.waiter(waiter.index).wake, seen, timeout);
+    }
+
+    /// How many requests the last combined batch carried (of any combiner).
+    pub(crate) fn last_batch(&self) -> u64 {
+        self.header().last_batch.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_last_batch(&self, requests: usize) {
+        self.header()
+            .last_batch
+            .store(requests as u64, Ordering::Relaxed);
     }
 
     /// Wakes the requesters of posted requests, so that one of them takes the write lock next.

@@ -189,14 +189,18 @@ impl Store {
                     if place.is_none() {
                         place = self.inner.queue_up(name);
                     }
-                    let until = waiting
-                        .deadline
-                        .min(clock::now_ns().saturating_add(duration_ns(remaining)));
                     // The holder's liveness lock, as the record names it now.
                     let lease = self.inner.read(|txn| self.inner.record(txn, name))?;
                     match &place {
-                        Some(place) => place.wait_turn(lease.as_ref(), until, waiting.cancel)?,
+                        // It watches the lease's expiry itself; a refusal for an earlier
+                        // waiter has no time left to wait out.
+                        Some(place) => {
+                            place.wait_turn(lease.as_ref(), waiting.deadline, waiting.cancel)?;
+                        }
                         None => {
+                            let until = waiting
+                                .deadline
+                                .min(clock::now_ns().saturating_add(duration_ns(remaining)));
                             if let Some(lease) = lease {
                                 self.inner
                                     .wait_until_free(lease.live, until, waiting.cancel)?;
