@@ -36,14 +36,30 @@ const FIRST_RANDOM_ID: u64 = 1 << 48;
 
 /// A liveness id drawn at random from `[2^48, MAX_ID]`: 2^61 - 2^48 ids, so that two ids in
 /// use at once (or one in use and one in a stale record) coincide with a negligible chance.
+/// A splitmix64 sequence from a seed the kernel gives once a process: a grant costs no system
+/// call for it, and a child of fork() (which reseeds) draws other ids than its parent.
 pub(crate) fn fresh_id() -> io::Result<u64> {
-    let mut bytes = [0u8; 8];
-    // SAFETY: the buffer is valid for 8 bytes of writes.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != 8 {
-        return Err(io::Error::last_os_error());
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    static SEEDED_BY: AtomicU64 = AtomicU64::new(0);
+    let pid = u64::from(std::process::id());
+    if SEEDED_BY.load(Ordering::Acquire) != pid {
+        let mut bytes = [0u8; 8];
+        // SAFETY: the buffer is valid for 8 bytes of writes.
+        let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        if n != 8 {
+            return Err(io::Error::last_os_error());
+        }
+        STATE.store(u64::from_le_bytes(bytes), Ordering::Release);
+        SEEDED_BY.store(pid, Ordering::Release);
     }
-    Ok(FIRST_RANDOM_ID + u64::from_le_bytes(bytes) % (MAX_ID - FIRST_RANDOM_ID + 1))
+    let mut z = STATE
+        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::AcqRel)
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    Ok(FIRST_RANDOM_ID + z % (MAX_ID - FIRST_RANDOM_ID + 1))
 }
 
 pub(crate) struct Liveness {

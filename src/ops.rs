@@ -79,24 +79,40 @@ pub(crate) fn unexpected(done: &Done) -> Error {
 
 /// The store's tables, open in one write transaction.
 pub(crate) struct Tables<'t> {
-    meta: Table<'t, &'static str, u64>,
-    leases: Table<'t, &'static str, &'static [u8]>,
-    values: Table<'t, &'static [u8], &'static [u8]>,
-    fences: Table<'t, &'static str, u64>,
+    meta: Option<Table<'t, &'static str, u64>>,
+    leases: Option<Table<'t, &'static str, &'static [u8]>>,
+    values: Option<Table<'t, &'static [u8], &'static [u8]>>,
+    fences: Option<Table<'t, &'static str, u64>>,
+}
+
+/// A table an operation did not say it uses: a defect, reported rather than panicked on.
+fn unopened() -> Error {
+    Error::Storage("internal error: an operation used a table it did not open".into())
 }
 
 impl<'t> Tables<'t> {
-    pub(crate) fn open(txn: &'t WriteTransaction) -> Result<Tables<'t>> {
+    /// Opens the tables that `op` uses (each open costs a lookup).
+    pub(crate) fn open(txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
+        let (meta, leases, values, fences) = match op {
+            Op::Acquire { write, .. } => (true, true, write.is_some(), false),
+            Op::Extend { .. } => (false, true, false, false),
+            Op::Put { lease, .. } => (lease.is_none(), lease.is_some(), true, false),
+            Op::Fence { .. } => (true, false, false, true),
+        };
         Ok(Tables {
-            meta: txn.open_table(META)?,
-            leases: txn.open_table(LEASES)?,
-            values: txn.open_table(VALUES)?,
-            fences: txn.open_table(FENCES)?,
+            meta: meta.then(|| txn.open_table(META)).transpose()?,
+            leases: leases.then(|| txn.open_table(LEASES)).transpose()?,
+            values: values.then(|| txn.open_table(VALUES)).transpose()?,
+            fences: fences.then(|| txn.open_table(FENCES)).transpose()?,
         })
     }
 
+    fn meta(&self) -> Result<&Table<'t, &'static str, u64>> {
+        self.meta.as_ref().ok_or_else(unopened)
+    }
+
     fn lease(&self, name: &str) -> Result<Option<Lease>> {
-        match self.leases.get(name)? {
+        match self.leases.as_ref().ok_or_else(unopened)?.get(name)? {
             Some(record) => Ok(Some(Lease::decode(record.value())?)),
             None => Ok(None),
         }
@@ -104,7 +120,7 @@ impl<'t> Tables<'t> {
 
     /// The token the key `key` last accepted, and whether it holds a value.
     fn value_token(&self, key: &[u8]) -> Result<Option<(u64, bool)>> {
-        match self.values.get(key)? {
+        match self.values.as_ref().ok_or_else(unopened)?.get(key)? {
             Some(record) => {
                 let (token, value) = decode_value(record.value())?;
                 Ok(Some((token, value.is_some())))
@@ -112,6 +128,12 @@ impl<'t> Tables<'t> {
             None => Ok(None),
         }
     }
+}
+
+fn mut_table<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
+    table: &'a mut Option<Table<'t, K, V>>,
+) -> Result<&'a mut Table<'t, K, V>> {
+    table.as_mut().ok_or_else(unopened)
 }
 
 /// A write that a checked operation makes.
@@ -152,22 +174,25 @@ impl Plan {
     ) -> Result<Applied<Done>> {
         for write in self.writes {
             match write {
-                Write::Counter(token) => drop(tables.meta.insert(COUNTER_KEY, token)?),
-                Write::Reserve(bound) => drop(tables.meta.insert(RESERVED_KEY, bound)?),
+                Write::Counter(token) => {
+                    drop(mut_table(&mut tables.meta)?.insert(COUNTER_KEY, token)?);
+                }
+                Write::Reserve(bound) => {
+                    drop(mut_table(&mut tables.meta)?.insert(RESERVED_KEY, bound)?);
+                }
                 Write::Lease(name, lease) => {
-                    drop(
-                        tables
-                            .leases
-                            .insert(name.as_str(), lease.encode().as_slice())?,
-                    );
+                    let leases = mut_table(&mut tables.leases)?;
+                    drop(leases.insert(name.as_str(), lease.encode().as_slice())?);
                 }
                 Write::Value(key, record) => {
-                    drop(tables.values.insert(key.as_slice(), record.as_slice())?);
+                    drop(mut_table(&mut tables.values)?.insert(key.as_slice(), record.as_slice())?);
                 }
                 Write::Fence(resource, token) => {
-                    drop(tables.fences.insert(resource.as_str(), token)?)
+                    drop(mut_table(&mut tables.fences)?.insert(resource.as_str(), token)?)
                 }
-                Write::Prune(granting) => inner.prune(&mut tables.leases, now, &granting)?,
+                Write::Prune(granting) => {
+                    inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
+                }
             }
         }
         Ok(Applied {
@@ -203,7 +228,7 @@ impl Op {
                     inner.check_free(lease, now)?;
                 }
                 inner.check_turn(name, current.as_ref(), *ticket, now)?;
-                let token = read_counter(&tables.meta)?
+                let token = read_counter(tables.meta()?)?
                     .checked_add(1)
                     .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
                 let expires_ns = now + duration_ns(*ttl);
@@ -216,7 +241,7 @@ impl Op {
                 // so that no token is handed out twice after a crash loses the counter's latest
                 // value.
                 let reserve = if inner.relaxed() {
-                    reservation(&tables.meta, token)?
+                    reservation(tables.meta()?, token)?
                 } else {
                     None
                 };
@@ -257,7 +282,7 @@ impl Op {
                         inner.check_current(tables.lease(name)?, *token, now)?;
                         *token
                     }
-                    None => read_counter(&tables.meta)?,
+                    None => read_counter(tables.meta()?)?,
                 };
                 let mut plan = Plan::new(Done::Put { existed: false });
                 let existed =
@@ -266,8 +291,13 @@ impl Op {
                 Ok(plan)
             }
             Op::Fence { resource, token } => {
-                check_granted(*token, read_counter(&tables.meta)?)?;
-                let highest = tables.fences.get(resource.as_str())?.map(|h| h.value());
+                check_granted(*token, read_counter(tables.meta()?)?)?;
+                let highest = tables
+                    .fences
+                    .as_ref()
+                    .ok_or_else(unopened)?
+                    .get(resource.as_str())?
+                    .map(|h| h.value());
                 admit(*token, highest)?;
                 let mut plan = Plan::new(Done::Fenced);
                 if highest != Some(*token) {

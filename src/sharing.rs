@@ -145,7 +145,7 @@ impl Drop for Place<'_> {
 
 /// Runs `op` in `txn`: checks it, then applies its plan.
 pub(crate) fn run_op(inner: &Arc<Inner>, op: &Op, txn: &WriteTransaction) -> Result<Applied<Done>> {
-    let mut tables = Tables::open(txn)?;
+    let mut tables = Tables::open(txn, op)?;
     let now = clock::now_ns();
     let plan = op.check(inner, &tables, now)?;
     plan.apply(inner, &mut tables, now)
