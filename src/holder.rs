@@ -101,6 +101,12 @@ impl Holder {
 
     /// Renews the lease for `ttl` from now, only while this holder still owns it; otherwise
     /// [`Error::LockLost`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the lease expired, was taken over or was released;
+    /// [`Error::InvalidArgument`] for a TTL out of range; [`Error::Timeout`] behind a process
+    /// that holds the store past the busy timeout; storage errors as [`Store::acquire`].
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         self.state.extend(ttl)
     }
@@ -119,6 +125,11 @@ impl Holder {
     /// Writes `value` under `key` with this holder's token, checking in the same transaction
     /// that the lease is still current ([`Error::LockLost`] otherwise) and that the key accepted
     /// no higher token ([`Error::StaleToken`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the lease is no longer this holder's; [`Error::StaleToken`] when
+    /// the key accepted a higher token; otherwise as [`Store::put`].
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.state.checked_write(key, Some(value)).map(|_| ())
     }
@@ -131,6 +142,11 @@ impl Holder {
 
     /// Releases the lease. Takes effect at once for every process, without an fsync. Idempotent;
     /// a stale holder's release never touches its successor's lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`] in a child of `fork()` (the lease stays the parent's); [`Error::Io`]
+    /// if the kernel refuses to drop the lock.
     pub fn release(&self) -> Result<()> {
         // In a child of fork() the lease and the keep-alive thread belong to the parent: touch
         // neither (unlocking the shared open file would end the parent's lease).

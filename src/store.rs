@@ -152,6 +152,31 @@ impl Store {
 
     /// Tries once to acquire the lock `name` for `ttl`. On contention returns
     /// [`Error::Locked`] with the current holder's token, pid and time left.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Locked`] while a live lease holds the lock, or while an earlier waiting acquire
+    /// waits for it (then `remaining` is zero); [`Error::InvalidArgument`] for an empty, too long
+    /// or NUL-containing name or a TTL outside [`crate::MIN_TTL`] to [`crate::MAX_TTL`], and on a
+    /// read-only store; [`Error::Timeout`] behind a process that holds the store past the busy
+    /// timeout; [`Error::Replaced`] when the path names another file now; [`Error::Forked`] in a
+    /// child of `fork()`; [`Error::Io`], [`Error::Corrupt`] or [`Error::Storage`] from the file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.acquire("payment-export", Duration::from_secs(30))?;
+    /// assert!(matches!(
+    ///     store.acquire("payment-export", Duration::from_secs(30)),
+    ///     Err(fencelock::Error::Locked { .. })
+    /// ));
+    /// holder.put(b"payments/today.csv", b"...")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
         self.acquire_inner(name, ttl, None, None, None)
     }
@@ -160,6 +185,11 @@ impl Store {
     /// once when a holder of this process releases, within about a millisecond when a holder of
     /// another process releases or dies, and when the holder's lease expires. Returns
     /// [`Error::Timeout`] when the timeout passes first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire`], but
+    /// never [`Error::Locked`].
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
         self.wait_for(name, ttl, Waiting::new(timeout, None))
     }
@@ -215,6 +245,11 @@ impl Store {
 
     /// Acquires the lock `name` and writes `value` under `key` with the new token, in one
     /// transaction: either both happen or neither.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::acquire`], and [`Error::InvalidArgument`] for an empty or too long key or a
+    /// value over the store's limit; nothing is written when the grant is refused.
     pub fn acquire_and_put(
         &self,
         name: &str,
@@ -273,6 +308,14 @@ impl Store {
     /// Stores `value` under `key` with `token`. Refused with [`Error::StaleToken`] when the key
     /// accepted a higher token before; an equal token is accepted, so one holder can write many
     /// times. The token must have been granted by this store.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StaleToken`] when the key accepted a higher token; [`Error::InvalidArgument`]
+    /// for token 0, a token above every grant, an empty or too long key or a value over the
+    /// limit; [`Error::Timeout`] behind a process that holds the store past the busy timeout
+    /// (the write may still land if that process had taken it into its commit); and the
+    /// storage errors of [`Store::acquire`].
     pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
         check_key(key)?;
         self.inner.check_value(value)?;
@@ -282,6 +325,10 @@ impl Store {
 
     /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
     /// write after the delete is still refused. Returns whether the key held a value.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::put`].
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
         check_key(key)?;
         check_token(token)?;
@@ -302,6 +349,12 @@ impl Store {
     }
 
     /// The value under `key` and the token that wrote it, or `None` if there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty or too long key; [`Error::Timeout`] while another
+    /// process stays paused in the middle of writing the file's header; [`Error::Io`] or
+    /// [`Error::Corrupt`] from the file.
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
         self.inner.read(|txn| {
@@ -344,6 +397,11 @@ impl Store {
     /// Checks `token` against the external fence `resource`, recording it as the highest seen
     /// when it is. Refused with [`Error::StaleToken`] when a higher token was seen before; an
     /// equal token passes. For guarding storage of the user's own with fencelock's tokens.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StaleToken`] when the resource accepted a higher token; otherwise as
+    /// [`Store::put`].
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
