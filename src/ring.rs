@@ -527,25 +527,22 @@ impl Ring {
 
     /// Posts again a request whose combiner died before publishing its reply.
     pub(crate) fn repost(&self, posted: &Posted) -> bool {
-        self.head(posted.index)
-            .state
-            .compare_exchange(
-                word(posted.generation, TAKEN),
-                word(posted.generation, POSTED),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+        self.transition(posted, TAKEN, POSTED)
     }
 
     /// Gives up waiting for a taken request: its combiner frees the slot when it publishes.
     /// Returns `false` if the reply came meanwhile (then read it with [`Ring::reply`]).
     pub(crate) fn abandon(&self, posted: &Posted) -> bool {
+        self.transition(posted, TAKEN, ABANDONED)
+    }
+
+    /// Moves the slot of `posted` from phase `from` to `to`, if it is still there.
+    fn transition(&self, posted: &Posted, from: u32, to: u32) -> bool {
         self.head(posted.index)
             .state
             .compare_exchange(
-                word(posted.generation, TAKEN),
-                word(posted.generation, ABANDONED),
+                word(posted.generation, from),
+                word(posted.generation, to),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
