@@ -27,8 +27,9 @@ use crate::values::admit;
 pub(crate) enum Op {
     /// Grants the lock `name` for `ttl` with the next token to `holder`, which holds the
     /// liveness lock `live`; with `write`, also writes the value `(key, value)` with that token,
-    /// all or nothing. `ticket` is the requester's place in the lock's waiting queue, if it
-    /// waits: an earlier waiter goes first.
+    /// all or nothing. `ticket` is the requester's place in the lock's waiting queue when it
+    /// waits (`u64::MAX` before it has one): an earlier waiter goes first. A try-once acquire
+    /// has none.
     Acquire {
         name: String,
         ttl: Duration,

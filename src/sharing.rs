@@ -93,8 +93,9 @@ pub(crate) struct Place<'a> {
 }
 
 impl Place<'_> {
+    /// Its ticket; without a place (a full queue), behind every queued waiter.
     pub(crate) fn ticket(&self) -> u64 {
-        self.waiter.as_ref().map_or(0, |w| w.ticket)
+        self.waiter.as_ref().map_or(u64::MAX, |w| w.ticket)
     }
 
     /// Waits until it may be this waiter's turn: the lease `lease` (the lock's record when the
@@ -168,9 +169,12 @@ impl Inner {
         })
     }
 
-    /// Refuses an acquire of `name` (whose record is `current`) with [`Error::Locked`] while an
-    /// earlier waiter than `ticket` (than any, with `None`) waits for it, so that waiting
-    /// acquires are granted in the order they began to wait, and none starves.
+    /// Refuses a waiting acquire of `name` (whose record is `current`) with [`Error::Locked`]
+    /// while a waiter with an earlier ticket than `ticket` waits for it, so that waiting
+    /// acquires are granted in the order they began to wait, and none starves while others
+    /// cycle. A try-once acquire (`None`) takes a free lock even while waiters queue, as a fair
+    /// lock's `tryLock` does in Java; it never stands in a waiter's way for long, since a
+    /// release wakes the oldest waiter at once.
     pub(crate) fn check_turn(
         &self,
         name: &str,
@@ -178,12 +182,12 @@ impl Inner {
         ticket: Option<u64>,
         now: u64,
     ) -> Result<()> {
-        let Some(shared) = self.shared.as_deref() else {
+        let (Some(shared), Some(ticket)) = (self.shared.as_deref(), ticket) else {
             return Ok(());
         };
         if shared
             .ring
-            .waits_before(lock_hash(name), ticket.filter(|&t| t != 0), now, &self.live)
+            .waits_before(lock_hash(name), Some(ticket), now, &self.live)
         {
             return Err(Error::Locked {
                 token: current.map_or(0, |lease| lease.token),

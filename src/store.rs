@@ -155,8 +155,7 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`Error::Locked`] while a live lease holds the lock, or while an earlier waiting acquire
-    /// waits for it (then `remaining` is zero); [`Error::InvalidArgument`] for an empty, too long
+    /// [`Error::Locked`] while a live lease holds the lock; [`Error::InvalidArgument`] for an empty, too long
     /// or NUL-containing name or a TTL outside [`crate::MIN_TTL`] to [`crate::MAX_TTL`], and on a
     /// read-only store; [`Error::Timeout`] behind a process that holds the store past the busy
     /// timeout; [`Error::Replaced`] when the path names another file now; [`Error::Forked`] in a
@@ -212,7 +211,8 @@ impl Store {
         // wait ends: waiters of every process are granted the lock oldest first.
         let mut place: Option<Place<'_>> = None;
         loop {
-            let ticket = place.as_ref().map(Place::ticket);
+            // A waiting acquire not queued yet stands behind every queued waiter.
+            let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
             match self.acquire_inner(name, ttl, None, Some(waiting), ticket) {
                 Err(Error::Locked { remaining, .. }) => {
                     waiting.step()?;

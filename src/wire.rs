@@ -118,7 +118,7 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
             w.u32(holder.pid);
             w.u64(holder.start_time);
             w.u64(*live);
-            // Tickets start at 1.
+            // Tickets start at 1; 0 is a try-once acquire.
             w.u64(ticket.unwrap_or(0));
             match write {
                 Some((key, value)) => {
