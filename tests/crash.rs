@@ -544,14 +544,15 @@ fn creation_images() {
 /// in the open, and again while unwinding (`cached_file.rs:44`), which no catch can stop. The
 /// check therefore runs in a child process; a child that aborts so is run again with the next
 /// seed, and says so, since the abort is redb's answer to a dishonest disk, not a defect of
-/// the checker this test is about.
+/// the checker this test is about. So is a seed whose workload leaves fewer than three
+/// acknowledged writes to plant a lost sync before.
 #[test]
 fn a_lost_sync_is_reported() {
     const CHILD: &str = "FENCELOCK_CRASH_LOST_SYNC_CHILD";
     if std::env::var_os(CHILD).is_some() {
         return check_lost_syncs();
     }
-    for attempt in 0..3 {
+    for attempt in 0..5 {
         let seed = seed().wrapping_add(attempt);
         let output = Command::new(std::env::current_exe().unwrap())
             .args([
@@ -569,6 +570,9 @@ fn a_lost_sync_is_reported() {
         if output.status.success() {
             return;
         }
+        if output.status.code() == Some(TOO_FEW_WRITES) {
+            continue;
+        }
         let aborted_in_redb = std::os::unix::process::ExitStatusExt::signal(&output.status)
             == Some(libc::SIGABRT)
             && stderr.contains("cached_file.rs");
@@ -580,8 +584,11 @@ fn a_lost_sync_is_reported() {
         );
         eprintln!("seed {seed}: redb aborted on a planted image; trying the next seed");
     }
-    panic!("redb aborted on planted images with three seeds in a row");
+    panic!("five seeds in a row gave too few writes or a redb abort on a planted image");
 }
+
+/// The exit status of a lost-sync child whose seed gave too few writes to test with.
+const TOO_FEW_WRITES: i32 = 3;
 
 fn check_lost_syncs() {
     for (salt, mode) in [(6, Mode::MultiProcess), (7, Mode::SingleProcess)] {
@@ -625,12 +632,15 @@ fn check_lost_syncs() {
             })
             .map(|(at, id, _)| (at, id))
             .collect();
-        assert!(
-            acked_writes.len() >= 3,
-            "the workload acknowledged only {} writes that fit (seed {})",
-            acked_writes.len(),
-            seed()
-        );
+        if acked_writes.len() < 3 {
+            // A property of this seed's workload, not a failure: the parent tries the next.
+            eprintln!(
+                "the workload acknowledged only {} writes that fit (seed {})",
+                acked_writes.len(),
+                seed()
+            );
+            std::process::exit(TOO_FEW_WRITES);
+        }
         for (at, id) in acked_writes {
             let lost = syncs_before(at);
             let honest = crash_points(recording, None).swap_remove(lost);
