@@ -243,8 +243,16 @@ impl Inner {
                 Phase::Posted(seen) => {
                     // The write lock is tried before any deadline: a write whose timeout has
                     // run out still commits when nothing stands in its way.
-                    if self.combine(shared)? {
-                        continue;
+                    match self.combine(shared) {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        // Not left posted behind an error: another combiner would run it.
+                        Err(err) => {
+                            if shared.ring.withdraw(&posted) {
+                                return Err(err);
+                            }
+                            continue;
+                        }
                     }
                     let gave_up = waiting.given_up(now);
                     if gave_up.is_some() || now.saturating_sub(posted_at) > WITHDRAW_AFTER {
@@ -300,13 +308,12 @@ impl Inner {
                 std::thread::yield_now();
                 let now = clock::now_ns();
                 let more = self.ring_jobs(shared);
-                if more.is_empty() {
-                    if now - quiet_since >= LINGER_QUIET || now - start >= LINGER_MAX {
-                        break;
-                    }
-                } else {
+                if !more.is_empty() {
                     jobs.extend(more);
                     quiet_since = now;
+                }
+                if now - quiet_since >= LINGER_QUIET || now - start >= LINGER_MAX {
+                    break;
                 }
             }
         }
