@@ -93,12 +93,18 @@ impl<'a> Waiting<'a> {
 
     /// Why the wait ends at `now`, if it does.
     pub(crate) fn given_up(&self, now: u64) -> Option<Error> {
-        if self.cancel.is_some_and(Cancel::is_cancelled) {
-            Some(Error::Cancelled)
-        } else if now >= self.deadline {
-            Some(Error::Timeout)
-        } else {
-            None
-        }
+        ended(self.cancel, self.deadline, now)
+    }
+}
+
+/// Why a wait with `cancel` and `deadline` (`CLOCK_BOOTTIME` ns) ends at `now`, if it does: a
+/// fired cancel first, then the deadline.
+pub(crate) fn ended(cancel: Option<&Cancel>, deadline: u64, now: u64) -> Option<Error> {
+    if cancel.is_some_and(Cancel::is_cancelled) {
+        Some(Error::Cancelled)
+    } else if now >= deadline {
+        Some(Error::Timeout)
+    } else {
+        None
     }
 }

@@ -56,13 +56,7 @@ pub(crate) struct Job {
 impl Job {
     /// Why the job stops waiting for the write lock at `now`, if it does.
     fn given_up(&self, now: u64) -> Option<Error> {
-        if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
-            Some(Error::Cancelled)
-        } else if now >= self.deadline {
-            Some(Error::Timeout)
-        } else {
-            None
-        }
+        crate::cancel::ended(self.cancel.as_ref(), self.deadline, now)
     }
 }
 

@@ -154,11 +154,10 @@ impl Holder {
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Err(err) = self.state.inner.release(self.state.live) {
+        if let Err(err) = self.state.inner.release(&self.state.name, self.state.live) {
             self.state.released.store(false, Ordering::Release);
             return Err(err);
         }
-        self.state.inner.wake_waiter(&self.state.name);
         // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
         // for the write lock behind a paused process, and a release must not wait for that. A
         // renewal that lands after the release changes nothing, since the lease's liveness

@@ -10,7 +10,6 @@ use redb::{ReadableTable, Table};
 
 use crate::cancel::Cancel;
 use crate::clock;
-use crate::db::LEASES;
 use crate::error::{Error, Result};
 use crate::info::{LockInfo, LockState};
 use crate::limits::check_ttl;
@@ -144,12 +143,14 @@ impl Inner {
         }
     }
 
-    /// Ends this process's hold of the lease whose liveness id is `live`. No write: the record is
-    /// cleared lazily. The caller has checked that this is not a child of `fork()`.
-    pub(crate) fn release(&self, live: u64) -> Result<()> {
+    /// Ends this process's hold of the lease of `name` whose liveness id is `live`, and wakes
+    /// the lock's oldest waiter. No write: the record is cleared lazily. The caller has checked
+    /// that this is not a child of `fork()`.
+    pub(crate) fn release(&self, name: &str, live: u64) -> Result<()> {
         self.live.unlock(live)?;
         *self.releases.lock() += 1;
         self.released.notify_all();
+        self.wake_waiter(name);
         Ok(())
     }
 
@@ -195,13 +196,9 @@ impl Inner {
         if self.check_file().is_err() {
             return Ok(false);
         }
-        self.read(|txn| {
-            let leases = txn.open_table(LEASES)?;
-            let Some(record) = leases.get(name)? else {
-                return Ok(false);
-            };
-            let lease = Lease::decode(record.value())?;
-            Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?)
+        self.read(|txn| match self.record(txn, name)? {
+            Some(lease) => Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?),
+            None => Ok(false),
         })
     }
 }

@@ -113,10 +113,7 @@ impl<'t> Tables<'t> {
     }
 
     fn lease(&self, name: &str) -> Result<Option<Lease>> {
-        match self.leases.as_ref().ok_or_else(unopened)?.get(name)? {
-            Some(record) => Ok(Some(Lease::decode(record.value())?)),
-            None => Ok(None),
-        }
+        Lease::find(self.leases.as_ref().ok_or_else(unopened)?, name)
     }
 
     /// The token the key `key` last accepted, and whether it holds a value.

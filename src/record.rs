@@ -25,6 +25,17 @@ const LEASE_LEN_1: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
 const LEASE_LEN: usize = LEASE_LEN_1 + 8;
 
 impl Lease {
+    /// The record of the lock `name` in a leases table, if there is one.
+    pub(crate) fn find(
+        leases: &impl redb::ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+    ) -> Result<Option<Lease>> {
+        match leases.get(name)? {
+            Some(record) => Ok(Some(Lease::decode(record.value())?)),
+            None => Ok(None),
+        }
+    }
+
     pub(crate) fn encode(&self) -> [u8; LEASE_LEN] {
         let mut out = [0u8; LEASE_LEN];
         out[0] = LEASE_FORMAT;

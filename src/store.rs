@@ -450,13 +450,9 @@ impl Store {
     /// What the store records of the lock `name`, if anything.
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
         check_name("lock name", name)?;
-        self.inner.read(|txn| {
-            let leases = txn.open_table(LEASES)?;
-            let Some(record) = leases.get(name)? else {
-                return Ok(None);
-            };
-            let lease = Lease::decode(record.value())?;
-            Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?))
+        self.inner.read(|txn| match self.inner.record(txn, name)? {
+            Some(lease) => Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?)),
+            None => Ok(None),
         })
     }
 
@@ -586,10 +582,7 @@ impl Inner {
 
     /// The lease record of the lock `name`, if there is one.
     pub(crate) fn record(&self, txn: &redb::ReadTransaction, name: &str) -> Result<Option<Lease>> {
-        match txn.open_table(LEASES)?.get(name)? {
-            Some(record) => Ok(Some(Lease::decode(record.value())?)),
-            None => Ok(None),
-        }
+        Lease::find(&txn.open_table(LEASES)?, name)
     }
 
     /// Whether writes that need not outlive the process commit without an fsync: in
