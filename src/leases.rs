@@ -196,10 +196,10 @@ impl Inner {
         if self.check_file().is_err() {
             return Ok(false);
         }
-        self.read(|txn| match self.record(txn, name)? {
+        match self.lease_of(name)? {
             Some(lease) => Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?),
             None => Ok(false),
-        })
+        }
     }
 }
 

@@ -40,6 +40,7 @@ mod limits;
 mod liveness;
 mod ops;
 mod options;
+mod query;
 mod quiet;
 mod record;
 mod ring;

@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
-use redb::{ConcurrencyMode, ReadableTable, ReadableTableMetadata, WriteTransaction};
+use redb::{ConcurrencyMode, WriteTransaction};
 
 use crate::cancel::{Cancel, Waiting};
 use crate::clock::{self, ProcessId};
 use crate::commit::GroupCommit;
-use crate::db::{
-    damaged, open_now, open_shared, redb_builder, Db, FENCES, LEASES, META, SCHEMA_KEY, VALUES,
-};
+use crate::db::{damaged, open_now, open_shared, redb_builder, Db};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::info::{Fenced, LockInfo, StoreInfo};
@@ -26,9 +24,8 @@ use crate::limits::{
 use crate::liveness::Liveness;
 use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
-use crate::record::{decode_value, Lease};
 use crate::sharing::{run_op, Place, Shared};
-use crate::tokens::{read_counter, restore_counter};
+use crate::tokens::restore_counter;
 use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
@@ -220,7 +217,7 @@ impl Store {
                         place = self.inner.queue_up(name);
                     }
                     // The holder's liveness lock, as the record names it now.
-                    let lease = self.inner.read(|txn| self.inner.record(txn, name))?;
+                    let lease = self.inner.lease_of(name)?;
                     match &place {
                         // It watches the lease's expiry itself; a refusal for an earlier
                         // waiter has no time left to wait out.
@@ -274,7 +271,7 @@ impl Store {
         check_ttl(ttl)?;
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
-        let lease = self.inner.read(|txn| self.inner.record(txn, name))?;
+        let lease = self.inner.lease_of(name)?;
         if let Some(lease) = &lease {
             self.inner.check_free(lease, now)?;
         }
@@ -357,17 +354,7 @@ impl Store {
     /// [`Error::Corrupt`] from the file.
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
-        self.inner.read(|txn| {
-            let values = txn.open_table(VALUES)?;
-            let Some(record) = values.get(key)? else {
-                return Ok(None);
-            };
-            let (token, value) = decode_value(record.value())?;
-            Ok(value.map(|value| Fenced {
-                value: value.to_vec(),
-                token,
-            }))
-        })
+        self.inner.value_of(key)
     }
 
     /// The keys holding a value that start with `prefix`, in byte order.
@@ -378,20 +365,7 @@ impl Store {
                 prefix.len()
             )));
         }
-        self.inner.read(|txn| {
-            let values = txn.open_table(VALUES)?;
-            let mut keys = Vec::new();
-            for entry in values.range::<&[u8]>(prefix..)? {
-                let (key, record) = entry?;
-                if !key.value().starts_with(prefix) {
-                    break;
-                }
-                if decode_value(record.value())?.1.is_some() {
-                    keys.push(key.value().to_vec());
-                }
-            }
-            Ok(keys)
-        })
+        self.inner.keys_of(prefix)
     }
 
     /// Checks `token` against the external fence `resource`, recording it as the highest seen
@@ -406,9 +380,7 @@ impl Store {
         check_name("fence resource", resource)?;
         check_token(token)?;
         // A token equal to the recorded one passes without a write.
-        let highest = self
-            .inner
-            .read(|txn| Ok(txn.open_table(FENCES)?.get(resource)?.map(|h| h.value())))?;
+        let highest = self.inner.fence_of(resource)?;
         admit(token, highest)?;
         if highest == Some(token) {
             return Ok(());
@@ -426,94 +398,46 @@ impl Store {
     /// The highest token the external fence `resource` has accepted, if any.
     pub fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
-        self.inner.read(|txn| {
-            let fences = txn.open_table(FENCES)?;
-            Ok(fences.get(resource)?.map(|h| h.value()))
-        })
+        self.inner.fence_of(resource)
     }
 
     /// Every lock record with its state, in name order.
     pub fn locks(&self) -> Result<Vec<LockInfo>> {
-        self.inner.read(|txn| {
-            let leases = txn.open_table(LEASES)?;
-            let now = clock::now_ns();
-            let mut locks = Vec::new();
-            for entry in leases.iter()? {
-                let (name, record) = entry?;
-                let lease = Lease::decode(record.value())?;
-                locks.push(self.inner.describe(name.value(), &lease, now)?);
-            }
-            Ok(locks)
-        })
+        let records = self.inner.leases()?;
+        let now = clock::now_ns();
+        records
+            .iter()
+            .map(|(name, lease)| self.inner.describe(name, lease, now))
+            .collect()
     }
 
     /// What the store records of the lock `name`, if anything.
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
         check_name("lock name", name)?;
-        self.inner.read(|txn| match self.inner.record(txn, name)? {
+        match self.inner.lease_of(name)? {
             Some(lease) => Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?)),
             None => Ok(None),
-        })
+        }
     }
 
     /// Counts and settings of the store.
     pub fn info(&self) -> Result<StoreInfo> {
-        self.inner.read(|txn| {
-            let meta = txn.open_table(META)?;
-            let schema_version = meta.get(SCHEMA_KEY)?.map_or(0, |v| v.value());
-            let last_token = read_counter(&meta)?;
-            let lock_records = txn.open_table(LEASES)?.len()?;
-            let fences = txn.open_table(FENCES)?.len()?;
-            let mut keys = 0;
-            for entry in txn.open_table(VALUES)?.iter()? {
-                if decode_value(entry?.1.value())?.1.is_some() {
-                    keys += 1;
-                }
-            }
-            Ok(StoreInfo {
-                file_size: fs::metadata(&self.inner.path)?.len(),
-                path: self.inner.path.clone(),
-                schema_version,
-                last_token,
-                lock_records,
-                keys,
-                fences,
-            })
+        let counts = self.inner.counts()?;
+        Ok(StoreInfo {
+            file_size: fs::metadata(&self.inner.path)?.len(),
+            path: self.inner.path.clone(),
+            schema_version: counts.schema_version,
+            last_token: counts.last_token,
+            lock_records: counts.lock_records,
+            keys: counts.keys,
+            fences: counts.fences,
         })
     }
 
     /// Checks the store's own invariants: every record decodes, and no lease, value or fence
     /// carries a token above the counter. Returns the first violation as [`Error::Corrupt`].
     pub fn verify(&self) -> Result<()> {
-        self.inner.read(|txn| {
-            let last = read_counter(&txn.open_table(META)?)?;
-            let above = |what: &str, name: String, token: u64| {
-                Error::Corrupt(format!(
-                    "{what} {name} carries token {token} above the counter {last}"
-                ))
-            };
-            for entry in txn.open_table(LEASES)?.iter()? {
-                let (name, record) = entry?;
-                let lease = Lease::decode(record.value())?;
-                if lease.token > last || lease.token == 0 {
-                    return Err(above("lease", name.value().to_owned(), lease.token));
-                }
-            }
-            for entry in txn.open_table(VALUES)?.iter()? {
-                let (key, record) = entry?;
-                let (token, _) = decode_value(record.value())?;
-                if token > last || token == 0 {
-                    return Err(above("key", format!("{:?}", key.value()), token));
-                }
-            }
-            for entry in txn.open_table(FENCES)?.iter()? {
-                let (resource, token) = entry?;
-                if token.value() > last || token.value() == 0 {
-                    return Err(above("fence", resource.value().to_owned(), token.value()));
-                }
-            }
-            Ok(())
-        })
+        self.inner.verified()
     }
 }
 
@@ -578,11 +502,6 @@ impl Inner {
             shared.wake();
         }
         self.note_io_failure(result)
-    }
-
-    /// The lease record of the lock `name`, if there is one.
-    pub(crate) fn record(&self, txn: &redb::ReadTransaction, name: &str) -> Result<Option<Lease>> {
-        Lease::find(&txn.open_table(LEASES)?, name)
     }
 
     /// Whether writes that need not outlive the process commit without an fsync: in
