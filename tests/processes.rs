@@ -5,14 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use fencelock::{boottime_ns, Cancel, Error, Options, Store};
 
-const ROLE: &str = "FENCELOCK_TEST_ROLE";
-const DB: &str = "FENCELOCK_TEST_DB";
+use common::{Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -147,66 +146,6 @@ fn outcome(result: &fencelock::Result<()>) -> &'static str {
         Err(Error::StaleToken { .. }) => "stale-token",
         Err(Error::LockLost { .. }) => "lock-lost",
         Err(_) => "other-error",
-    }
-}
-
-struct Kid {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Kid {
-    fn spawn(role: &str, db: &std::path::Path) -> Kid {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(ROLE, role)
-            .env(DB, db)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Kid {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// The next report line, without its `@@ ` prefix; `None` at the end of output.
-    fn report(&mut self) -> Option<String> {
-        loop {
-            let mut line = String::new();
-            if self.stdout.read_line(&mut line).unwrap() == 0 {
-                return None;
-            }
-            // The harness may print "test child ... " on the same line first.
-            if let Some((_, report)) = line.trim_end().split_once("@@ ") {
-                return Some(report.to_owned());
-            }
-        }
-    }
-
-    fn token(&mut self) -> u64 {
-        let line = self.report().expect("child reported its token");
-        line.strip_prefix("token ").unwrap().parse().unwrap()
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-    }
-}
-
-impl Drop for Kid {
-    /// A test that fails midway must not leave a stopped child holding its output open.
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

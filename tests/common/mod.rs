@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use fencelock::Store;
 
@@ -30,4 +32,70 @@ pub fn lock_bytes(file: &std::fs::File, start: i64, len: i64) {
         )
     };
     assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Children are the test binary run again with `ROLE` set (and the store's path in `DB`); its
+/// `child` test then plays the role and reports on stdout in lines marked with `@@ `.
+pub const ROLE: &str = "FENCELOCK_TEST_ROLE";
+pub const DB: &str = "FENCELOCK_TEST_DB";
+
+/// A child process playing a role.
+pub struct Kid {
+    pub child: Child,
+    pub stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Kid {
+    pub fn spawn(role: &str, db: &std::path::Path) -> Kid {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(DB, db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Kid {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// The next report line, without its `@@ ` prefix; `None` at the end of output.
+    pub fn report(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            if self.stdout.read_line(&mut line).unwrap() == 0 {
+                return None;
+            }
+            // The harness may print "test child ... " on the same line first.
+            if let Some((_, report)) = line.trim_end().split_once("@@ ") {
+                return Some(report.to_owned());
+            }
+        }
+    }
+
+    pub fn token(&mut self) -> u64 {
+        let line = self.report().expect("child reported its token");
+        line.strip_prefix("token ").unwrap().parse().unwrap()
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+}
+
+impl Drop for Kid {
+    /// A test that fails midway must not leave a stopped child holding its output open.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
