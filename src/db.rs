@@ -156,10 +156,24 @@ pub(crate) fn open_database(
     path: &Path,
     existing: bool,
 ) -> Result<Database> {
+    open_database_with(
+        existing,
+        || builder.open_read_only(path),
+        || builder.create(path),
+    )
+}
+
+/// As [`open_database`], with `open_read_only` and `create` opening the database (through a
+/// backend of their own).
+pub(crate) fn open_database_with(
+    existing: bool,
+    open_read_only: impl FnOnce() -> std::result::Result<redb::ReadOnlyDatabase, redb::DatabaseError>,
+    create: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError>,
+) -> Result<Database> {
     if existing {
         // A writable open may write redb's header, so another program's database is recognized
         // through a read-only open first and left as it was.
-        match builder.open_read_only(path) {
+        match open_read_only() {
             Ok(db) => {
                 check_schema(&db)?;
             }
@@ -169,7 +183,7 @@ pub(crate) fn open_database(
             Err(err) => return Err(err.into()),
         }
     }
-    let db = builder.create(path)?;
+    let db = create()?;
     // Caught here, while `db` is still this frame's: a panic on a damaged page must not drop the
     // database as it unwinds, since redb's close may panic on the same page, and a panic while
     // unwinding aborts the process.

@@ -191,7 +191,7 @@ impl Inner {
     }
 
     /// Whether the lease `token` of `name` is current, from a read transaction (no write).
-    pub(crate) fn is_current(&self, name: &str, token: u64) -> Result<bool> {
+    pub(crate) fn is_current(self: &Arc<Self>, name: &str, token: u64) -> Result<bool> {
         // A lease in a file that the path no longer names excludes nobody who opens the path.
         if self.check_file().is_err() {
             return Ok(false);

@@ -44,6 +44,7 @@ mod query;
 mod quiet;
 mod record;
 mod ring;
+mod serve;
 mod sharing;
 mod store;
 mod tokens;
@@ -62,6 +63,7 @@ pub use limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
 pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+pub use serve::{ServeOptions, Server};
 pub use store::Store;
 
 /// The library's version, as Cargo knows it.

@@ -5,6 +5,8 @@
 //! An answer holds what the file says and nothing that depends on who asks: lease records
 //! stay records, and the asking process judges their liveness itself.
 
+use std::sync::Arc;
+
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
 use crate::db::{FENCES, LEASES, META, SCHEMA_KEY, VALUES};
@@ -161,12 +163,28 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
 
 impl crate::store::Inner {
     /// Answers `query` from a read transaction of this store.
-    pub(crate) fn query(&self, query: &Query) -> Result<Answer> {
-        self.read(|txn| query.run(txn))
+    pub(crate) fn query(self: &Arc<Self>, query: &Query) -> Result<Answer> {
+        loop {
+            if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
+                self.check_fork()?;
+                match self.ask_server(shared, query) {
+                    Ok(Some(answer)) => return Ok(answer),
+                    // A process that took the request from the ring after the server was gone
+                    // found the next server holding the file: asked again.
+                    Ok(None) | Err(Error::InUse) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            match self.read(|txn| query.run(txn)) {
+                // A server took the file meanwhile: it answers.
+                Err(Error::InUse) if self.served() => {}
+                other => return other,
+            }
+        }
     }
 
     /// The lease record of the lock `name`, if there is one.
-    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Lease>> {
+    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Lease>> {
         match self.query(&Query::Record(name.to_owned()))? {
             Answer::Record(lease) => Ok(lease),
             other => Err(mismatched(&other)),
@@ -174,42 +192,42 @@ impl crate::store::Inner {
     }
 
     /// Every lease record, in name order.
-    pub(crate) fn leases(&self) -> Result<Vec<(String, Lease)>> {
+    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Lease)>> {
         match self.query(&Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn value_of(&self, key: &[u8]) -> Result<Option<Fenced>> {
+    pub(crate) fn value_of(self: &Arc<Self>, key: &[u8]) -> Result<Option<Fenced>> {
         match self.query(&Query::Value(key.to_vec()))? {
             Answer::Value(value) => Ok(value),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn keys_of(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn keys_of(self: &Arc<Self>, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         match self.query(&Query::Keys(prefix.to_vec()))? {
             Answer::Keys(keys) => Ok(keys),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn fence_of(&self, resource: &str) -> Result<Option<u64>> {
+    pub(crate) fn fence_of(self: &Arc<Self>, resource: &str) -> Result<Option<u64>> {
         match self.query(&Query::Fence(resource.to_owned()))? {
             Answer::Fence(token) => Ok(token),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn counts(&self) -> Result<Counts> {
+    pub(crate) fn counts(self: &Arc<Self>) -> Result<Counts> {
         match self.query(&Query::Counts)? {
             Answer::Counts(counts) => Ok(counts),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn verified(&self) -> Result<()> {
+    pub(crate) fn verified(self: &Arc<Self>) -> Result<()> {
         match self.query(&Query::Verify)? {
             Answer::Verified => Ok(()),
             other => Err(mismatched(&other)),

@@ -80,10 +80,21 @@ struct Header {
     tickets: AtomicU64,
     /// How many requests the last combined batch carried.
     last_batch: AtomicU64,
+    /// The liveness id of the server that executes every request (serve.rs), 0 for none; it
+    /// serves while it holds that liveness lock.
+    server: AtomicU64,
+    /// The liveness id of a server waiting for the stores open on the file to move over to it.
+    wanted: AtomicU64,
+    /// The server's process id.
+    server_pid: AtomicU32,
+    /// Bumped at every post: the server sleeps on it.
+    doorbell: AtomicU32,
+    /// 1 while the server sleeps on the doorbell (so that a post wakes it only then).
+    server_sleeps: AtomicU32,
 }
 
 /// Where the waiting queue starts in the header page, and how many waiters it holds.
-const QUEUE_OFFSET: usize = 64;
+const QUEUE_OFFSET: usize = 128;
 const WAITERS: usize = (HEADER_SIZE - QUEUE_OFFSET) / std::mem::size_of::<WaiterEntry>();
 /// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
 /// over, so that a paused waiter cannot hold a lock up.
@@ -154,7 +165,12 @@ pub(crate) enum Phase {
 pub(crate) struct Posted {
     index: usize,
     generation: u32,
+    /// Whether the request is in a bulk file (too large for the slot).
+    bulk: bool,
 }
+
+/// The `len` of a slot whose request or reply is in a bulk file instead (see `bulk_path`).
+const BULK: u32 = u32::MAX;
 
 /// A request a combiner took: its slot and its bytes.
 pub(crate) struct Taken {
@@ -190,7 +206,25 @@ impl Drop for Ring {
             && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
             && names(&self.path, &self.file).unwrap_or(false)
         {
-            let _ = std::fs::remove_file(&self.path);
+            remove_ring(&self.path);
+        }
+    }
+}
+
+/// Removes the ring at `path` and the bulk files left beside it (by processes that died).
+fn remove_ring(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let mut prefix = name.to_owned();
+    prefix.push(".");
+    let prefix = prefix.to_string_lossy().into_owned();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(entry.path());
+            }
         }
     }
 }
@@ -218,7 +252,7 @@ fn sweep(dir: &Path, keep: &Path) {
         if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
             && names(&path, &file).unwrap_or(false)
         {
-            let _ = std::fs::remove_file(&path);
+            remove_ring(&path);
         }
     }
 }
@@ -445,9 +479,6 @@ impl Ring {
     /// Posts `request` for the requester with liveness id `owner`. `None` when it does not fit
     /// or every slot is in use (the caller commits directly).
     pub(crate) fn post(&self, owner: u64, request: &[u8], live: &Liveness) -> Option<Posted> {
-        if request.len() > PAYLOAD {
-            return None;
-        }
         for pass in 0..2 {
             for index in 0..SLOTS {
                 let head = self.head(index);
@@ -455,20 +486,34 @@ impl Ring {
                 if phase(current) != FREE || !self.own(index, current) {
                     continue;
                 }
-                head.owner.store(owner, Ordering::Relaxed);
-                // SAFETY: the slot is this process's (CLAIMED); the payload holds PAYLOAD bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        request.as_ptr(),
-                        self.payload(index),
-                        request.len(),
-                    );
-                }
-                head.len.store(request.len() as u32, Ordering::Relaxed);
                 let generation = generation(current);
-                head.state
-                    .store(word(generation, POSTED), Ordering::Release);
-                return Some(Posted { index, generation });
+                let bulk = request.len() > PAYLOAD;
+                if bulk {
+                    if self.write_bulk(index, generation, "req", request).is_err() {
+                        self.free(index, generation);
+                        return None;
+                    }
+                    head.len.store(BULK, Ordering::Relaxed);
+                } else {
+                    // SAFETY: the slot is this process's (CLAIMED); the payload holds PAYLOAD
+                    // bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            request.as_ptr(),
+                            self.payload(index),
+                            request.len(),
+                        );
+                    }
+                    head.len.store(request.len() as u32, Ordering::Relaxed);
+                }
+                head.owner.store(owner, Ordering::Relaxed);
+                head.state.store(word(generation, POSTED), Ordering::SeqCst);
+                self.ring_doorbell();
+                return Some(Posted {
+                    index,
+                    generation,
+                    bulk,
+                });
             }
             if pass == 0 {
                 self.reclaim(live);
@@ -518,6 +563,7 @@ impl Ring {
     /// Takes the request back before any combiner took it. Returns whether it did.
     pub(crate) fn withdraw(&self, posted: &Posted) -> bool {
         if self.own(posted.index, word(posted.generation, POSTED)) {
+            self.done_with(posted);
             self.free(posted.index, posted.generation);
             true
         } else {
@@ -551,14 +597,74 @@ impl Ring {
 
     /// The reply to `posted`, once its phase is DONE; frees the slot.
     pub(crate) fn reply(&self, posted: Posted) -> Vec<u8> {
-        let len = (self.head(posted.index).len.load(Ordering::Relaxed) as usize).min(PAYLOAD);
-        let mut reply = vec![0u8; len];
-        // SAFETY: the slot is this process's while DONE; the payload holds PAYLOAD bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.payload(posted.index), reply.as_mut_ptr(), len)
-        };
+        let reply = self.read_slot(posted.index, posted.generation, "rep");
+        // A reply read from a bulk file has no further use for it.
+        if self.head(posted.index).len.load(Ordering::Relaxed) == BULK {
+            let _ = std::fs::remove_file(self.bulk_path(posted.index, posted.generation, "rep"));
+        }
+        self.done_with(&posted);
         self.free(posted.index, posted.generation);
         reply
+    }
+
+    /// Removes the bulk file of the request `posted`, once nobody will read it again.
+    pub(crate) fn done_with(&self, posted: &Posted) {
+        if posted.bulk {
+            let _ = std::fs::remove_file(self.bulk_path(posted.index, posted.generation, "req"));
+        }
+    }
+
+    /// The request or reply in slot `index`: from its payload, or from its bulk file (empty if
+    /// that cannot be read: it then fails to decode, as a damaged slot does).
+    fn read_slot(&self, index: usize, generation: u32, kind: &str) -> Vec<u8> {
+        let len = self.head(index).len.load(Ordering::Relaxed);
+        if len == BULK {
+            return std::fs::read(self.bulk_path(index, generation, kind)).unwrap_or_default();
+        }
+        let len = (len as usize).min(PAYLOAD);
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the caller owns the slot (DONE for its requester, TAKEN for its combiner);
+        // the payload holds PAYLOAD bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.payload(index), bytes.as_mut_ptr(), len) };
+        bytes
+    }
+
+    /// The bulk file of slot `index` at `generation`: `req` for its request, `rep` for its
+    /// reply. Beside the ring, named after it; the last user of the ring removes what is left.
+    fn bulk_path(&self, index: usize, generation: u32, kind: &str) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".{index}.{generation}.{kind}"));
+        PathBuf::from(name)
+    }
+
+    /// Writes a bulk file, readable and writable only by those who may use the ring.
+    fn write_bulk(
+        &self,
+        index: usize,
+        generation: u32,
+        kind: &str,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        use std::io::Write;
+        let path = self.bulk_path(index, generation, kind);
+        let mode = self.file.metadata()?.mode() & 0o666;
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+        };
+        // One left by a process that died is stale: the slot has been reused since.
+        let mut file = match create() {
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&path)?;
+                create()?
+            }
+            other => other?,
+        };
+        file.write_all(bytes)
     }
 
     /// Sleeps until the slot's word is no longer `seen`, or `timeout` passes.
@@ -597,12 +703,7 @@ impl Ring {
             {
                 continue;
             }
-            let len = (head.len.load(Ordering::Relaxed) as usize).min(PAYLOAD);
-            let mut request = vec![0u8; len];
-            // SAFETY: the slot is this combiner's while TAKEN; the payload holds PAYLOAD bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.payload(index), request.as_mut_ptr(), len)
-            };
+            let request = self.read_slot(index, generation(current), "req");
             taken.push(Taken {
                 index,
                 generation: generation(current),
@@ -616,10 +717,24 @@ impl Ring {
     /// request given up on.
     pub(crate) fn publish(&self, taken: &Taken, reply: &[u8]) {
         let head = self.head(taken.index);
-        let len = reply.len().min(PAYLOAD);
-        // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
-        unsafe { std::ptr::copy_nonoverlapping(reply.as_ptr(), self.payload(taken.index), len) };
-        head.len.store(len as u32, Ordering::Relaxed);
+        let bulk = reply.len() > PAYLOAD;
+        if bulk {
+            if let Err(err) = self.write_bulk(taken.index, taken.generation, "rep", reply) {
+                let failed = crate::wire::encode_answer(&Err(err.into()));
+                return self.publish(taken, &failed[..failed.len().min(PAYLOAD)]);
+            }
+            head.len.store(BULK, Ordering::Relaxed);
+        } else {
+            // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    reply.as_ptr(),
+                    self.payload(taken.index),
+                    reply.len(),
+                );
+            };
+            head.len.store(reply.len() as u32, Ordering::Relaxed);
+        }
         fence(Ordering::Release);
         match head.state.compare_exchange(
             word(taken.generation, TAKEN),
@@ -628,12 +743,18 @@ impl Ring {
             Ordering::Acquire,
         ) {
             Ok(_) => futex_wake(&head.state),
-            Err(now) if now == word(taken.generation, ABANDONED) => {
-                self.free(taken.index, taken.generation);
+            Err(now) => {
+                if bulk {
+                    let _ =
+                        std::fs::remove_file(self.bulk_path(taken.index, taken.generation, "rep"));
+                }
+                // Given up on: nobody reads the reply. Otherwise posted again because this
+                // combiner was taken for dead; the next combiner runs it again (the rules make
+                // a re-run give the same result).
+                if now == word(taken.generation, ABANDONED) {
+                    self.free(taken.index, taken.generation);
+                }
             }
-            // Posted again because this combiner was taken for dead; the next combiner runs it
-            // again (the rules make a re-run give the same result).
-            Err(_) => {}
         }
     }
 
@@ -792,6 +913,79 @@ impl Ring {
         self.header()
             .last_batch
             .store(requests as u64, Ordering::Relaxed);
+    }
+
+    /// Tells a sleeping server that a request was posted.
+    fn ring_doorbell(&self) {
+        let header = self.header();
+        header.doorbell.fetch_add(1, Ordering::SeqCst);
+        if header.server_sleeps.load(Ordering::SeqCst) != 0 {
+            futex_wake(&header.doorbell);
+        }
+    }
+
+    /// Whether any request is posted.
+    pub(crate) fn any_posted(&self) -> bool {
+        (0..SLOTS).any(|index| phase(self.head(index).state.load(Ordering::SeqCst)) == POSTED)
+    }
+
+    /// For the server: sleeps until a request is posted, or `timeout` passes.
+    pub(crate) fn await_posted(&self, timeout: Duration) {
+        let header = self.header();
+        let seen = header.doorbell.load(Ordering::SeqCst);
+        header.server_sleeps.store(1, Ordering::SeqCst);
+        // A post after this test changes the doorbell, so the wait returns at once; a post
+        // before it is seen here.
+        if !self.any_posted() {
+            futex_wait(&header.doorbell, seen, timeout);
+        }
+        header.server_sleeps.store(0, Ordering::SeqCst);
+    }
+
+    /// The server's liveness id and process id, if one is recorded (it serves while its
+    /// liveness lock is held).
+    pub(crate) fn server(&self) -> Option<(u64, u32)> {
+        let header = self.header();
+        match header.server.load(Ordering::SeqCst) {
+            0 => None,
+            id => Some((id, header.server_pid.load(Ordering::SeqCst))),
+        }
+    }
+
+    /// Records the server `id` (process `pid`) in place of `previous` (0, or a server that
+    /// died). Returns whether it did.
+    pub(crate) fn set_server(&self, previous: u64, id: u64, pid: u32) -> bool {
+        let header = self.header();
+        header.server_pid.store(pid, Ordering::SeqCst);
+        header
+            .server
+            .compare_exchange(previous, id, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Removes the record of the server `id`, if it is still the recorded one.
+    pub(crate) fn clear_server(&self, id: u64) {
+        let _ = self
+            .header()
+            .server
+            .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// The liveness id of a server waiting for the stores open on the file to move over to
+    /// it; 0 for none.
+    pub(crate) fn wanted(&self) -> u64 {
+        self.header().wanted.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_wanted(&self, id: u64) {
+        self.header().wanted.store(id, Ordering::SeqCst);
+    }
+
+    pub(crate) fn clear_wanted(&self, id: u64) {
+        let _ = self
+            .header()
+            .wanted
+            .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Wakes the requesters of posted requests, so that one of them takes the write lock next.

@@ -22,7 +22,11 @@
 //! - A requester that dies after posting: a combiner drops its request (or runs it, if it took
 //!   it first: a grant without its requester's lock is dead on arrival); a slot it left is
 //!   reclaimed when the ring runs full.
-//! - A full ring, a request larger than a slot, or no usable ring: the write commits directly.
+//! - A full ring, or no usable ring: the write commits directly. A request or reply larger
+//!   than a slot travels in a bulk file beside the ring (ring.rs).
+//!
+//! A server (serve.rs) is a combiner that holds the file alone: while one serves, requesters
+//! never combine, reads travel too, and a request waits for the server up to its deadline.
 
 use std::fs;
 use std::path::Path;
@@ -38,10 +42,14 @@ use crate::commit::{execute, foreign_job, Applied, Job};
 use crate::error::{Error, Result};
 use crate::liveness::{fresh_id, Liveness};
 use crate::ops::{Done, Op, Tables};
+use crate::query::{Answer, Query};
 use crate::record::Lease;
 use crate::ring::{lock_hash, Phase, Posted, Ring, Taken, Waiter};
 use crate::store::Inner;
-use crate::wire::{decode_op, decode_reply, encode_op, encode_reply};
+use crate::wire::{
+    decode_answer, decode_reply, decode_request, encode_answer, encode_op, encode_query,
+    encode_reply, Request,
+};
 
 /// How long a request may stay posted, no combiner taking it, before its requester withdraws
 /// it and waits for the write lock itself: long enough for a combiner's commit, short enough
@@ -64,6 +72,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether a server serves the store (or is about to, waiting for the stores open on the
+    /// file to move over): then every operation goes through it.
+    pub(crate) fn served(&self, live: &Liveness) -> bool {
+        let live_id = |id: u64| id != 0 && id != self.id && live.is_held(id).unwrap_or(false);
+        self.ring.server().is_some_and(|(id, _)| live_id(id)) || live_id(self.ring.wanted())
+    }
+
+    /// The process id of the server that serves the store, if one does.
+    pub(crate) fn server_pid(&self, live: &Liveness) -> Option<u32> {
+        let (id, pid) = self.ring.server()?;
+        (id != self.id && live.is_held(id).unwrap_or(false)).then_some(pid)
+    }
+
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Wakes the requesters of posted requests after a commit, so that one combines next.
     pub(crate) fn wake(&self) {
         self.ring.wake_posted();
@@ -216,34 +245,102 @@ impl Inner {
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
         let request = encode_op(op);
-        match shared.ring.post(shared.id, &request, &self.live) {
-            Some(posted) => self.await_reply(shared, posted, waiting),
+        match self.post(shared, &request, waiting)? {
+            Some(posted) => self.await_done(shared, posted, waiting),
             None => Ok(None),
         }
     }
 
-    /// Waits for the reply to `posted`, combining when the write lock is free. `Ok(None)` when
-    /// the request was withdrawn, no combiner having taken it: the caller commits it directly.
-    fn await_reply(
+    /// Waits for the result of the posted write `posted` (see `await_reply`).
+    fn await_done(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         posted: Posted,
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
+        match self.await_reply(shared, posted, waiting, true)? {
+            Some(reply) => decode_reply(&reply)?.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Answers `query` through the server. `Ok(None)` when no server serves the store (any
+    /// more): the caller reads the file itself.
+    pub(crate) fn ask_server(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        query: &Query,
+    ) -> Result<Option<Answer>> {
+        let waiting = Waiting::new(self.busy_timeout, None);
+        let Some(posted) = self.post(shared, &encode_query(query), waiting)? else {
+            return Ok(None);
+        };
+        match self.await_reply(shared, posted, waiting, false)? {
+            Some(reply) => decode_answer(&reply)?.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Posts `request`. `None` when it could not be posted (a full ring), unless a server
+    /// serves the store: then it waits for a free slot, within `waiting`.
+    fn post(
+        &self,
+        shared: &Shared,
+        request: &[u8],
+        waiting: Waiting<'_>,
+    ) -> Result<Option<Posted>> {
+        loop {
+            if let Some(posted) = shared.ring.post(shared.id, request, &self.live) {
+                return Ok(Some(posted));
+            }
+            if !self.served() {
+                return Ok(None);
+            }
+            if let Some(err) = waiting.given_up(clock::now_ns()) {
+                return Err(err);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Waits for the reply to `posted`; a write (`combines`) combines when the write lock is
+    /// free and no server serves the store. `Ok(None)` when the request was withdrawn, nobody
+    /// having taken it: the caller runs it directly.
+    fn await_reply(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        posted: Posted,
+        waiting: Waiting<'_>,
+        combines: bool,
+    ) -> Result<Option<Vec<u8>>> {
         let posted_at = clock::now_ns();
         loop {
             let now = clock::now_ns();
             match shared.ring.phase(&posted) {
-                Phase::Done => return decode_reply(&shared.ring.reply(posted))?.map(Some),
+                Phase::Done => return Ok(Some(shared.ring.reply(posted))),
                 Phase::Lost => {
+                    shared.ring.done_with(&posted);
                     return Err(Error::Storage(
                         "the shared request ring lost this request's slot".into(),
-                    ))
+                    ));
                 }
                 Phase::Posted(seen) => {
+                    // Behind a server, only the server runs it; a server paused holds it up
+                    // until the deadline, since no other process may open the file.
+                    let served = self.served();
+                    if !served && !combines {
+                        if shared.ring.withdraw(&posted) {
+                            return Ok(None);
+                        }
+                        continue;
+                    }
                     // The write lock is tried before any deadline: a write whose timeout has
                     // run out still commits when nothing stands in its way.
-                    match self.combine(shared) {
+                    match if served {
+                        Ok(false)
+                    } else {
+                        self.combine(shared)
+                    } {
                         Ok(true) => continue,
                         Ok(false) => {}
                         // Not left posted behind an error: another combiner would run it.
@@ -255,7 +352,8 @@ impl Inner {
                         }
                     }
                     let gave_up = waiting.given_up(now);
-                    if gave_up.is_some() || now.saturating_sub(posted_at) > WITHDRAW_AFTER {
+                    let withdraws = !served && now.saturating_sub(posted_at) > WITHDRAW_AFTER;
+                    if gave_up.is_some() || withdraws {
                         if shared.ring.withdraw(&posted) {
                             return gave_up.map_or(Ok(None), Err);
                         }
@@ -271,6 +369,7 @@ impl Inner {
                     }
                     if let Some(err) = waiting.given_up(now) {
                         if shared.ring.abandon(&posted) {
+                            shared.ring.done_with(&posted);
                             return Err(err);
                         }
                         continue;
@@ -283,8 +382,12 @@ impl Inner {
 
     /// Becomes the combiner if the write lock is free: runs every posted request in one
     /// transaction. Returns whether it did.
-    fn combine(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<bool> {
-        let db = self.database()?;
+    pub(crate) fn combine(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<bool> {
+        let db = match self.database() {
+            // A server took the file meanwhile: it runs the request.
+            Err(Error::InUse) if self.served() => return Ok(false),
+            other => other?,
+        };
         let began = crate::quiet::catch(|| match db.writable()?.try_begin_write() {
             Err(redb::TransactionError::WouldBlock) => Ok(None),
             other => Ok(Some(other?)),
@@ -340,8 +443,14 @@ impl Inner {
     /// The job of a taken request; `None` for one that does not decode, which is answered at
     /// once (and fails nothing else of the batch).
     fn ring_job(self: &Arc<Self>, shared: &Arc<Shared>, taken: Taken) -> Option<Job> {
-        let op = match decode_op(&taken.request) {
-            Ok(op) => op,
+        let op = match decode_request(&taken.request) {
+            Ok(Request::Op(op)) => op,
+            // A read is answered at once, from the last commit.
+            Ok(Request::Query(query)) => {
+                let answer = self.read(|txn| query.run(txn));
+                shared.ring.publish(&taken, &encode_answer(&answer));
+                return None;
+            }
             Err(err) => {
                 shared.ring.publish(&taken, &encode_reply(&Err(err)));
                 return None;
@@ -419,7 +528,7 @@ mod tests {
         let token = granted(
             requester
                 .inner
-                .await_reply(&shared(&requester), posted, waiting())
+                .await_done(&shared(&requester), posted, waiting())
                 .unwrap(),
         );
         assert_eq!(token, 1);
@@ -442,7 +551,7 @@ mod tests {
             .take_posted(shared(&combiner).id, &combiner.inner.live)
             .into_iter()
             .map(|taken| {
-                let op = decode_op(&taken.request).unwrap();
+                let op = crate::wire::decode_op(&taken.request).unwrap();
                 let inner = Arc::clone(&inner);
                 foreign_job(
                     move |txn: &WriteTransaction| run_op(&inner, &op, txn),
@@ -464,7 +573,7 @@ mod tests {
         let token = granted(
             requester
                 .inner
-                .await_reply(&shared(&requester), posted, waiting())
+                .await_done(&shared(&requester), posted, waiting())
                 .unwrap(),
         );
         assert_eq!(token, 1, "the grant that committed, not a second one");
@@ -605,12 +714,12 @@ mod tests {
         assert_eq!(shared(&b).ring.phase(&posted_b), Phase::Done);
         let ta = granted(
             a.inner
-                .await_reply(&shared(&a), posted_a, waiting())
+                .await_done(&shared(&a), posted_a, waiting())
                 .unwrap(),
         );
         let tb = granted(
             b.inner
-                .await_reply(&shared(&b), posted_b, waiting())
+                .await_done(&shared(&b), posted_b, waiting())
                 .unwrap(),
         );
         assert_eq!((ta.min(tb), ta.max(tb)), (1, 2));

@@ -41,6 +41,9 @@ pub(crate) struct Inner {
     db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
     read_only: bool,
     mode: ConcurrencyMode,
+    /// This store is a server's (serve.rs): it holds the file exclusively, and commits every
+    /// batch durably.
+    pub(crate) serving: bool,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -51,7 +54,7 @@ pub(crate) struct Inner {
     pub(crate) boot_id: [u8; 16],
     pub(crate) me: ProcessId,
     max_value_len: usize,
-    busy_timeout: Duration,
+    pub(crate) busy_timeout: Duration,
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
     pub(crate) shared: Option<Arc<Shared>>,
@@ -99,39 +102,81 @@ impl Store {
         }
         crate::cancel::check(options.cancel.as_ref())?;
         let read_only = options.read_only;
-        let db = match mode {
-            ConcurrencyMode::MultiWriter => open_shared(
-                &path,
-                read_only,
-                Waiting::new(options.busy_timeout, options.cancel.as_ref()),
-            )?,
+        let waiting = Waiting::new(options.busy_timeout, options.cancel.as_ref());
+        if mode != ConcurrencyMode::MultiWriter {
             // A single-process open never waits: redb refuses at once when the file is held.
-            _ => open_now(&path, mode, read_only)?,
+            let db = open_now(&path, mode, read_only)?;
+            let live = Liveness::private()?;
+            return Store::assemble(path, options, mode, Some(db), live, None, false);
+        }
+        // A store that a server serves is not opened here (the server holds the file): every
+        // operation goes through the server.
+        let exists = path.metadata().is_ok_and(|meta| meta.len() > 0);
+        // A read-only store goes through a server too, when it may take liveness locks (the
+        // ring names its requests by one).
+        let live = match (options.share_commits && exists, read_only) {
+            (true, false) => Some(Liveness::shared(&path)?),
+            (true, true) => Liveness::shared(&path).ok(),
+            (false, _) => None,
         };
-        let live = match mode {
-            ConcurrencyMode::MultiWriter if read_only => Liveness::observer(&path)?,
-            ConcurrencyMode::MultiWriter => Liveness::shared(&path)?,
-            _ => Liveness::private()?,
-        };
-        let boot_id = clock::boot_id()?;
-        let shared = (mode == ConcurrencyMode::MultiWriter && !read_only && options.share_commits)
-            .then(|| Shared::open(&path, &live, boot_id))
-            .flatten()
+        let shared = live
+            .as_ref()
+            .and_then(|live| Shared::open(&path, live, clock::boot_id().ok()?))
             .map(Arc::new);
+        let served = |shared: &Option<Arc<Shared>>, live: &Option<Liveness>| matches!((shared, live), (Some(shared), Some(live)) if shared.served(live));
+        if served(&shared, &live) {
+            let live = live.expect("a ring needs liveness");
+            return Store::assemble(path, options, mode, None, live, shared, false);
+        }
+        let db = match open_shared(&path, read_only, waiting) {
+            Ok(db) => db,
+            // A server that started meanwhile holds it.
+            Err(Error::InUse) if served(&shared, &live) => {
+                let live = live.expect("a ring needs liveness");
+                return Store::assemble(path, options, mode, None, live, shared, false);
+            }
+            Err(err) => return Err(err),
+        };
+        let live = match live {
+            Some(live) => live,
+            None if read_only => Liveness::observer(&path)?,
+            None => Liveness::shared(&path)?,
+        };
+        // A store created by this open gets its ring now.
+        let shared = match shared {
+            None if !read_only && options.share_commits => {
+                Shared::open(&path, &live, clock::boot_id()?).map(Arc::new)
+            }
+            other => other,
+        };
+        Store::assemble(path, options, mode, Some(db), live, shared, false)
+    }
+
+    /// A store of the database `db` (`None`: served, see serve.rs).
+    pub(crate) fn assemble(
+        path: PathBuf,
+        options: &Options,
+        mode: ConcurrencyMode,
+        db: Option<Db>,
+        live: Liveness,
+        shared: Option<Arc<Shared>>,
+        serving: bool,
+    ) -> Result<Store> {
         let inner = Inner {
             live,
             shared,
-            db: ManuallyDrop::new(RwLock::new(Some(Arc::new(db)))),
-            read_only,
+            db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
+            read_only: options.read_only,
             mode,
+            serving,
             io_failed: AtomicBool::new(false),
             file: crate::file::Identity::of(&path)?,
             path,
-            boot_id,
+            boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
             max_value_len: options.max_value_len,
             busy_timeout: options.busy_timeout,
-            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter),
+            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
             released: Condvar::new(),
@@ -145,6 +190,17 @@ impl Store {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The process id of the server ([`crate::Server`]) that this store's operations go
+    /// through now, or `None` when the store uses the file itself.
+    #[must_use]
+    pub fn server(&self) -> Option<u32> {
+        let shared = self.inner.shared.as_ref()?;
+        if self.inner.serving {
+            return None;
+        }
+        shared.server_pid(&self.inner.live)
     }
 
     /// Tries once to acquire the lock `name` for `ttl`. On contention returns
@@ -476,14 +532,23 @@ impl Inner {
     /// handle fires.
     pub(crate) fn submit(self: &Arc<Self>, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
         self.check_fork()?;
-        let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
-        if let Some(shared) = &self.shared {
-            self.check_file()?;
-            if let Some(done) = self.submit_shared(shared, &op, waiting)? {
-                return Ok(done);
-            }
+        if self.read_only {
+            return Err(crate::db::read_only());
         }
-        let db = self.database()?;
+        let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        let db = loop {
+            if let Some(shared) = &self.shared {
+                self.check_file()?;
+                if let Some(done) = self.submit_shared(shared, &op, waiting)? {
+                    return Ok(done);
+                }
+            }
+            match self.database() {
+                // A server took the file since the request was withdrawn: it goes there.
+                Err(Error::InUse) if self.served() => {}
+                other => break other?,
+            }
+        };
         db.writable()?;
         // The file check runs once a commit, not once an operation.
         let admit = || self.check_file();
@@ -507,7 +572,7 @@ impl Inner {
     /// Whether writes that need not outlive the process commit without an fsync: in
     /// single-process mode.
     pub(crate) fn relaxed(&self) -> bool {
-        self.mode == ConcurrencyMode::ExclusiveWriter
+        self.mode == ConcurrencyMode::ExclusiveWriter && !self.serving
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
@@ -555,12 +620,30 @@ impl Inner {
     /// last one. Holders keep their leases across the reopen: their liveness
     /// locks are not the database handle's.
     pub(crate) fn database(&self) -> Result<Arc<Db>> {
+        if self.served() {
+            return Err(Error::InUse);
+        }
         if !self.io_failed.load(Ordering::Acquire) {
             if let Some(db) = self.db.read().as_ref() {
                 return Ok(Arc::clone(db));
             }
         }
         let mut slot = self.db.write();
+        if slot.is_none() && !self.io_failed.load(Ordering::Acquire) {
+            // Closed for a server that has gone since: opened again as any store opens.
+            let waiting = Waiting::new(self.busy_timeout, None);
+            let db = loop {
+                match open_shared(&self.path, self.read_only, waiting) {
+                    // The server may still be closing it.
+                    Err(Error::InUse) => {
+                        waiting.step()?;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    other => break other?,
+                }
+            };
+            *slot = Some(Arc::new(db));
+        }
         if self.io_failed.swap(false, Ordering::AcqRel) || slot.is_none() {
             // Never reopen another file than the one opened.
             self.file.check(&self.path)?;
@@ -589,6 +672,26 @@ impl Inner {
             }
         }
         Ok(Arc::clone(slot.as_ref().expect("reopened above")))
+    }
+
+    /// Whether a server serves the store (serve.rs): operations then go through it, and this
+    /// store's own handle of the database is closed, since the server needs the file alone.
+    pub(crate) fn served(&self) -> bool {
+        match &self.shared {
+            Some(shared) if !self.serving && shared.served(&self.live) => {
+                self.close_database();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Closes this store's handle of the database, for a server to open the file; the next
+    /// direct operation opens it again. Operations still running on it keep it open.
+    pub(crate) fn close_database(&self) {
+        if self.db.read().is_some() {
+            *self.db.write() = None;
+        }
     }
 
     pub(crate) fn check_value(&self, value: &[u8]) -> Result<()> {

@@ -8,9 +8,11 @@ use std::time::Duration;
 use crate::clock::ProcessId;
 use crate::error::{Error, Result, Status};
 use crate::ops::{Done, Op};
+use crate::query::{Answer, Counts, Query};
+use crate::record::Lease;
 
 /// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 2;
+pub(crate) const WIRE_VERSION: u32 = 3;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
@@ -26,7 +28,7 @@ impl Writer {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
     fn bytes(&mut self, v: &[u8]) {
-        // Every length here is below the ring slot's size, far below u32::MAX.
+        // Every length here is bounded by the value limit, far below u32::MAX.
         self.u32(u32::try_from(v.len()).unwrap_or(u32::MAX));
         self.0.extend_from_slice(v);
     }
@@ -154,6 +156,192 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
         }
     }
     w.0
+}
+
+/// A request in the ring: a write, or a read (for a server, which alone can read the file).
+#[derive(Debug)]
+pub(crate) enum Request {
+    Op(Op),
+    Query(Query),
+}
+
+const Q_RECORD: u8 = 16;
+const Q_RECORDS: u8 = 17;
+const Q_VALUE: u8 = 18;
+const Q_KEYS: u8 = 19;
+const Q_FENCE: u8 = 20;
+const Q_COUNTS: u8 = 21;
+const Q_VERIFY: u8 = 22;
+
+pub(crate) fn encode_query(query: &Query) -> Vec<u8> {
+    let mut w = Writer::default();
+    match query {
+        Query::Record(name) => {
+            w.u8(Q_RECORD);
+            w.bytes(name.as_bytes());
+        }
+        Query::Records => w.u8(Q_RECORDS),
+        Query::Value(key) => {
+            w.u8(Q_VALUE);
+            w.bytes(key);
+        }
+        Query::Keys(prefix) => {
+            w.u8(Q_KEYS);
+            w.bytes(prefix);
+        }
+        Query::Fence(resource) => {
+            w.u8(Q_FENCE);
+            w.bytes(resource.as_bytes());
+        }
+        Query::Counts => w.u8(Q_COUNTS),
+        Query::Verify => w.u8(Q_VERIFY),
+    }
+    w.0
+}
+
+/// The request in `bytes`: a write or a read.
+pub(crate) fn decode_request(bytes: &[u8]) -> Result<Request> {
+    if bytes.first().is_some_and(|&tag| tag >= Q_RECORD) {
+        decode_query(bytes).map(Request::Query)
+    } else {
+        decode_op(bytes).map(Request::Op)
+    }
+}
+
+fn decode_query(bytes: &[u8]) -> Result<Query> {
+    let mut r = Reader(bytes);
+    let query = match r.u8()? {
+        Q_RECORD => Query::Record(r.string()?),
+        Q_RECORDS => Query::Records,
+        Q_VALUE => Query::Value(r.bytes()?),
+        Q_KEYS => Query::Keys(r.bytes()?),
+        Q_FENCE => Query::Fence(r.string()?),
+        Q_COUNTS => Query::Counts,
+        Q_VERIFY => Query::Verify,
+        _ => return Err(malformed()),
+    };
+    r.end()?;
+    Ok(query)
+}
+
+const A_RECORD: u8 = 16;
+const A_RECORDS: u8 = 17;
+const A_VALUE: u8 = 18;
+const A_KEYS: u8 = 19;
+const A_FENCE: u8 = 20;
+const A_COUNTS: u8 = 21;
+const A_VERIFIED: u8 = 22;
+
+fn opt_lease(w: &mut Writer, lease: Option<&Lease>) {
+    w.opt_bytes(lease.map(Lease::encode).as_ref().map(<[u8; _]>::as_slice));
+}
+
+pub(crate) fn encode_answer(answer: &Result<Answer>) -> Vec<u8> {
+    let mut w = Writer::default();
+    match answer {
+        Ok(Answer::Record(lease)) => {
+            w.u8(A_RECORD);
+            opt_lease(&mut w, lease.as_ref());
+        }
+        Ok(Answer::Records(records)) => {
+            w.u8(A_RECORDS);
+            w.u64(records.len() as u64);
+            for (name, lease) in records {
+                w.bytes(name.as_bytes());
+                w.bytes(&lease.encode());
+            }
+        }
+        Ok(Answer::Value(value)) => {
+            w.u8(A_VALUE);
+            match value {
+                Some(fenced) => {
+                    w.u8(1);
+                    w.u64(fenced.token);
+                    w.bytes(&fenced.value);
+                }
+                None => w.u8(0),
+            }
+        }
+        Ok(Answer::Keys(keys)) => {
+            w.u8(A_KEYS);
+            w.u64(keys.len() as u64);
+            for key in keys {
+                w.bytes(key);
+            }
+        }
+        Ok(Answer::Fence(token)) => {
+            w.u8(A_FENCE);
+            w.u64(token.unwrap_or(0));
+        }
+        Ok(Answer::Counts(c)) => {
+            w.u8(A_COUNTS);
+            for v in [
+                c.schema_version,
+                c.last_token,
+                c.lock_records,
+                c.keys,
+                c.fences,
+            ] {
+                w.u64(v);
+            }
+        }
+        Ok(Answer::Verified) => w.u8(A_VERIFIED),
+        Err(err) => {
+            w.u8(FAILED);
+            encode_error(&mut w, err);
+        }
+    }
+    w.0
+}
+
+/// The answer in `bytes`; the outer error says the bytes were malformed.
+pub(crate) fn decode_answer(bytes: &[u8]) -> Result<Result<Answer>> {
+    let mut r = Reader(bytes);
+    let lease = |bytes: Vec<u8>| Lease::decode(&bytes).map_err(|_| malformed());
+    let answer = match r.u8()? {
+        A_RECORD => Ok(Answer::Record(r.opt_bytes()?.map(lease).transpose()?)),
+        A_RECORDS => {
+            let n = r.u64()?;
+            let mut records = Vec::new();
+            for _ in 0..n {
+                records.push((r.string()?, lease(r.bytes()?)?));
+            }
+            Ok(Answer::Records(records))
+        }
+        A_VALUE => Ok(Answer::Value(match r.u8()? {
+            0 => None,
+            1 => {
+                let token = r.u64()?;
+                Some(crate::info::Fenced {
+                    token,
+                    value: r.bytes()?,
+                })
+            }
+            _ => return Err(malformed()),
+        })),
+        A_KEYS => {
+            let n = r.u64()?;
+            let mut keys = Vec::new();
+            for _ in 0..n {
+                keys.push(r.bytes()?);
+            }
+            Ok(Answer::Keys(keys))
+        }
+        // Tokens start at 1.
+        A_FENCE => Ok(Answer::Fence(Some(r.u64()?).filter(|&t| t != 0))),
+        A_COUNTS => Ok(Answer::Counts(Counts {
+            schema_version: r.u64()?,
+            last_token: r.u64()?,
+            lock_records: r.u64()?,
+            keys: r.u64()?,
+            fences: r.u64()?,
+        })),
+        A_VERIFIED => Ok(Answer::Verified),
+        FAILED => Err(decode_error(&mut r)?),
+        _ => return Err(malformed()),
+    };
+    r.end()?;
+    Ok(answer)
 }
 
 pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
@@ -422,6 +610,79 @@ mod tests {
             let mut longer = bytes.clone();
             longer.push(0);
             assert!(decode_op(&longer).is_err());
+        }
+    }
+
+    #[test]
+    fn reads_and_their_answers_round_trip_and_every_cut_is_refused() {
+        let queries = [
+            Query::Record("payment-export".into()),
+            Query::Records,
+            Query::Value(b"k\0ey".to_vec()),
+            Query::Keys(Vec::new()),
+            Query::Fence("bucket".into()),
+            Query::Counts,
+            Query::Verify,
+        ];
+        for query in queries {
+            let bytes = encode_query(&query);
+            match decode_request(&bytes).unwrap() {
+                Request::Query(decoded) => assert_eq!(decoded, query),
+                other => panic!("{other:?}"),
+            }
+            for cut in 0..bytes.len() {
+                assert!(
+                    decode_request(&bytes[..cut]).is_err(),
+                    "{query:?} cut at {cut}"
+                );
+            }
+        }
+        let lease = Lease {
+            token: 7,
+            holder: ProcessId {
+                pid: 42,
+                start_time: 9,
+            },
+            boot_id: [3; 16],
+            granted_ns: 1,
+            expires_ns: 2,
+            live: 1 << 50,
+        };
+        let answers = [
+            Ok(Answer::Record(Some(lease))),
+            Ok(Answer::Record(None)),
+            Ok(Answer::Records(vec![
+                ("a".into(), lease),
+                ("b".into(), lease),
+            ])),
+            Ok(Answer::Value(Some(crate::info::Fenced {
+                value: vec![1, 2, 3],
+                token: 4,
+            }))),
+            Ok(Answer::Value(None)),
+            Ok(Answer::Keys(vec![b"x".to_vec(), Vec::new()])),
+            Ok(Answer::Fence(Some(12))),
+            Ok(Answer::Fence(None)),
+            Ok(Answer::Counts(Counts {
+                schema_version: 2,
+                last_token: 3,
+                lock_records: 4,
+                keys: 5,
+                fences: 6,
+            })),
+            Ok(Answer::Verified),
+            Err(Error::Corrupt("bad page".into())),
+        ];
+        for answer in answers {
+            let bytes = encode_answer(&answer);
+            let decoded = decode_answer(&bytes).unwrap();
+            assert_eq!(format!("{decoded:?}"), format!("{answer:?}"));
+            for cut in 0..bytes.len() {
+                assert!(
+                    decode_answer(&bytes[..cut]).is_err(),
+                    "{answer:?} cut at {cut}"
+                );
+            }
         }
     }
 

@@ -156,7 +156,7 @@ pub fn dispatch(
             args.json,
         ),
         Command::Info(args) => info(&open_store(&path, false, busy_timeout, None)?, args.json),
-        Command::Run(_) => unreachable!("run is dispatched by main"),
+        Command::Run(_) | Command::Serve(_) => unreachable!("dispatched by main"),
     }
 }
 
@@ -358,6 +358,7 @@ fn info(store: &Store, json: bool) -> Result<(), Failure> {
             "lock_records": info.lock_records,
             "keys": info.keys,
             "fences": info.fences,
+            "server_pid": store.server(),
         }));
     }
     let rows = [
@@ -375,6 +376,13 @@ fn info(store: &Store, json: bool) -> Result<(), Failure> {
         ("lock records", info.lock_records.to_string()),
         ("keys", info.keys.to_string()),
         ("fences", info.fences.to_string()),
+        (
+            "path",
+            match store.server() {
+                Some(pid) => format!("through the server, pid {pid} (fencelock serve)"),
+                None => "the file itself (no server)".to_owned(),
+            },
+        ),
     ];
     let width = rows.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
     let mut text = String::new();

@@ -24,6 +24,7 @@ mod duration;
 mod exit;
 mod output;
 mod run;
+mod serve;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -167,7 +168,7 @@ Example:
 
 const INFO_AFTER_HELP: &str = "\
 With --json: {\"file\", \"size_bytes\", \"schema_version\", \"last_token\", \"lock_records\",
-\"keys\", \"fences\"}.
+\"keys\", \"fences\", \"server_pid\"} (null without a server).
 Exit status: 0; 81 database error.
 
 Example:
@@ -218,6 +219,32 @@ enum Command {
     /// Show the store's file, size, counts, schema version and token counter
     #[command(after_help = INFO_AFTER_HELP)]
     Info(InfoArgs),
+    /// Serve the store: hold it alone and commit for every process that opens it
+    #[command(after_help = SERVE_AFTER_HELP)]
+    Serve(ServeArgs),
+}
+
+const SERVE_AFTER_HELP: &str = "\
+Every process that opens the store (library, C, Python, Go, this tool) finds the server by
+itself and sends it its operations, reads included; each batch is one durable commit with
+one fsync instead of two. Without a server, or once it stops, they use the file themselves.
+Releases never need the server. It ignores the terminal's stop keys (Ctrl-Z) and stops on
+SIGTERM or SIGINT, finishing the batch at hand.
+Exit status: 0 stopped (signal or --idle-exit); 81 database error, or the store stayed in
+use by processes that did not move over within --wait (their pids are printed).
+
+Example:
+  fencelock serve --db /var/lib/myapp/locks.db --idle-exit 10m";
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Stop after this long without a request (e.g. 30s, 10m)
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_duration)]
+    pub idle_exit: Option<Duration>,
+    /// How long to wait for processes that have the store open to move over to the server
+    #[arg(long, value_name = "DURATION", default_value = "10s",
+          value_parser = duration::parse_duration)]
+    pub wait: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -389,6 +416,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::database_path(cli.db, true)
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        Command::Serve(args) => commands::database_path(cli.db, true)
+            .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
         other => {
             commands::dispatch(cli.db, cli.busy_timeout, other).map(|()| ExitCode::from(exit::OK))
         }

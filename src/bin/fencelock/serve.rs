@@ -1,0 +1,80 @@
+//! `fencelock serve`: runs a server of one store until a signal or its idle time ends it.
+
+use std::path::Path;
+
+use fencelock::{Cancel, Error, ServeOptions, Server};
+
+use crate::{exit, Failure, ServeArgs};
+
+pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
+    let stop = Cancel::new();
+    stop_on_signals(&stop)?;
+    let options = ServeOptions {
+        wait: args.wait,
+        idle_exit: args.idle_exit,
+        cancel: Some(stop),
+    };
+    let server = Server::start(path, &options).map_err(|err| match err {
+        Error::InUse => {
+            let holders = Server::holders(path);
+            let read_only = fencelock::Options {
+                read_only: true,
+                ..fencelock::Options::default()
+            };
+            let server = fencelock::Store::open_with(path, &read_only)
+                .ok()
+                .and_then(|store| store.server());
+            let who = if let Some(pid) = server {
+                format!("the server with pid {pid} serves it already")
+            } else if holders.is_empty() {
+                "another server serves it".to_owned()
+            } else {
+                let pids: Vec<String> = holders.iter().map(u32::to_string).collect();
+                format!(
+                    "processes that did not move over hold it open: {}",
+                    pids.join(", ")
+                )
+            };
+            Failure::new(
+                exit::DATABASE,
+                format!("{} cannot be served: {who}", path.display()),
+            )
+        }
+        other => Failure::from_lib(&other),
+    })?;
+    eprintln!(
+        "fencelock: serving {} (pid {})",
+        server.path().display(),
+        std::process::id()
+    );
+    server.run(&options).map_err(|err| Failure::from_lib(&err))
+}
+
+/// Job control of a shell must never pause the server (every process of the store would wait
+/// for it): the terminal's stop signals are ignored. SIGTERM and SIGINT fire `stop`, from a
+/// thread that waits for them; they are blocked in every other thread (spawned after this).
+fn stop_on_signals(stop: &Cancel) -> Result<(), Failure> {
+    // SAFETY: setting signal dispositions and masks with valid arguments; the set is local.
+    unsafe {
+        for signal in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return Err(Failure::new(exit::IO, "the signal mask could not be set"));
+        }
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("fencelock-signals".into())
+            .spawn(move || {
+                let mut signal = 0;
+                libc::sigwait(&set, &mut signal);
+                stop.cancel();
+            })
+            .map_err(|err| Failure::new(exit::IO, format!("no signal thread: {err}")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,480 @@
+//! A server: one process holds the store file exclusively and executes the requests of every
+//! process that opens the store, reads included, with one commit a batch.
+//!
+//! Without a server every commit of a shared file is redb's two-phase multi-process commit
+//! (two fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one
+//! phase. The server announces itself in the store's request ring (ring.rs) under a liveness id
+//! of its own: a store that finds a live server there opens no database handle and posts every
+//! operation, and one that had the file open closes it at its next operation so the server can
+//! take the file. When the server's liveness lock is gone (it exited, or was killed), stores open
+//! the file again and commit as before; requests it had taken are posted again by their
+//! requesters, under the rules of sharing.rs, which make a re-run give the result the first run
+//! had.
+//!
+//! redb's exclusive mode locks every byte of the file; the server's storage backend leaves out
+//! the bytes fencelock itself locks (liveness.rs), so holders keep their liveness locks on the
+//! file whoever serves it. Releases need no server.
+
+use std::fs::OpenOptions;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::backends::FileBackend;
+use redb::{BackendError, ConcurrencyMode, StorageBackend};
+
+use crate::cancel::{Cancel, Waiting};
+use crate::clock;
+use crate::db::{damaged, open_database_with, redb_builder, Db};
+use crate::error::{Error, Result};
+use crate::liveness::{Liveness, LOCKED_BYTES};
+use crate::options::Options;
+use crate::sharing::Shared;
+use crate::store::{Inner, Store};
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long [`Server::start`] waits for the processes that have the store open to move
+    /// over to it (each does at its next operation) before it gives up with [`Error::InUse`].
+    pub wait: Duration,
+    /// Stops [`Server::run`] after this long without a request.
+    pub idle_exit: Option<Duration>,
+    /// Stops [`Server::run`] (at its next look, within milliseconds) once it fires.
+    pub cancel: Option<Cancel>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            wait: Duration::from_secs(10),
+            idle_exit: None,
+            cancel: None,
+        }
+    }
+}
+
+/// A running server of one store file. Dropping it stops serving: stores then open the file
+/// themselves again.
+pub struct Server {
+    store: Store,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("path", &self.store.path())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a server without requests looks at its idle time and its cancel handle.
+const IDLE_LOOK: Duration = Duration::from_millis(10);
+
+impl Server {
+    /// Opens the store at `path` (creating it if needed) exclusively, to serve it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InUse`] when another server serves it, or when processes that have it open
+    /// did not move over within `options.wait` ([`Server::holders`] names them);
+    /// [`Error::Cancelled`]; [`Error::Storage`] when the store's shared request ring cannot be
+    /// used (another user's, in `/dev/shm`); otherwise as [`Store::open`].
+    pub fn start(path: impl AsRef<Path>, options: &ServeOptions) -> Result<Server> {
+        let path = path.as_ref().to_path_buf();
+        if path.is_dir() {
+            return Err(Error::invalid(format!("{} is a directory", path.display())));
+        }
+        let live = Liveness::shared(&path)?;
+        let boot_id = clock::boot_id()?;
+        let shared = Shared::open(&path, &live, boot_id)
+            .map(Arc::new)
+            .ok_or_else(|| {
+                Error::Storage(format!(
+                    "the shared request ring of {} in /dev/shm cannot be used",
+                    path.display()
+                ))
+            })?;
+        let ring = shared.ring();
+        let previous = match ring.server() {
+            Some((id, _)) if live.is_held(id)? => return Err(Error::InUse),
+            Some((id, _)) => id,
+            None => 0,
+        };
+        // Stores that have the file open see this and close it at their next operation; those
+        // that open it from now on wait for this server.
+        ring.set_wanted(shared.id());
+        let opened = open_exclusive(&path, options);
+        ring.clear_wanted(shared.id());
+        let db = opened?;
+        if !ring.set_server(previous, shared.id(), std::process::id()) {
+            return Err(Error::InUse);
+        }
+        let store = Store::assemble(
+            path,
+            &Options::default(),
+            ConcurrencyMode::ExclusiveWriter,
+            Some(db),
+            live,
+            Some(Arc::clone(&shared)),
+            true,
+        )?;
+        Ok(Server { store, shared })
+    }
+
+    /// The store file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        self.store.path()
+    }
+
+    /// The processes other than this one that have the file `path` open (as `/proc` shows
+    /// them): those a server waits for.
+    #[must_use]
+    pub fn holders(path: &Path) -> Vec<u32> {
+        let Ok(target) = std::fs::canonicalize(path) else {
+            return Vec::new();
+        };
+        let me = std::process::id();
+        let mut pids = Vec::new();
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return pids;
+        };
+        for entry in procs.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+                continue;
+            };
+            let opens = fds
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link == target));
+            if opens && pid != me {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Serves until `options.idle_exit` passes without a request or `options.cancel` fires.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] or [`Error::Storage`] when the store fails (a commit's failure is each
+    /// request's error, not the server's).
+    pub fn run(&self, options: &ServeOptions) -> Result<()> {
+        let inner = &self.store.inner;
+        let ring = self.shared.ring();
+        let mut last_request = clock::now_ns();
+        loop {
+            if options.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+                return Ok(());
+            }
+            if ring.any_posted() {
+                inner.serve_batch(&self.shared)?;
+                last_request = clock::now_ns();
+                continue;
+            }
+            if let Some(idle) = options.idle_exit {
+                if clock::now_ns().saturating_sub(last_request) >= crate::limits::duration_ns(idle)
+                {
+                    return Ok(());
+                }
+            }
+            ring.await_posted(IDLE_LOOK);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Stores open the file again once it is closed: the handle closes with the last of
+        // this server's operations, just after.
+        self.shared.ring().clear_server(self.shared.id());
+        self.store.inner.close_database();
+        self.shared.wake();
+    }
+}
+
+impl Inner {
+    /// Runs one batch of the posted requests, as a combiner does.
+    fn serve_batch(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<()> {
+        self.combine(shared).map(|_| ())
+    }
+}
+
+/// Opens `path` in redb's exclusive mode, through [`Carved`], waiting up to `options.wait`
+/// while other processes have it open.
+fn open_exclusive(path: &Path, options: &ServeOptions) -> Result<Db> {
+    let waiting = Waiting::new(options.wait, options.cancel.as_ref());
+    loop {
+        match open_carved(path) {
+            Err(Error::InUse) => {
+                waiting.step().map_err(|err| match err {
+                    Error::Timeout => Error::InUse,
+                    other => other,
+                })?;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn open_carved(path: &Path) -> Result<Db> {
+    let existing = crate::file::is_existing_database(path, true)?;
+    let builder = redb_builder(ConcurrencyMode::ExclusiveWriter);
+    let backend = || -> std::result::Result<Carved, redb::DatabaseError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        Ok(Carved(FileBackend::new(file)?))
+    };
+    crate::quiet::catch(|| {
+        open_database_with(
+            existing,
+            || builder.open_read_only_with_backend(backend()?),
+            || builder.create_with_backend(backend()?),
+        )
+        .map(Db::Writable)
+    })
+    .unwrap_or_else(damaged)
+}
+
+/// redb's file backend with the bytes fencelock locks ([`LOCKED_BYTES`]) left out of every
+/// lock redb takes: redb's exclusive mode locks the whole file, which would otherwise take
+/// holders' liveness locks away.
+#[derive(Debug)]
+struct Carved(FileBackend);
+
+type Range = (Bound<u64>, Bound<u64>);
+
+/// The parts of `range` outside [`LOCKED_BYTES`] (one or two; all of it when they do not meet).
+fn carve(range: Range) -> Vec<Range> {
+    let (hole_start, hole_end) = LOCKED_BYTES;
+    let start = match range.0 {
+        Bound::Unbounded => 0,
+        Bound::Included(x) => x,
+        Bound::Excluded(x) => x.saturating_add(1),
+    };
+    let end = match range.1 {
+        Bound::Unbounded => None,
+        Bound::Included(x) => Some(x.saturating_add(1)),
+        Bound::Excluded(x) => Some(x),
+    };
+    if start >= hole_end || end.is_some_and(|end| end <= hole_start) {
+        return vec![range];
+    }
+    let mut parts = Vec::with_capacity(2);
+    if start < hole_start {
+        parts.push((range.0, Bound::Excluded(hole_start)));
+    }
+    if end.is_none_or(|end| end > hole_end) {
+        parts.push((Bound::Included(hole_end), range.1));
+    }
+    parts
+}
+
+impl Carved {
+    fn lock_parts(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+        lock: impl Fn(&FileBackend, Bound<u64>, Bound<u64>) -> std::result::Result<bool, BackendError>,
+    ) -> std::result::Result<bool, BackendError> {
+        let parts = carve((start, end));
+        for (i, part) in parts.iter().enumerate() {
+            match lock(&self.0, part.0, part.1) {
+                Ok(true) => {}
+                other => {
+                    // Refused or failed: nothing of it stays locked.
+                    for taken in &parts[..i] {
+                        let _ = self.0.unlock_range(taken.0, taken.1);
+                    }
+                    return other;
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl StorageBackend for Carved {
+    fn len(&self) -> std::result::Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::result::Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::result::Result<(), std::io::Error> {
+        self.0.close()
+    }
+    fn try_lock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<bool, BackendError> {
+        self.lock_parts(start, end, |b, s, e| b.try_lock_range(s, e))
+    }
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<bool, BackendError> {
+        self.lock_parts(start, end, |b, s, e| b.try_lock_shared_range(s, e))
+    }
+    fn lock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<(), BackendError> {
+        self.lock_parts(start, end, |b, s, e| b.lock_range(s, e).map(|()| true))
+            .map(|_| ())
+    }
+    fn lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<(), BackendError> {
+        self.lock_parts(start, end, |b, s, e| {
+            b.lock_shared_range(s, e).map(|()| true)
+        })
+        .map(|_| ())
+    }
+    fn unlock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<(), BackendError> {
+        let mut result = Ok(());
+        for part in carve((start, end)) {
+            if let Err(err) = self.0.unlock_range(part.0, part.1) {
+                result = Err(err);
+            }
+        }
+        result
+    }
+    fn query_lock_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> std::result::Result<bool, BackendError> {
+        for part in carve((start, end)) {
+            if self.0.query_lock_range(part.0, part.1)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carving_leaves_out_exactly_the_liveness_bytes() {
+        let (a, b) = LOCKED_BYTES;
+        let whole = (Bound::Unbounded, Bound::Unbounded);
+        assert_eq!(
+            carve(whole),
+            vec![
+                (Bound::Unbounded, Bound::Excluded(a)),
+                (Bound::Included(b), Bound::Unbounded)
+            ]
+        );
+        let header = (Bound::Included(0), Bound::Excluded(320));
+        assert_eq!(carve(header), vec![header]);
+        let above = (Bound::Included(b + 5), Bound::Unbounded);
+        assert_eq!(carve(above), vec![above]);
+        let to_mode_byte = (Bound::Unbounded, Bound::Included(b + 1));
+        assert_eq!(
+            carve(to_mode_byte),
+            vec![
+                (Bound::Unbounded, Bound::Excluded(a)),
+                (Bound::Included(b), Bound::Included(b + 1))
+            ]
+        );
+        let inside = (Bound::Included(a + 1), Bound::Excluded(a + 2));
+        assert!(carve(inside).is_empty());
+    }
+
+    #[test]
+    fn a_served_store_goes_through_the_server_and_keeps_its_liveness_locks() {
+        let dir = tempfile_dir();
+        let path = dir.join("served.db");
+        let direct = Store::open(&path).unwrap();
+        let before = direct.acquire("a", Duration::from_secs(30)).unwrap();
+        let server_path = path.clone();
+        let stop = Cancel::new();
+        let options = ServeOptions {
+            cancel: Some(stop.clone()),
+            ..ServeOptions::default()
+        };
+        let serving = std::thread::spawn(move || {
+            let server = Server::start(&server_path, &options).unwrap();
+            server.run(&options).unwrap();
+        });
+        // The open store moves over at its operations; a new store goes through the server.
+        let mut moved = false;
+        for _ in 0..2000 {
+            if direct.server().is_some() {
+                moved = true;
+                break;
+            }
+            assert!(before.is_held().unwrap());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(moved, "the store moved over to the server");
+        let other = Store::open(&path).unwrap();
+        assert!(other.server().is_some());
+        match other.acquire("a", Duration::from_secs(30)) {
+            Err(Error::Locked { token, .. }) => assert_eq!(token, before.token()),
+            other => panic!("{other:?}"),
+        }
+        let b = other.acquire("b", Duration::from_secs(30)).unwrap();
+        assert!(b.token() > before.token());
+        b.put(b"k", &vec![7u8; 20_000]).unwrap();
+        assert_eq!(direct.get(b"k").unwrap().unwrap().value, vec![7u8; 20_000]);
+        before.release().unwrap();
+        let again = other.acquire("a", Duration::from_secs(30)).unwrap();
+        assert!(again.token() > b.token());
+        stop.cancel();
+        serving.join().unwrap();
+        // Without the server, the stores open the file themselves again.
+        let after = direct.acquire("c", Duration::from_secs(30)).unwrap();
+        assert!(after.token() > again.token());
+        assert!(direct.server().is_none());
+        assert_eq!(other.get(b"k").unwrap().unwrap().token, b.token());
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "fencelock-serve-{}-{}",
+            std::process::id(),
+            clock::now_ns()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

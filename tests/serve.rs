@@ -1,0 +1,216 @@
+//! A server (`fencelock::Server`, `fencelock serve`) with real processes: killed, paused and
+//! replaced while clients work, and clients that die. Children are this test binary run again
+//! (see `common::Kid`).
+
+mod common;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{Kid, DB, ROLE};
+use fencelock::{Error, Options, ServeOptions, Server, Store};
+
+/// Not a test of its own: the entry point of child processes.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let path = std::env::var(DB).unwrap();
+    let say = |line: &str| {
+        println!("@@ {line}");
+        std::io::stdout().flush().unwrap();
+    };
+    match role.as_str() {
+        "serve" => {
+            let options = ServeOptions {
+                wait: Duration::from_secs(60),
+                ..ServeOptions::default()
+            };
+            let server = Server::start(&path, &options).unwrap();
+            say("serving");
+            server.run(&options).unwrap();
+        }
+        "acquire" => {
+            // Blocks behind a paused server, and is killed there.
+            let store = Store::open(&path).unwrap();
+            say("posting");
+            let _ = store.acquire("orphan", Duration::from_secs(600));
+            say("granted");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Waits until `store` goes through a server, making operations so that it moves over.
+fn until_served(store: &Store) -> u32 {
+    for _ in 0..20_000 {
+        let _ = store.lock("probe");
+        if let Some(pid) = store.server() {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("the store never went through the server");
+}
+
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(f()).unwrap());
+    result
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what} never ended while the server was paused"))
+}
+
+/// Grants and acknowledged writes of one client thread.
+fn work(store: &Store, name: &str, stop: &AtomicBool) -> (Vec<u64>, Vec<(Vec<u8>, u64)>) {
+    let (mut tokens, mut writes) = (Vec::new(), Vec::new());
+    while !stop.load(Ordering::Relaxed) {
+        let holder = store.acquire(name, Duration::from_secs(60)).unwrap();
+        tokens.push(holder.token());
+        let key = format!("{name}/{}", holder.token()).into_bytes();
+        holder.put(&key, &holder.token().to_le_bytes()).unwrap();
+        writes.push((key, holder.token()));
+        holder.release().unwrap();
+    }
+    (tokens, writes)
+}
+
+#[test]
+fn a_server_killed_mid_batch_loses_nothing_acknowledged_and_grants_none_twice() {
+    let (_dir, path, store) = common::temp_store();
+    let seed = store.acquire("seed", Duration::from_secs(600)).unwrap();
+    let stop = AtomicBool::new(false);
+    let (kills, served) = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..3)
+            .map(|i| {
+                let (store, stop) = (&store, &stop);
+                scope.spawn(move || work(store, &format!("lock-{i}"), stop))
+            })
+            .collect();
+        // Servers started, and killed at random points of their batches, again and again;
+        // between them the clients use the file themselves.
+        let (mut kills, mut served) = (0u32, 0u32);
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            let mut kid = Kid::spawn("serve", &path);
+            assert_eq!(kid.report().as_deref(), Some("serving"));
+            served += u32::from(store.server().is_some());
+            std::thread::sleep(Duration::from_millis(15 + u64::from(kills % 7) * 9));
+            kid.signal(libc::SIGKILL);
+            let _ = kid.child.wait();
+            kills += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let mut tokens = Vec::new();
+        for thread in threads {
+            let (grants, writes) = thread.join().unwrap();
+            tokens.extend(grants);
+            // Every acknowledged write is there, with its token.
+            for (key, token) in writes {
+                let found = store
+                    .get(&key)
+                    .unwrap()
+                    .expect("an acknowledged write is kept");
+                assert_eq!(found.token, token);
+            }
+        }
+        let mut sorted = tokens.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), tokens.len(), "a token was granted twice");
+        assert_eq!(
+            store.info().unwrap().last_token,
+            1 + tokens.len() as u64,
+            "a grant was made that nobody got"
+        );
+        (kills, served)
+    });
+    assert!(kills >= 5, "only {kills} servers in 5 s");
+    assert!(served >= 1, "the clients never went through a server");
+    // The lease taken before any server is still live through all of them.
+    assert!(seed.is_held().unwrap());
+    store.verify().unwrap();
+}
+
+#[test]
+fn behind_a_paused_server_deadlines_hold_and_releases_need_no_server() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("serve", &path);
+    let pid = until_served(&store);
+    assert_eq!(kid.report().as_deref(), Some("serving"));
+    assert_eq!(pid, kid.child.id());
+    let holder = store.acquire("held", Duration::from_secs(600)).unwrap();
+    // Larger than a ring slot: the bulk path, both ways.
+    let big = vec![0xa5u8; 200_000];
+    holder.put(b"big", &big).unwrap();
+    assert_eq!(store.get(b"big").unwrap().unwrap().value, big);
+
+    kid.signal(libc::SIGSTOP);
+    let options = Options {
+        busy_timeout: Duration::from_millis(200),
+        ..Options::default()
+    };
+    let client = Store::open_with(&path, &options).unwrap();
+    let at = client.clone();
+    let grant = bounded("an acquire", move || {
+        at.acquire("other", Duration::from_secs(60))
+            .map(|h| h.token())
+    });
+    assert!(matches!(grant, Err(Error::Timeout)), "{grant:?}");
+    let at = client.clone();
+    let put = bounded("a put", move || at.put(b"k", b"v", 1));
+    assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
+    let at = client.clone();
+    let read = bounded("a read", move || at.get(b"big").map(drop));
+    assert!(matches!(read, Err(Error::Timeout)), "{read:?}");
+    // A release is the holder's own lock: it needs nobody.
+    holder.release().unwrap();
+    kid.signal(libc::SIGCONT);
+
+    // The grant that timed out left no live lease, and the released lock is free.
+    let other = store
+        .acquire_wait("other", Duration::from_secs(60), Duration::from_secs(30))
+        .unwrap();
+    let held = store.acquire("held", Duration::from_secs(60)).unwrap();
+    assert!(held.token() > other.token());
+    assert_eq!(store.server(), Some(pid));
+}
+
+#[test]
+fn a_client_killed_after_posting_gets_no_live_grant() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("serve", &path);
+    until_served(&store);
+    assert_eq!(kid.report().as_deref(), Some("serving"));
+    kid.signal(libc::SIGSTOP);
+    let mut client = Kid::spawn("acquire", &path);
+    assert_eq!(client.report().as_deref(), Some("posting"));
+    // Long enough for the acquire to be posted behind the paused server.
+    std::thread::sleep(Duration::from_millis(300));
+    client.signal(libc::SIGKILL);
+    let _ = client.child.wait();
+    kid.signal(libc::SIGCONT);
+    // Whether the server ran the dead client's request or dropped it, the lock is free.
+    let holder = store
+        .acquire("orphan", Duration::from_secs(60))
+        .expect("a grant to a dead client is dead on arrival");
+    assert!(holder.is_held().unwrap());
+}
+
+#[test]
+fn a_second_server_is_refused_while_one_serves() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("serve", &path);
+    let pid = until_served(&store);
+    assert_eq!(kid.report().as_deref(), Some("serving"));
+    let options = ServeOptions {
+        wait: Duration::from_millis(200),
+        ..ServeOptions::default()
+    };
+    assert!(matches!(Server::start(&path, &options), Err(Error::InUse)));
+    // The refused one changed nothing: the first still serves.
+    let _after = store.acquire("after", Duration::from_secs(60)).unwrap();
+    assert_eq!(store.server(), Some(pid));
+}
