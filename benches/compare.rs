@@ -356,6 +356,10 @@ fn main() {
         worker(&spec);
         return;
     }
+    if let Ok(path) = std::env::var(clients::SERVE_ENV) {
+        clients::serve(&path);
+        return;
+    }
     let args = parse_args();
     let systems: Vec<System> = System::ALL
         .into_iter()
@@ -403,12 +407,7 @@ fn main() {
             });
         }
     }
-    let singles = if systems.iter().any(|s| {
-        matches!(
-            s,
-            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle
-        )
-    }) {
+    let singles = if systems.iter().any(|s| s.is_fencelock()) {
         report::single_ops(args.secs / 2)
     } else {
         Vec::new()

@@ -33,6 +33,8 @@ pub enum System {
     /// Multi-process mode with `share_commits` off: each process commits its own writes.
     FencelockAlone,
     FencelockSingle,
+    /// Multi-process mode through a server (`fencelock serve`) in a process of its own.
+    FencelockServed,
     Sqlite,
     RedisAlways,
     RedisEverysec,
@@ -40,10 +42,11 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 7] = [
+    pub const ALL: [System; 8] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
+        System::FencelockServed,
         System::Sqlite,
         System::RedisAlways,
         System::RedisEverysec,
@@ -56,6 +59,7 @@ impl System {
             System::FencelockMulti => "fencelock (multi-process mode)",
             System::FencelockAlone => "fencelock (multi-process, each process commits alone)",
             System::FencelockSingle => "fencelock (single-process mode)",
+            System::FencelockServed => "fencelock (served: fencelock serve)",
             System::Sqlite => "SQLite (WAL, synchronous=FULL)",
             System::RedisAlways => "Redis (appendfsync always)",
             System::RedisEverysec => "Redis (appendfsync everysec, not durable)",
@@ -69,6 +73,7 @@ impl System {
             System::FencelockMulti => "fencelock-mp",
             System::FencelockAlone => "fencelock-mp-alone",
             System::FencelockSingle => "fencelock-sp",
+            System::FencelockServed => "fencelock-served",
             System::Sqlite => "sqlite",
             System::RedisAlways => "redis-always",
             System::RedisEverysec => "redis-everysec",
@@ -83,6 +88,16 @@ impl System {
     /// Whether several processes can share it.
     pub fn multi_process(self) -> bool {
         self != System::FencelockSingle
+    }
+
+    pub fn is_fencelock(self) -> bool {
+        matches!(
+            self,
+            System::FencelockMulti
+                | System::FencelockAlone
+                | System::FencelockSingle
+                | System::FencelockServed
+        )
     }
 
     pub fn is_redis(self) -> bool {
@@ -150,16 +165,68 @@ pub struct Shared {
     pub system: System,
     pub target: Target,
     store: Option<Store>,
+    /// The server process of `FencelockServed`, stopped when its stdin closes.
+    server: Option<std::process::Child>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            drop(server.stdin.take());
+            let _ = server.wait();
+        }
+    }
+}
+
+/// The environment variable that makes this program a store's server (`FencelockServed`).
+pub const SERVE_ENV: &str = "FENCELOCK_COMPARE_SERVE";
+
+/// The server process: serves the store at `path` until its stdin closes.
+pub fn serve(path: &str) {
+    let stop = fencelock::Cancel::new();
+    let options = fencelock::ServeOptions {
+        cancel: Some(stop.clone()),
+        ..fencelock::ServeOptions::default()
+    };
+    let server = fencelock::Server::start(path, &options).expect("start the server");
+    println!("serving");
+    std::io::Write::flush(&mut std::io::stdout()).expect("stdout");
+    thread::spawn(move || {
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+        stop.cancel();
+    });
+    server.run(&options).expect("serve");
+}
+
+/// Starts the server of the store at `path` in a process of its own, and waits until it serves.
+fn start_server(path: &Path) -> std::process::Child {
+    let mut child = std::process::Command::new(std::env::current_exe().expect("this program"))
+        .env(SERVE_ENV, path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the server process");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("the server's report");
+    assert_eq!(line.trim(), "serving", "the server did not start");
+    child
 }
 
 impl Shared {
     /// Attaches to `system` in `target`; with `create`, first creates the SQLite schema (the
     /// fencelock store creates itself). A fencelock store stays open, shared by the clients.
     pub fn prepare(system: System, target: Target, create: bool) -> Shared {
+        let server = (system == System::FencelockServed && create)
+            .then(|| start_server(&target.dir().join("locks.db")));
         let store = match system {
-            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle => {
-                Some(open_store(system, target.dir()))
-            }
+            System::FencelockMulti
+            | System::FencelockAlone
+            | System::FencelockSingle
+            | System::FencelockServed => Some(open_store(system, target.dir())),
             System::Sqlite => {
                 if create {
                     SqliteClient::create_schema(target.dir());
@@ -172,17 +239,19 @@ impl Shared {
             system,
             target,
             store,
+            server,
         }
     }
 
     /// A new client; fencelock clients of one process share the store.
     pub fn client(&self) -> Box<dyn Client> {
         match self.system {
-            System::FencelockMulti | System::FencelockAlone | System::FencelockSingle => {
-                Box::new(FencelockClient {
-                    store: self.store.clone().expect("the store opened in prepare"),
-                })
-            }
+            System::FencelockMulti
+            | System::FencelockAlone
+            | System::FencelockSingle
+            | System::FencelockServed => Box::new(FencelockClient {
+                store: self.store.clone().expect("the store opened in prepare"),
+            }),
             System::Sqlite => Box::new(SqliteClient::connect(self.target.dir())),
             System::RedisAlways | System::RedisEverysec => {
                 let Target::Redis(port) = self.target else {
