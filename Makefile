@@ -51,9 +51,11 @@ test-packaging:
 
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
+	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --server
 
 torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
+	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
 
 # Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:

@@ -17,7 +17,7 @@ use crate::rng::Rng;
 use crate::worker::{self, KEYS, TTL_MS};
 
 const USAGE: &str = "usage: torture [--processes N] [--threads N] [--duration 60s] [--seed N] \
-                     [--dir PATH] [--keep] [--racing-create] [--no-shim]";
+                     [--dir PATH] [--keep] [--racing-create] [--no-shim] [--server]";
 /// Controller tick; fault probabilities below are per tick.
 const TICK: Duration = Duration::from_millis(20);
 const PAUSE_PERCENT_PER_TICK: u64 = 4;
@@ -45,6 +45,12 @@ const MAX_OPENERS: usize = 6;
 const OPENER_BUSY_MS: (u64, u64) = (200, 500);
 /// An opener still running after this hangs: it is killed and reported.
 const OPENER_LIMIT: Duration = Duration::from_secs(30);
+/// With `--server`: per tick, the chance to kill the server (in permille) and to pause it (in
+/// percent), how long it stays paused, and how long until a killed server is replaced.
+const SERVER_KILL_PERMILLE_PER_TICK: u64 = 15;
+const SERVER_PAUSE_PERCENT_PER_TICK: u64 = 2;
+const SERVER_PAUSE_MS: (u64, u64) = (5, 600);
+const SERVER_RESTART_MS: (u64, u64) = (0, 300);
 
 struct Config {
     processes: usize,
@@ -57,6 +63,8 @@ struct Config {
     racing_create: bool,
     /// Load the stop shim into some workers.
     shim: bool,
+    /// Run a server of the store (`fencelock serve`), killed, paused and replaced.
+    server: bool,
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -83,6 +91,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         keep: false,
         racing_create: false,
         shim: true,
+        server: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -112,6 +121,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--keep" => config.keep = true,
             "--racing-create" => config.racing_create = true,
             "--no-shim" => config.shim = false,
+            "--server" => config.server = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
@@ -143,6 +153,11 @@ struct Faults {
     kills_while_paused: u64,
     /// Openers killed after `OPENER_LIMIT`.
     hung_openers: u64,
+    servers_started: u64,
+    server_kills: u64,
+    server_pauses: u64,
+    /// Servers that exited by themselves (a start refused while another held the file).
+    server_exits: u64,
     crashes: Vec<String>,
 }
 
@@ -211,9 +226,66 @@ struct Run<'a> {
     openers_started: usize,
     shim: Option<PathBuf>,
     shimmed_workers: usize,
+    /// The server process with `--server`, and when to resume it if paused.
+    server: Option<(Child, Option<u64>)>,
+    /// When to start the next server, while none runs.
+    server_at: u64,
 }
 
 impl Run<'_> {
+    /// With `--server`: starts, kills, pauses and resumes the server.
+    fn run_server(&mut self, now: u64) {
+        if !self.config.server {
+            return;
+        }
+        let Some((child, resume_at)) = &mut self.server else {
+            if now >= self.server_at {
+                let index = self.faults.servers_started as usize;
+                let argv = vec!["server".to_owned(), self.store.display().to_string()];
+                let child = self
+                    .command("server", index, argv)
+                    .spawn()
+                    .expect("start a server");
+                self.faults.servers_started += 1;
+                self.server = Some((child, None));
+            }
+            return;
+        };
+        if child.try_wait().expect("wait for the server").is_some() {
+            self.faults.server_exits += 1;
+            self.server = None;
+            return;
+        }
+        if let Some(at) = *resume_at {
+            if at <= now {
+                Run::signal(child, libc::SIGCONT);
+                *resume_at = None;
+            }
+            return;
+        }
+        if self.rng.range(0, 999) < SERVER_KILL_PERMILLE_PER_TICK {
+            Run::signal(child, libc::SIGKILL);
+            child.wait().expect("reap a killed server");
+            self.faults.server_kills += 1;
+            self.server = None;
+            self.server_at =
+                now + self.rng.range(SERVER_RESTART_MS.0, SERVER_RESTART_MS.1) * 1_000_000;
+        } else if self.rng.chance(SERVER_PAUSE_PERCENT_PER_TICK) {
+            Run::signal(child, libc::SIGSTOP);
+            *resume_at =
+                Some(now + self.rng.range(SERVER_PAUSE_MS.0, SERVER_PAUSE_MS.1) * 1_000_000);
+            self.faults.server_pauses += 1;
+        }
+    }
+
+    /// Stops the server at the end of the run.
+    fn stop_server(&mut self) {
+        if let Some((mut child, _)) = self.server.take() {
+            Run::signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
     fn file(&self, role: &str, index: usize, ext: &str) -> PathBuf {
         self.dir.join(format!("{role}-{index}.{ext}"))
     }
@@ -425,6 +497,7 @@ impl Run<'_> {
 
     fn inject_faults(&mut self) {
         let now = boottime_ns();
+        self.run_server(now);
         for running in &mut self.running {
             if running.resume_at.is_some_and(|at| at <= now) {
                 Run::signal(&running.child, libc::SIGCONT);
@@ -455,6 +528,12 @@ impl Run<'_> {
     /// the shim stops from now on are resumed at once.
     fn wind_down(&mut self) {
         let until = boottime_ns() + GRACE.as_nanos() as u64;
+        // The server stays up (and is resumed) while the workers finish.
+        if let Some((child, resume_at)) = &mut self.server {
+            if resume_at.take().is_some() {
+                Run::signal(child, libc::SIGCONT);
+            }
+        }
         while !(self.running.is_empty() && self.openers.is_empty()) && boottime_ns() < until {
             for running in &mut self.running {
                 if running.resume_at.take().is_some()
@@ -543,6 +622,8 @@ pub fn main(args: &[String]) -> ExitCode {
         openers_started: 0,
         shim: None,
         shimmed_workers: 0,
+        server: None,
+        server_at: 0,
     };
     if config.shim {
         match build_shim(&dir) {
@@ -572,6 +653,7 @@ pub fn main(args: &[String]) -> ExitCode {
         run.inject_faults();
     }
     run.wind_down();
+    run.stop_server();
     let ran = Duration::from_nanos(boottime_ns() - started);
 
     let mut history = History::default();
@@ -685,6 +767,18 @@ fn summarize(
         faults.kills,
         faults.kills_while_paused
     );
+    if run.config.server {
+        println!(
+            "server: {} started, {} killed (SIGKILL), {} paused (SIGSTOP {}-{} ms), {} exited \
+             by themselves",
+            faults.servers_started,
+            faults.server_kills,
+            faults.server_pauses,
+            SERVER_PAUSE_MS.0,
+            SERVER_PAUSE_MS.1,
+            faults.server_exits
+        );
+    }
     println!(
         "stop shim: {} pauses inside a commit, {} inside an open ({} noticed and resumed \
          by the controller, the rest cut short by a kill or the end)",

@@ -20,7 +20,10 @@
 //! write once, and must finish, `Ok` or refused with `Timeout`, never hang.
 //!
 //! The controller creates the store before it starts the workers; `--racing-create` lets the
-//! first workers race to create it instead.
+//! first workers race to create it instead. With `--server` it also runs a server of the store
+//! (the role `server`), which it kills with SIGKILL and replaces, and pauses with SIGSTOP, at
+//! random moments; the workers' operations go through whichever server runs, or use the file
+//! themselves while none does, and the same checks hold.
 
 mod check;
 mod controller;
@@ -41,5 +44,26 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("opener") {
         return opener::main(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("server") {
+        return serve(&args[1..]);
+    }
     controller::main(&args)
+}
+
+/// The role `server <store>` (with `--server`): serves the store until killed. A start refused
+/// (the previous server's file still held, workers not moving over in time) exits non-zero;
+/// the controller starts another.
+fn serve(args: &[String]) -> ExitCode {
+    let [store] = args else {
+        eprintln!("usage: torture server STORE");
+        return ExitCode::from(2);
+    };
+    let options = fencelock::ServeOptions::default();
+    match fencelock::Server::start(store, &options).and_then(|server| server.run(&options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("server: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
