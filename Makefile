@@ -11,7 +11,10 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 
-.PHONY: demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+# The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
+export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
+
+.PHONY: cli demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -32,13 +35,16 @@ test-rust:
 release:
 	$(CARGO) build --release --lib
 
-test-c: release
+cli:
+	$(CARGO) build --release --features cli --bin fencelock
+
+test-c: release cli
 	$(MAKE) -C tests/c test
 
-test-python: release
+test-python: release cli
 	bash bindings/python/run_tests.sh
 
-test-go:
+test-go: cli
 	bash bindings/go/run_tests.sh
 
 # What a user of each ecosystem does, in a temporary directory outside the repository
