@@ -19,9 +19,7 @@ def server(store_path: Path):
     cli = os.environ.get("FENCELOCK_CLI")
     if not cli:
         pytest.skip("needs $FENCELOCK_CLI, the fencelock program (make test sets it)")
-    process = subprocess.Popen(
-        [cli, "--db", str(store_path), "serve"], stderr=subprocess.PIPE, text=True
-    )
+    process = subprocess.Popen([cli, "--db", str(store_path), "serve"], stderr=subprocess.PIPE, text=True)
     try:
         assert "serving" in process.stderr.readline()
         yield process
