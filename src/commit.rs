@@ -12,6 +12,8 @@
 //! Every operation has a deadline, and is refused with [`Error::Timeout`] once it passes (or
 //! with [`Error::Cancelled`] once its cancel handle fires) while it waits for that lock.
 
+use crate::journal::Journal;
+use crate::ring::Ring;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -372,14 +374,19 @@ fn run_batch(
     if txn.is_ok() {
         batch.extend(extra());
     }
-    let _ = execute(txn, batch, relaxed);
+    let _ = execute(txn, batch, relaxed, None);
 }
 
 /// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
 /// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
 /// fsync when no job asks to be durable. Returns the batch's outcome: how the commit went, or
 /// the error that failed it.
-pub(crate) fn execute(txn: Result<WriteTransaction>, batch: Vec<Job>, relaxed: bool) -> Result<()> {
+pub(crate) fn execute(
+    txn: Result<WriteTransaction>,
+    batch: Vec<Job>,
+    relaxed: bool,
+    journal: Option<(&Journal, &Ring)>,
+) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = false;
@@ -412,6 +419,9 @@ pub(crate) fn execute(txn: Result<WriteTransaction>, batch: Vec<Job>, relaxed: b
         (Ok(txn), None) if !applied => crate::quiet::catch(|| txn.abort().map_err(Error::from))
             .unwrap_or_else(|panic| Err(panicked("abort", &panic))),
         (Ok(mut txn), None) => crate::quiet::catch(|| {
+            if let Some((journal, ring)) = journal {
+                durable = journal.before_commit(ring, durable);
+            }
             if !durable {
                 txn.set_durability(redb::Durability::None)
                     .map_err(|err| Error::Storage(err.to_string()))?;
@@ -420,6 +430,10 @@ pub(crate) fn execute(txn: Result<WriteTransaction>, batch: Vec<Job>, relaxed: b
         })
         .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
+    // The journal counts the batch's leases as committed before any reply is published.
+    if let Some((journal, ring)) = journal {
+        journal.after_commit(ring, durable, committed.is_ok());
+    }
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));
     }

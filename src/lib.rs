@@ -35,6 +35,7 @@ pub mod ffi;
 mod file;
 mod holder;
 mod info;
+mod journal;
 mod leases;
 mod limits;
 mod liveness;

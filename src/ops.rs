@@ -179,6 +179,9 @@ impl Plan {
                     drop(mut_table(&mut tables.meta)?.insert(RESERVED_KEY, bound)?);
                 }
                 Write::Lease(name, lease) => {
+                    if let Some(journal) = &inner.journal {
+                        journal.note(&name, &lease);
+                    }
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), lease.encode().as_slice())?);
                 }

@@ -41,7 +41,10 @@ const SLOTS: usize = 64;
 /// Bytes per slot, its header included.
 const SLOT_SIZE: usize = 4096;
 const HEADER_SIZE: usize = 4096;
-const RING_SIZE: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
+/// The lease journal of a server (journal.rs), after the slots.
+const JOURNAL_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
+pub(crate) const JOURNAL_SIZE: usize = 1 << 20;
+const RING_SIZE: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -91,10 +94,13 @@ struct Header {
     doorbell: AtomicU32,
     /// 1 while the server sleeps on the doorbell (so that a post wakes it only then).
     server_sleeps: AtomicU32,
+    /// How many bytes of the lease journal hold entries of committed transactions.
+    journal_len: AtomicU64,
 }
 
 /// Where the waiting queue starts in the header page, and how many waiters it holds.
 const QUEUE_OFFSET: usize = 128;
+const _: () = assert!(std::mem::size_of::<Header>() <= QUEUE_OFFSET);
 const WAITERS: usize = (HEADER_SIZE - QUEUE_OFFSET) / std::mem::size_of::<WaiterEntry>();
 /// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
 /// over, so that a paused waiter cannot hold a lock up.
@@ -986,6 +992,65 @@ impl Ring {
             .header()
             .wanted
             .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// The length of the lease journal's committed entries.
+    pub(crate) fn journal_len(&self) -> usize {
+        self.header().journal_len.load(Ordering::Acquire) as usize
+    }
+
+    /// A copy of the journal's first `len` bytes.
+    pub(crate) fn journal(&self, len: usize) -> Vec<u8> {
+        let len = len.min(JOURNAL_SIZE);
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the journal region lies inside the mapping, JOURNAL_SIZE bytes long; only the
+        // server writes it, and only beyond the committed length read here.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.map.as_ptr().add(JOURNAL_OFFSET),
+                bytes.as_mut_ptr(),
+                len,
+            );
+        };
+        bytes
+    }
+
+    /// For the server: writes `bytes` into the journal at `at` (beyond its committed length).
+    /// Returns `false`, writing nothing, when they do not fit.
+    pub(crate) fn write_journal(&self, at: usize, bytes: &[u8]) -> bool {
+        if at
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > JOURNAL_SIZE)
+        {
+            return false;
+        }
+        // SAFETY: inside the journal region (checked above); nobody reads beyond the committed
+        // length, which this write lies past.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_ptr().add(JOURNAL_OFFSET + at),
+                bytes.len(),
+            );
+        };
+        true
+    }
+
+    /// Sets the journal's committed length.
+    pub(crate) fn set_journal_len(&self, len: usize) {
+        self.header()
+            .journal_len
+            .store(len as u64, Ordering::Release);
+    }
+
+    /// Empties the journal if its committed length is still `len`.
+    pub(crate) fn clear_journal(&self, len: usize) {
+        let _ = self.header().journal_len.compare_exchange(
+            len as u64,
+            0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
 
     /// Wakes the requesters of posted requests, so that one of them takes the write lock next.

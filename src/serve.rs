@@ -3,7 +3,10 @@
 //!
 //! Without a server every commit of a shared file is redb's two-phase multi-process commit
 //! (two fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one
-//! phase. The server announces itself in the store's request ring (ring.rs) under a liveness id
+//! phase, and may commit without an fsync: a batch that only grants and extends leases does
+//! so, its records kept in the lease journal (journal.rs) so that the server's death loses
+//! none, and tokens reserved durably a block at a time; values, fences and reservations commit
+//! with an fsync. The server announces itself in the store's request ring (ring.rs) under a liveness id
 //! of its own: a store that finds a live server there opens no database handle and posts every
 //! operation, and one that had the file open closes it at its next operation so the server can
 //! take the file. When the server's liveness lock is gone (it exited, or was killed), stores open
@@ -22,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redb::backends::FileBackend;
-use redb::{BackendError, ConcurrencyMode, StorageBackend};
+use redb::{BackendError, ConcurrencyMode, ReadableTable, StorageBackend};
 
 use crate::cancel::{Cancel, Waiting};
 use crate::clock;
@@ -106,7 +109,12 @@ impl Server {
         // Stores that have the file open see this and close it at their next operation; those
         // that open it from now on wait for this server.
         ring.set_wanted(shared.id());
-        let opened = open_exclusive(&path, options);
+        let opened = open_exclusive(&path, options).and_then(|db| {
+            // The leases a server before this one committed without an fsync.
+            let waiting = Waiting::new(options.wait, options.cancel.as_ref());
+            crate::journal::restore(db.writable()?, ring, waiting)?;
+            Ok(db)
+        });
         ring.clear_wanted(shared.id());
         let db = opened?;
         if !ring.set_server(previous, shared.id(), std::process::id()) {
@@ -194,8 +202,30 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Makes every lease committed so far durable, with one durable commit (which persists the
+    /// commits without an fsync before it), and empties the journal.
+    fn flush(&self) -> Result<()> {
+        let db = self.store.inner.database()?;
+        let txn = db.writable()?.begin_write()?;
+        {
+            // A write, so that the commit is not skipped as empty.
+            let mut meta = txn.open_table(crate::db::META)?;
+            let schema = meta.get(crate::db::SCHEMA_KEY)?.map(|v| v.value());
+            if let Some(schema) = schema {
+                meta.insert(crate::db::SCHEMA_KEY, schema)?;
+            }
+        }
+        txn.commit()?;
+        self.shared.ring().set_journal_len(0);
+        Ok(())
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
+        // Killed instead, it leaves the journal to its successor.
+        let _ = crate::quiet::catch(|| self.flush());
         // Stores open the file again once it is closed: the handle closes with the last of
         // this server's operations, just after.
         self.shared.ring().clear_server(self.shared.id());

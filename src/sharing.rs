@@ -423,7 +423,8 @@ impl Inner {
         shared.ring.set_last_batch(jobs.len());
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
-        let committed = execute(Ok(txn), jobs, false);
+        let journal = self.journal.as_ref().map(|journal| (journal, &shared.ring));
+        let committed = execute(Ok(txn), jobs, self.relaxed(), journal);
         shared.wake();
         // A full disk stops this process's handle: the next operation reopens it.
         let _ = self.note_io_failure(committed);
@@ -566,7 +567,7 @@ mod tests {
             .unwrap()
             .begin_write()
             .unwrap();
-        execute(Ok(txn), jobs, false).unwrap();
+        execute(Ok(txn), jobs, false, None).unwrap();
         drop(inner);
         drop(combiner);
         assert_eq!(requester.info().unwrap().last_token, 1);

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     /// This store is a server's (serve.rs): it holds the file exclusively, and commits every
     /// batch durably.
     pub(crate) serving: bool,
+    /// A server's lease journal (journal.rs).
+    pub(crate) journal: Option<crate::journal::Journal>,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -129,7 +131,7 @@ impl Store {
             return Store::assemble(path, options, mode, None, live, shared, false);
         }
         let db = match open_shared(&path, read_only, waiting) {
-            Ok(db) => db,
+            Ok(db) => restored(db, shared.as_deref(), waiting)?,
             // A server that started meanwhile holds it.
             Err(Error::InUse) if served(&shared, &live) => {
                 let live = live.expect("a ring needs liveness");
@@ -169,6 +171,7 @@ impl Store {
             read_only: options.read_only,
             mode,
             serving,
+            journal: serving.then(crate::journal::Journal::default),
             io_failed: AtomicBool::new(false),
             file: crate::file::Identity::of(&path)?,
             path,
@@ -327,7 +330,13 @@ impl Store {
         check_ttl(ttl)?;
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
-        let lease = self.inner.lease_of(name)?;
+        // Through a server the read would cost a round trip of its own: the grant's own check
+        // refuses there.
+        let lease = if self.inner.served() {
+            None
+        } else {
+            self.inner.lease_of(name)?
+        };
         if let Some(lease) = &lease {
             self.inner.check_free(lease, now)?;
         }
@@ -497,6 +506,14 @@ impl Store {
     }
 }
 
+/// `db`, after restoring the leases of a server that died (journal.rs).
+fn restored(db: Db, shared: Option<&Shared>, waiting: Waiting<'_>) -> Result<Db> {
+    if let (Some(shared), Db::Writable(database)) = (shared, &db) {
+        crate::journal::restore(database, shared.ring(), waiting)?;
+    }
+    Ok(db)
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // A child of fork() shares the parent's open file descriptions, and with them redb's file
@@ -572,7 +589,7 @@ impl Inner {
     /// Whether writes that need not outlive the process commit without an fsync: in
     /// single-process mode.
     pub(crate) fn relaxed(&self) -> bool {
-        self.mode == ConcurrencyMode::ExclusiveWriter && !self.serving
+        self.mode == ConcurrencyMode::ExclusiveWriter
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
@@ -639,7 +656,7 @@ impl Inner {
                         waiting.step()?;
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    other => break other?,
+                    other => break restored(other?, self.shared.as_deref(), waiting)?,
                 }
             };
             *slot = Some(Arc::new(db));

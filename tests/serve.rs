@@ -120,11 +120,9 @@ fn a_server_killed_mid_batch_loses_nothing_acknowledged_and_grants_none_twice() 
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(sorted.len(), tokens.len(), "a token was granted twice");
-        assert_eq!(
-            store.info().unwrap().last_token,
-            1 + tokens.len() as u64,
-            "a grant was made that nobody got"
-        );
+        // Tokens are reserved in blocks through a server (its grants commit without an
+        // fsync), so the counter has gaps; it never falls behind a token handed out.
+        assert!(store.info().unwrap().last_token >= *sorted.last().unwrap());
         (kills, served)
     });
     assert!(kills >= 5, "only {kills} servers in 5 s");
@@ -213,4 +211,54 @@ fn a_second_server_is_refused_while_one_serves() {
     // The refused one changed nothing: the first still serves.
     let _after = store.acquire("after", Duration::from_secs(60)).unwrap();
     assert_eq!(store.server(), Some(pid));
+}
+
+#[test]
+fn leases_a_server_committed_without_an_fsync_survive_its_death() {
+    let (_dir, path, store) = common::temp_store();
+    for successor in ["the stores themselves", "the next server"] {
+        let mut kid = Kid::spawn("serve", &path);
+        until_served(&store);
+        assert_eq!(kid.report().as_deref(), Some("serving"));
+        // Granted and extended through the server: commits without an fsync.
+        let holders: Vec<_> = (0..20)
+            .map(|i| {
+                store
+                    .acquire(&format!("survivor-{i}"), Duration::from_secs(600))
+                    .unwrap()
+            })
+            .collect();
+        holders[0].extend(Duration::from_secs(900)).unwrap();
+        let last = holders.last().unwrap().token();
+        kid.signal(libc::SIGKILL);
+        let _ = kid.child.wait();
+        let next = (successor == "the next server").then(|| {
+            let mut next = Kid::spawn("serve", &path);
+            assert_eq!(next.report().as_deref(), Some("serving"));
+            next
+        });
+        // Whoever opens the file next restored them: every lock is still held, and the counter
+        // did not go back.
+        let other = Store::open(&path).unwrap();
+        for (i, holder) in holders.iter().enumerate() {
+            match other.acquire(&format!("survivor-{i}"), Duration::from_secs(60)) {
+                Err(Error::Locked { token, .. }) => {
+                    assert_eq!(token, holder.token(), "{successor}")
+                }
+                other => panic!("survivor-{i} after the server's death, {successor}: {other:?}"),
+            }
+            assert!(holder.is_held().unwrap());
+        }
+        let info = other.lock("survivor-0").unwrap().unwrap();
+        assert!(
+            info.remaining > Duration::from_secs(600),
+            "the extend survived too"
+        );
+        let fresh = other.acquire("fresh", Duration::from_secs(60)).unwrap();
+        assert!(fresh.token() > last);
+        drop(next);
+        for holder in holders {
+            holder.release().unwrap();
+        }
+    }
 }

@@ -1,0 +1,191 @@
+//! A server's lease journal: what lets a server commit leases without an fsync, and still lose
+//! none when it dies.
+//!
+//! A server (serve.rs) commits a batch that only grants and extends leases with
+//! `Durability::None` (one that writes a value or a fence, or reserves a block of tokens,
+//! commits with an fsync, which makes every earlier batch durable too). Such a commit is lost
+//! if the server dies, while its holders live on: the lease records would go back to older
+//! ones, and a lock could be granted twice. So before each such commit the server appends the
+//! batch's lease records to the journal, in the ring's shared memory, which outlives it; once
+//! the commit returns it counts them as committed, before any reply is published. A durable
+//! commit empties the journal.
+//!
+//! The next process to open the file for writing after the server's death (the next server,
+//! or a store using the file itself) restores the journal's records before anything else, in
+//! one durable transaction: a record is written unless the file holds a newer one of that lock
+//! (a higher token, or the same token expiring later), so that restoring twice, or after newer
+//! grants, changes nothing. Tokens need nothing of the journal: they are reserved durably a
+//! block at a time, and an open moves the counter past the reservation (tokens.rs).
+//!
+//! The ring, and with it the journal, lives in `/dev/shm`: a reboot ends it, and every lease
+//! with it (a lease records its boot). The last process using the ring removes it; a holder's
+//! process uses it as long as it holds a lease, so no live lease's record is lost that way.
+
+use parking_lot::Mutex;
+use redb::Database;
+
+use crate::cancel::Waiting;
+
+use crate::db::LEASES;
+use crate::error::{Error, Result};
+use crate::record::Lease;
+use crate::ring::Ring;
+
+/// The lease records a server's current batch wrote, in journal form, until it commits.
+#[derive(Default)]
+pub(crate) struct Journal {
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    /// The journal's length once the batch commits (its entries staged after the committed
+    /// ones).
+    staged: Option<usize>,
+}
+
+/// An entry: the record's length-prefixed lock name, then the encoded record.
+fn encode(out: &mut Vec<u8>, name: &str, lease: &Lease) {
+    let record = lease.encode();
+    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    out.extend_from_slice(&record);
+}
+
+/// The entries in `bytes`; an error for a damaged journal.
+fn decode(bytes: &[u8]) -> Result<Vec<(String, Lease)>> {
+    let damaged = || Error::Storage("the lease journal in the shared ring is damaged".into());
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        if rest.len() < n {
+            return Err(damaged());
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        let name = String::from_utf8(take(len)?.to_vec()).map_err(|_| damaged())?;
+        let record_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+        let lease = Lease::decode(take(record_len)?).map_err(|_| damaged())?;
+        entries.push((name, lease));
+        at += 8 + len + record_len;
+    }
+    Ok(entries)
+}
+
+impl Journal {
+    /// Notes a lease record the batch writes.
+    pub(crate) fn note(&self, name: &str, lease: &Lease) {
+        encode(&mut self.pending.lock().bytes, name, lease);
+    }
+
+    /// Before a commit: stages the batch's records in the journal for a non-durable commit.
+    /// Returns whether the commit must be durable after all (the journal is full).
+    pub(crate) fn before_commit(&self, ring: &Ring, durable: bool) -> bool {
+        let mut pending = self.pending.lock();
+        if durable || pending.bytes.is_empty() {
+            return durable;
+        }
+        let at = ring.journal_len();
+        if ring.write_journal(at, &pending.bytes) {
+            pending.staged = Some(at + pending.bytes.len());
+            false
+        } else {
+            true
+        }
+    }
+
+    /// After a commit (`committed`, durably or not): counts the staged records as committed,
+    /// or empties the journal after a durable commit. Before any reply is published.
+    pub(crate) fn after_commit(&self, ring: &Ring, durable: bool, committed: bool) {
+        let mut pending = self.pending.lock();
+        if committed {
+            if durable {
+                ring.set_journal_len(0);
+            } else if let Some(len) = pending.staged {
+                ring.set_journal_len(len);
+            }
+        }
+        pending.bytes.clear();
+        pending.staged = None;
+    }
+}
+
+/// Restores the lease records of a dead server's journal into `db`, then empties it (see the
+/// module's documentation). Called by whoever opens the file for writing while no server
+/// serves it.
+pub(crate) fn restore(db: &Database, ring: &Ring, waiting: Waiting<'_>) -> Result<()> {
+    let len = ring.journal_len();
+    if len == 0 {
+        return Ok(());
+    }
+    let entries = decode(&ring.journal(len))?;
+    // Within the busy timeout: another process may be paused inside a commit.
+    let txn = loop {
+        match db.try_begin_write() {
+            Err(redb::TransactionError::WouldBlock) => {
+                waiting.step()?;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            other => break other?,
+        }
+    };
+    {
+        let mut leases = txn.open_table(LEASES)?;
+        for (name, lease) in entries {
+            let newer = match Lease::find(&leases, &name)? {
+                Some(current) => {
+                    lease.token > current.token
+                        || (lease.token == current.token && lease.expires_ns > current.expires_ns)
+                }
+                None => true,
+            };
+            if newer {
+                leases.insert(name.as_str(), lease.encode().as_slice())?;
+            }
+        }
+    }
+    txn.commit()?;
+    ring.clear_journal(len);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ProcessId;
+
+    #[test]
+    fn entries_round_trip_and_a_cut_journal_is_refused() {
+        let lease = Lease {
+            token: 9,
+            holder: ProcessId {
+                pid: 1,
+                start_time: 2,
+            },
+            boot_id: [1; 16],
+            granted_ns: 3,
+            expires_ns: 4,
+            live: 1 << 50,
+        };
+        let mut bytes = Vec::new();
+        encode(&mut bytes, "a", &lease);
+        let boundary = bytes.len();
+        encode(&mut bytes, "payment-export", &lease);
+        let entries = decode(&bytes).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[1], ("payment-export".to_owned(), lease));
+        for cut in 1..bytes.len() {
+            if cut == boundary {
+                continue; // the boundary between the two entries
+            }
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+}
