@@ -1310,3 +1310,68 @@ fn a_killed_tool_takes_a_plain_command_down() {
         panic!("the command outlived the tool");
     }
 }
+
+#[test]
+fn serve_serves_every_command_says_so_in_info_and_stops_when_idle() {
+    let env = Env::new();
+    let mut server = env
+        .cmd(&["serve", "--idle-exit", "2s"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("serving"), "{line}");
+    let pid = server.id().to_string();
+
+    let out = env.run(&[
+        "run",
+        "--lock",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $FENCELOCK_TOKEN",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
+    let mut put = env
+        .cmd(&["put", "k", "--token", &token])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin.take().unwrap().write_all(b"value").unwrap();
+    assert_eq!(code(&finish(put)), 0);
+    let out = env.run(&["get", "k"]);
+    assert_eq!(stdout(&out), "value");
+    let out = env.run(&["info", "--json"]);
+    assert!(
+        stdout(&out).contains(&format!("\"server_pid\":{pid}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // A second server is refused, naming the first.
+    let out = env.run(&["serve", "--wait", "200ms"]);
+    assert_eq!(code(&out), DATABASE);
+    assert!(
+        stderr(&out).contains(&format!("pid {pid}")),
+        "{}",
+        stderr(&out)
+    );
+
+    // With nothing to do it stops by itself, and the store is used directly again.
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let out = env.run(&["info", "--json"]);
+    assert!(
+        stdout(&out).contains("\"server_pid\":null"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(stdout(&env.run(&["get", "k"])), "value");
+}
