@@ -116,6 +116,14 @@ impl<'t> Tables<'t> {
         Lease::find(self.leases.as_ref().ok_or_else(unopened)?, name)
     }
 
+    /// Whether the key `key` holds exactly `value` (`None`: a tombstone) written with `token`.
+    fn holds(&self, key: &[u8], token: u64, value: Option<&[u8]>) -> Result<bool> {
+        match self.values.as_ref().ok_or_else(unopened)?.get(key)? {
+            Some(record) => Ok(decode_value(record.value())? == (token, value)),
+            None => Ok(false),
+        }
+    }
+
     /// The token the key `key` last accepted, and whether it holds a value.
     fn value_token(&self, key: &[u8]) -> Result<Option<(u64, bool)>> {
         match self.values.as_ref().ok_or_else(unopened)?.get(key)? {
@@ -205,8 +213,15 @@ impl Plan {
 
 impl Op {
     /// Checks the operation against the tables at `now` (`CLOCK_BOOTTIME` ns): a refusal, or the
-    /// plan of its writes.
-    pub(crate) fn check(&self, inner: &Arc<Inner>, tables: &Tables<'_>, now: u64) -> Result<Plan> {
+    /// plan of its writes. A `rerun` was run before by a combiner that died before it reported
+    /// the result, so its first run may have committed.
+    pub(crate) fn check(
+        &self,
+        inner: &Arc<Inner>,
+        tables: &Tables<'_>,
+        now: u64,
+        rerun: bool,
+    ) -> Result<Plan> {
         match self {
             Op::Acquire {
                 name,
@@ -279,10 +294,16 @@ impl Op {
             } => {
                 // A holder's write: its own token is granted, if its lease is current.
                 let granted = match lease {
-                    Some(name) => {
-                        inner.check_current(tables.lease(name)?, *token, now)?;
-                        *token
-                    }
+                    Some(name) => match inner.check_current(tables.lease(name)?, *token, now) {
+                        Ok(_) => *token,
+                        // Its first run committed, and the lease ran out since: that outcome,
+                        // not a refusal of a write that landed. (Whether the key held a value
+                        // before is not known any more.)
+                        Err(_) if rerun && tables.holds(key, *token, value.as_deref())? => {
+                            return Ok(Plan::new(Done::Put { existed: true }));
+                        }
+                        Err(err) => return Err(err),
+                    },
                     None => read_counter(tables.meta()?)?,
                 };
                 let mut plan = Plan::new(Done::Put { existed: false });

@@ -180,6 +180,8 @@ const BULK: u32 = u32::MAX;
 
 /// A request a combiner took: its slot and its bytes.
 pub(crate) struct Taken {
+    /// Run before, by a combiner that died before it published the reply.
+    pub(crate) rerun: bool,
     index: usize,
     generation: u32,
     pub(crate) request: Vec<u8>,
@@ -513,6 +515,8 @@ impl Ring {
                     head.len.store(request.len() as u32, Ordering::Relaxed);
                 }
                 head.owner.store(owner, Ordering::Relaxed);
+                // No combiner yet: one that takes it finds it a first run.
+                head.combiner.store(0, Ordering::Relaxed);
                 head.state.store(word(generation, POSTED), Ordering::SeqCst);
                 self.ring_doorbell();
                 return Some(Posted {
@@ -696,6 +700,9 @@ impl Ring {
                 }
                 continue;
             }
+            // A combiner before this one took it, and died before publishing (its requester
+            // posted it again).
+            let rerun = head.combiner.load(Ordering::Relaxed) != 0;
             head.combiner.store(combiner, Ordering::Relaxed);
             if head
                 .state
@@ -711,6 +718,7 @@ impl Ring {
             }
             let request = self.read_slot(index, generation(current), "req");
             taken.push(Taken {
+                rerun,
                 index,
                 generation: generation(current),
                 request,

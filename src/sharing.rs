@@ -12,7 +12,10 @@
 //! - A combiner that dies before it publishes: its requests' slots are TAKEN by a dead process;
 //!   their requesters post them again. A re-run acquire whose grant did commit finds its own
 //!   liveness id in the record and returns that same grant; a re-run write or fence has the
-//!   result it had (an equal token passes), and an extend extends again.
+//!   result it had (an equal token passes), and an extend extends again. A re-run holder's
+//!   write whose lease ran out since finds the key holding exactly its write with its token:
+//!   it reports that it landed, not a refusal. (The slot shows a re-run: a combiner took it
+//!   before.)
 //! - A combiner that is paused (SIGSTOP) holds the write lock, as any process paused inside a
 //!   commit does: requests still POSTED withdraw after [`WITHDRAW_AFTER`] and wait for the lock
 //!   on their own, within their deadline; requests it TAKEN wait for it up to their deadline and
@@ -174,10 +177,15 @@ impl Drop for Place<'_> {
 }
 
 /// Runs `op` in `txn`: checks it, then applies its plan.
-pub(crate) fn run_op(inner: &Arc<Inner>, op: &Op, txn: &WriteTransaction) -> Result<Applied<Done>> {
+pub(crate) fn run_op(
+    inner: &Arc<Inner>,
+    op: &Op,
+    txn: &WriteTransaction,
+    rerun: bool,
+) -> Result<Applied<Done>> {
     let mut tables = Tables::open(txn, op)?;
     let now = clock::now_ns();
-    let plan = op.check(inner, &tables, now)?;
+    let plan = op.check(inner, &tables, now, rerun)?;
     plan.apply(inner, &mut tables, now)
 }
 
@@ -459,8 +467,9 @@ impl Inner {
         };
         let inner = Arc::clone(self);
         let shared = Arc::clone(shared);
+        let rerun = taken.rerun;
         Some(foreign_job(
-            move |txn: &WriteTransaction| run_op(&inner, &op, txn),
+            move |txn: &WriteTransaction| run_op(&inner, &op, txn, rerun),
             move |result: Result<Done>| shared.ring.publish(&taken, &encode_reply(&result)),
         ))
     }
@@ -543,9 +552,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
         let requester = open(&path);
-        let combiner = open(&path);
         let (grant, _, posted) = post_acquire(&requester, "a");
-        // The combiner runs and commits the request, and dies before it publishes the reply.
+        commit_posted_and_die(open(&path));
+        assert_eq!(requester.info().unwrap().last_token, 1);
+        let token = granted(
+            requester
+                .inner
+                .await_done(&shared(&requester), posted, waiting())
+                .unwrap(),
+        );
+        assert_eq!(token, 1, "the grant that committed, not a second one");
+        assert_eq!(requester.info().unwrap().last_token, 1);
+        grant.keep();
+    }
+
+    /// A combiner takes every posted request, runs and commits them, and dies before it
+    /// publishes the replies.
+    fn commit_posted_and_die(combiner: Store) {
         let inner = Arc::clone(&combiner.inner);
         let jobs: Vec<Job> = shared(&combiner)
             .ring
@@ -555,7 +578,7 @@ mod tests {
                 let op = crate::wire::decode_op(&taken.request).unwrap();
                 let inner = Arc::clone(&inner);
                 foreign_job(
-                    move |txn: &WriteTransaction| run_op(&inner, &op, txn),
+                    move |txn: &WriteTransaction| run_op(&inner, &op, txn, false),
                     |_: Result<Done>| {},
                 )
             })
@@ -568,18 +591,40 @@ mod tests {
             .begin_write()
             .unwrap();
         execute(Ok(txn), jobs, false, None).unwrap();
-        drop(inner);
-        drop(combiner);
-        assert_eq!(requester.info().unwrap().last_token, 1);
-        let token = granted(
-            requester
-                .inner
-                .await_done(&shared(&requester), posted, waiting())
-                .unwrap(),
-        );
-        assert_eq!(token, 1, "the grant that committed, not a second one");
-        assert_eq!(requester.info().unwrap().last_token, 1);
-        grant.keep();
+    }
+
+    #[test]
+    fn a_holders_write_whose_combiner_died_after_committing_reports_that_it_landed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let requester = open(&path);
+        let holder = requester.acquire("a", Duration::from_millis(30)).unwrap();
+        let op = Op::Put {
+            key: b"k".to_vec(),
+            value: Some(b"v".to_vec()),
+            token: holder.token(),
+            lease: Some("a".into()),
+        };
+        let ring = shared(&requester);
+        let posted = ring
+            .ring
+            .post(ring.id, &encode_op(&op), &requester.inner.live)
+            .unwrap();
+        commit_posted_and_die(open(&path));
+        // The lease runs out before the request runs again: the write landed all the same,
+        // and is reported so, not refused as a holder's write after its lease.
+        std::thread::sleep(Duration::from_millis(60));
+        let done = requester
+            .inner
+            .await_done(&ring, posted, waiting())
+            .unwrap();
+        assert!(matches!(done, Some(Done::Put { .. })), "{done:?}");
+        assert_eq!(requester.get(b"k").unwrap().unwrap().token, holder.token());
+        // A first run of the same write now is refused: the lease ran out.
+        assert!(matches!(
+            holder.put(b"k", b"v"),
+            Err(Error::LockLost { .. })
+        ));
     }
 
     #[test]

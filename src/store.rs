@@ -576,7 +576,7 @@ impl Inner {
                 .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
         let inner = Arc::clone(self);
-        let run = move |txn: &WriteTransaction| run_op(&inner, &op, txn);
+        let run = move |txn: &WriteTransaction| run_op(&inner, &op, txn, false);
         let result = self
             .commits
             .run(&db, &admit, &others, waiting.deadline, waiting.cancel, run);
