@@ -115,9 +115,12 @@ impl Server {
             crate::journal::restore(db.writable()?, ring, waiting)?;
             Ok(db)
         });
+        // Recorded as the server before it stops being the wanted one, so that no store sees
+        // neither in between (and tries the file, which this process holds).
+        let recorded = opened.is_ok() && ring.set_server(previous, shared.id(), std::process::id());
         ring.clear_wanted(shared.id());
         let db = opened?;
-        if !ring.set_server(previous, shared.id(), std::process::id()) {
+        if !recorded {
             return Err(Error::InUse);
         }
         let store = Store::assemble(

@@ -651,6 +651,16 @@ impl Inner {
             let waiting = Waiting::new(self.busy_timeout, None);
             let db = loop {
                 match open_shared(&self.path, self.read_only, waiting) {
+                    // The next server has it now: operations go there.
+                    // (Not `served()`, which would close the handle this guard holds.)
+                    Err(Error::InUse)
+                        if self
+                            .shared
+                            .as_ref()
+                            .is_some_and(|shared| shared.served(&self.live)) =>
+                    {
+                        return Err(Error::InUse)
+                    }
                     // The server may still be closing it.
                     Err(Error::InUse) => {
                         waiting.step()?;
