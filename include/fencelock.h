@@ -919,6 +919,21 @@ fencelock_status fencelock_store_fence_token(const struct fencelock_store *store
                                              struct fencelock_error **err_out);
 
 /**
+ * The process id of the server (`fencelock serve`) that the store's operations go through
+ * now, in `*pid_out`; 0 when the store uses the file itself.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `pid_out`), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_server_pid(const struct fencelock_store *store,
+                                            uint32_t *pid_out,
+                                            struct fencelock_error **err_out);
+
+/**
  * Every lock record with its state, in name order. On success `*list_out` receives a new
  * list, to be freed with `fencelock_lock_list_free`.
  *

@@ -44,7 +44,7 @@ func startServer(t *testing.T, path string) *exec.Cmd {
 
 func TestAPausedHoldersWriteIsRefusedThroughAServer(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "locks.db")
-	startServer(t, path)
+	server := startServer(t, path)
 	aStore, err := fencelock.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +70,9 @@ func TestAPausedHoldersWriteIsRefusedThroughAServer(t *testing.T) {
 	}
 	if err := aStore.PutWithFence(bg, "payments/today.csv", []byte("A"), a.Token()); !errors.Is(err, fencelock.ErrStaleToken) {
 		t.Fatalf("A's fenced write: %v", err)
+	}
+	if pid, ok := aStore.ServerPID(); !ok || pid != server.Process.Pid {
+		t.Fatalf("ServerPID = %d, %v; the server is %d", pid, ok, server.Process.Pid)
 	}
 	value, token, err := aStore.Get(bg, "payments/today.csv")
 	if err != nil || string(value) != "B" || token != b.Token() {

@@ -454,6 +454,20 @@ func (s *Store) FenceToken(ctx context.Context, resource string) (uint64, error)
 	return uint64(token), err
 }
 
+// ServerPID is the process id of the server (`fencelock serve`) the store's operations go
+// through now; ok is false when the store uses the file itself.
+func (s *Store) ServerPID() (pid int, ok bool) {
+	var out C.uint32_t
+	err := s.call(context.Background(), func(sh *C.fencelock_store) error {
+		var eobj *C.fencelock_error
+		if status := C.fencelock_store_server_pid(sh, &out, &eobj); status != 0 {
+			return newError(Status(status), eobj)
+		}
+		return nil
+	})
+	return int(out), err == nil && out != 0
+}
+
 // LockState is the state of a lock record.
 type LockState int32
 

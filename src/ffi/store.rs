@@ -523,6 +523,32 @@ pub unsafe extern "C" fn fencelock_store_fence_token(
     }
 }
 
+/// The process id of the server (`fencelock serve`) that the store's operations go through
+/// now, in `*pid_out`; 0 when the store uses the file itself.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `pid_out`), `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_server_pid(
+    store: *const fencelock_store,
+    pid_out: *mut u32,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let store = handle(store, "store")?;
+            let pid_out = Out::required(pid_out, "pid_out")?;
+            pid_out.set(store.store.server().unwrap_or(0));
+            Ok(())
+        })
+    }
+}
+
 /// Every lock record with its state, in name order. On success `*list_out` receives a new
 /// list, to be freed with `fencelock_lock_list_free`.
 ///

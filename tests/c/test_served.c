@@ -67,6 +67,10 @@ int main(void) {
     CHECK(len == 1 && value[0] == 'B' && token == fencelock_holder_token(b));
     fencelock_buffer_free(value, len);
 
+    uint32_t pid = 0;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_server_pid(a_store, &pid, ERR));
+    CHECK(pid == (uint32_t)server);
+
     /* The server still serves: it stops on SIGTERM, and exits 0. */
     int status = 0;
     CHECK(waitpid(server, &status, WNOHANG) == 0);
@@ -74,6 +78,8 @@ int main(void) {
     CHECK(waitpid(server, &status, 0) == server && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* Without it, the stores use the file themselves. */
     CHECK_STATUS(FENCELOCK_OK, fencelock_holder_put(b, KEY, KEY_LEN, (const uint8_t *)"C", 1, ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_server_pid(a_store, &pid, ERR));
+    CHECK(pid == 0);
 
     fencelock_holder_free(a);
     fencelock_holder_free(b);

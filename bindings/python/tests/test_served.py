@@ -42,4 +42,5 @@ def test_a_paused_holders_write_is_refused_through_a_server(server, store_path: 
         kept = a_store.get(b"payments/today.csv")
         assert kept.value == b"B" and kept.token == b.token
         assert server.poll() is None  # it served all along
+        assert a_store.server_pid == server.pid
         b.release()

@@ -12,7 +12,7 @@ import sys
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_bool, c_size_t, c_uint64, string_at
+from ctypes import byref, c_bool, c_size_t, c_uint32, c_uint64, string_at
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Generator, NamedTuple, Union
@@ -441,6 +441,14 @@ class Store(Handle):
         seen. Raises ``StaleTokenError`` when a higher token passed before; an equal one passes.
         Use it to guard storage of your own with fencelock's tokens."""
         self._res.check(lib.fencelock_store_fence, _name(resource, "fence resource"), _token(token))
+
+    @property
+    def server_pid(self) -> int | None:
+        """The process id of the server (``fencelock serve``) this store's operations go through
+        now, or None when the store uses the file itself."""
+        pid = c_uint32()
+        self._res.check(lib.fencelock_store_server_pid, byref(pid))
+        return pid.value or None
 
     def fence_token(self, resource: str) -> int | None:
         """The highest token the external fence ``resource`` has accepted, or None."""

@@ -192,6 +192,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [StoreP, c_char_p, POINTER(c_uint64), POINTER(ErrorP)],
     ),
+    "fencelock_store_server_pid": (fencelock_status, [StoreP, POINTER(c_uint32), POINTER(ErrorP)]),
     "fencelock_store_locks": (fencelock_status, [StoreP, POINTER(LockListP), POINTER(ErrorP)]),
     "fencelock_store_keys": (
         fencelock_status,
