@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fencelock::{boottime_ns, Cancel, Error, Options, Store};
 
-use common::{Kid, DB, ROLE};
+use common::{bounded, Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -276,16 +276,6 @@ fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
     let _other = store.acquire("other", Duration::from_secs(60)).unwrap();
-}
-
-/// Runs `f` in a thread and returns its result. The bound is generous: it catches a call that
-/// never ends (the defect), not a slow one.
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done, result) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(f()).unwrap());
-    result
-        .recv_timeout(Duration::from_secs(120))
-        .unwrap_or_else(|_| panic!("{what} never ended while another process was paused"))
 }
 
 fn short_busy_timeout() -> Options {

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Kid, DB, ROLE};
+use common::{bounded, Kid, DB, ROLE};
 use fencelock::{Error, Options, ServeOptions, Server, Store};
 
 /// Not a test of its own: the entry point of child processes.
@@ -53,14 +53,6 @@ fn until_served(store: &Store) -> u32 {
         std::thread::sleep(Duration::from_millis(1));
     }
     panic!("the store never went through the server");
-}
-
-fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (done, result) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(f()).unwrap());
-    result
-        .recv_timeout(Duration::from_secs(120))
-        .unwrap_or_else(|_| panic!("{what} never ended while the server was paused"))
 }
 
 /// Grants and acknowledged writes of one client thread.

@@ -99,3 +99,13 @@ impl Drop for Kid {
         }
     }
 }
+
+/// Runs `f` in a thread and returns its result. The bound is generous: it catches a call that
+/// never ends (the defect: a wait behind a paused process with no end), not a slow one.
+pub fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(f()).unwrap());
+    result
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what} never ended while another process was paused"))
+}
