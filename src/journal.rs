@@ -22,14 +22,35 @@
 //! process uses it as long as it holds a lease, so no live lease's record is lost that way.
 
 use parking_lot::Mutex;
-use redb::Database;
+use redb::{Database, ReadableDatabase, ReadableTable};
 
 use crate::cancel::Waiting;
 
-use crate::db::LEASES;
+use crate::db::{LEASES, META};
 use crate::error::{Error, Result};
 use crate::record::Lease;
 use crate::ring::Ring;
+
+/// The key in the meta table that marks the store as served by a server that has not stopped
+/// cleanly (1), so that its journal may hold leases the file does not.
+const SERVED_KEY: &str = "served";
+
+/// Whether a server of the store may have left leases in its journal.
+pub(crate) fn marked(db: &Database) -> Result<bool> {
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let marked = meta.get(SERVED_KEY)?.is_some_and(|v| v.value() != 0);
+    Ok(marked)
+}
+
+/// Marks the store durably as served, or not any more (which persists every commit before).
+pub(crate) fn mark_served(db: &Database, served: bool) -> Result<()> {
+    let txn = db.begin_write()?;
+    txn.open_table(META)?
+        .insert(SERVED_KEY, u64::from(served))?;
+    txn.commit()?;
+    Ok(())
+}
 
 /// The lease records a server's current batch wrote, in journal form, until it commits.
 #[derive(Default)]
@@ -120,12 +141,18 @@ impl Journal {
 /// Restores the lease records of a dead server's journal into `db`, then empties it (see the
 /// module's documentation). Called by whoever opens the file for writing while no server
 /// serves it.
-pub(crate) fn restore(db: &Database, ring: &Ring, waiting: Waiting<'_>) -> Result<()> {
-    let len = ring.journal_len();
-    if len == 0 {
+pub(crate) fn restore(db: &Database, ring: Option<&Ring>, waiting: Waiting<'_>) -> Result<()> {
+    if ring.is_none_or(|ring| ring.journal_len() == 0) && !marked(db)? {
         return Ok(());
     }
-    let entries = decode(&ring.journal(len))?;
+    let Some(ring) = ring else {
+        return Err(Error::Storage(
+            "a server of this store stopped without making its leases durable, and its journal \
+             (the store's ring in /dev/shm) cannot be read here: open the store with shared \
+             commits as the store's owner, or start its server again, to restore them first"
+                .into(),
+        ));
+    };
     // Within the busy timeout: another process may be paused inside a commit.
     let txn = loop {
         match db.try_begin_write() {
@@ -136,7 +163,14 @@ pub(crate) fn restore(db: &Database, ring: &Ring, waiting: Waiting<'_>) -> Resul
             other => break other?,
         }
     };
+    // Read under the write lock: another process may have restored it just before.
+    let len = ring.journal_len();
+    let entries = decode(&ring.journal(len))?;
     {
+        let mut meta = txn.open_table(META)?;
+        if meta.get(SERVED_KEY)?.is_some_and(|v| v.value() != 0) {
+            meta.insert(SERVED_KEY, 0)?;
+        }
         let mut leases = txn.open_table(LEASES)?;
         for (name, lease) in entries {
             let newer = match Lease::find(&leases, &name)? {

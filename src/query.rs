@@ -175,7 +175,9 @@ impl crate::store::Inner {
                     Err(err) => return Err(err),
                 }
             }
-            match self.read(|txn| query.run(txn)) {
+            let answer = self.read(|txn| query.run(txn));
+            self.make_way();
+            match answer {
                 // A server took the file meanwhile: it answers.
                 Err(Error::InUse) if self.served() => {}
                 other => return other,

@@ -539,6 +539,19 @@ impl Ring {
             let current = head.state.load(Ordering::Acquire);
             let owner = head.owner.load(Ordering::Relaxed);
             // A CLAIMED slot with no owner is being claimed or freed right now.
+            // A slot its requester gave up on, and whose combiner died before publishing: nobody
+            // will free it otherwise.
+            let combiner_dead = || {
+                !live
+                    .is_held(head.combiner.load(Ordering::Relaxed))
+                    .unwrap_or(true)
+            };
+            if phase(current) == ABANDONED && combiner_dead() {
+                if self.own(index, current) {
+                    self.free_dead(index, generation(current));
+                }
+                continue;
+            }
             if phase(current) == FREE || owner == 0 || live.is_held(owner).unwrap_or(true) {
                 continue;
             }
@@ -550,7 +563,7 @@ impl Ring {
                 continue;
             }
             if self.own(index, current) {
-                self.free(index, generation(current));
+                self.free_dead(index, generation(current));
             }
         }
     }
@@ -674,7 +687,17 @@ impl Ring {
             }
             other => other?,
         };
+        // The umask may have narrowed the mode: the other side must read it.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)
+    }
+
+    /// Frees a slot of a requester or combiner that died, with any bulk files it left.
+    fn free_dead(&self, index: usize, generation: u32) {
+        for kind in ["req", "rep"] {
+            let _ = std::fs::remove_file(self.bulk_path(index, generation, kind));
+        }
+        self.free(index, generation);
     }
 
     /// Sleeps until the slot's word is no longer `seen`, or `timeout` passes.
@@ -696,7 +719,7 @@ impl Ring {
             if !live.is_held(owner).unwrap_or(true) {
                 // Its requester died: nobody waits for it, and its grant would be dead.
                 if self.own(index, current) {
-                    self.free(index, generation(current));
+                    self.free_dead(index, generation(current));
                 }
                 continue;
             }
@@ -970,11 +993,14 @@ impl Ring {
     /// died). Returns whether it did.
     pub(crate) fn set_server(&self, previous: u64, id: u64, pid: u32) -> bool {
         let header = self.header();
-        header.server_pid.store(pid, Ordering::SeqCst);
-        header
+        let set = header
             .server
             .compare_exchange(previous, id, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+            .is_ok();
+        if set {
+            header.server_pid.store(pid, Ordering::SeqCst);
+        }
+        set
     }
 
     /// Removes the record of the server `id`, if it is still the recorded one.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redb::backends::FileBackend;
-use redb::{BackendError, ConcurrencyMode, ReadableTable, StorageBackend};
+use redb::{BackendError, ConcurrencyMode, StorageBackend};
 
 use crate::cancel::{Cancel, Waiting};
 use crate::clock;
@@ -101,23 +101,32 @@ impl Server {
                 ))
             })?;
         let ring = shared.ring();
-        let previous = match ring.server() {
-            Some((id, _)) if live.is_held(id)? => return Err(Error::InUse),
-            Some((id, _)) => id,
-            None => 0,
+        // The server recorded in the ring, if any, unless it is gone.
+        let recorded = || -> Result<u64> {
+            match ring.server() {
+                Some((id, _)) if live.is_held(id)? => Err(Error::InUse),
+                Some((id, _)) => Ok(id),
+                None => Ok(0),
+            }
         };
+        recorded()?;
         // Stores that have the file open see this and close it at their next operation; those
         // that open it from now on wait for this server.
         ring.set_wanted(shared.id());
         let opened = open_exclusive(&path, options).and_then(|db| {
             // The leases a server before this one committed without an fsync.
             let waiting = Waiting::new(options.wait, options.cancel.as_ref());
-            crate::journal::restore(db.writable()?, ring, waiting)?;
+            crate::journal::restore(db.writable()?, Some(ring), waiting)?;
+            // Marked durably as served: an opener that cannot read this server's journal
+            // after its death refuses rather than forget its leases.
+            crate::journal::mark_served(db.writable()?, true)?;
             Ok(db)
         });
         // Recorded as the server before it stops being the wanted one, so that no store sees
         // neither in between (and tries the file, which this process holds).
-        let recorded = opened.is_ok() && ring.set_server(previous, shared.id(), std::process::id());
+        let recorded = opened.is_ok()
+            && recorded()
+                .is_ok_and(|previous| ring.set_server(previous, shared.id(), std::process::id()));
         ring.clear_wanted(shared.id());
         let db = opened?;
         if !recorded {
@@ -210,16 +219,8 @@ impl Server {
     /// commits without an fsync before it), and empties the journal.
     fn flush(&self) -> Result<()> {
         let db = self.store.inner.database()?;
-        let txn = db.writable()?.begin_write()?;
-        {
-            // A write, so that the commit is not skipped as empty.
-            let mut meta = txn.open_table(crate::db::META)?;
-            let schema = meta.get(crate::db::SCHEMA_KEY)?.map(|v| v.value());
-            if let Some(schema) = schema {
-                meta.insert(crate::db::SCHEMA_KEY, schema)?;
-            }
-        }
-        txn.commit()?;
+        // One durable commit (the mark's): it persists every commit before it.
+        crate::journal::mark_served(db.writable()?, false)?;
         self.shared.ring().set_journal_len(0);
         Ok(())
     }
@@ -262,7 +263,7 @@ fn open_exclusive(path: &Path, options: &ServeOptions) -> Result<Db> {
     }
 }
 
-fn open_carved(path: &Path) -> Result<Db> {
+pub(crate) fn open_carved(path: &Path) -> Result<Db> {
     let existing = crate::file::is_existing_database(path, true)?;
     let builder = redb_builder(ConcurrencyMode::ExclusiveWriter);
     let backend = || -> std::result::Result<Carved, redb::DatabaseError> {

@@ -78,8 +78,20 @@ impl Shared {
     /// Whether a server serves the store (or is about to, waiting for the stores open on the
     /// file to move over): then every operation goes through it.
     pub(crate) fn served(&self, live: &Liveness) -> bool {
-        let live_id = |id: u64| id != 0 && id != self.id && live.is_held(id).unwrap_or(false);
-        self.ring.server().is_some_and(|(id, _)| live_id(id)) || live_id(self.ring.wanted())
+        self.ring
+            .server()
+            .is_some_and(|(id, _)| self.is_other(id, live))
+    }
+
+    /// Whether a server waits to start, for the stores that have the file open to close it:
+    /// they then close their handle after each operation.
+    pub(crate) fn wanted(&self, live: &Liveness) -> bool {
+        self.is_other(self.ring.wanted(), live)
+    }
+
+    /// Whether `id` is the liveness id of another live store.
+    fn is_other(&self, id: u64, live: &Liveness) -> bool {
+        id != 0 && id != self.id && live.is_held(id).unwrap_or(false)
     }
 
     /// The process id of the server that serves the store, if one does.
@@ -434,6 +446,8 @@ impl Inner {
         let journal = self.journal.as_ref().map(|journal| (journal, &shared.ring));
         let committed = execute(Ok(txn), jobs, self.relaxed(), journal);
         shared.wake();
+        drop(db);
+        self.make_way();
         // A full disk stops this process's handle: the next operation reopens it.
         let _ = self.note_io_failure(committed);
         Ok(true)

@@ -131,7 +131,7 @@ impl Store {
             return Store::assemble(path, options, mode, None, live, shared, false);
         }
         let db = match open_shared(&path, read_only, waiting) {
-            Ok(db) => restored(db, shared.as_deref(), waiting)?,
+            Ok(db) => restored(db, &path, shared.as_deref(), waiting)?,
             // A server that started meanwhile holds it.
             Err(Error::InUse) if served(&shared, &live) => {
                 let live = live.expect("a ring needs liveness");
@@ -507,9 +507,24 @@ impl Store {
 }
 
 /// `db`, after restoring the leases of a server that died (journal.rs).
-fn restored(db: Db, shared: Option<&Shared>, waiting: Waiting<'_>) -> Result<Db> {
-    if let (Some(shared), Db::Writable(database)) = (shared, &db) {
-        crate::journal::restore(database, shared.ring(), waiting)?;
+/// `db`, after restoring the leases of a server that died (journal.rs), from the ring of
+/// `shared`, or from the store's ring opened for this when the store shares none.
+fn restored(db: Db, path: &Path, shared: Option<&Shared>, waiting: Waiting<'_>) -> Result<Db> {
+    let Db::Writable(database) = &db else {
+        return Ok(db);
+    };
+    match shared {
+        Some(shared) => crate::journal::restore(database, Some(shared.ring()), waiting)?,
+        None if crate::journal::marked(database)? => {
+            let ring = crate::ring::Ring::open(
+                Path::new("/dev/shm"),
+                &fs::metadata(path)?,
+                clock::boot_id()?,
+            )
+            .ok();
+            crate::journal::restore(database, ring.as_ref(), waiting)?;
+        }
+        None => {}
     }
     Ok(db)
 }
@@ -580,6 +595,8 @@ impl Inner {
         let result = self
             .commits
             .run(&db, &admit, &others, waiting.deadline, waiting.cancel, run);
+        drop(db);
+        self.make_way();
         if let Some(shared) = &self.shared {
             shared.wake();
         }
@@ -666,7 +683,7 @@ impl Inner {
                         waiting.step()?;
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    other => break restored(other?, self.shared.as_deref(), waiting)?,
+                    other => break restored(other?, &self.path, self.shared.as_deref(), waiting)?,
                 }
             };
             *slot = Some(Arc::new(db));
@@ -682,6 +699,15 @@ impl Inner {
                     .open_read_only(&self.path)
                     .map(Db::ReadOnly)
                     .map_err(Error::from)
+            } else if self.serving {
+                // As the server opened it: its backend leaves the liveness bytes free.
+                crate::serve::open_carved(&self.path)
+            } else if self.mode == ConcurrencyMode::MultiWriter {
+                // As any store opens it: serialized with other opens, and restoring the leases
+                // of a server that died.
+                let waiting = Waiting::new(self.busy_timeout, None);
+                open_shared(&self.path, false, waiting)
+                    .and_then(|db| restored(db, &self.path, self.shared.as_deref(), waiting))
             } else {
                 redb_builder(self.mode)
                     .create(&self.path)
@@ -710,6 +736,16 @@ impl Inner {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// After an operation: closes this store's handle of the database while a server waits to
+    /// start, so that it can take the file (operations meanwhile open it again).
+    pub(crate) fn make_way(&self) {
+        if let Some(shared) = &self.shared {
+            if !self.serving && shared.wanted(&self.live) {
+                self.close_database();
+            }
         }
     }
 

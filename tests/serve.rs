@@ -55,6 +55,24 @@ fn until_served(store: &Store) -> u32 {
     panic!("the store never went through the server");
 }
 
+/// Stops `kid` with SIGSTOP and waits until it is stopped (the signal takes effect when the
+/// kernel next schedules it, which may be after a request or two).
+fn stop(kid: &Kid) {
+    kid.signal(libc::SIGSTOP);
+    let stat = format!("/proc/{}/stat", kid.child.id());
+    loop {
+        let text = std::fs::read_to_string(&stat).unwrap();
+        let state = text[text.rfind(')').unwrap() + 1..]
+            .trim_start()
+            .chars()
+            .next();
+        if state == Some('T') {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Grants and acknowledged writes of one client thread.
 fn work(store: &Store, name: &str, stop: &AtomicBool) -> (Vec<u64>, Vec<(Vec<u8>, u64)>) {
     let (mut tokens, mut writes) = (Vec::new(), Vec::new());
@@ -137,7 +155,7 @@ fn behind_a_paused_server_deadlines_hold_and_releases_need_no_server() {
     holder.put(b"big", &big).unwrap();
     assert_eq!(store.get(b"big").unwrap().unwrap().value, big);
 
-    kid.signal(libc::SIGSTOP);
+    stop(&kid);
     let options = Options {
         busy_timeout: Duration::from_millis(200),
         ..Options::default()
@@ -174,7 +192,7 @@ fn a_client_killed_after_posting_gets_no_live_grant() {
     let mut kid = Kid::spawn("serve", &path);
     until_served(&store);
     assert_eq!(kid.report().as_deref(), Some("serving"));
-    kid.signal(libc::SIGSTOP);
+    stop(&kid);
     let mut client = Kid::spawn("acquire", &path);
     assert_eq!(client.report().as_deref(), Some("posting"));
     // Long enough for the acquire to be posted behind the paused server.
@@ -208,7 +226,11 @@ fn a_second_server_is_refused_while_one_serves() {
 #[test]
 fn leases_a_server_committed_without_an_fsync_survive_its_death() {
     let (_dir, path, store) = common::temp_store();
-    for successor in ["the stores themselves", "the next server"] {
+    for successor in [
+        "the stores themselves",
+        "the next server",
+        "a store that shares no commits",
+    ] {
         let mut kid = Kid::spawn("serve", &path);
         until_served(&store);
         assert_eq!(kid.report().as_deref(), Some("serving"));
@@ -231,7 +253,12 @@ fn leases_a_server_committed_without_an_fsync_survive_its_death() {
         });
         // Whoever opens the file next restored them: every lock is still held, and the counter
         // did not go back.
-        let other = Store::open(&path).unwrap();
+        let options = Options {
+            share_commits: successor != "a store that shares no commits",
+            ..Options::default()
+        };
+        // (Checked before any operation of the holders' own store, which restores them too.)
+        let other = Store::open_with(&path, &options).unwrap();
         for (i, holder) in holders.iter().enumerate() {
             match other.acquire(&format!("survivor-{i}"), Duration::from_secs(60)) {
                 Err(Error::Locked { token, .. }) => {
@@ -239,6 +266,8 @@ fn leases_a_server_committed_without_an_fsync_survive_its_death() {
                 }
                 other => panic!("survivor-{i} after the server's death, {successor}: {other:?}"),
             }
+        }
+        for holder in &holders {
             assert!(holder.is_held().unwrap());
         }
         let info = other.lock("survivor-0").unwrap().unwrap();
@@ -253,4 +282,30 @@ fn leases_a_server_committed_without_an_fsync_survive_its_death() {
             holder.release().unwrap();
         }
     }
+}
+
+#[test]
+fn while_a_server_waits_for_an_idle_store_the_others_keep_working() {
+    let (_dir, path, idle) = common::temp_store();
+    let held = idle.acquire("idle's", Duration::from_secs(600)).unwrap();
+    // The server cannot take the file while `idle` has it open, and waits for it to move over.
+    let mut kid = Kid::spawn("serve", &path);
+    std::thread::sleep(Duration::from_millis(300));
+    let options = Options {
+        busy_timeout: Duration::from_secs(2),
+        ..Options::default()
+    };
+    let busy = Store::open_with(&path, &options).unwrap();
+    for round in 0..20 {
+        let holder = busy.acquire("busy's", Duration::from_secs(60)).unwrap();
+        holder.put(b"k", format!("{round}").as_bytes()).unwrap();
+        assert_eq!(busy.get(b"k").unwrap().unwrap().token, holder.token());
+        holder.release().unwrap();
+    }
+    assert_eq!(busy.server(), None);
+    // Its next operation moves `idle` over: the server starts, and serves both.
+    assert!(held.is_held().unwrap());
+    assert_eq!(kid.report().as_deref(), Some("serving"));
+    until_served(&busy);
+    assert!(held.is_held().unwrap());
 }
