@@ -11,9 +11,11 @@ use crate::liveness::Liveness;
 use crate::tokens::{restore_counter, COUNTER_KEY};
 
 /// Schema version of the tables this library writes. Version 2 added the liveness id to lease
-/// records; a store of version 1 is upgraded when it is opened for writing (its records are
-/// read as they are), after which libraries that know only version 1 refuse to open it.
-pub const SCHEMA_VERSION: u64 = 2;
+/// records; version 3 added the records of names with several holders (semaphores and shared
+/// locks, record format 3). A store of an older version is upgraded when it is opened for
+/// writing (its records are read as they are), after which libraries that know only the older
+/// version refuse to open it rather than meet records they cannot read.
+pub const SCHEMA_VERSION: u64 = 3;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
 pub(crate) const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
@@ -231,8 +233,8 @@ pub(crate) fn check_schema(db: &impl ReadableDatabase) -> Result<Option<u64>> {
     }
 }
 
-/// Moves a store to the current schema version, in one transaction. Version 1 differs only in
-/// the lease records, which are read in either format, so only the version changes.
+/// Moves a store to the current schema version, in one transaction. Versions 1 and 2 differ
+/// only in the lease records, which are read in every format, so only the version changes.
 fn upgrade(db: &Database) -> Result<()> {
     let txn = db.begin_write()?;
     let mut meta = txn.open_table(META)?;

@@ -34,6 +34,15 @@ pub enum Error {
         /// The token of the lease now recorded for the lock, if any.
         current: Option<u64>,
     },
+    /// A semaphore acquire asked for another permit count than the one stored with the name
+    /// while permits of it are live; nothing was changed. Once no permit is live, the next
+    /// acquire sets the count anew.
+    PermitsMismatch {
+        /// The permit count stored with the name.
+        permits: u32,
+        /// The permit count the acquire asked for.
+        requested: u32,
+    },
     /// A wait gave up after its timeout: a waiting acquire, or an open or write behind another
     /// process that holds the store's write lock (it may be paused inside a commit). A write
     /// that gives up after another process took it into its commit (writes of all processes
@@ -110,6 +119,8 @@ pub enum Status {
     Cancelled = 16,
     /// The store file was deleted, renamed or replaced since it was opened.
     Replaced = 17,
+    /// A semaphore acquire asked for another permit count than the live permits of the name.
+    PermitsMismatch = 18,
 }
 
 impl Status {
@@ -137,6 +148,9 @@ impl Status {
             Status::Replaced => {
                 "the store file was deleted, renamed or replaced since it was opened"
             }
+            Status::PermitsMismatch => {
+                "the semaphore holds live permits granted with another permit count"
+            }
         }
     }
 }
@@ -149,6 +163,7 @@ impl Error {
             Error::Locked { .. } => Status::Locked,
             Error::StaleToken { .. } => Status::StaleToken,
             Error::LockLost { .. } => Status::LockLost,
+            Error::PermitsMismatch { .. } => Status::PermitsMismatch,
             Error::Timeout => Status::Timeout,
             Error::Cancelled => Status::Cancelled,
             Error::Replaced(_) => Status::Replaced,
@@ -171,6 +186,7 @@ impl Error {
             Error::Locked { .. }
                 | Error::StaleToken { .. }
                 | Error::LockLost { .. }
+                | Error::PermitsMismatch { .. }
                 | Error::Timeout
                 | Error::Cancelled
                 | Error::InvalidArgument(_)
@@ -196,6 +212,10 @@ impl Error {
             Error::LockLost { token, current } => Error::LockLost {
                 token: *token,
                 current: *current,
+            },
+            Error::PermitsMismatch { permits, requested } => Error::PermitsMismatch {
+                permits: *permits,
+                requested: *requested,
             },
             Error::Timeout => Error::Timeout,
             Error::Cancelled => Error::Cancelled,
@@ -245,6 +265,10 @@ impl fmt::Display for Error {
                     "lease with token {token} was lost: it expired or was released"
                 ),
             },
+            Error::PermitsMismatch { permits, requested } => write!(
+                f,
+                "the semaphore has live permits of a count of {permits}; this acquire asked for {requested}"
+            ),
             Error::Timeout => write!(f, "timed out waiting"),
             Error::Cancelled => write!(f, "the wait was cancelled"),
             Error::Replaced(message) => write!(f, "store file replaced: {message}"),

@@ -10,6 +10,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::kinds::Kind;
 use crate::store::{Inner, Store};
 
 /// A granted lease. Its [`token`](Holder::token) is higher than that of every earlier grant of
@@ -24,6 +25,7 @@ pub struct Holder {
 struct State {
     inner: Arc<Inner>,
     name: String,
+    kind: Kind,
     token: u64,
     /// The liveness id whose lock this holder holds.
     live: u64,
@@ -48,6 +50,7 @@ impl Holder {
     pub(crate) fn new(
         inner: Arc<Inner>,
         name: String,
+        kind: Kind,
         token: u64,
         live: u64,
         expires_ns: u64,
@@ -56,6 +59,7 @@ impl Holder {
             state: Arc::new(State {
                 inner,
                 name,
+                kind,
                 token,
                 live,
                 expires_ns: AtomicU64::new(expires_ns),
@@ -77,6 +81,12 @@ impl Holder {
     #[must_use]
     pub fn name(&self) -> &str {
         &self.state.name
+    }
+
+    /// How the lease holds the name: exclusive, shared, or a permit of a semaphore.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        self.state.kind
     }
 
     /// The store that granted the lease.
@@ -126,10 +136,17 @@ impl Holder {
     /// that the lease is still current ([`Error::LockLost`] otherwise) and that the key accepted
     /// no higher token ([`Error::StaleToken`]).
     ///
+    /// A permit of a semaphore writes like an exclusive holder, checked against its own permit.
+    /// A shared holder is refused ([`Error::InvalidArgument`], nothing written): a shared lock
+    /// promises each of its holders that nobody writes what it guards while they hold it, and a
+    /// write checked against a shared lease would break that promise for the other shared
+    /// holders. A shared holder that must write acquires the lock exclusively.
+    ///
     /// # Errors
     ///
     /// [`Error::LockLost`] when the lease is no longer this holder's; [`Error::StaleToken`] when
-    /// the key accepted a higher token; otherwise as [`Store::put`].
+    /// the key accepted a higher token; [`Error::InvalidArgument`] for a shared holder;
+    /// otherwise as [`Store::put`].
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.state.checked_write(key, Some(value)).map(|_| ())
     }
@@ -280,6 +297,12 @@ impl State {
     }
 
     fn checked_write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.kind == Kind::Shared {
+            return Err(Error::invalid(format!(
+                "a shared holder of {} does not write: acquire it exclusively to write",
+                self.name
+            )));
+        }
         if self.released.load(Ordering::Acquire) {
             return Err(self.lost());
         }

@@ -56,6 +56,9 @@ pub struct LockInfo {
     pub remaining: Duration,
     /// The lock's state.
     pub state: LockState,
+    /// How the grant holds the name: exclusive, shared, or a permit of a semaphore (with the
+    /// name's permit count).
+    pub kind: crate::kinds::Kind,
 }
 
 /// Counts and settings of a store.

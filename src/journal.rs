@@ -28,7 +28,7 @@ use crate::cancel::Waiting;
 
 use crate::db::{LEASES, META};
 use crate::error::{Error, Result};
-use crate::record::Lease;
+use crate::record::Record;
 use crate::ring::Ring;
 
 /// The key in the meta table that marks the store as served by a server that has not stopped
@@ -66,9 +66,10 @@ struct Pending {
     staged: Option<usize>,
 }
 
-/// An entry: the record's length-prefixed lock name, then the encoded record.
-fn encode(out: &mut Vec<u8>, name: &str, lease: &Lease) {
-    let record = lease.encode();
+/// An entry: the record's length-prefixed lock name, then the encoded record (an exclusive
+/// lease, or the grants of a semaphore or shared lock).
+fn encode(out: &mut Vec<u8>, name: &str, record: &Record) {
+    let record = record.encode();
     out.extend_from_slice(&(name.len() as u32).to_le_bytes());
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(&(record.len() as u32).to_le_bytes());
@@ -76,7 +77,7 @@ fn encode(out: &mut Vec<u8>, name: &str, lease: &Lease) {
 }
 
 /// The entries in `bytes`; an error for a damaged journal.
-fn decode(bytes: &[u8]) -> Result<Vec<(String, Lease)>> {
+fn decode(bytes: &[u8]) -> Result<Vec<(String, Record)>> {
     let damaged = || Error::Storage("the lease journal in the shared ring is damaged".into());
     let mut rest = bytes;
     let mut take = |n: usize| -> Result<&[u8]> {
@@ -93,8 +94,8 @@ fn decode(bytes: &[u8]) -> Result<Vec<(String, Lease)>> {
         let len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
         let name = String::from_utf8(take(len)?.to_vec()).map_err(|_| damaged())?;
         let record_len = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-        let lease = Lease::decode(take(record_len)?).map_err(|_| damaged())?;
-        entries.push((name, lease));
+        let record = Record::decode(take(record_len)?).map_err(|_| damaged())?;
+        entries.push((name, record));
         at += 8 + len + record_len;
     }
     Ok(entries)
@@ -102,8 +103,8 @@ fn decode(bytes: &[u8]) -> Result<Vec<(String, Lease)>> {
 
 impl Journal {
     /// Notes a lease record the batch writes.
-    pub(crate) fn note(&self, name: &str, lease: &Lease) {
-        encode(&mut self.pending.lock().bytes, name, lease);
+    pub(crate) fn note(&self, name: &str, record: &Record) {
+        encode(&mut self.pending.lock().bytes, name, record);
     }
 
     /// Before a commit: stages the batch's records in the journal for a non-durable commit.
@@ -172,16 +173,13 @@ pub(crate) fn restore(db: &Database, ring: Option<&Ring>, waiting: Waiting<'_>) 
             meta.insert(SERVED_KEY, 0)?;
         }
         let mut leases = txn.open_table(LEASES)?;
-        for (name, lease) in entries {
-            let newer = match Lease::find(&leases, &name)? {
-                Some(current) => {
-                    lease.token > current.token
-                        || (lease.token == current.token && lease.expires_ns > current.expires_ns)
-                }
+        for (name, record) in entries {
+            let newer = match Record::find(&leases, &name)? {
+                Some(current) => order(&record) > order(&current),
                 None => true,
             };
             if newer {
-                leases.insert(name.as_str(), lease.encode().as_slice())?;
+                leases.insert(name.as_str(), record.encode().as_slice())?;
             }
         }
     }
@@ -190,10 +188,25 @@ pub(crate) fn restore(db: &Database, ring: Option<&Ring>, waiting: Waiting<'_>) 
     Ok(())
 }
 
+/// How records of one lock are ordered in time: by their highest token (a grant), then by how
+/// late their grants expire (an extend). For one lease, its token, then its expiry. An extend of
+/// one permit to a shorter time than it had may be taken for older: the record then keeps the
+/// longer expiry, which holds the lock longer rather than giving it away early.
+fn order(record: &Record) -> (u64, u128) {
+    let holders = record.holders();
+    let latest = holders.iter().map(|lease| lease.token).max().unwrap_or(0);
+    let expiries = holders
+        .iter()
+        .map(|lease| u128::from(lease.expires_ns))
+        .sum();
+    (latest, expiries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::ProcessId;
+    use crate::record::Lease;
 
     #[test]
     fn entries_round_trip_and_a_cut_journal_is_refused() {
@@ -209,12 +222,17 @@ mod tests {
             live: 1 << 50,
         };
         let mut bytes = Vec::new();
-        encode(&mut bytes, "a", &lease);
+        encode(&mut bytes, "a", &Record::Exclusive(lease));
         let boundary = bytes.len();
-        encode(&mut bytes, "payment-export", &lease);
+        let group = Record::Group(crate::record::Group {
+            kind: crate::kinds::Kind::Semaphore(2),
+            holders: vec![lease, lease],
+        });
+        encode(&mut bytes, "payment-export", &group);
         let entries = decode(&bytes).unwrap();
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[1], ("payment-export".to_owned(), lease));
+        assert_eq!(entries[0], ("a".to_owned(), Record::Exclusive(lease)));
+        assert_eq!(entries[1], ("payment-export".to_owned(), group));
         for cut in 1..bytes.len() {
             if cut == boundary {
                 continue; // the boundary between the two entries

@@ -12,10 +12,11 @@ use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::info::{LockInfo, LockState};
+use crate::kinds::Kind;
 use crate::limits::check_ttl;
 use crate::liveness::fresh_id;
 use crate::ops::{unexpected, Done, Op};
-use crate::record::Lease;
+use crate::record::{Lease, Record};
 use crate::store::Inner;
 
 /// Lease records examined for pruning by each grant; two per grant keeps dead records from
@@ -25,18 +26,6 @@ const PRUNE_PER_GRANT: usize = 2;
 const WAIT_POLL: Duration = Duration::from_millis(1);
 
 impl Inner {
-    /// Refuses with [`Error::Locked`] when `lease`, the record of the lock, is live at `now`.
-    pub(crate) fn check_free(&self, lease: &Lease, now: u64) -> Result<()> {
-        if self.is_live(lease, now)? {
-            return Err(Error::Locked {
-                token: lease.token,
-                pid: lease.holder.pid,
-                remaining: Duration::from_nanos(lease.expires_ns - now),
-            });
-        }
-        Ok(())
-    }
-
     /// Whether `lease` still excludes others: granted in this boot, not expired, and its holder
     /// still holds the liveness lock.
     pub(crate) fn is_live(&self, lease: &Lease, now: u64) -> Result<bool> {
@@ -45,7 +34,29 @@ impl Inner {
             && self.live.is_held(lease.live)?)
     }
 
-    pub(crate) fn describe(&self, name: &str, lease: &Lease, now: u64) -> Result<LockInfo> {
+    /// What `record` tells of the name: one entry a grant it holds, latest first. A record of
+    /// several holders lists every grant it still holds, live or not.
+    pub(crate) fn describe_record(
+        &self,
+        name: &str,
+        record: &Record,
+        now: u64,
+    ) -> Result<Vec<LockInfo>> {
+        let mut holders = record.holders().to_vec();
+        holders.sort_by_key(|lease| std::cmp::Reverse(lease.token));
+        holders
+            .iter()
+            .map(|lease| self.describe(name, record.kind(), lease, now))
+            .collect()
+    }
+
+    pub(crate) fn describe(
+        &self,
+        name: &str,
+        kind: Kind,
+        lease: &Lease,
+        now: u64,
+    ) -> Result<LockInfo> {
         let this_boot = lease.boot_id == self.boot_id;
         let state = if !this_boot {
             LockState::HolderDead
@@ -80,6 +91,7 @@ impl Inner {
                 Duration::ZERO
             },
             state,
+            kind,
         })
     }
 
@@ -98,8 +110,14 @@ impl Inner {
             let (name, record) = entry?;
             seen += 1;
             let name = name.value().to_owned();
-            if name != granting && !self.is_live(&Lease::decode(record.value())?, now)? {
-                dead.push(name.clone());
+            if name != granting {
+                let mut live = false;
+                for lease in Record::decode(record.value())?.holders() {
+                    live |= self.is_live(lease, now)?;
+                }
+                if !live {
+                    dead.push(name.clone());
+                }
             }
             *cursor = name;
             if seen == PRUNE_PER_GRANT {
@@ -154,24 +172,22 @@ impl Inner {
         Ok(())
     }
 
-    /// Checks that the lease `token` is the lock's current record, `current`, and unexpired.
+    /// Checks that the lease `token` is held by the lock's current record, `current` (as its
+    /// one lease, or as one of its grants), and unexpired.
     pub(crate) fn check_current(
         &self,
-        current: Option<Lease>,
+        current: Option<&Record>,
         token: u64,
         now: u64,
     ) -> Result<Lease> {
-        match current {
-            Some(lease)
-                if lease.token == token
-                    && lease.boot_id == self.boot_id
-                    && now < lease.expires_ns =>
-            {
-                Ok(lease)
-            }
-            other => Err(Error::LockLost {
+        match current.and_then(|record| record.holder(token)) {
+            Some(lease) if lease.boot_id == self.boot_id && now < lease.expires_ns => Ok(*lease),
+            _ => Err(Error::LockLost {
                 token,
-                current: other.map(|lease| lease.token).filter(|&t| t != token),
+                current: current
+                    .and_then(Record::latest)
+                    .map(|lease| lease.token)
+                    .filter(|&t| t != token),
             }),
         }
     }
@@ -197,7 +213,10 @@ impl Inner {
             return Ok(false);
         }
         match self.lease_of(name)? {
-            Some(lease) => Ok(lease.token == token && self.is_live(&lease, clock::now_ns())?),
+            Some(record) => match record.holder(token) {
+                Some(lease) => self.is_live(lease, clock::now_ns()),
+                None => Ok(false),
+            },
             None => Ok(false),
         }
     }

@@ -36,6 +36,7 @@ mod file;
 mod holder;
 mod info;
 mod journal;
+mod kinds;
 mod leases;
 mod limits;
 mod liveness;
@@ -60,6 +61,7 @@ pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
 pub use holder::Holder;
 pub use info::{Fenced, LockInfo, LockState, StoreInfo};
+pub use kinds::{Kind, MAX_HOLDERS};
 pub use limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };

@@ -16,8 +16,9 @@ use crate::clock::ProcessId;
 use crate::commit::Applied;
 use crate::db::{FENCES, LEASES, META, VALUES};
 use crate::error::{Error, Result};
+use crate::kinds::Kind;
 use crate::limits::{check_granted, duration_ns};
-use crate::record::{decode_value, encode_value, Lease};
+use crate::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::store::Inner;
 use crate::tokens::{read_counter, reservation, COUNTER_KEY, RESERVED_KEY};
 use crate::values::admit;
@@ -37,6 +38,29 @@ pub(crate) enum Op {
         holder: ProcessId,
         live: u64,
         ticket: Option<u64>,
+    },
+    /// Grants `name` as `kind` for `ttl` with the next token to `holder` (liveness lock
+    /// `live`): one more permit of a semaphore, one more shared holder, or (for an exclusive
+    /// kind) the name alone; `ticket` as for `Acquire`. A grant that would hold the name
+    /// together with live holders stands behind every queued waiter even when it has no ticket
+    /// (a try-once acquire), so that a stream of shared grants never starves a waiting
+    /// exclusive acquire.
+    AcquireKind {
+        name: String,
+        kind: Kind,
+        ttl: Duration,
+        holder: ProcessId,
+        live: u64,
+        ticket: Option<u64>,
+    },
+    /// Grants every lock of `names` exclusively for `ttl` to `holder`, all or none, in one
+    /// transaction: each its own token (in the order of `names`) and its own liveness lock
+    /// (`lives`, one for each name). Never holds some of them while waiting for others.
+    AcquireAll {
+        names: Vec<String>,
+        ttl: Duration,
+        holder: ProcessId,
+        lives: Vec<u64>,
     },
     /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
     Extend {
@@ -61,6 +85,12 @@ pub(crate) enum Op {
 pub(crate) enum Done {
     Granted {
         token: u64,
+        expires_ns: u64,
+    },
+    /// The grants of `AcquireAll`: tokens `first` to `first + count - 1`, in order.
+    GrantedAll {
+        first: u64,
+        count: u32,
         expires_ns: u64,
     },
     Extended {
@@ -96,6 +126,7 @@ impl<'t> Tables<'t> {
     pub(crate) fn open(txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
         let (meta, leases, values, fences) = match op {
             Op::Acquire { write, .. } => (true, true, write.is_some(), false),
+            Op::AcquireKind { .. } | Op::AcquireAll { .. } => (true, true, false, false),
             Op::Extend { .. } => (false, true, false, false),
             Op::Put { lease, .. } => (lease.is_none(), lease.is_some(), true, false),
             Op::Fence { .. } => (true, false, false, true),
@@ -112,8 +143,8 @@ impl<'t> Tables<'t> {
         self.meta.as_ref().ok_or_else(unopened)
     }
 
-    fn lease(&self, name: &str) -> Result<Option<Lease>> {
-        Lease::find(self.leases.as_ref().ok_or_else(unopened)?, name)
+    fn lease(&self, name: &str) -> Result<Option<Record>> {
+        Record::find(self.leases.as_ref().ok_or_else(unopened)?, name)
     }
 
     /// Whether the key `key` holds exactly `value` (`None`: a tombstone) written with `token`.
@@ -147,6 +178,8 @@ enum Write {
     Counter(u64),
     Reserve(u64),
     Lease(String, Lease),
+    /// The record of a name of several holders (or of one, of any kind).
+    Record(String, Record),
     /// The encoded record of a fenced value or tombstone.
     Value(Vec<u8>, Vec<u8>),
     Fence(String, u64),
@@ -188,10 +221,17 @@ impl Plan {
                 }
                 Write::Lease(name, lease) => {
                     if let Some(journal) = &inner.journal {
-                        journal.note(&name, &lease);
+                        journal.note(&name, &Record::Exclusive(lease));
                     }
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), lease.encode().as_slice())?);
+                }
+                Write::Record(name, record) => {
+                    if let Some(journal) = &inner.journal {
+                        journal.note(&name, &record);
+                    }
+                    let leases = mut_table(&mut tables.leases)?;
+                    drop(leases.insert(name.as_str(), record.encode().as_slice())?);
                 }
                 Write::Value(key, record) => {
                     drop(mut_table(&mut tables.values)?.insert(key.as_slice(), record.as_slice())?);
@@ -232,18 +272,14 @@ impl Op {
                 ticket,
             } => {
                 let current = tables.lease(name)?;
-                if let Some(lease) = &current {
-                    // Run again after its grant committed (by a process that died before it
-                    // reported it): the same grant, not a second one.
-                    if lease.live == *live && lease.holder == *holder {
-                        return Ok(Plan::new(Done::Granted {
-                            token: lease.token,
-                            expires_ns: lease.expires_ns,
-                        }));
-                    }
-                    inner.check_free(lease, now)?;
+                // Run again after its grant committed (by a process that died before it
+                // reported it): the same grant, not a second one.
+                if let Some(done) = regrant(current.as_ref(), *holder, *live) {
+                    return Ok(Plan::new(done));
                 }
-                inner.check_turn(name, current.as_ref(), *ticket, now)?;
+                inner.check_join(current.as_ref(), Kind::Exclusive, now)?;
+                let blocker = inner.blocker(current.as_ref(), now)?;
+                inner.check_turn(name, blocker.as_ref(), *ticket, now)?;
                 let token = read_counter(tables.meta()?)?
                     .checked_add(1)
                     .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
@@ -276,14 +312,115 @@ impl Op {
                 plan.writes.push(Write::Prune(name.clone()));
                 Ok(plan)
             }
+            Op::AcquireKind {
+                name,
+                kind,
+                ttl,
+                holder,
+                live,
+                ticket,
+            } => {
+                let current = tables.lease(name)?;
+                if let Some(done) = regrant(current.as_ref(), *holder, *live) {
+                    return Ok(Plan::new(done));
+                }
+                let mut holders = inner.check_join(current.as_ref(), *kind, now)?;
+                let ticket = if holders.is_empty() {
+                    *ticket
+                } else {
+                    Some(ticket.unwrap_or(u64::MAX))
+                };
+                let blocker = inner.blocker(current.as_ref(), now)?;
+                inner.check_turn(name, blocker.as_ref(), ticket, now)?;
+                let (token, mut plan) = plan_tokens(inner, tables, 1)?;
+                let lease = new_lease(inner, token, *holder, *live, now, *ttl);
+                plan.done = Done::Granted {
+                    token,
+                    expires_ns: lease.expires_ns,
+                };
+                holders.push(lease);
+                let record = match kind {
+                    Kind::Exclusive => Record::Exclusive(lease),
+                    Kind::Shared | Kind::Semaphore(_) => Record::Group(Group {
+                        kind: *kind,
+                        holders,
+                    }),
+                };
+                plan.writes.push(Write::Record(name.clone(), record));
+                plan.writes.push(Write::Prune(name.clone()));
+                Ok(plan)
+            }
+            Op::AcquireAll {
+                names,
+                ttl,
+                holder,
+                lives,
+            } => {
+                if names.len() != lives.len() || names.is_empty() {
+                    return Err(Error::Storage(
+                        "internal error: an acquire of several locks without a liveness id each"
+                            .into(),
+                    ));
+                }
+                let mut records = Vec::with_capacity(names.len());
+                for name in names {
+                    records.push(tables.lease(name)?);
+                }
+                // Run again after its grant committed: every name still holds its grant.
+                let again: Option<Vec<Done>> = records
+                    .iter()
+                    .zip(lives)
+                    .map(|(record, live)| regrant(record.as_ref(), *holder, *live))
+                    .collect();
+                if let Some(Done::Granted { token, expires_ns }) =
+                    again.as_deref().and_then(<[Done]>::first)
+                {
+                    return Ok(Plan::new(Done::GrantedAll {
+                        first: *token,
+                        count: u32::try_from(names.len()).unwrap_or(u32::MAX),
+                        expires_ns: *expires_ns,
+                    }));
+                }
+                // Every name is checked before anything is planned: all or none.
+                for record in &records {
+                    inner.check_join(record.as_ref(), Kind::Exclusive, now)?;
+                }
+                let count = u32::try_from(names.len())
+                    .map_err(|_| Error::invalid("too many locks in one acquire"))?;
+                let (first, mut plan) = plan_tokens(inner, tables, u64::from(count))?;
+                let expires_ns = now + duration_ns(*ttl);
+                plan.done = Done::GrantedAll {
+                    first,
+                    count,
+                    expires_ns,
+                };
+                for ((name, live), token) in names.iter().zip(lives).zip(first..) {
+                    let lease = new_lease(inner, token, *holder, *live, now, *ttl);
+                    plan.writes.push(Write::Lease(name.clone(), lease));
+                    plan.writes.push(Write::Prune(name.clone()));
+                }
+                Ok(plan)
+            }
             Op::Extend { name, token, ttl } => {
-                let mut lease = inner.check_current(tables.lease(name)?, *token, now)?;
+                let current = tables.lease(name)?;
+                let mut lease = inner.check_current(current.as_ref(), *token, now)?;
                 lease.expires_ns = now + duration_ns(*ttl);
                 let mut plan = Plan::new(Done::Extended {
                     expires_ns: lease.expires_ns,
                 });
                 plan.durable = false;
-                plan.writes.push(Write::Lease(name.clone(), lease));
+                match current {
+                    Some(Record::Group(mut group)) => {
+                        for held in &mut group.holders {
+                            if held.token == *token {
+                                *held = lease;
+                            }
+                        }
+                        plan.writes
+                            .push(Write::Record(name.clone(), Record::Group(group)));
+                    }
+                    _ => plan.writes.push(Write::Lease(name.clone(), lease)),
+                }
                 Ok(plan)
             }
             Op::Put {
@@ -294,16 +431,18 @@ impl Op {
             } => {
                 // A holder's write: its own token is granted, if its lease is current.
                 let granted = match lease {
-                    Some(name) => match inner.check_current(tables.lease(name)?, *token, now) {
-                        Ok(_) => *token,
-                        // Its first run committed, and the lease ran out since: that outcome,
-                        // not a refusal of a write that landed. (Whether the key held a value
-                        // before is not known any more.)
-                        Err(_) if rerun && tables.holds(key, *token, value.as_deref())? => {
-                            return Ok(Plan::new(Done::Put { existed: true }));
+                    Some(name) => {
+                        match inner.check_current(tables.lease(name)?.as_ref(), *token, now) {
+                            Ok(_) => *token,
+                            // Its first run committed, and the lease ran out since: that outcome,
+                            // not a refusal of a write that landed. (Whether the key held a value
+                            // before is not known any more.)
+                            Err(_) if rerun && tables.holds(key, *token, value.as_deref())? => {
+                                return Ok(Plan::new(Done::Put { existed: true }));
+                            }
+                            Err(err) => return Err(err),
                         }
-                        Err(err) => return Err(err),
-                    },
+                    }
                     None => read_counter(tables.meta()?)?,
                 };
                 let mut plan = Plan::new(Done::Put { existed: false });
@@ -328,6 +467,58 @@ impl Op {
                 Ok(plan)
             }
         }
+    }
+}
+
+/// The grant that `current` already holds for the requester `holder` with liveness id `live`:
+/// a request run again after its grant committed (by a process that died before it reported
+/// it) gets the same grant, not a second one.
+fn regrant(current: Option<&Record>, holder: ProcessId, live: u64) -> Option<Done> {
+    current?
+        .holders()
+        .iter()
+        .find(|lease| lease.live == live && lease.holder == holder)
+        .map(|lease| Done::Granted {
+            token: lease.token,
+            expires_ns: lease.expires_ns,
+        })
+}
+
+/// Plans taking `count` tokens from the counter: the first of them, and a plan with the
+/// counter's writes. As for `Acquire`: in single-process mode a grant commits without an fsync
+/// unless it passes the durable reservation of tokens.
+fn plan_tokens(inner: &Inner, tables: &Tables<'_>, count: u64) -> Result<(u64, Plan)> {
+    let counter = read_counter(tables.meta()?)?;
+    let exhausted = || Error::Storage("the token counter is exhausted".into());
+    let first = counter.checked_add(1).ok_or_else(exhausted)?;
+    let last = counter.checked_add(count).ok_or_else(exhausted)?;
+    let reserve = if inner.relaxed() {
+        reservation(tables.meta()?, last)?
+    } else {
+        None
+    };
+    let mut plan = Plan::new(Done::Fenced);
+    plan.durable = !inner.relaxed() || reserve.is_some();
+    plan.writes.push(Write::Counter(last));
+    plan.writes.extend(reserve.map(Write::Reserve));
+    Ok((first, plan))
+}
+
+fn new_lease(
+    inner: &Inner,
+    token: u64,
+    holder: ProcessId,
+    live: u64,
+    now: u64,
+    ttl: Duration,
+) -> Lease {
+    Lease {
+        token,
+        holder,
+        boot_id: inner.boot_id,
+        granted_ns: now,
+        expires_ns: now + duration_ns(ttl),
+        live,
     }
 }
 

@@ -12,7 +12,7 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use crate::db::{FENCES, LEASES, META, SCHEMA_KEY, VALUES};
 use crate::error::{Error, Result};
 use crate::info::Fenced;
-use crate::record::{decode_value, Lease};
+use crate::record::{decode_value, Record};
 use crate::tokens::read_counter;
 
 /// A read of the store.
@@ -47,8 +47,8 @@ pub(crate) struct Counts {
 /// The answer to a [`Query`], of the variant of the same name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Answer {
-    Record(Option<Lease>),
-    Records(Vec<(String, Lease)>),
+    Record(Option<Record>),
+    Records(Vec<(String, Record)>),
     Value(Option<Fenced>),
     Keys(Vec<Vec<u8>>),
     Fence(Option<u64>),
@@ -65,12 +65,12 @@ impl Query {
     /// Answers the query from `txn`.
     pub(crate) fn run(&self, txn: &ReadTransaction) -> Result<Answer> {
         Ok(match self {
-            Query::Record(name) => Answer::Record(Lease::find(&txn.open_table(LEASES)?, name)?),
+            Query::Record(name) => Answer::Record(Record::find(&txn.open_table(LEASES)?, name)?),
             Query::Records => {
                 let mut records = Vec::new();
                 for entry in txn.open_table(LEASES)?.iter()? {
                     let (name, record) = entry?;
-                    records.push((name.value().to_owned(), Lease::decode(record.value())?));
+                    records.push((name.value().to_owned(), Record::decode(record.value())?));
                 }
                 Answer::Records(records)
             }
@@ -140,9 +140,10 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
     };
     for entry in txn.open_table(LEASES)?.iter()? {
         let (name, record) = entry?;
-        let lease = Lease::decode(record.value())?;
-        if lease.token > last || lease.token == 0 {
-            return Err(above("lease", name.value().to_owned(), lease.token));
+        for lease in Record::decode(record.value())?.holders() {
+            if lease.token > last || lease.token == 0 {
+                return Err(above("lease", name.value().to_owned(), lease.token));
+            }
         }
     }
     for entry in txn.open_table(VALUES)?.iter()? {
@@ -185,8 +186,9 @@ impl crate::store::Inner {
         }
     }
 
-    /// The lease record of the lock `name`, if there is one.
-    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Lease>> {
+    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
+    /// lock), if there is one.
+    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Record>> {
         match self.query(&Query::Record(name.to_owned()))? {
             Answer::Record(lease) => Ok(lease),
             other => Err(mismatched(&other)),
@@ -194,7 +196,7 @@ impl crate::store::Inner {
     }
 
     /// Every lease record, in name order.
-    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Lease)>> {
+    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Record)>> {
         match self.query(&Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),

@@ -2,6 +2,7 @@
 
 use crate::clock::ProcessId;
 use crate::error::{Error, Result};
+use crate::kinds::Kind;
 
 /// A lease as recorded in the `leases` table, keyed by lock name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,17 +26,6 @@ const LEASE_LEN_1: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
 const LEASE_LEN: usize = LEASE_LEN_1 + 8;
 
 impl Lease {
-    /// The record of the lock `name` in a leases table, if there is one.
-    pub(crate) fn find(
-        leases: &impl redb::ReadableTable<&'static str, &'static [u8]>,
-        name: &str,
-    ) -> Result<Option<Lease>> {
-        match leases.get(name)? {
-            Some(record) => Ok(Some(Lease::decode(record.value())?)),
-            None => Ok(None),
-        }
-    }
-
     pub(crate) fn encode(&self) -> [u8; LEASE_LEN] {
         let mut out = [0u8; LEASE_LEN];
         out[0] = LEASE_FORMAT;
@@ -67,6 +57,123 @@ impl Lease {
             granted_ns: u64_at(37),
             expires_ns: u64_at(45),
         })
+    }
+}
+
+/// The record of a lock name in the `leases` table: one exclusive lease (formats 1 and 2, as
+/// before schema 3), or the grants of a semaphore or of a shared lock (format 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Record {
+    Exclusive(Lease),
+    Group(Group),
+}
+
+/// The grants of a name held by several holders at once: the permits of a semaphore, or the
+/// shared holders of a lock. Each grant is a lease of its own, with its own token, liveness id
+/// and expiry; grants that are no longer live are dropped when the group is next written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// [`Kind::Shared`] or [`Kind::Semaphore`]; never [`Kind::Exclusive`].
+    pub kind: Kind,
+    pub holders: Vec<Lease>,
+}
+
+/// Format 3: `[3][kind: 1 shared, 2 semaphore][permits u32][count u32]`, then `count` leases
+/// of format 2 (each with its own format byte).
+const GROUP_FORMAT: u8 = 3;
+const GROUP_HEADER_LEN: usize = 1 + 1 + 4 + 4;
+const KIND_SHARED: u8 = 1;
+const KIND_SEMAPHORE: u8 = 2;
+
+impl Record {
+    /// The record of the lock `name` in a leases table, if there is one.
+    pub(crate) fn find(
+        leases: &impl redb::ReadableTable<&'static str, &'static [u8]>,
+        name: &str,
+    ) -> Result<Option<Record>> {
+        match leases.get(name)? {
+            Some(record) => Ok(Some(Record::decode(record.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every grant the record holds (live or not).
+    pub(crate) fn holders(&self) -> &[Lease] {
+        match self {
+            Record::Exclusive(lease) => std::slice::from_ref(lease),
+            Record::Group(group) => &group.holders,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Record::Exclusive(_) => Kind::Exclusive,
+            Record::Group(group) => group.kind,
+        }
+    }
+
+    /// The grant with `token`, if the record holds it.
+    pub(crate) fn holder(&self, token: u64) -> Option<&Lease> {
+        self.holders().iter().find(|lease| lease.token == token)
+    }
+
+    /// The highest token the record holds.
+    pub(crate) fn latest(&self) -> Option<&Lease> {
+        self.holders().iter().max_by_key(|lease| lease.token)
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        match self {
+            Record::Exclusive(lease) => lease.encode().to_vec(),
+            Record::Group(group) => {
+                let (kind, permits) = match group.kind {
+                    Kind::Semaphore(permits) => (KIND_SEMAPHORE, permits),
+                    // A group is never exclusive; it is written as shared.
+                    Kind::Shared | Kind::Exclusive => (KIND_SHARED, 0),
+                };
+                let mut out =
+                    Vec::with_capacity(GROUP_HEADER_LEN + group.holders.len() * LEASE_LEN);
+                out.push(GROUP_FORMAT);
+                out.push(kind);
+                out.extend_from_slice(&permits.to_le_bytes());
+                // At most MAX_HOLDERS grants, far below u32::MAX.
+                let count = u32::try_from(group.holders.len()).unwrap_or(u32::MAX);
+                out.extend_from_slice(&count.to_le_bytes());
+                for lease in &group.holders {
+                    out.extend_from_slice(&lease.encode());
+                }
+                out
+            }
+        }
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Record> {
+        if bytes.first() != Some(&GROUP_FORMAT) {
+            return Lease::decode(bytes).map(Record::Exclusive);
+        }
+        let malformed = || Error::Corrupt("malformed group lease record".into());
+        if bytes.len() < GROUP_HEADER_LEN {
+            return Err(malformed());
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let kind = match (bytes[1], u32_at(2)) {
+            (KIND_SHARED, 0) => Kind::Shared,
+            (KIND_SEMAPHORE, permits) if permits > 0 => Kind::Semaphore(permits),
+            _ => return Err(malformed()),
+        };
+        let count = u32_at(6) as usize;
+        let body = &bytes[GROUP_HEADER_LEN..];
+        if body.len() != count.checked_mul(LEASE_LEN).ok_or_else(malformed)? {
+            return Err(malformed());
+        }
+        let holders = body
+            .chunks_exact(LEASE_LEN)
+            .map(|chunk| match chunk[0] {
+                LEASE_FORMAT => Lease::decode(chunk),
+                _ => Err(malformed()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Record::Group(Group { kind, holders }))
     }
 }
 
@@ -123,6 +230,47 @@ mod tests {
             Lease::decode(&lease.encode()[1..]),
             Err(Error::Corrupt(_))
         ));
+    }
+
+    #[test]
+    fn group_records_round_trip_and_damage_is_refused() {
+        let lease = |token| Lease {
+            token,
+            holder: ProcessId {
+                pid: 7,
+                start_time: 8,
+            },
+            boot_id: [3; 16],
+            granted_ns: 1,
+            expires_ns: 2,
+            live: token + 100,
+        };
+        for kind in [Kind::Shared, Kind::Semaphore(3)] {
+            for count in 0..3 {
+                let record = Record::Group(Group {
+                    kind,
+                    holders: (1..=count).map(lease).collect(),
+                });
+                let bytes = record.encode();
+                assert_eq!(Record::decode(&bytes).unwrap(), record);
+                for cut in 0..bytes.len() {
+                    assert!(
+                        Record::decode(&bytes[..cut]).is_err(),
+                        "{kind:?} cut at {cut}"
+                    );
+                }
+            }
+        }
+        let exclusive = Record::Exclusive(lease(5));
+        assert_eq!(Record::decode(&exclusive.encode()).unwrap(), exclusive);
+        // A semaphore of no permits is not a record this library writes.
+        let mut zero = Record::Group(Group {
+            kind: Kind::Semaphore(1),
+            holders: vec![],
+        })
+        .encode();
+        zero[2] = 0;
+        assert!(Record::decode(&zero).is_err());
     }
 
     #[test]

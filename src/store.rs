@@ -17,6 +17,7 @@ use crate::db::{damaged, open_now, open_shared, redb_builder, Db};
 use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::info::{Fenced, LockInfo, StoreInfo};
+use crate::kinds::Kind;
 use crate::leases::Grant;
 use crate::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
@@ -39,7 +40,7 @@ pub(crate) struct Inner {
     /// The open database; `None` while a reopen after an I/O error has not succeeded. Dropped
     /// only in the process that opened it: see `Drop for Inner`.
     db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
-    read_only: bool,
+    pub(crate) read_only: bool,
     mode: ConcurrencyMode,
     /// This store is a server's (serve.rs): it holds the file exclusively, and commits every
     /// batch durably.
@@ -246,7 +247,7 @@ impl Store {
     /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire`], but
     /// never [`Error::Locked`].
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
-        self.wait_for(name, ttl, Waiting::new(timeout, None))
+        self.wait_for(name, Kind::Exclusive, ttl, Waiting::new(timeout, None))
     }
 
     /// Like [`Store::acquire_wait`], and ends within about a millisecond with
@@ -258,10 +259,22 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
-        self.wait_for(name, ttl, Waiting::new(timeout, Some(cancel)))
+        self.wait_for(
+            name,
+            Kind::Exclusive,
+            ttl,
+            Waiting::new(timeout, Some(cancel)),
+        )
     }
 
-    fn wait_for(&self, name: &str, ttl: Duration, waiting: Waiting<'_>) -> Result<Holder> {
+    /// Waits for a grant of `name` as `kind`, in the lock's waiting queue.
+    pub(crate) fn wait_for(
+        &self,
+        name: &str,
+        kind: Kind,
+        ttl: Duration,
+        waiting: Waiting<'_>,
+    ) -> Result<Holder> {
         crate::cancel::check(waiting.cancel)?;
         // A place in the lock's waiting queue, taken at the first refusal and left when the
         // wait ends: waiters of every process are granted the lock oldest first.
@@ -269,23 +282,36 @@ impl Store {
         loop {
             // A waiting acquire not queued yet stands behind every queued waiter.
             let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
-            match self.acquire_inner(name, ttl, None, Some(waiting), ticket) {
+            let attempt = match kind {
+                Kind::Exclusive => self.acquire_inner(name, ttl, None, Some(waiting), ticket),
+                kind => self.acquire_kind_inner(name, kind, ttl, Some(waiting), ticket),
+            };
+            match attempt {
                 Err(Error::Locked { remaining, .. }) => {
                     waiting.step()?;
                     if place.is_none() {
                         place = self.inner.queue_up(name);
                     }
                     // The holder's liveness lock, as the record names it now.
-                    let lease = self.inner.lease_of(name)?;
+                    let record = self.inner.lease_of(name)?;
+                    let now = clock::now_ns();
+                    let lease = self.inner.blocker(record.as_ref(), now)?;
+                    // A semaphore's waiter waits on one permit, but any permit let go is its
+                    // turn: it looks again every millisecond.
+                    let deadline = match kind {
+                        Kind::Semaphore(_) => waiting
+                            .deadline
+                            .min(now.saturating_add(duration_ns(crate::cancel::POLL))),
+                        _ => waiting.deadline,
+                    };
                     match &place {
                         // It watches the lease's expiry itself; a refusal for an earlier
                         // waiter has no time left to wait out.
                         Some(place) => {
-                            place.wait_turn(lease.as_ref(), waiting.deadline, waiting.cancel)?;
+                            place.wait_turn(lease.as_ref(), deadline, waiting.cancel)?;
                         }
                         None => {
-                            let until = waiting
-                                .deadline
+                            let until = deadline
                                 .min(clock::now_ns().saturating_add(duration_ns(remaining)));
                             if let Some(lease) = lease {
                                 self.inner
@@ -318,7 +344,7 @@ impl Store {
         self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None, None)
     }
 
-    fn acquire_inner(
+    pub(crate) fn acquire_inner(
         &self,
         name: &str,
         ttl: Duration,
@@ -332,14 +358,14 @@ impl Store {
         let now = clock::now_ns();
         // Through a server the read would cost a round trip of its own: the grant's own check
         // refuses there.
-        let lease = if self.inner.served() {
+        let record = if self.inner.served() {
             None
         } else {
             self.inner.lease_of(name)?
         };
-        if let Some(lease) = &lease {
-            self.inner.check_free(lease, now)?;
-        }
+        self.inner
+            .check_join(record.as_ref(), Kind::Exclusive, now)?;
+        let lease = self.inner.blocker(record.as_ref(), now)?;
         self.inner.check_turn(name, lease.as_ref(), ticket, now)?;
         if self.inner.read_only {
             return Err(crate::db::read_only());
@@ -359,6 +385,7 @@ impl Store {
             Done::Granted { token, expires_ns } => Ok(Holder::new(
                 Arc::clone(&self.inner),
                 name.to_owned(),
+                Kind::Exclusive,
                 token,
                 grant.keep(),
                 expires_ns,
@@ -470,18 +497,27 @@ impl Store {
     pub fn locks(&self) -> Result<Vec<LockInfo>> {
         let records = self.inner.leases()?;
         let now = clock::now_ns();
-        records
-            .iter()
-            .map(|(name, lease)| self.inner.describe(name, lease, now))
-            .collect()
+        let mut locks = Vec::new();
+        for (name, record) in &records {
+            locks.extend(self.inner.describe_record(name, record, now)?);
+        }
+        Ok(locks)
     }
 
-    /// What the store records of the lock `name`, if anything.
+    /// What the store records of the lock `name`, if anything: its latest grant. For a
+    /// semaphore or shared lock, [`Store::lock_holders`] lists every grant.
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+        Ok(self.lock_holders(name)?.into_iter().next())
+    }
+
+    /// Every grant the record of the lock `name` holds, latest first (one for an exclusive
+    /// lock; the permits of a semaphore or the shared holders of a lock, live or not yet
+    /// cleared). Empty when the store records nothing of it.
+    pub fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
         check_name("lock name", name)?;
         match self.inner.lease_of(name)? {
-            Some(lease) => Ok(Some(self.inner.describe(name, &lease, clock::now_ns())?)),
-            None => Ok(None),
+            Some(record) => self.inner.describe_record(name, &record, clock::now_ns()),
+            None => Ok(Vec::new()),
         }
     }
 

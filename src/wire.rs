@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::clock::ProcessId;
 use crate::error::{Error, Result, Status};
+use crate::kinds::Kind;
 use crate::ops::{Done, Op};
 use crate::query::{Answer, Counts, Query};
-use crate::record::Lease;
+use crate::record::Record;
 
 /// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 3;
+pub(crate) const WIRE_VERSION: u32 = 4;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
@@ -102,6 +103,12 @@ const ACQUIRE: u8 = 1;
 const EXTEND: u8 = 2;
 const PUT: u8 = 3;
 const FENCE: u8 = 4;
+// The lock kinds' operations (version 4); tags from 16 up are reads (decode_request).
+const ACQUIRE_KIND: u8 = 5;
+const ACQUIRE_ALL: u8 = 6;
+const KIND_EXCLUSIVE: u8 = 0;
+const KIND_SHARED: u8 = 1;
+const KIND_SEMAPHORE: u8 = 2;
 
 pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
     let mut w = Writer::default();
@@ -129,6 +136,47 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
                     w.bytes(value);
                 }
                 None => w.u8(0),
+            }
+        }
+        Op::AcquireKind {
+            name,
+            kind,
+            ttl,
+            holder,
+            live,
+            ticket,
+        } => {
+            w.u8(ACQUIRE_KIND);
+            w.bytes(name.as_bytes());
+            match kind {
+                Kind::Exclusive => w.u8(KIND_EXCLUSIVE),
+                Kind::Shared => w.u8(KIND_SHARED),
+                Kind::Semaphore(permits) => {
+                    w.u8(KIND_SEMAPHORE);
+                    w.u32(*permits);
+                }
+            }
+            w.u64(ns(*ttl));
+            w.u32(holder.pid);
+            w.u64(holder.start_time);
+            w.u64(*live);
+            w.u64(ticket.unwrap_or(0));
+        }
+        Op::AcquireAll {
+            names,
+            ttl,
+            holder,
+            lives,
+        } => {
+            w.u8(ACQUIRE_ALL);
+            w.u64(ns(*ttl));
+            w.u32(holder.pid);
+            w.u64(holder.start_time);
+            // A request of more names than a slot holds commits directly.
+            w.u32(u32::try_from(names.len()).unwrap_or(u32::MAX));
+            for (name, live) in names.iter().zip(lives) {
+                w.bytes(name.as_bytes());
+                w.u64(*live);
             }
         }
         Op::Extend { name, token, ttl } => {
@@ -232,23 +280,23 @@ const A_FENCE: u8 = 20;
 const A_COUNTS: u8 = 21;
 const A_VERIFIED: u8 = 22;
 
-fn opt_lease(w: &mut Writer, lease: Option<&Lease>) {
-    w.opt_bytes(lease.map(Lease::encode).as_ref().map(<[u8; _]>::as_slice));
+fn opt_record(w: &mut Writer, record: Option<&Record>) {
+    w.opt_bytes(record.map(Record::encode).as_deref());
 }
 
 pub(crate) fn encode_answer(answer: &Result<Answer>) -> Vec<u8> {
     let mut w = Writer::default();
     match answer {
-        Ok(Answer::Record(lease)) => {
+        Ok(Answer::Record(record)) => {
             w.u8(A_RECORD);
-            opt_lease(&mut w, lease.as_ref());
+            opt_record(&mut w, record.as_ref());
         }
         Ok(Answer::Records(records)) => {
             w.u8(A_RECORDS);
             w.u64(records.len() as u64);
-            for (name, lease) in records {
+            for (name, record) in records {
                 w.bytes(name.as_bytes());
-                w.bytes(&lease.encode());
+                w.bytes(&record.encode());
             }
         }
         Ok(Answer::Value(value)) => {
@@ -297,14 +345,14 @@ pub(crate) fn encode_answer(answer: &Result<Answer>) -> Vec<u8> {
 /// The answer in `bytes`; the outer error says the bytes were malformed.
 pub(crate) fn decode_answer(bytes: &[u8]) -> Result<Result<Answer>> {
     let mut r = Reader(bytes);
-    let lease = |bytes: Vec<u8>| Lease::decode(&bytes).map_err(|_| malformed());
+    let record = |bytes: Vec<u8>| Record::decode(&bytes).map_err(|_| malformed());
     let answer = match r.u8()? {
-        A_RECORD => Ok(Answer::Record(r.opt_bytes()?.map(lease).transpose()?)),
+        A_RECORD => Ok(Answer::Record(r.opt_bytes()?.map(record).transpose()?)),
         A_RECORDS => {
             let n = r.u64()?;
             let mut records = Vec::new();
             for _ in 0..n {
-                records.push((r.string()?, lease(r.bytes()?)?));
+                records.push((r.string()?, record(r.bytes()?)?));
             }
             Ok(Answer::Records(records))
         }
@@ -370,6 +418,50 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
                 ticket,
             }
         }
+        ACQUIRE_KIND => {
+            let name = r.string()?;
+            let kind = match r.u8()? {
+                KIND_EXCLUSIVE => Kind::Exclusive,
+                KIND_SHARED => Kind::Shared,
+                KIND_SEMAPHORE => Kind::Semaphore(r.u32()?),
+                _ => return Err(malformed()),
+            };
+            Op::AcquireKind {
+                name,
+                kind,
+                ttl: Duration::from_nanos(r.u64()?),
+                holder: ProcessId {
+                    pid: r.u32()?,
+                    start_time: r.u64()?,
+                },
+                live: r.u64()?,
+                ticket: Some(r.u64()?).filter(|&t| t != 0),
+            }
+        }
+        ACQUIRE_ALL => {
+            let ttl = Duration::from_nanos(r.u64()?);
+            let holder = ProcessId {
+                pid: r.u32()?,
+                start_time: r.u64()?,
+            };
+            let count = r.u32()? as usize;
+            // Each name takes at least 12 bytes: a bound before anything is allocated.
+            if count > r.0.len() / 12 {
+                return Err(malformed());
+            }
+            let mut names = Vec::with_capacity(count);
+            let mut lives = Vec::with_capacity(count);
+            for _ in 0..count {
+                names.push(r.string()?);
+                lives.push(r.u64()?);
+            }
+            Op::AcquireAll {
+                names,
+                ttl,
+                holder,
+                lives,
+            }
+        }
         EXTEND => Op::Extend {
             name: r.string()?,
             token: r.u64()?,
@@ -399,6 +491,7 @@ const EXTENDED: u8 = 2;
 const WROTE: u8 = 3;
 const FENCED: u8 = 4;
 const FAILED: u8 = 5;
+const GRANTED_ALL: u8 = 6;
 
 pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
     let mut w = Writer::default();
@@ -406,6 +499,16 @@ pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
         Ok(Done::Granted { token, expires_ns }) => {
             w.u8(GRANTED);
             w.u64(*token);
+            w.u64(*expires_ns);
+        }
+        Ok(Done::GrantedAll {
+            first,
+            count,
+            expires_ns,
+        }) => {
+            w.u8(GRANTED_ALL);
+            w.u64(*first);
+            w.u32(*count);
             w.u64(*expires_ns);
         }
         Ok(Done::Extended { expires_ns }) => {
@@ -431,6 +534,11 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
     let reply = match r.u8()? {
         GRANTED => Ok(Done::Granted {
             token: r.u64()?,
+            expires_ns: r.u64()?,
+        }),
+        GRANTED_ALL => Ok(Done::GrantedAll {
+            first: r.u64()?,
+            count: r.u32()?,
             expires_ns: r.u64()?,
         }),
         EXTENDED => Ok(Done::Extended {
@@ -463,6 +571,9 @@ fn encode_error(w: &mut Writer, err: &Error) {
             String::new(),
         ),
         Error::IncompatibleVersion { found, supported } => (*found, *supported, 0, String::new()),
+        Error::PermitsMismatch { permits, requested } => {
+            (u64::from(*permits), u64::from(*requested), 0, String::new())
+        }
         Error::Io(io) => (kind_code(io.kind()), 0, 0, io.to_string()),
         Error::Replaced(m)
         | Error::InvalidArgument(m)
@@ -501,6 +612,10 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
         s if s == Status::IncompatibleVersion as u32 => Error::IncompatibleVersion {
             found: a,
             supported: b,
+        },
+        s if s == Status::PermitsMismatch as u32 => Error::PermitsMismatch {
+            permits: u32::try_from(a).map_err(|_| malformed())?,
+            requested: u32::try_from(b).map_err(|_| malformed())?,
         },
         s if s == Status::Io as u32 => Error::Io(std::io::Error::new(kind_of(a), message)),
         s if s == Status::Replaced as u32 => Error::Replaced(message),
@@ -550,6 +665,7 @@ fn kind_of(code: u64) -> std::io::ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Lease;
 
     fn ops() -> Vec<Op> {
         vec![
@@ -579,6 +695,37 @@ mod tests {
                 name: "n".into(),
                 token: 9,
                 ttl: Duration::from_secs(3),
+            },
+            Op::AcquireKind {
+                name: "pool".into(),
+                kind: Kind::Semaphore(3),
+                ttl: Duration::from_secs(2),
+                holder: ProcessId {
+                    pid: 5,
+                    start_time: 6,
+                },
+                live: 7,
+                ticket: Some(2),
+            },
+            Op::AcquireKind {
+                name: "config".into(),
+                kind: Kind::Shared,
+                ttl: Duration::from_secs(2),
+                holder: ProcessId {
+                    pid: 5,
+                    start_time: 6,
+                },
+                live: 8,
+                ticket: None,
+            },
+            Op::AcquireAll {
+                names: vec!["a".into(), "b".into()],
+                ttl: Duration::from_secs(4),
+                holder: ProcessId {
+                    pid: 9,
+                    start_time: 10,
+                },
+                lives: vec![11, 12],
             },
             Op::Put {
                 key: b"k\0\xff".to_vec(),
@@ -649,11 +796,21 @@ mod tests {
             live: 1 << 50,
         };
         let answers = [
-            Ok(Answer::Record(Some(lease))),
+            Ok(Answer::Record(Some(Record::Exclusive(lease)))),
+            Ok(Answer::Record(Some(Record::Group(crate::record::Group {
+                kind: Kind::Semaphore(3),
+                holders: vec![lease, lease],
+            })))),
             Ok(Answer::Record(None)),
             Ok(Answer::Records(vec![
-                ("a".into(), lease),
-                ("b".into(), lease),
+                ("a".into(), Record::Exclusive(lease)),
+                (
+                    "b".into(),
+                    Record::Group(crate::record::Group {
+                        kind: Kind::Shared,
+                        holders: vec![lease],
+                    }),
+                ),
             ])),
             Ok(Answer::Value(Some(crate::info::Fenced {
                 value: vec![1, 2, 3],
@@ -694,6 +851,15 @@ mod tests {
                 expires_ns: 99,
             }),
             Ok(Done::Extended { expires_ns: 3 }),
+            Ok(Done::GrantedAll {
+                first: 4,
+                count: 2,
+                expires_ns: 8,
+            }),
+            Err(Error::PermitsMismatch {
+                permits: 3,
+                requested: 4,
+            }),
             Ok(Done::Put { existed: true }),
             Ok(Done::Fenced),
             Err(Error::Locked {

@@ -172,7 +172,7 @@ fn version_and_status_strings_are_static_and_total() {
     unsafe {
         let version = CStr::from_ptr(fencelock_version()).to_str().unwrap();
         assert_eq!(version, env!("CARGO_PKG_VERSION"));
-        for code in FENCELOCK_OK..=FENCELOCK_REPLACED {
+        for code in FENCELOCK_OK..=FENCELOCK_PERMITS_MISMATCH {
             let text = CStr::from_ptr(fencelock_status_str(code)).to_str().unwrap();
             assert!(!text.is_empty() && text != "unknown status", "code {code}");
         }
@@ -180,7 +180,7 @@ fn version_and_status_strings_are_static_and_total() {
             CStr::from_ptr(fencelock_status_str(FENCELOCK_OK)).to_str(),
             Ok("ok")
         );
-        for code in [-1, 18, 1000, i32::MIN, i32::MAX] {
+        for code in [-1, 19, 1000, i32::MIN, i32::MAX] {
             assert_eq!(
                 CStr::from_ptr(fencelock_status_str(code)).to_str(),
                 Ok("unknown status")
@@ -1224,5 +1224,100 @@ fn a_cancel_handle_ends_waits_with_cancelled_and_nothing_changes() {
             FENCELOCK_NULL_POINTER
         );
         fencelock_holder_free(holder);
+    }
+}
+
+#[test]
+fn lock_kinds_map_their_arguments_and_errors_and_write_outputs_only_on_success() {
+    let t = temp_store();
+    let pool = c("pool");
+    let mut holder: *mut fencelock_holder = null_mut();
+    // SAFETY: valid store and pointers throughout; holders are freed once.
+    unsafe {
+        ok(|err| {
+            fencelock_store_acquire_kind(
+                t.store,
+                pool.as_ptr(),
+                FENCELOCK_KIND_SEMAPHORE,
+                1,
+                60_000,
+                &raw mut holder,
+                err,
+            )
+        });
+        assert_eq!(fencelock_holder_kind(holder), FENCELOCK_KIND_SEMAPHORE);
+        assert_eq!(fencelock_holder_permits(holder), 1);
+        let mut untouched = std::ptr::dangling_mut::<fencelock_holder>();
+        let failure = fails(|err| {
+            fencelock_store_acquire_kind(
+                t.store,
+                pool.as_ptr(),
+                FENCELOCK_KIND_SEMAPHORE,
+                4,
+                60_000,
+                &raw mut untouched,
+                err,
+            )
+        });
+        assert_eq!(failure.status, FENCELOCK_PERMITS_MISMATCH);
+        assert_eq!((failure.token, failure.highest), (1, 4));
+        assert_eq!(untouched, std::ptr::dangling_mut::<fencelock_holder>());
+        let failure = fails(|err| {
+            fencelock_store_acquire_kind(
+                t.store,
+                pool.as_ptr(),
+                3,
+                0,
+                60_000,
+                &raw mut untouched,
+                err,
+            )
+        });
+        assert_eq!(failure.status, FENCELOCK_INVALID_ARGUMENT);
+        assert!(
+            failure.message.contains("unknown lock kind 3"),
+            "{}",
+            failure.message
+        );
+        fencelock_holder_free(holder);
+
+        let names = [c("x"), c("y")];
+        let pointers = [names[0].as_ptr(), names[1].as_ptr()];
+        let mut holders = [null_mut::<fencelock_holder>(); 2];
+        ok(|err| {
+            fencelock_store_acquire_all(
+                t.store,
+                pointers.as_ptr(),
+                2,
+                60_000,
+                0,
+                null(),
+                holders.as_mut_ptr(),
+                err,
+            )
+        });
+        assert_eq!(
+            fencelock_holder_token(holders[1]),
+            fencelock_holder_token(holders[0]) + 1
+        );
+        let mut again = [std::ptr::dangling_mut::<fencelock_holder>(); 2];
+        let failure = fails(|err| {
+            fencelock_store_acquire_all(
+                t.store,
+                pointers.as_ptr(),
+                2,
+                60_000,
+                0,
+                null(),
+                again.as_mut_ptr(),
+                err,
+            )
+        });
+        assert_eq!(failure.status, FENCELOCK_LOCKED);
+        assert_eq!(failure.token, fencelock_holder_token(holders[0]));
+        assert_eq!(again, [std::ptr::dangling_mut::<fencelock_holder>(); 2]);
+        for holder in holders {
+            fencelock_holder_free(holder);
+        }
     }
 }

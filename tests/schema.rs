@@ -1,12 +1,12 @@
-//! Stores written by schema 1 (before lease records carried a liveness id) open, are upgraded,
-//! and keep their live leases.
+//! Stores written by schema 1 (before lease records carried a liveness id) and schema 2 (before
+//! semaphores and shared locks) open, are upgraded, and keep their live leases.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use fencelock::{Error, Store};
-use redb::{Database, TableDefinition};
+use fencelock::{Error, Kind, Store};
+use redb::{Database, ReadableDatabase, TableDefinition};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
@@ -86,7 +86,7 @@ fn a_schema_1_store_is_upgraded_at_open_and_keeps_its_live_lease() {
         store.info().unwrap().schema_version,
         fencelock::SCHEMA_VERSION
     );
-    assert_eq!(fencelock::SCHEMA_VERSION, 2);
+    assert_eq!(fencelock::SCHEMA_VERSION, 3);
     match store.acquire("payment-export", Duration::from_secs(5)) {
         Err(Error::Locked { token: 5, .. }) => {}
         other => panic!("the schema-1 holder's lease must still exclude: {other:?}"),
@@ -101,7 +101,7 @@ fn a_schema_1_store_is_upgraded_at_open_and_keeps_its_live_lease() {
     drop(store);
     // Reopened, it is of the current schema and goes on from there.
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.info().unwrap().schema_version, 2);
+    assert_eq!(store.info().unwrap().schema_version, 3);
     assert_eq!(
         store
             .acquire("payment-export", Duration::from_secs(5))
@@ -109,4 +109,78 @@ fn a_schema_1_store_is_upgraded_at_open_and_keeps_its_live_lease() {
             .token(),
         7
     );
+}
+
+/// A lease record of format 2 (schemas 2 and 3): format 1's fields and the liveness id.
+fn format_2_lease(token: u64, expires_ns: u64, live: u64) -> Vec<u8> {
+    let mut out = format_1_lease(token, expires_ns);
+    out[0] = 2;
+    out.extend_from_slice(&live.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_schema_2_store_is_upgraded_at_open_and_its_exclusive_lease_still_excludes_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    // The liveness byte of id 7, held as a schema-2 holder of another open file held it.
+    let live = 7;
+    {
+        let db = Database::builder()
+            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+            .create(&path)
+            .unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert("schema_version", 2).unwrap();
+            meta.insert("last_token", 9).unwrap();
+            let expires = fencelock::boottime_ns() + 600_000_000_000;
+            txn.open_table(LEASES)
+                .unwrap()
+                .insert(
+                    "payment-export",
+                    format_2_lease(9, expires, live).as_slice(),
+                )
+                .unwrap();
+            txn.open_table(VALUES).unwrap();
+            txn.open_table(FENCES).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let old_holder = hold_token_byte(&path, live);
+
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.info().unwrap().schema_version, 3);
+    let ttl = Duration::from_secs(5);
+    for kind in [Kind::Shared, Kind::Semaphore(3)] {
+        match store.acquire_kind("payment-export", kind, ttl) {
+            Err(Error::Locked { token: 9, .. }) => {}
+            other => panic!("the schema-2 holder's lease must exclude {kind:?}: {other:?}"),
+        }
+    }
+    drop(old_holder);
+    let a = store
+        .acquire_kind("payment-export", Kind::Semaphore(3), ttl)
+        .unwrap();
+    let b = store
+        .acquire_kind("payment-export", Kind::Semaphore(3), ttl)
+        .unwrap();
+    assert_eq!((a.token(), b.token()), (10, 11));
+    drop((a, b));
+    drop(store);
+    // A library that knows only schema 2 would now refuse the file: its version is 3.
+    let db = Database::builder()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .open(&path)
+        .unwrap();
+    let txn = db.begin_read().unwrap();
+    let version = txn
+        .open_table(META)
+        .unwrap()
+        .get("schema_version")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, 3);
 }

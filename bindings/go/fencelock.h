@@ -53,6 +53,27 @@
 #define FENCELOCK_OPEN_READ_ONLY 1
 
 /**
+ * Lock kind: one holder at a time.
+ */
+#define FENCELOCK_KIND_EXCLUSIVE 0
+
+/**
+ * Lock kind: any number of shared holders at once, none while an exclusive holder holds it.
+ */
+#define FENCELOCK_KIND_SHARED 1
+
+/**
+ * Lock kind: up to a permit count of holders at once (a semaphore).
+ */
+#define FENCELOCK_KIND_SEMAPHORE 2
+
+/**
+ * The most holders of one name at once (the largest semaphore, the most shared holders), and
+ * the most names of one `fencelock_store_acquire_all`.
+ */
+#define FENCELOCK_MAX_HOLDERS 1024
+
+/**
  * Lock state: held by a live holder and not expired.
  */
 #define FENCELOCK_LOCK_HELD 0
@@ -244,6 +265,13 @@ typedef struct fencelock_lock_info {
  */
 #define FENCELOCK_REPLACED 17
 
+/**
+ * A semaphore acquire asked for another permit count than the live permits of the name were
+ * granted with; nothing was changed (the error's token is the stored count, its highest the
+ * requested one).
+ */
+#define FENCELOCK_PERMITS_MISMATCH 18
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -320,7 +348,8 @@ const char *fencelock_error_message(const struct fencelock_error *err);
 
 /**
  * For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
- * `FENCELOCK_LOCK_LOST`: the caller's token. Otherwise, and for NULL, 0.
+ * `FENCELOCK_LOCK_LOST`: the caller's token. For `FENCELOCK_PERMITS_MISMATCH`: the permit
+ * count stored with the name. Otherwise, and for NULL, 0.
  *
  * Thread-safe.
  *
@@ -331,7 +360,8 @@ uint64_t fencelock_error_token(const struct fencelock_error *err);
 
 /**
  * For `FENCELOCK_STALE_TOKEN`: the highest token accepted. For `FENCELOCK_LOCK_LOST`: the
- * token now recorded for the lock (0 if none). Otherwise, and for NULL, 0.
+ * token now recorded for the lock (0 if none). For `FENCELOCK_PERMITS_MISMATCH`: the permit
+ * count the acquire asked for. Otherwise, and for NULL, 0.
  *
  * Thread-safe.
  *
@@ -550,6 +580,113 @@ fencelock_status fencelock_holder_wait_lost_cancellable(const struct fencelock_h
 void fencelock_holder_free(struct fencelock_holder *holder);
 
 /**
+ * Tries once to acquire the lock `name` as `kind` for `ttl_ms`: `FENCELOCK_KIND_EXCLUSIVE`
+ * (as `fencelock_store_acquire`; `permits` is ignored), `FENCELOCK_KIND_SHARED` (any number of
+ * shared holders, none while an exclusive holder holds it; `permits` is ignored) or
+ * `FENCELOCK_KIND_SEMAPHORE` (one of `permits` permits, 1 to `FENCELOCK_MAX_HOLDERS`). Each
+ * grant has its own token, higher than every earlier grant, its own lease and TTL. A grant
+ * that would join live holders stands behind every queued waiting acquire of the name.
+ *
+ * On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`. A
+ * shared holder's `fencelock_holder_put` and `fencelock_holder_delete` are refused with
+ * `FENCELOCK_INVALID_ARGUMENT`: a shared lock promises its holders that nobody writes.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (held in a way that excludes this grant),
+ * `FENCELOCK_PERMITS_MISMATCH` (live permits of the name were granted with another count; the
+ * error's token is that count, its highest the one asked for; nothing changed),
+ * `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`), `FENCELOCK_INVALID_ARGUMENT` (an
+ * unknown kind, a permit count out of range, a bad name or TTL), and the other codes of
+ * `fencelock_store_acquire`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_acquire_kind(const struct fencelock_store *store,
+                                              const char *name,
+                                              int32_t kind,
+                                              uint32_t permits,
+                                              uint64_t ttl_ms,
+                                              struct fencelock_holder **holder_out,
+                                              struct fencelock_error **err_out);
+
+/**
+ * Like `fencelock_store_acquire_kind`, waiting up to `timeout_ms` for its turn (waiting
+ * acquires of a name, of every kind, are granted oldest first), and ending with
+ * `FENCELOCK_CANCELLED`, changing nothing, once `cancel` fires (NULL: no cancel handle).
+ *
+ * Returns the codes of `fencelock_store_acquire_kind` but `FENCELOCK_LOCKED`, and
+ * `FENCELOCK_TIMEOUT` and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_acquire_kind_wait(const struct fencelock_store *store,
+                                                   const char *name,
+                                                   int32_t kind,
+                                                   uint32_t permits,
+                                                   uint64_t ttl_ms,
+                                                   uint64_t timeout_ms,
+                                                   const struct fencelock_cancel *cancel,
+                                                   struct fencelock_holder **holder_out,
+                                                   struct fencelock_error **err_out);
+
+/**
+ * Acquires every lock of `names` (an array of `count` names, 1 to `FENCELOCK_MAX_HOLDERS`, no
+ * name twice) exclusively for `ttl_ms`, all or none, in one transaction: deadlock-free by
+ * construction, since it never holds some while it waits for others. With `timeout_ms` 0 it
+ * tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
+ * all are free at once (`FENCELOCK_TIMEOUT`), or until `cancel` fires (NULL: none).
+ *
+ * On success `holders_out[0..count]` receive one new holder per name, in the order of
+ * `names`, each with its own token (they follow each other), lease and TTL, each to be freed
+ * with `fencelock_holder_free`; on failure nothing is written.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error names the holder of the first held
+ * name), `FENCELOCK_TIMEOUT`, `FENCELOCK_CANCELLED`, `FENCELOCK_NULL_POINTER` (`store`,
+ * `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (no names, too many, a name
+ * twice, a bad name or TTL), and the other codes of `fencelock_store_acquire`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described: `names` points to `count` name pointers,
+ * `holders_out` to room for `count` holder pointers.
+ */
+fencelock_status fencelock_store_acquire_all(const struct fencelock_store *store,
+                                             const char *const *names,
+                                             size_t count,
+                                             uint64_t ttl_ms,
+                                             uint64_t timeout_ms,
+                                             const struct fencelock_cancel *cancel,
+                                             struct fencelock_holder **holders_out,
+                                             struct fencelock_error **err_out);
+
+/**
+ * The kind of the holder's lease (`FENCELOCK_KIND_*`); -1 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `holder` is NULL or a holder from this library not yet freed.
+ */
+int32_t fencelock_holder_kind(const struct fencelock_holder *holder);
+
+/**
+ * The permit count of the semaphore the holder holds a permit of; 0 for another kind and for
+ * NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `holder` is NULL or a holder from this library not yet freed.
+ */
+uint32_t fencelock_holder_permits(const struct fencelock_holder *holder);
+
+/**
  * The number of entries of `list`; 0 for NULL.
  *
  * Thread-safe.
@@ -574,6 +711,24 @@ size_t fencelock_lock_list_len(const struct fencelock_lock_list *list);
 fencelock_status fencelock_lock_list_get(const struct fencelock_lock_list *list,
                                          size_t index,
                                          struct fencelock_lock_info *info_out);
+
+/**
+ * Writes the kind of entry `index` of `list` to `*kind_out` (`FENCELOCK_KIND_EXCLUSIVE`,
+ * `_SHARED` or `_SEMAPHORE`) and its name's permit count to `*permits_out` (0 unless a
+ * semaphore). A semaphore or shared lock lists one entry per grant it holds, under one name.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `kind_out`, `permits_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_lock_list_kind(const struct fencelock_lock_list *list,
+                                          size_t index,
+                                          int32_t *kind_out,
+                                          uint32_t *permits_out);
 
 /**
  * Frees a lock list. NULL does nothing.

@@ -63,6 +63,10 @@ impl From<Error> for fencelock_error {
                 out.token = token;
                 out.highest = current.unwrap_or(0);
             }
+            Error::PermitsMismatch { permits, requested } => {
+                out.token = u64::from(permits);
+                out.highest = u64::from(requested);
+            }
             _ => {}
         }
         out
@@ -121,7 +125,8 @@ pub unsafe extern "C" fn fencelock_error_message(err: *const fencelock_error) ->
 }
 
 /// For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
-/// `FENCELOCK_LOCK_LOST`: the caller's token. Otherwise, and for NULL, 0.
+/// `FENCELOCK_LOCK_LOST`: the caller's token. For `FENCELOCK_PERMITS_MISMATCH`: the permit
+/// count stored with the name. Otherwise, and for NULL, 0.
 ///
 /// Thread-safe.
 ///
@@ -134,7 +139,8 @@ pub unsafe extern "C" fn fencelock_error_token(err: *const fencelock_error) -> u
 }
 
 /// For `FENCELOCK_STALE_TOKEN`: the highest token accepted. For `FENCELOCK_LOCK_LOST`: the
-/// token now recorded for the lock (0 if none). Otherwise, and for NULL, 0.
+/// token now recorded for the lock (0 if none). For `FENCELOCK_PERMITS_MISMATCH`: the permit
+/// count the acquire asked for. Otherwise, and for NULL, 0.
 ///
 /// Thread-safe.
 ///

@@ -12,7 +12,7 @@ use crate::holder::Holder;
 /// `fencelock_holder_free`, which releases the lease if still held. Safe to use from many
 /// threads at once (one thread may write while another extends or releases).
 pub struct fencelock_holder {
-    holder: Holder,
+    pub(super) holder: Holder,
     /// The lock name as a C string, handed out by `fencelock_holder_name`.
     name: CString,
 }

@@ -37,6 +37,9 @@ pub struct fencelock_lock_list {
     /// Owns the names the entries of `infos` point into; a `CString`'s bytes do not move.
     _names: Vec<CString>,
     infos: Vec<fencelock_lock_info>,
+    /// The kind and permit count of each entry, apart from `fencelock_lock_info`, whose size
+    /// programs built with an older header rely on.
+    kinds: Vec<(i32, u32)>,
 }
 
 /// A list of keys from `fencelock_store_keys`; freed with `fencelock_key_list_free`.
@@ -49,6 +52,7 @@ impl fencelock_lock_list {
     pub(super) fn into_raw(locks: Vec<LockInfo>) -> *mut fencelock_lock_list {
         let mut names = Vec::with_capacity(locks.len());
         let mut infos = Vec::with_capacity(locks.len());
+        let mut kinds = Vec::with_capacity(locks.len());
         for lock in locks {
             // Lock names are checked UTF-8 without NUL bytes before they are granted.
             let name = CString::new(lock.name).expect("lock names contain no NUL byte");
@@ -66,11 +70,13 @@ impl fencelock_lock_list {
                 expires_unix_ms: unix_ms(lock.expires_at),
                 remaining_ms: u64::try_from(lock.remaining.as_millis()).unwrap_or(u64::MAX),
             });
+            kinds.push(super::kinds::kind_code(lock.kind));
             names.push(name);
         }
         Box::into_raw(Box::new(fencelock_lock_list {
             _names: names,
             infos,
+            kinds,
         }))
     }
 }
@@ -134,6 +140,41 @@ pub unsafe extern "C" fn fencelock_lock_list_get(
                 .get(index)
                 .ok_or_else(|| out_of_range(index, list.infos.len()))?;
             info_out.set(*info);
+            Ok(())
+        })
+    }
+}
+
+/// Writes the kind of entry `index` of `list` to `*kind_out` (`FENCELOCK_KIND_EXCLUSIVE`,
+/// `_SHARED` or `_SEMAPHORE`) and its name's permit count to `*permits_out` (0 unless a
+/// semaphore). A semaphore or shared lock lists one entry per grant it holds, under one name.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `kind_out`, `permits_out`),
+/// `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_lock_list_kind(
+    list: *const fencelock_lock_list,
+    index: usize,
+    kind_out: *mut i32,
+    permits_out: *mut u32,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(std::ptr::null_mut(), || {
+            let list = handle(list, "list")?;
+            let kind_out = Out::required(kind_out, "kind_out")?;
+            let permits_out = Out::required(permits_out, "permits_out")?;
+            let (kind, permits) = *list
+                .kinds
+                .get(index)
+                .ok_or_else(|| out_of_range(index, list.kinds.len()))?;
+            kind_out.set(kind);
+            permits_out.set(permits);
             Ok(())
         })
     }

@@ -17,6 +17,7 @@ use crate::error::Status;
 pub mod cancel;
 pub mod error;
 pub mod holder;
+pub mod kinds;
 pub mod lists;
 pub mod store;
 
@@ -24,6 +25,7 @@ pub mod store;
 pub use cancel::*;
 pub use error::*;
 pub use holder::*;
+pub use kinds::*;
 pub use lists::*;
 pub use store::*;
 
@@ -68,6 +70,10 @@ pub const FENCELOCK_CANCELLED: fencelock_status = 16;
 /// The store file was deleted, renamed or replaced at its path since it was opened; writes and
 /// grants through this handle are refused.
 pub const FENCELOCK_REPLACED: fencelock_status = 17;
+/// A semaphore acquire asked for another permit count than the live permits of the name were
+/// granted with; nothing was changed (the error's token is the stored count, its highest the
+/// requested one).
+pub const FENCELOCK_PERMITS_MISMATCH: fencelock_status = 18;
 
 /// Mode of `fencelock_store_open_with`: any number of processes share the file (the default).
 pub const FENCELOCK_MODE_MULTI_PROCESS: i32 = 0;
@@ -77,6 +83,16 @@ pub const FENCELOCK_MODE_SINGLE_PROCESS: i32 = 1;
 /// Flag of `fencelock_store_open_cancellable`: open for reading only; grants and writes are
 /// refused, and the open never waits for another process's write lock.
 pub const FENCELOCK_OPEN_READ_ONLY: u32 = 1;
+
+/// Lock kind: one holder at a time.
+pub const FENCELOCK_KIND_EXCLUSIVE: i32 = 0;
+/// Lock kind: any number of shared holders at once, none while an exclusive holder holds it.
+pub const FENCELOCK_KIND_SHARED: i32 = 1;
+/// Lock kind: up to a permit count of holders at once (a semaphore).
+pub const FENCELOCK_KIND_SEMAPHORE: i32 = 2;
+/// The most holders of one name at once (the largest semaphore, the most shared holders), and
+/// the most names of one `fencelock_store_acquire_all`.
+pub const FENCELOCK_MAX_HOLDERS: u32 = 1024;
 
 /// Lock state: held by a live holder and not expired.
 pub const FENCELOCK_LOCK_HELD: i32 = 0;
@@ -107,10 +123,12 @@ const _: () = {
     assert!(FENCELOCK_PANIC == Status::Panic as i32);
     assert!(FENCELOCK_CANCELLED == Status::Cancelled as i32);
     assert!(FENCELOCK_REPLACED == Status::Replaced as i32);
+    assert!(FENCELOCK_PERMITS_MISMATCH == Status::PermitsMismatch as i32);
+    assert!(FENCELOCK_MAX_HOLDERS == crate::kinds::MAX_HOLDERS);
 };
 
 /// Every status, indexed by its code.
-const STATUSES: [Status; 18] = [
+const STATUSES: [Status; 19] = [
     Status::Ok,
     Status::Locked,
     Status::StaleToken,
@@ -129,6 +147,7 @@ const STATUSES: [Status; 18] = [
     Status::Panic,
     Status::Cancelled,
     Status::Replaced,
+    Status::PermitsMismatch,
 ];
 
 /// The status with code `code`, if there is one.
@@ -298,5 +317,19 @@ impl<T> Out<T> {
     unsafe fn set(self, value: T) {
         // SAFETY: upheld by the caller; `write` does not drop the uninitialized old value.
         unsafe { self.0.as_ptr().write(value) };
+    }
+
+    /// Writes `values` to the array the output points to.
+    ///
+    /// # Safety
+    /// The output points to room for `values.len()` writable `T`s.
+    unsafe fn set_all(self, values: &[T])
+    where
+        T: Copy,
+    {
+        // SAFETY: upheld by the caller; the regions cannot overlap (`values` is ours).
+        unsafe {
+            std::ptr::copy_nonoverlapping(values.as_ptr(), self.0.as_ptr(), values.len());
+        }
     }
 }

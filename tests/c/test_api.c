@@ -26,13 +26,13 @@ static void version_and_status_strings(void) {
     snprintf(built, sizeof built, "%d.%d.%d", FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR,
              FENCELOCK_VERSION_PATCH);
     CHECK(strncmp(fencelock_version(), built, strlen(built)) == 0);
-    for (int code = FENCELOCK_OK; code <= FENCELOCK_REPLACED; code++) {
+    for (int code = FENCELOCK_OK; code <= FENCELOCK_PERMITS_MISMATCH; code++) {
         const char *text = fencelock_status_str(code);
         CHECK(text != NULL && text[0] != '\0' && strcmp(text, "unknown status") != 0);
     }
     CHECK(strcmp(fencelock_status_str(FENCELOCK_OK), "ok") == 0);
     CHECK(strcmp(fencelock_status_str(-1), "unknown status") == 0);
-    CHECK(strcmp(fencelock_status_str(FENCELOCK_REPLACED + 1), "unknown status") == 0);
+    CHECK(strcmp(fencelock_status_str(FENCELOCK_PERMITS_MISMATCH + 1), "unknown status") == 0);
 }
 
 static void fenced_values(const fencelock_store *store) {

@@ -1,0 +1,216 @@
+//! Semaphores, shared locks and atomic multi-lock acquires of a `fencelock_store`.
+
+use std::ffi::c_char;
+
+use super::store::fencelock_store;
+use super::{
+    fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, guard, handle, millis,
+    null, read_or, Out, FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
+};
+use crate::error::Status;
+use crate::kinds::Kind;
+
+/// The engine's kind for `kind` (a `FENCELOCK_KIND_*`) and `permits`.
+fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {
+    match kind {
+        FENCELOCK_KIND_EXCLUSIVE => Ok(Kind::Exclusive),
+        FENCELOCK_KIND_SHARED => Ok(Kind::Shared),
+        FENCELOCK_KIND_SEMAPHORE => Ok(Kind::Semaphore(permits)),
+        other => Err(fencelock_error::new(
+            Status::InvalidArgument,
+            format!("unknown lock kind {other}"),
+        )),
+    }
+}
+
+/// The `FENCELOCK_KIND_*` of `kind` and its permit count (0 unless a semaphore).
+pub(super) fn kind_code(kind: Kind) -> (i32, u32) {
+    match kind {
+        Kind::Shared => (FENCELOCK_KIND_SHARED, 0),
+        Kind::Semaphore(permits) => (FENCELOCK_KIND_SEMAPHORE, permits),
+        // Kind is non-exhaustive to Rust callers only; every kind of this crate is named here.
+        Kind::Exclusive => (FENCELOCK_KIND_EXCLUSIVE, 0),
+    }
+}
+
+/// Tries once to acquire the lock `name` as `kind` for `ttl_ms`: `FENCELOCK_KIND_EXCLUSIVE`
+/// (as `fencelock_store_acquire`; `permits` is ignored), `FENCELOCK_KIND_SHARED` (any number of
+/// shared holders, none while an exclusive holder holds it; `permits` is ignored) or
+/// `FENCELOCK_KIND_SEMAPHORE` (one of `permits` permits, 1 to `FENCELOCK_MAX_HOLDERS`). Each
+/// grant has its own token, higher than every earlier grant, its own lease and TTL. A grant
+/// that would join live holders stands behind every queued waiting acquire of the name.
+///
+/// On success `*holder_out` receives a new holder, to be freed with `fencelock_holder_free`. A
+/// shared holder's `fencelock_holder_put` and `fencelock_holder_delete` are refused with
+/// `FENCELOCK_INVALID_ARGUMENT`: a shared lock promises its holders that nobody writes.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (held in a way that excludes this grant),
+/// `FENCELOCK_PERMITS_MISMATCH` (live permits of the name were granted with another count; the
+/// error's token is that count, its highest the one asked for; nothing changed),
+/// `FENCELOCK_NULL_POINTER` (`store`, `name`, `holder_out`), `FENCELOCK_INVALID_ARGUMENT` (an
+/// unknown kind, a permit count out of range, a bad name or TTL), and the other codes of
+/// `fencelock_store_acquire`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_kind(
+    store: *const fencelock_store,
+    name: *const c_char,
+    kind: i32,
+    permits: u32,
+    ttl_ms: u64,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let store = handle(store, "store")?;
+            let lock = super::name(name, "name")?;
+            let holder_out = Out::required(holder_out, "holder_out")?;
+            let kind = kind_of(kind, permits)?;
+            let holder = store.store.acquire_kind(lock, kind, millis(ttl_ms))?;
+            holder_out.set(fencelock_holder::into_raw(holder));
+            Ok(())
+        })
+    }
+}
+
+/// Like `fencelock_store_acquire_kind`, waiting up to `timeout_ms` for its turn (waiting
+/// acquires of a name, of every kind, are granted oldest first), and ending with
+/// `FENCELOCK_CANCELLED`, changing nothing, once `cancel` fires (NULL: no cancel handle).
+///
+/// Returns the codes of `fencelock_store_acquire_kind` but `FENCELOCK_LOCKED`, and
+/// `FENCELOCK_TIMEOUT` and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
+    store: *const fencelock_store,
+    name: *const c_char,
+    kind: i32,
+    permits: u32,
+    ttl_ms: u64,
+    timeout_ms: u64,
+    cancel: *const fencelock_cancel,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let store = handle(store, "store")?;
+            let lock = super::name(name, "name")?;
+            let holder_out = Out::required(holder_out, "holder_out")?;
+            let kind = kind_of(kind, permits)?;
+            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
+            let holder = match cancel.as_ref() {
+                Some(cancel) => store.store.acquire_kind_wait_cancellable(
+                    lock,
+                    kind,
+                    ttl,
+                    timeout,
+                    &cancel.cancel,
+                )?,
+                None => store.store.acquire_kind_wait(lock, kind, ttl, timeout)?,
+            };
+            holder_out.set(fencelock_holder::into_raw(holder));
+            Ok(())
+        })
+    }
+}
+
+/// Acquires every lock of `names` (an array of `count` names, 1 to `FENCELOCK_MAX_HOLDERS`, no
+/// name twice) exclusively for `ttl_ms`, all or none, in one transaction: deadlock-free by
+/// construction, since it never holds some while it waits for others. With `timeout_ms` 0 it
+/// tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
+/// all are free at once (`FENCELOCK_TIMEOUT`), or until `cancel` fires (NULL: none).
+///
+/// On success `holders_out[0..count]` receive one new holder per name, in the order of
+/// `names`, each with its own token (they follow each other), lease and TTL, each to be freed
+/// with `fencelock_holder_free`; on failure nothing is written.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error names the holder of the first held
+/// name), `FENCELOCK_TIMEOUT`, `FENCELOCK_CANCELLED`, `FENCELOCK_NULL_POINTER` (`store`,
+/// `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (no names, too many, a name
+/// twice, a bad name or TTL), and the other codes of `fencelock_store_acquire`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described: `names` points to `count` name pointers,
+/// `holders_out` to room for `count` holder pointers.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_all(
+    store: *const fencelock_store,
+    names: *const *const c_char,
+    count: usize,
+    ttl_ms: u64,
+    timeout_ms: u64,
+    cancel: *const fencelock_cancel,
+    holders_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let store = handle(store, "store")?;
+            if names.is_null() {
+                return Err(null("names"));
+            }
+            let holders_out = Out::required(holders_out, "holders_out")?;
+            let names = std::slice::from_raw_parts(names, count)
+                .iter()
+                .map(|&name| super::name(name, "a name"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ttl = millis(ttl_ms);
+            let holders = match (timeout_ms, cancel.as_ref()) {
+                (0, _) => store.store.acquire_all(&names, ttl)?,
+                (ms, Some(cancel)) => store.store.acquire_all_wait_cancellable(
+                    &names,
+                    ttl,
+                    millis(ms),
+                    &cancel.cancel,
+                )?,
+                (ms, None) => store.store.acquire_all_wait(&names, ttl, millis(ms))?,
+            };
+            let raw: Vec<*mut fencelock_holder> = holders
+                .into_iter()
+                .map(fencelock_holder::into_raw)
+                .collect();
+            holders_out.set_all(&raw);
+            Ok(())
+        })
+    }
+}
+
+/// The kind of the holder's lease (`FENCELOCK_KIND_*`); -1 for NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `holder` is NULL or a holder from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_kind(holder: *const fencelock_holder) -> i32 {
+    // SAFETY: upheld by the caller.
+    unsafe { read_or(holder, -1, |holder| kind_code(holder.holder.kind()).0) }
+}
+
+/// The permit count of the semaphore the holder holds a permit of; 0 for another kind and for
+/// NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `holder` is NULL or a holder from this library not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_permits(holder: *const fencelock_holder) -> u32 {
+    // SAFETY: upheld by the caller.
+    unsafe { read_or(holder, 0, |holder| kind_code(holder.holder.kind()).1) }
+}
