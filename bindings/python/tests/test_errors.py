@@ -31,6 +31,7 @@ EXPECTED = {
     15: fencelock.PanicError,
     16: fencelock.CancelledError,
     17: fencelock.StoreReplacedError,
+    18: fencelock.PermitsMismatchError,
 }
 
 

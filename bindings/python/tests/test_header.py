@@ -61,6 +61,8 @@ def ctypes_type(c_type: str):
     if base == "char" and stars == 1:
         assert const, f"mutable char * in the ABI: {c_type!r}"
         return ctypes.c_char_p
+    if base == "char" and stars == 2 and tokens[:3] == ["const", "char", "*"]:
+        return ctypes.POINTER(ctypes.c_char_p)  # an input array of names
     if base == "uint8_t" and stars == 1 and const:
         return ctypes.c_char_p  # an input buffer: bytes passed without a copy
     if base in OPAQUE:
@@ -172,7 +174,9 @@ def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
     return {
         name[len("FENCELOCK_") :]: value
         for name, value in defines.items()
-        if not name.startswith(("FENCELOCK_MODE_", "FENCELOCK_OPEN_", "FENCELOCK_VERSION"))
+        if not name.startswith(
+            ("FENCELOCK_MODE_", "FENCELOCK_OPEN_", "FENCELOCK_VERSION", "FENCELOCK_KIND_", "FENCELOCK_MAX_")
+        )
         and name[len("FENCELOCK_LOCK_") :] not in LOCK_STATES
         and name != "FENCELOCK_H"
     }
@@ -188,12 +192,19 @@ def test_constants_match(header):
         "MODE_MULTI_PROCESS",
         "MODE_SINGLE_PROCESS",
         "OPEN_READ_ONLY",
+        "KIND_EXCLUSIVE",
+        "KIND_SHARED",
+        "KIND_SEMAPHORE",
+        "MAX_HOLDERS",
         *(f"LOCK_{s}" for s in LOCK_STATES),
     ):
         assert defines[f"FENCELOCK_{name}"] == getattr(_ffi, name), name
     assert {m.name: m.value for m in fencelock.Mode} == {
         "MULTI_PROCESS": defines["FENCELOCK_MODE_MULTI_PROCESS"],
         "SINGLE_PROCESS": defines["FENCELOCK_MODE_SINGLE_PROCESS"],
+    }
+    assert {k.name: k.value for k in fencelock.LockKind} == {
+        name: defines[f"FENCELOCK_KIND_{name}"] for name in ("EXCLUSIVE", "SHARED", "SEMAPHORE")
     }
     assert {s.name: s.value for s in fencelock.LockState} == {
         name: defines[f"FENCELOCK_LOCK_{name}"] for name in LOCK_STATES

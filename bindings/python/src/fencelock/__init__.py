@@ -8,6 +8,10 @@ threads and processes of one host. Python binding over the C ABI of the Rust lib
             holder.put("payments/today.csv", b"...")      # checked: lease current, token fresh
             store.put("payments/today.csv", b"...", holder.token)   # fenced by token alone
 
+``store.acquire(name, shared=True)`` takes a shared (read) lock, ``store.acquire(name,
+permits=4)`` one permit of a semaphore of 4, and ``store.acquire_all([a, b])`` several locks at
+once, all or none.
+
 A process that wakes after its lease expired and another process took over gets
 ``StaleTokenError`` (or ``LockLostError``) instead of overwriting the newer data.
 
@@ -17,7 +21,7 @@ waits up to that many seconds, ``timeout=None`` waits without a limit. ``acquire
 ``wait_lost_async`` are the asyncio forms; cancelling the task cancels the wait.
 """
 
-from ._api import Fenced, Holder, HolderDroppedWarning, LockInfo, LockState, Mode, Store
+from ._api import Fenced, Holder, HolderDroppedWarning, LockInfo, LockKind, LockState, Mode, Store
 from ._errors import (
     CancelledError,
     CorruptError,
@@ -34,6 +38,7 @@ from ._errors import (
     NotFoundError,
     NullPointerError,
     PanicError,
+    PermitsMismatchError,
     StaleTokenError,
     StorageError,
     StoreNotFoundError,
@@ -70,6 +75,7 @@ __all__ = [
     "InvalidArgumentError",
     "IoError",
     "LockInfo",
+    "LockKind",
     "LockLostError",
     "LockState",
     "LockTimeoutError",
@@ -79,6 +85,7 @@ __all__ = [
     "NotFoundError",
     "NullPointerError",
     "PanicError",
+    "PermitsMismatchError",
     "StaleTokenError",
     "StorageError",
     "Store",

@@ -12,7 +12,7 @@ import sys
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_bool, c_size_t, c_uint32, c_uint64, string_at
+from ctypes import byref, c_bool, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, string_at
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Generator, NamedTuple, Union
@@ -22,7 +22,7 @@ from ._errors import LockLostError, error_from
 from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
 from ._handles import Cancel, Handle, _close_quietly, _Resource, call_waiting
 
-__all__ = ["Fenced", "Holder", "HolderDroppedWarning", "LockInfo", "LockState", "Mode", "Store"]
+__all__ = ["Fenced", "Holder", "HolderDroppedWarning", "LockInfo", "LockKind", "LockState", "Mode", "Store"]
 
 Seconds = Union[int, float, timedelta]
 """A duration: seconds as an int or float, or a ``datetime.timedelta``."""
@@ -64,6 +64,24 @@ class LockState(enum.IntEnum):
         return format(str(self), spec)
 
 
+class LockKind(enum.IntEnum):
+    """How a grant holds its name: ``Store.acquire(..., shared=True)`` gives ``SHARED``,
+    ``Store.acquire(..., permits=n)`` a permit of a ``SEMAPHORE`` of ``n``."""
+
+    EXCLUSIVE = _ffi.KIND_EXCLUSIVE
+    """One holder at a time."""
+    SHARED = _ffi.KIND_SHARED
+    """Any number of shared holders at once, none while an exclusive holder holds the name."""
+    SEMAPHORE = _ffi.KIND_SEMAPHORE
+    """Up to the name's permit count of holders at once."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class HolderDroppedWarning(RuntimeWarning):
     """A ``Holder`` was garbage-collected unused while its lease was live, so its finalizer
     released the lease at once: nothing kept the holder, as after a bare ``store.acquire(...)``
@@ -90,6 +108,10 @@ class LockInfo:
     granted: datetime
     expires: datetime
     remaining: float
+    kind: LockKind = LockKind.EXCLUSIVE
+    """A semaphore or shared lock lists one entry per grant it holds, under one name."""
+    permits: int = 0
+    """The name's permit count for a semaphore; 0 for another kind."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,6 +187,32 @@ def _mode(value: Any) -> Mode:
                 return mode
         raise ValueError(f"mode must be 'multi-process' or 'single-process', not {value!r}")
     raise _type_error("mode", "a fencelock.Mode or str", value)
+
+
+def _kind(shared: Any, permits: Any) -> tuple[LockKind, int]:
+    """The kind an acquire asks for: exclusive, shared, or a permit of a semaphore."""
+    if not isinstance(shared, bool):
+        raise _type_error("shared", "bool", shared)
+    if permits is None:
+        return (LockKind.SHARED if shared else LockKind.EXCLUSIVE), 0
+    if shared:
+        raise ValueError("an acquire is shared or a permit of a semaphore, not both")
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise _type_error("permits", "int or None", permits)
+    if not 0 < permits <= _ffi.MAX_HOLDERS:
+        raise ValueError(f"permits must be 1 to {_ffi.MAX_HOLDERS}, not {permits}")
+    return LockKind.SEMAPHORE, permits
+
+
+def _names(value: Any) -> list[bytes]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise _type_error("names", "a list of str", value)
+    names = [_name(name, "lock name") for name in value]
+    if not names or len(names) > _ffi.MAX_HOLDERS:
+        raise ValueError(f"names must hold 1 to {_ffi.MAX_HOLDERS} lock names, not {len(names)}")
+    if len(set(names)) != len(names):
+        raise ValueError("a lock name is given twice")
+    return names
 
 
 def _datetime(unix_ms: int) -> datetime:
@@ -269,7 +317,15 @@ class Store(Handle):
 
     # -- locks --------------------------------------------------------------------------------
 
-    def acquire(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = 0) -> Holder:
+    def acquire(
+        self,
+        name: str,
+        ttl: Seconds = 30.0,
+        *,
+        timeout: Seconds | None = 0,
+        shared: bool = False,
+        permits: int | None = None,
+    ) -> Holder:
         """Acquires the lock ``name`` for a lease of ``ttl`` seconds and returns its Holder, which
         *is* the lease: keep it (``with store.acquire(...) as holder:``). A Holder nothing refers
         to is collected and released at once, with a ``HolderDroppedWarning``.
@@ -283,10 +339,34 @@ class Store(Handle):
         every caller silently. The wait releases the GIL; Ctrl-C (or another signal's
         exception) ends it at once, leaving the lock as it was, and so does closing the store
         from another thread (``ValueError``). For asyncio, see ``acquire_async``.
+
+        ``shared=True`` acquires the lock shared: any number of shared holders at once, none
+        while an exclusive holder holds it, and an exclusive acquire waits for every shared
+        holder to go. A shared holder reads: its ``put``/``delete`` raise
+        ``InvalidArgumentError`` (a shared lock promises its holders that nobody writes).
+        ``permits=n`` acquires one permit of a semaphore of ``n`` (1 to 1024): up to ``n``
+        holders at once; asking for another ``n`` while permits of the name are live raises
+        ``PermitsMismatchError`` and changes nothing. Each grant of either kind has a token of
+        its own, higher than every earlier grant, and its own lease and TTL. A grant that would
+        join live holders stands behind every waiting acquire of the name, so a stream of shared
+        acquires does not starve a waiting exclusive one.
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
+        kind, count = _kind(shared, permits)
         out = HolderP()
-        if timeout_ms == 0:
+        if kind is not LockKind.EXCLUSIVE:
+            if timeout_ms == 0:
+                self._res.check(
+                    lib.fencelock_store_acquire_kind, raw_name, int(kind), count, ttl_ms, byref(out)
+                )
+            else:
+                self._res.check_wait(
+                    lib.fencelock_store_acquire_kind_wait,
+                    (raw_name, int(kind), count, ttl_ms, timeout_ms),
+                    (byref(out),),
+                    lambda: lib.fencelock_holder_free(out),
+                )
+        elif timeout_ms == 0:
             self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
         else:
             self._res.check_wait(
@@ -297,10 +377,46 @@ class Store(Handle):
             )
         return Holder(out, ttl_ms)
 
-    def acquire_async(self, name: str, ttl: Seconds = 30.0, *, timeout: Seconds | None = 0) -> _AsyncAcquire:
-        """``acquire`` for asyncio, with the same ``timeout``: ``holder = await
-        store.acquire_async(...)``, or ``async with store.acquire_async(...) as holder:``,
-        which releases on exit.
+    def acquire_all(
+        self, names: list[str], ttl: Seconds = 30.0, *, timeout: Seconds | None = 0
+    ) -> list[Holder]:
+        """Acquires every lock of ``names`` exclusively, all or none, in one transaction, and
+        returns one Holder per name in the order given. Deadlock-free by construction: it never
+        holds some while it waits for others. Each holder has its own token (they follow each
+        other), lease and TTL, and is released, extended and lost on its own.
+
+        ``timeout`` as for ``acquire``: 0 tries once (``LockedError`` naming the first held
+        lock), a positive timeout waits until all are free at once, None without a limit.
+        """
+        raw = _names(names)
+        ttl_ms, timeout_ms = _ms(ttl, "ttl"), _wait_ms(timeout)
+        array = (c_char_p * len(raw))(*raw)
+        outs = (HolderP * len(raw))()
+
+        def undo() -> None:
+            for out in outs:
+                lib.fencelock_holder_free(out)
+
+        if timeout_ms == 0:
+            self._res.check(lib.fencelock_store_acquire_all, array, len(raw), ttl_ms, 0, None, outs)
+        else:
+            self._res.check_wait(
+                lib.fencelock_store_acquire_all, (array, len(raw), ttl_ms, timeout_ms), (outs,), undo
+            )
+        return [Holder(out, ttl_ms) for out in outs]
+
+    def acquire_async(
+        self,
+        name: str,
+        ttl: Seconds = 30.0,
+        *,
+        timeout: Seconds | None = 0,
+        shared: bool = False,
+        permits: int | None = None,
+    ) -> _AsyncAcquire:
+        """``acquire`` for asyncio, with the same ``timeout``, ``shared`` and ``permits``:
+        ``holder = await store.acquire_async(...)``, or ``async with store.acquire_async(...) as
+        holder:``, which releases on exit.
 
         The wait runs in a thread of its own while the task awaits it. Cancelling the task
         (``task.cancel()``, ``asyncio.wait_for``/``asyncio.timeout`` running out, Ctrl-C under
@@ -309,22 +425,30 @@ class Store(Handle):
         thread is left behind to take the lock later. Arguments are checked at the call.
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
-        return _AsyncAcquire(self._acquire_async(raw_name, ttl_ms, timeout_ms))
+        kind, count = _kind(shared, permits)
+        return _AsyncAcquire(self._acquire_async(raw_name, ttl_ms, timeout_ms, kind, count))
 
-    async def _acquire_async(self, raw_name: bytes, ttl_ms: int, timeout_ms: int) -> Holder:
+    async def _acquire_async(
+        self, raw_name: bytes, ttl_ms: int, timeout_ms: int, kind: LockKind, count: int
+    ) -> Holder:
         out = HolderP()
+        exclusive = kind is LockKind.EXCLUSIVE
         if timeout_ms == 0:
             await self._res.check_wait_async(
-                lib.fencelock_store_acquire,
-                (raw_name, ttl_ms),
+                lib.fencelock_store_acquire if exclusive else lib.fencelock_store_acquire_kind,
+                (raw_name, ttl_ms) if exclusive else (raw_name, int(kind), count, ttl_ms),
                 (byref(out),),
                 lambda: lib.fencelock_holder_free(out),
                 cancellable=False,
             )
         else:
             await self._res.check_wait_async(
-                lib.fencelock_store_acquire_wait_cancellable,
-                (raw_name, ttl_ms, timeout_ms),
+                lib.fencelock_store_acquire_wait_cancellable
+                if exclusive
+                else lib.fencelock_store_acquire_kind_wait,
+                (raw_name, ttl_ms, timeout_ms)
+                if exclusive
+                else (raw_name, int(kind), count, ttl_ms, timeout_ms),
                 (byref(out),),
                 lambda: lib.fencelock_holder_free(out),
             )
@@ -357,8 +481,11 @@ class Store(Handle):
         try:
             result = []
             info = _ffi.fencelock_lock_info()
+            kind, permits = c_int32(), c_uint32()
             for index in range(lib.fencelock_lock_list_len(out)):
-                status = lib.fencelock_lock_list_get(out, index, byref(info))
+                status = lib.fencelock_lock_list_get(out, index, byref(info)) or lib.fencelock_lock_list_kind(
+                    out, index, byref(kind), byref(permits)
+                )
                 if status:
                     raise error_from(status, None)
                 result.append(
@@ -370,6 +497,8 @@ class Store(Handle):
                         granted=_datetime(info.granted_unix_ms),
                         expires=_datetime(info.expires_unix_ms),
                         remaining=info.remaining_ms / 1000.0,
+                        kind=LockKind(kind.value),
+                        permits=permits.value,
                     )
                 )
             return result
@@ -528,6 +657,8 @@ class Holder(Handle):
         self._token: int = lib.fencelock_holder_token(ptr)
         raw_name: bytes = lib.fencelock_holder_name(ptr)
         self._name = raw_name.decode("utf-8")
+        self._lock_kind = LockKind(lib.fencelock_holder_kind(ptr))
+        self._permits: int = lib.fencelock_holder_permits(ptr)
         self._ttl_ms = ttl_ms
         self._released = False
         self._used = [False]
@@ -591,6 +722,16 @@ class Holder(Handle):
         """The lock's name."""
         return self._name
 
+    @property
+    def kind(self) -> LockKind:
+        """How the lease holds the name: exclusive, shared, or a permit of a semaphore."""
+        return self._lock_kind
+
+    @property
+    def permits(self) -> int:
+        """The permit count of the semaphore this is a permit of; 0 for another kind."""
+        return self._permits
+
     def __repr__(self) -> str:
         state = " closed" if self.closed else (" released" if self._released else "")
         return f"<fencelock.Holder {self._name!r} token={self._token}{state}>"
@@ -628,7 +769,8 @@ class Holder(Handle):
     def put(self, key: Key, value: Value) -> None:
         """Writes ``value`` under ``key`` with this holder's token, checking in the same
         transaction that the lease is still current (``LockLostError`` otherwise) and that the
-        key accepted no higher token (``StaleTokenError``)."""
+        key accepted no higher token (``StaleTokenError``). A permit of a semaphore writes
+        checked against its own permit; a shared holder raises ``InvalidArgumentError``."""
         raw_key = _key(key)
         raw_value = _bytes(value, "value")
         self._res.check(lib.fencelock_holder_put, raw_key, len(raw_key), raw_value, len(raw_value))

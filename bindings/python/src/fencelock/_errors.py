@@ -145,6 +145,14 @@ class CancelledError(FencelockError):
     instead) or when the handle is closed (``ValueError``), so this is seldom seen."""
 
 
+class PermitsMismatchError(FencelockError):
+    """A semaphore acquire asked for ``requested`` permits while live permits of the name were
+    granted with ``permits``; nothing changed. Once no permit is live, a new count is taken."""
+
+    permits: int = 0
+    requested: int = 0
+
+
 class StoreReplacedError(FencelockError):
     """The store file was deleted, renamed or replaced at its path since this ``Store`` opened
     it; writes and grants through it are refused. Open a new ``Store``."""
@@ -168,6 +176,7 @@ _BY_STATUS: dict[int, type[FencelockError]] = {
     _ffi.PANIC: PanicError,
     _ffi.CANCELLED: CancelledError,
     _ffi.REPLACED: StoreReplacedError,
+    _ffi.PERMITS_MISMATCH: PermitsMismatchError,
 }
 
 _FORK_HINT = (
@@ -221,6 +230,8 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
         details = {"token": token, "highest": highest}
     elif cls is LockLostError:
         details = {"token": token, "current": highest or None}
+    elif cls is PermitsMismatchError:
+        details = {"permits": token, "requested": highest}
     elif cls is ForkedError:
         message += _FORK_HINT
     number = _os_errno(message) if cls is IoError else None

@@ -5,8 +5,9 @@ a function is missing or a signature differs. Nothing else in the package touche
 
 Type mapping (kept in step with the test): ``const char *`` -> ``c_char_p``; an input buffer
 ``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a copy, NUL bytes included, the length
-travels separately); an output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles ->
-``POINTER(<opaque Structure>)``.
+travels separately); an input array of names ``const char *const *`` -> ``POINTER(c_char_p)``; an
+output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles -> ``POINTER(<opaque
+Structure>)``.
 
 ``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
 for a lost lease, an open or a commit behind a busy store) lets other Python threads run. Every
@@ -54,11 +55,17 @@ NOT_FOUND = 14
 PANIC = 15
 CANCELLED = 16
 REPLACED = 17
+PERMITS_MISMATCH = 18
 
 MODE_MULTI_PROCESS = 0
 MODE_SINGLE_PROCESS = 1
 
 OPEN_READ_ONLY = 1
+
+KIND_EXCLUSIVE = 0
+KIND_SHARED = 1
+KIND_SEMAPHORE = 2
+MAX_HOLDERS = 1024
 
 LOCK_HELD = 0
 LOCK_EXPIRED = 1
@@ -153,6 +160,37 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [StoreP, c_char_p, c_uint64, c_uint64, CancelP, POINTER(HolderP), POINTER(ErrorP)],
     ),
+    "fencelock_store_acquire_kind": (
+        fencelock_status,
+        [StoreP, c_char_p, c_int32, c_uint32, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_acquire_kind_wait": (
+        fencelock_status,
+        [
+            StoreP,
+            c_char_p,
+            c_int32,
+            c_uint32,
+            c_uint64,
+            c_uint64,
+            CancelP,
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
+    "fencelock_store_acquire_all": (
+        fencelock_status,
+        [
+            StoreP,
+            POINTER(c_char_p),
+            c_size_t,
+            c_uint64,
+            c_uint64,
+            CancelP,
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
     "fencelock_store_acquire_and_put": (
         fencelock_status,
         [
@@ -205,6 +243,10 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [LockListP, c_size_t, POINTER(fencelock_lock_info)],
     ),
+    "fencelock_lock_list_kind": (
+        fencelock_status,
+        [LockListP, c_size_t, POINTER(c_int32), POINTER(c_uint32)],
+    ),
     "fencelock_lock_list_free": (None, [LockListP]),
     # key list
     "fencelock_key_list_len": (c_size_t, [KeyListP]),
@@ -236,6 +278,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [HolderP, c_uint64, CancelP, POINTER(c_bool), POINTER(ErrorP)],
     ),
+    "fencelock_holder_kind": (c_int32, [HolderP]),
+    "fencelock_holder_permits": (c_uint32, [HolderP]),
     "fencelock_holder_free": (None, [HolderP]),
 }
 
