@@ -40,6 +40,7 @@ const (
 	StatusPanic               Status = 15
 	StatusCancelled           Status = 16
 	StatusReplaced            Status = 17
+	StatusPermitsMismatch     Status = 18
 )
 
 // String returns the library's static description of the status.
@@ -75,6 +76,9 @@ var (
 	// ErrReplaced: the store file was deleted, renamed or replaced at its path since the Store
 	// opened it; writes and grants are refused. Open the store again.
 	ErrReplaced = errors.New("fencelock: store file was replaced since it was opened")
+	// ErrPermitsMismatch: a semaphore acquire asked for another permit count than the live
+	// permits of the name were granted with; nothing changed. See *PermitsMismatchError.
+	ErrPermitsMismatch = errors.New("fencelock: semaphore has live permits of another count")
 	// ErrClosed is returned by every method of a Store after Close. It has no C status code.
 	ErrClosed = errors.New("fencelock: store is closed")
 )
@@ -98,6 +102,7 @@ var sentinels = map[Status]error{
 	StatusPanic:               ErrPanic,
 	StatusCancelled:           ErrCancelled,
 	StatusReplaced:            ErrReplaced,
+	StatusPermitsMismatch:     ErrPermitsMismatch,
 }
 
 // Error is a failure reported by the library that has no more specific type below.
@@ -210,6 +215,19 @@ func (e *LockLostError) Error() string { return "fencelock: " + e.Message }
 // Is matches ErrLockLost.
 func (e *LockLostError) Is(target error) bool { return target == ErrLockLost }
 
+// PermitsMismatchError says a semaphore acquire asked for Requested permits while live permits
+// of the name were granted with Permits; nothing changed. It matches ErrPermitsMismatch.
+type PermitsMismatchError struct {
+	Permits   uint32 // the permit count stored with the name
+	Requested uint32 // the permit count the acquire asked for
+	Message   string
+}
+
+func (e *PermitsMismatchError) Error() string { return "fencelock: " + e.Message }
+
+// Is matches ErrPermitsMismatch.
+func (e *PermitsMismatchError) Is(target error) bool { return target == ErrPermitsMismatch }
+
 // newError turns a failed status and its optional error object into a Go error, and frees the
 // object. The status decides the type; the object supplies message and details.
 func newError(s Status, obj *C.fencelock_error) error {
@@ -231,6 +249,8 @@ func newError(s Status, obj *C.fencelock_error) error {
 		return &StaleTokenError{Token: token, Highest: highest, Message: msg}
 	case StatusLockLost:
 		return &LockLostError{Token: token, Current: highest, Message: msg}
+	case StatusPermitsMismatch:
+		return &PermitsMismatchError{Permits: uint32(token), Requested: uint32(highest), Message: msg}
 	}
 	if _, known := sentinels[s]; !known {
 		msg = fmt.Sprintf("unknown status %d: %s", int32(s), msg)

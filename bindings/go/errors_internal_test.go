@@ -11,7 +11,7 @@ import (
 
 // Every status maps to its own sentinel, and to no other, through the one table.
 func TestEveryStatusMatchesItsSentinelOnly(t *testing.T) {
-	for status := StatusLocked; status <= StatusReplaced; status++ {
+	for status := StatusLocked; status <= StatusPermitsMismatch; status++ {
 		sentinel, ok := sentinels[status]
 		if !ok {
 			t.Fatalf("status %d has no sentinel", status)
@@ -47,6 +47,10 @@ func TestTypedErrorsForDetailedStatuses(t *testing.T) {
 	if !errors.As(newError(StatusLockLost, nil), &lost) {
 		t.Error("StatusLockLost is not a *LockLostError")
 	}
+	var mismatch *PermitsMismatchError
+	if !errors.As(newError(StatusPermitsMismatch, nil), &mismatch) {
+		t.Error("StatusPermitsMismatch is not a *PermitsMismatchError")
+	}
 	var plain *Error
 	if !errors.As(newError(StatusIO, nil), &plain) || plain.Status != StatusIO {
 		t.Errorf("StatusIO gives %#v", plain)
@@ -76,6 +80,7 @@ func TestEveryHeaderStatusHasASentinel(t *testing.T) {
 	for _, m := range define.FindAllStringSubmatch(string(header), -1) {
 		name := m[1]
 		if strings.HasPrefix(name, "MODE_") || strings.HasPrefix(name, "OPEN_") || strings.HasPrefix(name, "VERSION_") ||
+			strings.HasPrefix(name, "KIND_") || name == "MAX_HOLDERS" ||
 			name == "LOCK_HELD" || name == "LOCK_EXPIRED" || name == "LOCK_RELEASED" || name == "LOCK_HOLDER_DEAD" {
 			continue
 		}
@@ -87,11 +92,11 @@ func TestEveryHeaderStatusHasASentinel(t *testing.T) {
 		if _, ok := sentinels[Status(value)]; !ok {
 			t.Errorf("FENCELOCK_%s (%d) has no sentinel", name, value)
 		}
-		if Status(value) > StatusReplaced {
+		if Status(value) > StatusPermitsMismatch {
 			t.Errorf("FENCELOCK_%s (%d) is past the last Status constant", name, value)
 		}
 	}
-	if found < 18 || len(sentinels) != found-1 {
+	if found < 19 || len(sentinels) != found-1 {
 		t.Errorf("the header has %d statuses, the binding %d sentinels besides OK", found, len(sentinels))
 	}
 }

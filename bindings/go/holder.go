@@ -44,8 +44,19 @@ type Holder interface {
 	Lost() <-chan struct{}
 }
 
+// KindHolder is a Holder that tells how it holds its name. The holders a Store returns
+// implement it: kind, _ := holder.(fencelock.KindHolder). (It is apart from Holder so that
+// fakes written against Holder keep compiling.)
+type KindHolder interface {
+	Holder
+	// Kind is how the lease holds its name: exclusive, shared, or a permit of a semaphore.
+	Kind() Kind
+	// Permits is the permit count of the semaphore this is a permit of; 0 for another kind.
+	Permits() uint32
+}
+
 var _ Locker = (*Store)(nil)
-var _ Holder = (*lease)(nil)
+var _ KindHolder = (*lease)(nil)
 
 // lease is the Holder of a Store. The cleanup attached to it frees the C holder, which
 // releases the lease if it is still held.
@@ -55,10 +66,12 @@ type lease struct {
 
 type leaseCore struct {
 	// mu is read-held by every call that uses h and write-held while h is freed.
-	mu    sync.RWMutex
-	h     *C.fencelock_holder // nil once released
-	name  string
-	token uint64
+	mu      sync.RWMutex
+	h       *C.fencelock_holder // nil once released
+	name    string
+	token   uint64
+	kind    Kind
+	permits uint32
 
 	lost      chan struct{}
 	closeLost sync.Once
@@ -68,10 +81,12 @@ type leaseCore struct {
 // newLease wraps a granted C holder.
 func newLease(h *C.fencelock_holder, name string, settings AcquireSettings) (Holder, error) {
 	core := &leaseCore{
-		h:     h,
-		name:  name,
-		token: uint64(C.fencelock_holder_token(h)),
-		lost:  make(chan struct{}),
+		h:       h,
+		name:    name,
+		token:   uint64(C.fencelock_holder_token(h)),
+		kind:    Kind(C.fencelock_holder_kind(h)),
+		permits: uint32(C.fencelock_holder_permits(h)),
+		lost:    make(chan struct{}),
 	}
 	l := &lease{core: core}
 	runtime.AddCleanup(l, func(c *leaseCore) { _ = c.end() }, core)
@@ -87,8 +102,10 @@ func newLease(h *C.fencelock_holder, name string, settings AcquireSettings) (Hol
 	return l, nil
 }
 
-func (l *lease) Name() string  { return l.core.name }
-func (l *lease) Token() uint64 { return l.core.token }
+func (l *lease) Name() string    { return l.core.name }
+func (l *lease) Kind() Kind      { return l.core.kind }
+func (l *lease) Permits() uint32 { return l.core.permits }
+func (l *lease) Token() uint64   { return l.core.token }
 
 func (l *lease) String() string {
 	return fmt.Sprintf("fencelock.Holder(%q, token %d)", l.core.name, l.core.token)

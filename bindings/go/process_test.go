@@ -30,6 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runB(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	case "waiter":
 		os.Exit(runWaiter(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "permit":
+		os.Exit(runPermit(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)

@@ -196,6 +196,8 @@ type AcquireSettings struct {
 	TTL       time.Duration // lease length; DefaultTTL unless WithTTL
 	Wait      bool          // wait until the lock is free or ctx is done
 	KeepAlive bool          // renew the lease in the background
+	Shared    bool          // a shared (read) lock
+	Permits   uint32        // a permit of a semaphore of this many permits; 0 for a lock
 }
 
 // SettingsOf applies opts to the defaults.
@@ -220,28 +222,168 @@ func Wait() AcquireOption { return func(s *AcquireSettings) { s.Wait = true } }
 // or lost; Holder.Lost tells of a loss. The TTL must then be at least 3ms.
 func KeepAlive() AcquireOption { return func(s *AcquireSettings) { s.KeepAlive = true } }
 
-// Acquire acquires the lock name. Without Wait it tries once and returns a *LockedError
-// (matching ErrLocked) when a live lease holds the lock.
+// Shared makes Acquire take the lock shared: any number of shared holders at once, none while an
+// exclusive holder holds it, and an exclusive Acquire waits for every shared holder to go. A
+// shared holder reads: its Put and Delete are refused with ErrInvalidArgument, since a shared
+// lock promises its holders that nobody writes. Its token still fences writes made with it.
+func Shared() AcquireOption { return func(s *AcquireSettings) { s.Shared = true } }
+
+// Permits makes Acquire take one permit of a semaphore of n permits (1 to MaxHolders): up to n
+// holders at once, each with its own token, lease and TTL. Asking for another n while permits
+// of the name are live fails with a *PermitsMismatchError (matching ErrPermitsMismatch) and
+// changes nothing.
+func Permits(n uint32) AcquireOption { return func(s *AcquireSettings) { s.Permits = n } }
+
+// MaxHolders is the most holders of one name at once (the largest semaphore, the most shared
+// holders), and the most names of one AcquireAll.
+const MaxHolders = C.FENCELOCK_MAX_HOLDERS
+
+// Kind is how a lease holds its name.
+type Kind int32
+
+const (
+	KindExclusive Kind = C.FENCELOCK_KIND_EXCLUSIVE // one holder at a time
+	KindShared    Kind = C.FENCELOCK_KIND_SHARED    // any number of shared holders
+	KindSemaphore Kind = C.FENCELOCK_KIND_SEMAPHORE // up to the name's permit count of holders
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindExclusive:
+		return "exclusive"
+	case KindShared:
+		return "shared"
+	case KindSemaphore:
+		return "semaphore"
+	}
+	return fmt.Sprintf("Kind(%d)", int32(k))
+}
+
+// kind is the C kind and permit count that settings ask for.
+func (settings AcquireSettings) kind() (C.int32_t, C.uint32_t, error) {
+	switch {
+	case settings.Shared && settings.Permits > 0:
+		return 0, 0, invalid("an acquire is Shared or takes Permits, not both")
+	case settings.Shared:
+		return C.FENCELOCK_KIND_SHARED, 0, nil
+	case settings.Permits > 0:
+		return C.FENCELOCK_KIND_SEMAPHORE, C.uint32_t(settings.Permits), nil
+	}
+	return C.FENCELOCK_KIND_EXCLUSIVE, 0, nil
+}
+
+// Acquire acquires the lock name (exclusively, or as Shared or Permits say). Without Wait it
+// tries once and returns a *LockedError (matching ErrLocked) when the lock is held in a way
+// that excludes this grant. A grant that would join live holders (another shared holder,
+// another permit) stands behind every waiting acquire of the name, so a stream of shared
+// acquires does not starve a waiting exclusive one.
 //
 // It returns the Holder interface, not a concrete type, so that *Store implements Locker: Go
 // has no covariant results, and code written against Locker (and Holder) takes a *Store in
 // production and a fake in tests (see locker_test.go). Every method a lease has is on Holder.
 func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption) (Holder, error) {
 	settings := SettingsOf(opts...)
+	kind, permits, err := settings.kind()
+	if err != nil {
+		return nil, err
+	}
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
 		if settings.Wait {
-			return s.acquireWait(ctx, name, cname, ttl)
+			return s.acquireWait(ctx, name, func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status {
+				if kind == C.FENCELOCK_KIND_EXCLUSIVE {
+					return C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel, h, eobj)
+				}
+				return C.fencelock_store_acquire_kind_wait(sh, cname, kind, permits, ttl, timeout, cancel, h, eobj)
+			})
 		}
 		var h *C.fencelock_holder
 		err := s.call(ctx, func(sh *C.fencelock_store) error {
 			var eobj *C.fencelock_error
-			if status := C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj); status != 0 {
+			var status C.fencelock_status
+			if kind == C.FENCELOCK_KIND_EXCLUSIVE {
+				status = C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj)
+			} else {
+				status = C.fencelock_store_acquire_kind(sh, cname, kind, permits, ttl, &h, &eobj)
+			}
+			if status != 0 {
 				return newError(Status(status), eobj)
 			}
 			return nil
 		})
 		return h, err
 	})
+}
+
+// AcquireAll acquires every lock of names exclusively, all or none, in one transaction, and
+// returns one Holder per name in the order given. It is deadlock-free by construction: it never
+// holds some of the locks while it waits for others. Each holder has its own token (they follow
+// each other), lease and TTL, and is released, extended and lost on its own. Without Wait it
+// tries once (*LockedError naming the first held lock); with Wait it waits until all are free
+// at once or ctx is done. WithTTL and KeepAlive apply to every holder; Shared and Permits are
+// refused with ErrInvalidArgument.
+func (s *Store) AcquireAll(ctx context.Context, names []string, opts ...AcquireOption) ([]Holder, error) {
+	settings := SettingsOf(opts...)
+	if settings.Shared || settings.Permits > 0 {
+		return nil, invalid("AcquireAll acquires exclusive locks only")
+	}
+	if len(names) == 0 {
+		return nil, invalid("AcquireAll needs at least one lock name")
+	}
+	ttl, err := millis("ttl", settings.TTL)
+	if err != nil {
+		return nil, err
+	}
+	cnames := C.malloc(C.size_t(len(names)) * C.size_t(unsafe.Sizeof((*C.char)(nil))))
+	defer C.free(cnames)
+	carray := unsafe.Slice((**C.char)(cnames), len(names))
+	for i := range carray {
+		carray[i] = nil
+	}
+	defer func() {
+		for _, cname := range carray {
+			C.free(unsafe.Pointer(cname))
+		}
+	}()
+	for i, name := range names {
+		if carray[i], err = cString("lock name", name); err != nil {
+			return nil, err
+		}
+	}
+	hs := make([]*C.fencelock_holder, len(names))
+	call := func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, eobj **C.fencelock_error) C.fencelock_status {
+		return C.fencelock_store_acquire_all(sh, (**C.char)(cnames), C.size_t(len(names)), ttl, timeout, cancel, &hs[0], eobj)
+	}
+	if settings.Wait {
+		_, err = s.acquireWait(ctx, strings.Join(names, ","), func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, _ **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status {
+			return call(sh, timeout, cancel, eobj)
+		})
+	} else {
+		err = s.call(ctx, func(sh *C.fencelock_store) error {
+			var eobj *C.fencelock_error
+			if status := call(sh, 0, nil, &eobj); status != 0 {
+				return newError(Status(status), eobj)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	holders := make([]Holder, 0, len(names))
+	for i, h := range hs {
+		holder, err := newLease(h, names[i], settings)
+		if err != nil {
+			for _, held := range holders {
+				_ = held.Release()
+			}
+			for _, rest := range hs[i+1:] {
+				C.fencelock_holder_free(rest)
+			}
+			return nil, err
+		}
+		holders = append(holders, holder)
+	}
+	return holders, nil
 }
 
 // grant runs one granting call with the lock name and TTL converted for C, and wraps the
@@ -266,7 +408,10 @@ func (s *Store) grant(name string, settings AcquireSettings, call func(cname *C.
 // acquireWait waits in one C call, behind the lock name's gate (see gate), until the lock is
 // granted, ctx's deadline passes (the C timeout) or ctx is done or the store closed (the
 // call's cancel fires).
-func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
+// waitCall is one waiting C acquire with its timeout and cancel handle.
+type waitCall func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status
+
+func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C.fencelock_holder, error) {
 	g := s.core.enterGate(name)
 	defer s.core.leaveGate(name, g)
 	select {
@@ -293,7 +438,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, cname *C.char, ttl
 		}
 		defer cancel.free()
 		var eobj *C.fencelock_error
-		if status := C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel.c, &h, &eobj); status != 0 {
+		if status := call(sh, timeout, cancel.c, &h, &eobj); status != 0 {
 			return newError(Status(status), eobj)
 		}
 		return nil
@@ -501,6 +646,10 @@ type LockInfo struct {
 	GrantedAt time.Time     // wall-clock estimate
 	ExpiresAt time.Time     // wall-clock estimate
 	Remaining time.Duration // zero once expired
+	// Kind is how the grant holds the name. A semaphore or shared lock lists one LockInfo per
+	// grant it holds, under one name.
+	Kind    Kind
+	Permits uint32 // the name's permit count for a semaphore; 0 for another kind
 }
 
 // Locks lists every lock record of the store.
@@ -520,6 +669,11 @@ func (s *Store) Locks(ctx context.Context) ([]LockInfo, error) {
 			if status := C.fencelock_lock_list_get(list, C.size_t(i), &info); status != 0 {
 				return newError(Status(status), nil)
 			}
+			var kind C.int32_t
+			var permits C.uint32_t
+			if status := C.fencelock_lock_list_kind(list, C.size_t(i), &kind, &permits); status != 0 {
+				return newError(Status(status), nil)
+			}
 			locks = append(locks, LockInfo{
 				Name:      C.GoString(info.name),
 				Token:     uint64(info.token),
@@ -528,6 +682,8 @@ func (s *Store) Locks(ctx context.Context) ([]LockInfo, error) {
 				GrantedAt: time.UnixMilli(int64(info.granted_unix_ms)),
 				ExpiresAt: time.UnixMilli(int64(info.expires_unix_ms)),
 				Remaining: time.Duration(info.remaining_ms) * time.Millisecond,
+				Kind:      Kind(kind),
+				Permits:   uint32(permits),
 			})
 		}
 		return nil
