@@ -1375,3 +1375,136 @@ fn serve_serves_every_command_says_so_in_info_and_stops_when_idle() {
     );
     assert_eq!(stdout(&env.run(&["get", "k"])), "value");
 }
+
+/// Spawns `fencelock run ARGS -- sh -c SCRIPT` whose command creates `started` and then runs
+/// until `stop` exists.
+fn spawn_run(env: &Env, args: &[&str], started: &str, stop: &str) -> Child {
+    let script =
+        format!("touch \"$D/{started}\"; while [ ! -e \"$D/{stop}\" ]; do sleep 0.02; done");
+    let mut argv = vec!["run"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--", "sh", "-c", &script]);
+    let child = env
+        .cmd(&argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn run");
+    wait_for_file(&env.path(started));
+    child
+}
+
+#[test]
+fn run_permits_lets_n_commands_hold_a_semaphore_and_refuses_another_count() {
+    let env = Env::new();
+    let a = spawn_run(&env, &["--lock", "pool", "--permits", "2"], "a", "stop");
+    let b = spawn_run(&env, &["--lock", "pool", "--permits", "2"], "b", "stop");
+    let out = env.run(&["run", "--lock", "pool", "--permits", "2", "-n", "true"]);
+    assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("semaphore \"pool\" (2 permits)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["run", "--lock", "pool", "--permits", "3", "true"]);
+    assert_eq!(code(&out), USAGE, "{}", stderr(&out));
+    assert!(stderr(&out).contains("count of 2"), "{}", stderr(&out));
+    let out = env.run(&["run", "--lock", "pool", "--permits", "0", "true"]);
+    assert_eq!(code(&out), USAGE, "{}", stderr(&out));
+    // Both permits show, each with its own token.
+    let json = env.json(&["status", "--lock", "pool", "--json"]);
+    let held: Vec<_> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["state"] == "held")
+        .collect();
+    assert_eq!(held.len(), 2, "{json}");
+    assert!(held
+        .iter()
+        .all(|l| l["kind"] == "semaphore" && l["permits"] == 2));
+    assert_ne!(held[0]["token"], held[1]["token"]);
+    let table = stdout(&env.run(&["locks"]));
+    assert!(
+        table.contains("KIND") && table.contains("semaphore(2)"),
+        "{table}"
+    );
+    fs::write(env.path("stop"), b"").unwrap();
+    assert_eq!(code(&finish(a)), 0);
+    assert_eq!(code(&finish(b)), 0);
+    let out = env.run(&["run", "--lock", "pool", "--permits", "3", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
+#[test]
+fn run_shared_holders_share_and_exclude_an_exclusive_run() {
+    let env = Env::new();
+    let a = spawn_run(&env, &["--lock", "config", "-s"], "a", "stop");
+    let b = spawn_run(&env, &["--lock", "config", "--shared"], "b", "stop");
+    for exclusive in [&["-n"][..], &["-x"][..], &["-e", "-w", "0"][..]] {
+        let mut args = vec!["run", "--lock", "config"];
+        args.extend_from_slice(exclusive);
+        args.push("true");
+        let out = env.run(&args);
+        assert_eq!(code(&out), LOCKED, "{exclusive:?}: {}", stderr(&out));
+    }
+    let out = env.run(&["run", "--lock", "config", "-s", "--permits", "2", "true"]);
+    assert_eq!(code(&out), USAGE);
+    fs::write(env.path("stop"), b"").unwrap();
+    assert_eq!(code(&finish(a)), 0);
+    assert_eq!(code(&finish(b)), 0);
+    let writer = spawn_run(&env, &["--lock", "config"], "w", "stop2");
+    let out = env.run(&["run", "--lock", "config", "-s", "true"]);
+    assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
+    assert!(stderr(&out).contains("shared"), "{}", stderr(&out));
+    fs::write(env.path("stop2"), b"").unwrap();
+    assert_eq!(code(&finish(writer)), 0);
+}
+
+#[test]
+fn run_with_several_locks_takes_all_or_none() {
+    let env = Env::new();
+    let b = spawn_run(&env, &["--lock", "b"], "b", "stop");
+    let out = env.run(&["run", "--lock", "a", "--lock", "b", "-n", "true"]);
+    assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
+    let out = env.run(&["status", "--lock", "a"]);
+    assert_eq!(code(&out), NOT_FOUND, "all or none: a was not granted");
+    let out = env.run(&["run", "--lock", "a", "--lock", "b", "-w", "0.05", "true"]);
+    assert_eq!(code(&out), TIMEOUT, "{}", stderr(&out));
+    fs::write(env.path("stop"), b"").unwrap();
+    assert_eq!(code(&finish(b)), 0);
+    let out = env.run(&[
+        "run",
+        "--lock",
+        "a",
+        "--lock",
+        "b",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FENCELOCK_LOCK $FENCELOCK_TOKEN $FENCELOCK_TOKENS\"",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let line = stdout(&out);
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields[0], "a,b");
+    let last: u64 = fields[1].parse().unwrap();
+    assert_eq!(fields[2], format!("a={},b={last}", last - 1));
+    for args in [
+        &["run", "--lock", "a", "--lock", "a", "true"][..],
+        &["run", "--lock", "a", "--lock", "b", "-s", "true"][..],
+        &[
+            "run",
+            "--lock",
+            "a",
+            "--lock",
+            "b",
+            "--permits",
+            "2",
+            "true",
+        ][..],
+    ] {
+        let out = env.run(args);
+        assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
+    }
+}

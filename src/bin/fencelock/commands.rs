@@ -265,15 +265,18 @@ fn keys(store: &Store, prefix: &OsStr, json: bool) -> Result<(), Failure> {
 
 fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> {
     let locks = match lock {
-        Some(name) => match store.lock(name).map_err(|err| Failure::from_lib(&err))? {
-            Some(info) => vec![info],
-            None => {
+        Some(name) => {
+            let grants = store
+                .lock_holders(name)
+                .map_err(|err| Failure::from_lib(&err))?;
+            if grants.is_empty() {
                 return Err(Failure::new(
                     exit::NOT_FOUND,
                     format!("no record of lock {name:?} in {}", store.path().display()),
-                ))
+                ));
             }
-        },
+            grants
+        }
         None => store.locks().map_err(|err| Failure::from_lib(&err))?,
     };
     if json {
@@ -300,11 +303,14 @@ fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> 
                     LockState::Held | LockState::Expired => relative(now, info.expires_at),
                     _ => "-".to_owned(),
                 }),
+                Cell::from(info.kind.describe()),
             ]
         })
         .collect();
     let text = output::table(
-        &["NAME", "STATE", "TOKEN", "PID", "GRANTED", "EXPIRES"],
+        &[
+            "NAME", "STATE", "TOKEN", "PID", "GRANTED", "EXPIRES", "KIND",
+        ],
         &rows,
         output::colour_stdout(),
     );
@@ -344,6 +350,15 @@ fn lock_json(info: &LockInfo) -> Value {
         "granted_at_ms": unix_ms(info.granted_at),
         "expires_at_ms": unix_ms(info.expires_at),
         "remaining_ms": u64::try_from(info.remaining.as_millis()).unwrap_or(u64::MAX),
+        "kind": match info.kind {
+            fencelock::Kind::Shared => "shared",
+            fencelock::Kind::Semaphore(_) => "semaphore",
+            _ => "exclusive",
+        },
+        "permits": match info.kind {
+            fencelock::Kind::Semaphore(permits) => permits,
+            _ => 0,
+        },
     })
 }
 

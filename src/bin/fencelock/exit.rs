@@ -38,7 +38,7 @@ pub const TABLE: &[Status] = &[
     },
     Status {
         code: "80",
-        meaning: "usage error: bad option, duration, signal or argument (a token never granted), missing command",
+        meaning: "usage error: bad option, duration, signal or argument (a token never granted, another `--permits` count than the live permits'), missing command",
         run: true,
     },
     Status {

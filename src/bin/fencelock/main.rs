@@ -67,7 +67,14 @@ later run (a cron job every minute piles up behind one stuck run). Say how long 
 acceptable with -w, or -w forever to wait as flock does.
 
 The command gets FENCELOCK_TOKEN (the fencing token), FENCELOCK_LOCK and FENCELOCK_DB in its
-environment. The lease is renewed every third of --ttl while the command runs. SIGINT,
+environment.
+
+Lock kinds: --permits N takes one of N permits of a semaphore (up to N commands at once, each
+with its own token; another N while permits are live is refused with status 80); -s/--shared
+takes the lock shared (any number of shared holders, none with an exclusive one; a waiting
+exclusive run is not overtaken by later shared ones). --lock A --lock B takes every lock at
+once, all or none (a token for each; FENCELOCK_TOKEN is the last and highest,
+FENCELOCK_TOKENS lists NAME=TOKEN pairs, FENCELOCK_LOCK the names joined by commas). The lease is renewed every third of --ttl while the command runs. SIGINT,
 SIGTERM, SIGHUP and SIGQUIT sent to the tool are forwarded to the command (a Ctrl-C from the
 terminal already reaches both and is not sent twice); while it waits for the lock, they end
 the wait without running the command. If the tool dies, the command gets --lost-signal.
@@ -80,6 +87,9 @@ $FENCELOCK_TOKEN` after another holder wrote are refused with status 84.";
 const RUN_EXAMPLE_HELP: &str = "\
 Examples:
   fencelock run --lock backup /usr/local/bin/backup.sh
+  fencelock run --lock gpu --permits 4 -w forever ./train.sh
+  fencelock run --lock config -s -w 10 cat /etc/app/config
+  fencelock run --lock db --lock cache -w 60 ./migrate.sh
   fencelock run --lock backup -w 300 --ttl 1m rsync -a /data /backup
   fencelock run --lock backup -w forever -E 0 -c 'backup.sh && notify-send done'
   fencelock run --lock export -- sh -c 'fencelock put out.csv --file out.csv'";
@@ -150,8 +160,10 @@ go and its process still runs); holder-dead (the holder's process is gone, so on
 `fencelock run` has ended its lock shows this whether it released cleanly or died).
 EXPIRES is \"-\" for released and holder-dead locks. Records of locks no longer held are
 pruned a few at a time by later grants.
+A semaphore or shared lock shows one row per grant it holds, with its KIND (exclusive, shared,
+semaphore(N)).
 With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
-\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\"}.
+\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\"}.
 Exit status: 0; 1 --lock names a lock with no record; 81 database error.
 
 Examples:
@@ -249,9 +261,21 @@ pub struct ServeArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Name of the lock
-    #[arg(long, value_name = "NAME")]
-    pub lock: String,
+    /// Name of the lock; give it more than once to take several locks at once, all or none
+    /// (exclusive only; deadlock-free)
+    #[arg(long = "lock", value_name = "NAME", required = true)]
+    pub locks: Vec<String>,
+    /// Take one of N permits of a semaphore: up to N commands hold the name at once
+    #[arg(long, value_name = "N", conflicts_with = "shared",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(fencelock::MAX_HOLDERS)))]
+    pub permits: Option<u32>,
+    /// Take the lock shared (flock's -s): any number of shared holders at once, none while an
+    /// exclusive one holds it
+    #[arg(short = 's', long, visible_alias = "read")]
+    pub shared: bool,
+    /// Take the lock exclusively, the default (flock's -x and -e)
+    #[arg(short = 'x', long, visible_short_alias = 'e', conflicts_with_all = ["shared", "permits"])]
+    pub exclusive: bool,
     /// Lease time; renewed every third of it while the command runs (e.g. 500ms, 30s, 2m;
     /// 3ms to 30 days)
     #[arg(long, value_name = "DURATION", default_value = "30s", allow_hyphen_values = true,
@@ -293,6 +317,20 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// How the lock is taken.
+    pub fn kind(&self) -> fencelock::Kind {
+        match (self.shared, self.permits) {
+            (true, _) => fencelock::Kind::Shared,
+            (false, Some(permits)) => fencelock::Kind::Semaphore(permits),
+            (false, None) => fencelock::Kind::Exclusive,
+        }
+    }
+
+    /// The lock names as one string, for messages and `FENCELOCK_LOCK`.
+    pub fn lock_names(&self) -> String {
+        self.locks.join(",")
+    }
+
     /// The program and its arguments: the command, or `sh -c STRING`.
     pub fn argv(&self) -> Vec<OsString> {
         match &self.shell_command {
@@ -396,7 +434,7 @@ pub(crate) fn lib_code(err: &fencelock::Error) -> u8 {
         Error::Timeout => exit::TIMEOUT,
         Error::StaleToken { .. } => exit::STALE_TOKEN,
         Error::LockLost { .. } => exit::LOCK_LOST,
-        Error::InvalidArgument(_) => exit::USAGE,
+        Error::InvalidArgument(_) | Error::PermitsMismatch { .. } => exit::USAGE,
         _ => exit::DATABASE,
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::{Cancel, Error, Holder, LockState, Store};
+use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
 
 use crate::commands::open_store;
 use crate::duration::{format_duration, Wait};
@@ -185,6 +185,13 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         cancel: Cancel::new(),
         lost: AtomicBool::new(false),
     });
+    if args.locks.len() > 1 && args.kind() != Kind::Exclusive {
+        return Err(Failure::new(
+            exit::USAGE,
+            "several --lock names are taken exclusively: --shared and --permits take one lock",
+        ));
+    }
+    let lock = args.lock_names();
     start_signal_thread(Arc::clone(&shared))
         .map_err(|err| Failure::new(exit::IO, format!("cannot set up signal handling: {err}")))?;
     // With -w, the open counts against the wait, so the whole acquisition ends on time.
@@ -195,14 +202,24 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
     };
     let store = open_store(db, true, open_wait, Some(shared.cancel.clone())).map_err(
         |failure| match shared.interrupted() {
-            Some(signal) => interrupted_failure(signal, &args.lock),
+            Some(signal) => interrupted_failure(signal, &lock),
             None => failure,
         },
     )?;
-    let holder = Arc::new(acquire(&store, args, &shared, started)?);
-    if let Err(err) = holder.keep_alive(args.ttl) {
-        let _ = holder.release();
-        return Err(Failure::from_lib(&err));
+    let holders: Vec<Arc<Holder>> = acquire(&store, args, &shared, started)?
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let release_all = || {
+        for holder in &holders {
+            let _ = holder.release();
+        }
+    };
+    for holder in &holders {
+        if let Err(err) = holder.keep_alive(args.ttl) {
+            release_all();
+            return Err(Failure::from_lib(&err));
+        }
     }
 
     let mut child = {
@@ -211,12 +228,12 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             interrupted: Some(signal),
         } = *phase
         {
-            let _ = holder.release();
-            return Err(interrupted_failure(signal, &args.lock));
+            release_all();
+            return Err(interrupted_failure(signal, &lock));
         }
         // Spawned under the phase lock, so a signal arriving meanwhile waits and then finds
         // the command's pid.
-        match spawn(db, args, &holder) {
+        match spawn(db, args, &holders) {
             Ok(child) => {
                 *phase = Phase::Running {
                     pid: libc::pid_t::try_from(child.id()).expect("pids fit in pid_t"),
@@ -224,19 +241,23 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
                 child
             }
             Err(failure) => {
-                let _ = holder.release();
+                release_all();
                 return Err(failure);
             }
         }
     };
 
-    let watcher = {
-        let (holder, shared) = (Arc::clone(&holder), Arc::clone(&shared));
-        let (store, lock, signal) = (store.clone(), args.lock.clone(), args.lost_signal);
-        thread::Builder::new()
-            .name("fencelock-watcher".into())
-            .spawn(move || watch(&holder, &shared, &store, &lock, signal))
-    };
+    // A watcher for each lease: losing any of them is losing the lock the command ran under.
+    let watchers: Vec<_> = holders
+        .iter()
+        .map(|holder| {
+            let (holder, shared) = (Arc::clone(holder), Arc::clone(&shared));
+            let (store, signal) = (store.clone(), args.lost_signal);
+            thread::Builder::new()
+                .name("fencelock-watcher".into())
+                .spawn(move || watch(&holder, &shared, &store, signal))
+        })
+        .collect();
 
     // Wait for the end without reaping, so the pid stays ours until the phase is Done.
     let waited = wait_exited(child.id());
@@ -248,15 +269,30 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
 
     let lost_noticed = shared.lost.load(Ordering::Acquire);
     // A loss the keep-alive has not seen yet (the tool just woke from a pause) counts too.
-    let held = if lost_noticed || holder.is_lost() {
-        Ok(false)
-    } else {
-        holder.is_held()
-    };
-    if let Err(err) = holder.release() {
-        eprintln!("fencelock: releasing lock {:?} failed: {err}", args.lock);
+    let mut held = Ok(!lost_noticed);
+    let mut lost_one = None;
+    for holder in &holders {
+        if !matches!(held, Ok(true)) {
+            break;
+        }
+        held = if holder.is_lost() {
+            Ok(false)
+        } else {
+            holder.is_held()
+        };
+        if matches!(held, Ok(false)) {
+            lost_one = Some(Arc::clone(holder));
+        }
     }
-    if let Ok(watcher) = watcher {
+    for holder in &holders {
+        if let Err(err) = holder.release() {
+            eprintln!(
+                "fencelock: releasing lock {:?} failed: {err}",
+                holder.name()
+            );
+        }
+    }
+    for watcher in watchers.into_iter().flatten() {
         let _ = watcher.join();
     }
 
@@ -269,10 +305,10 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
     match held {
         Ok(true) => Ok(command_code(status)),
         Ok(false) => {
-            if !lost_noticed {
+            if let (false, Some(holder)) = (lost_noticed, lost_one) {
                 eprintln!(
                     "fencelock: lost the lease of lock {:?} (token {}) while the command ran",
-                    args.lock,
+                    holder.name(),
                     holder.token()
                 );
             }
@@ -286,22 +322,25 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             exit::DATABASE,
             format!(
                 "cannot confirm lock {:?} was still held when the command ended ({}): {err}",
-                args.lock,
+                lock,
                 describe(status)
             ),
         )),
     }
 }
 
-/// Takes the lock once, or waits as `-w` says (a limit counted from `started`, or none); a
-/// forwarded signal fires the cancel handle, which ends the wait at once. A conflict exits
-/// with `-E`'s status when it is given.
+/// Takes the lock (or every lock of several, all or none) once, or waits as `-w` says (a limit
+/// counted from `started`, or none); a forwarded signal fires the cancel handle, which ends the
+/// wait at once. A conflict exits with `-E`'s status when it is given.
 fn acquire(
     store: &Store,
     args: &RunArgs,
     shared: &Shared,
     started: Instant,
-) -> Result<Holder, Failure> {
+) -> Result<Vec<Holder>, Failure> {
+    let lock = args.lock_names();
+    let names: Vec<&str> = args.locks.iter().map(String::as_str).collect();
+    let kind = args.kind();
     let conflict = |mut failure: Failure| {
         if let Some(code) = args.conflict_exit_code {
             failure.code = code;
@@ -310,9 +349,12 @@ fn acquire(
     };
     let limit = match args.wait {
         None | Some(Wait::Once) => {
-            return store
-                .acquire(&args.lock, args.ttl)
-                .map_err(|err| acquire_failure(&err, &args.lock, args.wait.is_some()))
+            let granted = match names.as_slice() {
+                [name] => store.acquire_kind(name, kind, args.ttl).map(|h| vec![h]),
+                _ => store.acquire_all(&names, args.ttl),
+            };
+            return granted
+                .map_err(|err| acquire_failure(&err, &lock, kind, args.wait.is_some()))
                 .map_err(|failure| match failure.code {
                     exit::LOCKED => conflict(failure),
                     _ => failure,
@@ -323,36 +365,54 @@ fn acquire(
     };
     // The engine saturates its deadline, so the longest Duration is a wait without a limit.
     let left = limit.map_or(Duration::MAX, |wait| wait.saturating_sub(started.elapsed()));
-    match store.acquire_wait_cancellable(&args.lock, args.ttl, left, &shared.cancel) {
+    let granted = match names.as_slice() {
+        [name] => store
+            .acquire_kind_wait_cancellable(name, kind, args.ttl, left, &shared.cancel)
+            .map(|h| vec![h]),
+        _ => store.acquire_all_wait_cancellable(&names, args.ttl, left, &shared.cancel),
+    };
+    match granted {
         Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
             || Failure::from_lib(&Error::Cancelled),
-            |signal| interrupted_failure(signal, &args.lock),
+            |signal| interrupted_failure(signal, &lock),
         )),
         Err(Error::Timeout) => {
-            let holder = store
-                .lock(&args.lock)
-                .ok()
+            let holder = names
+                .iter()
+                .filter_map(|name| store.lock_holders(name).ok())
                 .flatten()
-                .filter(|info| info.state == LockState::Held)
+                .find(|info| info.state == LockState::Held)
                 .map_or_else(String::new, |info| {
-                    format!(" (held by pid {} with token {})", info.pid, info.token)
+                    format!(
+                        " ({:?} held by pid {} with token {})",
+                        info.name, info.pid, info.token
+                    )
                 });
             Err(conflict(Failure::new(
                 exit::TIMEOUT,
                 format!(
-                    "timed out after {} waiting for lock {:?}{holder}",
+                    "timed out after {} waiting for {}{holder}",
                     format_duration(limit.unwrap_or(left)),
-                    args.lock
+                    what(&lock, kind)
                 ),
             )))
         }
-        other => other.map_err(|err| acquire_failure(&err, &args.lock, true)),
+        other => other.map_err(|err| acquire_failure(&err, &lock, kind, true)),
+    }
+}
+
+/// `lock "x"`, `a permit of semaphore "x" (3 permits)`, `lock "x" shared`.
+fn what(lock: &str, kind: Kind) -> String {
+    match kind {
+        Kind::Semaphore(permits) => format!("a permit of semaphore {lock:?} ({permits} permits)"),
+        Kind::Shared => format!("lock {lock:?} shared"),
+        _ => format!("lock {lock:?}"),
     }
 }
 
 /// `asked_to_wait`: whether `-w` was given, so that the message for a held lock says how to
 /// wait only to those who did not.
-fn acquire_failure(err: &Error, lock: &str, asked_to_wait: bool) -> Failure {
+fn acquire_failure(err: &Error, lock: &str, kind: Kind, asked_to_wait: bool) -> Failure {
     match err {
         Error::Locked {
             token,
@@ -361,7 +421,8 @@ fn acquire_failure(err: &Error, lock: &str, asked_to_wait: bool) -> Failure {
         } => Failure::new(
             exit::LOCKED,
             format!(
-                "lock {lock:?} is held by pid {pid} with token {token} for {} more{}",
+                "{} is refused: held by pid {pid} with token {token} for {} more{}",
+                what(lock, kind),
                 format_duration(*remaining),
                 if asked_to_wait {
                     ""
@@ -384,16 +445,30 @@ fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
     )
 }
 
-fn spawn(db: &Path, args: &RunArgs, holder: &Holder) -> Result<std::process::Child, Failure> {
+fn spawn(
+    db: &Path,
+    args: &RunArgs,
+    holders: &[Arc<Holder>],
+) -> Result<std::process::Child, Failure> {
     let argv = args.argv();
     let program = &argv[0];
     let db = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
     let mut command = Command::new(program);
     command
         .args(&argv[1..])
-        .env("FENCELOCK_TOKEN", holder.token().to_string())
-        .env("FENCELOCK_LOCK", &args.lock)
-        .env("FENCELOCK_DB", db);
+        .env("FENCELOCK_DB", db)
+        .env("FENCELOCK_LOCK", args.lock_names());
+    // The last grant's token is the highest of all (tokens follow the names' order).
+    if let Some(last) = holders.last() {
+        command.env("FENCELOCK_TOKEN", last.token().to_string());
+    }
+    if holders.len() > 1 {
+        let pairs: Vec<String> = holders
+            .iter()
+            .map(|h| format!("{}={}", h.name(), h.token()))
+            .collect();
+        command.env("FENCELOCK_TOKENS", pairs.join(","));
+    }
     let parent = libc::pid_t::try_from(std::process::id()).expect("pids fit in pid_t");
     let death_signal = args.lost_signal;
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
@@ -440,18 +515,20 @@ fn spawn(db: &Path, args: &RunArgs, holder: &Holder) -> Result<std::process::Chi
 
 /// The watcher: signals the command once the lease is known lost, then ends; ends as well when
 /// the command ended first.
-fn watch(holder: &Holder, shared: &Shared, store: &Store, lock: &str, signal: libc::c_int) {
+fn watch(holder: &Holder, shared: &Shared, store: &Store, signal: libc::c_int) {
+    let lock = holder.name();
     loop {
         if holder.wait_lost(WATCH_SLICE) {
             if !matches!(*shared.phase(), Phase::Running { .. }) {
                 return;
             }
             // Read before taking the phase lock: this reads the store.
+            // Another permit or shared holder is no successor: only an exclusive lock names one.
             let successor = store
                 .lock(lock)
                 .ok()
                 .flatten()
-                .filter(|info| info.token != holder.token())
+                .filter(|info| info.token != holder.token() && holder.kind() == Kind::Exclusive)
                 .map_or_else(
                     || "it expired".to_owned(),
                     |info| {
@@ -463,8 +540,11 @@ fn watch(holder: &Holder, shared: &Shared, store: &Store, lock: &str, signal: li
                     },
                 );
             let phase = shared.phase();
-            if let Phase::Running { pid } = *phase {
-                shared.lost.store(true, Ordering::Release);
+            // With several locks, the first loss signals the command; the others only end.
+            if let (Phase::Running { pid }, false) =
+                (&*phase, shared.lost.swap(true, Ordering::AcqRel))
+            {
+                let pid = *pid;
                 eprintln!(
                     "fencelock: lost the lease of lock {lock:?} (token {}): {successor}; \
                      sending {} to the command (pid {pid})",
