@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::history::{History, Kind, Op, Outcome, Worker};
+use crate::history::{History, Kind, Mode, Op, Outcome, Worker};
 use crate::worker::FORGED_BASE;
 
 const MS: u64 = 1_000_000;
@@ -64,6 +64,7 @@ struct Lease {
     ev: usize,
     lock: String,
     token: u64,
+    mode: Mode,
     /// From the grant's end until the lease could first have ended: its expiry computed from
     /// the grant's (or last successful extend's) start, its release's start, its process's kill.
     claim: (u64, u64),
@@ -214,6 +215,7 @@ fn leases(evs: &[Ev], out: &mut Vec<String>) -> Vec<Lease> {
             ev: i,
             lock,
             token: *token,
+            mode: ev.op.kind.mode(),
             claim: (end, claim_end),
             latest_end: expiry_high
                 .min(release.map_or(u64::MAX, |r| r.1))
@@ -264,6 +266,8 @@ fn check_grant_order(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     }
 }
 
+/// Where certain claims of one lock overlap, at most one exclusive holder and no other, any
+/// number of shared holders, or at most N permits of a semaphore of N.
 fn check_overlaps(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     let mut by_lock: BTreeMap<&str, Vec<&Lease>> = BTreeMap::new();
     for lease in leases.iter().filter(|l| l.claim.0 < l.claim.1) {
@@ -271,25 +275,42 @@ fn check_overlaps(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     }
     for (lock, mut claims) in by_lock {
         claims.sort_by_key(|l| l.claim.0);
-        let mut widest: Option<&Lease> = None;
+        // The claims still running at the start of the one being looked at.
+        let mut running: Vec<&Lease> = Vec::new();
         for lease in claims {
-            if let Some(prev) = widest {
-                if lease.claim.0 < prev.claim.1 {
+            running.retain(|r| r.claim.1 > lease.claim.0);
+            if let Some(prev) = running
+                .iter()
+                .find(|r| r.mode.excludes(lease.mode) || lease.mode.excludes(r.mode))
+            {
+                out.push(format!(
+                    "two holders of {lock} at once: token {} ({:?}) held it {:?} and token {}                      ({:?}) held it {:?}: {} / {}",
+                    prev.token,
+                    prev.mode,
+                    prev.claim,
+                    lease.token,
+                    lease.mode,
+                    lease.claim,
+                    evs[prev.ev].name(),
+                    evs[lease.ev].name()
+                ));
+            }
+            if let Mode::Permit(permits) = lease.mode {
+                let permits_held = running
+                    .iter()
+                    .filter(|r| matches!(r.mode, Mode::Permit(_)))
+                    .count();
+                if permits_held >= permits as usize {
+                    let tokens: Vec<u64> = running.iter().map(|r| r.token).collect();
                     out.push(format!(
-                        "two holders of {lock} at once: token {} held it {:?} and token {} \
-                         held it {:?}: {} / {}",
-                        prev.token,
-                        prev.claim,
+                        "more than {permits} permits of {lock} at once: tokens {tokens:?} \
+                         and {}: {}",
                         lease.token,
-                        lease.claim,
-                        evs[prev.ev].name(),
                         evs[lease.ev].name()
                     ));
                 }
             }
-            if widest.is_none_or(|w| lease.claim.1 > w.claim.1) {
-                widest = Some(lease);
-            }
+            running.push(lease);
         }
     }
 }
@@ -335,17 +356,32 @@ fn check_locked(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     }
 }
 
+/// A grant as `check_takeovers` orders them: token, end of grant, event.
+type Grant = (u64, u64, usize);
+
 /// An extend or holder write accepted must find its lease current: not after its certain
 /// expiry, and not after a later grant of the lock had completed.
 fn check_takeovers(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     let by_token: HashMap<u64, &Lease> = leases.iter().map(|l| (l.token, l)).collect();
-    // Per lock, grants by token with the earliest grant end among all higher tokens.
-    let mut by_lock: HashMap<&str, Vec<(u64, u64, usize)>> = HashMap::new();
+    // Per lock and holder mode, the grants that take the lock over from a holder of that mode
+    // (an exclusive grant from anyone, any grant from an exclusive holder; another permit or
+    // shared holder takes nothing over), by token, with the earliest grant end among all
+    // higher tokens.
+    let mut by_lock: HashMap<(&str, bool), Vec<Grant>> = HashMap::new();
     for lease in leases {
-        by_lock
-            .entry(&lease.lock)
-            .or_default()
-            .push((lease.token, lease.claim.0, lease.ev));
+        for exclusive_holder in [true, false] {
+            let holder = if exclusive_holder {
+                Mode::Exclusive
+            } else {
+                lease.mode
+            };
+            if lease.mode.excludes(holder) && holder.excludes(lease.mode) {
+                by_lock
+                    .entry((&lease.lock, exclusive_holder))
+                    .or_default()
+                    .push((lease.token, lease.claim.0, lease.ev));
+            }
+        }
     }
     for grants in by_lock.values_mut() {
         grants.sort_unstable();
@@ -374,7 +410,15 @@ fn check_takeovers(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
                 ev.name()
             ));
         }
-        let grants = &by_lock[lease.lock.as_str()];
+        let exclusive_holder = lease.mode == Mode::Exclusive;
+        // A shared holder is taken over only by an exclusive grant; a permit by nothing.
+        let successors = match lease.mode {
+            Mode::Permit(_) => None,
+            _ => by_lock.get(&(lease.lock.as_str(), exclusive_holder)),
+        };
+        let Some(grants) = successors else {
+            continue;
+        };
         let above = grants.partition_point(|g| g.0 <= lease.token);
         if let Some(&(_, end, successor)) = grants.get(above) {
             if end < ev.op.start {
@@ -672,10 +716,15 @@ fn check_listings(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
         match &ev.op.outcome {
             Some(Outcome::Locks(listed)) => {
                 for (lock, token) in listed {
+                    // A newer grant replaces the record's token only where it excludes it: a
+                    // semaphore or shared lock lists every grant it still holds.
+                    let mode = by_token.get(token).map_or(Mode::Exclusive, |l| l.mode);
                     let newer = by_lock.get(lock.as_str()).and_then(|grants| {
-                        grants
-                            .iter()
-                            .find(|g| g.token > *token && g.claim.0 < ev.op.start)
+                        grants.iter().find(|g| {
+                            g.token > *token
+                                && g.claim.0 < ev.op.start
+                                && (mode.excludes(g.mode) || g.mode == Mode::Exclusive)
+                        })
                     });
                     if let Some(newer) = newer {
                         out.push(format!(
@@ -1031,6 +1080,104 @@ mod tests {
             .release(0, (200, 201), "a", 1)
             .release(1, (200, 201), "a", 2);
         expect_violation(&b.history(&[]), "two holders of a at once");
+    }
+
+    #[test]
+    fn permits_and_shared_holders_overlap_only_as_their_kinds_allow() {
+        let grant = |b: &mut Builder, w: usize, ms: (u64, u64), kind: Kind, lock: &str, token| {
+            b.op(
+                w,
+                kind,
+                ms,
+                Some(lock),
+                None,
+                0,
+                100,
+                None,
+                Some(Outcome::Granted(token)),
+            );
+        };
+        // Two permits of a semaphore of two at once are fine; a third is not.
+        let mut b = Builder::new(3);
+        grant(&mut b, 0, (0, 5), Kind::AcquirePermit, "s", 1);
+        grant(&mut b, 1, (10, 15), Kind::AcquirePermitWait, "s", 2);
+        for (w, token) in [(0, 1), (1, 2)] {
+            b.release(w, (200, 201), "s", token);
+        }
+        assert_eq!(check(&b.history(&[])), Vec::<String>::new());
+        grant(&mut b, 2, (20, 25), Kind::AcquirePermit, "s", 3);
+        b.release(2, (200, 201), "s", 3);
+        expect_violation(&b.history(&[]), "more than 2 permits of s at once");
+        // Shared holders together are fine; an exclusive one with them is not.
+        let mut b = Builder::new(3);
+        grant(&mut b, 0, (0, 5), Kind::AcquireShared, "r", 1);
+        grant(&mut b, 1, (10, 15), Kind::AcquireSharedWait, "r", 2);
+        for (w, token) in [(0, 1), (1, 2)] {
+            b.release(w, (200, 201), "r", token);
+        }
+        assert_eq!(check(&b.history(&[])), Vec::<String>::new());
+        grant(&mut b, 2, (20, 25), Kind::Acquire, "r", 3);
+        b.release(2, (200, 201), "r", 3);
+        expect_violation(&b.history(&[]), "two holders of r at once");
+        // A shared grant during an exclusive one is reported too.
+        let mut b = Builder::new(2);
+        grant(&mut b, 0, (0, 5), Kind::Acquire, "r", 1);
+        grant(&mut b, 1, (10, 15), Kind::AcquireShared, "r", 2);
+        b.release(0, (200, 201), "r", 1)
+            .release(1, (200, 201), "r", 2);
+        expect_violation(&b.history(&[]), "two holders of r at once");
+    }
+
+    #[test]
+    fn a_permit_is_not_taken_over_by_another_permit() {
+        let mut b = Builder::new(2);
+        b.op(
+            0,
+            Kind::AcquirePermit,
+            (0, 5),
+            Some("s"),
+            None,
+            0,
+            1000,
+            None,
+            Some(Outcome::Granted(1)),
+        )
+        .op(
+            1,
+            Kind::AcquirePermit,
+            (10, 15),
+            Some("s"),
+            None,
+            0,
+            1000,
+            None,
+            Some(Outcome::Granted(2)),
+        )
+        .op(
+            0,
+            Kind::Extend,
+            (20, 25),
+            Some("s"),
+            None,
+            1,
+            1000,
+            None,
+            Some(Outcome::Ok),
+        )
+        .op(
+            0,
+            Kind::Locks,
+            (30, 35),
+            None,
+            None,
+            0,
+            0,
+            None,
+            Some(Outcome::Locks(vec![("s".into(), 1), ("s".into(), 2)])),
+        )
+        .release(0, (200, 201), "s", 1)
+        .release(1, (200, 201), "s", 2);
+        assert_eq!(check(&b.history(&[])), Vec::<String>::new());
     }
 
     #[test]

@@ -792,13 +792,13 @@ fn summarize(
         opener_reads,
         classes_of(&opener_writes)
     );
-    print!("operations: {total}\n{:<16}", "");
+    print!("operations: {total}\n{:<20}", "");
     for class in classes {
         print!("{class:>width$}");
     }
     println!();
     for (kind, counts) in &table {
-        print!("{:<16}", kind.as_str());
+        print!("{:<20}", kind.as_str());
         for class in classes {
             print!("{:>width$}", counts.get(class).copied().unwrap_or(0));
         }

@@ -34,9 +34,15 @@ pub enum Kind {
     Locks,
     /// `Store::info()`: the last token granted.
     Info,
+    /// One permit of a semaphore of [`crate::worker::PERMITS`], tried once / waited for.
+    AcquirePermit,
+    AcquirePermitWait,
+    /// A shared grant of a lock, tried once / waited for.
+    AcquireShared,
+    AcquireSharedWait,
 }
 
-const KINDS: [(Kind, &str); 13] = [
+const KINDS: [(Kind, &str); 17] = [
     (Kind::Open, "open"),
     (Kind::Acquire, "acquire"),
     (Kind::AcquireWait, "acquire-wait"),
@@ -50,6 +56,10 @@ const KINDS: [(Kind, &str); 13] = [
     (Kind::Fence, "fence"),
     (Kind::Locks, "locks"),
     (Kind::Info, "info"),
+    (Kind::AcquirePermit, "acquire-permit"),
+    (Kind::AcquirePermitWait, "acquire-permit-wait"),
+    (Kind::AcquireShared, "acquire-shared"),
+    (Kind::AcquireSharedWait, "acquire-shared-wait"),
 ];
 
 impl Kind {
@@ -69,8 +79,23 @@ impl Kind {
     pub fn grants(self) -> bool {
         matches!(
             self,
-            Kind::Acquire | Kind::AcquireWait | Kind::AcquireAndPut
+            Kind::Acquire
+                | Kind::AcquireWait
+                | Kind::AcquireAndPut
+                | Kind::AcquirePermit
+                | Kind::AcquirePermitWait
+                | Kind::AcquireShared
+                | Kind::AcquireSharedWait
         )
+    }
+
+    /// How a grant of this kind holds its lock.
+    pub fn mode(self) -> Mode {
+        match self {
+            Kind::AcquirePermit | Kind::AcquirePermitWait => Mode::Permit(crate::worker::PERMITS),
+            Kind::AcquireShared | Kind::AcquireSharedWait => Mode::Shared,
+            _ => Mode::Exclusive,
+        }
     }
 
     /// Whether an operation of this kind writes a fenced key.
@@ -78,6 +103,26 @@ impl Kind {
         matches!(
             self,
             Kind::AcquireAndPut | Kind::HolderPut | Kind::Put | Kind::Delete
+        )
+    }
+}
+
+/// How a lease holds its lock, for the rules of who may hold it at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Exclusive,
+    Shared,
+    /// One of this many permits.
+    Permit(u32),
+}
+
+impl Mode {
+    /// Whether a live lease of this mode excludes a grant of `other` on the same lock (a
+    /// semaphore's permits count rather than exclude).
+    pub fn excludes(self, other: Mode) -> bool {
+        !matches!(
+            (self, other),
+            (Mode::Shared, Mode::Shared) | (Mode::Permit(_), Mode::Permit(_))
         )
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use fencelock::Kind as LockKind;
 use fencelock::{boottime_ns, Holder, Options, Store};
 use parking_lot::Mutex;
 
@@ -17,6 +18,10 @@ use crate::rng::Rng;
 
 /// The locks, keys and fence resources of the workload: few, so that operations collide.
 pub const LOCKS: [&str; 3] = ["lock-a", "lock-b", "lock-c"];
+/// A semaphore of [`PERMITS`] permits, and a lock taken shared or exclusive.
+pub const SEMAPHORE: &str = "sem-a";
+pub const PERMITS: u32 = 2;
+pub const SHARED_LOCK: &str = "rw-a";
 pub const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 pub const RESOURCES: [&str; 2] = ["fence-x", "fence-y"];
 /// Tokens from here up are never granted in a run: a write carrying one must be refused.
@@ -222,6 +227,10 @@ impl Thread {
         let lock = *self.rng.pick(&LOCKS);
         let key = *self.rng.pick(&KEYS);
         let roll = self.rng.range(0, 99);
+        // A third of the acquires go to the semaphore or the shared lock.
+        if roll <= 34 && self.rng.range(0, 2) == 0 {
+            return self.acquire_kind(roll >= 20);
+        }
         match roll {
             0..=19 => {
                 let ttl = self.ttl();
@@ -289,9 +298,67 @@ impl Thread {
         }
     }
 
+    /// A try-once (or, with `wait`, waiting) acquire of a permit of the semaphore, or of the
+    /// shared lock, shared or exclusive.
+    fn acquire_kind(&mut self, wait: bool) {
+        let ttl = self.ttl();
+        let wait_ms = self.rng.range(0, 300);
+        let (lock, kind, logged) = match self.rng.range(0, 2) {
+            0 => (
+                SEMAPHORE,
+                LockKind::Semaphore(PERMITS),
+                if wait {
+                    Kind::AcquirePermitWait
+                } else {
+                    Kind::AcquirePermit
+                },
+            ),
+            1 => (
+                SHARED_LOCK,
+                LockKind::Shared,
+                if wait {
+                    Kind::AcquireSharedWait
+                } else {
+                    Kind::AcquireShared
+                },
+            ),
+            _ => (
+                SHARED_LOCK,
+                LockKind::Exclusive,
+                if wait {
+                    Kind::AcquireWait
+                } else {
+                    Kind::Acquire
+                },
+            ),
+        };
+        let op = self.log.begin(self.thread, logged, |op| {
+            op.lock = Some(lock.into());
+            op.ttl_ms = ttl;
+        });
+        let ttl = Duration::from_millis(ttl);
+        let result = if wait {
+            self.store
+                .acquire_kind_wait(lock, kind, ttl, Duration::from_millis(wait_ms))
+        } else {
+            self.store.acquire_kind(lock, kind, ttl)
+        };
+        self.granted(&op, result);
+    }
+
     fn step_holding(&mut self) {
         let key = *self.rng.pick(&KEYS);
-        let roll = self.rng.range(0, 99);
+        let mut roll = self.rng.range(0, 99);
+        // A shared holder does not write through its lease (refused by design): it writes by
+        // token instead.
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| h.kind() == LockKind::Shared)
+            && (35..=59).contains(&roll)
+        {
+            roll = 60;
+        }
         let ttl = self.ttl();
         let value = self.next_value();
         let holder = self.held.as_ref().expect("holding");
