@@ -21,6 +21,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Besides exclusive locks: semaphores of N permits and shared (read) locks
+//! ([`Store::acquire_kind`] with a [`Kind`]), and several locks in one transaction, all or none
+//! ([`Store::acquire_all`]). Every grant of any kind has its own token, lease and TTL.
+//!
 //! See README.md for the guarantees and their limits.
 
 mod cancel;

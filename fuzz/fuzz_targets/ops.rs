@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
-use fencelock::{Error, Holder, Options, Store};
+use fencelock::{Error, Holder, Kind, LockState, Options, Store};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -52,6 +52,13 @@ enum Op {
     Get(Vec<u8>),
     Keys(Vec<u8>),
     Locks,
+    /// A permit of a semaphore of `permits` (0: a shared grant).
+    AcquireKind {
+        lock: u8,
+        permits: u8,
+        ttl_ms: u16,
+    },
+    AcquireAll(Vec<u8>),
 }
 
 const LOCKS: [&str; 4] = ["a", "b", "c", "\u{e9}t\u{e9}"];
@@ -62,8 +69,24 @@ fn refusal(err: &Error) {
         Error::Locked { .. }
         | Error::StaleToken { .. }
         | Error::LockLost { .. }
+        | Error::PermitsMismatch { .. }
         | Error::InvalidArgument(_) => {}
         other => panic!("an operation failed in the storage: {other:?}"),
+    }
+}
+
+/// No name has more live grants than its kind allows: one exclusive holder, N permits of a
+/// semaphore of N.
+fn holders_fit(store: &Store) {
+    for name in LOCKS {
+        let grants = store.lock_holders(name).unwrap();
+        let held = grants.iter().filter(|g| g.state == LockState::Held).count();
+        match grants.first().map(|g| g.kind) {
+            Some(Kind::Semaphore(permits)) => assert!(held <= permits as usize, "{grants:?}"),
+            Some(Kind::Exclusive) => assert!(grants.len() == 1, "{grants:?}"),
+            _ => {}
+        }
+        assert!(grants.iter().all(|g| Some(g.kind) == grants.first().map(|f| f.kind)));
     }
 }
 
@@ -180,6 +203,48 @@ fuzz_target!(|ops: Vec<Op>| {
             },
             Op::Locks => {
                 store.locks().unwrap();
+            }
+            Op::AcquireKind {
+                lock,
+                permits,
+                ttl_ms,
+            } => {
+                let name = LOCKS[usize::from(*lock) % LOCKS.len()];
+                let kind = match permits % 4 {
+                    0 => Kind::Shared,
+                    n => Kind::Semaphore(u32::from(n)),
+                };
+                match store.acquire_kind(name, kind, Duration::from_millis(u64::from(*ttl_ms))) {
+                    Ok(holder) => {
+                        granted(&holder, &mut last_token);
+                        assert_eq!(holder.kind(), kind);
+                        holders.push(holder);
+                    }
+                    Err(err) => refusal(&err),
+                }
+                holders_fit(&store);
+            }
+            Op::AcquireAll(locks) => {
+                let names: Vec<&str> = locks
+                    .iter()
+                    .take(4)
+                    .map(|l| LOCKS[usize::from(*l) % LOCKS.len()])
+                    .collect();
+                let before = store.info().unwrap().last_token;
+                match store.acquire_all(&names, Duration::from_secs(60)) {
+                    Ok(all) => {
+                        assert_eq!(all.len(), names.len());
+                        for holder in all {
+                            granted(&holder, &mut last_token);
+                            holders.push(holder);
+                        }
+                    }
+                    Err(err) => {
+                        refusal(&err);
+                        assert_eq!(store.info().unwrap().last_token, before, "all or none");
+                    }
+                }
+                holders_fit(&store);
             }
         }
     }
