@@ -90,6 +90,21 @@ enum Call {
     HolderFree {
         holder: u8,
     },
+    /// Any kind code (an unknown one is refused) and permit count; with `timeout_ms`, waiting.
+    AcquireKind {
+        name: Vec<u8>,
+        kind: i32,
+        permits: u32,
+        ttl_ms: u64,
+        timeout_ms: Option<u8>,
+    },
+    /// Names (`None`: a NULL pointer in the array), possibly repeated; waiting when
+    /// `timeout_ms` is not 0.
+    AcquireAll {
+        names: Vec<Option<Vec<u8>>>,
+        ttl_ms: u64,
+        timeout_ms: u8,
+    },
 }
 
 /// A NUL-terminated copy of arbitrary bytes (an interior NUL ends the string early, as in C).
@@ -102,7 +117,7 @@ fn c_string(bytes: &[u8]) -> Vec<u8> {
 /// Checks a status and its error object, and frees the object.
 fn settle(status: fencelock_status, err: *mut fencelock_error) -> fencelock_status {
     assert!(
-        (FENCELOCK_OK..=FENCELOCK_PANIC).contains(&status),
+        (FENCELOCK_OK..=FENCELOCK_PERMITS_MISMATCH).contains(&status),
         "status {status}"
     );
     assert_ne!(status, FENCELOCK_PANIC, "a panic reached the C boundary");
@@ -261,6 +276,14 @@ fuzz_target!(|calls: Vec<Call>| {
                             let mut info = std::mem::zeroed::<fencelock_lock_info>();
                             assert_eq!(fencelock_lock_list_get(list, i, &mut info), FENCELOCK_OK);
                             assert!(!info.name.is_null());
+                            let (mut kind, mut permits) = (-1, 0);
+                            assert_eq!(
+                                fencelock_lock_list_kind(list, i, &mut kind, &mut permits),
+                                FENCELOCK_OK
+                            );
+                            assert!((FENCELOCK_KIND_EXCLUSIVE..=FENCELOCK_KIND_SEMAPHORE)
+                                .contains(&kind));
+                            assert_eq!(permits > 0, kind == FENCELOCK_KIND_SEMAPHORE);
                         }
                         fencelock_lock_list_free(list);
                     }
@@ -294,6 +317,86 @@ fuzz_target!(|calls: Vec<Call>| {
                         fencelock_holder_free(holders.swap_remove(i));
                     }
                     FENCELOCK_OK
+                }
+                Call::AcquireKind {
+                    name,
+                    kind,
+                    permits,
+                    ttl_ms,
+                    timeout_ms,
+                } => {
+                    let name = c_string(name);
+                    let mut holder = ptr::null_mut();
+                    let status = match timeout_ms {
+                        None => fencelock_store_acquire_kind(
+                            store,
+                            name.as_ptr().cast(),
+                            *kind % 4,
+                            *permits % 8,
+                            *ttl_ms,
+                            &mut holder,
+                            &mut err,
+                        ),
+                        Some(timeout) => fencelock_store_acquire_kind_wait(
+                            store,
+                            name.as_ptr().cast(),
+                            *kind % 4,
+                            *permits % 8,
+                            *ttl_ms,
+                            u64::from(*timeout % 4),
+                            ptr::null(),
+                            &mut holder,
+                            &mut err,
+                        ),
+                    };
+                    if status == FENCELOCK_OK {
+                        assert_eq!(fencelock_holder_kind(holder), *kind % 4);
+                        holders.push(holder);
+                    } else {
+                        assert!(holder.is_null(), "an output written on failure");
+                    }
+                    status
+                }
+                Call::AcquireAll {
+                    names,
+                    ttl_ms,
+                    timeout_ms,
+                } => {
+                    let owned: Vec<Option<Vec<u8>>> = names
+                        .iter()
+                        .take(5)
+                        .map(|n| n.as_deref().map(c_string))
+                        .collect();
+                    let pointers: Vec<*const c_char> = owned
+                        .iter()
+                        .map(|n| n.as_ref().map_or(ptr::null(), |n| n.as_ptr().cast()))
+                        .collect();
+                    let mut out = vec![ptr::null_mut(); pointers.len()];
+                    let status = fencelock_store_acquire_all(
+                        store,
+                        pointers.as_ptr(),
+                        pointers.len(),
+                        *ttl_ms,
+                        u64::from(*timeout_ms % 4),
+                        ptr::null(),
+                        out.as_mut_ptr(),
+                        &mut err,
+                    );
+                    if status == FENCELOCK_OK {
+                        for pair in out.windows(2) {
+                            assert_eq!(
+                                fencelock_holder_token(pair[1]),
+                                fencelock_holder_token(pair[0]) + 1
+                            );
+                        }
+                        holders.extend(out);
+                    } else {
+                        assert!(
+                            out.iter().all(|h| h.is_null()),
+                            "outputs written on failure"
+                        );
+                    }
+                    status
                 }
             };
             settle(status, err);

@@ -86,7 +86,9 @@ fn holders_fit(store: &Store) {
             Some(Kind::Exclusive) => assert!(grants.len() == 1, "{grants:?}"),
             _ => {}
         }
-        assert!(grants.iter().all(|g| Some(g.kind) == grants.first().map(|f| f.kind)));
+        assert!(grants
+            .iter()
+            .all(|g| Some(g.kind) == grants.first().map(|f| f.kind)));
     }
 }
 
