@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::backend::{on_etcd, Backend, RemoteLease};
 use crate::cancel::Cancel;
 use crate::clock;
 use crate::error::{Error, Result};
@@ -19,7 +20,7 @@ use crate::store::{Inner, Store};
 /// A holder is `Send + Sync`: one thread may write while another extends or releases.
 #[must_use = "dropping the holder releases the lock at once; keep it while the work runs"]
 pub struct Holder {
-    state: Arc<State>,
+    state: Backend<Arc<State>, RemoteLease>,
 }
 
 struct State {
@@ -40,8 +41,8 @@ struct State {
 impl std::fmt::Debug for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Holder")
-            .field("name", &self.state.name)
-            .field("token", &self.state.token)
+            .field("name", &self.name())
+            .field("token", &self.token())
             .finish_non_exhaustive()
     }
 }
@@ -56,7 +57,7 @@ impl Holder {
         expires_ns: u64,
     ) -> Holder {
         Holder {
-            state: Arc::new(State {
+            state: Backend::Local(Arc::new(State {
                 inner,
                 name,
                 kind,
@@ -67,19 +68,28 @@ impl Holder {
                 ended: Mutex::new(false),
                 ended_changed: Condvar::new(),
                 keeper: Mutex::new(None),
-            }),
+            })),
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(lease: RemoteLease) -> Holder {
+        Holder {
+            state: Backend::Etcd(lease),
         }
     }
 
     /// The fencing token of this lease.
     #[must_use]
     pub fn token(&self) -> u64 {
+        on_etcd!(self.state, lease => lease.token);
         self.state.token
     }
 
     /// The lock's name.
     #[must_use]
     pub fn name(&self) -> &str {
+        on_etcd!(self.state, lease => &lease.name);
         &self.state.name
     }
 
@@ -92,8 +102,9 @@ impl Holder {
     /// The store that granted the lease.
     #[must_use]
     pub fn store(&self) -> Store {
+        on_etcd!(self.state, lease => Store { inner: Backend::Etcd(Arc::clone(&lease.remote)) });
         Store {
-            inner: Arc::clone(&self.state.inner),
+            inner: Backend::Local(Arc::clone(&self.state.inner)),
         }
     }
 
@@ -101,6 +112,7 @@ impl Holder {
     /// holder took over is answered by [`Holder::is_held`].
     #[must_use]
     pub fn remaining(&self) -> Duration {
+        on_etcd!(self.state, lease => lease.remaining());
         Duration::from_nanos(
             self.state
                 .expires_ns
@@ -118,12 +130,14 @@ impl Holder {
     /// [`Error::InvalidArgument`] for a TTL out of range; [`Error::Timeout`] behind a process
     /// that holds the store past the busy timeout; storage errors as [`Store::acquire`].
     pub fn extend(&self, ttl: Duration) -> Result<()> {
+        on_etcd!(self.state, lease => lease.extend(ttl));
         self.state.extend(ttl)
     }
 
     /// Whether this holder still holds the lease: not released, not expired, not taken over.
     /// Reads only; writes nothing.
     pub fn is_held(&self) -> Result<bool> {
+        on_etcd!(self.state, lease => lease.is_held());
         if self.state.released.load(Ordering::Acquire) {
             return Ok(false);
         }
@@ -148,12 +162,14 @@ impl Holder {
     /// the key accepted a higher token; [`Error::InvalidArgument`] for a shared holder;
     /// otherwise as [`Store::put`].
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        on_etcd!(self.state, lease => lease.write(key, Some(value)).map(|_| ()));
         self.state.checked_write(key, Some(value)).map(|_| ())
     }
 
     /// Deletes `key` with this holder's token, checked like [`Holder::put`]. Returns whether the
     /// key held a value.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        on_etcd!(self.state, lease => lease.write(key, None));
         self.state.checked_write(key, None)
     }
 
@@ -165,6 +181,7 @@ impl Holder {
     /// [`Error::Forked`] in a child of `fork()` (the lease stays the parent's); [`Error::Io`]
     /// if the kernel refuses to drop the lock.
     pub fn release(&self) -> Result<()> {
+        on_etcd!(self.state, lease => lease.release());
         // In a child of fork() the lease and the keep-alive thread belong to the parent: touch
         // neither (unlocking the shared open file would end the parent's lease).
         self.state.inner.check_fork()?;
@@ -188,6 +205,7 @@ impl Holder {
     /// until it is released or lost. Use [`Holder::wait_lost`] or [`Holder::is_lost`] to learn
     /// of a loss. Calling it again changes nothing.
     pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
+        on_etcd!(self.state, lease => lease.keep_alive(ttl));
         use crate::limits::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
         if !(MIN_KEEP_ALIVE_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::invalid(format!(
@@ -211,6 +229,7 @@ impl Holder {
     /// an extend or write found it taken over, or it was released. Reads no storage.
     #[must_use]
     pub fn is_lost(&self) -> bool {
+        on_etcd!(self.state, lease => lease.is_lost());
         *self.state.ended.lock() || self.remaining().is_zero()
     }
 
@@ -229,6 +248,7 @@ impl Holder {
     }
 
     fn wait_lost_inner(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
+        on_etcd!(self.state, lease => lease.wait_lost(timeout, cancel));
         let deadline =
             clock::now_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
         let mut ended = self.state.ended.lock();

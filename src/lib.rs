@@ -27,11 +27,14 @@
 //!
 //! See README.md for the guarantees and their limits.
 
+mod backend;
 mod cancel;
 mod clock;
 mod commit;
 mod db;
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 // The C ABI: public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part of
 // the Rust API (Rust users call the engine's types).
 #[doc(hidden)]
@@ -63,6 +66,8 @@ pub use cancel::Cancel;
 pub use clock::now_ns as boottime_ns;
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
+#[cfg(feature = "etcd")]
+pub use etcd::ETCD_MIN_TTL;
 pub use holder::Holder;
 pub use info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use kinds::{Kind, MAX_HOLDERS};

@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{ConcurrencyMode, WriteTransaction};
 
+use crate::backend::{on_etcd, Backend, Remote};
 use crate::cancel::{Cancel, Waiting};
 use crate::clock::{self, ProcessId};
 use crate::commit::GroupCommit;
@@ -33,7 +34,7 @@ use crate::values::admit;
 /// `Send + Sync`.
 #[derive(Clone)]
 pub struct Store {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Backend<Arc<Inner>, Remote>,
 }
 
 pub(crate) struct Inner {
@@ -71,7 +72,7 @@ pub(crate) struct Inner {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("path", &self.inner.path)
+            .field("path", &self.path())
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +90,9 @@ impl Store {
     /// commit or inside its own open), the open waits at most `options.busy_timeout` and then
     /// fails with [`Error::Timeout`], or with [`Error::Cancelled`] once `options.cancel` fires.
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
+        if let Some(text) = crate::backend::etcd_string(path.as_ref()) {
+            return crate::backend::open_etcd(text, options);
+        }
         let path = path.as_ref().to_path_buf();
         if options.max_value_len > MAX_VALUE_LEN_LIMIT {
             return Err(Error::invalid(format!(
@@ -186,13 +190,14 @@ impl Store {
             released: Condvar::new(),
         };
         Ok(Store {
-            inner: Arc::new(inner),
+            inner: Backend::Local(Arc::new(inner)),
         })
     }
 
     /// The store file.
     #[must_use]
     pub fn path(&self) -> &Path {
+        on_etcd!(self.inner, remote => remote.path());
         &self.inner.path
     }
 
@@ -200,6 +205,7 @@ impl Store {
     /// through now, or `None` when the store uses the file itself.
     #[must_use]
     pub fn server(&self) -> Option<u32> {
+        on_etcd!(self.inner, _remote => None);
         let shared = self.inner.shared.as_ref()?;
         if self.inner.serving {
             return None;
@@ -234,6 +240,7 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
+        on_etcd!(self.inner, remote => remote.acquire(name, ttl));
         self.acquire_inner(name, ttl, None, None, None)
     }
 
@@ -247,6 +254,7 @@ impl Store {
     /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire`], but
     /// never [`Error::Locked`].
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
+        on_etcd!(self.inner, remote => remote.acquire_wait(name, ttl, timeout, None));
         self.wait_for(name, Kind::Exclusive, ttl, Waiting::new(timeout, None))
     }
 
@@ -259,6 +267,7 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
+        on_etcd!(self.inner, remote => remote.acquire_wait(name, ttl, timeout, Some(cancel)));
         self.wait_for(
             name,
             Kind::Exclusive,
@@ -339,6 +348,7 @@ impl Store {
         key: &[u8],
         value: &[u8],
     ) -> Result<Holder> {
+        on_etcd!(self.inner, remote => remote.acquire_and_put(name, ttl, key, value));
         self.inner.check_value(value)?;
         check_key(key)?;
         self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None, None)
@@ -406,6 +416,7 @@ impl Store {
     /// (the write may still land if that process had taken it into its commit); and the
     /// storage errors of [`Store::acquire`].
     pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
+        on_etcd!(self.inner, remote => remote.put(key, value, token));
         check_key(key)?;
         self.inner.check_value(value)?;
         check_token(token)?;
@@ -419,6 +430,7 @@ impl Store {
     ///
     /// As [`Store::put`].
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
+        on_etcd!(self.inner, remote => remote.delete(key, token));
         check_key(key)?;
         check_token(token)?;
         self.submit_put(key, None, token)
@@ -445,12 +457,14 @@ impl Store {
     /// process stays paused in the middle of writing the file's header; [`Error::Io`] or
     /// [`Error::Corrupt`] from the file.
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+        on_etcd!(self.inner, remote => remote.get(key));
         check_key(key)?;
         self.inner.value_of(key)
     }
 
     /// The keys holding a value that start with `prefix`, in byte order.
     pub fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        on_etcd!(self.inner, remote => remote.keys(prefix));
         if prefix.len() > MAX_NAME_LEN {
             return Err(Error::invalid(format!(
                 "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
@@ -469,6 +483,7 @@ impl Store {
     /// [`Error::StaleToken`] when the resource accepted a higher token; otherwise as
     /// [`Store::put`].
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
+        on_etcd!(self.inner, remote => remote.fence(resource, token));
         check_name("fence resource", resource)?;
         check_token(token)?;
         // A token equal to the recorded one passes without a write.
@@ -489,12 +504,14 @@ impl Store {
 
     /// The highest token the external fence `resource` has accepted, if any.
     pub fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+        on_etcd!(self.inner, remote => remote.fence_token(resource));
         check_name("fence resource", resource)?;
         self.inner.fence_of(resource)
     }
 
     /// Every lock record with its state, in name order.
     pub fn locks(&self) -> Result<Vec<LockInfo>> {
+        on_etcd!(self.inner, remote => remote.locks());
         let records = self.inner.leases()?;
         let now = clock::now_ns();
         let mut locks = Vec::new();
@@ -507,6 +524,7 @@ impl Store {
     /// What the store records of the lock `name`, if anything: its latest grant. For a
     /// semaphore or shared lock, [`Store::lock_holders`] lists every grant.
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+        on_etcd!(self.inner, remote => remote.lock(name));
         Ok(self.lock_holders(name)?.into_iter().next())
     }
 
@@ -514,6 +532,7 @@ impl Store {
     /// lock; the permits of a semaphore or the shared holders of a lock, live or not yet
     /// cleared). Empty when the store records nothing of it.
     pub fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
+        on_etcd!(self.inner, remote => remote.lock(name).map(|lock| lock.into_iter().collect()));
         check_name("lock name", name)?;
         match self.inner.lease_of(name)? {
             Some(record) => self.inner.describe_record(name, &record, clock::now_ns()),
@@ -523,6 +542,7 @@ impl Store {
 
     /// Counts and settings of the store.
     pub fn info(&self) -> Result<StoreInfo> {
+        on_etcd!(self.inner, remote => remote.info());
         let counts = self.inner.counts()?;
         Ok(StoreInfo {
             file_size: fs::metadata(&self.inner.path)?.len(),
@@ -538,6 +558,7 @@ impl Store {
     /// Checks the store's own invariants: every record decodes, and no lease, value or fence
     /// carries a token above the counter. Returns the first violation as [`Error::Corrupt`].
     pub fn verify(&self) -> Result<()> {
+        on_etcd!(self.inner, remote => remote.verify());
         self.inner.verified()
     }
 }

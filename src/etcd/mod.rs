@@ -1,0 +1,747 @@
+//! The store on an etcd v3 cluster: the same [`Store`] and [`Holder`] as on a local file, on
+//! etcd's leases, revisions and transactions (`records.rs` lists the keys).
+//!
+//! - A grant is one transaction that finds the lock key absent and puts it with a new etcd
+//!   lease of the TTL; the token is that transaction's revision (the key's create revision):
+//!   strictly increasing across the cluster, never reused.
+//! - A fenced write is one transaction that compares the key's recorded token with the
+//!   writer's; a holder's write compares, in the same transaction, the lock key's create
+//!   revision with the holder's token. An acquire-and-put is the grant's transaction.
+//! - A waiting acquire watches the lock key for its delete; extend and keep-alive are etcd
+//!   keep-alives, and a keep-alive answered with TTL 0 tells the holder its lease is lost.
+//!
+//! Every call is refused or applied as a whole: the checks are compares of the transaction that
+//! writes. An answer lost with the connection leaves the outcome unknown, as on any network
+//! store: a retried write with the same token is safe, a retried grant takes a new token.
+
+mod lease;
+mod records;
+mod runtime;
+pub(crate) mod url;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+
+use crate::cancel::{Cancel, Waiting};
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::holder::Holder;
+use crate::info::{Fenced, LockInfo, LockState, StoreInfo};
+use crate::limits::{
+    check_granted, check_key, check_name, check_token, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT,
+};
+use crate::options::{Mode, Options};
+use crate::values::admit;
+use records::{
+    client_error, decode_fence, decode_value, encode_value, revision, token, LockRecord,
+};
+use runtime::block_for;
+
+pub(crate) use lease::EtcdLease;
+
+/// The shortest TTL etcd keeps as asked: with its default timing (100 ms heartbeat, 1 s
+/// election timeout) etcd raises every lease below 1.5 s, and TTLs are whole seconds.
+pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
+
+/// The schema an etcd store reports in [`StoreInfo::schema_version`].
+const SCHEMA: u64 = 1;
+
+/// An open etcd store.
+pub(crate) struct Remote {
+    text: PathBuf,
+    prefix: Vec<u8>,
+    client: Client,
+    read_only: bool,
+    max_value_len: usize,
+    /// Each call's limit, the store's busy timeout.
+    timeout: Duration,
+}
+
+/// A grant's transaction: granted with its token, or refused while `holder` holds the lock.
+enum Grant {
+    Granted {
+        token: u64,
+        lease: i64,
+        ttl: i64,
+    },
+    Refused {
+        holder: Option<KeyValue>,
+        revision: i64,
+    },
+}
+
+impl Remote {
+    /// Opens the etcd store named by `text` (`etcd://host:port,.../prefix`), checking that the
+    /// cluster answers within the busy timeout.
+    pub(crate) fn open(text: &str, options: &Options) -> Result<Arc<Remote>> {
+        let url = url::parse(text)?;
+        if options.mode == Mode::SingleProcess {
+            return Err(Error::invalid(
+                "single-process mode is for a local file; an etcd store is shared by every client",
+            ));
+        }
+        if options.max_value_len > MAX_VALUE_LEN_LIMIT {
+            return Err(Error::invalid(format!(
+                "max_value_len {} exceeds the limit of {MAX_VALUE_LEN_LIMIT} bytes",
+                options.max_value_len
+            )));
+        }
+        crate::cancel::check(options.cancel.as_ref())?;
+        let timeout = options.busy_timeout;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        let mut client = block_for(timeout, async {
+            Client::connect(&url.endpoints, Some(connect))
+                .await
+                .map_err(client_error)
+        })
+        .map_err(|err| unreachable(text, &err))?;
+        // A first read: an open that returns has reached the cluster.
+        let probe = url.prefix.clone();
+        block_for(timeout, async {
+            client
+                .get(probe, Some(GetOptions::new().with_count_only()))
+                .await
+                .map_err(client_error)
+        })
+        .map_err(|err| unreachable(text, &err))?;
+        Ok(Arc::new(Remote {
+            text: PathBuf::from(text),
+            prefix: url.prefix,
+            client,
+            read_only: options.read_only,
+            max_value_len: options.max_value_len,
+            timeout,
+        }))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.text
+    }
+
+    fn key(&self, kind: &str, name: &[u8]) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(kind.as_bytes());
+        key.push(b'/');
+        key.extend_from_slice(name);
+        key
+    }
+
+    fn lock_key(&self, name: &str) -> Vec<u8> {
+        self.key("lock", name.as_bytes())
+    }
+
+    fn last_key(&self) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.extend_from_slice(b"last");
+        key
+    }
+
+    fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Runs one etcd call within the busy timeout.
+    fn call<T: Send>(
+        &self,
+        f: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    ) -> Result<T> {
+        block_for(self.timeout, async { f.await.map_err(client_error) })
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(crate::db::read_only());
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<()> {
+        if value.len() > self.max_value_len {
+            return Err(Error::invalid(format!(
+                "value is {} bytes; the limit is {}",
+                value.len(),
+                self.max_value_len
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn acquire(self: &Arc<Self>, name: &str, ttl: Duration) -> Result<Holder> {
+        self.acquire_with(name, ttl, None)
+    }
+
+    pub(crate) fn acquire_and_put(
+        self: &Arc<Self>,
+        name: &str,
+        ttl: Duration,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Holder> {
+        self.check_value(value)?;
+        check_key(key)?;
+        self.acquire_with(name, ttl, Some((key, value)))
+    }
+
+    fn acquire_with(
+        self: &Arc<Self>,
+        name: &str,
+        ttl: Duration,
+        write: Option<(&[u8], &[u8])>,
+    ) -> Result<Holder> {
+        match self.grant(name, ttl, write)? {
+            Grant::Granted { token, lease, ttl } => Ok(self.holder(name, token, lease, ttl)),
+            Grant::Refused { holder, .. } => Err(self.locked(holder)),
+        }
+    }
+
+    pub(crate) fn acquire_wait(
+        self: &Arc<Self>,
+        name: &str,
+        ttl: Duration,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<Holder> {
+        let waiting = Waiting::new(timeout, cancel);
+        crate::cancel::check(cancel)?;
+        loop {
+            match self.grant(name, ttl, None)? {
+                Grant::Granted { token, lease, ttl } => {
+                    return Ok(self.holder(name, token, lease, ttl));
+                }
+                Grant::Refused { revision, .. } => {
+                    waiting.step()?;
+                    self.wait_deleted(name, revision + 1, waiting)?;
+                }
+            }
+        }
+    }
+
+    fn holder(self: &Arc<Self>, name: &str, token: u64, lease: i64, ttl: i64) -> Holder {
+        Holder::etcd(EtcdLease::new(
+            Arc::clone(self),
+            name.to_owned(),
+            token,
+            lease,
+            ttl,
+            // Counted from before the lease was asked for: never later than etcd's own expiry.
+            clock::now_ns(),
+        ))
+    }
+
+    /// Asks etcd for a lease of `ttl`, refusing TTLs that etcd would not keep as asked.
+    async fn new_lease(client: &mut Client, ttl: Duration) -> Result<(i64, i64)> {
+        let secs = etcd_ttl(ttl)?;
+        let granted = client.lease_grant(secs, None).await.map_err(client_error)?;
+        if granted.ttl() != secs {
+            let _ = client.lease_revoke(granted.id()).await;
+            return Err(Error::invalid(format!(
+                "etcd granted a {} s lease for a ttl of {secs} s (the cluster's minimum TTL is \
+                 higher); use a longer ttl",
+                granted.ttl()
+            )));
+        }
+        Ok((granted.id(), secs))
+    }
+
+    /// One grant attempt: a new lease, then one transaction that puts the lock key with it
+    /// only while the key is absent (and the acquire-and-put's value with the same token).
+    fn grant(&self, name: &str, ttl: Duration, write: Option<(&[u8], &[u8])>) -> Result<Grant> {
+        check_name("lock name", name)?;
+        etcd_ttl(ttl)?;
+        self.writable()?;
+        let lock_key = self.lock_key(name);
+        let record = LockRecord::now().encode();
+        let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
+        if let Some((key, value)) = write {
+            then.push(TxnOp::put(
+                self.key("value", key),
+                encode_value(None, Some(value)),
+                None,
+            ));
+        }
+        let mut client = self.client();
+        block_for(self.timeout, async move {
+            let (lease, secs) = Remote::new_lease(&mut client, ttl).await?;
+            then.push(TxnOp::put(
+                lock_key.clone(),
+                record,
+                Some(PutOptions::new().with_lease(lease)),
+            ));
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    lock_key.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(then)
+                .or_else([TxnOp::get(lock_key, None)]);
+            let response = match client.txn(txn).await {
+                Ok(response) => response,
+                Err(err) => {
+                    // The grant may have landed; its lease then ends at its TTL if not here.
+                    let _ = client.lease_revoke(lease).await;
+                    return Err(client_error(err));
+                }
+            };
+            let revision = header_revision(&response);
+            if response.succeeded() {
+                return Ok(Grant::Granted {
+                    token: token(revision),
+                    lease,
+                    ttl: secs,
+                });
+            }
+            let _ = client.lease_revoke(lease).await;
+            Ok(Grant::Refused {
+                holder: first_kv(&response.op_responses()),
+                revision,
+            })
+        })
+    }
+
+    /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
+    fn locked(&self, holder: Option<KeyValue>) -> Error {
+        let Some(kv) = holder else {
+            // Released between the compare and the read: nobody to name; the caller retries.
+            return Error::Locked {
+                token: 0,
+                pid: 0,
+                remaining: Duration::ZERO,
+            };
+        };
+        let pid = LockRecord::decode(&kv).map_or(0, |record| record.pid);
+        Error::Locked {
+            token: token(kv.create_revision()),
+            pid,
+            remaining: self.remaining(kv.lease()).unwrap_or(Duration::ZERO),
+        }
+    }
+
+    /// Time left on the etcd lease `lease`.
+    fn remaining(&self, lease: i64) -> Result<Duration> {
+        let mut client = self.client();
+        let ttl = self.call(async move { client.lease_time_to_live(lease, None).await })?;
+        Ok(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
+    }
+
+    /// Waits until the lock `name` is deleted at or after revision `from`: released, or its
+    /// lease ended.
+    fn wait_deleted(&self, name: &str, from: i64, waiting: Waiting<'_>) -> Result<()> {
+        let key = self.lock_key(name);
+        let mut client = self.client();
+        runtime::block(async move {
+            let options = WatchOptions::new()
+                .with_start_revision(from)
+                .with_filters([WatchFilterType::NoPut]);
+            let mut stream = client
+                .watch(key, Some(options))
+                .await
+                .map_err(client_error)?;
+            loop {
+                tokio::select! {
+                    message = stream.message() => {
+                        let Some(response) = message.map_err(client_error)? else {
+                            return Ok(());
+                        };
+                        // A compacted start revision cancels the watch: try the grant again.
+                        if response.canceled()
+                            || response.events().iter().any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return Ok(());
+                        }
+                    }
+                    () = tokio::time::sleep(crate::cancel::POLL) => waiting.step()?,
+                }
+            }
+        })?
+    }
+
+    pub(crate) fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
+        check_key(key)?;
+        self.check_value(value)?;
+        check_token(token)?;
+        self.fenced_write(key, Some(value), token).map(|_| ())
+    }
+
+    pub(crate) fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
+        check_key(key)?;
+        check_token(token)?;
+        self.fenced_write(key, None, token)
+    }
+
+    /// A write fenced by `token` alone, which must not be above the store's last grant.
+    fn fenced_write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+        self.writable()?;
+        let last = self.last_key();
+        let granted = Compare::mod_revision(last.clone(), CompareOp::Greater, revision(token) - 1);
+        let txn = Txn::new()
+            .when([granted])
+            .and_then([TxnOp::txn(self.value_txn(key, value, token))])
+            .or_else([TxnOp::get(last, None)]);
+        let mut client = self.client();
+        let response = self.call(async move { client.txn(txn).await })?;
+        let ops = response.op_responses();
+        if !response.succeeded() {
+            let highest = first_kv(&ops).map_or(0, |kv| records::token(kv.mod_revision()));
+            check_granted(token, highest)?;
+            return Err(Error::Storage(format!(
+                "etcd refused token {token} below the last grant {highest}"
+            )));
+        }
+        value_outcome(nested(&ops)?, token)
+    }
+
+    /// The transaction that writes `key` with `token` unless its record has a higher one:
+    /// absent, or its token is below `token + 1`, or the record's token is its own revision
+    /// (an acquire-and-put's) and that is below `token + 1`. Otherwise it reads the record.
+    fn value_txn(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Txn {
+        let key = self.key("value", key);
+        let record = encode_value(Some(token), value);
+        let put = || {
+            TxnOp::put(
+                key.clone(),
+                record.clone(),
+                Some(PutOptions::new().with_prev_key()),
+            )
+        };
+        let next = token.saturating_add(1).to_be_bytes().to_vec();
+        let same_revision = Txn::new()
+            .when([
+                Compare::value(
+                    key.clone(),
+                    CompareOp::Greater,
+                    (u64::MAX - 1).to_be_bytes().to_vec(),
+                ),
+                Compare::mod_revision(
+                    key.clone(),
+                    CompareOp::Less,
+                    revision(token).saturating_add(1),
+                ),
+            ])
+            .and_then([put()])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let lower = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Less, next)])
+            .and_then([put()])
+            .or_else([TxnOp::txn(same_revision)]);
+        Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([put()])
+            .or_else([TxnOp::txn(lower)])
+    }
+
+    /// A holder's write: `value_txn`, only while the lock key's create revision is `token`.
+    pub(crate) fn holder_write(
+        &self,
+        name: &str,
+        token: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<bool> {
+        check_key(key)?;
+        if let Some(value) = value {
+            self.check_value(value)?;
+        }
+        self.writable()?;
+        let lock_key = self.lock_key(name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                lock_key.clone(),
+                CompareOp::Equal,
+                revision(token),
+            )])
+            .and_then([TxnOp::txn(self.value_txn(key, value, token))])
+            .or_else([TxnOp::get(lock_key, None)]);
+        let mut client = self.client();
+        let response = self.call(async move { client.txn(txn).await })?;
+        let ops = response.op_responses();
+        if !response.succeeded() {
+            return Err(lost(token, first_kv(&ops).as_ref()));
+        }
+        value_outcome(nested(&ops)?, token)
+    }
+
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+        check_key(key)?;
+        let key = self.key("value", key);
+        let mut client = self.client();
+        let response = self.call(async move { client.get(key, None).await })?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let (token, value) = decode_value(kv)?;
+        Ok(value.map(|value| Fenced {
+            value: value.to_vec(),
+            token,
+        }))
+    }
+
+    pub(crate) fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if prefix.len() > MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
+                prefix.len()
+            )));
+        }
+        let strip = self.key("value", b"").len();
+        let mut keys = Vec::new();
+        for kv in self.range(self.key("value", prefix))? {
+            if decode_value(&kv)?.1.is_some() {
+                keys.push(kv.key()[strip..].to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Every key starting with `prefix`, in byte order.
+    fn range(&self, prefix: Vec<u8>) -> Result<Vec<KeyValue>> {
+        let mut client = self.client();
+        let mut response = self.call(async move {
+            let options = GetOptions::new().with_prefix();
+            client.get(prefix, Some(options)).await
+        })?;
+        Ok(response.take_kvs())
+    }
+
+    pub(crate) fn fence(&self, resource: &str, token: u64) -> Result<()> {
+        check_name("fence resource", resource)?;
+        check_token(token)?;
+        self.writable()?;
+        let key = self.key("fence", resource.as_bytes());
+        let record = token.to_be_bytes().to_vec();
+        let put = || TxnOp::put(key.clone(), record.clone(), None);
+        // Written only when higher than the record: an equal token passes without a write.
+        let higher = Txn::new()
+            .when([Compare::value(key.clone(), CompareOp::Less, record.clone())])
+            .and_then([put()])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let fenced = Txn::new()
+            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+            .and_then([put()])
+            .or_else([TxnOp::txn(higher)]);
+        let last = self.last_key();
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                last.clone(),
+                CompareOp::Greater,
+                revision(token) - 1,
+            )])
+            .and_then([TxnOp::txn(fenced)])
+            .or_else([TxnOp::get(last, None)]);
+        let mut client = self.client();
+        let response = self.call(async move { client.txn(txn).await })?;
+        let ops = response.op_responses();
+        if !response.succeeded() {
+            let highest = first_kv(&ops).map_or(0, |kv| records::token(kv.mod_revision()));
+            check_granted(token, highest)?;
+            return Err(Error::Storage(format!(
+                "etcd refused token {token} below the last grant {highest}"
+            )));
+        }
+        match nested(&ops)? {
+            Outcome::Written(_) => Ok(()),
+            Outcome::Refused(kv) => admit(token, Some(decode_fence(&kv)?)),
+        }
+    }
+
+    pub(crate) fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+        check_name("fence resource", resource)?;
+        let key = self.key("fence", resource.as_bytes());
+        let mut client = self.client();
+        let response = self.call(async move { client.get(key, None).await })?;
+        response.kvs().first().map(decode_fence).transpose()
+    }
+
+    pub(crate) fn locks(&self) -> Result<Vec<LockInfo>> {
+        let strip = self.key("lock", b"").len();
+        self.range(self.key("lock", b""))?
+            .iter()
+            .map(|kv| {
+                let name = String::from_utf8_lossy(&kv.key()[strip..]).into_owned();
+                self.describe(name, kv)
+            })
+            .collect()
+    }
+
+    pub(crate) fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+        check_name("lock name", name)?;
+        let key = self.lock_key(name);
+        let mut client = self.client();
+        let response = self.call(async move { client.get(key, None).await })?;
+        response
+            .kvs()
+            .first()
+            .map(|kv| self.describe(name.to_owned(), kv))
+            .transpose()
+    }
+
+    /// A lock key as [`LockInfo`]: etcd keeps a lock's key only while its lease lives, so
+    /// every record is held, or expired in the moment before etcd deletes it.
+    fn describe(&self, name: String, kv: &KeyValue) -> Result<LockInfo> {
+        let record = LockRecord::decode(kv)?;
+        let remaining = self.remaining(kv.lease())?;
+        let now = SystemTime::now();
+        Ok(LockInfo {
+            name,
+            token: token(kv.create_revision()),
+            pid: record.pid,
+            granted_at: UNIX_EPOCH + Duration::from_nanos(record.granted_unix_ns),
+            expires_at: now + remaining,
+            remaining,
+            state: if remaining.is_zero() {
+                LockState::Expired
+            } else {
+                LockState::Held
+            },
+        })
+    }
+
+    pub(crate) fn info(&self) -> Result<StoreInfo> {
+        let mut client = self.client();
+        let status = self.call(async move { client.status().await })?;
+        let mut client = self.client();
+        let last = self.last_key();
+        let last = self.call(async move { client.get(last, None).await })?;
+        let mut keys = 0;
+        for kv in self.range(self.key("value", b""))? {
+            if decode_value(&kv)?.1.is_some() {
+                keys += 1;
+            }
+        }
+        Ok(StoreInfo {
+            path: self.text.clone(),
+            file_size: u64::try_from(status.db_size()).unwrap_or(0),
+            schema_version: SCHEMA,
+            last_token: last.kvs().first().map_or(0, |kv| token(kv.mod_revision())),
+            lock_records: self.range(self.key("lock", b""))?.len() as u64,
+            keys,
+            fences: self.range(self.key("fence", b""))?.len() as u64,
+        })
+    }
+
+    pub(crate) fn verify(&self) -> Result<()> {
+        let last = self.info()?.last_token;
+        let above = |what: &str, kv: &KeyValue, token: u64| {
+            Error::Corrupt(format!(
+                "{what} {:?} carries token {token} above the last grant {last}",
+                String::from_utf8_lossy(kv.key())
+            ))
+        };
+        for kv in self.range(self.key("lock", b""))? {
+            LockRecord::decode(&kv)?;
+            if token(kv.create_revision()) > last {
+                return Err(above("lock", &kv, token(kv.create_revision())));
+            }
+        }
+        for kv in self.range(self.key("value", b""))? {
+            let (token, _) = decode_value(&kv)?;
+            if token > last || token == 0 {
+                return Err(above("key", &kv, token));
+            }
+        }
+        for kv in self.range(self.key("fence", b""))? {
+            let token = decode_fence(&kv)?;
+            if token > last || token == 0 {
+                return Err(above("fence", &kv, token));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The lease TTL of `ttl` in etcd's whole seconds; TTLs etcd cannot keep as asked are refused.
+pub(crate) fn etcd_ttl(ttl: Duration) -> Result<i64> {
+    if ttl < ETCD_MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is outside {ETCD_MIN_TTL:?} to {MAX_TTL:?}: etcd leases have a minimum TTL"
+        )));
+    }
+    if ttl.subsec_nanos() != 0 {
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is not a whole number of seconds, as etcd leases are"
+        )));
+    }
+    Ok(i64::try_from(ttl.as_secs()).expect("at most MAX_TTL"))
+}
+
+fn unreachable(text: &str, err: &Error) -> Error {
+    match err {
+        Error::Timeout => Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{text}: no etcd endpoint answered within the busy timeout"),
+        )),
+        other => Error::Io(std::io::Error::other(format!("{text}: {other}"))),
+    }
+}
+
+fn header_revision(response: &TxnResponse) -> i64 {
+    response
+        .header()
+        .map_or(0, etcd_client::ResponseHeader::revision)
+}
+
+/// The first key-value pair a transaction's branch read.
+fn first_kv(ops: &[TxnOpResponse]) -> Option<KeyValue> {
+    ops.iter().find_map(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+        _ => None,
+    })
+}
+
+/// How a chain of nested fenced-write transactions ended.
+enum Outcome {
+    /// Written; the record it replaced, if any.
+    Written(Option<KeyValue>),
+    /// Refused; the record with the higher token.
+    Refused(KeyValue),
+}
+
+/// Follows the nested transactions of `ops` to the branch that ran.
+fn nested(ops: &[TxnOpResponse]) -> Result<Outcome> {
+    for op in ops {
+        match op {
+            TxnOpResponse::Txn(txn) => return nested(&txn.op_responses()),
+            TxnOpResponse::Put(put) => return Ok(Outcome::Written(put.prev_key().cloned())),
+            TxnOpResponse::Get(get) => {
+                if let Some(kv) = get.kvs().first() {
+                    return Ok(Outcome::Refused(kv.clone()));
+                }
+            }
+            TxnOpResponse::Delete(_) => {}
+        }
+    }
+    Err(Error::Storage(
+        "etcd answered a fenced write without its outcome".into(),
+    ))
+}
+
+/// A fenced value write's result: whether the key held a value, or the refusal.
+fn value_outcome(outcome: Outcome, token: u64) -> Result<bool> {
+    match outcome {
+        Outcome::Written(None) => Ok(false),
+        Outcome::Written(Some(previous)) => Ok(decode_value(&previous)?.1.is_some()),
+        Outcome::Refused(kv) => {
+            let (highest, _) = decode_value(&kv)?;
+            admit(token, Some(highest))?;
+            Err(Error::Storage(format!(
+                "etcd refused token {token} for a record of token {highest}"
+            )))
+        }
+    }
+}
+
+fn lost(token: u64, now: Option<&KeyValue>) -> Error {
+    Error::LockLost {
+        token,
+        current: now.map(|kv| records::token(kv.create_revision())),
+    }
+}

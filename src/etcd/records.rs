@@ -1,0 +1,121 @@
+//! What fencelock keeps in etcd, under the store's prefix `P/`:
+//!
+//! - `P/lock/<name>`: a lock held now, put with the holder's etcd lease (etcd deletes it when
+//!   the lease ends). Its create revision is the grant's token. Value: [`LockRecord`].
+//! - `P/last`: rewritten by every grant, so its mod revision is the highest token granted.
+//! - `P/value/<key>`: a fenced value. Value: the token as 8 big-endian bytes, then 1 and the
+//!   value, or 0 for a delete (the key keeps the delete's token). Big-endian, so that etcd's
+//!   byte-wise value compare orders tokens. [`SAME_REVISION`] in place of the token means "the
+//!   token is this write's own revision": the write of an acquire-and-put, whose token is not
+//!   known before its transaction commits.
+//! - `P/fence/<resource>`: the highest token an external fence accepted, 8 big-endian bytes.
+
+use etcd_client::KeyValue;
+
+use crate::error::{Error, Result};
+
+pub(crate) const SAME_REVISION: [u8; 8] = [0xFF; 8];
+
+/// A revision of etcd as a token: revisions start at 1 and never go back.
+pub(crate) fn token(revision: i64) -> u64 {
+    u64::try_from(revision).unwrap_or(0)
+}
+
+/// A token as a revision; tokens above `i64::MAX` are never granted.
+pub(crate) fn revision(token: u64) -> i64 {
+    i64::try_from(token).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn encode_value(token: Option<u64>, value: Option<&[u8]>) -> Vec<u8> {
+    let mut record = Vec::with_capacity(9 + value.map_or(0, <[u8]>::len));
+    record.extend_from_slice(&token.map_or(SAME_REVISION, u64::to_be_bytes));
+    match value {
+        Some(value) => {
+            record.push(1);
+            record.extend_from_slice(value);
+        }
+        None => record.push(0),
+    }
+    record
+}
+
+/// The token of a fenced value's record and its value, `None` after a delete.
+pub(crate) fn decode_value(kv: &KeyValue) -> Result<(u64, Option<&[u8]>)> {
+    let record = kv.value();
+    if record.len() < 9 {
+        return Err(corrupt(kv, "a fenced value record"));
+    }
+    let token = if record[..8] == SAME_REVISION {
+        token(kv.mod_revision())
+    } else {
+        u64::from_be_bytes(record[..8].try_into().expect("8 bytes"))
+    };
+    match record[8] {
+        0 => Ok((token, None)),
+        1 => Ok((token, Some(&record[9..]))),
+        _ => Err(corrupt(kv, "a fenced value record")),
+    }
+}
+
+pub(crate) fn decode_fence(kv: &KeyValue) -> Result<u64> {
+    kv.value()
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| corrupt(kv, "a fence record"))
+}
+
+/// Who holds a lock: the process id and the wall-clock time of the grant.
+pub(crate) struct LockRecord {
+    pub(crate) pid: u32,
+    pub(crate) granted_unix_ns: u64,
+}
+
+impl LockRecord {
+    pub(crate) fn now() -> LockRecord {
+        LockRecord {
+            pid: std::process::id(),
+            granted_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut record = self.pid.to_le_bytes().to_vec();
+        record.extend_from_slice(&self.granted_unix_ns.to_le_bytes());
+        record
+    }
+
+    pub(crate) fn decode(kv: &KeyValue) -> Result<LockRecord> {
+        let record = kv.value();
+        if record.len() != 12 {
+            return Err(corrupt(kv, "a lock record"));
+        }
+        Ok(LockRecord {
+            pid: u32::from_le_bytes(record[..4].try_into().expect("4 bytes")),
+            granted_unix_ns: u64::from_le_bytes(record[4..].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+fn corrupt(kv: &KeyValue, what: &str) -> Error {
+    Error::Corrupt(format!(
+        "etcd key {:?} does not hold {what}",
+        String::from_utf8_lossy(kv.key())
+    ))
+}
+
+/// An error of the etcd client: deadlines are [`Error::Timeout`], an unreachable cluster
+/// [`Error::Io`], the rest [`Error::Storage`].
+pub(crate) fn client_error(err: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    match err {
+        E::GRpcStatus(status) if status.code() == tonic::Code::DeadlineExceeded => Error::Timeout,
+        E::GRpcStatus(status) if status.code() == tonic::Code::Unavailable => Error::Io(
+            std::io::Error::other(format!("etcd unavailable: {}", status.message())),
+        ),
+        E::TransportError(err) => Error::Io(std::io::Error::other(format!("etcd: {err}"))),
+        E::IoError(err) => Error::Io(err),
+        other => Error::Storage(format!("etcd: {other}")),
+    }
+}

@@ -1,0 +1,97 @@
+//! The etcd store string: `etcd://host:port[,host:port...][/prefix]`.
+
+use crate::error::{Error, Result};
+
+/// The scheme that names an etcd store instead of a file.
+pub(crate) use crate::backend::ETCD_SCHEME as SCHEME;
+
+/// The prefix of keys when the string names none.
+const DEFAULT_PREFIX: &str = "fencelock";
+
+/// A parsed store string: the endpoints to dial and the key prefix, ending in `/`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Url {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) prefix: Vec<u8>,
+}
+
+/// Parses `etcd://host:port,host:port/prefix`; every fault is [`Error::InvalidArgument`].
+pub(crate) fn parse(text: &str) -> Result<Url> {
+    let bad = |why: String| Error::invalid(format!("{text}: {why}"));
+    let rest = text
+        .strip_prefix(SCHEME)
+        .ok_or_else(|| bad(format!("an etcd store string starts with {SCHEME}")))?;
+    let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if hosts.is_empty() {
+        return Err(bad(
+            "no endpoint: write etcd://host:port[,host:port...]/prefix".into(),
+        ));
+    }
+    let mut endpoints = Vec::new();
+    for endpoint in hosts.split(',') {
+        let (host, port) = endpoint
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("endpoint {endpoint:?} has no :port")))?;
+        if host.is_empty() {
+            return Err(bad(format!("endpoint {endpoint:?} has no host")));
+        }
+        match port.parse::<u16>() {
+            Ok(port) if port > 0 => endpoints.push(format!("http://{host}:{port}")),
+            _ => {
+                return Err(bad(format!(
+                    "endpoint {endpoint:?} has a bad port {port:?}"
+                )))
+            }
+        }
+    }
+    let prefix = prefix.trim_end_matches('/');
+    if prefix.contains('\0') {
+        return Err(bad("the prefix contains a NUL byte".into()));
+    }
+    let prefix = if prefix.is_empty() {
+        DEFAULT_PREFIX
+    } else {
+        prefix
+    };
+    Ok(Url {
+        endpoints,
+        prefix: format!("{prefix}/").into_bytes(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_prefix() {
+        let url = parse("etcd://127.0.0.1:2379,localhost:22379/myapp").unwrap();
+        assert_eq!(
+            url.endpoints,
+            ["http://127.0.0.1:2379", "http://localhost:22379"]
+        );
+        assert_eq!(url.prefix, b"myapp/");
+        assert_eq!(parse("etcd://h:1").unwrap().prefix, b"fencelock/");
+        assert_eq!(parse("etcd://h:1/a/b/").unwrap().prefix, b"a/b/");
+    }
+
+    #[test]
+    fn bad_strings_are_invalid_arguments() {
+        for text in [
+            "etcd://",
+            "etcd:///prefix",
+            "etcd://host/prefix",
+            "etcd://host:0/p",
+            "etcd://host:99999/p",
+            "etcd://host:x/p",
+            "etcd://:2379/p",
+            "etcd://h:1,/p",
+            "etcd://h:1/a\0b",
+        ] {
+            assert!(
+                matches!(parse(text), Err(Error::InvalidArgument(_))),
+                "{text:?} was accepted"
+            );
+        }
+    }
+}
