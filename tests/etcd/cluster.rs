@@ -1,0 +1,224 @@
+//! An etcd cluster of this test's own: `etcd` processes on free loopback ports with data in a
+//! temporary directory, killed when the cluster drops. The binary is `$FENCELOCK_ETCD` or
+//! `etcd` on the PATH; without it the test fails and says how to install it.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock::{Options, Store};
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    peer_port: u16,
+    dir: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct Cluster {
+    pub members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn binary() -> String {
+    std::env::var("FENCELOCK_ETCD").unwrap_or_else(|_| "etcd".into())
+}
+
+impl Cluster {
+    /// One node.
+    pub fn single() -> Cluster {
+        Cluster::start(1)
+    }
+
+    /// `size` members on loopback, answering once the cluster has a leader.
+    pub fn start(size: usize) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                dir: dir.path().join(format!("m{i}.etcd")),
+                log: dir.path().join(format!("m{i}.log")),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster { members, _dir: dir };
+        for i in 0..size {
+            cluster.members[i].spawn(&initial);
+        }
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// The store string of the whole cluster with key prefix `prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        let endpoints = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        format!("etcd://{endpoints}/{prefix}")
+    }
+
+    pub fn open(&self, prefix: &str) -> Store {
+        Store::open(self.url(prefix)).expect("open the etcd store")
+    }
+
+    fn wait_ready(&mut self) {
+        let start = Instant::now();
+        let options = Options {
+            busy_timeout: Duration::from_secs(2),
+            ..Options::default()
+        };
+        loop {
+            let opened = Store::open_with(self.url("ready"), &options)
+                .and_then(|store| store.acquire("ready", Duration::from_secs(2)).map(drop));
+            match opened {
+                Ok(()) => return,
+                Err(err) if start.elapsed() > Duration::from_secs(60) => {
+                    panic!("etcd did not answer within 60 s: {err}\n{}", self.logs())
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+            for member in &mut self.members {
+                if let Some(status) = member
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
+                {
+                    panic!(
+                        "etcd {} exited with {status}\n{}",
+                        member.name,
+                        member.tail()
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(Member::tail)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Member {
+    fn spawn(&mut self, initial: &str) {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(&self.log).expect("etcd log file");
+        let child = Command::new(binary())
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args([
+                "--initial-cluster",
+                initial,
+                "--initial-cluster-state",
+                "new",
+            ])
+            .args(["--initial-cluster-token", "fencelock-test"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn();
+        match child {
+            Ok(child) => self.child = Some(child),
+            Err(err) => panic!(
+                "cannot start `{}` ({err}): these tests need etcd; install it with \
+                 `apt-get install etcd-server` or set FENCELOCK_ETCD to the binary",
+                binary()
+            ),
+        }
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: a signal to our own child, which we have not reaped.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
+    /// SIGKILLs the member and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed member again with its data.
+    pub fn restart(&mut self, initial: &str) {
+        self.kill();
+        self.spawn(initial);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        format!(
+            "--- {} ---\n{}",
+            self.name,
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        )
+    }
+}
+
+impl Cluster {
+    pub fn initial(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            member.signal(libc::SIGCONT);
+            member.kill();
+        }
+    }
+}
