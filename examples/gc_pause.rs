@@ -6,6 +6,9 @@
 //! shows A's late write overwriting B's.
 //!
 //! Run it with `cargo run --example gc_pause`. It exits non-zero if fencing did not hold.
+//! `-- --db etcd://127.0.0.1:2379/demo` runs the fenced steps on an etcd cluster instead of a
+//! file in a temporary directory (built with `--features etcd`; the lease is then etcd's
+//! shortest, 2 s).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -17,13 +20,25 @@ use fencelock::{Error, Store};
 const LOCK: &str = "payment-export";
 const KEY: &[u8] = b"payments/today.csv";
 const TTL: Duration = Duration::from_millis(800);
+/// etcd leases are whole seconds, at least 2.
+const ETCD_TTL: Duration = Duration::from_secs(2);
+
+fn ttl(db: &str) -> Duration {
+    if db.starts_with("etcd://") {
+        ETCD_TTL
+    } else {
+        TTL
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
         Some("process-a") => process_a(&args[2], &args[3], &args[4]),
         Some("process-b") => process_b(&args[2], &args[3], &args[4]),
-        _ => demo(),
+        Some("--db") if args.len() == 3 => demo(Some(&args[2])),
+        None => demo(None),
+        _ => Err("usage: gc_pause [--db PATH|etcd://HOST:PORT/PREFIX]".into()),
     };
     if let Err(err) = result {
         eprintln!("gc_pause: {err}");
@@ -36,7 +51,7 @@ type Outcome = Result<(), Box<dyn std::error::Error>>;
 /// Process A: acquires, reports its token, waits (it is paused meanwhile), then writes late.
 fn process_a(db: &str, mode: &str, plain_file: &str) -> Outcome {
     let store = Store::open(db)?;
-    let holder = store.acquire(LOCK, TTL)?;
+    let holder = store.acquire(LOCK, ttl(db))?;
     println!("token {}", holder.token());
     std::io::stdout().flush()?;
     let mut line = String::new();
@@ -126,16 +141,21 @@ impl Process {
 }
 
 /// Runs the seven steps once; returns A's verdict and what the data holds at the end.
-fn run(dir: &Path, mode: &str) -> Result<(String, String), Box<dyn std::error::Error>> {
-    let db = dir.join(format!("{mode}.db"));
+fn run(
+    dir: &Path,
+    db: Option<&str>,
+    mode: &str,
+) -> Result<(String, String), Box<dyn std::error::Error>> {
+    let db = db.map_or_else(|| dir.join(format!("{mode}.db")), Into::into);
+    let ttl = ttl(&db.to_string_lossy());
     let plain_file = dir.join("today.csv");
     let mut a = Process::start("process-a", &db, mode, &plain_file)?;
     let n = a.token()?;
     println!("1. A (pid {}) acquires {LOCK:?}: token {n}", a.child.id());
     a.signal(libc::SIGSTOP);
     println!("2. A is paused (SIGSTOP), as by a long GC pause");
-    std::thread::sleep(TTL + Duration::from_millis(200));
-    println!("3. A's lease of {} ms has expired", TTL.as_millis());
+    std::thread::sleep(ttl + Duration::from_millis(200));
+    println!("3. A's lease of {} ms has expired", ttl.as_millis());
     let mut b = Process::start("process-b", &db, mode, &plain_file)?;
     let b_token = b.token()?;
     b.child.wait()?;
@@ -179,14 +199,15 @@ fn run(dir: &Path, mode: &str) -> Result<(String, String), Box<dyn std::error::E
     Ok((verdict, data))
 }
 
-fn demo() -> Outcome {
+fn demo(db: Option<&str>) -> Outcome {
     let dir = tempfile_dir()?;
-    println!("== With fencing (store in {}) ==", dir.display());
-    let (verdict, data) = run(&dir, "fenced")?;
+    let shown = db.map_or_else(|| dir.display().to_string(), str::to_owned);
+    println!("== With fencing (store in {shown}) ==");
+    let (verdict, data) = run(&dir, db, "fenced")?;
     let fenced_ok = verdict.starts_with("refused") && data == "B's fresh export";
     println!();
     println!("== Without fencing: the same steps writing a plain file ==");
-    let (_, data) = run(&dir, "unfenced")?;
+    let (_, data) = run(&dir, None, "unfenced")?;
     if data == "A's stale export" {
         println!("   A's late write overwrote B's fresh data: the lease alone did not protect it.");
     }

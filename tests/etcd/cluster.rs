@@ -2,6 +2,8 @@
 //! temporary directory, killed when the cluster drops. The binary is `$FENCELOCK_ETCD` or
 //! `etcd` on the PATH; without it the test fails and says how to install it.
 
+#![allow(dead_code)] // each test target uses part of it
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -68,7 +68,9 @@ pub fn open_store(
     busy_timeout: Duration,
     cancel: Option<Cancel>,
 ) -> Result<Store, Failure> {
-    if !create && !path.exists() {
+    // An etcd store (`etcd://...`) is no file: etcd answers whether it exists.
+    let file = !path.to_str().is_some_and(|p| p.starts_with("etcd://"));
+    if file && !create && !path.exists() {
         return Err(Failure::new(
             exit::DATABASE,
             format!(

@@ -190,7 +190,8 @@ Example:
 #[derive(Parser, Debug)]
 #[command(name = "fencelock", version, after_help = top_after_help())]
 struct Cli {
-    /// The store file [default: $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
+    /// The store file, or an etcd cluster as etcd://HOST:PORT[,HOST:PORT...]/PREFIX in a build
+    /// with etcd support [default: $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
     /// ~/.local/state/fencelock/locks.db]
     #[arg(long, global = true, value_name = "PATH")]
     db: Option<PathBuf>,
