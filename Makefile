@@ -1,6 +1,8 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
-#   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs
+#   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs,
+#                and the etcd backend's on etcd nodes of their own (FEATURES= leaves etcd out)
+#   make test-etcd-cluster   only the three-node etcd cluster with members killed and stopped
 #   make crash   the long run of the power-loss crash images
 #   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
 #                                    DESTDIR too); make uninstall with the same variables
@@ -10,21 +12,27 @@ FUZZ_SECONDS ?= 45
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+# Cargo features of the library the C, Python and Go tests use: the etcd backend by default
+# (it needs protoc to build and etcd-server to test). FEATURES= tests the lean library.
+FEATURES ?= etcd
+CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
+WITH_ETCD := $(if $(findstring etcd,$(FEATURES)),sh scripts/with-etcd.sh)
 
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: cli demo test test-rust test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: cli demo test test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
-test: lint test-rust test-c test-python test-go test-packaging test-torture test-fuzz
+test: lint test-rust test-etcd test-c test-python test-go test-packaging test-torture test-fuzz
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --all-targets --features cli -- -D warnings
+	$(CARGO) clippy --all-targets --features cli,etcd -- -D warnings
 
 # The command-line tool is the `cli` feature (off by default, so that a crate depending on
 # fencelock gets only the library); its tests need it.
@@ -32,20 +40,32 @@ test-rust:
 	$(CARGO) test --features cli
 	$(CARGO) run --quiet --example gc_pause
 
-release:
-	$(CARGO) build --release --lib
+# The etcd backend (cargo feature etcd): its unit tests, the rules, bad input and the walkthrough
+# on etcd nodes the tests start, the three-node cluster under kills and stops (about 25 s), the
+# command-line tool, and the GC-pause example on a node of scripts/with-etcd.sh.
+test-etcd:
+	$(CARGO) test --features cli,etcd --lib --test etcd --test cli_etcd
+	sh scripts/with-etcd.sh sh -c '$(CARGO) run --quiet --features etcd --example gc_pause -- --db "$$FENCELOCK_ETCD_URL"'
 
+test-etcd-cluster:
+	$(CARGO) test --features etcd --test etcd -- failures::
+
+release:
+	$(CARGO) build --release --lib $(CARGO_FEATURES)
+
+# With the library's features, so that the library and the tool build once.
 cli:
-	$(CARGO) build --release --features cli --bin fencelock
+	$(CARGO) build --release --features "cli $(FEATURES)" --bin fencelock
 
 test-c: release cli
-	$(MAKE) -C tests/c test
+	$(MAKE) -C tests/c test FENCELOCK_FEATURES=$(FEATURES)
+	$(if $(WITH_ETCD),$(MAKE) -C tests/c test-etcd FENCELOCK_FEATURES=$(FEATURES))
 
 test-python: release cli
-	bash bindings/python/run_tests.sh
+	FENCELOCK_FEATURES=$(FEATURES) $(WITH_ETCD) bash bindings/python/run_tests.sh
 
 test-go: cli
-	bash bindings/go/run_tests.sh
+	FENCELOCK_FEATURES=$(FEATURES) $(WITH_ETCD) bash bindings/go/run_tests.sh
 
 # What a user of each ecosystem does, in a temporary directory outside the repository
 # (each script in tests/packaging/ says what it checks).

@@ -4,6 +4,7 @@ Building the package runs `cargo build --profile dist --lib` (the release build,
 the crate's root: `rust/` inside an sdist, else the repository root two levels above this file,
 or $FENCELOCK_SOURCE_DIR. The target directory comes from `cargo metadata` (so CARGO_TARGET_DIR
 and .cargo/config are honoured); libfencelock.so is copied next to the package's modules.
+$FENCELOCK_FEATURES adds cargo features: FENCELOCK_FEATURES=etcd builds the etcd backend.
 
 The wheel is tagged py3-none-<platform>: it carries native code but no Python extension, so any
 Python 3 fits. With FENCELOCK_GLIBC=2.17 (say) the library is linked against that glibc version
@@ -35,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 LIBRARY = "libfencelock.so"
 SOURCE_ENV = "FENCELOCK_SOURCE_DIR"
 GLIBC_ENV = "FENCELOCK_GLIBC"
+FEATURES_ENV = "FENCELOCK_FEATURES"
 PROFILE = "dist"  # Cargo.toml: the release build without debug information, stripped
 SDIST_CRATE = "rust"  # where an sdist carries the crate
 
@@ -91,11 +93,17 @@ def target_directory(root: Path) -> Path:
     return Path(metadata(root)["target_directory"])
 
 
+def feature_args() -> list[str]:
+    """Cargo features of the library from $FENCELOCK_FEATURES, e.g. ``etcd``."""
+    features = os.environ.get(FEATURES_ENV, "").strip()
+    return ["--features", features] if features else []
+
+
 def build_library() -> Path:
     root = repo_root()
     glibc = glibc_target()
     if glibc is None:
-        cargo(root, "build", "--profile", PROFILE, "--lib")
+        cargo(root, "build", "--profile", PROFILE, "--lib", *feature_args())
         built = target_directory(root) / PROFILE / LIBRARY
     else:
         version, arch = glibc
@@ -105,7 +113,16 @@ def build_library() -> Path:
                 f"PATH: pip install ziglang cargo-zigbuild"
             )
         triple = f"{arch}-unknown-linux-gnu"
-        cargo(root, "zigbuild", "--profile", PROFILE, "--lib", "--target", f"{triple}.{version}")
+        cargo(
+            root,
+            "zigbuild",
+            "--profile",
+            PROFILE,
+            "--lib",
+            "--target",
+            f"{triple}.{version}",
+            *feature_args(),
+        )
         built = target_directory(root) / triple / PROFILE / LIBRARY
     if not built.is_file():
         raise SystemExit(f"fencelock: cargo finished but {built} does not exist")
