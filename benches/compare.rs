@@ -1,6 +1,7 @@
 //! Side-by-side comparison of fencelock with what a user would pick instead, in one run on one
 //! machine: SQLite (a lease table and a token counter, durable), Redis (Lua scripts, with
-//! `appendfsync always` and `everysec`), and `flock(2)` (no durability, no token: the floor).
+//! `appendfsync always` and `everysec`), and `flock(2)` (no durability, no token: the floor);
+//! and fencelock on etcd (one node and three, on loopback), the cost of going distributed.
 //!
 //! ```text
 //! cargo bench --bench compare                 # 2 s a cell
@@ -13,7 +14,8 @@
 //! Writes `target/compare/results.md` and `target/compare/chart.svg`. Worker processes are this
 //! same program, started again with `FENCELOCK_COMPARE_WORKER` set. Redis runs only when
 //! `redis-server` is on PATH; it listens on a free loopback port, in a temporary directory, and
-//! is killed at exit.
+//! is killed at exit. The etcd rows run when the bench is built with `--features etcd` and
+//! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`).
 
 #[path = "compare/clients.rs"]
 mod clients;
@@ -28,7 +30,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clients::{Client, RedisServer, Shared, System, Target};
+use clients::{Client, EtcdServer, RedisServer, Shared, System, Target};
 use stats::Histogram;
 
 const WORKER_ENV: &str = "FENCELOCK_COMPARE_WORKER";
@@ -268,6 +270,7 @@ fn run_cell(
     workload: Workload,
     secs: Duration,
     redis: Option<&RedisServer>,
+    etcd: Option<&EtcdServer>,
 ) -> Outcome {
     let (workers, processes) = workload.workers();
     if processes && !system.multi_process() {
@@ -280,6 +283,11 @@ fn run_cell(
         };
         server.flush();
         Target::Redis(server.port)
+    } else if system.etcd_members().is_some() {
+        let Some(server) = etcd else {
+            return Outcome::Skipped("built without the etcd feature, or etcd not installed");
+        };
+        server.target()
     } else {
         Target::Dir(dir.path().to_path_buf())
     };
@@ -306,7 +314,11 @@ fn parse_args() -> Args {
         write_docs: false,
         only: None,
         workloads: None,
-        command: "cargo bench --bench compare".into(),
+        command: if cfg!(feature = "etcd") {
+            "cargo bench --features etcd --bench compare".into()
+        } else {
+            "cargo bench --bench compare".into()
+        },
     };
     let mut flags = Vec::new();
     let mut iter = std::env::args().skip(1);
@@ -392,8 +404,9 @@ fn main() {
         } else {
             None
         };
+        let etcd = system.etcd_members().and_then(EtcdServer::start);
         for &workload in &workloads {
-            let outcome = run_cell(*system, workload, args.secs, server.as_ref());
+            let outcome = run_cell(*system, workload, args.secs, server.as_ref(), etcd.as_ref());
             eprintln!(
                 "  {:<45} {:<42} {}",
                 system.label(),

@@ -39,10 +39,14 @@ pub enum System {
     RedisAlways,
     RedisEverysec,
     Flock,
+    /// fencelock on an etcd node on loopback (the cargo feature `etcd`).
+    EtcdOne,
+    /// fencelock on a three-node etcd cluster on loopback.
+    EtcdThree,
 }
 
 impl System {
-    pub const ALL: [System; 8] = [
+    pub const ALL: [System; 10] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
@@ -51,6 +55,8 @@ impl System {
         System::RedisAlways,
         System::RedisEverysec,
         System::Flock,
+        System::EtcdOne,
+        System::EtcdThree,
     ];
 
     /// The name in tables and the chart.
@@ -64,6 +70,8 @@ impl System {
             System::RedisAlways => "Redis (appendfsync always)",
             System::RedisEverysec => "Redis (appendfsync everysec, not durable)",
             System::Flock => "flock(2) (no durability, no token)",
+            System::EtcdOne => "fencelock on etcd (1 node, loopback)",
+            System::EtcdThree => "fencelock on etcd (3 nodes, loopback)",
         }
     }
 
@@ -78,6 +86,8 @@ impl System {
             System::RedisAlways => "redis-always",
             System::RedisEverysec => "redis-everysec",
             System::Flock => "flock",
+            System::EtcdOne => "etcd-1",
+            System::EtcdThree => "etcd-3",
         }
     }
 
@@ -103,13 +113,24 @@ impl System {
     pub fn is_redis(self) -> bool {
         matches!(self, System::RedisAlways | System::RedisEverysec)
     }
+
+    /// The etcd members it needs, if it is an etcd system.
+    pub fn etcd_members(self) -> Option<usize> {
+        match self {
+            System::EtcdOne => Some(1),
+            System::EtcdThree => Some(3),
+            _ => None,
+        }
+    }
 }
 
-/// Where a client connects: the directory of the file-based systems, or a Redis port.
+/// Where a client connects: the directory of the file-based systems, a Redis port, or an etcd
+/// store string.
 #[derive(Debug, Clone)]
 pub enum Target {
     Dir(PathBuf),
     Redis(u16),
+    Etcd(String),
 }
 
 impl Target {
@@ -118,10 +139,14 @@ impl Target {
         match self {
             Target::Dir(dir) => dir.display().to_string(),
             Target::Redis(port) => format!("redis:{port}"),
+            Target::Etcd(url) => url.clone(),
         }
     }
 
     pub fn decode(text: &str) -> Target {
+        if text.starts_with("etcd://") {
+            return Target::Etcd(text.to_owned());
+        }
         match text.strip_prefix("redis:") {
             Some(port) => Target::Redis(port.parse().expect("redis port")),
             None => Target::Dir(PathBuf::from(text)),
@@ -131,7 +156,9 @@ impl Target {
     fn dir(&self) -> &Path {
         match self {
             Target::Dir(dir) => dir,
-            Target::Redis(_) => panic!("a file-based system was given a Redis target"),
+            Target::Redis(_) | Target::Etcd(_) => {
+                panic!("a file-based system was given a server's target")
+            }
         }
     }
 }
@@ -233,6 +260,12 @@ impl Shared {
                 }
                 None
             }
+            System::EtcdOne | System::EtcdThree => {
+                let Target::Etcd(url) = &target else {
+                    panic!("etcd without a store string")
+                };
+                Some(Store::open(url).expect("open the etcd store"))
+            }
             System::RedisAlways | System::RedisEverysec | System::Flock => None,
         };
         Shared {
@@ -249,7 +282,9 @@ impl Shared {
             System::FencelockMulti
             | System::FencelockAlone
             | System::FencelockSingle
-            | System::FencelockServed => Box::new(FencelockClient {
+            | System::FencelockServed
+            | System::EtcdOne
+            | System::EtcdThree => Box::new(FencelockClient {
                 store: self.store.clone().expect("the store opened in prepare"),
             }),
             System::Sqlite => Box::new(SqliteClient::connect(self.target.dir())),
@@ -679,5 +714,36 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[path = "../../tests/etcd/cluster.rs"]
+mod cluster;
+
+/// An etcd cluster on loopback for the etcd rows (the tests' own helper); `None` when the
+/// bench was built without the `etcd` feature or `etcd` is not on PATH.
+pub struct EtcdServer {
+    cluster: cluster::Cluster,
+    cells: std::cell::Cell<u32>,
+}
+
+impl EtcdServer {
+    pub fn start(members: usize) -> Option<EtcdServer> {
+        let installed = Command::new("etcd")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        (cfg!(feature = "etcd") && installed).then(|| EtcdServer {
+            cluster: cluster::Cluster::start(members),
+            cells: std::cell::Cell::new(0),
+        })
+    }
+
+    /// A fresh key prefix for each cell.
+    pub fn target(&self) -> Target {
+        self.cells.set(self.cells.get() + 1);
+        Target::Etcd(self.cluster.url(&format!("cell-{}", self.cells.get())))
     }
 }

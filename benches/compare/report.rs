@@ -309,7 +309,7 @@ fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
     out
 }
 
-const COLORS: [(System, &str); 8] = [
+const COLORS: [(System, &str); 10] = [
     (System::FencelockMulti, "#1f6feb"),
     (System::FencelockAlone, "#a5b4fc"),
     (System::FencelockSingle, "#79b8ff"),
@@ -318,6 +318,8 @@ const COLORS: [(System, &str); 8] = [
     (System::RedisAlways, "#c2410c"),
     (System::RedisEverysec, "#fca5a5"),
     (System::Flock, "#9ca3af"),
+    (System::EtcdOne, "#16a34a"),
+    (System::EtcdThree, "#86efac"),
 ];
 
 fn color(system: System) -> &'static str {
