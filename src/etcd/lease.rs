@@ -254,7 +254,9 @@ impl EtcdLease {
                 return Err(err);
             }
         }
-        let state = Arc::clone(self);
+        // The task holds the lease weakly: a holder dropped without a successful release (the
+        // cluster unreachable) stops being renewed, and its lease ends at its TTL.
+        let weak = Arc::downgrade(self);
         let stop = Arc::clone(&self.stop);
         runtime::spawn(async move {
             let mut stream = None;
@@ -263,6 +265,9 @@ impl EtcdLease {
                     () = stop.notified() => return,
                     () = tokio::time::sleep(ttl / 3) => {}
                 }
+                let Some(state) = weak.upgrade() else {
+                    return;
+                };
                 if *state.ended.lock() {
                     return;
                 }

@@ -311,7 +311,7 @@ impl Remote {
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
     fn locked(&self, holder: Option<KeyValue>) -> Error {
         let Some(kv) = holder else {
-            // Released between the compare and the read: nobody to name; the caller retries.
+            // Not reached: the refused transaction reads the key its compare found.
             return Error::Locked {
                 token: 0,
                 pid: 0,
@@ -342,10 +342,15 @@ impl Remote {
             let options = WatchOptions::new()
                 .with_start_revision(from)
                 .with_filters([WatchFilterType::NoPut]);
-            let mut stream = client
-                .watch(key, Some(options))
-                .await
-                .map_err(client_error)?;
+            // Created and followed within the wait's deadline and cancel handle.
+            let watch = client.watch(key, Some(options));
+            tokio::pin!(watch);
+            let mut stream = loop {
+                tokio::select! {
+                    created = &mut watch => break created.map_err(client_error)?,
+                    () = tokio::time::sleep(crate::cancel::POLL) => waiting.step()?,
+                }
+            };
             loop {
                 tokio::select! {
                     message = stream.message() => {
