@@ -84,8 +84,14 @@ impl Server {
     /// [`Error::InUse`] when another server serves it, or when processes that have it open
     /// did not move over within `options.wait` ([`Server::holders`] names them);
     /// [`Error::Cancelled`]; [`Error::Storage`] when the store's shared request ring cannot be
-    /// used (another user's, in `/dev/shm`); otherwise as [`Store::open`].
+    /// used (another user's, in `/dev/shm`); [`Error::InvalidArgument`] for an etcd store
+    /// string; otherwise as [`Store::open`].
     pub fn start(path: impl AsRef<Path>, options: &ServeOptions) -> Result<Server> {
+        if let Some(text) = crate::backend::etcd_string(path.as_ref()) {
+            return Err(Error::invalid(format!(
+                "{text}: an etcd store has no fencelock server; etcd serves it"
+            )));
+        }
         let path = path.as_ref().to_path_buf();
         if path.is_dir() {
             return Err(Error::invalid(format!("{} is a directory", path.display())));

@@ -53,6 +53,10 @@ fn what_etcd_cannot_do_is_refused_and_changes_nothing() {
         Store::open_with(etcd.url("t"), &single),
         Err(Error::InvalidArgument(_))
     ));
+    assert!(matches!(
+        fencelock::Server::start(etcd.url("t"), &fencelock::ServeOptions::default()),
+        Err(Error::InvalidArgument(_))
+    ));
     let store = etcd.open("t");
     for ttl in [
         Duration::from_millis(1),
