@@ -779,7 +779,9 @@ void fencelock_key_list_free(struct fencelock_key_list *list);
 
 /**
  * Opens the store at `path` (NUL-terminated UTF-8), creating it if it does not exist, in
- * multi-process mode with the default value limit (16 MiB).
+ * multi-process mode with the default value limit (16 MiB). `path` may instead name an etcd
+ * cluster, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`, in a library built with the `etcd`
+ * feature (without it: `FENCELOCK_INVALID_ARGUMENT`, built without etcd support).
  *
  * On success `*store_out` receives a new store, to be closed with `fencelock_store_close`.
  * A store opened before `fork()` returns `FENCELOCK_FORKED` in the child: open a new one there.

@@ -89,6 +89,10 @@ impl Store {
     /// error, and is not modified. Behind another process that holds the store (paused inside a
     /// commit or inside its own open), the open waits at most `options.busy_timeout` and then
     /// fails with [`Error::Timeout`], or with [`Error::Cancelled`] once `options.cancel` fires.
+    ///
+    /// `path` may instead be an etcd store string, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`:
+    /// with the cargo feature `etcd` it opens the store on that etcd cluster (README: "Beyond
+    /// one host: etcd"); without it the open fails with [`Error::InvalidArgument`].
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
         if let Some(text) = crate::backend::etcd_string(path.as_ref()) {
             return crate::backend::open_etcd(text, options);
@@ -194,7 +198,7 @@ impl Store {
         })
     }
 
-    /// The store file.
+    /// The store file (an etcd store's string).
     #[must_use]
     pub fn path(&self) -> &Path {
         on_etcd!(self.inner, remote => remote.path());

@@ -121,7 +121,9 @@ type gate struct {
 	users int
 }
 
-// Open opens the store at path, creating it if it does not exist.
+// Open opens the store at path, creating it if it does not exist. path may instead name an
+// etcd cluster, etcd://HOST:PORT[,HOST:PORT...][/PREFIX], when the library is built with the
+// etcd feature (FENCELOCK_FEATURES=etcd scripts/go-lib.sh).
 func Open(path string, opts ...OpenOption) (*Store, error) {
 	var cfg openConfig
 	for _, opt := range opts {

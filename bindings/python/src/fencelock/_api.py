@@ -241,7 +241,9 @@ def _wait_ms(timeout: Any) -> int:
 class Store(Handle):
     """A fencelock store: leased locks with fencing tokens and fenced values in one file.
 
-    ``Store(path)`` opens the store at ``path``, creating it if needed. ``mode`` is
+    ``Store(path)`` opens the store at ``path``, creating it if needed; ``path`` may instead be
+    an etcd store string, ``etcd://HOST:PORT[,HOST:PORT...][/PREFIX]``, when the library is
+    built with the etcd feature (``FENCELOCK_FEATURES=etcd``). ``mode`` is
     ``Mode.MULTI_PROCESS`` (default; also ``"multi-process"``) or ``Mode.SINGLE_PROCESS``;
     ``max_value_len`` limits fenced values in bytes (None: the library default of 16 MiB).
     ``busy_timeout`` bounds, in seconds, how long the open and each later write wait behind
