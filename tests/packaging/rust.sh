@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a Rust user does, outside the repository: a fresh crate that depends on fencelock by path
 # with the default features, whose dependency tree must hold only what the library needs (not
-# the command-line tool's clap and serde_json), builds and runs the seed walkthrough
-# (rust-user/main.rs); and `cargo install --path . --features cli` installs a working command.
+# the command-line tool's clap and serde_json, nor the etcd feature's client, tokio and tonic),
+# builds and runs the seed walkthrough (rust-user/main.rs); and `cargo install --path .
+# --features cli` installs a working command.
 # Usage: tests/packaging/rust.sh      (`make test-packaging` runs it)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,8 +36,9 @@ cp "$root/Cargo.lock" .
 tree=$("$cargo" tree -e normal --prefix none --offline 2>/dev/null || "$cargo" tree -e normal --prefix none)
 packages=$(sed 's/ (.*)$//; s/ (\*)$//' <<<"$tree" | sort -u | grep -v '^user ')
 count=$(wc -l <<<"$packages")
-for cli_only in clap serde_json; do
-    if grep -q "^$cli_only " <<<"$packages"; then fail "default features pull $cli_only: $packages"; fi
+# The cli feature's clap and serde_json, and the etcd feature's client, tokio and tonic.
+for optional in clap serde_json etcd-client tokio tonic; do
+    if grep -q "^$optional " <<<"$packages"; then fail "default features pull $optional: $packages"; fi
 done
 grep -q '^fencelock ' <<<"$packages" || fail "fencelock is not in the tree: $packages"
 "$cargo" build --quiet >"$work/build.log" 2>&1 || fail "cargo build: $(cat "$work/build.log")"
@@ -56,4 +58,4 @@ got=$(FENCELOCK_DB=$db "$work/installed/bin/fencelock" get payments/today.csv)
 [ "$got" = "from the command" ] || fail "fencelock get printed '$got'"
 
 echo "packaging/rust: ok ($count packages in the default dependency tree, fencelock included; no clap," \
-    "no serde_json; the walkthrough ran; cargo install --features cli installs the command)"
+    "serde_json, etcd-client, tokio or tonic; the walkthrough ran; cargo install --features cli installs the command)"
