@@ -9,17 +9,23 @@ use tokio::runtime::{Handle, Runtime};
 
 use crate::error::{Error, Result};
 
+/// The runtime, and the process that started it: its threads do not survive `fork()`, so a
+/// child refuses to wait on it ([`Error::Forked`]) rather than wait forever.
 fn runtime() -> Result<&'static Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name("fencelock-etcd")
-                .enable_all()
-                .build()
-                .map_err(|err| err.to_string())
-        })
+    static RUNTIME: OnceLock<(u32, std::result::Result<Runtime, String>)> = OnceLock::new();
+    let (pid, runtime) = RUNTIME.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("fencelock-etcd")
+            .enable_all()
+            .build()
+            .map_err(|err| err.to_string());
+        (std::process::id(), runtime)
+    });
+    if *pid != std::process::id() {
+        return Err(Error::Forked);
+    }
+    runtime
         .as_ref()
         .map_err(|err| Error::Io(std::io::Error::other(format!("tokio runtime: {err}"))))
 }

@@ -400,3 +400,26 @@ fn a_paused_holder_whose_keep_alive_stops_is_told_it_lost_the_lease() {
     }
     assert!(holder.is_lost());
 }
+
+#[test]
+fn a_store_used_after_fork_reports_forked() {
+    let etcd = Cluster::single();
+    let store = etcd.open("t");
+    let holder = store.acquire("job", LONG).unwrap();
+    // SAFETY: the child only calls into the library, which refuses before waiting on the
+    // parent's runtime (whose threads the child does not have), then _exit()s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        let forked = matches!(store.put(b"k", b"v", holder.token()), Err(Error::Forked))
+            && matches!(holder.release(), Err(Error::Forked));
+        unsafe { libc::_exit(if forked { 0 } else { 1 }) };
+    }
+    let mut wstatus = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &raw mut wstatus, 0) }, pid);
+    assert!(libc::WIFEXITED(wstatus) && libc::WEXITSTATUS(wstatus) == 0);
+    // The child's attempt to release left the parent's lease alone.
+    assert!(holder.is_held().unwrap());
+    assert!(store.get(b"k").unwrap().is_none());
+}
