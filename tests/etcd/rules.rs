@@ -423,3 +423,21 @@ fn a_store_used_after_fork_reports_forked() {
     assert!(holder.is_held().unwrap());
     assert!(store.get(b"k").unwrap().is_none());
 }
+
+#[test]
+fn the_sync_api_works_from_inside_a_tokio_runtime() {
+    let etcd = Cluster::single();
+    let store = etcd.open("t");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let token = runtime.block_on(async {
+        let holder = store.acquire("job", LONG).unwrap();
+        holder.put(b"k", b"v").unwrap();
+        holder.token()
+        // The holder drops, and releases, inside the runtime too.
+    });
+    assert_eq!(store.get(b"k").unwrap().unwrap().token, token);
+    assert!(store.lock("job").unwrap().is_none());
+}
