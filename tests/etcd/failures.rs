@@ -4,15 +4,21 @@
 //! later grant was seen), no stale write is accepted, and every acknowledged write is present.
 //! Errors during faults (timeouts, unreachable members) are allowed; wrong answers are not.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::{Options, Store, ETCD_MIN_TTL};
+use fencelock::{Options, Store};
 
 use crate::cluster::Cluster;
 
+/// Faults go on for at least this long, and until a kill and a stop have each hit the leader.
 const CHAOS: Duration = Duration::from_secs(20);
+/// The clients' leases.
+const TTL: Duration = Duration::from_secs(3);
+/// A cluster whose leader cannot be found for this long fails the test.
+const CHAOS_LIMIT: Duration = Duration::from_secs(90);
 
 #[derive(Default)]
 struct History {
@@ -24,6 +30,17 @@ struct History {
     acked: Vec<(Vec<u8>, Vec<u8>)>,
     /// Stale writes that were accepted: must stay empty.
     stale_accepted: Vec<(u64, u64)>,
+}
+
+/// The leader, asked again for a few seconds while an election runs.
+fn find_leader(cluster: &Cluster) -> Option<usize> {
+    (0..10).find_map(|_| {
+        let found = leader(cluster);
+        if found.is_none() {
+            thread::sleep(Duration::from_millis(300));
+        }
+        found
+    })
 }
 
 /// The member that is leader now, asked of each member in turn.
@@ -53,7 +70,7 @@ fn leader(cluster: &Cluster) -> Option<usize> {
     })
 }
 
-fn client(url: &str, history: &Mutex<History>, until: Instant, id: usize) {
+fn client(url: &str, history: &Mutex<History>, stop: &AtomicBool, id: usize) {
     let options = Options {
         busy_timeout: Duration::from_secs(3),
         ..Options::default()
@@ -61,14 +78,17 @@ fn client(url: &str, history: &Mutex<History>, until: Instant, id: usize) {
     let store = loop {
         match Store::open_with(url, &options) {
             Ok(store) => break store,
-            Err(_) if Instant::now() < until => thread::sleep(Duration::from_millis(100)),
+            Err(_) if !stop.load(Ordering::Acquire) => thread::sleep(Duration::from_millis(100)),
             Err(err) => panic!("client {id} never opened the store: {err}"),
         }
     };
     let mut previous: Option<u64> = None;
-    while Instant::now() < until {
+    for grant in 0u64.. {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
         let start = Instant::now();
-        let Ok(holder) = store.acquire_wait("job", ETCD_MIN_TTL * 2, Duration::from_secs(4)) else {
+        let Ok(holder) = store.acquire_wait("job", TTL, Duration::from_secs(4)) else {
             continue;
         };
         let token = holder.token();
@@ -77,6 +97,19 @@ fn client(url: &str, history: &Mutex<History>, until: Instant, id: usize) {
             .unwrap()
             .grants
             .push((start, Instant::now(), token));
+        // Every third grant pauses past its lease (a GC pause) before it writes: the others
+        // take the lock meanwhile, and its writes must be refused, also to a key that no other
+        // grant writes (where only the lease check can refuse it).
+        if grant % 3 == 2 {
+            thread::sleep(TTL + Duration::from_secs(1));
+            let key = format!("w/{token}/late").into_bytes();
+            let start = Instant::now();
+            if holder.put(&key, b"late").is_ok() {
+                let mut history = history.lock().unwrap();
+                history.holder_writes.push((start, token));
+                history.acked.push((key, b"late".to_vec()));
+            }
+        }
         let mut wrote = false;
         for seq in 0..3u64 {
             let value = [token.to_be_bytes(), seq.to_be_bytes()].concat();
@@ -90,7 +123,7 @@ fn client(url: &str, history: &Mutex<History>, until: Instant, id: usize) {
                 }
             }
             if seq == 1 {
-                let _ = holder.extend(ETCD_MIN_TTL * 2);
+                let _ = holder.extend(TTL);
             }
         }
         // The previous grant's token is stale for the key this grant wrote.
@@ -109,27 +142,39 @@ fn three_members_killed_and_stopped_under_load_keep_every_rule() {
     let mut cluster = Cluster::start(3);
     let url = cluster.url("chaos");
     let history = Arc::new(Mutex::new(History::default()));
-    let until = Instant::now() + CHAOS;
+    let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..3)
         .map(|id| {
-            let (url, history) = (url.clone(), Arc::clone(&history));
-            thread::spawn(move || client(&url, &history, until, id))
+            let (url, history, stop) = (url.clone(), Arc::clone(&history), Arc::clone(&stop));
+            thread::spawn(move || client(&url, &history, &stop, id))
         })
         .collect();
 
     let initial = cluster.initial();
-    let mut faults = Vec::new();
-    let mut round = 0usize;
-    while Instant::now() + Duration::from_secs(4) < until {
-        // Every other fault hits the leader.
-        let target = if round % 2 == 0 {
-            leader(&cluster).unwrap_or(round % 3)
+    let mut faults: Vec<(&str, usize, bool)> = Vec::new();
+    let start = Instant::now();
+    for round in 0usize.. {
+        let hit = |kind: &str| faults.iter().any(|f| f.2 && f.0 == kind);
+        if start.elapsed() >= CHAOS && hit("kill") && hit("stop") {
+            break;
+        }
+        assert!(
+            start.elapsed() < CHAOS_LIMIT,
+            "the leader was never found for a fault: {faults:?}\n{}",
+            cluster.logs()
+        );
+        let kind = if round % 2 == 0 { "kill" } else { "stop" };
+        // The leader, until each kind of fault has hit it; then the leader every other round.
+        let at_leader = !hit(kind) || round % 4 < 2;
+        let found = if at_leader {
+            find_leader(&cluster)
         } else {
-            (round / 2) % 3
+            None
         };
-        let was_leader = leader(&cluster) == Some(target);
+        let target = found.unwrap_or((round / 2) % 3);
+        let was_leader = found.is_some();
         let member = &mut cluster.members[target];
-        if round % 4 < 2 {
+        if kind == "kill" {
             member.kill();
             thread::sleep(Duration::from_millis(1500));
             member.restart(&initial);
@@ -141,8 +186,8 @@ fn three_members_killed_and_stopped_under_load_keep_every_rule() {
             faults.push(("stop", target, was_leader));
         }
         thread::sleep(Duration::from_millis(1500));
-        round += 1;
     }
+    stop.store(true, Ordering::Release);
     for client in clients {
         client.join().expect("a client panicked");
     }
