@@ -41,7 +41,7 @@ test-rust:
 	$(CARGO) run --quiet --example gc_pause
 
 # The etcd backend (cargo feature etcd): its unit tests, the rules, bad input and the walkthrough
-# on etcd nodes the tests start, the three-node cluster under kills and stops (about 25 s), the
+# on etcd nodes the tests start, the three-node cluster under kills and stops (about 30 s), the
 # command-line tool, and the GC-pause example on a node of scripts/with-etcd.sh.
 test-etcd:
 	$(CARGO) test --features cli,etcd --lib --test etcd --test cli_etcd
