@@ -96,6 +96,7 @@ impl Holder {
     /// How the lease holds the name: exclusive, shared, or a permit of a semaphore.
     #[must_use]
     pub fn kind(&self) -> Kind {
+        on_etcd!(self.state, _lease => Kind::Exclusive);
         self.state.kind
     }
 

@@ -7,6 +7,7 @@
 //! name (record.rs, format 3); a grant that is no longer live (released, expired, holder dead)
 //! frees its place at once and is dropped from the record when it is next written.
 
+use crate::backend::on_etcd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -186,6 +187,10 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Holder> {
+        on_etcd!(self.inner, remote => match kind {
+            Kind::Exclusive => remote.acquire_wait(name, ttl, timeout, None),
+            _ => Err(not_on_etcd()),
+        });
         self.wait_for(name, kind, ttl, Waiting::new(timeout, None))
     }
 
@@ -199,6 +204,10 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
+        on_etcd!(self.inner, remote => match kind {
+            Kind::Exclusive => remote.acquire_wait(name, ttl, timeout, Some(cancel)),
+            _ => Err(not_on_etcd()),
+        });
         self.wait_for(name, kind, ttl, Waiting::new(timeout, Some(cancel)))
     }
 
@@ -210,6 +219,7 @@ impl Store {
         waiting: Option<Waiting<'_>>,
         ticket: Option<u64>,
     ) -> Result<Holder> {
+        on_etcd!(self.inner, _remote => Err(not_on_etcd()));
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         check_kind(kind)?;
@@ -332,6 +342,7 @@ impl Store {
         ttl: Duration,
         waiting: Option<Waiting<'_>>,
     ) -> Result<Vec<Holder>> {
+        on_etcd!(self.inner, _remote => Err(not_on_etcd()));
         if names.is_empty() || names.len() > MAX_HOLDERS as usize {
             return Err(Error::invalid(format!(
                 "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {}",
@@ -432,4 +443,14 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// The refusal of a semaphore, a shared lock or a multi-lock acquire on an etcd store, which
+/// has only exclusive locks so far.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+fn not_on_etcd() -> crate::Error {
+    crate::Error::invalid(
+        "semaphores, shared locks and acquire_all are not available on an etcd store yet: \
+         only exclusive locks are",
+    )
 }

@@ -607,6 +607,7 @@ impl Remote {
             } else {
                 LockState::Held
             },
+            kind: crate::kinds::Kind::Exclusive,
         })
     }
 

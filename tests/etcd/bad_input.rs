@@ -98,6 +98,22 @@ fn what_etcd_cannot_do_is_refused_and_changes_nothing() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(store.keys(&big), Err(Error::InvalidArgument(_))));
+    // Only exclusive locks so far: the other kinds are refused, granting nothing.
+    for kind in [fencelock::Kind::Shared, fencelock::Kind::Semaphore(2)] {
+        assert!(matches!(
+            store.acquire_kind("other", kind, ETCD_MIN_TTL),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            store.acquire_kind_wait("other", kind, ETCD_MIN_TTL, Duration::ZERO),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        store.acquire_all(&["a", "b"], ETCD_MIN_TTL),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(holder.kind(), fencelock::Kind::Exclusive);
     assert_eq!(store.info().unwrap().last_token, holder.token());
     assert_eq!(store.info().unwrap().keys, 0);
 }
