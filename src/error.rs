@@ -48,7 +48,10 @@ pub enum Error {
     /// that gives up after another process took it into its commit (writes of all processes
     /// share commits) may still land when that process resumes, as a write that times out
     /// inside any database's commit may; retrying it is safe. An acquire that gives up never
-    /// leaves a live lease.
+    /// leaves a live lease. The same unknown outcome, as `Timeout`, for a write run again
+    /// because the process that ran it first (a server, or another process's commit) died
+    /// before reporting it, when the re-run is refused for what may have happened after the
+    /// first run (a higher token, its lease's end) and the key does not hold it.
     Timeout,
     /// A wait was ended through its [`crate::Cancel`] handle; nothing was changed.
     Cancelled,

@@ -197,7 +197,16 @@ pub(crate) fn run_op(
 ) -> Result<Applied<Done>> {
     let mut tables = Tables::open(txn, op)?;
     let now = clock::now_ns();
-    let plan = op.check(inner, &tables, now, rerun)?;
+    let plan = match op.check(inner, &tables, now, rerun) {
+        // Its first run may have committed, and what came since refuses it now: whether it
+        // landed cannot be told (one that visibly landed passed its check above).
+        Err(Error::StaleToken { .. } | Error::LockLost { .. })
+            if rerun && matches!(op, Op::Put { .. } | Op::Fence { .. }) =>
+        {
+            return Err(Error::Timeout);
+        }
+        other => other?,
+    };
     plan.apply(inner, &mut tables, now)
 }
 
@@ -605,6 +614,39 @@ mod tests {
             .begin_write()
             .unwrap();
         execute(Ok(txn), jobs, false, None).unwrap();
+    }
+
+    #[test]
+    fn a_rerun_refused_for_what_came_after_its_first_run_has_an_unknown_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let requester = open(&path);
+        let first = requester.acquire("a", Duration::from_secs(60)).unwrap();
+        let op = Op::Fence {
+            resource: "bucket".into(),
+            token: first.token(),
+        };
+        let ring = shared(&requester);
+        let posted = ring
+            .ring
+            .post(ring.id, &encode_op(&op), &requester.inner.live)
+            .unwrap();
+        commit_posted_and_die(open(&path));
+        // A higher token passes the fence before the request runs again.
+        let second = requester.acquire("b", Duration::from_secs(60)).unwrap();
+        requester.fence("bucket", second.token()).unwrap();
+        // Its first run landed, but the re-run cannot tell: not a definite refusal.
+        let done = requester.inner.await_done(&ring, posted, waiting());
+        assert!(matches!(done, Err(Error::Timeout)), "{done:?}");
+        assert_eq!(
+            requester.fence_token("bucket").unwrap(),
+            Some(second.token())
+        );
+        // A first run of the same fence now is a definite refusal.
+        assert!(matches!(
+            requester.fence("bucket", first.token()),
+            Err(Error::StaleToken { .. })
+        ));
     }
 
     #[test]
