@@ -170,7 +170,7 @@ fn a_paused_holder_keeps_its_lease_until_the_ttl_then_is_fenced_out() {
     let (_dir, path, store) = common::temp_store();
     let mut kid = Kid::spawn("pause", &path);
     let token = kid.token();
-    kid.signal(libc::SIGSTOP);
+    kid.stop();
     let paused_at = boottime_ns();
     let lease = store.lock("job").unwrap().unwrap();
     assert_eq!(lease.token, token);
@@ -294,7 +294,7 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     let last_token = store.info().unwrap().last_token;
     let mut kid = Kid::spawn("write-lock", &path);
     assert_eq!(kid.report().as_deref(), Some("locked"));
-    kid.signal(libc::SIGSTOP);
+    kid.stop();
 
     // A new open gives up at its busy timeout with a typed error...
     let at = path.clone();
@@ -368,7 +368,7 @@ fn a_process_paused_inside_its_open_cannot_freeze_other_opens() {
     drop(store);
     let mut kid = Kid::spawn("open-lock", &path);
     assert_eq!(kid.report().as_deref(), Some("opening"));
-    kid.signal(libc::SIGSTOP);
+    kid.stop();
     let at = path.clone();
     let open = bounded("an open", move || {
         Store::open_with(&at, &short_busy_timeout()).map(drop)
@@ -530,7 +530,7 @@ fn behind_a_combiner_paused_mid_batch_every_deadline_holds() {
     for round in 0..15 {
         // Stopped at a random point: often inside a commit, holding requests it took.
         std::thread::sleep(Duration::from_millis(3 + round % 5));
-        kid.signal(libc::SIGSTOP);
+        kid.stop();
         let name = format!("lock-{round}");
         let at = requester.clone();
         let grant = bounded("an acquire behind a paused combiner", move || {

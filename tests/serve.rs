@@ -55,24 +55,6 @@ fn until_served(store: &Store) -> u32 {
     panic!("the store never went through the server");
 }
 
-/// Stops `kid` with SIGSTOP and waits until it is stopped (the signal takes effect when the
-/// kernel next schedules it, which may be after a request or two).
-fn stop(kid: &Kid) {
-    kid.signal(libc::SIGSTOP);
-    let stat = format!("/proc/{}/stat", kid.child.id());
-    loop {
-        let text = std::fs::read_to_string(&stat).unwrap();
-        let state = text[text.rfind(')').unwrap() + 1..]
-            .trim_start()
-            .chars()
-            .next();
-        if state == Some('T') {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// Grants and acknowledged writes of one client thread.
 fn work(store: &Store, name: &str, stop: &AtomicBool) -> (Vec<u64>, Vec<(Vec<u8>, u64)>) {
     let (mut tokens, mut writes) = (Vec::new(), Vec::new());
@@ -155,7 +137,7 @@ fn behind_a_paused_server_deadlines_hold_and_releases_need_no_server() {
     holder.put(b"big", &big).unwrap();
     assert_eq!(store.get(b"big").unwrap().unwrap().value, big);
 
-    stop(&kid);
+    kid.stop();
     let options = Options {
         busy_timeout: Duration::from_millis(200),
         ..Options::default()
@@ -192,7 +174,7 @@ fn a_client_killed_after_posting_gets_no_live_grant() {
     let mut kid = Kid::spawn("serve", &path);
     until_served(&store);
     assert_eq!(kid.report().as_deref(), Some("serving"));
-    stop(&kid);
+    kid.stop();
     let mut client = Kid::spawn("acquire", &path);
     assert_eq!(client.report().as_deref(), Some("posting"));
     // Long enough for the acquire to be posted behind the paused server.

@@ -84,6 +84,24 @@ impl Kid {
         line.strip_prefix("token ").unwrap().parse().unwrap()
     }
 
+    /// Stops the child with SIGSTOP and waits until it is stopped: the signal takes effect when
+    /// the kernel next schedules it, which may be after it ran on a little (into a commit, say).
+    pub fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let stat = format!("/proc/{}/stat", self.child.id());
+        loop {
+            let text = std::fs::read_to_string(&stat).unwrap();
+            let state = text[text.rfind(')').unwrap() + 1..]
+                .trim_start()
+                .chars()
+                .next();
+            if state == Some('T') {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on our own child.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
