@@ -26,6 +26,10 @@ def run(coro):
 
 
 def _no_wait_threads_left() -> bool:
+    """Every wait thread ends: one that delivered its result may still be on its way out."""
+    for thread in threading.enumerate():
+        if thread.name == "fencelock-wait":
+            thread.join(timeout=30)
     return not any(t.name == "fencelock-wait" for t in threading.enumerate())
 
 
