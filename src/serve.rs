@@ -236,10 +236,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         // Killed instead, it leaves the journal to its successor.
         let _ = crate::quiet::catch(|| self.flush());
-        // Stores open the file again once it is closed: the handle closes with the last of
-        // this server's operations, just after.
-        self.shared.ring().clear_server(self.shared.id());
+        // The file is let go before the record: a store that finds no server recorded can
+        // open it. (Stores that post meanwhile commit themselves once the record is gone.)
         self.store.inner.close_database();
+        self.shared.ring().clear_server(self.shared.id());
         self.shared.wake();
     }
 }

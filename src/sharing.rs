@@ -89,6 +89,12 @@ impl Shared {
         self.is_other(self.ring.wanted(), live)
     }
 
+    /// Whether a server is recorded in the ring, or waits to start, whether or not it lives:
+    /// one that starts, stops or was just killed may hold the file for a moment.
+    pub(crate) fn in_transition(&self) -> bool {
+        self.ring.server().is_some() || self.ring.wanted() != 0
+    }
+
     /// Whether `id` is the liveness id of another live store.
     fn is_other(&self, id: u64, live: &Liveness) -> bool {
         id != 0 && id != self.id && live.is_held(id).unwrap_or(false)

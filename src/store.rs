@@ -139,14 +139,23 @@ impl Store {
             let live = live.expect("a ring needs liveness");
             return Store::assemble(path, options, mode, None, live, shared, false);
         }
-        let db = match open_shared(&path, read_only, waiting) {
-            Ok(db) => restored(db, &path, shared.as_deref(), waiting)?,
-            // A server that started meanwhile holds it.
-            Err(Error::InUse) if served(&shared, &live) => {
-                let live = live.expect("a ring needs liveness");
-                return Store::assemble(path, options, mode, None, live, shared, false);
+        let db = loop {
+            match open_shared(&path, read_only, waiting) {
+                Ok(db) => break restored(db, &path, shared.as_deref(), waiting)?,
+                // A server that started meanwhile holds it.
+                Err(Error::InUse) if served(&shared, &live) => {
+                    let live = live.expect("a ring needs liveness");
+                    return Store::assemble(path, options, mode, None, live, shared, false);
+                }
+                // A server starting, stopping or just killed holds the file for a moment
+                // while the ring does not show it serving: the open waits, within the busy
+                // timeout, as behind any process that holds the store.
+                Err(Error::InUse) if shared.as_deref().is_some_and(Shared::in_transition) => {
+                    waiting.step()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(err) => return Err(err),
             }
-            Err(err) => return Err(err),
         };
         let live = match live {
             Some(live) => live,
