@@ -693,9 +693,14 @@ fn check_listings(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     for lease in leases {
         by_lock.entry(&lease.lock).or_default().push(lease);
     }
-    // A grant of unknown outcome may have written any token of its lock's record.
+    // A grant of unknown outcome may have written any token of its lock's record; so may one
+    // that timed out after a paused combiner took it (it leaves a dead record, never a live
+    // lease: the lease rules above check that).
     let mut unknown: HashMap<&str, u64> = HashMap::new();
-    for ev in evs.iter().filter(|e| e.op.kind.grants() && !e.known()) {
+    let maybe_written = |e: &&Ev| {
+        e.op.kind.grants() && (!e.known() || matches!(e.op.outcome, Some(Outcome::Timeout)))
+    };
+    for ev in evs.iter().filter(maybe_written) {
         let earliest = unknown
             .entry(ev.op.lock.as_deref().unwrap_or(""))
             .or_insert(u64::MAX);
