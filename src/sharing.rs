@@ -62,6 +62,10 @@ const WITHDRAW_AFTER: u64 = 5_000_000;
 /// too, and at most in all: a small part of a commit (about 500 µs).
 const LINGER_QUIET: u64 = 40_000;
 const LINGER_MAX: u64 = 150_000;
+/// How long a requester looks for its reply, yielding, before it sleeps on its slot: a
+/// server's reply comes within tens of microseconds, less than the wake-up of a sleeping
+/// thread costs on an idle machine.
+const REPLY_SPIN: u64 = 30_000;
 /// The longest a requester sleeps on its slot before it looks again at its deadline and at its
 /// combiner's liveness.
 const SLEEP: Duration = Duration::from_millis(1);
@@ -394,6 +398,10 @@ impl Inner {
                         }
                         continue;
                     }
+                    if served && now.saturating_sub(posted_at) < REPLY_SPIN {
+                        std::thread::yield_now();
+                        continue;
+                    }
                     shared.ring.wait(&posted, seen, SLEEP);
                 }
                 Phase::Taken(combiner, seen) => {
@@ -407,6 +415,10 @@ impl Inner {
                             shared.ring.done_with(&posted);
                             return Err(err);
                         }
+                        continue;
+                    }
+                    if now.saturating_sub(posted_at) < REPLY_SPIN {
+                        std::thread::yield_now();
                         continue;
                     }
                     shared.ring.wait(&posted, seen, SLEEP);
