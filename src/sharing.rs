@@ -107,7 +107,7 @@ impl Shared {
     /// The process id of the server that serves the store, if one does.
     pub(crate) fn server_pid(&self, live: &Liveness) -> Option<u32> {
         let (id, pid) = self.ring.server()?;
-        (id != self.id && live.is_held(id).unwrap_or(false)).then_some(pid)
+        self.is_other(id, live).then_some(pid)
     }
 
     pub(crate) fn ring(&self) -> &Ring {
