@@ -97,24 +97,25 @@ impl GroupCommit {
 
     /// Runs `op` in a write transaction shared with the operations queued at the same time, and
     /// returns its result once the transaction committed (or failed). Gives up with
-    /// [`Error::Timeout`] if the write lock is not had by `deadline` (`CLOCK_BOOTTIME` ns), and
-    /// with [`Error::Cancelled`] once `cancel` fires before that. `admit` runs once a batch,
-    /// before its transaction: an error of it fails every operation of the batch. `extra`
-    /// gives more jobs once the batch has its transaction (other processes' requests).
+    /// [`Error::Timeout`] if the write lock is not had by the deadline of `waiting`, and with
+    /// [`Error::Cancelled`] once its cancel handle fires before that. `admit` runs once a
+    /// batch, before its transaction: an error of it fails every operation of the batch.
+    /// `extra` gives more jobs once the batch has its transaction (other processes' requests).
+    /// `committed` learns how many operations each commit carried.
     pub(crate) fn run<T, F>(
         &self,
         db: &Arc<Db>,
         admit: &dyn Fn() -> Result<()>,
         extra: &dyn Fn() -> Vec<Job>,
-        deadline: u64,
-        cancel: Option<&Cancel>,
+        committed: &dyn Fn(usize),
+        waiting: crate::cancel::Waiting<'_>,
         op: F,
     ) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTransaction) -> Result<Applied<T>> + Send + 'static,
     {
-        let (job, slot) = job(op, deadline, cancel);
+        let (job, slot) = job(op, waiting.deadline, waiting.cancel);
         let mut queue = self.queue.lock();
         queue.jobs.push(job);
         loop {
@@ -134,6 +135,7 @@ impl GroupCommit {
                 db,
                 admit,
                 extra,
+                committed,
                 batch,
                 self.relaxed,
                 &mut self.waiting.lock(),
@@ -363,6 +365,7 @@ fn run_batch(
     db: &Arc<Db>,
     admit: &dyn Fn() -> Result<()>,
     extra: &dyn Fn() -> Vec<Job>,
+    committed: &dyn Fn(usize),
     mut batch: Vec<Job>,
     relaxed: bool,
     waiting: &mut Option<Arc<Handoff>>,
@@ -374,22 +377,23 @@ fn run_batch(
     if txn.is_ok() {
         batch.extend(extra());
     }
-    let _ = execute(txn, batch, relaxed, None);
+    let _ = execute(txn, batch, relaxed, None, committed);
 }
 
 /// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
 /// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
-/// fsync when no job asks to be durable. Returns the batch's outcome: how the commit went, or
-/// the error that failed it.
+/// fsync when no job asks to be durable, and tells `committed` how many operations a commit
+/// carried. Returns the batch's outcome: how the commit went, or the error that failed it.
 pub(crate) fn execute(
     txn: Result<WriteTransaction>,
     batch: Vec<Job>,
     relaxed: bool,
     journal: Option<(&Journal, &Ring)>,
+    committed_ops: &dyn Fn(usize),
 ) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
-    let mut applied = false;
+    let mut applied = 0;
     let mut durable = !relaxed;
     for job in batch {
         let input = match (&txn, &fatal) {
@@ -398,7 +402,7 @@ pub(crate) fn execute(
         };
         match (job.run)(input) {
             Ran::Applied(finish, must_last) => {
-                applied = true;
+                applied += 1;
                 durable |= must_last;
                 finishes.push(finish);
             }
@@ -416,7 +420,7 @@ pub(crate) fn execute(
             Err(err)
         }
         // Nothing to commit: refusals write nothing.
-        (Ok(txn), None) if !applied => crate::quiet::catch(|| txn.abort().map_err(Error::from))
+        (Ok(txn), None) if applied == 0 => crate::quiet::catch(|| txn.abort().map_err(Error::from))
             .unwrap_or_else(|panic| Err(panicked("abort", &panic))),
         (Ok(mut txn), None) => crate::quiet::catch(|| {
             if let Some((journal, ring)) = journal {
@@ -430,6 +434,9 @@ pub(crate) fn execute(
         })
         .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
+    if committed.is_ok() && applied > 0 {
+        committed_ops(applied);
+    }
     // The journal counts the batch's leases as committed before any reply is published.
     if let Some((journal, ring)) = journal {
         journal.after_commit(ring, durable, committed.is_ok());
@@ -500,7 +507,7 @@ mod tests {
     }
 
     fn run(db: &Arc<Db>, jobs: Vec<Job>) {
-        run_batch(db, &|| Ok(()), &Vec::new, jobs, false, &mut None);
+        run_batch(db, &|| Ok(()), &Vec::new, &|_| {}, jobs, false, &mut None);
     }
 
     fn take(slot: &Slot<u64>) -> Result<u64> {
@@ -589,6 +596,7 @@ mod tests {
             &db,
             &|| Ok(()),
             &Vec::new,
+            &|_| {},
             vec![timed, cancelled],
             false,
             &mut waiting,
@@ -602,7 +610,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(30));
             drop(blocking);
         });
-        run_batch(&db, &|| Ok(()), &Vec::new, vec![next], false, &mut waiting);
+        run_batch(
+            &db,
+            &|| Ok(()),
+            &Vec::new,
+            &|_| {},
+            vec![next],
+            false,
+            &mut waiting,
+        );
         release.join().unwrap();
         assert_eq!(take(&next_slot).unwrap(), 20);
         assert_eq!(value(&db, 2), Some(20));
@@ -617,6 +633,7 @@ mod tests {
             &db,
             &|| Err(Error::Replaced("moved away".into())),
             &Vec::new,
+            &|_| {},
             vec![a],
             false,
             &mut None,

@@ -31,6 +31,8 @@ struct State {
     /// The liveness id whose lock this holder holds.
     live: u64,
     expires_ns: AtomicU64,
+    /// When it was granted (about: when this process learned of the grant).
+    granted_ns: u64,
     released: AtomicBool,
     /// Set once the lease is known to be lost or released; waited on by `wait_lost`.
     ended: Mutex<bool>,
@@ -64,6 +66,7 @@ impl Holder {
                 token,
                 live,
                 expires_ns: AtomicU64::new(expires_ns),
+                granted_ns: clock::now_ns(),
                 released: AtomicBool::new(false),
                 ended: Mutex::new(false),
                 ended_changed: Condvar::new(),
@@ -189,10 +192,15 @@ impl Holder {
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if let Err(err) = self.state.inner.release(&self.state.name, self.state.live) {
-            self.state.released.store(false, Ordering::Release);
+        let state = &self.state;
+        let lost = *state.ended.lock();
+        if let Err(err) = state.inner.release(&state.name, state.live, state.token) {
+            state.released.store(false, Ordering::Release);
             return Err(err);
         }
+        state
+            .inner
+            .released_lease(&state.name, state.token, state.granted_ns, lost);
         // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
         // for the write lock behind a paused process, and a release must not wait for that. A
         // renewal that lands after the release changes nothing, since the lease's liveness
@@ -282,6 +290,15 @@ impl Drop for Holder {
     }
 }
 
+impl Drop for State {
+    fn drop(&mut self) {
+        // The last user of a store that its holders outlived.
+        if Arc::strong_count(&self.inner) == 1 {
+            self.inner.record_releases();
+        }
+    }
+}
+
 impl State {
     fn end(&self) {
         *self.ended.lock() = true;
@@ -295,10 +312,24 @@ impl State {
         }
     }
 
+    /// Ends the holder as lost, and tells so once (unless it was released).
+    fn lose(&self) {
+        {
+            let mut ended = self.ended.lock();
+            if *ended || self.released.load(Ordering::Acquire) {
+                return;
+            }
+            *ended = true;
+        }
+        self.ended_changed.notify_all();
+        self.inner
+            .lost_lease(&self.name, self.token, self.granted_ns);
+    }
+
     fn note(&self, err: Error) -> Error {
         // A lease in a replaced store file no longer excludes anyone who opens the path.
         if matches!(err, Error::LockLost { .. } | Error::Replaced(_)) {
-            self.end();
+            self.lose();
         }
         err
     }
@@ -308,7 +339,7 @@ impl State {
             return Err(self.lost());
         }
         let inner = &self.inner;
-        match inner.extend(&self.name, self.token, ttl) {
+        match inner.counted(inner.extend(&self.name, self.token, ttl)) {
             Ok(expires_ns) => {
                 self.expires_ns.store(expires_ns, Ordering::Release);
                 Ok(())
@@ -328,7 +359,7 @@ impl State {
             return Err(self.lost());
         }
         self.inner
-            .holder_put(&self.name, self.token, key, value)
+            .counted(self.inner.holder_put(&self.name, self.token, key, value))
             .map_err(|err| self.note(err))
     }
 
@@ -350,7 +381,7 @@ impl State {
                 // A passing storage failure: try again until the lease runs out.
                 Err(_) => {
                     if self.expires_ns.load(Ordering::Acquire) <= clock::now_ns() {
-                        self.end();
+                        self.lose();
                         return;
                     }
                 }

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::holder::Holder;
 use crate::leases::Grant;
 use crate::limits::{check_name, check_ttl};
+use crate::observe::Attempt;
 use crate::ops::{unexpected, Done, Op};
 use crate::record::{Lease, Record};
 use crate::store::{Inner, Store};
@@ -165,10 +166,13 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_kind(&self, name: &str, kind: Kind, ttl: Duration) -> Result<Holder> {
-        match kind {
-            Kind::Exclusive => self.acquire(name, ttl),
-            kind => self.acquire_kind_inner(name, kind, ttl, None, None),
+        if kind == Kind::Exclusive {
+            return self.acquire(name, ttl);
         }
+        on_etcd!(self.inner, _remote => Err(not_on_etcd()));
+        let attempt = Attempt::start();
+        let result = self.acquire_kind_inner(name, kind, ttl, None, None);
+        self.observed(name, kind, &attempt, result)
     }
 
     /// Like [`Store::acquire_kind`], waiting up to `timeout` for its turn, as
@@ -343,6 +347,20 @@ impl Store {
         waiting: Option<Waiting<'_>>,
     ) -> Result<Vec<Holder>> {
         on_etcd!(self.inner, _remote => Err(not_on_etcd()));
+        let mut attempt = Attempt::start();
+        let result = self.acquire_all_checked(names, ttl, waiting, &mut attempt);
+        self.inner
+            .acquired(names, Kind::Exclusive, &attempt, result.as_deref());
+        result
+    }
+
+    fn acquire_all_checked(
+        &self,
+        names: &[&str],
+        ttl: Duration,
+        waiting: Option<Waiting<'_>>,
+        attempt: &mut Attempt,
+    ) -> Result<Vec<Holder>> {
         if names.is_empty() || names.len() > MAX_HOLDERS as usize {
             return Err(Error::invalid(format!(
                 "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {}",
@@ -362,6 +380,7 @@ impl Store {
         loop {
             match self.try_acquire_all(names, ttl, waiting) {
                 Err(Error::Locked { .. }) if waiting.is_some() => {
+                    attempt.waited = true;
                     let waiting = waiting.expect("checked");
                     waiting.step()?;
                     self.wait_for_any(names, waiting)?;

@@ -96,13 +96,13 @@ impl Inner {
     }
 
     /// Removes dead lease records, a few per grant, resuming where the last grant stopped, so
-    /// that released and expired records do not pile up.
+    /// that released and expired records do not pile up. Returns the records it removed.
     pub(crate) fn prune(
         &self,
         leases: &mut Table<&str, &[u8]>,
         now: u64,
         granting: &str,
-    ) -> Result<()> {
+    ) -> Result<Vec<(String, Record)>> {
         let mut cursor = self.prune_cursor.lock();
         let mut dead = Vec::new();
         let mut seen = 0;
@@ -111,12 +111,13 @@ impl Inner {
             seen += 1;
             let name = name.value().to_owned();
             if name != granting {
+                let record = Record::decode(record.value())?;
                 let mut live = false;
-                for lease in Record::decode(record.value())?.holders() {
+                for lease in record.holders() {
                     live |= self.is_live(lease, now)?;
                 }
                 if !live {
-                    dead.push(name.clone());
+                    dead.push((name.clone(), record));
                 }
             }
             *cursor = name;
@@ -127,10 +128,10 @@ impl Inner {
         if seen < PRUNE_PER_GRANT {
             cursor.clear();
         }
-        for name in dead {
+        for (name, _) in &dead {
             leases.remove(name.as_str())?;
         }
-        Ok(())
+        Ok(dead)
     }
 
     /// Waits until the liveness lock `live` is free or `until` (boot-time ns) passes;
@@ -164,7 +165,9 @@ impl Inner {
     /// Ends this process's hold of the lease of `name` whose liveness id is `live`, and wakes
     /// the lock's oldest waiter. No write: the record is cleared lazily. The caller has checked
     /// that this is not a child of `fork()`.
-    pub(crate) fn release(&self, name: &str, live: u64) -> Result<()> {
+    pub(crate) fn release(&self, name: &str, live: u64, token: u64) -> Result<()> {
+        // Noted before the lock is let go, so that the grant it lets in knows of it.
+        self.note_release(name, token);
         self.live.unlock(live)?;
         *self.releases.lock() += 1;
         self.released.notify_all();

@@ -40,6 +40,7 @@ mod etcd;
 #[doc(hidden)]
 pub mod ffi;
 mod file;
+mod history;
 mod holder;
 mod info;
 mod journal;
@@ -47,6 +48,8 @@ mod kinds;
 mod leases;
 mod limits;
 mod liveness;
+mod metrics;
+mod observe;
 mod ops;
 mod options;
 mod query;
@@ -68,12 +71,15 @@ pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
+pub use history::{Ending, HistoryEntry, HISTORY_LIMIT, HISTORY_PER_LOCK};
 pub use holder::Holder;
 pub use info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use kinds::{Kind, MAX_HOLDERS};
 pub use limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
+pub use metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};
+pub use observe::{Event, Observer};
 pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 pub use serve::{ServeOptions, Server};
 pub use store::Store;

@@ -16,6 +16,7 @@ use crate::clock::ProcessId;
 use crate::commit::Applied;
 use crate::db::{FENCES, LEASES, META, VALUES};
 use crate::error::{Error, Result};
+use crate::history::{dropped, released_at, Ended, HistoryTables};
 use crate::kinds::Kind;
 use crate::limits::{check_granted, duration_ns};
 use crate::record::{decode_value, encode_value, Group, Lease, Record};
@@ -78,6 +79,9 @@ pub(crate) enum Op {
     },
     /// Records `token` as the highest the external fence `resource` accepted, fenced.
     Fence { resource: String, token: u64 },
+    /// Records in the history the releases a process made: `(name, token, released_ns)`, each
+    /// unless the lease's end is on record already (history.rs).
+    RecordReleases { releases: Vec<(String, u64, u64)> },
 }
 
 /// What an operation reports once its writes committed.
@@ -101,6 +105,7 @@ pub(crate) enum Done {
         existed: bool,
     },
     Fenced,
+    Recorded,
 }
 
 /// The error for a result of another kind than the operation's, which would be a defect.
@@ -114,6 +119,7 @@ pub(crate) struct Tables<'t> {
     leases: Option<Table<'t, &'static str, &'static [u8]>>,
     values: Option<Table<'t, &'static [u8], &'static [u8]>>,
     fences: Option<Table<'t, &'static str, u64>>,
+    history: Option<HistoryTables<'t>>,
 }
 
 /// A table an operation did not say it uses: a defect, reported rather than panicked on.
@@ -130,12 +136,22 @@ impl<'t> Tables<'t> {
             Op::Extend { .. } => (false, true, false, false),
             Op::Put { lease, .. } => (lease.is_none(), lease.is_some(), true, false),
             Op::Fence { .. } => (true, false, false, true),
+            Op::RecordReleases { .. } => (false, true, false, false),
         };
+        // Grants record the ends of the leases they replace.
+        let history = matches!(
+            op,
+            Op::Acquire { .. }
+                | Op::AcquireKind { .. }
+                | Op::AcquireAll { .. }
+                | Op::RecordReleases { .. }
+        );
         Ok(Tables {
             meta: meta.then(|| txn.open_table(META)).transpose()?,
             leases: leases.then(|| txn.open_table(LEASES)).transpose()?,
             values: values.then(|| txn.open_table(VALUES)).transpose()?,
             fences: fences.then(|| txn.open_table(FENCES)).transpose()?,
+            history: history.then(|| HistoryTables::open(txn)).transpose()?,
         })
     }
 
@@ -185,6 +201,8 @@ enum Write {
     Fence(String, u64),
     /// Removes a few dead lease records, sparing the one just granted.
     Prune(String),
+    /// Records how the lease `token` of `name` ended, unless that is on record already.
+    Close(String, u64, Ended),
 }
 
 /// The writes of an operation that passed its checks, and what it reports once they commit.
@@ -240,7 +258,23 @@ impl Plan {
                     drop(mut_table(&mut tables.fences)?.insert(resource.as_str(), token)?)
                 }
                 Write::Prune(granting) => {
-                    inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
+                    let pruned = inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
+                    let history = tables.history.as_mut().ok_or_else(unopened)?;
+                    for (name, record) in pruned {
+                        for lease in record.holders() {
+                            let (ending, at) = inner.ending(lease, now, false)?;
+                            let ended = Ended::new(inner, record.kind(), lease, ending, at);
+                            if history.record(&name, lease.token, &ended)? {
+                                crate::history::count(inner, ending);
+                            }
+                        }
+                    }
+                }
+                Write::Close(name, token, ended) => {
+                    let history = tables.history.as_mut().ok_or_else(unopened)?;
+                    if history.record(&name, token, &ended)? {
+                        crate::history::count(inner, ended.ending());
+                    }
                 }
             }
         }
@@ -280,6 +314,7 @@ impl Op {
                 inner.check_join(current.as_ref(), Kind::Exclusive, now)?;
                 let blocker = inner.blocker(current.as_ref(), now)?;
                 inner.check_turn(name, blocker.as_ref(), *ticket, now)?;
+                let closes = plan_closes(inner, name, current.as_ref(), &[], now)?;
                 let token = read_counter(tables.meta()?)?
                     .checked_add(1)
                     .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
@@ -309,6 +344,7 @@ impl Op {
                     live: *live,
                 };
                 plan.writes.push(Write::Lease(name.clone(), lease));
+                plan.writes.extend(closes);
                 plan.writes.push(Write::Prune(name.clone()));
                 Ok(plan)
             }
@@ -332,7 +368,9 @@ impl Op {
                 };
                 let blocker = inner.blocker(current.as_ref(), now)?;
                 inner.check_turn(name, blocker.as_ref(), ticket, now)?;
+                let closes = plan_closes(inner, name, current.as_ref(), &holders, now)?;
                 let (token, mut plan) = plan_tokens(inner, tables, 1)?;
+                plan.writes.extend(closes);
                 let lease = new_lease(inner, token, *holder, *live, now, *ttl);
                 plan.done = Done::Granted {
                     token,
@@ -382,8 +420,10 @@ impl Op {
                     }));
                 }
                 // Every name is checked before anything is planned: all or none.
-                for record in &records {
+                let mut closes = Vec::new();
+                for (record, name) in records.iter().zip(names) {
                     inner.check_join(record.as_ref(), Kind::Exclusive, now)?;
+                    closes.extend(plan_closes(inner, name, record.as_ref(), &[], now)?);
                 }
                 let count = u32::try_from(names.len())
                     .map_err(|_| Error::invalid("too many locks in one acquire"))?;
@@ -399,6 +439,7 @@ impl Op {
                     plan.writes.push(Write::Lease(name.clone(), lease));
                     plan.writes.push(Write::Prune(name.clone()));
                 }
+                plan.writes.extend(closes);
                 Ok(plan)
             }
             Op::Extend { name, token, ttl } => {
@@ -466,6 +507,23 @@ impl Op {
                 }
                 Ok(plan)
             }
+            Op::RecordReleases { releases } => {
+                let mut plan = Plan::new(Done::Recorded);
+                // A record of what happened, not a write anyone was promised: no fsync of
+                // its own.
+                plan.durable = false;
+                for (name, token, at) in releases {
+                    let Some(record) = tables.lease(name)? else {
+                        continue;
+                    };
+                    if let Some(lease) = record.holder(*token) {
+                        let (ending, at) = released_at(lease, *at);
+                        let ended = Ended::new(inner, record.kind(), lease, ending, at);
+                        plan.writes.push(Write::Close(name.clone(), *token, ended));
+                    }
+                }
+                Ok(plan)
+            }
         }
     }
 }
@@ -482,6 +540,25 @@ fn regrant(current: Option<&Record>, holder: ProcessId, live: u64) -> Option<Don
             token: lease.token,
             expires_ns: lease.expires_ns,
         })
+}
+
+/// Plans recording the ends of the leases of `current`, the record of `name` that a grant is
+/// replacing now, other than those it keeps (`kept`, live ones it joins).
+fn plan_closes(
+    inner: &Inner,
+    name: &str,
+    current: Option<&Record>,
+    kept: &[Lease],
+    now: u64,
+) -> Result<Vec<Write>> {
+    let mut closes = Vec::new();
+    let kind = current.map_or(Kind::Exclusive, Record::kind);
+    for lease in dropped(current, kept) {
+        let (ending, at) = inner.ending(lease, now, true)?;
+        let ended = Ended::new(inner, kind, lease, ending, at);
+        closes.push(Write::Close(name.to_owned(), lease.token, ended));
+    }
+    Ok(closes)
 }
 
 /// Plans taking `count` tokens from the counter: the first of them, and a plan with the

@@ -32,6 +32,8 @@ pub(crate) enum Query {
     Counts,
     /// The store's own invariants (`Store::verify`).
     Verify,
+    /// The recorded history entries of one lock (history.rs), oldest first.
+    History(String),
 }
 
 /// The counts a store reports of itself.
@@ -54,6 +56,8 @@ pub(crate) enum Answer {
     Fence(Option<u64>),
     Counts(Counts),
     Verified,
+    /// Tokens and stored entries.
+    History(Vec<(u64, Vec<u8>)>),
 }
 
 /// The error for an answer of another kind than the query's (a damaged reply).
@@ -126,6 +130,12 @@ impl Query {
                 verify(txn)?;
                 Answer::Verified
             }
+            Query::History(name) => match txn.open_table(crate::history::HISTORY) {
+                Ok(entries) => Answer::History(crate::history::stored(&entries, name)?),
+                // No grant has recorded an end yet.
+                Err(redb::TableError::TableDoesNotExist(_)) => Answer::History(Vec::new()),
+                Err(err) => return Err(err.into()),
+            },
         })
     }
 }
@@ -227,6 +237,13 @@ impl crate::store::Inner {
     pub(crate) fn counts(self: &Arc<Self>) -> Result<Counts> {
         match self.query(&Query::Counts)? {
             Answer::Counts(counts) => Ok(counts),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn history_of(self: &Arc<Self>, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+        match self.query(&Query::History(name.to_owned()))? {
+            Answer::History(entries) => Ok(entries),
             other => Err(mismatched(&other)),
         }
     }

@@ -44,7 +44,9 @@ const HEADER_SIZE: usize = 4096;
 /// The lease journal of a server (journal.rs), after the slots.
 const JOURNAL_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 pub(crate) const JOURNAL_SIZE: usize = 1 << 20;
-const RING_SIZE: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
+/// The store's activity page (metrics.rs), after the journal.
+const ACTIVITY_OFFSET: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
+const RING_SIZE: usize = ACTIVITY_OFFSET + crate::metrics::ACTIVITY_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -457,7 +459,21 @@ impl Ring {
         header.slots.store(SLOTS as u32, Ordering::Relaxed);
         header.boot_id[0].store(boot[0], Ordering::Relaxed);
         header.boot_id[1].store(boot[1], Ordering::Relaxed);
+        self.activity().start();
         header.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// The store's activity page: its counters and recent releases.
+    pub(crate) fn activity(&self) -> &crate::metrics::Activity {
+        // SAFETY: the page lies inside the mapping, 4096-aligned, ACTIVITY_SIZE bytes long;
+        // its fields are atomics, valid for any bit pattern.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(ACTIVITY_OFFSET)
+                .cast::<crate::metrics::Activity>()
+        }
     }
 
     /// Frees a slot this process owns (its phase is CLAIMED, DONE or ABANDONED, or was TAKEN by

@@ -471,7 +471,9 @@ impl Inner {
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
         let journal = self.journal.as_ref().map(|journal| (journal, &shared.ring));
-        let committed = execute(Ok(txn), jobs, self.relaxed(), journal);
+        let committed = execute(Ok(txn), jobs, self.relaxed(), journal, &|ops| {
+            self.counted_commit(ops);
+        });
         shared.wake();
         drop(db);
         self.make_way();
@@ -631,7 +633,7 @@ mod tests {
             .unwrap()
             .begin_write()
             .unwrap();
-        execute(Ok(txn), jobs, false, None).unwrap();
+        execute(Ok(txn), jobs, false, None, &|_| {}).unwrap();
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
 use crate::liveness::Liveness;
+use crate::observe::Attempt;
 use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
 use crate::sharing::{run_op, Place, Shared};
@@ -64,9 +65,25 @@ pub(crate) struct Inner {
     pub(crate) shared: Option<Arc<Shared>>,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
+    /// The counters and recent releases of a store without a shared ring (metrics.rs).
+    pub(crate) own_activity: Box<crate::metrics::Activity>,
+    pub(crate) observer: RwLock<Option<Arc<dyn crate::observe::Observer>>>,
+    /// Releases this process made, to record in the history as it closes the store.
+    pub(crate) unrecorded: Mutex<Vec<(String, u64, u64)>>,
     /// Bumped at every release in this process, so in-process waiters wake at once.
     pub(crate) releases: Mutex<u64>,
     pub(crate) released: Condvar,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // The last user of the store in this process records its releases (history.rs).
+        if let Backend::Local(inner) = &self.inner {
+            if Arc::strong_count(inner) == 1 {
+                inner.record_releases();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -199,6 +216,9 @@ impl Store {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
+            own_activity: crate::metrics::Activity::private(),
+            observer: RwLock::new(None),
+            unrecorded: Mutex::new(Vec::new()),
             releases: Mutex::new(0),
             released: Condvar::new(),
         };
@@ -254,7 +274,26 @@ impl Store {
     /// ```
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
         on_etcd!(self.inner, remote => remote.acquire(name, ttl));
-        self.acquire_inner(name, ttl, None, None, None)
+        let attempt = Attempt::start();
+        let result = self.acquire_inner(name, ttl, None, None, None);
+        self.observed(name, Kind::Exclusive, &attempt, result)
+    }
+
+    /// `result`, an acquire of `name` as `kind`, once counted and told (observe.rs).
+    pub(crate) fn observed(
+        &self,
+        name: &str,
+        kind: Kind,
+        attempt: &Attempt,
+        result: Result<Holder>,
+    ) -> Result<Holder> {
+        self.inner.acquired(
+            &[name],
+            kind,
+            attempt,
+            result.as_ref().map(std::slice::from_ref),
+        );
+        result
     }
 
     /// Acquires the lock `name` for `ttl`, waiting up to `timeout` for it to be free. Wakes at
@@ -297,6 +336,19 @@ impl Store {
         ttl: Duration,
         waiting: Waiting<'_>,
     ) -> Result<Holder> {
+        let mut attempt = Attempt::start();
+        let result = self.wait_in_turn(name, kind, ttl, waiting, &mut attempt);
+        self.observed(name, kind, &attempt, result)
+    }
+
+    fn wait_in_turn(
+        &self,
+        name: &str,
+        kind: Kind,
+        ttl: Duration,
+        waiting: Waiting<'_>,
+        observed: &mut Attempt,
+    ) -> Result<Holder> {
         crate::cancel::check(waiting.cancel)?;
         // A place in the lock's waiting queue, taken at the first refusal and left when the
         // wait ends: waiters of every process are granted the lock oldest first.
@@ -310,6 +362,7 @@ impl Store {
             };
             match attempt {
                 Err(Error::Locked { remaining, .. }) => {
+                    observed.waited = true;
                     waiting.step()?;
                     if place.is_none() {
                         place = self.inner.queue_up(name);
@@ -364,7 +417,10 @@ impl Store {
         on_etcd!(self.inner, remote => remote.acquire_and_put(name, ttl, key, value));
         self.inner.check_value(value)?;
         check_key(key)?;
-        self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None, None)
+        let attempt = Attempt::start();
+        let result =
+            self.acquire_inner(name, ttl, Some((key.to_vec(), value.to_vec())), None, None);
+        self.observed(name, Kind::Exclusive, &attempt, result)
     }
 
     pub(crate) fn acquire_inner(
@@ -433,7 +489,9 @@ impl Store {
         check_key(key)?;
         self.inner.check_value(value)?;
         check_token(token)?;
-        self.submit_put(key, Some(value), token).map(|_| ())
+        self.inner
+            .counted(self.submit_put(key, Some(value), token))
+            .map(|_| ())
     }
 
     /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
@@ -446,7 +504,7 @@ impl Store {
         on_etcd!(self.inner, remote => remote.delete(key, token));
         check_key(key)?;
         check_token(token)?;
-        self.submit_put(key, None, token)
+        self.inner.counted(self.submit_put(key, None, token))
     }
 
     fn submit_put(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
@@ -497,6 +555,10 @@ impl Store {
     /// [`Store::put`].
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
         on_etcd!(self.inner, remote => remote.fence(resource, token));
+        self.inner.counted(self.fence_inner(resource, token))
+    }
+
+    fn fence_inner(&self, resource: &str, token: u64) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
         // A token equal to the recorded one passes without a write.
@@ -662,9 +724,10 @@ impl Inner {
         };
         let inner = Arc::clone(self);
         let run = move |txn: &WriteTransaction| run_op(&inner, &op, txn, false);
+        let committed = |ops| self.counted_commit(ops);
         let result = self
             .commits
-            .run(&db, &admit, &others, waiting.deadline, waiting.cancel, run);
+            .run(&db, &admit, &others, &committed, waiting, run);
         drop(db);
         self.make_way();
         if let Some(shared) = &self.shared {

@@ -13,7 +13,7 @@ use crate::query::{Answer, Counts, Query};
 use crate::record::Record;
 
 /// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 4;
+pub(crate) const WIRE_VERSION: u32 = 5;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
@@ -106,6 +106,8 @@ const FENCE: u8 = 4;
 // The lock kinds' operations (version 4); tags from 16 up are reads (decode_request).
 const ACQUIRE_KIND: u8 = 5;
 const ACQUIRE_ALL: u8 = 6;
+// The history's operation (version 5).
+const RECORD_RELEASES: u8 = 7;
 const KIND_EXCLUSIVE: u8 = 0;
 const KIND_SHARED: u8 = 1;
 const KIND_SEMAPHORE: u8 = 2;
@@ -202,6 +204,15 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
             w.bytes(resource.as_bytes());
             w.u64(*token);
         }
+        Op::RecordReleases { releases } => {
+            w.u8(RECORD_RELEASES);
+            w.u32(u32::try_from(releases.len()).unwrap_or(u32::MAX));
+            for (name, token, at) in releases {
+                w.bytes(name.as_bytes());
+                w.u64(*token);
+                w.u64(*at);
+            }
+        }
     }
     w.0
 }
@@ -220,6 +231,7 @@ const Q_KEYS: u8 = 19;
 const Q_FENCE: u8 = 20;
 const Q_COUNTS: u8 = 21;
 const Q_VERIFY: u8 = 22;
+const Q_HISTORY: u8 = 23;
 
 pub(crate) fn encode_query(query: &Query) -> Vec<u8> {
     let mut w = Writer::default();
@@ -243,6 +255,10 @@ pub(crate) fn encode_query(query: &Query) -> Vec<u8> {
         }
         Query::Counts => w.u8(Q_COUNTS),
         Query::Verify => w.u8(Q_VERIFY),
+        Query::History(name) => {
+            w.u8(Q_HISTORY);
+            w.bytes(name.as_bytes());
+        }
     }
     w.0
 }
@@ -266,6 +282,7 @@ fn decode_query(bytes: &[u8]) -> Result<Query> {
         Q_FENCE => Query::Fence(r.string()?),
         Q_COUNTS => Query::Counts,
         Q_VERIFY => Query::Verify,
+        Q_HISTORY => Query::History(r.string()?),
         _ => return Err(malformed()),
     };
     r.end()?;
@@ -279,6 +296,7 @@ const A_KEYS: u8 = 19;
 const A_FENCE: u8 = 20;
 const A_COUNTS: u8 = 21;
 const A_VERIFIED: u8 = 22;
+const A_HISTORY: u8 = 23;
 
 fn opt_record(w: &mut Writer, record: Option<&Record>) {
     w.opt_bytes(record.map(Record::encode).as_deref());
@@ -334,6 +352,14 @@ pub(crate) fn encode_answer(answer: &Result<Answer>) -> Vec<u8> {
             }
         }
         Ok(Answer::Verified) => w.u8(A_VERIFIED),
+        Ok(Answer::History(entries)) => {
+            w.u8(A_HISTORY);
+            w.u64(entries.len() as u64);
+            for (token, entry) in entries {
+                w.u64(*token);
+                w.bytes(entry);
+            }
+        }
         Err(err) => {
             w.u8(FAILED);
             encode_error(&mut w, err);
@@ -385,6 +411,14 @@ pub(crate) fn decode_answer(bytes: &[u8]) -> Result<Result<Answer>> {
             fences: r.u64()?,
         })),
         A_VERIFIED => Ok(Answer::Verified),
+        A_HISTORY => {
+            let n = r.u64()?;
+            let mut entries = Vec::new();
+            for _ in 0..n {
+                entries.push((r.u64()?, r.bytes()?));
+            }
+            Ok(Answer::History(entries))
+        }
         FAILED => Err(decode_error(&mut r)?),
         _ => return Err(malformed()),
     };
@@ -480,6 +514,18 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
             resource: r.string()?,
             token: r.u64()?,
         },
+        RECORD_RELEASES => {
+            let count = r.u32()? as usize;
+            // Each release takes at least 20 bytes: a bound before anything is allocated.
+            if count > r.0.len() / 20 {
+                return Err(malformed());
+            }
+            let mut releases = Vec::with_capacity(count);
+            for _ in 0..count {
+                releases.push((r.string()?, r.u64()?, r.u64()?));
+            }
+            Op::RecordReleases { releases }
+        }
         _ => return Err(malformed()),
     };
     r.end()?;
@@ -492,6 +538,7 @@ const WROTE: u8 = 3;
 const FENCED: u8 = 4;
 const FAILED: u8 = 5;
 const GRANTED_ALL: u8 = 6;
+const RECORDED: u8 = 7;
 
 pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
     let mut w = Writer::default();
@@ -520,6 +567,7 @@ pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
             w.u8(u8::from(*existed));
         }
         Ok(Done::Fenced) => w.u8(FENCED),
+        Ok(Done::Recorded) => w.u8(RECORDED),
         Err(err) => {
             w.u8(FAILED);
             encode_error(&mut w, err);
@@ -548,6 +596,7 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
             existed: r.u8()? != 0,
         }),
         FENCED => Ok(Done::Fenced),
+        RECORDED => Ok(Done::Recorded),
         FAILED => Err(decode_error(&mut r)?),
         _ => return Err(malformed()),
     };
@@ -696,6 +745,9 @@ mod tests {
                 token: 9,
                 ttl: Duration::from_secs(3),
             },
+            Op::RecordReleases {
+                releases: vec![("a".into(), 4, 5), (String::new(), 6, 7)],
+            },
             Op::AcquireKind {
                 name: "pool".into(),
                 kind: Kind::Semaphore(3),
@@ -770,6 +822,7 @@ mod tests {
             Query::Fence("bucket".into()),
             Query::Counts,
             Query::Verify,
+            Query::History("payment-export".into()),
         ];
         for query in queries {
             let bytes = encode_query(&query);
@@ -828,6 +881,7 @@ mod tests {
                 fences: 6,
             })),
             Ok(Answer::Verified),
+            Ok(Answer::History(vec![(7, vec![1, 2, 3]), (9, Vec::new())])),
             Err(Error::Corrupt("bad page".into())),
         ];
         for answer in answers {
@@ -862,6 +916,7 @@ mod tests {
             }),
             Ok(Done::Put { existed: true }),
             Ok(Done::Fenced),
+            Ok(Done::Recorded),
             Err(Error::Locked {
                 token: 3,
                 pid: 77,

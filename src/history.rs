@@ -1,0 +1,497 @@
+//! The grant history of each lock: who held it, with which token, from when to when, and how
+//! the lease ended. It answers the operator's question "who held payment-export at 03:12, and
+//! why did the next job wait?".
+//!
+//! A lease's entry is written when its end is known, in the transaction that learns it: the
+//! grant that replaces the lease (or drops it from a group), the pruning of a dead record, or
+//! the note of the releases a process made, which it writes as it closes the store (a release
+//! itself writes nothing to the file). Until then the lease is in the leases table, and a read
+//! of the history adds it with its state at that moment. Each lock keeps its latest
+//! [`HISTORY_PER_LOCK`] entries, and the store its latest [`HISTORY_LIMIT`] entries of all
+//! locks, so that locks named once each (one per job) cannot grow the file without bound.
+//!
+//! How a lease ended is judged from what is known when its entry is written: the store's recent
+//! releases (metrics.rs), its holder's liveness lock, whether its process still runs, and its
+//! expiry.
+
+use std::ops::Bound;
+use std::time::{Duration, SystemTime};
+
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::info::LockState;
+use crate::kinds::Kind;
+use crate::metrics::{unix_ns_at, unix_ns_now, Counter};
+use crate::record::{Lease, Record};
+use crate::store::Inner;
+
+/// Entries kept for each lock, its latest.
+pub const HISTORY_PER_LOCK: usize = 32;
+/// Entries kept for the store, its latest of any lock.
+pub const HISTORY_LIMIT: u64 = 100_000;
+
+/// The history entries, keyed by lock name and token.
+pub(crate) const HISTORY: TableDefinition<(&str, u64), &[u8]> =
+    TableDefinition::new("fencelock.history");
+/// The lock name of every history entry, by token: the store's entries oldest first.
+pub(crate) const HISTORY_ORDER: TableDefinition<u64, &str> =
+    TableDefinition::new("fencelock.history_order");
+
+/// How a lease ended, or that it has not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ending {
+    /// Still held: live and unexpired.
+    Held,
+    /// Its holder released it.
+    Released,
+    /// Its TTL ran out before its holder let go, and no later grant took it over meanwhile.
+    Expired,
+    /// A later grant took the lock after the TTL ran out, while the holder still held on (a
+    /// paused or stuck holder: the case fencing tokens are for).
+    TakenOver,
+    /// Its holder's process ended without a release on record (or the host restarted).
+    HolderDied,
+}
+
+impl Ending {
+    /// `held`, `released`, `expired`, `taken-over` or `holder-died`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Held => "held",
+            Ending::Released => "released",
+            Ending::Expired => "expired",
+            Ending::TakenOver => "taken-over",
+            Ending::HolderDied => "holder-died",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Ending::Held => 0,
+            Ending::Released => 1,
+            Ending::Expired => 2,
+            Ending::TakenOver => 3,
+            Ending::HolderDied => 4,
+        }
+    }
+
+    fn from_code(code: u8) -> Result<Ending> {
+        Ok(match code {
+            1 => Ending::Released,
+            2 => Ending::Expired,
+            3 => Ending::TakenOver,
+            4 => Ending::HolderDied,
+            _ => return Err(Error::Corrupt("malformed history entry".into())),
+        })
+    }
+
+    fn counter(self) -> Option<Counter> {
+        match self {
+            Ending::Held => None,
+            Ending::Released => Some(Counter::EndedReleased),
+            Ending::Expired => Some(Counter::EndedExpired),
+            Ending::TakenOver => Some(Counter::EndedTakenOver),
+            Ending::HolderDied => Some(Counter::EndedHolderDied),
+        }
+    }
+}
+
+/// One grant of a lock, as [`crate::Store::history`] tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryEntry {
+    pub name: String,
+    pub token: u64,
+    pub kind: Kind,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When it was granted; `None` when not known (granted before the host restarted).
+    pub granted: Option<SystemTime>,
+    /// When the lease expires or expired, as last extended.
+    pub expires: Option<SystemTime>,
+    pub ending: Ending,
+    /// When it ended, where that is known: the time of the release, the expiry of an expired
+    /// lease, the grant that took it over. `None` for a held lease, and where the store cannot
+    /// know (a holder's death; a release older than the store's memory of releases).
+    pub ended: Option<SystemTime>,
+    /// When the store recorded the end; `None` for a lease still in the leases table.
+    pub recorded: Option<SystemTime>,
+}
+
+fn time(unix_ns: u64) -> Option<SystemTime> {
+    (unix_ns != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_nanos(unix_ns))
+}
+
+/// The stored form of an ended lease (the name and token are its key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    kind: Kind,
+    pid: u32,
+    /// Unix ns; 0 when not known.
+    granted: u64,
+    expires: u64,
+    ending: Ending,
+    ended: u64,
+    recorded: u64,
+}
+
+const ENTRY_FORMAT: u8 = 1;
+const ENTRY_LEN: usize = 1 + 1 + 4 + 4 + 8 + 8 + 1 + 8 + 8;
+
+impl Ended {
+    /// The end of `lease`, held as `kind`, judged `ending` (ended at `ended_ns`, boot time, 0
+    /// when not known), recorded now.
+    pub(crate) fn new(
+        inner: &Inner,
+        kind: Kind,
+        lease: &Lease,
+        ending: Ending,
+        ended_ns: u64,
+    ) -> Ended {
+        let this_boot = lease.boot_id == inner.boot_id;
+        let unix = |ns: u64| {
+            if this_boot && ns != 0 {
+                unix_ns_at(ns)
+            } else {
+                0
+            }
+        };
+        Ended {
+            kind,
+            pid: lease.holder.pid,
+            granted: unix(lease.granted_ns),
+            expires: unix(lease.expires_ns),
+            ending,
+            ended: unix(ended_ns),
+            recorded: unix_ns_now(),
+        }
+    }
+
+    fn encode(&self) -> [u8; ENTRY_LEN] {
+        let (kind, permits) = match self.kind {
+            Kind::Exclusive => (0u8, 0u32),
+            Kind::Shared => (1, 0),
+            Kind::Semaphore(n) => (2, n),
+        };
+        let mut out = [0u8; ENTRY_LEN];
+        out[0] = ENTRY_FORMAT;
+        out[1] = kind;
+        out[2..6].copy_from_slice(&permits.to_le_bytes());
+        out[6..10].copy_from_slice(&self.pid.to_le_bytes());
+        out[10..18].copy_from_slice(&self.granted.to_le_bytes());
+        out[18..26].copy_from_slice(&self.expires.to_le_bytes());
+        out[26] = self.ending.code();
+        out[27..35].copy_from_slice(&self.ended.to_le_bytes());
+        out[35..43].copy_from_slice(&self.recorded.to_le_bytes());
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Ended> {
+        let malformed = || Error::Corrupt("malformed history entry".into());
+        if bytes.len() != ENTRY_LEN || bytes[0] != ENTRY_FORMAT {
+            return Err(malformed());
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let kind = match (bytes[1], u32_at(2)) {
+            (0, 0) => Kind::Exclusive,
+            (1, 0) => Kind::Shared,
+            (2, n) if n > 0 => Kind::Semaphore(n),
+            _ => return Err(malformed()),
+        };
+        Ok(Ended {
+            kind,
+            pid: u32_at(6),
+            granted: u64_at(10),
+            expires: u64_at(18),
+            ending: Ending::from_code(bytes[26])?,
+            ended: u64_at(27),
+            recorded: u64_at(35),
+        })
+    }
+
+    pub(crate) fn ending(&self) -> Ending {
+        self.ending
+    }
+
+    pub(crate) fn entry(&self, name: &str, token: u64) -> HistoryEntry {
+        HistoryEntry {
+            name: name.to_owned(),
+            token,
+            kind: self.kind,
+            pid: self.pid,
+            granted: time(self.granted),
+            expires: time(self.expires),
+            ending: self.ending,
+            ended: time(self.ended),
+            recorded: time(self.recorded),
+        }
+    }
+}
+
+/// The history tables, open in a write transaction.
+pub(crate) struct HistoryTables<'t> {
+    pub(crate) entries: Table<'t, (&'static str, u64), &'static [u8]>,
+    pub(crate) order: Table<'t, u64, &'static str>,
+}
+
+impl<'t> HistoryTables<'t> {
+    pub(crate) fn open(txn: &'t redb::WriteTransaction) -> Result<HistoryTables<'t>> {
+        Ok(HistoryTables {
+            entries: txn.open_table(HISTORY)?,
+            order: txn.open_table(HISTORY_ORDER)?,
+        })
+    }
+
+    /// Whether the lease `token` of `name` has an entry already.
+    pub(crate) fn has(&self, name: &str, token: u64) -> Result<bool> {
+        Ok(self.entries.get((name, token))?.is_some())
+    }
+
+    /// Writes the entry of the lease `token` of `name`, unless it has one; then lets go of the
+    /// oldest entries past the bounds. Returns whether it wrote it.
+    pub(crate) fn record(&mut self, name: &str, token: u64, ended: &Ended) -> Result<bool> {
+        if self.has(name, token)? {
+            return Ok(false);
+        }
+        drop(
+            self.entries
+                .insert((name, token), ended.encode().as_slice())?,
+        );
+        drop(self.order.insert(token, name)?);
+        let mut old = Vec::new();
+        let mut count: usize = 0;
+        for entry in self.entries.range((name, 0)..=(name, u64::MAX))? {
+            let (key, _) = entry?;
+            count += 1;
+            if old.len() < 2 {
+                old.push(key.value().1);
+            }
+        }
+        for &oldest in old.iter().take(count.saturating_sub(HISTORY_PER_LOCK)) {
+            self.entries.remove((name, oldest))?;
+            self.order.remove(oldest)?;
+        }
+        while self.order.len()? > HISTORY_LIMIT {
+            let Some((token, name)) = self
+                .order
+                .pop_first()?
+                .map(|(token, name)| (token.value(), name.value().to_owned()))
+            else {
+                break;
+            };
+            self.entries.remove((name.as_str(), token))?;
+        }
+        Ok(true)
+    }
+}
+
+/// The stored entries of `name`, oldest first.
+pub(crate) fn stored(
+    entries: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    name: &str,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let range = (
+        Bound::Included((name, 0)),
+        Bound::Included((name, u64::MAX)),
+    );
+    for entry in entries.range::<(&str, u64)>(range)? {
+        let (key, value) = entry?;
+        out.push((key.value().1, value.value().to_vec()));
+    }
+    Ok(out)
+}
+
+impl Inner {
+    /// How `lease` (not live at `now`) ended; `taken` when a grant is replacing it now. Also
+    /// when it ended (boot ns), or 0 when that is not known.
+    pub(crate) fn ending(&self, lease: &Lease, now: u64, taken: bool) -> Result<(Ending, u64)> {
+        if lease.boot_id != self.boot_id {
+            return Ok((Ending::HolderDied, 0));
+        }
+        if let Some(at) = self.activity().release_of(lease.token) {
+            return Ok(released_at(lease, at));
+        }
+        if self.live.is_held(lease.live)? {
+            // Its holder holds on past the TTL.
+            return Ok(if taken {
+                (Ending::TakenOver, now)
+            } else {
+                (Ending::Expired, lease.expires_ns)
+            });
+        }
+        if lease.holder.is_alive() {
+            // Released longer ago than the store's memory of releases reaches.
+            Ok((Ending::Released, 0))
+        } else {
+            Ok((Ending::HolderDied, 0))
+        }
+    }
+
+    /// Notes the release of the lease `token` of `name` now: in the activity page, where the
+    /// grant that next takes the lock reads it, and for this process to record as it closes
+    /// the store.
+    pub(crate) fn note_release(&self, name: &str, token: u64) {
+        let now = clock::now_ns();
+        self.activity().note_release(token, now);
+        let mut unrecorded = self.unrecorded.lock();
+        if unrecorded.len() == UNRECORDED_LIMIT {
+            unrecorded.remove(0);
+        }
+        unrecorded.push((name.to_owned(), token, now));
+    }
+
+    /// The history of the lock `name`, oldest first: the ended grants on record, then the
+    /// grants of its current record not recorded yet, with their state now.
+    pub(crate) fn history(self: &std::sync::Arc<Self>, name: &str) -> Result<Vec<HistoryEntry>> {
+        let mut entries = Vec::new();
+        for (token, bytes) in self.history_of(name)? {
+            entries.push(Ended::decode(&bytes)?.entry(name, token));
+        }
+        let now = clock::now_ns();
+        if let Some(record) = self.lease_of(name)? {
+            let mut leases = record.holders().to_vec();
+            leases.sort_by_key(|lease| lease.token);
+            for lease in leases {
+                if entries.iter().any(|entry| entry.token == lease.token) {
+                    continue;
+                }
+                let info = self.describe(name, record.kind(), &lease, now)?;
+                let ending = match info.state {
+                    LockState::Held => Ending::Held,
+                    LockState::Released => Ending::Released,
+                    LockState::Expired => Ending::Expired,
+                    _ => Ending::HolderDied,
+                };
+                let ended_ns = match ending {
+                    Ending::Released => self.activity().release_of(lease.token).unwrap_or(0),
+                    Ending::Expired => lease.expires_ns,
+                    _ => 0,
+                };
+                let mut entry = Ended::new(self, record.kind(), &lease, ending, ended_ns)
+                    .entry(name, lease.token);
+                entry.recorded = None;
+                entries.push(entry);
+            }
+        }
+        entries.sort_by_key(|entry| entry.token);
+        Ok(entries)
+    }
+}
+
+/// How a lease released at `at` ended: released, or expired first.
+pub(crate) fn released_at(lease: &Lease, at: u64) -> (Ending, u64) {
+    if at < lease.expires_ns {
+        (Ending::Released, at)
+    } else {
+        (Ending::Expired, lease.expires_ns)
+    }
+}
+
+/// Releases a process remembers to record as it closes the store, its latest.
+pub(crate) const UNRECORDED_LIMIT: usize = 1024;
+
+/// Counts a recorded end.
+pub(crate) fn count(inner: &Inner, ending: Ending) {
+    if let Some(counter) = ending.counter() {
+        inner.activity().add(counter, 1);
+    }
+}
+
+/// The ends a record's dropped leases had: for each lease of `before` not in `kept`.
+pub(crate) fn dropped<'a>(
+    before: Option<&'a Record>,
+    kept: &'a [Lease],
+) -> impl Iterator<Item = &'a Lease> + 'a {
+    before
+        .map(Record::holders)
+        .unwrap_or_default()
+        .iter()
+        .filter(move |lease| !kept.iter().any(|k| k.token == lease.token))
+}
+
+impl crate::Store {
+    /// The grant history of the lock `name`, oldest first: its latest ended grants (up to
+    /// [`HISTORY_PER_LOCK`]), then its current grants with their state now. Empty for a lock
+    /// the store knows nothing of.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad lock name, and on an etcd store; otherwise the
+    /// storage errors of [`crate::Store::get`].
+    pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
+        crate::backend::on_etcd!(self.inner, _remote => Err(crate::observe::not_kept_on_etcd("histories")));
+        crate::limits::check_name("lock name", name)?;
+        self.inner.history(name)
+    }
+}
+
+impl Inner {
+    /// Records in the history the releases this process made and has not recorded, as the
+    /// store closes: a release writes nothing to the file, and once every process has closed
+    /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
+    /// next grant to judge those ends itself.
+    pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
+        let releases = std::mem::take(&mut *self.unrecorded.lock());
+        if releases.is_empty() || self.read_only || self.check_fork().is_err() {
+            return;
+        }
+        let wait = self.busy_timeout.min(RECORD_WAIT);
+        let waiting = crate::cancel::Waiting::new(wait, None);
+        let _ = self.submit(crate::ops::Op::RecordReleases { releases }, Some(waiting));
+    }
+}
+
+/// How long closing a store waits to record its releases.
+const RECORD_WAIT: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_damage_is_refused() {
+        for kind in [Kind::Exclusive, Kind::Shared, Kind::Semaphore(4)] {
+            for ending in [
+                Ending::Released,
+                Ending::Expired,
+                Ending::TakenOver,
+                Ending::HolderDied,
+            ] {
+                let ended = Ended {
+                    kind,
+                    pid: 42,
+                    granted: 1,
+                    expires: 2,
+                    ending,
+                    ended: 0,
+                    recorded: 4,
+                };
+                let bytes = ended.encode();
+                assert_eq!(Ended::decode(&bytes).unwrap(), ended);
+                assert!(Ended::decode(&bytes[1..]).is_err());
+            }
+        }
+        let mut held = Ended::decode(
+            &Ended {
+                kind: Kind::Exclusive,
+                pid: 1,
+                granted: 1,
+                expires: 1,
+                ending: Ending::Released,
+                ended: 1,
+                recorded: 1,
+            }
+            .encode(),
+        )
+        .unwrap()
+        .encode();
+        held[26] = 0;
+        assert!(Ended::decode(&held).is_err(), "a stored entry has ended");
+    }
+}
