@@ -94,6 +94,57 @@
 #define FENCELOCK_LOCK_HOLDER_DEAD 3
 
 /**
+ * How a lease ended: not yet (live and unexpired).
+ */
+#define FENCELOCK_ENDING_HELD 0
+
+/**
+ * How a lease ended: its holder released it.
+ */
+#define FENCELOCK_ENDING_RELEASED 1
+
+/**
+ * How a lease ended: its TTL ran out before its holder let go, and nobody took it over.
+ */
+#define FENCELOCK_ENDING_EXPIRED 2
+
+/**
+ * How a lease ended: a later grant took the lock after the TTL ran out, while the holder still
+ * held on (a paused holder).
+ */
+#define FENCELOCK_ENDING_TAKEN_OVER 3
+
+/**
+ * How a lease ended: its holder's process ended without a release on record.
+ */
+#define FENCELOCK_ENDING_HOLDER_DIED 4
+
+/**
+ * Metrics scope: every process on this host that opened the store counts into them.
+ */
+#define FENCELOCK_SCOPE_STORE 0
+
+/**
+ * Metrics scope: this open store only (single-process mode, or no shared area usable).
+ */
+#define FENCELOCK_SCOPE_PROCESS 1
+
+/**
+ * Event of an observer: an acquire ended (granted, or refused with `status`).
+ */
+#define FENCELOCK_EVENT_ACQUIRE 0
+
+/**
+ * Event of an observer: a holder released its lease.
+ */
+#define FENCELOCK_EVENT_RELEASE 1
+
+/**
+ * Event of an observer: a holder learned its lease was lost.
+ */
+#define FENCELOCK_EVENT_LOST 2
+
+/**
  * A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
  * `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
  * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
@@ -108,6 +159,12 @@ typedef struct fencelock_cancel fencelock_cancel;
  * Immutable, so safe to read from many threads at once.
  */
 typedef struct fencelock_error fencelock_error;
+
+/**
+ * A lock's grant history from `fencelock_store_history`, oldest first; freed with
+ * `fencelock_history_free`. Immutable, so safe to read from many threads at once.
+ */
+typedef struct fencelock_history fencelock_history;
 
 /**
  * A granted lease. Created by the `fencelock_store_acquire*` functions; freed with
@@ -138,6 +195,40 @@ typedef struct fencelock_store fencelock_store;
  * A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.
  */
 typedef int32_t fencelock_status;
+
+/**
+ * One grant of a lock's history. Times are milliseconds since the Unix epoch, 0 when not
+ * known.
+ */
+typedef struct fencelock_history_entry {
+  uint64_t token;
+  /**
+   * `FENCELOCK_KIND_*`, and the permit count (0 unless a semaphore).
+   */
+  int32_t kind;
+  uint32_t permits;
+  /**
+   * The holder's process id.
+   */
+  uint32_t pid;
+  /**
+   * `FENCELOCK_ENDING_*`.
+   */
+  int32_t ending;
+  int64_t granted_unix_ms;
+  /**
+   * When the lease expires or expired, as last extended.
+   */
+  int64_t expires_unix_ms;
+  /**
+   * When it ended, where known (a release's time, an expiry, the grant that took it over).
+   */
+  int64_t ended_unix_ms;
+  /**
+   * When the store recorded the end; 0 for a grant still in the lock's record.
+   */
+  int64_t recorded_unix_ms;
+} fencelock_history_entry;
 
 /**
  * What the store records of one lock.
@@ -172,6 +263,115 @@ typedef struct fencelock_lock_info {
    */
   uint64_t remaining_ms;
 } fencelock_lock_info;
+
+/**
+ * A snapshot of a store's counters (`fencelock_store_metrics`). New fields are only ever added
+ * at the end.
+ */
+typedef struct fencelock_metrics {
+  /**
+   * `FENCELOCK_SCOPE_STORE` or `FENCELOCK_SCOPE_PROCESS`.
+   */
+  int32_t scope;
+  /**
+   * When counting started, in milliseconds since the Unix epoch.
+   */
+  int64_t since_unix_ms;
+  /**
+   * Leases granted.
+   */
+  uint64_t grants;
+  /**
+   * Leases released by their holders.
+   */
+  uint64_t releases;
+  /**
+   * Acquires refused because the lock was held.
+   */
+  uint64_t refused_locked;
+  /**
+   * Waiting acquires whose timeout passed first.
+   */
+  uint64_t refused_timeout;
+  /**
+   * Waiting acquires cancelled.
+   */
+  uint64_t refused_cancelled;
+  /**
+   * Acquires refused for another reason.
+   */
+  uint64_t refused_other;
+  /**
+   * Writes and fences refused for a stale token.
+   */
+  uint64_t stale_writes;
+  /**
+   * Holders' writes and extends refused because the lease was lost.
+   */
+  uint64_t lock_lost;
+  /**
+   * Acquires that waited, and their total wait in nanoseconds.
+   */
+  uint64_t waits;
+  uint64_t wait_ns;
+  /**
+   * Waits at or under 1 ms, 10 ms, 100 ms, 1 s, 10 s, 60 s, 600 s, and longer (not
+   * cumulative).
+   */
+  uint64_t wait_buckets[8];
+  /**
+   * How replaced leases had ended.
+   */
+  uint64_t ended_released;
+  uint64_t ended_expired;
+  uint64_t ended_taken_over;
+  uint64_t ended_holder_died;
+  /**
+   * Write transactions committed, and the operations they carried.
+   */
+  uint64_t commits;
+  uint64_t committed_ops;
+} fencelock_metrics;
+
+/**
+ * What an observer is told (`fencelock_store_set_observer`).
+ */
+typedef struct fencelock_event {
+  /**
+   * `FENCELOCK_EVENT_ACQUIRE`, `_RELEASE` or `_LOST`.
+   */
+  int32_t event;
+  /**
+   * The lock's name, NUL-terminated UTF-8; valid during the call only.
+   */
+  const char *name;
+  /**
+   * For an acquire: `FENCELOCK_KIND_*` and the permit count (0 unless a semaphore).
+   */
+  int32_t kind;
+  uint32_t permits;
+  /**
+   * The lease's token; 0 for a refused acquire.
+   */
+  uint64_t token;
+  /**
+   * For an acquire: `FENCELOCK_OK`, or the status its caller got.
+   */
+  fencelock_status status;
+  /**
+   * For an acquire: how long it waited, in nanoseconds (0 for a try-once acquire).
+   */
+  uint64_t waited_ns;
+  /**
+   * For a release or a loss: how long after the grant, in nanoseconds.
+   */
+  uint64_t held_ns;
+} fencelock_event;
+
+/**
+ * An observer callback: `context` is the pointer given with it.
+ */
+typedef void (*fencelock_observer_fn)(void *context, const struct fencelock_event *event);
 
 /**
  * Success.
@@ -400,6 +600,61 @@ uint64_t fencelock_error_remaining_ms(const struct fencelock_error *err);
  * `err` is NULL or an error returned by this library and not yet freed.
  */
 void fencelock_error_free(struct fencelock_error *err);
+
+/**
+ * The grant history of the lock `name`, oldest first: its latest ended grants (up to 32),
+ * then its current grants with their state now; empty for a lock the store knows nothing of.
+ * On success `*history_out` receives a new list, to be freed with `fencelock_history_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `name`, `history_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (a bad name, or an etcd store), `FENCELOCK_TIMEOUT`,
+ * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
+ * `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_history(const struct fencelock_store *store,
+                                         const char *name,
+                                         struct fencelock_history **history_out,
+                                         struct fencelock_error **err_out);
+
+/**
+ * The number of entries of `history`; 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `history` is NULL or a history from this library not yet freed.
+ */
+size_t fencelock_history_len(const struct fencelock_history *history);
+
+/**
+ * Copies entry `index` of `history` to `*entry_out`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`history`, `entry_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_history_get(const struct fencelock_history *history,
+                                       size_t index,
+                                       struct fencelock_history_entry *entry_out);
+
+/**
+ * Frees a history. NULL does nothing.
+ *
+ * No other thread may use `history` during or after this call.
+ *
+ * # Safety
+ * `history` is NULL or a history from this library not yet freed.
+ */
+void fencelock_history_free(struct fencelock_history *history);
 
 /**
  * The fencing token of the lease; 0 for NULL (0 is never granted).
@@ -778,6 +1033,66 @@ fencelock_status fencelock_key_list_get(const struct fencelock_key_list *list,
 void fencelock_key_list_free(struct fencelock_key_list *list);
 
 /**
+ * Writes a snapshot of the store's counters to `*metrics_out`. Pass
+ * `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header gets
+ * the fields it knows.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `metrics_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (`metrics_size` smaller than the first version's struct, or an
+ * etcd store, which keeps no metrics), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `metrics_out` points to `metrics_size`
+ * writable bytes.
+ */
+fencelock_status fencelock_store_metrics(const struct fencelock_store *store,
+                                         struct fencelock_metrics *metrics_out,
+                                         size_t metrics_size,
+                                         struct fencelock_error **err_out);
+
+/**
+ * The store's counters in Prometheus' text exposition format, every series labelled with the
+ * store's path. On success `*text_out` and `*text_len_out` receive a new buffer of UTF-8 text
+ * (not NUL-terminated), to be freed with `fencelock_buffer_free(*text_out, *text_len_out)`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `text_out`, `text_len_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (an etcd store), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_metrics_prometheus(const struct fencelock_store *store,
+                                                    uint8_t **text_out,
+                                                    size_t *text_len_out,
+                                                    struct fencelock_error **err_out);
+
+/**
+ * Sets the observer of the store: `callback(context, event)` is called after each acquire of
+ * this process's store (of every handle of this store and its holders) ends, after each
+ * release, and when a holder learns its lease was lost, replacing any observer set before.
+ * A NULL `callback` removes it. The callback runs on the thread whose operation ended (a
+ * keep-alive thread for some losses), with no lock of the store held; it must be thread-safe,
+ * return quickly, and not free the store. `context` must stay valid until the observer is
+ * replaced or removed and this call has returned, or the store and its holders are freed.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`), `FENCELOCK_INVALID_ARGUMENT`
+ * (an etcd store), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_set_observer(const struct fencelock_store *store,
+                                              fencelock_observer_fn callback,
+                                              void *context,
+                                              struct fencelock_error **err_out);
+
+/**
  * Opens the store at `path` (NUL-terminated UTF-8), creating it if it does not exist, in
  * multi-process mode with the default value limit (16 MiB). `path` may instead name an etcd
  * cluster, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`, in a library built with the `etcd`
@@ -1128,7 +1443,7 @@ fencelock_status fencelock_store_keys(const struct fencelock_store *store,
                                       struct fencelock_error **err_out);
 
 /**
- * Frees a buffer returned by `fencelock_store_get`, with the length returned with it. NULL
+ * Frees a buffer returned by `fencelock_store_get` or `fencelock_store_metrics_prometheus`, with the length returned with it. NULL
  * does nothing.
  *
  * No other thread may use the buffer during or after this call.
@@ -1136,7 +1451,8 @@ fencelock_status fencelock_store_keys(const struct fencelock_store *store,
  * # Safety
  * `ptr` is NULL or a buffer from this library, not yet freed, and `len` its length.
  */
-void fencelock_buffer_free(uint8_t *ptr, size_t len);
+void fencelock_buffer_free(uint8_t *ptr,
+                           size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -88,7 +88,7 @@ impl fencelock_key_list {
 }
 
 /// Milliseconds since the Unix epoch, negative before it.
-fn unix_ms(at: SystemTime) -> i64 {
+pub(super) fn unix_ms(at: SystemTime) -> i64 {
     match at.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
         Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),

@@ -16,17 +16,21 @@ use crate::error::Status;
 
 pub mod cancel;
 pub mod error;
+pub mod history;
 pub mod holder;
 pub mod kinds;
 pub mod lists;
+pub mod observe;
 pub mod store;
 
 // Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
 pub use cancel::*;
 pub use error::*;
+pub use history::*;
 pub use holder::*;
 pub use kinds::*;
 pub use lists::*;
+pub use observe::*;
 pub use store::*;
 
 /// A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.

@@ -613,7 +613,7 @@ pub unsafe extern "C" fn fencelock_store_keys(
     }
 }
 
-/// Frees a buffer returned by `fencelock_store_get`, with the length returned with it. NULL
+/// Frees a buffer returned by `fencelock_store_get` or `fencelock_store_metrics_prometheus`, with the length returned with it. NULL
 /// does nothing.
 ///
 /// No other thread may use the buffer during or after this call.
@@ -632,7 +632,7 @@ pub unsafe extern "C" fn fencelock_buffer_free(ptr: *mut u8, len: usize) {
 }
 
 /// Hands a value to C as (pointer, length); the pointer is never NULL, even for no bytes.
-fn buffer_into_raw(value: Vec<u8>) -> (*mut u8, usize) {
+pub(super) fn buffer_into_raw(value: Vec<u8>) -> (*mut u8, usize) {
     let len = value.len();
     let ptr = Box::into_raw(value.into_boxed_slice()).cast::<u8>();
     (ptr, len)
