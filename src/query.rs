@@ -140,7 +140,8 @@ impl Query {
     }
 }
 
-/// Every record decodes, and no lease, value or fence carries a token above the counter.
+/// Every record decodes, and no lease, value, fence or history entry carries a token above the
+/// counter.
 fn verify(txn: &ReadTransaction) -> Result<()> {
     let last = read_counter(&txn.open_table(META)?)?;
     let above = |what: &str, name: String, token: u64| {
@@ -168,6 +169,20 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
         if token.value() > last || token.value() == 0 {
             return Err(above("fence", resource.value().to_owned(), token.value()));
         }
+    }
+    match txn.open_table(crate::history::HISTORY) {
+        Ok(history) => {
+            for entry in history.iter()? {
+                let (key, value) = entry?;
+                let (name, token) = key.value();
+                crate::history::Ended::decode(value.value())?;
+                if token > last || token == 0 {
+                    return Err(above("history entry of", name.to_owned(), token));
+                }
+            }
+        }
+        Err(redb::TableError::TableDoesNotExist(_)) => {}
+        Err(err) => return Err(err.into()),
     }
     Ok(())
 }

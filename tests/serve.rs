@@ -291,3 +291,48 @@ fn while_a_server_waits_for_an_idle_store_the_others_keep_working() {
     until_served(&busy);
     assert!(held.is_held().unwrap());
 }
+
+#[test]
+fn through_a_server_the_history_and_the_metrics_are_the_stores() {
+    let (_dir, path, store) = common::temp_store();
+    let mut server = Kid::spawn("serve", &path);
+    until_served(&store);
+    assert_eq!(server.report().as_deref(), Some("serving"));
+    let before = store.metrics().unwrap();
+    let a = store
+        .acquire("payment-export", Duration::from_millis(150))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    let b = store
+        .acquire("payment-export", Duration::from_secs(60))
+        .unwrap();
+    b.put(b"report", b"fresh").unwrap();
+    b.release().unwrap();
+    let c = store
+        .acquire("payment-export", Duration::from_secs(60))
+        .unwrap();
+    // The server recorded the ends in its grants' transactions, and answers the history.
+    let history: Vec<_> = store
+        .history("payment-export")
+        .unwrap()
+        .iter()
+        .map(|e| (e.token, e.ending))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (a.token(), fencelock::Ending::TakenOver),
+            (b.token(), fencelock::Ending::Released),
+            (c.token(), fencelock::Ending::Held)
+        ]
+    );
+    // The server counts the commits, this process the grants: into the same page.
+    let after = store.metrics().unwrap();
+    assert_eq!(after.scope, fencelock::Scope::Store);
+    assert_eq!(after.grants - before.grants, 3);
+    assert_eq!(after.ended_taken_over - before.ended_taken_over, 1);
+    assert!(after.commits > before.commits);
+    assert!(after.committed_ops - before.committed_ops >= 4);
+    assert_eq!(store.server(), Some(server.child.id()));
+    drop((a, c));
+}
