@@ -7,8 +7,8 @@
 //! the note of the releases a process made, which it writes as it closes the store (a release
 //! itself writes nothing to the file). Until then the lease is in the leases table, and a read
 //! of the history adds it with its state at that moment. Each lock keeps its latest
-//! [`HISTORY_PER_LOCK`] entries, and the store its latest [`HISTORY_LIMIT`] entries of all
-//! locks, so that locks named once each (one per job) cannot grow the file without bound.
+//! [`HISTORY_PER_LOCK`] entries, and the store the histories of at most [`HISTORY_LOCKS`]
+//! locks.
 //!
 //! How a lease ended is judged from what is known when its entry is written: the store's recent
 //! releases (metrics.rs), its holder's liveness lock, whether its process still runs, and its
@@ -29,15 +29,14 @@ use crate::store::Inner;
 
 /// Entries kept for each lock, its latest.
 pub const HISTORY_PER_LOCK: usize = 32;
-/// Entries kept for the store, its latest of any lock.
-pub const HISTORY_LIMIT: u64 = 100_000;
+/// Locks whose history the store keeps: past it, a grant removes the history of a lock whose
+/// last entry is among the oldest, so that locks named once each (one per job) cannot grow the
+/// file without bound.
+pub const HISTORY_LOCKS: u64 = 10_000;
 
-/// The history entries, keyed by lock name and token.
-pub(crate) const HISTORY: TableDefinition<(&str, u64), &[u8]> =
-    TableDefinition::new("fencelock.history");
-/// The lock name of every history entry, by token: the store's entries oldest first.
-pub(crate) const HISTORY_ORDER: TableDefinition<u64, &str> =
-    TableDefinition::new("fencelock.history_order");
+/// The history of each lock, keyed by lock name: one value holding its latest entries, so
+/// that recording an end is one read and one write of one key.
+pub(crate) const HISTORY: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.history");
 
 /// How a lease ended, or that it has not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,78 +232,130 @@ impl Ended {
     }
 }
 
-/// The history tables, open in a write transaction.
-pub(crate) struct HistoryTables<'t> {
-    pub(crate) entries: Table<'t, (&'static str, u64), &'static [u8]>,
-    pub(crate) order: Table<'t, u64, &'static str>,
+/// The stored history of a lock: `[format]`, then up to [`HISTORY_PER_LOCK`] entries of
+/// `[token u64][entry]`, in the order they were recorded.
+const HISTORY_FORMAT: u8 = 1;
+const SLOT_LEN: usize = 8 + ENTRY_LEN;
+
+/// The entries of a stored history: (token, entry bytes), in the order they were recorded.
+fn slots(blob: &[u8]) -> Result<impl Iterator<Item = (u64, &[u8])>> {
+    if blob.first() != Some(&HISTORY_FORMAT) || (blob.len() - 1) % SLOT_LEN != 0 {
+        return Err(Error::Corrupt("malformed lock history".into()));
+    }
+    Ok(blob[1..].chunks_exact(SLOT_LEN).map(|slot| {
+        let token = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+        (token, &slot[8..])
+    }))
 }
 
-impl<'t> HistoryTables<'t> {
-    pub(crate) fn open(txn: &'t redb::WriteTransaction) -> Result<HistoryTables<'t>> {
-        Ok(HistoryTables {
-            entries: txn.open_table(HISTORY)?,
-            order: txn.open_table(HISTORY_ORDER)?,
-        })
+/// The history table, open in a write transaction.
+pub(crate) struct HistoryTable<'t>(Table<'t, &'static str, &'static [u8]>);
+
+impl<'t> HistoryTable<'t> {
+    pub(crate) fn open(txn: &'t redb::WriteTransaction) -> Result<HistoryTable<'t>> {
+        Ok(HistoryTable(txn.open_table(HISTORY)?))
     }
 
-    /// Whether the lease `token` of `name` has an entry already.
-    pub(crate) fn has(&self, name: &str, token: u64) -> Result<bool> {
-        Ok(self.entries.get((name, token))?.is_some())
-    }
-
-    /// Writes the entry of the lease `token` of `name`, unless it has one; then lets go of the
-    /// oldest entries past the bounds. Returns whether it wrote it.
-    pub(crate) fn record(&mut self, name: &str, token: u64, ended: &Ended) -> Result<bool> {
-        if self.has(name, token)? {
+    /// Writes the entry of the lease `token` of `name`, unless it has one, letting go of the
+    /// lock's oldest entry past [`HISTORY_PER_LOCK`], and of another lock's history past
+    /// [`HISTORY_LOCKS`]. Returns whether it wrote it.
+    pub(crate) fn record(
+        &mut self,
+        inner: &Inner,
+        name: &str,
+        token: u64,
+        ended: &Ended,
+    ) -> Result<bool> {
+        let mut blob = match self.0.get(name)? {
+            Some(stored) => stored.value().to_vec(),
+            None => vec![HISTORY_FORMAT],
+        };
+        if slots(&blob)?.any(|(recorded, _)| recorded == token) {
             return Ok(false);
         }
-        drop(
-            self.entries
-                .insert((name, token), ended.encode().as_slice())?,
-        );
-        drop(self.order.insert(token, name)?);
-        let mut old = Vec::new();
-        let mut count: usize = 0;
-        for entry in self.entries.range((name, 0)..=(name, u64::MAX))? {
-            let (key, _) = entry?;
-            count += 1;
-            if old.len() < 2 {
-                old.push(key.value().1);
-            }
+        blob.extend_from_slice(&token.to_le_bytes());
+        blob.extend_from_slice(&ended.encode());
+        if (blob.len() - 1) / SLOT_LEN > HISTORY_PER_LOCK {
+            blob.drain(1..=SLOT_LEN);
         }
-        for &oldest in old.iter().take(count.saturating_sub(HISTORY_PER_LOCK)) {
-            self.entries.remove((name, oldest))?;
-            self.order.remove(oldest)?;
-        }
-        while self.order.len()? > HISTORY_LIMIT {
-            let Some((token, name)) = self
-                .order
-                .pop_first()?
-                .map(|(token, name)| (token.value(), name.value().to_owned()))
-            else {
-                break;
-            };
-            self.entries.remove((name.as_str(), token))?;
+        drop(self.0.insert(name, blob.as_slice())?);
+        if self.0.len()? > HISTORY_LOCKS {
+            self.sweep(inner, name)?;
         }
         Ok(true)
     }
+
+    /// Removes the history of one lock other than `keep`: of those a few past the sweep's
+    /// cursor, the one whose last entry is the oldest.
+    fn sweep(&mut self, inner: &Inner, keep: &str) -> Result<()> {
+        let mut cursor = inner.history_cursor.lock();
+        let mut oldest: Option<(u64, String)> = None;
+        let mut seen = 0;
+        let mut last = cursor.clone();
+        for entry in self
+            .0
+            .range::<&str>((Bound::Excluded(cursor.as_str()), Bound::Unbounded))?
+        {
+            let (name, blob) = entry?;
+            seen += 1;
+            let name = name.value().to_owned();
+            let recorded = slots(blob.value())?
+                .last()
+                .map_or(Ok(0), |(_, entry)| Ended::decode(entry).map(|e| e.recorded))?;
+            if name != keep && oldest.as_ref().is_none_or(|(at, _)| recorded < *at) {
+                oldest = Some((recorded, name.clone()));
+            }
+            last = name;
+            if seen == SWEEP_PER_GRANT {
+                break;
+            }
+        }
+        *cursor = if seen < SWEEP_PER_GRANT {
+            String::new()
+        } else {
+            last
+        };
+        if let Some((_, name)) = oldest {
+            self.0.remove(name.as_str())?;
+        }
+        Ok(())
+    }
 }
 
-/// The stored entries of `name`, oldest first.
+/// Histories the sweep looks at per grant, when there are too many.
+const SWEEP_PER_GRANT: usize = 8;
+
+/// The stored entries of `name`, as (token, entry bytes).
 pub(crate) fn stored(
-    entries: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
     name: &str,
 ) -> Result<Vec<(u64, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let range = (
-        Bound::Included((name, 0)),
-        Bound::Included((name, u64::MAX)),
-    );
-    for entry in entries.range::<(&str, u64)>(range)? {
-        let (key, value) = entry?;
-        out.push((key.value().1, value.value().to_vec()));
+    match table.get(name)? {
+        Some(blob) => Ok(slots(blob.value())?
+            .map(|(token, entry)| (token, entry.to_vec()))
+            .collect()),
+        None => Ok(Vec::new()),
     }
-    Ok(out)
+}
+
+/// Checks every stored history, and that no entry carries a token above `last`.
+pub(crate) fn verify(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    last: u64,
+) -> Result<()> {
+    for entry in table.iter()? {
+        let (name, blob) = entry?;
+        for (token, entry) in slots(blob.value())? {
+            Ended::decode(entry)?;
+            if token > last || token == 0 {
+                return Err(Error::Corrupt(format!(
+                    "the history of {} carries token {token} above the counter {last}",
+                    name.value()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -341,9 +392,9 @@ impl Inner {
         self.activity().note_release(token, now);
         let mut unrecorded = self.unrecorded.lock();
         if unrecorded.len() == UNRECORDED_LIMIT {
-            unrecorded.remove(0);
+            unrecorded.pop_front();
         }
-        unrecorded.push((name.to_owned(), token, now));
+        unrecorded.push_back((name.to_owned(), token, now));
     }
 
     /// The history of the lock `name`, oldest first: the ended grants on record, then the
@@ -437,8 +488,8 @@ impl Inner {
     /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
     /// next grant to judge those ends itself.
     pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
-        let releases = std::mem::take(&mut *self.unrecorded.lock());
-        if releases.is_empty() || self.read_only || self.check_fork().is_err() {
+        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
+        if releases.is_empty() || !self.history || self.read_only || self.check_fork().is_err() {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);

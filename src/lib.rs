@@ -71,7 +71,7 @@ pub use db::SCHEMA_VERSION;
 pub use error::{Error, Result, Status};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
-pub use history::{Ending, HistoryEntry, HISTORY_LIMIT, HISTORY_PER_LOCK};
+pub use history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use holder::Holder;
 pub use info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use kinds::{Kind, MAX_HOLDERS};

@@ -94,8 +94,11 @@ impl Inner {
     }
 
     fn observe(&self, event: &Event<'_>) {
-        let observer = self.observer.read().clone();
-        if let Some(observer) = observer {
+        // Held through the call, so that replacing the observer waits for the calls of the
+        // one it replaces (recursive: an observer may run store operations, which tell it more,
+        // while a replacement waits).
+        let observer = self.observer.read_recursive();
+        if let Some(observer) = observer.as_ref() {
             observer.observe(event);
         }
     }
@@ -199,7 +202,10 @@ impl crate::Store {
     }
 
     /// Sets the observer that this process's operations on the store (on every clone of it,
-    /// and on its holders) tell their ends to, replacing any before; `None` removes it.
+    /// and on its holders) tell their ends to, replacing any before; `None` removes it. Returns
+    /// once no call of the observer it replaced is still running, so what that observer uses
+    /// may be freed then. An observer must not set the store's observer itself: it would wait
+    /// for its own call to end.
     ///
     /// # Errors
     ///

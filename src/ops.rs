@@ -16,7 +16,7 @@ use crate::clock::ProcessId;
 use crate::commit::Applied;
 use crate::db::{FENCES, LEASES, META, VALUES};
 use crate::error::{Error, Result};
-use crate::history::{dropped, released_at, Ended, HistoryTables};
+use crate::history::{dropped, released_at, Ended, HistoryTable};
 use crate::kinds::Kind;
 use crate::limits::{check_granted, duration_ns};
 use crate::record::{decode_value, encode_value, Group, Lease, Record};
@@ -119,7 +119,7 @@ pub(crate) struct Tables<'t> {
     leases: Option<Table<'t, &'static str, &'static [u8]>>,
     values: Option<Table<'t, &'static [u8], &'static [u8]>>,
     fences: Option<Table<'t, &'static str, u64>>,
-    history: Option<HistoryTables<'t>>,
+    history: Option<HistoryTable<'t>>,
 }
 
 /// A table an operation did not say it uses: a defect, reported rather than panicked on.
@@ -129,7 +129,7 @@ fn unopened() -> Error {
 
 impl<'t> Tables<'t> {
     /// Opens the tables that `op` uses (each open costs a lookup).
-    pub(crate) fn open(txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
+    pub(crate) fn open(inner: &Inner, txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
         let (meta, leases, values, fences) = match op {
             Op::Acquire { write, .. } => (true, true, write.is_some(), false),
             Op::AcquireKind { .. } | Op::AcquireAll { .. } => (true, true, false, false),
@@ -139,19 +139,20 @@ impl<'t> Tables<'t> {
             Op::RecordReleases { .. } => (false, true, false, false),
         };
         // Grants record the ends of the leases they replace.
-        let history = matches!(
-            op,
-            Op::Acquire { .. }
-                | Op::AcquireKind { .. }
-                | Op::AcquireAll { .. }
-                | Op::RecordReleases { .. }
-        );
+        let history = inner.history
+            && matches!(
+                op,
+                Op::Acquire { .. }
+                    | Op::AcquireKind { .. }
+                    | Op::AcquireAll { .. }
+                    | Op::RecordReleases { .. }
+            );
         Ok(Tables {
             meta: meta.then(|| txn.open_table(META)).transpose()?,
             leases: leases.then(|| txn.open_table(LEASES)).transpose()?,
             values: values.then(|| txn.open_table(VALUES)).transpose()?,
             fences: fences.then(|| txn.open_table(FENCES)).transpose()?,
-            history: history.then(|| HistoryTables::open(txn)).transpose()?,
+            history: history.then(|| HistoryTable::open(txn)).transpose()?,
         })
     }
 
@@ -259,23 +260,15 @@ impl Plan {
                 }
                 Write::Prune(granting) => {
                     let pruned = inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
-                    let history = tables.history.as_mut().ok_or_else(unopened)?;
                     for (name, record) in pruned {
                         for lease in record.holders() {
                             let (ending, at) = inner.ending(lease, now, false)?;
                             let ended = Ended::new(inner, record.kind(), lease, ending, at);
-                            if history.record(&name, lease.token, &ended)? {
-                                crate::history::count(inner, ending);
-                            }
+                            close(inner, tables, &name, lease.token, &ended)?;
                         }
                     }
                 }
-                Write::Close(name, token, ended) => {
-                    let history = tables.history.as_mut().ok_or_else(unopened)?;
-                    if history.record(&name, token, &ended)? {
-                        crate::history::count(inner, ended.ending());
-                    }
-                }
+                Write::Close(name, token, ended) => close(inner, tables, &name, token, &ended)?,
             }
         }
         Ok(Applied {
@@ -509,6 +502,10 @@ impl Op {
             }
             Op::RecordReleases { releases } => {
                 let mut plan = Plan::new(Done::Recorded);
+                // Without a history to record into, the grants count these ends themselves.
+                if !inner.history {
+                    return Ok(plan);
+                }
                 // A record of what happened, not a write anyone was promised: no fsync of
                 // its own.
                 plan.durable = false;
@@ -540,6 +537,25 @@ fn regrant(current: Option<&Record>, holder: ProcessId, live: u64) -> Option<Don
             token: lease.token,
             expires_ns: lease.expires_ns,
         })
+}
+
+/// Records (unless the store keeps no history) and counts the end of the lease `token` of
+/// `name`, unless that is on record already.
+fn close(
+    inner: &Inner,
+    tables: &mut Tables<'_>,
+    name: &str,
+    token: u64,
+    ended: &Ended,
+) -> Result<()> {
+    let recorded = match tables.history.as_mut() {
+        Some(history) => history.record(inner, name, token, ended)?,
+        None => true,
+    };
+    if recorded {
+        crate::history::count(inner, ended.ending());
+    }
+    Ok(())
 }
 
 /// Plans recording the ends of the leases of `current`, the record of `name` that a grant is

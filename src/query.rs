@@ -171,16 +171,7 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
         }
     }
     match txn.open_table(crate::history::HISTORY) {
-        Ok(history) => {
-            for entry in history.iter()? {
-                let (key, value) = entry?;
-                let (name, token) = key.value();
-                crate::history::Ended::decode(value.value())?;
-                if token > last || token == 0 {
-                    return Err(above("history entry of", name.to_owned(), token));
-                }
-            }
-        }
+        Ok(history) => crate::history::verify(&history, last)?,
         Err(redb::TableError::TableDoesNotExist(_)) => {}
         Err(err) => return Err(err.into()),
     }

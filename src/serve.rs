@@ -46,6 +46,9 @@ pub struct ServeOptions {
     pub idle_exit: Option<Duration>,
     /// Stops [`Server::run`] (at its next look, within milliseconds) once it fires.
     pub cancel: Option<Cancel>,
+    /// Records how each lease ended in the lock's history, as [`Options::history`]: the server
+    /// commits every process's grants, so its setting decides.
+    pub history: bool,
 }
 
 impl Default for ServeOptions {
@@ -54,6 +57,7 @@ impl Default for ServeOptions {
             wait: Duration::from_secs(10),
             idle_exit: None,
             cancel: None,
+            history: true,
         }
     }
 }
@@ -142,7 +146,10 @@ impl Server {
         }
         let store = Store::assemble(
             path,
-            &Options::default(),
+            &Options {
+                history: options.history,
+                ..Options::default()
+            },
             ConcurrencyMode::ExclusiveWriter,
             Some(db),
             live,

@@ -205,7 +205,7 @@ pub(crate) fn run_op(
     txn: &WriteTransaction,
     rerun: bool,
 ) -> Result<Applied<Done>> {
-    let mut tables = Tables::open(txn, op)?;
+    let mut tables = Tables::open(inner, txn, op)?;
     let now = clock::now_ns();
     let plan = match op.check(inner, &tables, now, rerun) {
         // Its first run may have committed, and what came since refuses it now: whether it

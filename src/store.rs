@@ -69,7 +69,11 @@ pub(crate) struct Inner {
     pub(crate) own_activity: Box<crate::metrics::Activity>,
     pub(crate) observer: RwLock<Option<Arc<dyn crate::observe::Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
-    pub(crate) unrecorded: Mutex<Vec<(String, u64, u64)>>,
+    pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
+    /// Whether grants record the ends they learn of in the history (`Options::history`).
+    pub(crate) history: bool,
+    /// The last lock name whose history the history's sweep looked at (history.rs).
+    pub(crate) history_cursor: Mutex<String>,
     /// Bumped at every release in this process, so in-process waiters wake at once.
     pub(crate) releases: Mutex<u64>,
     pub(crate) released: Condvar,
@@ -218,7 +222,9 @@ impl Store {
             prune_cursor: Mutex::new(String::new()),
             own_activity: crate::metrics::Activity::private(),
             observer: RwLock::new(None),
-            unrecorded: Mutex::new(Vec::new()),
+            unrecorded: Mutex::new(std::collections::VecDeque::new()),
+            history: options.history,
+            history_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
             released: Condvar::new(),
         };

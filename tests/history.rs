@@ -202,6 +202,53 @@ fn each_lock_keeps_its_latest_entries() {
 }
 
 #[test]
+fn the_store_keeps_the_histories_of_a_bounded_number_of_locks() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        mode: Mode::SingleProcess,
+        ..Options::default()
+    };
+    let store = Store::open_with(dir.path().join("s.db"), &options).unwrap();
+    // Locks named once each, as one per job: each release is recorded when a later grant
+    // prunes its record.
+    let locks = fencelock::HISTORY_LOCKS as usize + 200;
+    for i in 0..locks {
+        drop(store.acquire(&format!("job-{i:05}"), Duration::from_secs(60)).unwrap());
+    }
+    let recorded = (0..locks)
+        .filter(|i| {
+            store
+                .history(&format!("job-{i:05}"))
+                .unwrap()
+                .iter()
+                .any(|entry| entry.recorded.is_some())
+        })
+        .count();
+    assert!(recorded <= fencelock::HISTORY_LOCKS as usize, "{recorded}");
+    assert!(recorded > fencelock::HISTORY_LOCKS as usize - 100, "{recorded}");
+    // The oldest went first.
+    assert!(store.history("job-00000").unwrap().is_empty());
+    store.verify().unwrap();
+}
+
+#[test]
+fn a_store_that_keeps_no_history_still_counts_how_leases_ended() {
+    let (_dir, path, _store) = temp_store();
+    let options = Options {
+        history: false,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let before = store.metrics().unwrap();
+    let first = store.acquire("quiet", Duration::from_secs(60)).unwrap();
+    first.release().unwrap();
+    let second = store.acquire("quiet", Duration::from_secs(60)).unwrap();
+    assert_eq!(endings(&store, "quiet"), [(second.token(), Ending::Held)]);
+    let after = store.metrics().unwrap();
+    assert_eq!(after.ended_released - before.ended_released, 1);
+}
+
+#[test]
 fn permits_and_shared_grants_each_have_their_entry() {
     let (_dir, _path, store) = temp_store();
     let one = store

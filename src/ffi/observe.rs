@@ -280,8 +280,9 @@ impl Observer for CObserver {
 /// release, and when a holder learns its lease was lost, replacing any observer set before.
 /// A NULL `callback` removes it. The callback runs on the thread whose operation ended (a
 /// keep-alive thread for some losses), with no lock of the store held; it must be thread-safe,
-/// return quickly, and not free the store. `context` must stay valid until the observer is
-/// replaced or removed and this call has returned, or the store and its holders are freed.
+/// return quickly, and neither free the store nor set its observer. This call returns once no
+/// call of the observer it replaces is running: the old `context` may be freed then (and once
+/// the store and all its holders are freed).
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`), `FENCELOCK_INVALID_ARGUMENT`
 /// (an etcd store), `FENCELOCK_PANIC`.
