@@ -1,6 +1,6 @@
 """The ctypes declarations in fencelock/_ffi.py match include/fencelock.h exactly.
 
-Parses the header's prototypes, the fencelock_lock_info struct and the #define'd constants, maps
+Parses the header's prototypes, its structs and the #define'd constants, maps
 each C type to the ctypes type the binding must use, and compares. Fails when the header gains a
 function the binding does not declare, loses one it does, or changes a signature or a number.
 """
@@ -39,8 +39,15 @@ OPAQUE = {
         "fencelock_lock_list",
         "fencelock_key_list",
         "fencelock_lock_info",
+        "fencelock_history",
+        "fencelock_history_entry",
+        "fencelock_metrics",
+        "fencelock_event",
     )
 }
+CALLBACKS = {"fencelock_observer_fn": _ffi.ObserverFn}
+# The structs the binding lays out itself, field by field.
+STRUCTS = ("fencelock_lock_info", "fencelock_history_entry", "fencelock_metrics", "fencelock_event")
 
 
 def _pointer(base, stars: int):
@@ -50,7 +57,11 @@ def _pointer(base, stars: int):
 
 
 def ctypes_type(c_type: str):
-    """The ctypes type the binding uses for a C type (the mapping documented in _ffi.py)."""
+    """The ctypes type the binding uses for a C type (the mapping documented in _ffi.py); a
+    struct field's array type is written `uint64_t[8]`."""
+    array = re.fullmatch(r"(.*?)\s*\[(\d+)\]", c_type, flags=re.S)
+    if array:
+        return ctypes_type(array.group(1)) * int(array.group(2))
     tokens = re.findall(r"[A-Za-z_]\w*|\*", c_type)
     const = "const" in tokens
     words = [t for t in tokens if t not in ("const", "struct", "enum")]
@@ -67,15 +78,17 @@ def ctypes_type(c_type: str):
         return ctypes.c_char_p  # an input buffer: bytes passed without a copy
     if base in OPAQUE:
         return _pointer(OPAQUE[base], stars)
+    if base in CALLBACKS:
+        return _pointer(CALLBACKS[base], stars)
     assert base in SCALARS, f"unknown C type {c_type!r}"
     return _pointer(SCALARS[base], stars)
 
 
 def split_decl(decl: str) -> tuple[str, str]:
-    """`const uint8_t *key` -> (`const uint8_t *`, `key`)."""
-    match = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)\s*$", decl.strip(), flags=re.S)
+    """`const uint8_t *key` -> (`const uint8_t *`, `key`); `uint64_t b[8]` -> (`uint64_t[8]`, `b`)."""
+    match = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)\s*(\[\d+\])?\s*$", decl.strip(), flags=re.S)
     assert match and match.group(1).strip() not in ("", "const", "struct"), f"cannot read {decl!r}"
-    return match.group(1).strip(), match.group(2)
+    return match.group(1).strip() + (match.group(3) or ""), match.group(2)
 
 
 def _strip_comments(text: str) -> str:
@@ -155,27 +168,41 @@ def test_the_loaded_library_has_the_same_functions():
         assert fn.restype is restype and fn.argtypes == argtypes, name
 
 
-def test_lock_info_struct_matches(header):
+@pytest.mark.parametrize("struct", STRUCTS)
+def test_structs_match(header, struct):
     _, structs, _ = header
-    assert "fencelock_lock_info" in structs
-    c_fields = structs["fencelock_lock_info"]
-    py_fields = _ffi.fencelock_lock_info._fields_
+    assert struct in structs
+    c_fields = structs[struct]
+    py_fields = getattr(_ffi, struct)._fields_
     assert [name for name, _ in c_fields] == [name for name, _ in py_fields]
     for (name, c_type), (_, py_type) in zip(c_fields, py_fields):
-        assert ctypes_type(c_type) is py_type, f"field {name}: {c_type}"
+        assert ctypes_type(c_type) is py_type, f"{struct}.{name}: {c_type}"
 
 
 LOCK_STATES = ("HELD", "EXPIRED", "RELEASED", "HOLDER_DEAD")
+# Each enum of the package, by the prefix of its header constants.
+ENUMS = {
+    "FENCELOCK_ENDING_": fencelock.Ending,
+    "FENCELOCK_SCOPE_": fencelock.Scope,
+    "FENCELOCK_EVENT_": fencelock.EventKind,
+}
 
 
 def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
-    """Every numeric FENCELOCK_* define that is not a mode, an open flag, a lock state or a
-    version."""
+    """Every numeric FENCELOCK_* define that is not a mode, an open flag, a lock state, a
+    version, a kind, a limit, an ending, a metrics scope or an event code."""
     return {
         name[len("FENCELOCK_") :]: value
         for name, value in defines.items()
         if not name.startswith(
-            ("FENCELOCK_MODE_", "FENCELOCK_OPEN_", "FENCELOCK_VERSION", "FENCELOCK_KIND_", "FENCELOCK_MAX_")
+            (
+                "FENCELOCK_MODE_",
+                "FENCELOCK_OPEN_",
+                "FENCELOCK_VERSION",
+                "FENCELOCK_KIND_",
+                "FENCELOCK_MAX_",
+                *ENUMS,
+            )
         )
         and name[len("FENCELOCK_LOCK_") :] not in LOCK_STATES
         and name != "FENCELOCK_H"
@@ -209,6 +236,12 @@ def test_constants_match(header):
     assert {s.name: s.value for s in fencelock.LockState} == {
         name: defines[f"FENCELOCK_LOCK_{name}"] for name in LOCK_STATES
     }
+    for prefix, cls in ENUMS.items():
+        in_header = {name[len(prefix) :]: value for name, value in defines.items() if name.startswith(prefix)}
+        assert in_header, prefix
+        assert {member.name: member.value for member in cls} == in_header, prefix
+        for name, value in in_header.items():
+            assert getattr(_ffi, f"{prefix[len('FENCELOCK_') :]}{name}") == value, f"{prefix}{name}"
 
 
 def test_every_error_status_has_its_exception(header):

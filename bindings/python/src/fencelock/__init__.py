@@ -19,9 +19,28 @@ The Holder is the lease: a bare ``store.acquire(...)`` whose result is dropped i
 once (with a ``HolderDroppedWarning``). ``timeout=0`` (default) tries once, a positive timeout
 waits up to that many seconds, ``timeout=None`` waits without a limit. ``acquire_async`` and
 ``wait_lost_async`` are the asyncio forms; cancelling the task cancels the wait.
+
+``store.metrics()`` counts grants, refusals, waits and how leases ended (``metrics_prometheus()``
+for a scrape), ``store.history(name)`` tells who held a lock and how each lease ended, and
+``store.set_observer(fn)`` calls ``fn(event)`` as each acquire, release and loss ends.
 """
 
-from ._api import Fenced, Holder, HolderDroppedWarning, LockInfo, LockKind, LockState, Mode, Store
+from ._api import (
+    Ending,
+    Event,
+    EventKind,
+    Fenced,
+    HistoryEntry,
+    Holder,
+    HolderDroppedWarning,
+    LockInfo,
+    LockKind,
+    LockState,
+    Metrics,
+    Mode,
+    Scope,
+    Store,
+)
 from ._errors import (
     CancelledError,
     CorruptError,
@@ -65,9 +84,13 @@ def library_path() -> str:
 __all__ = [
     "CancelledError",
     "CorruptError",
+    "Ending",
+    "Event",
+    "EventKind",
     "Fenced",
     "FencelockError",
     "ForkedError",
+    "HistoryEntry",
     "Holder",
     "HolderDroppedWarning",
     "InUseError",
@@ -80,12 +103,14 @@ __all__ = [
     "LockState",
     "LockTimeoutError",
     "LockedError",
+    "Metrics",
     "Mode",
     "NotAStoreError",
     "NotFoundError",
     "NullPointerError",
     "PanicError",
     "PermitsMismatchError",
+    "Scope",
     "StaleTokenError",
     "StorageError",
     "Store",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import enum
 import functools
 import math
@@ -18,11 +19,26 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Generator, NamedTuple, Union
 
 from . import _ffi
-from ._errors import LockLostError, error_from
-from ._ffi import BytesP, HolderP, KeyListP, LockListP, StoreP, lib
+from ._errors import FencelockError, LockLostError, error_from
+from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, lib
 from ._handles import Cancel, Handle, _close_quietly, _Resource, call_waiting
 
-__all__ = ["Fenced", "Holder", "HolderDroppedWarning", "LockInfo", "LockKind", "LockState", "Mode", "Store"]
+__all__ = [
+    "Ending",
+    "Event",
+    "EventKind",
+    "Fenced",
+    "HistoryEntry",
+    "Holder",
+    "HolderDroppedWarning",
+    "LockInfo",
+    "LockKind",
+    "LockState",
+    "Metrics",
+    "Mode",
+    "Scope",
+    "Store",
+]
 
 Seconds = Union[int, float, timedelta]
 """A duration: seconds as an int or float, or a ``datetime.timedelta``."""
@@ -82,6 +98,62 @@ class LockKind(enum.IntEnum):
         return format(str(self), spec)
 
 
+class Ending(enum.IntEnum):
+    """How a grant of ``Store.history()`` ended, or that it has not."""
+
+    HELD = _ffi.ENDING_HELD
+    """Not yet: live and unexpired."""
+    RELEASED = _ffi.ENDING_RELEASED
+    """Its holder released it."""
+    EXPIRED = _ffi.ENDING_EXPIRED
+    """Its TTL ran out before its holder let go, and nobody took it over."""
+    TAKEN_OVER = _ffi.ENDING_TAKEN_OVER
+    """A later grant took the lock after the TTL ran out while the holder still held on (a
+    paused holder: the case fencing tokens are for)."""
+    HOLDER_DIED = _ffi.ENDING_HOLDER_DIED
+    """Its holder's process ended without a release on record."""
+
+    def __str__(self) -> str:
+        """The ending's name as the library spells it: ``held``, ``taken-over``."""
+        return self.name.lower().replace("_", "-")
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class Scope(enum.IntEnum):
+    """Whose operations ``Store.metrics()`` counts."""
+
+    STORE = _ffi.SCOPE_STORE
+    """Every process on this host that opened the store since ``Metrics.since`` (the counters
+    are in shared memory beside the store)."""
+    PROCESS = _ffi.SCOPE_PROCESS
+    """This open store only (single-process mode, or no shared area usable)."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+class EventKind(enum.IntEnum):
+    """What an ``Event`` of ``Store.set_observer`` tells of."""
+
+    ACQUIRE = _ffi.EVENT_ACQUIRE
+    """An acquire ended: granted, or refused (``Event.error``)."""
+    RELEASE = _ffi.EVENT_RELEASE
+    """A holder released its lease."""
+    LOST = _ffi.EVENT_LOST
+    """A holder learned its lease was lost."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class HolderDroppedWarning(RuntimeWarning):
     """A ``Holder`` was garbage-collected unused while its lease was live, so its finalizer
     released the lease at once: nothing kept the holder, as after a bare ``store.acquire(...)``
@@ -112,6 +184,140 @@ class LockInfo:
     """A semaphore or shared lock lists one entry per grant it holds, under one name."""
     permits: int = 0
     """The name's permit count for a semaphore; 0 for another kind."""
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """A snapshot of a store's counters (``Store.metrics()``), named as in the C ABI. Counters
+    only grow; they start again from zero when the shared area is set up anew (after every
+    process closed the store, or a reboot), as ``since`` tells. ``wait_time`` is in seconds;
+    ``since`` is a wall-clock time (UTC, timezone-aware)."""
+
+    scope: Scope
+    """``Scope.STORE``: every process on this host counts into them; ``Scope.PROCESS``: this
+    open store only."""
+    since: datetime
+    """When counting started."""
+    grants: int
+    """Leases granted (every name of an ``acquire_all`` counts)."""
+    releases: int
+    """Leases released by their holders."""
+    refused_locked: int
+    """Acquires refused because the lock was held."""
+    refused_timeout: int
+    """Waiting acquires whose timeout passed first."""
+    refused_cancelled: int
+    """Waiting acquires cancelled."""
+    refused_other: int
+    """Acquires refused for another reason."""
+    stale_writes: int
+    """Writes and fences refused for a stale token."""
+    lock_lost: int
+    """Holders' writes and extends refused because the lease was lost."""
+    waits: int
+    """Acquires that waited (granted, timed out or cancelled)."""
+    wait_time: float
+    """Their total wait, in seconds."""
+    wait_buckets: tuple[int, ...]
+    """The waits at or under 1 ms, 10 ms, 100 ms, 1 s, 10 s, 60 s, 600 s, and longer: eight
+    counts, not cumulative."""
+    ended_released: int
+    """How the leases that later grants replaced had ended: released by the holder, expired,
+    taken over while the holder held on past its TTL, or the holder died."""
+    ended_expired: int
+    ended_taken_over: int
+    ended_holder_died: int
+    commits: int
+    """Write transactions committed."""
+    committed_ops: int
+    """The operations those commits carried."""
+
+    @property
+    def leases_lost(self) -> int:
+        """Leases that ended other than by a release: expired, taken over, or of a dead holder."""
+        return self.ended_expired + self.ended_taken_over + self.ended_holder_died
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One grant of a lock, as ``Store.history()`` tells it. Times are wall-clock (UTC,
+    timezone-aware), None where not known: ``ended`` for a held lease and where the store cannot
+    know (a holder's death), ``recorded`` for a grant still in the lock's record."""
+
+    name: str
+    token: int
+    kind: LockKind
+    permits: int
+    """The semaphore's permit count; 0 for another kind."""
+    pid: int
+    """The holder's process id."""
+    ending: Ending
+    granted: datetime | None
+    expires: datetime | None
+    """When the lease expires or expired, as last extended."""
+    ended: datetime | None
+    """When it ended: the release's time, the expiry, the grant that took it over."""
+    recorded: datetime | None
+    """When the store recorded the end."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """What an observer (``Store.set_observer``) is told. ``waited`` and ``held`` are seconds."""
+
+    kind: EventKind
+    name: str
+    token: int
+    """The lease's token; 0 for a refused acquire."""
+    lock_kind: LockKind | None
+    """For an acquire, the kind asked for; None for a release or a loss."""
+    permits: int
+    """For an acquire of a semaphore permit, the permit count; else 0."""
+    error: FencelockError | None
+    """For a refused acquire, the error its caller got (``LockedError``, ``LockTimeoutError``,
+    ...; built from the status alone, without the refusal's numbers); else None."""
+    waited: float
+    """For an acquire: how long it waited (0 for a try-once acquire)."""
+    held: float
+    """For a release or a loss: how long after the grant."""
+
+
+class _Observer:
+    """The observer slot of one store: the C callback (``thunk``) and the Python function it
+    calls. The store's resource and the resource of every holder from the store keep it (see
+    ``_Resource.keep``), so the C callback outlives every C object that may call it."""
+
+    __slots__ = ("callback", "path", "thunk")
+
+    def __init__(self, path: str) -> None:
+        self.callback: Callable[[Event], Any] | None = None
+        self.path = path
+        self.thunk: Any = None
+
+    def __call__(self, context: Any, event: Any) -> None:
+        # Runs in the thread whose operation ended (ctypes takes the GIL). An exception is not
+        # caught here: ctypes catches it and passes it to sys.unraisablehook.
+        callback = self.callback
+        if callback is not None:
+            callback(_event(event.contents))
+
+    def __repr__(self) -> str:
+        return f"<fencelock observer {self.callback!r} of store {self.path!r}>"
+
+
+def _event(ev: Any) -> Event:
+    code = EventKind(ev.event)
+    acquire = code is EventKind.ACQUIRE
+    return Event(
+        kind=code,
+        name=ev.name.decode("utf-8"),
+        token=ev.token,
+        lock_kind=LockKind(ev.kind) if acquire else None,
+        permits=ev.permits if acquire else 0,
+        error=error_from(ev.status, None) if acquire and ev.status else None,
+        waited=ev.waited_ns / 1e9,
+        held=ev.held_ns / 1e9,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +425,10 @@ def _datetime(unix_ms: int) -> datetime:
     return datetime.fromtimestamp(unix_ms / 1000.0, tz=timezone.utc)
 
 
+def _datetime_or_none(unix_ms: int) -> datetime | None:
+    return _datetime(unix_ms) if unix_ms else None
+
+
 def _lock_state(value: int) -> LockState:
     return LockState(value)
 
@@ -302,6 +512,7 @@ class Store(Handle):
         super().__init__(out, lib.fencelock_store_close)
         self._path = os.fsdecode(raw_path)
         self._mode = mode
+        self._res.keep = _Observer(self._path)
 
     @property
     def path(self) -> str:
@@ -377,7 +588,7 @@ class Store(Handle):
                 (byref(out),),
                 lambda: lib.fencelock_holder_free(out),
             )
-        return Holder(out, ttl_ms)
+        return Holder(out, ttl_ms, self._res.keep)
 
     def acquire_all(
         self, names: list[str], ttl: Seconds = 30.0, *, timeout: Seconds | None = 0
@@ -405,7 +616,7 @@ class Store(Handle):
             self._res.check_wait(
                 lib.fencelock_store_acquire_all, (array, len(raw), ttl_ms, timeout_ms), (outs,), undo
             )
-        return [Holder(out, ttl_ms) for out in outs]
+        return [Holder(out, ttl_ms, self._res.keep) for out in outs]
 
     def acquire_async(
         self,
@@ -454,7 +665,7 @@ class Store(Handle):
                 (byref(out),),
                 lambda: lib.fencelock_holder_free(out),
             )
-        return Holder(out, ttl_ms)
+        return Holder(out, ttl_ms, self._res.keep)
 
     def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> Holder:
         """Acquires the lock ``name`` and writes ``value`` under ``key`` with the new token, in one
@@ -474,7 +685,7 @@ class Store(Handle):
             len(raw_value),
             byref(out),
         )
-        return Holder(out, ttl_ms)
+        return Holder(out, ttl_ms, self._res.keep)
 
     def locks(self) -> list[LockInfo]:
         """Every lock record with its state, in name order."""
@@ -587,6 +798,111 @@ class Store(Handle):
         self._res.check(lib.fencelock_store_fence_token, _name(resource, "fence resource"), byref(token))
         return token.value or None
 
+    # -- observability ------------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        """A snapshot of the store's counters: of every process on this host that has the store
+        open (and of those that had, since ``Metrics.since``), or of this open store alone, as
+        ``Metrics.scope`` says. An etcd store keeps none (``InvalidArgumentError``)."""
+        out = _ffi.fencelock_metrics()
+        self._res.check(lib.fencelock_store_metrics, byref(out), ctypes.sizeof(out))
+        return Metrics(
+            scope=Scope(out.scope),
+            since=_datetime(out.since_unix_ms),
+            grants=out.grants,
+            releases=out.releases,
+            refused_locked=out.refused_locked,
+            refused_timeout=out.refused_timeout,
+            refused_cancelled=out.refused_cancelled,
+            refused_other=out.refused_other,
+            stale_writes=out.stale_writes,
+            lock_lost=out.lock_lost,
+            waits=out.waits,
+            wait_time=out.wait_ns / 1e9,
+            wait_buckets=tuple(out.wait_buckets),
+            ended_released=out.ended_released,
+            ended_expired=out.ended_expired,
+            ended_taken_over=out.ended_taken_over,
+            ended_holder_died=out.ended_holder_died,
+            commits=out.commits,
+            committed_ops=out.committed_ops,
+        )
+
+    def metrics_prometheus(self) -> str:
+        """The store's counters in Prometheus' text exposition format, every series named
+        ``fencelock_...`` and labelled with the store's path. An etcd store keeps none
+        (``InvalidArgumentError``)."""
+        ptr = BytesP()
+        length = c_size_t()
+        self._res.check(lib.fencelock_store_metrics_prometheus, byref(ptr), byref(length))
+        try:
+            return string_at(ptr, length.value).decode("utf-8")
+        finally:
+            lib.fencelock_buffer_free(ptr, length.value)
+
+    def history(self, name: str) -> list[HistoryEntry]:
+        """The grant history of the lock ``name``, oldest first: its latest ended grants (up to
+        32), then its current grants with their state now; empty for a lock the store knows
+        nothing of. A grant that replaced a lease recorded how that lease ended
+        (``Ending.TAKEN_OVER`` for a holder paused past its TTL); a process records its own
+        releases as it closes the store. The library checks the name: an empty one raises
+        ``InvalidArgumentError``, as does an etcd store."""
+        if not isinstance(name, str):
+            raise _type_error("lock name", "str", name)
+        if "\0" in name:
+            raise ValueError("lock name contains a NUL character")
+        out = HistoryP()
+        self._res.check(lib.fencelock_store_history, name.encode("utf-8"), byref(out))
+        try:
+            result = []
+            entry = _ffi.fencelock_history_entry()
+            for index in range(lib.fencelock_history_len(out)):
+                status = lib.fencelock_history_get(out, index, byref(entry))
+                if status:
+                    raise error_from(status, None)
+                result.append(
+                    HistoryEntry(
+                        name=name,
+                        token=entry.token,
+                        kind=LockKind(entry.kind),
+                        permits=entry.permits,
+                        pid=entry.pid,
+                        ending=Ending(entry.ending),
+                        granted=_datetime_or_none(entry.granted_unix_ms),
+                        expires=_datetime_or_none(entry.expires_unix_ms),
+                        ended=_datetime_or_none(entry.ended_unix_ms),
+                        recorded=_datetime_or_none(entry.recorded_unix_ms),
+                    )
+                )
+            return result
+        finally:
+            lib.fencelock_history_free(out)
+
+    def set_observer(self, observer: Callable[[Event], Any] | None) -> None:
+        """Calls ``observer(event)`` with an ``Event`` after each acquire of this process's
+        store ends (granted or refused), after each release, and when a holder learns its lease
+        was lost; replaces any observer set before, and None removes it. It hears the store's
+        holders too, also after the store is closed.
+
+        It runs on the thread whose operation ended, which may be a thread of the library (a
+        keep-alive thread for a loss), while that operation's caller waits: it must be
+        thread-safe and return quickly, and must not close the store. An exception it raises
+        does not reach the operation, which goes on as if nothing happened: it is reported
+        through ``sys.unraisablehook`` (by ctypes, as "Exception ignored on calling ctypes
+        callback function"). An etcd store takes no observer (``InvalidArgumentError``)."""
+        if observer is not None and not callable(observer):
+            raise _type_error("observer", "callable or None", observer)
+        slot: _Observer = self._res.keep
+        if observer is None:
+            self._res.check(lib.fencelock_store_set_observer, _ffi.ObserverFn(), None)
+        else:
+            if slot.thunk is None:
+                # One C callback per store, freed only after the store and all its holders: it
+                # calls whatever function the slot holds at the time.
+                slot.thunk = _ffi.ObserverFn(slot)
+            self._res.check(lib.fencelock_store_set_observer, slot.thunk, None)
+        slot.callback = observer
+
 
 class _AsyncAcquire:
     """What ``Store.acquire_async`` returns: awaitable (the Holder) and an async context manager
@@ -654,7 +970,7 @@ class Holder(Handle):
 
     _kind = "holder"
 
-    def __init__(self, ptr: Any, ttl_ms: int) -> None:
+    def __init__(self, ptr: Any, ttl_ms: int, keep: Any = None) -> None:
         # Read before the base class makes the finalizer, which names them in its warning.
         self._token: int = lib.fencelock_holder_token(ptr)
         raw_name: bytes = lib.fencelock_holder_name(ptr)
@@ -665,6 +981,7 @@ class Holder(Handle):
         self._released = False
         self._used = [False]
         super().__init__(ptr, lib.fencelock_holder_free)
+        self._res.keep = keep  # the store's observer, which this holder's release may call
         self._used[0] = False  # the construction above does not count as a use
 
     def __getattribute__(self, name: str) -> Any:

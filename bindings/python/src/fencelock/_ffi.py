@@ -7,7 +7,8 @@ Type mapping (kept in step with the test): ``const char *`` -> ``c_char_p``; an 
 ``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a copy, NUL bytes included, the length
 travels separately); an input array of names ``const char *const *`` -> ``POINTER(c_char_p)``; an
 output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles -> ``POINTER(<opaque
-Structure>)``.
+Structure>)``; a struct filled or passed by pointer -> ``POINTER(<its Structure>)``; ``void *``
+-> ``c_void_p``; the callback type ``fencelock_observer_fn`` -> ``ObserverFn`` (a ``CFUNCTYPE``).
 
 ``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
 for a lost lease, an open or a commit behind a busy store) lets other Python threads run. Every
@@ -29,6 +30,7 @@ from ctypes import (
     c_uint8,
     c_uint32,
     c_uint64,
+    c_void_p,
 )
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,19 @@ LOCK_EXPIRED = 1
 LOCK_RELEASED = 2
 LOCK_HOLDER_DEAD = 3
 
+ENDING_HELD = 0
+ENDING_RELEASED = 1
+ENDING_EXPIRED = 2
+ENDING_TAKEN_OVER = 3
+ENDING_HOLDER_DIED = 4
+
+SCOPE_STORE = 0
+SCOPE_PROCESS = 1
+
+EVENT_ACQUIRE = 0
+EVENT_RELEASE = 1
+EVENT_LOST = 2
+
 fencelock_status = c_int32
 
 
@@ -113,6 +128,71 @@ class fencelock_lock_info(Structure):
     ]
 
 
+class fencelock_history(Structure):
+    """Opaque grant history of one lock."""
+
+
+class fencelock_history_entry(Structure):
+    """One grant of a lock's history, as ``fencelock_history_get`` fills it."""
+
+    _fields_ = [
+        ("token", c_uint64),
+        ("kind", c_int32),
+        ("permits", c_uint32),
+        ("pid", c_uint32),
+        ("ending", c_int32),
+        ("granted_unix_ms", c_int64),
+        ("expires_unix_ms", c_int64),
+        ("ended_unix_ms", c_int64),
+        ("recorded_unix_ms", c_int64),
+    ]
+
+
+class fencelock_metrics(Structure):
+    """A snapshot of a store's counters, as ``fencelock_store_metrics`` fills it."""
+
+    _fields_ = [
+        ("scope", c_int32),
+        ("since_unix_ms", c_int64),
+        ("grants", c_uint64),
+        ("releases", c_uint64),
+        ("refused_locked", c_uint64),
+        ("refused_timeout", c_uint64),
+        ("refused_cancelled", c_uint64),
+        ("refused_other", c_uint64),
+        ("stale_writes", c_uint64),
+        ("lock_lost", c_uint64),
+        ("waits", c_uint64),
+        ("wait_ns", c_uint64),
+        ("wait_buckets", c_uint64 * 8),
+        ("ended_released", c_uint64),
+        ("ended_expired", c_uint64),
+        ("ended_taken_over", c_uint64),
+        ("ended_holder_died", c_uint64),
+        ("commits", c_uint64),
+        ("committed_ops", c_uint64),
+    ]
+
+
+class fencelock_event(Structure):
+    """What an observer callback is told; ``name`` is valid during the call only."""
+
+    _fields_ = [
+        ("event", c_int32),
+        ("name", c_char_p),
+        ("kind", c_int32),
+        ("permits", c_uint32),
+        ("token", c_uint64),
+        ("status", c_int32),
+        ("waited_ns", c_uint64),
+        ("held_ns", c_uint64),
+    ]
+
+
+# void (*fencelock_observer_fn)(void *context, const fencelock_event *event). ``ObserverFn()``
+# is the NULL callback.
+ObserverFn = ctypes.CFUNCTYPE(None, c_void_p, POINTER(fencelock_event))
+
 StoreP = POINTER(fencelock_store)
 HolderP = POINTER(fencelock_holder)
 CancelP = POINTER(fencelock_cancel)
@@ -120,6 +200,7 @@ ErrorP = POINTER(fencelock_error)
 LockListP = POINTER(fencelock_lock_list)
 KeyListP = POINTER(fencelock_key_list)
 BytesP = POINTER(c_uint8)
+HistoryP = POINTER(fencelock_history)
 
 # name -> (restype, argtypes). The order follows the header.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -236,7 +317,24 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [StoreP, c_char_p, c_size_t, POINTER(KeyListP), POINTER(ErrorP)],
     ),
+    "fencelock_store_metrics": (
+        fencelock_status,
+        [StoreP, POINTER(fencelock_metrics), c_size_t, POINTER(ErrorP)],
+    ),
+    "fencelock_store_metrics_prometheus": (
+        fencelock_status,
+        [StoreP, POINTER(BytesP), POINTER(c_size_t), POINTER(ErrorP)],
+    ),
+    "fencelock_store_set_observer": (fencelock_status, [StoreP, ObserverFn, c_void_p, POINTER(ErrorP)]),
+    "fencelock_store_history": (fencelock_status, [StoreP, c_char_p, POINTER(HistoryP), POINTER(ErrorP)]),
     "fencelock_buffer_free": (None, [BytesP, c_size_t]),
+    # history
+    "fencelock_history_len": (c_size_t, [HistoryP]),
+    "fencelock_history_get": (
+        fencelock_status,
+        [HistoryP, c_size_t, POINTER(fencelock_history_entry)],
+    ),
+    "fencelock_history_free": (None, [HistoryP]),
     # lock list
     "fencelock_lock_list_len": (c_size_t, [LockListP]),
     "fencelock_lock_list_get": (

@@ -25,6 +25,9 @@ class _Resource:
     Invariant: the pointer is freed exactly once, after ``close()`` and after the last call that
     borrowed it returned, so closing a handle while another thread blocks in a call on it (a
     waiting acquire, a wait for a lost lease) never frees memory under that call.
+
+    ``keep`` holds Python objects the C object may call into (a store's observer callback, which
+    its holders call too): they live at least as long as the resource, so past the free.
     """
 
     __slots__ = (
@@ -37,6 +40,7 @@ class _Resource:
         "_pid",
         "_ptr",
         "_waits",
+        "keep",
     )
 
     def __init__(self, ptr: Any, free: Callable[[Any], None], kind: str) -> None:
@@ -49,6 +53,7 @@ class _Resource:
         self._pid = os.getpid()
         # The cancel handles of the calls blocked on this handle; close() fires them.
         self._waits: set[Cancel] = set()
+        self.keep: Any = None
         _LIVE.add(self)
 
     @property
