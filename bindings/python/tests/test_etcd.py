@@ -47,3 +47,20 @@ def test_the_walkthrough_runs_on_etcd() -> None:
         assert (got.value, got.token) == (b"B's fresh export", b.token)
         b.release()
         a.close()
+
+
+def test_an_etcd_store_keeps_no_metrics_history_or_observer() -> None:
+    if not built_with_etcd():
+        pytest.skip("the library is built without the etcd feature")
+    url = os.environ.get("FENCELOCK_ETCD_URL")
+    assert url, "FENCELOCK_ETCD_URL is not set: run through scripts/with-etcd.sh (make test-python)"
+    with fencelock.Store(url) as store:
+        for call in (
+            store.metrics,
+            store.metrics_prometheus,
+            lambda: store.history("payment-export"),
+            lambda: store.set_observer(print),
+            lambda: store.set_observer(None),
+        ):
+            with pytest.raises(fencelock.InvalidArgumentError):
+                call()
