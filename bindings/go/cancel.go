@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 )
@@ -26,8 +27,11 @@ type waitCancel struct {
 }
 
 // newWaitCancel makes the cancel of one call and registers it with ws. Call free once the C
-// call has returned.
-func newWaitCancel(ctx context.Context, ws *waits) (*waitCancel, error) {
+// call has returned. deadlineIsTimeout says that the call's C timeout is ctx's deadline: the
+// cancel then does not fire for the deadline, which the C timeout ends the call at (within
+// the millisecond it is rounded up to), so that the library counts it as the timeout it is
+// (Metrics.RefusedTimeout), not as a cancel.
+func newWaitCancel(ctx context.Context, ws *waits, deadlineIsTimeout bool) (*waitCancel, error) {
 	var c *C.fencelock_cancel
 	var eobj *C.fencelock_error
 	if status := C.fencelock_cancel_new(&c, &eobj); status != 0 {
@@ -35,7 +39,9 @@ func newWaitCancel(ctx context.Context, ws *waits) (*waitCancel, error) {
 	}
 	w := &waitCancel{c: c, fired: make(chan struct{}), ws: ws}
 	w.stop = context.AfterFunc(ctx, func() {
-		C.fencelock_cancel_fire(c)
+		if !deadlineIsTimeout || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			C.fencelock_cancel_fire(c)
+		}
 		close(w.fired)
 	})
 	ws.add(c)

@@ -434,7 +434,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 	}
 	var h *C.fencelock_holder
 	err := s.call(ctx, func(sh *C.fencelock_store) error {
-		cancel, err := newWaitCancel(ctx, &s.core.waits)
+		cancel, err := newWaitCancel(ctx, &s.core.waits, hasDeadline)
 		if err != nil {
 			return err
 		}
