@@ -86,3 +86,40 @@ func ExampleStore_FenceToken() {
 	fmt.Println(before, after)
 	// Output: 0 1
 }
+
+// History tells who held a lock, with which token, and how each lease ended.
+func ExampleStore_History() {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := fencelock.Open(filepath.Join(dir, "locks.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+
+	first, err := store.Acquire(ctx, "nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	first.Release()
+	second, err := store.Acquire(ctx, "nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer second.Release()
+
+	entries, err := store.History("nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range entries {
+		fmt.Println(e.Token, e.Ending, e.PID == uint32(os.Getpid()), !e.EndedAt.IsZero())
+	}
+	// Output:
+	// 1 released true true
+	// 2 held true false
+}

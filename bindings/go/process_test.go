@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runWaiter(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	case "permit":
 		os.Exit(runPermit(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "holder":
+		os.Exit(runHolder(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)
@@ -213,5 +215,64 @@ func TestPausedProcessCannotOverwriteItsSuccessor(t *testing.T) {
 	value, token, err := store.Get(bg, "payments/today.csv")
 	if err != nil || string(value) != "B's export" || token != tokenB {
 		t.Fatalf("Get = %q, %d, %v; want B's export at token %d", value, token, err, tokenB)
+	}
+}
+
+// runHolder holds the lock nightly until killed.
+func runHolder(path string) int {
+	store, err := fencelock.Open(path)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	holder, err := store.Acquire(bg, "nightly", fencelock.WithTTL(10*time.Minute))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer holder.Release()
+	fmt.Println("token", holder.Token())
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
+
+// A holder killed while it holds the lock is on record as such, and its grant counted in the
+// metrics of every process that has the store open.
+func TestAKilledHolderIsOnRecordAsHolderDiedAndCountedHere(t *testing.T) {
+	path := t.TempDir() + "/locks.db"
+	store, err := fencelock.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	before := metrics(t, store)
+	if before.Scope != fencelock.ScopeStore {
+		t.Fatalf("scope %v: the processes share no counters", before.Scope)
+	}
+
+	kid, _, kidOut := child(t, "holder", path)
+	killed := readToken(t, "holder", kidOut)
+	held := metrics(t, store)
+	if err := kid.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = kid.Wait()
+	if got := held.Grants - before.Grants; got != 1 {
+		t.Errorf("the child's grant: %d more grants here, want 1", got)
+	}
+
+	next := acquire(t, store, "nightly", fencelock.WithTTL(time.Minute))
+	entries := history(t, store, "nightly")
+	want := fmt.Sprintf("%d:holder-died %d:held", killed, next.Token())
+	if got := endings(entries); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	if entries[0].PID != uint32(kid.Process.Pid) || entries[0].RecordedAt.IsZero() {
+		t.Errorf("the killed holder's entry %+v, its pid %d", entries[0], kid.Process.Pid)
+	}
+	after := metrics(t, store)
+	if got := after.EndedHolderDied - before.EndedHolderDied; got != 1 || after.LeasesLost()-before.LeasesLost() != 1 {
+		t.Errorf("%d more holders died, %d more leases lost; want 1 and 1", got, after.LeasesLost()-before.LeasesLost())
 	}
 }

@@ -1,0 +1,227 @@
+package fencelock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	fencelock "github.com/fencelock/fencelock/bindings/go"
+)
+
+func history(t *testing.T, store *fencelock.Store, name string) []fencelock.HistoryEntry {
+	t.Helper()
+	entries, err := store.History(name)
+	if err != nil {
+		t.Fatalf("History(%q): %v", name, err)
+	}
+	return entries
+}
+
+// endings is the (token, ending) of each entry, as one comparable string.
+func endings(entries []fencelock.HistoryEntry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = fmt.Sprintf("%d:%v", e.Token, e.Ending)
+	}
+	return strings.Join(parts, " ")
+}
+
+func metrics(t *testing.T, store *fencelock.Store) fencelock.Metrics {
+	t.Helper()
+	m, err := store.Metrics()
+	if err != nil {
+		t.Fatalf("Metrics: %v", err)
+	}
+	return m
+}
+
+// The walkthrough on record: A pauses past its lease, B takes the lock over and writes, A's
+// writes are refused; A's entry says taken over, B's held. B releases and C takes the lock:
+// B's entry says released, with the release's time.
+func TestHistoryTellsThePausedHolderTakenOverThenTheRelease(t *testing.T) {
+	store := openStore(t)
+	before := time.Now()
+	a := acquire(t, store, "payment-export", fencelock.WithTTL(150*time.Millisecond))
+	time.Sleep(250 * time.Millisecond) // A is paused past its lease, still holding on
+	b := acquire(t, store, "payment-export", fencelock.WithTTL(time.Minute))
+	if err := store.PutWithFence(bg, "payments/today.csv", []byte("B's export"), b.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutWithFence(bg, "payments/today.csv", []byte("A's export"), a.Token()); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("A's fenced write: %v, want ErrStaleToken", err)
+	}
+	if err := a.Put(bg, "payments/today.csv", []byte("A again")); !errors.Is(err, fencelock.ErrLockLost) {
+		t.Fatalf("A's checked write: %v, want ErrLockLost", err)
+	}
+
+	entries := history(t, store, "payment-export")
+	want := fmt.Sprintf("%d:taken-over %d:held", a.Token(), b.Token())
+	if got := endings(entries); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	first, second := entries[0], entries[1]
+	if first.Name != "payment-export" || first.PID != uint32(os.Getpid()) || first.Kind != fencelock.KindExclusive {
+		t.Errorf("A's entry %+v", first)
+	}
+	if first.GrantedAt.Before(before.Add(-time.Second)) || first.ExpiresAt.IsZero() || first.RecordedAt.IsZero() {
+		t.Errorf("A's entry times %+v", first)
+	}
+	if !first.ExpiresAt.Before(first.EndedAt) {
+		t.Errorf("A was taken over at %v, not after its expiry %v", first.EndedAt, first.ExpiresAt)
+	}
+	if !second.RecordedAt.IsZero() || !second.EndedAt.IsZero() {
+		t.Errorf("a current grant is not on record yet: %+v", second)
+	}
+
+	released := time.Now()
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	c := acquire(t, store, "payment-export", fencelock.WithTTL(time.Minute))
+	entries = history(t, store, "payment-export")
+	want = fmt.Sprintf("%d:taken-over %d:released %d:held", a.Token(), b.Token(), c.Token())
+	if got := endings(entries); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	// Milliseconds on record: the release's time may read up to 1ms before the clock here.
+	if ended := entries[1].EndedAt; ended.IsZero() || ended.Before(released.Add(-time.Millisecond)) || ended.After(time.Now()) {
+		t.Errorf("B's release at %v, released at %v", ended, released)
+	}
+	if entries[1].RecordedAt.IsZero() {
+		t.Errorf("B's entry is not on record: %+v", entries[1])
+	}
+	if got := history(t, store, "never-granted"); len(got) != 0 {
+		t.Errorf("a lock the store knows nothing of has history %+v", got)
+	}
+}
+
+func TestMetricsCountGrantsRefusalsWaitsAndStaleWrites(t *testing.T) {
+	store := openStore(t)
+	start := metrics(t, store)
+	if start.Scope != fencelock.ScopeStore || start.Scope.String() != "store" {
+		t.Fatalf("scope %v of a multi-process store", start.Scope)
+	}
+	if start.Since.IsZero() || start.Since.After(time.Now()) {
+		t.Errorf("counting since %v", start.Since)
+	}
+
+	holder := acquire(t, store, "m", fencelock.WithTTL(time.Minute))
+	if _, err := store.Acquire(bg, "m"); !errors.Is(err, fencelock.ErrLocked) {
+		t.Fatalf("a second Acquire: %v", err)
+	}
+	const timeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(bg, timeout)
+	_, err := store.Acquire(ctx, "m", fencelock.Wait())
+	cancel()
+	if !errors.Is(err, fencelock.ErrTimeout) {
+		t.Fatalf("a wait for a held lock: %v", err)
+	}
+	if err := holder.Put(bg, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	newer := acquire(t, store, "m", fencelock.WithTTL(time.Minute))
+	if err := newer.Put(bg, "k", []byte("newer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutWithFence(bg, "k", []byte("stale"), holder.Token()); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("a stale write: %v", err)
+	}
+
+	m := metrics(t, store)
+	deltas := map[string][2]uint64{
+		"grants":          {m.Grants - start.Grants, 2},
+		"releases":        {m.Releases - start.Releases, 1},
+		"refused locked":  {m.RefusedLocked - start.RefusedLocked, 1},
+		"refused timeout": {m.RefusedTimeout - start.RefusedTimeout, 1},
+		"refused other":   {m.RefusedOther - start.RefusedOther, 0},
+		"stale writes":    {m.StaleWrites - start.StaleWrites, 1},
+		"ended released":  {m.EndedReleased - start.EndedReleased, 1},
+		"leases lost":     {m.LeasesLost() - start.LeasesLost(), 0},
+		"waits":           {m.Waits - start.Waits, 1}, // the timed-out one; no other waited
+	}
+	for what, d := range deltas {
+		if d[0] != d[1] {
+			t.Errorf("%s: %d more, want %d", what, d[0], d[1])
+		}
+	}
+	// The wait ran to the C timeout, what was left of ctx's deadline as the wait began.
+	if waited := m.WaitTime - start.WaitTime; waited < timeout-10*time.Millisecond {
+		t.Errorf("the timed-out wait waited %v, its timeout %v", waited, timeout)
+	}
+	var buckets uint64
+	for i := range m.WaitBuckets {
+		buckets += m.WaitBuckets[i] - start.WaitBuckets[i]
+	}
+	if buckets != 1 {
+		t.Errorf("%d more waits in the buckets %v, want 1", buckets, m.WaitBuckets)
+	}
+	// Two grants and two writes, in as many commits or fewer.
+	if ops := m.CommittedOps - start.CommittedOps; ops < 4 || m.Commits <= start.Commits {
+		t.Errorf("%d commits carrying %d operations", m.Commits-start.Commits, ops)
+	}
+
+	text, err := store.MetricsPrometheus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "fencelock_grants_total{") || !strings.Contains(text, store.Path()) {
+		t.Errorf("Prometheus text without fencelock_grants_total{ and the path:\n%s", text)
+	}
+}
+
+func TestAStoreOfOneProcessCountsItsOwnOperations(t *testing.T) {
+	store := openStore(t, fencelock.WithMode(fencelock.SingleProcess))
+	if err := acquire(t, store, "x").Release(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics(t, store)
+	if m.Scope != fencelock.ScopeProcess || m.Scope.String() != "process" || m.Grants != 1 || m.Releases != 1 {
+		t.Errorf("%+v", m)
+	}
+}
+
+func TestHistoryAndMetricsRefuseBadInputAndAClosedStore(t *testing.T) {
+	store := openStore(t)
+	for _, name := range []string{"", "nul\x00name"} {
+		if _, err := store.History(name); !errors.Is(err, fencelock.ErrInvalidArgument) {
+			t.Errorf("History(%q): %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := store.History(strings.Repeat("n", 1025)); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Errorf("History of a name too long: %v", err)
+	}
+	store.Close()
+	if _, err := store.History("a"); !errors.Is(err, fencelock.ErrClosed) {
+		t.Errorf("History after Close: %v", err)
+	}
+	if _, err := store.Metrics(); !errors.Is(err, fencelock.ErrClosed) {
+		t.Errorf("Metrics after Close: %v", err)
+	}
+	if _, err := store.MetricsPrometheus(); !errors.Is(err, fencelock.ErrClosed) {
+		t.Errorf("MetricsPrometheus after Close: %v", err)
+	}
+}
+
+func TestEndingAndScopeNames(t *testing.T) {
+	names := map[fmt.Stringer]string{
+		fencelock.EndingHeld:       "held",
+		fencelock.EndingReleased:   "released",
+		fencelock.EndingExpired:    "expired",
+		fencelock.EndingTakenOver:  "taken-over",
+		fencelock.EndingHolderDied: "holder-died",
+		fencelock.Ending(99):       "Ending(99)",
+		fencelock.Scope(7):         "Scope(7)",
+	}
+	for value, want := range names {
+		if got := value.String(); got != want {
+			t.Errorf("%#v.String() = %q, want %q", value, got, want)
+		}
+	}
+}
