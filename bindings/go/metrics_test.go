@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -197,7 +198,17 @@ func TestHistoryAndMetricsRefuseBadInputAndAClosedStore(t *testing.T) {
 	if _, err := store.History(strings.Repeat("n", 1025)); !errors.Is(err, fencelock.ErrInvalidArgument) {
 		t.Errorf("History of a name too long: %v", err)
 	}
+	log := &eventLog{}
+	if err := store.SetMetricsRecorder(log); err != nil {
+		t.Fatal(err)
+	}
+	outliving := acquire(t, store, "outlives")
 	store.Close()
+	// Close removed the recorder: a holder that outlives its store reports nothing more.
+	if err := outliving.Release(); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "attempt outlives true", "delta outlives +1")
 	if _, err := store.History("a"); !errors.Is(err, fencelock.ErrClosed) {
 		t.Errorf("History after Close: %v", err)
 	}
@@ -206,6 +217,9 @@ func TestHistoryAndMetricsRefuseBadInputAndAClosedStore(t *testing.T) {
 	}
 	if _, err := store.MetricsPrometheus(); !errors.Is(err, fencelock.ErrClosed) {
 		t.Errorf("MetricsPrometheus after Close: %v", err)
+	}
+	if err := store.SetMetricsRecorder(nil); !errors.Is(err, fencelock.ErrClosed) {
+		t.Errorf("SetMetricsRecorder after Close: %v", err)
 	}
 }
 
@@ -223,5 +237,276 @@ func TestEndingAndScopeNames(t *testing.T) {
 		if got := value.String(); got != want {
 			t.Errorf("%#v.String() = %q, want %q", value, got, want)
 		}
+	}
+}
+
+// eventLog is a MetricsRecorder that writes down what it is told, in order.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+	waits  []time.Duration
+	helds  []time.Duration
+}
+
+func (l *eventLog) add(event string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, event)
+}
+
+func (l *eventLog) AcquireAttempt(name string, acquired bool, wait time.Duration) {
+	l.add(fmt.Sprintf("attempt %s %v", name, acquired))
+	l.mu.Lock()
+	l.waits = append(l.waits, wait)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) HoldDuration(name string, held time.Duration) {
+	l.add("held " + name)
+	l.mu.Lock()
+	l.helds = append(l.helds, held)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) ActiveLocksDelta(name string, delta int) {
+	l.add(fmt.Sprintf("delta %s %+d", name, delta))
+}
+
+func (l *eventLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	events := l.events
+	l.events = nil
+	return events
+}
+
+func expectEvents(t *testing.T, log *eventLog, want ...string) {
+	t.Helper()
+	got := log.take()
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("events\n  %s\nwant\n  %s", strings.Join(got, "; "), strings.Join(want, "; "))
+	}
+}
+
+func TestAMetricsRecorderHearsAttemptsHoldsAndDeltasInOrder(t *testing.T) {
+	store := openStore(t)
+	log := &eventLog{}
+	if err := store.SetMetricsRecorder(log); err != nil {
+		t.Fatal(err)
+	}
+
+	a := acquire(t, store, "r", fencelock.WithTTL(100*time.Millisecond))
+	expectEvents(t, log, "attempt r true", "delta r +1")
+	if _, err := store.Acquire(bg, "r"); !errors.Is(err, fencelock.ErrLocked) {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "attempt r false")
+	ctx, cancel := context.WithTimeout(bg, 30*time.Millisecond)
+	_, err := store.Acquire(ctx, "r", fencelock.Wait())
+	cancel()
+	if !errors.Is(err, fencelock.ErrTimeout) {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "attempt r false")
+	log.mu.Lock()
+	if len(log.waits) != 3 || log.waits[0] != 0 || log.waits[1] != 0 || log.waits[2] <= 0 {
+		t.Errorf("waits %v: want two try-once attempts and one that waited", log.waits)
+	}
+	log.mu.Unlock()
+
+	// A is taken over past its lease; its write finds it lost, which ends it, once: its
+	// Release then tells nothing more.
+	time.Sleep(150 * time.Millisecond)
+	b := acquire(t, store, "r", fencelock.WithTTL(time.Minute))
+	expectEvents(t, log, "attempt r true", "delta r +1")
+	if err := a.Put(bg, "k", []byte("v")); !errors.Is(err, fencelock.ErrLockLost) {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "held r", "delta r -1")
+	if err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, log)
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "held r", "delta r -1")
+	log.mu.Lock()
+	if len(log.helds) != 2 || log.helds[0] < 100*time.Millisecond || log.helds[1] <= 0 {
+		t.Errorf("held %v: A past its TTL of 100ms, then B", log.helds)
+	}
+	log.mu.Unlock()
+
+	holders, err := store.AcquireAll(bg, []string{"p", "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, log, "attempt p true", "delta p +1", "attempt q true", "delta q +1")
+
+	// Replaced: the new recorder hears what follows, the old one nothing.
+	other := &eventLog{}
+	if err := store.SetMetricsRecorder(other); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range holders {
+		if err := h.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectEvents(t, log)
+	expectEvents(t, other, "held p", "delta p -1", "held q", "delta q -1")
+
+	// Removed: nobody hears anything.
+	if err := store.SetMetricsRecorder(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetMetricsRecorder(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := acquire(t, store, "r").Release(); err != nil {
+		t.Fatal(err)
+	}
+	expectEvents(t, log)
+	expectEvents(t, other)
+}
+
+func TestARecorderHearsTheStoresHoldersFromEveryGoroutine(t *testing.T) {
+	store := openStore(t)
+	count := &deltaSum{}
+	if err := store.SetMetricsRecorder(count); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				name := fmt.Sprintf("g%d", (i+j)%3)
+				h, err := store.Acquire(bg, name, fencelock.Wait())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = h.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	count.mu.Lock()
+	defer count.mu.Unlock()
+	if count.attempts != 160 || count.sum != 0 || count.most < 1 || count.most > 3 {
+		t.Errorf("%d attempts, deltas summing to %d, at most %d at once; want 160, 0, 1 to 3",
+			count.attempts, count.sum, count.most)
+	}
+}
+
+// Recorders replaced and removed while other goroutines acquire and release: an event the
+// library began to report to a recorder just replaced is dropped or delivered, never a crash.
+func TestReplacingTheRecorderWhileLocksAreTakenIsSafe(t *testing.T) {
+	store := openStore(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h, err := store.Acquire(bg, fmt.Sprintf("s%d", i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = h.Release()
+			}
+		}()
+	}
+	for i := range 200 {
+		var r fencelock.MetricsRecorder
+		if i%3 != 2 {
+			r = &deltaSum{}
+		}
+		if err := store.SetMetricsRecorder(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
+
+type deltaSum struct {
+	mu                  sync.Mutex
+	attempts, sum, most int
+}
+
+func (d *deltaSum) AcquireAttempt(string, bool, time.Duration) {
+	d.mu.Lock()
+	d.attempts++
+	d.mu.Unlock()
+}
+
+func (d *deltaSum) HoldDuration(string, time.Duration) {}
+
+func (d *deltaSum) ActiveLocksDelta(_ string, delta int) {
+	d.mu.Lock()
+	d.sum += delta
+	d.most = max(d.most, d.sum)
+	d.mu.Unlock()
+}
+
+// panicky panics in the methods named in it.
+type panicky struct {
+	eventLog
+	in string
+}
+
+func (p *panicky) AcquireAttempt(name string, acquired bool, wait time.Duration) {
+	if p.in == "attempt" {
+		panic("recorder bug")
+	}
+	p.eventLog.AcquireAttempt(name, acquired, wait)
+}
+
+func (p *panicky) HoldDuration(name string, held time.Duration) {
+	if p.in == "held" {
+		panic(errors.New("recorder bug"))
+	}
+	p.eventLog.HoldDuration(name, held)
+}
+
+func TestAPanickingRecorderDoesNotCrashOrChangeTheOperation(t *testing.T) {
+	for _, in := range []string{"attempt", "held"} {
+		t.Run(in, func(t *testing.T) {
+			store := openStore(t)
+			recorder := &panicky{in: in}
+			if err := store.SetMetricsRecorder(recorder); err != nil {
+				t.Fatal(err)
+			}
+			h := acquire(t, store, "p")
+			if _, err := store.Acquire(bg, "p"); !errors.Is(err, fencelock.ErrLocked) {
+				t.Fatalf("a refusal that panicked the recorder: %v", err)
+			}
+			if err := h.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if held, err := h.Held(bg); held || err != nil {
+				t.Fatalf("released: held %v, %v", held, err)
+			}
+			if err := acquire(t, store, "p").Release(); err != nil {
+				t.Fatal(err)
+			}
+			// The panicking call skips what the event had left; the recorder stays set.
+			want := map[string][]string{
+				"attempt": {"held p", "delta p -1", "held p", "delta p -1"},
+				"held": {"attempt p true", "delta p +1", "attempt p false",
+					"attempt p true", "delta p +1"},
+			}[in]
+			expectEvents(t, &recorder.eventLog, want...)
+		})
 	}
 }

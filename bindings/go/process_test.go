@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runPermit(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	case "holder":
 		os.Exit(runHolder(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "renewer":
+		os.Exit(runRenewer(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)
@@ -274,5 +276,122 @@ func TestAKilledHolderIsOnRecordAsHolderDiedAndCountedHere(t *testing.T) {
 	after := metrics(t, store)
 	if got := after.EndedHolderDied - before.EndedHolderDied; got != 1 || after.LeasesLost()-before.LeasesLost() != 1 {
 		t.Errorf("%d more holders died, %d more leases lost; want 1 and 1", got, after.LeasesLost()-before.LeasesLost())
+	}
+}
+
+// lineRecorder prints each event on stdout, for the parent to read.
+type lineRecorder struct{ lost chan struct{} }
+
+func (r lineRecorder) AcquireAttempt(name string, acquired bool, _ time.Duration) {
+	fmt.Println("attempt", name, acquired)
+}
+
+func (r lineRecorder) HoldDuration(name string, _ time.Duration) { fmt.Println("held", name) }
+
+func (r lineRecorder) ActiveLocksDelta(name string, delta int) {
+	fmt.Println("delta", name, delta)
+	if delta < 0 {
+		close(r.lost)
+	}
+}
+
+// runRenewer holds the lock nightly with KeepAlive and a recorder, and exits once the
+// recorder heard the lease end.
+func runRenewer(path string) int {
+	store, err := fencelock.Open(path)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer store.Close()
+	recorder := lineRecorder{lost: make(chan struct{})}
+	if err := store.SetMetricsRecorder(recorder); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	holder, err := store.Acquire(bg, "nightly", fencelock.WithTTL(300*time.Millisecond), fencelock.KeepAlive())
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer holder.Release()
+	fmt.Println("token", holder.Token())
+	<-recorder.lost
+	return 0
+}
+
+// stopped waits until the process is stopped (state T in /proc), so that what follows runs
+// while it cannot.
+func stopped(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, "the child stopped", func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		return len(fields) > 0 && fields[0] == "T"
+	})
+}
+
+// A child's recorder hears its lease lost from the library's keep-alive thread, a thread Go
+// did not start: the child is stopped past its lease, the parent takes the lock over, and the
+// child's renewal, once it runs again, finds the lease gone.
+func TestARecorderHearsALossFromTheKeepAliveThread(t *testing.T) {
+	path := t.TempDir() + "/locks.db"
+	kid, _, kidOut := child(t, "renewer", path)
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for {
+			line, err := kidOut.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSpace(line)
+		}
+	}()
+	next := func() string {
+		t.Helper()
+		line, ok := <-lines
+		if !ok {
+			t.Fatal("the child's output ended")
+		}
+		return line
+	}
+	for _, want := range []string{"attempt nightly true", "delta nightly 1"} {
+		if got := next(); got != want {
+			t.Fatalf("child said %q, want %q", got, want)
+		}
+	}
+	token, err := strconv.ParseUint(strings.TrimPrefix(next(), "token "), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kid.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped(t, kid.Process.Pid)
+
+	store, err := fencelock.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	mine := acquire(t, store, "nightly", fencelock.Wait(), fencelock.WithTTL(time.Minute))
+	if err := kid.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"held nightly", "delta nightly -1"} {
+		if got := next(); got != want {
+			t.Fatalf("child said %q, want %q", got, want)
+		}
+	}
+	if err := kid.Wait(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	want := fmt.Sprintf("%d:taken-over %d:held", token, mine.Token())
+	if got := endings(history(t, store, "nightly")); got != want {
+		t.Errorf("history %s, want %s", got, want)
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/cgo"
 	"strings"
 	"sync"
 	"time"
@@ -111,6 +112,11 @@ type storeCore struct {
 
 	// waits ends the waiting Acquires at Close, so that Close does not wait for them.
 	waits waits
+
+	// observer is the handle of the MetricsRecorder the library has (observer.go), 0 for
+	// none; observerMu, taken inside mu, orders its changes.
+	observerMu sync.Mutex
+	observer   cgo.Handle
 }
 
 // gate lets one goroutine per lock name of a Store wait inside C at a time; the others wait on
@@ -167,10 +173,15 @@ func (s *Store) Close() error {
 func (c *storeCore) close() {
 	c.waits.closeAll() // before the lock, which waits for the calls holding the handle
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var observer cgo.Handle
 	if c.h != nil {
+		observer = c.takeObserver()
 		C.fencelock_store_close(c.h)
 		c.h = nil
+	}
+	c.mu.Unlock()
+	if observer != 0 {
+		observer.Delete() // after the close: the library no longer has it
 	}
 }
 
