@@ -87,6 +87,38 @@ func ExampleStore_FenceToken() {
 	// Output: 0 1
 }
 
+// WithLock runs a function under a lock and releases it afterwards, whatever the function
+// returns; the lease is renewed meanwhile, and the function's ctx ends if it is lost.
+func ExampleStore_WithLock() {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := fencelock.Open(filepath.Join(dir, "locks.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+
+	err = store.WithLock(ctx, "payment-export", func(ctx context.Context, h fencelock.Holder) error {
+		// A write checked against the lease: refused once the lease is lost.
+		return h.Put(ctx, "payments/today.csv", []byte("id,amount\n1,100\n"))
+	}, fencelock.Wait())
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, token, _ := store.Get(ctx, "payments/today.csv")
+	again, err := store.Acquire(ctx, "payment-export") // free again
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer again.Release()
+	fmt.Println(token, again.Token())
+	// Output: 1 2
+}
+
 // History tells who held a lock, with which token, and how each lease ended.
 func ExampleStore_History() {
 	dir, err := os.MkdirTemp("", "fencelock-example")

@@ -221,6 +221,12 @@ func TestHistoryAndMetricsRefuseBadInputAndAClosedStore(t *testing.T) {
 	if err := store.SetMetricsRecorder(nil); !errors.Is(err, fencelock.ErrClosed) {
 		t.Errorf("SetMetricsRecorder after Close: %v", err)
 	}
+	if err := store.WithLock(bg, "a", func(context.Context, fencelock.Holder) error {
+		t.Error("fn ran on a closed store")
+		return nil
+	}); !errors.Is(err, fencelock.ErrClosed) {
+		t.Errorf("WithLock after Close: %v", err)
+	}
 }
 
 func TestEndingAndScopeNames(t *testing.T) {
@@ -508,5 +514,124 @@ func TestAPanickingRecorderDoesNotCrashOrChangeTheOperation(t *testing.T) {
 			}[in]
 			expectEvents(t, &recorder.eventLog, want...)
 		})
+	}
+}
+
+func TestWithLockReleasesAfterFnAndReturnsItsError(t *testing.T) {
+	store := openStore(t)
+	var token uint64
+	err := store.WithLock(bg, "job", func(ctx context.Context, h fencelock.Holder) error {
+		token = h.Token()
+		if h.Name() != "job" || ctx.Err() != nil {
+			t.Errorf("holder %v, ctx %v", h, ctx.Err())
+		}
+		if _, err := store.Acquire(bg, "job"); !errors.Is(err, fencelock.ErrLocked) {
+			t.Errorf("the lock is not held while fn runs: %v", err)
+		}
+		return h.Put(ctx, "report", []byte("done"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, tok, err := store.Get(bg, "report"); err != nil || tok != token {
+		t.Fatalf("fn's write: token %d, %v", tok, err)
+	}
+	// Free afterwards.
+	if err := acquire(t, store, "job").Release(); err != nil {
+		t.Fatalf("the lock after WithLock: %v", err)
+	}
+
+	failed := errors.New("export failed")
+	err = store.WithLock(bg, "job", func(context.Context, fencelock.Holder) error { return failed })
+	if !errors.Is(err, failed) || err.Error() != failed.Error() {
+		t.Fatalf("WithLock returned %v, want fn's %v", err, failed)
+	}
+	if err := acquire(t, store, "job").Release(); err != nil {
+		t.Fatalf("the lock after fn failed: %v", err)
+	}
+
+	// Held elsewhere: Acquire's error, and fn does not run; with Wait, it waits per ctx.
+	other := acquire(t, store, "job")
+	run := func(context.Context, fencelock.Holder) error {
+		t.Error("fn ran without the lock")
+		return nil
+	}
+	if err := store.WithLock(bg, "job", run); !errors.Is(err, fencelock.ErrLocked) {
+		t.Fatalf("WithLock of a held lock: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+	defer cancel()
+	if err := store.WithLock(ctx, "job", run, fencelock.Wait()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a waiting WithLock past its deadline: %v", err)
+	}
+	if err := other.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWithLockReleasesWhenFnPanics(t *testing.T) {
+	store := openStore(t)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want fn's panic", r)
+			}
+		}()
+		_ = store.WithLock(bg, "job", func(context.Context, fencelock.Holder) error { panic("boom") })
+		t.Fatal("WithLock returned from a panicking fn")
+	}()
+	if err := acquire(t, store, "job").Release(); err != nil {
+		t.Fatalf("the lock after fn panicked: %v", err)
+	}
+}
+
+// The lease is renewed while fn runs, and fn's ctx ends, with ErrLockLost as its cause, once
+// the lease is known lost.
+func TestWithLockKeepsTheLeaseAndEndsFnsContextWhenItIsLost(t *testing.T) {
+	store := openStore(t)
+	err := store.WithLock(bg, "job", func(ctx context.Context, h fencelock.Holder) error {
+		first := lockInfo(t, store, "job").ExpiresAt
+		waitFor(t, "a background renewal", func() bool {
+			return lockInfo(t, store, "job").ExpiresAt.After(first)
+		})
+		if ctx.Err() != nil {
+			t.Errorf("fn's ctx ended while the lease is held: %v", context.Cause(ctx))
+		}
+		return nil
+	}, fencelock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Lost: the lease is cut short (an Extend to 1ms, long before the next renewal of a
+	// minute's lease) as a pause past the TTL would, another store takes the lock over, and
+	// fn's write finds the lease lost.
+	second, err := fencelock.Open(store.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	var lostToken uint64
+	err = store.WithLock(bg, "lost", func(ctx context.Context, h fencelock.Holder) error {
+		lostToken = h.Token()
+		if err := h.Extend(ctx, time.Millisecond); err != nil {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+		taker := acquire(t, second, "lost", fencelock.WithTTL(time.Minute))
+		if err := h.Put(bg, "k", []byte("late")); !errors.Is(err, fencelock.ErrLockLost) {
+			t.Errorf("a write after the takeover: %v", err)
+		}
+		<-ctx.Done()
+		var lost *fencelock.LockLostError
+		if cause := context.Cause(ctx); !errors.Is(cause, fencelock.ErrLockLost) || !errors.As(cause, &lost) || lost.Token != h.Token() {
+			t.Errorf("fn's ctx ended with %v, want a LockLostError of token %d", cause, h.Token())
+		}
+		return taker.Release()
+	}, fencelock.WithTTL(time.Minute))
+	t.Logf("WithLock of a lost lease returned %v", err)
+	entries := history(t, store, "lost")
+	if len(entries) == 0 || entries[0].Token != lostToken || entries[0].Ending != fencelock.EndingTakenOver {
+		t.Errorf("history %s", endings(entries))
 	}
 }
