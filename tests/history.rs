@@ -213,7 +213,11 @@ fn the_store_keeps_the_histories_of_a_bounded_number_of_locks() {
     // prunes its record.
     let locks = fencelock::HISTORY_LOCKS as usize + 200;
     for i in 0..locks {
-        drop(store.acquire(&format!("job-{i:05}"), Duration::from_secs(60)).unwrap());
+        drop(
+            store
+                .acquire(&format!("job-{i:05}"), Duration::from_secs(60))
+                .unwrap(),
+        );
     }
     let recorded = (0..locks)
         .filter(|i| {
@@ -225,7 +229,10 @@ fn the_store_keeps_the_histories_of_a_bounded_number_of_locks() {
         })
         .count();
     assert!(recorded <= fencelock::HISTORY_LOCKS as usize, "{recorded}");
-    assert!(recorded > fencelock::HISTORY_LOCKS as usize - 100, "{recorded}");
+    assert!(
+        recorded > fencelock::HISTORY_LOCKS as usize - 100,
+        "{recorded}"
+    );
     // The oldest went first.
     assert!(store.history("job-00000").unwrap().is_empty());
     store.verify().unwrap();

@@ -127,7 +127,54 @@ pub fn check(history: &History) -> Vec<String> {
     check_keys(&evs, &leases, history, &mut out);
     check_fences(&evs, &leases, &mut out);
     check_listings(&evs, &leases, &mut out);
+    check_grant_history(&evs, &leases, history, &mut out);
     out
+}
+
+/// The store's grant history of each lock names only grants the logs allow, with the process
+/// that was granted each; a lease it says was taken over has a later grant of its lock; and
+/// once every worker is gone, none is still held.
+fn check_grant_history(evs: &[Ev], leases: &[Lease], history: &History, out: &mut Vec<String>) {
+    let Some(state) = &history.final_state else {
+        return;
+    };
+    let by_token: HashMap<u64, &Lease> = leases.iter().map(|l| (l.token, l)).collect();
+    for (lock, token, pid, ending) in &state.grants {
+        let entry = format!("history entry of {lock}: token {token}, pid {pid}, {ending}");
+        match by_token.get(token) {
+            Some(lease) => {
+                let granted = &evs[lease.ev];
+                if lease.lock != *lock || granted.worker.pid != *pid {
+                    out.push(format!("{entry}, but the grant was {}", granted.name()));
+                }
+            }
+            // A grant of unknown outcome (or one that timed out after a combiner took it) of
+            // this lock, by this process, may have been granted this token.
+            None if evs.iter().any(|e| {
+                e.op.kind.grants()
+                    && e.op.lock.as_deref() == Some(lock)
+                    && e.worker.pid == *pid
+                    && (!e.known() || matches!(e.op.outcome, Some(Outcome::Timeout)))
+            }) => {}
+            None => out.push(format!(
+                "{entry}: no logged acquire could have been granted it"
+            )),
+        }
+        if ending == "taken-over"
+            && !state
+                .grants
+                .iter()
+                .any(|(other, later, _, _)| other == lock && later > token)
+            && !leases.iter().any(|l| l.lock == *lock && l.token > *token)
+        {
+            out.push(format!(
+                "{entry}, but no later grant of {lock} took it over"
+            ));
+        }
+        if ending == "held" {
+            out.push(format!("{entry} after every worker was gone"));
+        }
+    }
 }
 
 /// The leases of every logged grant, checking on the way that tokens are unique and that no
@@ -924,6 +971,7 @@ mod tests {
                         .filter(|(_, v)| v.is_some())
                         .map(|(k, _)| (*k).into())
                         .collect(),
+                    grants: Vec::new(),
                 }),
             }
         }
@@ -1050,6 +1098,31 @@ mod tests {
             check(&b.history(&[("k", Some((3, "v3"))), ("j", Some((3, "j1")))])),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn a_grant_history_that_the_logs_contradict_is_reported() {
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 5), "a", 100, 1)
+            .release(0, (20, 21), "a", 1)
+            .acquire(1, (30, 35), "a", 100, 2)
+            .release(1, (40, 41), "a", 2);
+        let with = |grants: &[(u64, u32, &str)]| {
+            let mut history = b.history(&[]);
+            history.final_state.as_mut().unwrap().grants = grants
+                .iter()
+                .map(|&(token, pid, ending)| ("a".to_owned(), token, pid, ending.to_owned()))
+                .collect();
+            history
+        };
+        assert_eq!(
+            check(&with(&[(1, 100, "released"), (2, 101, "released")])),
+            Vec::<String>::new()
+        );
+        expect_violation(&with(&[(1, 101, "released")]), "but the grant was");
+        expect_violation(&with(&[(7, 100, "released")]), "no logged acquire");
+        expect_violation(&with(&[(2, 101, "taken-over")]), "no later grant");
+        expect_violation(&with(&[(2, 101, "held")]), "after every worker was gone");
     }
 
     #[test]

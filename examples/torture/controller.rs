@@ -566,7 +566,21 @@ fn read_final(path: &Path) -> Result<FinalState, String> {
         verify: store.verify().map_err(|err| err.to_string()),
         values: Vec::new(),
         listed: Vec::new(),
+        grants: Vec::new(),
     };
+    let locks = crate::worker::LOCKS
+        .iter()
+        .chain([&crate::worker::SEMAPHORE, &crate::worker::SHARED_LOCK]);
+    for lock in locks {
+        for entry in store.history(lock).map_err(|err| err.to_string())? {
+            state.grants.push((
+                (*lock).to_owned(),
+                entry.token,
+                entry.pid,
+                entry.ending.as_str().to_owned(),
+            ));
+        }
+    }
     for key in KEYS {
         let found = store.get(key.as_bytes()).map_err(|err| err.to_string())?;
         state.values.push((
@@ -806,14 +820,20 @@ fn summarize(
     }
     if let Some(state) = &history.final_state {
         println!(
-            "final store: verify() {}, {} keys hold values",
+            "final store: verify() {}, {} keys hold values, {} grants in the locks' histories",
             if state.verify.is_ok() {
                 "passed"
             } else {
                 "FAILED"
             },
-            state.listed.len()
+            state.listed.len(),
+            state.grants.len()
         );
+        let mut endings: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, _, _, ending) in &state.grants {
+            *endings.entry(ending.as_str()).or_default() += 1;
+        }
+        println!("history endings: {endings:?}");
     }
     println!("checked in {:.2} s", check_time.as_secs_f64());
     println!("violations: {}", violations.len());

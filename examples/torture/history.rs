@@ -372,6 +372,8 @@ pub struct FinalState {
     pub values: Vec<(String, Option<(u64, String)>)>,
     /// `Store::keys(b"")`.
     pub listed: Vec<String>,
+    /// `Store::history` of every lock of the workload: (lock, token, pid, how it ended).
+    pub grants: Vec<(String, u64, u32, String)>,
 }
 
 /// A whole run.
