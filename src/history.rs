@@ -21,7 +21,6 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::info::LockState;
 use crate::kinds::Kind;
 use crate::metrics::{unix_ns_at, unix_ns_now, Counter};
 use crate::record::{Lease, Record};
@@ -412,17 +411,11 @@ impl Inner {
                 if entries.iter().any(|entry| entry.token == lease.token) {
                     continue;
                 }
-                let info = self.describe(name, record.kind(), &lease, now)?;
-                let ending = match info.state {
-                    LockState::Held => Ending::Held,
-                    LockState::Released => Ending::Released,
-                    LockState::Expired => Ending::Expired,
-                    _ => Ending::HolderDied,
-                };
-                let ended_ns = match ending {
-                    Ending::Released => self.activity().release_of(lease.token).unwrap_or(0),
-                    Ending::Expired => lease.expires_ns,
-                    _ => 0,
+                // Judged as the grant that replaces it will judge it.
+                let (ending, ended_ns) = if self.is_live(&lease, now)? {
+                    (Ending::Held, 0)
+                } else {
+                    self.ending(&lease, now, false)?
                 };
                 let mut entry = Ended::new(self, record.kind(), &lease, ending, ended_ns)
                     .entry(name, lease.token);

@@ -107,9 +107,7 @@ impl Holder {
     #[must_use]
     pub fn store(&self) -> Store {
         on_etcd!(self.state, lease => Store { inner: Backend::Etcd(Arc::clone(&lease.remote)) });
-        Store {
-            inner: Backend::Local(Arc::clone(&self.state.inner)),
-        }
+        Store::local(Arc::clone(&self.state.inner))
     }
 
     /// Time left on the lease as this holder last set it; zero once it ran out. Whether another
@@ -201,6 +199,10 @@ impl Holder {
         state
             .inner
             .released_lease(&state.name, state.token, state.granted_ns, lost);
+        // A holder that outlived every handle of its store records its release itself.
+        if state.inner.handles.load(Ordering::Acquire) == 0 {
+            state.inner.record_releases();
+        }
         // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
         // for the write lock behind a paused process, and a release must not wait for that. A
         // renewal that lands after the release changes nothing, since the lease's liveness
@@ -287,15 +289,6 @@ impl Holder {
 impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.release();
-    }
-}
-
-impl Drop for State {
-    fn drop(&mut self) {
-        // The last user of a store that its holders outlived.
-        if Arc::strong_count(&self.inner) == 1 {
-            self.inner.record_releases();
-        }
     }
 }
 

@@ -33,7 +33,6 @@ use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
-#[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Backend<Arc<Inner>, Remote>,
 }
@@ -70,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) observer: RwLock<Option<Arc<dyn crate::observe::Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
     pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
+    /// The `Store` handles of this store (clones included; holders not).
+    pub(crate) handles: std::sync::atomic::AtomicUsize,
     /// Whether grants record the ends they learn of in the history (`Options::history`).
     pub(crate) history: bool,
     /// The last lock name whose history the history's sweep looked at (history.rs).
@@ -79,11 +80,23 @@ pub(crate) struct Inner {
     pub(crate) released: Condvar,
 }
 
+impl Clone for Store {
+    fn clone(&self) -> Store {
+        match &self.inner {
+            Backend::Local(inner) => Store::local(Arc::clone(inner)),
+            etcd => Store {
+                inner: etcd.clone(),
+            },
+        }
+    }
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
-        // The last user of the store in this process records its releases (history.rs).
+        // The last handle of the store in this process records its releases (history.rs);
+        // its holders, if any outlive it, record theirs as they release.
         if let Backend::Local(inner) = &self.inner {
-            if Arc::strong_count(inner) == 1 {
+            if inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
                 inner.record_releases();
             }
         }
@@ -223,14 +236,21 @@ impl Store {
             own_activity: crate::metrics::Activity::private(),
             observer: RwLock::new(None),
             unrecorded: Mutex::new(std::collections::VecDeque::new()),
+            handles: std::sync::atomic::AtomicUsize::new(0),
             history: options.history,
             history_cursor: Mutex::new(String::new()),
             releases: Mutex::new(0),
             released: Condvar::new(),
         };
-        Ok(Store {
-            inner: Backend::Local(Arc::new(inner)),
-        })
+        Ok(Store::local(Arc::new(inner)))
+    }
+
+    /// A handle of the store `inner`.
+    pub(crate) fn local(inner: Arc<Inner>) -> Store {
+        inner.handles.fetch_add(1, Ordering::AcqRel);
+        Store {
+            inner: Backend::Local(inner),
+        }
     }
 
     /// The store file (an etcd store's string).

@@ -30,9 +30,11 @@ fn child() {
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
         }
-        // Takes the lock, releases it and exits, as a job run from cron does.
+        // Takes the lock, keeps it alive, releases it and exits, as `fencelock run` from cron
+        // does (its keep-alive thread may still hold the holder as the process exits).
         "job" => {
             let holder = store.acquire("nightly", Duration::from_secs(600)).unwrap();
+            holder.keep_alive(Duration::from_secs(600)).unwrap();
             say(format!("token {}", holder.token()));
             holder.release().unwrap();
         }
@@ -155,7 +157,7 @@ fn a_job_that_released_and_exited_is_recorded_as_released_once_every_process_clo
     // store's shared memory of releases is gone between them, and each job records its own
     // release as it closes the store.
     let mut tokens = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..6 {
         let mut kid = Kid::spawn("job", &path);
         tokens.push(kid.token());
         assert!(kid.child.wait().unwrap().success());
@@ -411,4 +413,40 @@ fn an_observer_hears_grants_refusals_releases_and_losses() {
             "acquire q 4 waited=false".to_owned(),
         ]
     );
+}
+
+/// An observer that is inside a call until it is let out.
+struct Slow {
+    inside: std::sync::atomic::AtomicBool,
+    entered: std::sync::mpsc::SyncSender<()>,
+}
+
+impl Observer for Slow {
+    fn observe(&self, _event: &Event<'_>) {
+        self.inside.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.entered.try_send(());
+        std::thread::sleep(Duration::from_millis(100));
+        self.inside
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn replacing_an_observer_waits_for_its_calls_in_progress() {
+    let (_dir, _path, store) = temp_store();
+    let (entered, wait_entered) = std::sync::mpsc::sync_channel(1);
+    let slow = Arc::new(Slow {
+        inside: std::sync::atomic::AtomicBool::new(false),
+        entered,
+    });
+    store.set_observer(Some(slow.clone())).unwrap();
+    let other = store.clone();
+    let caller = std::thread::spawn(move || {
+        drop(other.acquire("slow", Duration::from_secs(5)).unwrap());
+    });
+    wait_entered.recv().unwrap();
+    store.set_observer(None).unwrap();
+    // What the replaced observer uses may be freed now: none of its calls is running.
+    assert!(!slow.inside.load(std::sync::atomic::Ordering::SeqCst));
+    caller.join().unwrap();
 }

@@ -62,9 +62,10 @@ type MetricsRecorder interface {
 //
 // A panic in r is recovered, so that it does not cross into the library: that event's
 // remaining calls are skipped (a panicking AcquireAttempt means no ActiveLocksDelta for it),
-// the operation that reported it returns as it would have, and r stays set. An event the
-// library had begun to report as the recorder was replaced may still reach the old one, or
-// none. Close removes the recorder: holders that outlive their Store report nothing after it.
+// the operation that reported it returns as it would have, and r stays set. It returns once
+// no call of the recorder it replaces is running (the library waits for them), so no event
+// reaches the old recorder afterwards. Close removes the recorder: holders that outlive their
+// Store report nothing after it.
 // An etcd store refuses a recorder (ErrInvalidArgument).
 func (s *Store) SetMetricsRecorder(r MetricsRecorder) error {
 	return s.call(context.Background(), func(sh *C.fencelock_store) error {

@@ -886,7 +886,9 @@ class Store(Handle):
 
         It runs on the thread whose operation ended, which may be a thread of the library (a
         keep-alive thread for a loss), while that operation's caller waits: it must be
-        thread-safe and return quickly, and must not close the store. An exception it raises
+        thread-safe and return quickly, and must neither close the store nor set its observer
+        (``set_observer`` returns once no call of the observer it replaces is running, so a
+        call from inside one would wait for itself). An exception it raises
         does not reach the operation, which goes on as if nothing happened: it is reported
         through ``sys.unraisablehook`` (by ctypes, as "Exception ignored on calling ctypes
         callback function"). An etcd store takes no observer (``InvalidArgumentError``)."""
