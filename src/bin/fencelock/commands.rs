@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::duration::format_duration;
 use crate::output::{self, Cell, Colour};
-use crate::{exit, Command, Failure};
+use crate::{exit, observe, Command, Failure};
 
 /// Where the store is: `--db`, else `$FENCELOCK_DB`, else the per-user default under
 /// `$XDG_STATE_HOME` or `~/.local/state`, whose directory is created when `create` is set.
@@ -158,6 +158,14 @@ pub fn dispatch(
             args.json,
         ),
         Command::Info(args) => info(&open_store(&path, false, busy_timeout, None)?, args.json),
+        Command::History(args) => {
+            observe::check_lock_name(&args.lock)?;
+            observe::history(
+                &open_store(&path, false, busy_timeout, None)?,
+                &args.lock,
+                args.json,
+            )
+        }
         Command::Run(_) | Command::Serve(_) => unreachable!("dispatched by main"),
     }
 }
@@ -207,7 +215,7 @@ fn read_value(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
     Ok(value)
 }
 
-fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     let mut stdout = io::stdout().lock();
     stdout
         .write_all(bytes)
@@ -215,7 +223,7 @@ fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
         .map_err(|err| Failure::new(exit::IO, format!("cannot write standard output: {err}")))
 }
 
-fn print_json(value: &Value) -> Result<(), Failure> {
+pub(crate) fn print_json(value: &Value) -> Result<(), Failure> {
     let mut text = value.to_string();
     text.push('\n');
     write_stdout(text.as_bytes())
@@ -336,7 +344,7 @@ fn relative(now: SystemTime, at: SystemTime) -> String {
     }
 }
 
-fn unix_ms(at: SystemTime) -> i64 {
+pub(crate) fn unix_ms(at: SystemTime) -> i64 {
     match at.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
         Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),

@@ -33,7 +33,7 @@ pub const TABLE: &[Status] = &[
     },
     Status {
         code: "1",
-        meaning: "not found: `get` of a key with no value, `status --lock` of a lock with no record",
+        meaning: "not found: `get` of a key with no value, `status --lock` of a lock with no record, `history` of a lock with no grant on record",
         run: false,
     },
     Status {

@@ -2,7 +2,8 @@
 //!
 //! A thin shell over the library: `fencelock run` holds a lock while a command runs and hands it
 //! the fencing token; `put`, `get`, `delete` and `fence` use tokens; `status`, `keys` and `info`
-//! show what the store holds. The lock rules are all the library's.
+//! show what the store holds, `history` who held a lock and how each lease ended. The lock rules
+//! are all the library's.
 //!
 //! # Database
 //!
@@ -11,8 +12,8 @@
 //! (mode 0700: a per-user store). Processes that should share locks must name the same file;
 //! for a store shared by several users, pass an explicit path in a directory they can all write.
 //! Write commands (`run`, `put`, `delete`, `fence`) create the file; read commands (`get`,
-//! `keys`, `status`, `info`) refuse a missing file, so a mistyped path is not taken for an
-//! empty store.
+//! `keys`, `status`, `info`, `history`) refuse a missing file, so a mistyped path is not taken
+//! for an empty store.
 //!
 //! # Exit status
 //!
@@ -22,6 +23,7 @@
 mod commands;
 mod duration;
 mod exit;
+mod observe;
 mod output;
 mod run;
 mod serve;
@@ -186,6 +188,29 @@ Exit status: 0; 81 database error.
 Example:
   fencelock info --db /var/lib/myapp/locks.db";
 
+const HISTORY_AFTER_HELP: &str = "\
+One row per grant of the lock, oldest first: the latest ended grants the store recorded (up to
+32 a lock), then the current ones. GRANTED and ENDED are local times (TZ); ENDED is \"-\" for a
+lease still held and \"?\" where the store cannot know (a holder that died, a release older
+than the store's memory of releases). HELD FOR runs from the grant to its end (to now for a
+lease still held).
+HOW: held; released (its holder let go); expired (its TTL ran out first, and no grant took the
+lock meanwhile); taken-over (a later grant took the lock after the TTL ran out while the holder
+still held on: a paused or stuck holder, whose late writes fencing refuses); holder-died (its
+process ended without a release on record).
+A job that waited for the lock waited for the row before its own: HELD FOR says how long that
+grant kept the lock, HOW why it let go (an expired or taken-over lease kept it until its TTL
+ran out).
+With --json: a list of {\"name\", \"token\", \"kind\", \"permits\", \"pid\", \"granted_at_ms\",
+\"expires_at_ms\", \"ended_at_ms\", \"recorded_at_ms\" (Unix epoch milliseconds, null when not
+known; recorded_at_ms is null for a grant not recorded yet), \"ending\" (HOW)}.
+Exit status: 0; 1 the store has no grant of the lock on record; 80 bad lock name, or an etcd
+store (which keeps no history); 81 database error; 86 output error.
+
+Examples:
+  fencelock history payment-export
+  fencelock history payment-export --json | jq '.[] | select(.ending != \"released\")'";
+
 /// Leased locks with fencing tokens, and fenced values, shared by the processes of one host.
 #[derive(Parser, Debug)]
 #[command(name = "fencelock", version, after_help = top_after_help())]
@@ -232,6 +257,9 @@ enum Command {
     /// Show the store's file, size, counts, schema version and token counter
     #[command(after_help = INFO_AFTER_HELP)]
     Info(InfoArgs),
+    /// Show who held a lock, with which token, from when to when, and how each lease ended
+    #[command(after_help = HISTORY_AFTER_HELP)]
+    History(HistoryArgs),
     /// Serve the store: hold it alone and commit for every process that opens it
     #[command(after_help = SERVE_AFTER_HELP)]
     Serve(ServeArgs),
@@ -401,6 +429,16 @@ pub struct KeysArgs {
 
 #[derive(Args, Debug)]
 pub struct InfoArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    /// Name of the lock
+    #[arg(value_name = "NAME")]
+    pub lock: String,
     /// Print JSON
     #[arg(long)]
     pub json: bool,

@@ -1,0 +1,141 @@
+//! `fencelock history`: what the store recorded of a lock's grants.
+
+use std::time::SystemTime;
+
+use fencelock::{Ending, HistoryEntry, Kind, Store};
+use serde_json::{json, Value};
+
+use crate::commands::{print_json, unix_ms, write_stdout};
+use crate::duration::format_duration;
+use crate::output::{self, Cell, Colour};
+use crate::{exit, Failure};
+
+/// The lock names `history` refuses before it opens the store, as the library would after.
+pub fn check_lock_name(name: &str) -> Result<(), Failure> {
+    if name.is_empty() {
+        return Err(Failure::new(exit::USAGE, "lock name is empty"));
+    }
+    Ok(())
+}
+
+/// `fencelock history NAME`: one row per grant, oldest first.
+pub fn history(store: &Store, name: &str, json: bool) -> Result<(), Failure> {
+    let entries = store.history(name).map_err(|err| Failure::from_lib(&err))?;
+    if entries.is_empty() {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!(
+                "no grant of lock {name:?} on record in {}",
+                store.path().display()
+            ),
+        ));
+    }
+    if json {
+        return print_json(&Value::Array(entries.iter().map(entry_json).collect()));
+    }
+    let now = SystemTime::now();
+    let rows: Vec<Vec<Cell>> = entries
+        .iter()
+        .map(|entry| {
+            vec![
+                Cell::from(entry.token.to_string()),
+                Cell::from(entry.kind.describe()),
+                Cell::from(entry.pid.to_string()),
+                Cell::from(entry.granted.map_or_else(|| "?".to_owned(), local_time)),
+                Cell::from(match (entry.ending, entry.ended) {
+                    (Ending::Held, _) => "-".to_owned(),
+                    (_, Some(ended)) => local_time(ended),
+                    (_, None) => "?".to_owned(),
+                }),
+                Cell::from(held_for(entry, now)),
+                Cell {
+                    text: entry.ending.as_str().to_owned(),
+                    colour: Some(ending_colour(entry.ending)),
+                },
+            ]
+        })
+        .collect();
+    let text = output::table(
+        &[
+            "TOKEN", "KIND", "PID", "GRANTED", "ENDED", "HELD FOR", "HOW",
+        ],
+        &rows,
+        output::colour_stdout(),
+    );
+    write_stdout(text.as_bytes())
+}
+
+/// From the grant to its end, or to `now` for a lease still held; `?` when either is unknown.
+fn held_for(entry: &HistoryEntry, now: SystemTime) -> String {
+    let end = match entry.ending {
+        Ending::Held => Some(now),
+        _ => entry.ended,
+    };
+    match (entry.granted, end) {
+        (Some(granted), Some(end)) => {
+            format_duration(end.duration_since(granted).unwrap_or_default())
+        }
+        _ => "?".to_owned(),
+    }
+}
+
+fn ending_colour(ending: Ending) -> Colour {
+    match ending {
+        Ending::Held => Colour::Green,
+        Ending::Expired | Ending::TakenOver => Colour::Yellow,
+        Ending::HolderDied => Colour::Red,
+        _ => Colour::Dim,
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in the local time zone (`TZ`), to the second.
+fn local_time(at: SystemTime) -> String {
+    let secs = unix_ms(at).div_euclid(1000);
+    let Ok(time) = libc::time_t::try_from(u64::try_from(secs).unwrap_or(0)) else {
+        return format!("@{secs}");
+    };
+    // SAFETY: an all-zero `tm` is a valid value of the plain C struct.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: localtime_r reads `time` and writes `tm`, both valid for the call; it is the
+    // reentrant form, and reads the time zone on its first use.
+    if unsafe { libc::localtime_r(&time, &mut tm) }.is_null() {
+        return format!("@{secs}");
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        i64::from(tm.tm_year) + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+fn time_ms(at: Option<SystemTime>) -> Value {
+    at.map_or(Value::Null, |at| unix_ms(at).into())
+}
+
+fn kind_json(kind: Kind) -> (&'static str, u32) {
+    match kind {
+        Kind::Shared => ("shared", 0),
+        Kind::Semaphore(permits) => ("semaphore", permits),
+        _ => ("exclusive", 0),
+    }
+}
+
+fn entry_json(entry: &HistoryEntry) -> Value {
+    let (kind, permits) = kind_json(entry.kind);
+    json!({
+        "name": entry.name,
+        "token": entry.token,
+        "kind": kind,
+        "permits": permits,
+        "pid": entry.pid,
+        "granted_at_ms": time_ms(entry.granted),
+        "expires_at_ms": time_ms(entry.expires),
+        "ended_at_ms": time_ms(entry.ended),
+        "recorded_at_ms": time_ms(entry.recorded),
+        "ending": entry.ending.as_str(),
+    })
+}
