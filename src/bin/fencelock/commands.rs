@@ -166,6 +166,9 @@ pub fn dispatch(
                 args.json,
             )
         }
+        Command::Metrics(args) => {
+            observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
+        }
         Command::Run(_) | Command::Serve(_) => unreachable!("dispatched by main"),
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! A thin shell over the library: `fencelock run` holds a lock while a command runs and hands it
 //! the fencing token; `put`, `get`, `delete` and `fence` use tokens; `status`, `keys` and `info`
-//! show what the store holds, `history` who held a lock and how each lease ended. The lock rules
-//! are all the library's.
+//! show what the store holds, `history` who held a lock and how each lease ended, `metrics` what
+//! the store counted. The lock rules are all the library's.
 //!
 //! # Database
 //!
@@ -12,8 +12,8 @@
 //! (mode 0700: a per-user store). Processes that should share locks must name the same file;
 //! for a store shared by several users, pass an explicit path in a directory they can all write.
 //! Write commands (`run`, `put`, `delete`, `fence`) create the file; read commands (`get`,
-//! `keys`, `status`, `info`, `history`) refuse a missing file, so a mistyped path is not taken
-//! for an empty store.
+//! `keys`, `status`, `info`, `history`, `metrics`) refuse a missing file, so a mistyped path is
+//! not taken for an empty store.
 //!
 //! # Exit status
 //!
@@ -200,7 +200,7 @@ still held on: a paused or stuck holder, whose late writes fencing refuses); hol
 process ended without a release on record).
 A job that waited for the lock waited for the row before its own: HELD FOR says how long that
 grant kept the lock, HOW why it let go (an expired or taken-over lease kept it until its TTL
-ran out).
+ran out; the wait itself is in `fencelock metrics`).
 With --json: a list of {\"name\", \"token\", \"kind\", \"permits\", \"pid\", \"granted_at_ms\",
 \"expires_at_ms\", \"ended_at_ms\", \"recorded_at_ms\" (Unix epoch milliseconds, null when not
 known; recorded_at_ms is null for a grant not recorded yet), \"ending\" (HOW)}.
@@ -210,6 +210,31 @@ store (which keeps no history); 81 database error; 86 output error.
 Examples:
   fencelock history payment-export
   fencelock history payment-export --json | jq '.[] | select(.ending != \"released\")'";
+
+const METRICS_AFTER_HELP: &str = "\
+Prints the store's counters in Prometheus' text exposition format (version 0.0.4): leases
+granted and released, refusals by reason, how replaced leases ended, commits, and a histogram
+of how long acquires waited; every series is named fencelock_* and labelled with store (the
+path) and scope. The output suits node_exporter's textfile collector: write it to a temporary
+file and rename it into the collector's directory, from cron or a timer.
+The counts are those of every process on this host that has had the store open (scope
+\"store\"), kept in shared memory beside it while any process has it open; once every process
+has closed it they start again from zero (fencelock_counting_since_seconds says when), which
+Prometheus takes as a counter reset. Keep a long-running process on the store (a service, or
+`fencelock serve`) for counts that last. With scope \"process\" (this process could not use
+the shared memory, as for another user's store) the counts are this command's own: zeros.
+With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \"grants\",
+\"releases\", \"refused_locked\", \"refused_timeout\", \"refused_cancelled\", \"refused_other\",
+\"stale_writes\", \"lock_lost\", \"waits\", \"wait_ns\", \"wait_buckets\" (a list of {\"up_to_ms\",
+\"count\"}, not cumulative, the last one's bound null), \"ended_released\", \"ended_expired\",
+\"ended_taken_over\", \"ended_holder_died\", \"leases_lost\", \"commits\", \"committed_ops\"}.
+Exit status: 0; 80 an etcd store (etcd exports metrics of its own); 81 database error; 86
+output error.
+
+Example:
+  dir=/var/lib/node_exporter/textfile
+  fencelock metrics --db /var/lib/myapp/locks.db > $dir/fencelock.prom.tmp &&
+      mv $dir/fencelock.prom.tmp $dir/fencelock.prom";
 
 /// Leased locks with fencing tokens, and fenced values, shared by the processes of one host.
 #[derive(Parser, Debug)]
@@ -260,6 +285,10 @@ enum Command {
     /// Show who held a lock, with which token, from when to when, and how each lease ended
     #[command(after_help = HISTORY_AFTER_HELP)]
     History(HistoryArgs),
+    /// Print the store's counters in Prometheus' text format (for node_exporter's textfile
+    /// collector)
+    #[command(after_help = METRICS_AFTER_HELP)]
+    Metrics(MetricsArgs),
     /// Serve the store: hold it alone and commit for every process that opens it
     #[command(after_help = SERVE_AFTER_HELP)]
     Serve(ServeArgs),
@@ -440,6 +469,13 @@ pub struct HistoryArgs {
     #[arg(value_name = "NAME")]
     pub lock: String,
     /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MetricsArgs {
+    /// Print JSON instead of Prometheus' text format
     #[arg(long)]
     pub json: bool,
 }

@@ -1,8 +1,9 @@
-//! `fencelock history`: what the store recorded of a lock's grants.
+//! `fencelock history` and `fencelock metrics`: what the store recorded of a lock's grants, and
+//! what it counted.
 
 use std::time::SystemTime;
 
-use fencelock::{Ending, HistoryEntry, Kind, Store};
+use fencelock::{Ending, HistoryEntry, Kind, Metrics, Store, WAIT_BUCKET_BOUNDS};
 use serde_json::{json, Value};
 
 use crate::commands::{print_json, unix_ms, write_stdout};
@@ -137,5 +138,52 @@ fn entry_json(entry: &HistoryEntry) -> Value {
         "ended_at_ms": time_ms(entry.ended),
         "recorded_at_ms": time_ms(entry.recorded),
         "ending": entry.ending.as_str(),
+    })
+}
+
+/// `fencelock metrics`: the store's counters, in Prometheus' text format or as JSON.
+pub fn metrics(store: &Store, json: bool) -> Result<(), Failure> {
+    let metrics = store.metrics().map_err(|err| Failure::from_lib(&err))?;
+    let label = store.path().to_string_lossy();
+    if json {
+        return print_json(&metrics_json(&metrics, &label));
+    }
+    write_stdout(metrics.prometheus(&label).as_bytes())
+}
+
+fn metrics_json(m: &Metrics, store: &str) -> Value {
+    let buckets: Vec<Value> = m
+        .wait_buckets
+        .iter()
+        .enumerate()
+        .map(|(i, count)| {
+            let bound = WAIT_BUCKET_BOUNDS.get(i).map_or(Value::Null, |b| {
+                Value::from(u64::try_from(b.as_millis()).unwrap_or(u64::MAX))
+            });
+            json!({ "up_to_ms": bound, "count": count })
+        })
+        .collect();
+    json!({
+        "store": store,
+        "scope": m.scope.as_str(),
+        "since_at_ms": unix_ms(m.since),
+        "grants": m.grants,
+        "releases": m.releases,
+        "refused_locked": m.refused_locked,
+        "refused_timeout": m.refused_timeout,
+        "refused_cancelled": m.refused_cancelled,
+        "refused_other": m.refused_other,
+        "stale_writes": m.stale_writes,
+        "lock_lost": m.lock_lost,
+        "waits": m.waits,
+        "wait_ns": u64::try_from(m.wait_time.as_nanos()).unwrap_or(u64::MAX),
+        "wait_buckets": buckets,
+        "ended_released": m.ended_released,
+        "ended_expired": m.ended_expired,
+        "ended_taken_over": m.ended_taken_over,
+        "ended_holder_died": m.ended_holder_died,
+        "leases_lost": m.leases_lost(),
+        "commits": m.commits,
+        "committed_ops": m.committed_ops,
     })
 }
