@@ -235,24 +235,15 @@ impl Observer for CObserver {
                     Duration::ZERO,
                 )
             }
-            Event::Release { name, token, held } => (
-                FENCELOCK_EVENT_RELEASE,
-                name,
-                crate::Kind::Exclusive,
-                token,
-                FENCELOCK_OK,
-                Duration::ZERO,
-                held,
-            ),
-            Event::Lost { name, token, held } => (
-                FENCELOCK_EVENT_LOST,
-                name,
-                crate::Kind::Exclusive,
-                token,
-                FENCELOCK_OK,
-                Duration::ZERO,
-                held,
-            ),
+            Event::Release { name, token, held } | Event::Lost { name, token, held } => {
+                let code = if matches!(event, Event::Release { .. }) {
+                    FENCELOCK_EVENT_RELEASE
+                } else {
+                    FENCELOCK_EVENT_LOST
+                };
+                let kind = crate::Kind::Exclusive;
+                (code, name, kind, token, FENCELOCK_OK, Duration::ZERO, held)
+            }
         };
         // Lock names are checked to hold no NUL byte before they are granted or refused.
         let Ok(name) = CString::new(name) else {
