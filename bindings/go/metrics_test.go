@@ -635,3 +635,29 @@ func TestWithLockKeepsTheLeaseAndEndsFnsContextWhenItIsLost(t *testing.T) {
 		t.Errorf("history %s", endings(entries))
 	}
 }
+
+// A Store opened WithoutHistory records no grant history, and its metrics still count how
+// leases ended.
+func TestWithoutHistoryRecordsNothingAndStillCounts(t *testing.T) {
+	store := openStore(t, fencelock.WithoutHistory())
+	ctx := context.Background()
+	before := metrics(t, store)
+	first, err := store.Acquire(ctx, "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := store.Acquire(ctx, "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release()
+	if got, want := endings(history(t, store, "quiet")), fmt.Sprintf("%d:held", second.Token()); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	if d := metrics(t, store).EndedReleased - before.EndedReleased; d != 1 {
+		t.Fatalf("EndedReleased grew by %d, want 1", d)
+	}
+}

@@ -87,6 +87,10 @@ pub const FENCELOCK_MODE_SINGLE_PROCESS: i32 = 1;
 /// Flag of `fencelock_store_open_cancellable`: open for reading only; grants and writes are
 /// refused, and the open never waits for another process's write lock.
 pub const FENCELOCK_OPEN_READ_ONLY: u32 = 1;
+/// Flag of `fencelock_store_open_cancellable`: the grants this store commits record no grant
+/// history (`fencelock_store_history`), which saves about a fifth of a grant's cost in
+/// single-process mode; the metrics still count how leases ended.
+pub const FENCELOCK_OPEN_NO_HISTORY: u32 = 2;
 
 /// Lock kind: one holder at a time.
 pub const FENCELOCK_KIND_EXCLUSIVE: i32 = 0;

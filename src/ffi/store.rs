@@ -5,7 +5,8 @@ use std::ffi::c_char;
 use super::{
     bytes, fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list,
     fencelock_lock_list, fencelock_status, free_boxed, guard, guard_value, handle, millis, name,
-    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_READ_ONLY,
+    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_NO_HISTORY,
+    FENCELOCK_OPEN_READ_ONLY,
 };
 use crate::error::Status;
 use crate::limits::DEFAULT_MAX_VALUE_LEN;
@@ -86,10 +87,12 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 /// Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
 /// cancel handle.
 ///
-/// `flags` is 0 or `FENCELOCK_OPEN_READ_ONLY`: a read-only store reads (get, keys, locks,
-/// lock, fence_token, holder checks) but refuses every grant and write with
-/// `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock, creates nothing and needs no
-/// write permission (unless a crash left the file needing a repair). `busy_timeout_ms` bounds
+/// `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY` and `FENCELOCK_OPEN_NO_HISTORY`.
+/// A read-only store reads (get, keys, locks, lock, fence_token, holder checks) but refuses
+/// every grant and write with `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock,
+/// creates nothing and needs no write permission (unless a crash left the file needing a
+/// repair). With `FENCELOCK_OPEN_NO_HISTORY` the grants this store commits record no grant
+/// history (through a server, the server's setting decides). `busy_timeout_ms` bounds
 /// how long the open, and each later write that has no timeout of its own, waits for another
 /// process that holds the store (one paused inside a commit or inside its open); 0 means the
 /// default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
@@ -133,7 +136,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                 // Larger than the address space is over the limit too; the engine says so.
                 n => usize::try_from(n).unwrap_or(usize::MAX),
             };
-            if flags & !FENCELOCK_OPEN_READ_ONLY != 0 {
+            if flags & !(FENCELOCK_OPEN_READ_ONLY | FENCELOCK_OPEN_NO_HISTORY) != 0 {
                 return Err(fencelock_error::new(
                     Status::InvalidArgument,
                     format!("unknown open flags {flags:#x}"),
@@ -151,6 +154,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     busy_timeout,
                     cancel: cancel.as_ref().map(|c| c.cancel.clone()),
                     read_only: flags & FENCELOCK_OPEN_READ_ONLY != 0,
+                    history: flags & FENCELOCK_OPEN_NO_HISTORY == 0,
                     ..Options::default()
                 },
             )?;

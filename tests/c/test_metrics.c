@@ -196,6 +196,27 @@ static void metrics(const fencelock_store *store, const fencelock_metrics *befor
     fencelock_buffer_free(text, len);
 }
 
+/* A store opened with FENCELOCK_OPEN_NO_HISTORY records no history; unknown flags are refused. */
+static void no_history(const char *path) {
+    fencelock_store *store = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_open_cancellable(
+        path, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_OPEN_NO_HISTORY, 0, 0, NULL, &store, ERR));
+    fencelock_holder *first = NULL, *second = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire(store, "quiet", 60000, &first, ERR));
+    fencelock_holder_free(first);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire(store, "quiet", 60000, &second, ERR));
+    fencelock_history *history = history_of(store, "quiet");
+    CHECK(fencelock_history_len(history) == 1);
+    CHECK(entry_at(history, 0).ending == FENCELOCK_ENDING_HELD);
+    fencelock_history_free(history);
+    fencelock_holder_free(second);
+    fencelock_store_close(store);
+    fencelock_store *untouched = (fencelock_store *)0x1;
+    CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_open_cancellable(
+        path, FENCELOCK_MODE_MULTI_PROCESS, 4, 0, 0, NULL, &untouched, ERR));
+    CHECK(untouched == (fencelock_store *)0x1);
+}
+
 int main(void) {
     scratch s;
     scratch_make(&s);
@@ -225,6 +246,7 @@ int main(void) {
     fencelock_history_free(none);
     fencelock_history_free(NULL);
     fencelock_store_close(store);
+    no_history(s.path);
     scratch_remove(&s);
     return check_report("test_metrics");
 }

@@ -219,6 +219,7 @@ def test_constants_match(header):
         "MODE_MULTI_PROCESS",
         "MODE_SINGLE_PROCESS",
         "OPEN_READ_ONLY",
+        "OPEN_NO_HISTORY",
         "KIND_EXCLUSIVE",
         "KIND_SHARED",
         "KIND_SEMAPHORE",

@@ -117,6 +117,18 @@ def test_a_single_process_store_counts_its_own_operations(tmp_path):
     assert (m.scope, m.grants, m.releases) == (Scope.PROCESS, 1, 1)
 
 
+def test_a_store_that_keeps_no_history_still_counts_how_leases_ended(store_path):
+    with Store(store_path, history=False) as store:
+        before = store.metrics()
+        store.acquire("quiet", ttl=5).close()
+        second = store.acquire("quiet", ttl=5)
+        assert endings(store, "quiet") == [(second.token, Ending.HELD)]
+        assert store.metrics().ended_released - before.ended_released == 1
+        second.close()
+    with pytest.raises(TypeError):
+        Store(store_path, history="no")
+
+
 HOLD = """
 import sys, fencelock
 store = fencelock.Store(sys.argv[1])

@@ -13,7 +13,7 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         wait: args.wait,
         idle_exit: args.idle_exit,
         cancel: Some(stop),
-        ..ServeOptions::default()
+        history: !args.no_history,
     };
     let server = Server::start(path, &options).map_err(|err| match err {
         Error::InUse => {

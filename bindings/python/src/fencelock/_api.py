@@ -461,7 +461,9 @@ class Store(Handle):
     ``LockTimeoutError`` (None: the library default of 10 s). Ctrl-C ends a waiting open.
     ``read_only=True`` opens an existing store for reading only: grants and writes raise
     ``InvalidArgumentError``, and the open never waits behind a process paused inside a
-    commit, creates nothing and needs no write permission.
+    commit, creates nothing and needs no write permission. ``history=False``: the grants this
+    store commits record no grant history (``Store.history``), which makes a grant about a
+    fifth cheaper in single-process mode; the metrics still count how leases ended.
 
     Use it as a context manager or call ``close()``. Holders acquired from a store stay usable
     after the store is closed. A store is safe to share between threads; it cannot be shared
@@ -478,6 +480,7 @@ class Store(Handle):
         max_value_len: int | None = None,
         busy_timeout: Seconds | None = None,
         read_only: bool = False,
+        history: bool = True,
     ) -> None:
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _type_error("path", "str, bytes or os.PathLike", path)
@@ -498,7 +501,9 @@ class Store(Handle):
         busy_ms = 0 if busy_timeout is None else _ms(busy_timeout, "busy_timeout")
         if not isinstance(read_only, bool):
             raise _type_error("read_only", "bool", read_only)
-        flags = _ffi.OPEN_READ_ONLY if read_only else 0
+        if not isinstance(history, bool):
+            raise _type_error("history", "bool", history)
+        flags = (_ffi.OPEN_READ_ONLY if read_only else 0) | (0 if history else _ffi.OPEN_NO_HISTORY)
         out = StoreP()
         status, err = call_waiting(
             lib.fencelock_store_open_cancellable,
