@@ -1383,6 +1383,39 @@ fn serve_serves_every_command_says_so_in_info_and_stops_when_idle() {
     assert_eq!(stdout(&env.run(&["get", "k"])), "value");
 }
 
+/// `serve --no-history`: the grants the server commits record no history, while another
+/// server's record both runs' releases (the second's as it closed the store).
+#[test]
+fn serve_no_history_records_no_history() {
+    for (flags, recorded) in [(&["--no-history"][..], 0), (&[][..], 2)] {
+        let env = Env::new();
+        let mut argv = vec!["serve", "--idle-exit", "2s"];
+        argv.extend_from_slice(flags);
+        let mut server = env.cmd(&argv).stderr(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(server.stderr.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert!(line.contains("serving"), "{line}");
+        for _ in 0..2 {
+            let out = env.run(&["run", "--lock", "job", "--", "true"]);
+            assert_eq!(code(&out), 0, "{}", stderr(&out));
+        }
+        let out = env.run(&["history", "job", "--json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let entries = json.as_array().unwrap();
+        let on_record = entries
+            .iter()
+            .filter(|e| !e["recorded_at_ms"].is_null())
+            .count();
+        assert_eq!(on_record, recorded, "{flags:?}: {json}");
+        assert!(server.wait().unwrap().success());
+    }
+}
+
 /// Spawns `fencelock run ARGS -- sh -c SCRIPT` whose command creates `started` and then runs
 /// until `stop` exists.
 fn spawn_run(env: &Env, args: &[&str], started: &str, stop: &str) -> Child {
