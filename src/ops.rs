@@ -513,7 +513,11 @@ impl Op {
                     let Some(record) = tables.lease(name)? else {
                         continue;
                     };
-                    if let Some(lease) = record.holder(*token) {
+                    // A lease still live was not released (its release failed to let go).
+                    if let Some(lease) = record
+                        .holder(*token)
+                        .filter(|lease| !inner.is_live(lease, now).unwrap_or(true))
+                    {
                         let (ending, at) = released_at(lease, *at);
                         let ended = Ended::new(inner, record.kind(), lease, ending, at);
                         plan.writes.push(Write::Close(name.clone(), *token, ended));
