@@ -353,7 +353,8 @@ typedef struct fencelock_event {
    */
   const char *name;
   /**
-   * For an acquire: `FENCELOCK_KIND_*` and the permit count (0 unless a semaphore).
+   * How the lease holds the name: `FENCELOCK_KIND_*`, and the permit count (0 unless a
+   * semaphore).
    */
   int32_t kind;
   uint32_t permits;
@@ -1042,7 +1043,8 @@ void fencelock_key_list_free(struct fencelock_key_list *list);
 /**
  * Writes a snapshot of the store's counters to `*metrics_out`. Pass
  * `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header gets
- * the fields it knows.
+ * the fields it knows, one built with a newer header zeros in the fields this library does not
+ * know.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `metrics_out`),
  * `FENCELOCK_INVALID_ARGUMENT` (`metrics_size` smaller than the first version's struct, or an

@@ -107,7 +107,7 @@ impl GroupCommit {
         db: &Arc<Db>,
         admit: &dyn Fn() -> Result<()>,
         extra: &dyn Fn() -> Vec<Job>,
-        committed: &dyn Fn(usize),
+        committed: &dyn Fn(Option<usize>),
         waiting: crate::cancel::Waiting<'_>,
         op: F,
     ) -> Result<T>
@@ -365,7 +365,7 @@ fn run_batch(
     db: &Arc<Db>,
     admit: &dyn Fn() -> Result<()>,
     extra: &dyn Fn() -> Vec<Job>,
-    committed: &dyn Fn(usize),
+    committed: &dyn Fn(Option<usize>),
     mut batch: Vec<Job>,
     relaxed: bool,
     waiting: &mut Option<Arc<Handoff>>,
@@ -383,13 +383,13 @@ fn run_batch(
 /// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
 /// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
 /// fsync when no job asks to be durable, and tells `committed` how many operations a commit
-/// carried. Returns the batch's outcome: how the commit went, or the error that failed it.
+/// carried (`None` when the batch committed nothing). Returns the batch's outcome: how the commit went, or the error that failed it.
 pub(crate) fn execute(
     txn: Result<WriteTransaction>,
     batch: Vec<Job>,
     relaxed: bool,
     journal: Option<(&Journal, &Ring)>,
-    committed_ops: &dyn Fn(usize),
+    committed_ops: &dyn Fn(Option<usize>),
 ) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
@@ -434,9 +434,7 @@ pub(crate) fn execute(
         })
         .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
-    if committed.is_ok() && applied > 0 {
-        committed_ops(applied);
-    }
+    committed_ops((committed.is_ok() && applied > 0).then_some(applied));
     // The journal counts the batch's leases as committed before any reply is published.
     if let Some((journal, ring)) = journal {
         journal.after_commit(ring, durable, committed.is_ok());

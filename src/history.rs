@@ -386,6 +386,14 @@ impl Inner {
     /// Notes the release of the lease `token` of `name` now: in the activity page, where the
     /// grant that next takes the lock reads it, and for this process to record as it closes
     /// the store.
+    /// Takes back the note of a release that failed to let the lock go.
+    pub(crate) fn unnote_release(&self, token: u64) {
+        self.activity().forget_release(token);
+        self.unrecorded
+            .lock()
+            .retain(|(_, noted, _)| *noted != token);
+    }
+
     pub(crate) fn note_release(&self, name: &str, token: u64) {
         let now = clock::now_ns();
         self.activity().note_release(token, now);
@@ -440,11 +448,22 @@ pub(crate) fn released_at(lease: &Lease, at: u64) -> (Ending, u64) {
 /// Releases a process remembers to record as it closes the store, its latest.
 pub(crate) const UNRECORDED_LIMIT: usize = 1024;
 
-/// Counts a recorded end.
-pub(crate) fn count(inner: &Inner, ending: Ending) {
+thread_local! {
+    /// The ends the transaction this thread is applying counted: added to the store's
+    /// counters once it commits (`Inner::counted_commit`), dropped if it does not.
+    static PENDING: std::cell::RefCell<Vec<Counter>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Counts an end, once its transaction commits.
+pub(crate) fn count(ending: Ending) {
     if let Some(counter) = ending.counter() {
-        inner.activity().add(counter, 1);
+        PENDING.with(|pending| pending.borrow_mut().push(counter));
     }
+}
+
+/// The ends counted since the last call, for the transaction that just ended.
+pub(crate) fn take_pending() -> Vec<Counter> {
+    PENDING.with(|pending| std::mem::take(&mut *pending.borrow_mut()))
 }
 
 /// The ends a record's dropped leases had: for each lease of `before` not in `kept`.
@@ -481,8 +500,12 @@ impl Inner {
     /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
     /// next grant to judge those ends itself.
     pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
+        // A child of fork() leaves the parent's releases (and may not take its locks).
+        if !self.history || self.read_only || self.check_fork().is_err() {
+            return;
+        }
         let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
-        if releases.is_empty() || !self.history || self.read_only || self.check_fork().is_err() {
+        if releases.is_empty() {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);

@@ -1,7 +1,7 @@
 //! The holder of a granted lease.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::Duration;
 
@@ -23,6 +23,12 @@ pub struct Holder {
     state: Backend<Arc<State>, RemoteLease>,
 }
 
+/// The end of a holder's lease, as its waiters see it.
+struct Signal {
+    ended: Mutex<bool>,
+    changed: Condvar,
+}
+
 struct State {
     inner: Arc<Inner>,
     name: String,
@@ -34,9 +40,9 @@ struct State {
     /// When it was granted (about: when this process learned of the grant).
     granted_ns: u64,
     released: AtomicBool,
-    /// Set once the lease is known to be lost or released; waited on by `wait_lost`.
-    ended: Mutex<bool>,
-    ended_changed: Condvar,
+    /// Set once the lease is known to be lost or released; waited on by `wait_lost` and by the
+    /// keep-alive thread, which holds it but not the state (see `keep_alive`).
+    signal: Arc<Signal>,
     keeper: Mutex<Option<thread::JoinHandle<()>>>,
 }
 
@@ -68,8 +74,10 @@ impl Holder {
                 expires_ns: AtomicU64::new(expires_ns),
                 granted_ns: clock::now_ns(),
                 released: AtomicBool::new(false),
-                ended: Mutex::new(false),
-                ended_changed: Condvar::new(),
+                signal: Arc::new(Signal {
+                    ended: Mutex::new(false),
+                    changed: Condvar::new(),
+                }),
                 keeper: Mutex::new(None),
             })),
         }
@@ -191,18 +199,14 @@ impl Holder {
             return Ok(());
         }
         let state = &self.state;
-        let lost = *state.ended.lock();
+        let lost = *state.signal.ended.lock();
         if let Err(err) = state.inner.release(&state.name, state.live, state.token) {
             state.released.store(false, Ordering::Release);
             return Err(err);
         }
         state
             .inner
-            .released_lease(&state.name, state.token, state.granted_ns, lost);
-        // A holder that outlived every handle of its store records its release itself.
-        if state.inner.handles.load(Ordering::Acquire) == 0 {
-            state.inner.record_releases();
-        }
+            .released_lease(&state.name, state.kind, state.token, state.granted_ns, lost);
         // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
         // for the write lock behind a paused process, and a release must not wait for that. A
         // renewal that lands after the release changes nothing, since the lease's liveness
@@ -227,11 +231,14 @@ impl Holder {
         if keeper.is_some() || self.is_lost() {
             return Ok(());
         }
-        let state = Arc::clone(&self.state);
+        // The thread holds the state only while it renews, so that the holder's drop (and,
+        // for the last user of the store, the recording of its releases) does not wait for it.
+        let state = Arc::downgrade(&self.state);
+        let signal = Arc::clone(&self.state.signal);
         *keeper = Some(
             thread::Builder::new()
                 .name(format!("fencelock-keepalive-{}", self.state.token))
-                .spawn(move || state.keep_alive(ttl))?,
+                .spawn(move || State::keep_alive(&state, &signal, ttl))?,
         );
         Ok(())
     }
@@ -241,7 +248,7 @@ impl Holder {
     #[must_use]
     pub fn is_lost(&self) -> bool {
         on_etcd!(self.state, lease => lease.is_lost());
-        *self.state.ended.lock() || self.remaining().is_zero()
+        *self.state.signal.ended.lock() || self.remaining().is_zero()
     }
 
     /// Blocks until the lease is known to be lost or released (as [`Holder::is_lost`] tells),
@@ -262,7 +269,7 @@ impl Holder {
         on_etcd!(self.state, lease => lease.wait_lost(timeout, cancel));
         let deadline =
             clock::now_ns().saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX));
-        let mut ended = self.state.ended.lock();
+        let mut ended = self.state.signal.ended.lock();
         loop {
             // A renewal moves the expiry on, so the wait is in slices up to the current one.
             let expires = self.state.expires_ns.load(Ordering::Acquire);
@@ -280,7 +287,8 @@ impl Holder {
             }
             let _ = self
                 .state
-                .ended_changed
+                .signal
+                .changed
                 .wait_while_for(&mut ended, |ended| !*ended, slice);
         }
     }
@@ -292,10 +300,19 @@ impl Drop for Holder {
     }
 }
 
+impl Drop for State {
+    fn drop(&mut self) {
+        // The last user of a store, holders included, records its releases (history.rs).
+        if self.inner.handles.load(Ordering::Acquire) == 0 && Arc::strong_count(&self.inner) == 1 {
+            self.inner.record_releases();
+        }
+    }
+}
+
 impl State {
     fn end(&self) {
-        *self.ended.lock() = true;
-        self.ended_changed.notify_all();
+        *self.signal.ended.lock() = true;
+        self.signal.changed.notify_all();
     }
 
     fn lost(&self) -> Error {
@@ -308,15 +325,15 @@ impl State {
     /// Ends the holder as lost, and tells so once (unless it was released).
     fn lose(&self) {
         {
-            let mut ended = self.ended.lock();
+            let mut ended = self.signal.ended.lock();
             if *ended || self.released.load(Ordering::Acquire) {
                 return;
             }
             *ended = true;
         }
-        self.ended_changed.notify_all();
+        self.signal.changed.notify_all();
         self.inner
-            .lost_lease(&self.name, self.token, self.granted_ns);
+            .lost_lease(&self.name, self.kind, self.token, self.granted_ns);
     }
 
     fn note(&self, err: Error) -> Error {
@@ -356,25 +373,29 @@ impl State {
             .map_err(|err| self.note(err))
     }
 
-    fn keep_alive(&self, ttl: Duration) {
+    fn keep_alive(state: &Weak<State>, signal: &Signal, ttl: Duration) {
         let period = ttl / 3;
         loop {
             {
-                let mut ended = self.ended.lock();
-                let _ = self
-                    .ended_changed
+                let mut ended = signal.ended.lock();
+                let _ = signal
+                    .changed
                     .wait_while_for(&mut ended, |ended| !*ended, period);
                 if *ended {
                     return;
                 }
             }
-            match self.extend(ttl) {
+            // Gone with its holder.
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            match state.extend(ttl) {
                 Ok(()) => {}
                 Err(Error::LockLost { .. } | Error::Replaced(_)) => return,
                 // A passing storage failure: try again until the lease runs out.
                 Err(_) => {
-                    if self.expires_ns.load(Ordering::Acquire) <= clock::now_ns() {
-                        self.lose();
+                    if state.expires_ns.load(Ordering::Acquire) <= clock::now_ns() {
+                        state.lose();
                         return;
                     }
                 }

@@ -168,7 +168,10 @@ impl Inner {
     pub(crate) fn release(&self, name: &str, live: u64, token: u64) -> Result<()> {
         // Noted before the lock is let go, so that the grant it lets in knows of it.
         self.note_release(name, token);
-        self.live.unlock(live)?;
+        if let Err(err) = self.live.unlock(live) {
+            self.unnote_release(token);
+            return Err(err.into());
+        }
         *self.releases.lock() += 1;
         self.released.notify_all();
         self.wake_waiter(name);

@@ -135,13 +135,30 @@ impl Activity {
     /// When the lease `token` was released (`CLOCK_BOOTTIME` ns), if the page still has the
     /// note.
     pub(crate) fn release_of(&self, token: u64) -> Option<u64> {
+        if token == 0 {
+            return None;
+        }
         let head = self.release_head.load(Ordering::Acquire);
         self.releases[..head.min(RELEASE_LOG as u64) as usize]
             .iter()
             .find_map(|note| {
+                // The token is written last and cleared first: read it around the time, so
+                // that a note being rewritten is not paired with another's time.
+                if note.token.load(Ordering::Acquire) != token {
+                    return None;
+                }
                 let at = note.at_ns.load(Ordering::Acquire);
-                (token != 0 && note.token.load(Ordering::Acquire) == token).then_some(at)
+                (note.token.load(Ordering::Acquire) == token).then_some(at)
             })
+    }
+
+    /// Forgets the note of the release of `token`, if the page has it.
+    pub(crate) fn forget_release(&self, token: u64) {
+        for note in &self.releases {
+            let _ = note
+                .token
+                .compare_exchange(token, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
     }
 
     /// A snapshot of the counters.

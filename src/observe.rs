@@ -34,9 +34,10 @@ pub enum Event<'a> {
         result: std::result::Result<u64, &'a Error>,
         waited: Duration,
     },
-    /// A holder released its lease, `held` after the grant.
+    /// A holder released its lease (held as `kind`), `held` after the grant.
     Release {
         name: &'a str,
+        kind: Kind,
         token: u64,
         held: Duration,
     },
@@ -44,6 +45,7 @@ pub enum Event<'a> {
     /// or its keep-alive ran out), `held` after the grant.
     Lost {
         name: &'a str,
+        kind: Kind,
         token: u64,
         held: Duration,
     },
@@ -87,10 +89,19 @@ impl Inner {
         self.activity().snapshot(scope)
     }
 
-    pub(crate) fn counted_commit(&self, ops: usize) {
+    /// Counts a transaction that ended: `Some(ops)` committed that many operations, `None`
+    /// committed nothing (what it counted pending is dropped).
+    pub(crate) fn counted_commit(&self, ops: Option<usize>) {
+        let pending = crate::history::take_pending();
+        let Some(ops) = ops else {
+            return;
+        };
         let activity = self.activity();
         activity.add(Counter::Commits, 1);
         activity.add(Counter::CommittedOps, ops as u64);
+        for counter in pending {
+            activity.add(counter, 1);
+        }
     }
 
     fn observe(&self, event: &Event<'_>) {
@@ -99,7 +110,8 @@ impl Inner {
         // while a replacement waits).
         let observer = self.observer.read_recursive();
         if let Some(observer) = observer.as_ref() {
-            observer.observe(event);
+            // An observer's panic stays out of the operation (it may be a holder's drop).
+            let _ = crate::quiet::catch(|| observer.observe(event));
         }
     }
 
@@ -138,12 +150,16 @@ impl Inner {
             }
             Err(err) => {
                 let counter = match err {
-                    Error::Locked { .. } => Counter::RefusedLocked,
-                    Error::Timeout => Counter::RefusedTimeout,
-                    Error::Cancelled => Counter::RefusedCancelled,
-                    _ => Counter::RefusedOther,
+                    Error::Locked { .. } => Some(Counter::RefusedLocked),
+                    Error::Timeout => Some(Counter::RefusedTimeout),
+                    Error::Cancelled => Some(Counter::RefusedCancelled),
+                    // A child of fork() counts nothing into the parent's store.
+                    Error::Forked => None,
+                    _ => Some(Counter::RefusedOther),
                 };
-                activity.add(counter, 1);
+                if let Some(counter) = counter {
+                    activity.add(counter, 1);
+                }
                 for name in names {
                     self.observe(&Event::Acquire {
                         name,
@@ -168,20 +184,29 @@ impl Inner {
 
     /// Counts and tells the release of the lease `token` of `name`, granted at `granted_ns`;
     /// not a lease known to be lost before, whose loss was told.
-    pub(crate) fn released_lease(&self, name: &str, token: u64, granted_ns: u64, lost: bool) {
+    pub(crate) fn released_lease(
+        &self,
+        name: &str,
+        kind: Kind,
+        token: u64,
+        granted_ns: u64,
+        lost: bool,
+    ) {
         if !lost {
             self.activity().add(Counter::Releases, 1);
             self.observe(&Event::Release {
                 name,
+                kind,
                 token,
                 held: since(granted_ns),
             });
         }
     }
 
-    pub(crate) fn lost_lease(&self, name: &str, token: u64, granted_ns: u64) {
+    pub(crate) fn lost_lease(&self, name: &str, kind: Kind, token: u64, granted_ns: u64) {
         self.observe(&Event::Lost {
             name,
+            kind,
             token,
             held: since(granted_ns),
         });

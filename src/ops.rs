@@ -202,8 +202,9 @@ enum Write {
     Fence(String, u64),
     /// Removes a few dead lease records, sparing the one just granted.
     Prune(String),
-    /// Records how the lease `token` of `name` ended, unless that is on record already.
-    Close(String, u64, Ended),
+    /// Records how the lease `token` of `name` ended, unless that is on record already; with
+    /// `true`, counts it too: the lease leaves the leases table (which it does once).
+    Close(String, u64, Ended, bool),
 }
 
 /// The writes of an operation that passed its checks, and what it reports once they commit.
@@ -264,11 +265,13 @@ impl Plan {
                         for lease in record.holders() {
                             let (ending, at) = inner.ending(lease, now, false)?;
                             let ended = Ended::new(inner, record.kind(), lease, ending, at);
-                            close(inner, tables, &name, lease.token, &ended)?;
+                            close(inner, tables, &name, lease.token, &ended, true)?;
                         }
                     }
                 }
-                Write::Close(name, token, ended) => close(inner, tables, &name, token, &ended)?,
+                Write::Close(name, token, ended, leaves) => {
+                    close(inner, tables, &name, token, &ended, leaves)?;
+                }
             }
         }
         Ok(Applied {
@@ -427,12 +430,14 @@ impl Op {
                     count,
                     expires_ns,
                 };
+                // Recorded before any pruning, which could take another of the names' records
+                // out and judge it without knowing it is being taken over.
+                plan.writes.extend(closes);
                 for ((name, live), token) in names.iter().zip(lives).zip(first..) {
                     let lease = new_lease(inner, token, *holder, *live, now, *ttl);
                     plan.writes.push(Write::Lease(name.clone(), lease));
                     plan.writes.push(Write::Prune(name.clone()));
                 }
-                plan.writes.extend(closes);
                 Ok(plan)
             }
             Op::Extend { name, token, ttl } => {
@@ -513,14 +518,17 @@ impl Op {
                     let Some(record) = tables.lease(name)? else {
                         continue;
                     };
-                    // A lease still live was not released (its release failed to let go).
+                    // A lease whose liveness lock is still held was not released.
                     if let Some(lease) = record
                         .holder(*token)
-                        .filter(|lease| !inner.is_live(lease, now).unwrap_or(true))
+                        .filter(|lease| !inner.live.is_held(lease.live).unwrap_or(true))
                     {
                         let (ending, at) = released_at(lease, *at);
                         let ended = Ended::new(inner, record.kind(), lease, ending, at);
-                        plan.writes.push(Write::Close(name.clone(), *token, ended));
+                        // The lease stays in the table until a grant or the pruning takes it
+                        // out: they count it.
+                        plan.writes
+                            .push(Write::Close(name.clone(), *token, ended, false));
                     }
                 }
                 Ok(plan)
@@ -543,21 +551,22 @@ fn regrant(current: Option<&Record>, holder: ProcessId, live: u64) -> Option<Don
         })
 }
 
-/// Records (unless the store keeps no history) and counts the end of the lease `token` of
-/// `name`, unless that is on record already.
+/// Records the end of the lease `token` of `name` (unless the store keeps no history, or it is
+/// on record already); counts it once the transaction commits when the lease `leaves` the
+/// leases table now.
 fn close(
     inner: &Inner,
     tables: &mut Tables<'_>,
     name: &str,
     token: u64,
     ended: &Ended,
+    leaves: bool,
 ) -> Result<()> {
-    let recorded = match tables.history.as_mut() {
-        Some(history) => history.record(inner, name, token, ended)?,
-        None => true,
-    };
-    if recorded {
-        crate::history::count(inner, ended.ending());
+    if let Some(history) = tables.history.as_mut() {
+        history.record(inner, name, token, ended)?;
+    }
+    if leaves {
+        crate::history::count(ended.ending());
     }
     Ok(())
 }
@@ -576,7 +585,7 @@ fn plan_closes(
     for lease in dropped(current, kept) {
         let (ending, at) = inner.ending(lease, now, true)?;
         let ended = Ended::new(inner, kind, lease, ending, at);
-        closes.push(Write::Close(name.to_owned(), lease.token, ended));
+        closes.push(Write::Close(name.to_owned(), lease.token, ended, true));
     }
     Ok(closes)
 }

@@ -33,6 +33,11 @@ use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
+///
+/// When the last user of the store in this process goes (its last handle is dropped, or the
+/// last of its holders, whichever is later), it records the releases this process made in the
+/// grant history ([`Store::history`]; a release itself writes nothing): one write, which waits
+/// at most half a second for the store and is skipped with [`Options::history`] off.
 pub struct Store {
     pub(crate) inner: Backend<Arc<Inner>, Remote>,
 }
@@ -93,10 +98,10 @@ impl Clone for Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // The last handle of the store in this process records its releases (history.rs);
-        // its holders, if any outlive it, record theirs as they release.
+        // The last user of the store in this process records its releases (history.rs): the
+        // last handle, or else the last of its holders to be dropped.
         if let Backend::Local(inner) = &self.inner {
-            if inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 && Arc::strong_count(inner) == 1 {
                 inner.record_releases();
             }
         }

@@ -450,3 +450,46 @@ fn replacing_an_observer_waits_for_its_calls_in_progress() {
     assert!(!slow.inside.load(std::sync::atomic::Ordering::SeqCst));
     caller.join().unwrap();
 }
+
+#[test]
+fn each_end_is_counted_once_even_past_a_locks_history_bound() {
+    let (_dir, path, keeper) = temp_store();
+    let before = keeper.metrics().unwrap();
+    // More shared holders than a lock's history keeps, released; the store that released
+    // them records them as it closes, and the grant that takes the lock over later again.
+    let holders = fencelock::HISTORY_PER_LOCK + 8;
+    {
+        let store = Store::open(&path).unwrap();
+        let shared: Vec<_> = (0..holders)
+            .map(|_| {
+                store
+                    .acquire_kind("wide", Kind::Shared, Duration::from_secs(60))
+                    .unwrap()
+            })
+            .collect();
+        drop(shared);
+    }
+    let exclusive = keeper.acquire("wide", Duration::from_secs(60)).unwrap();
+    let after = keeper.metrics().unwrap();
+    assert_eq!(after.ended_released - before.ended_released, holders as u64);
+    let history = keeper.history("wide").unwrap();
+    assert_eq!(history.len(), fencelock::HISTORY_PER_LOCK + 1);
+    assert_eq!(history.last().unwrap().token, exclusive.token());
+}
+
+#[test]
+fn several_locks_at_once_take_over_a_paused_holders_lease_on_record() {
+    let (_dir, _path, store) = temp_store();
+    let paused = store.acquire("b", Duration::from_millis(100)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let both = store
+        .acquire_all(&["a", "b"], Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(
+        endings(&store, "b"),
+        [
+            (paused.token(), Ending::TakenOver),
+            (both[1].token(), Ending::Held)
+        ]
+    );
+}

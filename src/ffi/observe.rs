@@ -86,13 +86,18 @@ impl From<&Metrics> for fencelock_metrics {
     }
 }
 
+/// The size of the first `fencelock_metrics`: what every caller has room for.
+const METRICS_V1_SIZE: usize = 208;
+const _: () = assert!(std::mem::size_of::<fencelock_metrics>() == METRICS_V1_SIZE);
+
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Writes a snapshot of the store's counters to `*metrics_out`. Pass
 /// `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header gets
-/// the fields it knows.
+/// the fields it knows, one built with a newer header zeros in the fields this library does not
+/// know.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `metrics_out`),
 /// `FENCELOCK_INVALID_ARGUMENT` (`metrics_size` smaller than the first version's struct, or an
@@ -115,21 +120,25 @@ pub unsafe extern "C" fn fencelock_store_metrics(
         guard(err_out, || {
             let store = handle(store, "store")?;
             let out = Out::required(metrics_out.cast::<u8>(), "metrics_out")?;
-            if metrics_size < std::mem::size_of::<fencelock_metrics>() {
+            if metrics_size < METRICS_V1_SIZE {
                 return Err(fencelock_error::new(
                     Status::InvalidArgument,
                     format!(
-                        "metrics_size {metrics_size} is smaller than fencelock_metrics ({} bytes)",
-                        std::mem::size_of::<fencelock_metrics>()
+                        "metrics_size {metrics_size} is smaller than the first fencelock_metrics \
+                         ({METRICS_V1_SIZE} bytes)"
                     ),
                 ));
             }
             let metrics = fencelock_metrics::from(&store.store.metrics()?);
-            let bytes = std::slice::from_raw_parts(
+            // The fields the caller's struct has room for; a larger one (of a newer header)
+            // gets zeros past them.
+            let mut bytes = std::slice::from_raw_parts(
                 (&raw const metrics).cast::<u8>(),
                 std::mem::size_of::<fencelock_metrics>(),
-            );
-            out.set_all(bytes);
+            )
+            .to_vec();
+            bytes.resize(metrics_size, 0);
+            out.set_all(&bytes);
             Ok(())
         })
     }
@@ -183,7 +192,8 @@ pub struct fencelock_event {
     pub event: i32,
     /// The lock's name, NUL-terminated UTF-8; valid during the call only.
     pub name: *const c_char,
-    /// For an acquire: `FENCELOCK_KIND_*` and the permit count (0 unless a semaphore).
+    /// How the lease holds the name: `FENCELOCK_KIND_*`, and the permit count (0 unless a
+    /// semaphore).
     pub kind: i32,
     pub permits: u32,
     /// The lease's token; 0 for a refused acquire.
@@ -235,13 +245,23 @@ impl Observer for CObserver {
                     Duration::ZERO,
                 )
             }
-            Event::Release { name, token, held } | Event::Lost { name, token, held } => {
+            Event::Release {
+                name,
+                kind,
+                token,
+                held,
+            }
+            | Event::Lost {
+                name,
+                kind,
+                token,
+                held,
+            } => {
                 let code = if matches!(event, Event::Release { .. }) {
                     FENCELOCK_EVENT_RELEASE
                 } else {
                     FENCELOCK_EVENT_LOST
                 };
-                let kind = crate::Kind::Exclusive;
                 (code, name, kind, token, FENCELOCK_OK, Duration::ZERO, held)
             }
         };

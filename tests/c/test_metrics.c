@@ -181,6 +181,16 @@ static void metrics(const fencelock_store *store, const fencelock_metrics *befor
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
                  fencelock_store_metrics(store, &untouched, sizeof untouched - 1, ERR));
     CHECK(untouched.grants == 0xababababababababULL);
+    /* A struct of a newer header, larger: the fields this library knows, zeros past them. */
+    unsigned char larger[sizeof(fencelock_metrics) + 16];
+    memset(larger, 0xab, sizeof larger);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_metrics(store, (fencelock_metrics *)(void *)larger,
+                                                       sizeof larger, ERR));
+    int zeros = 1;
+    for (size_t i = sizeof(fencelock_metrics); i < sizeof larger; i++) {
+        zeros &= larger[i] == 0;
+    }
+    CHECK(zeros);
     CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_metrics(store, NULL, sizeof after, ERR));
     CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_metrics(NULL, &after, sizeof after, ERR));
 

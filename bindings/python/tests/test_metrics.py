@@ -173,7 +173,7 @@ def summary(events):
             str(e.kind),
             e.name,
             e.token,
-            None if e.lock_kind is None else str(e.lock_kind),
+            str(e.lock_kind),
             None if e.error is None else type(e.error).__name__,
         )
         for e in events
@@ -195,8 +195,8 @@ def test_an_observer_hears_grants_refusals_losses_and_releases_in_order(store):
         ("acquire", "o", a.token, "exclusive", None),
         ("acquire", "o", 0, "exclusive", "LockedError"),
         ("acquire", "o", b.token, "exclusive", None),
-        ("lost", "o", a.token, None, None),
-        ("release", "o", b.token, None, None),
+        ("lost", "o", a.token, "exclusive", None),
+        ("release", "o", b.token, "exclusive", None),
     ]
     granted_a, refused, granted_b, lost, release = events
     assert isinstance(events[0], fencelock.Event)
@@ -216,6 +216,11 @@ def test_an_observer_hears_grants_refusals_losses_and_releases_in_order(store):
     assert [(e.name, e.lock_kind, e.permits) for e in acquires] == [
         ("pool", LockKind.SEMAPHORE, 3),
         ("shared", LockKind.SHARED, 0),
+    ]
+    releases = [e for e in events if e.kind is EventKind.RELEASE]
+    assert [(e.name, e.lock_kind, e.permits) for e in releases] == [
+        ("shared", LockKind.SHARED, 0),
+        ("pool", LockKind.SEMAPHORE, 3),
     ]
     # None removes the observer.
     store.set_observer(None)

@@ -269,10 +269,10 @@ class Event:
     name: str
     token: int
     """The lease's token; 0 for a refused acquire."""
-    lock_kind: LockKind | None
-    """For an acquire, the kind asked for; None for a release or a loss."""
+    lock_kind: LockKind
+    """How the lease holds (or the acquire asked to hold) the name."""
     permits: int
-    """For an acquire of a semaphore permit, the permit count; else 0."""
+    """For a semaphore permit, the permit count; else 0."""
     error: FencelockError | None
     """For a refused acquire, the error its caller got (``LockedError``, ``LockTimeoutError``,
     ...; built from the status alone, without the refusal's numbers); else None."""
@@ -312,8 +312,8 @@ def _event(ev: Any) -> Event:
         kind=code,
         name=ev.name.decode("utf-8"),
         token=ev.token,
-        lock_kind=LockKind(ev.kind) if acquire else None,
-        permits=ev.permits if acquire else 0,
+        lock_kind=LockKind(ev.kind),
+        permits=ev.permits,
         error=error_from(ev.status, None) if acquire and ev.status else None,
         waited=ev.waited_ns / 1e9,
         held=ev.held_ns / 1e9,
