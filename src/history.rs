@@ -358,6 +358,13 @@ pub(crate) fn verify(
 }
 
 impl Inner {
+    /// The end of `lease` (not live at `now`), held as `kind`, as it is recorded: judged by
+    /// `ending`.
+    pub(crate) fn judge(&self, kind: Kind, lease: &Lease, now: u64, taken: bool) -> Result<Ended> {
+        let (ending, at) = self.ending(lease, now, taken)?;
+        Ok(Ended::new(self, kind, lease, ending, at))
+    }
+
     /// How `lease` (not live at `now`) ended; `taken` when a grant is replacing it now. Also
     /// when it ended (boot ns), or 0 when that is not known.
     pub(crate) fn ending(&self, lease: &Lease, now: u64, taken: bool) -> Result<(Ending, u64)> {
@@ -397,6 +404,9 @@ impl Inner {
     pub(crate) fn note_release(&self, name: &str, token: u64) {
         let now = clock::now_ns();
         self.activity().note_release(token, now);
+        if !self.history {
+            return;
+        }
         let mut unrecorded = self.unrecorded.lock();
         if unrecorded.len() == UNRECORDED_LIMIT {
             unrecorded.pop_front();

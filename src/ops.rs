@@ -263,8 +263,7 @@ impl Plan {
                     let pruned = inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
                     for (name, record) in pruned {
                         for lease in record.holders() {
-                            let (ending, at) = inner.ending(lease, now, false)?;
-                            let ended = Ended::new(inner, record.kind(), lease, ending, at);
+                            let ended = inner.judge(record.kind(), lease, now, false)?;
                             close(inner, tables, &name, lease.token, &ended, true)?;
                         }
                     }
@@ -583,8 +582,7 @@ fn plan_closes(
     let mut closes = Vec::new();
     let kind = current.map_or(Kind::Exclusive, Record::kind);
     for lease in dropped(current, kept) {
-        let (ending, at) = inner.ending(lease, now, true)?;
-        let ended = Ended::new(inner, kind, lease, ending, at);
+        let ended = inner.judge(kind, lease, now, true)?;
         closes.push(Write::Close(name.to_owned(), lease.token, ended, true));
     }
     Ok(closes)

@@ -378,7 +378,7 @@ impl Store {
         kind: Kind,
         ttl: Duration,
         waiting: Waiting<'_>,
-        observed: &mut Attempt,
+        attempt: &mut Attempt,
     ) -> Result<Holder> {
         crate::cancel::check(waiting.cancel)?;
         // A place in the lock's waiting queue, taken at the first refusal and left when the
@@ -387,13 +387,13 @@ impl Store {
         loop {
             // A waiting acquire not queued yet stands behind every queued waiter.
             let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
-            let attempt = match kind {
+            let tried = match kind {
                 Kind::Exclusive => self.acquire_inner(name, ttl, None, Some(waiting), ticket),
                 kind => self.acquire_kind_inner(name, kind, ttl, Some(waiting), ticket),
             };
-            match attempt {
+            match tried {
                 Err(Error::Locked { remaining, .. }) => {
-                    observed.waited = true;
+                    attempt.waited = true;
                     waiting.step()?;
                     if place.is_none() {
                         place = self.inner.queue_up(name);

@@ -1321,18 +1321,7 @@ fn a_killed_tool_takes_a_plain_command_down() {
 #[test]
 fn serve_serves_every_command_says_so_in_info_and_stops_when_idle() {
     let env = Env::new();
-    let mut server = env
-        .cmd(&["serve", "--idle-exit", "2s"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(server.stderr.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert!(line.contains("serving"), "{line}");
+    let mut server = spawn_server(&env, &[]);
     let pid = server.id().to_string();
 
     let out = env.run(&[
@@ -1383,22 +1372,28 @@ fn serve_serves_every_command_says_so_in_info_and_stops_when_idle() {
     assert_eq!(stdout(&env.run(&["get", "k"])), "value");
 }
 
+/// Starts `fencelock serve --idle-exit 2s FLAGS` and waits until it says it serves.
+fn spawn_server(env: &Env, flags: &[&str]) -> Child {
+    let mut argv = vec!["serve", "--idle-exit", "2s"];
+    argv.extend_from_slice(flags);
+    let mut server = env.cmd(&argv).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("serving"), "{line}");
+    server
+}
+
 /// `serve --no-history`: the grants the server commits record no history, while another
 /// server's record both runs' releases (the second's as it closed the store).
 #[test]
 fn serve_no_history_records_no_history() {
     for (flags, recorded) in [(&["--no-history"][..], 0), (&[][..], 2)] {
         let env = Env::new();
-        let mut argv = vec!["serve", "--idle-exit", "2s"];
-        argv.extend_from_slice(flags);
-        let mut server = env.cmd(&argv).stderr(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(server.stderr.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        assert!(line.contains("serving"), "{line}");
+        let mut server = spawn_server(&env, flags);
         for _ in 0..2 {
             let out = env.run(&["run", "--lock", "job", "--", "true"]);
             assert_eq!(code(&out), 0, "{}", stderr(&out));

@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use super::observe::unix_ms_or_zero;
+use super::lists::unix_ms_or_zero;
 use super::store::fencelock_store;
 use super::{fencelock_error, fencelock_status, free_boxed, guard, handle, read_or, Out};
 use crate::error::Status;

@@ -95,6 +95,11 @@ pub(super) fn unix_ms(at: SystemTime) -> i64 {
     }
 }
 
+/// Milliseconds since the Unix epoch of `at`, 0 when not known.
+pub(super) fn unix_ms_or_zero(at: Option<SystemTime>) -> i64 {
+    at.map_or(0, unix_ms)
+}
+
 fn out_of_range(index: usize, len: usize) -> fencelock_error {
     fencelock_error::new(
         Status::InvalidArgument,

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::lists::unix_ms;
 use super::store::{buffer_into_raw, fencelock_store};
@@ -319,9 +319,4 @@ pub unsafe extern "C" fn fencelock_store_set_observer(
             Ok(())
         })
     }
-}
-
-/// Milliseconds since the Unix epoch of `at`, 0 when not known.
-pub(super) fn unix_ms_or_zero(at: Option<SystemTime>) -> i64 {
-    at.map_or(0, unix_ms)
 }
