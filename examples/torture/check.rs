@@ -769,8 +769,20 @@ fn check_listings(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
             Some(Outcome::Locks(listed)) => {
                 for (lock, token) in listed {
                     // A newer grant replaces the record's token only where it excludes it: a
-                    // semaphore or shared lock lists every grant it still holds.
-                    let mode = by_token.get(token).map_or(Mode::Exclusive, |l| l.mode);
+                    // semaphore or shared lock lists every grant it still holds. A grant of
+                    // unknown outcome listed beside others of its lock is one of several
+                    // holders, of their kind, not an exclusive one.
+                    let beside: Vec<u64> = listed
+                        .iter()
+                        .filter(|(other, t)| other == lock && t != token)
+                        .map(|(_, t)| *t)
+                        .collect();
+                    let unknown_mode = match beside.iter().find_map(|t| by_token.get(t)) {
+                        Some(known) => known.mode,
+                        None if !beside.is_empty() => Mode::Shared,
+                        None => Mode::Exclusive,
+                    };
+                    let mode = by_token.get(token).map_or(unknown_mode, |l| l.mode);
                     let newer = by_lock.get(lock.as_str()).and_then(|grants| {
                         grants.iter().find(|g| {
                             g.token > *token
@@ -1256,6 +1268,52 @@ mod tests {
         .release(0, (200, 201), "s", 1)
         .release(1, (200, 201), "s", 2);
         assert_eq!(check(&b.history(&[])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_shared_grant_of_unknown_outcome_listed_beside_newer_shared_grants_is_sound() {
+        let shared = |b: &mut Builder, w: usize, ms: (u64, u64), outcome: Option<Outcome>| {
+            b.op(
+                w,
+                Kind::AcquireShared,
+                ms,
+                Some("r"),
+                None,
+                0,
+                1000,
+                None,
+                outcome,
+            );
+        };
+        let listing = |tokens: &[u64]| {
+            let mut b = Builder::new(3);
+            // Worker 2's grant never logged its end (token 1, say), then two known ones.
+            shared(&mut b, 2, (0, 1), None);
+            shared(&mut b, 0, (10, 15), Some(Outcome::Granted(2)));
+            shared(&mut b, 1, (20, 25), Some(Outcome::Granted(3)));
+            let listed = tokens.iter().map(|&t| ("r".to_owned(), t)).collect();
+            b.op(
+                0,
+                Kind::Locks,
+                (30, 35),
+                None,
+                None,
+                0,
+                0,
+                None,
+                Some(Outcome::Locks(listed)),
+            )
+            .release(0, (200, 201), "r", 2)
+            .release(1, (200, 201), "r", 3);
+            check(&b.history(&[]))
+        };
+        assert_eq!(listing(&[3, 2, 1]), Vec::<String>::new());
+        // Alone in a listing after a newer grant of its lock, it reads as replaced.
+        let alone = listing(&[1]);
+        assert!(
+            alone.iter().any(|v| v.contains("replaced by")),
+            "{alone:#?}"
+        );
     }
 
     #[test]
