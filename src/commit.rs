@@ -20,10 +20,10 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 use redb::WriteTransaction;
 
-use crate::cancel::Cancel;
-use crate::clock;
-use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::base::cancel::Cancel;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::storage::db::Db;
 
 /// What an operation produced in the transaction: its value once committed.
 pub(crate) struct Applied<T> {
@@ -58,7 +58,7 @@ pub(crate) struct Job {
 impl Job {
     /// Why the job stops waiting for the write lock at `now`, if it does.
     fn given_up(&self, now: u64) -> Option<Error> {
-        crate::cancel::ended(self.cancel.as_ref(), self.deadline, now)
+        crate::base::cancel::ended(self.cancel.as_ref(), self.deadline, now)
     }
 }
 
@@ -108,7 +108,7 @@ impl GroupCommit {
         admit: &dyn Fn() -> Result<()>,
         extra: &dyn Fn() -> Vec<Job>,
         committed: &dyn Fn(Option<usize>),
-        waiting: crate::cancel::Waiting<'_>,
+        waiting: crate::base::cancel::Waiting<'_>,
         op: F,
     ) -> Result<T>
     where
@@ -189,7 +189,7 @@ where
 {
     let run: Run = Box::new(move |txn: Result<&WriteTransaction, &Error>| {
         let outcome = match txn {
-            Ok(txn) => crate::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
+            Ok(txn) => crate::base::quiet::catch(|| op(txn)).unwrap_or_else(|panic| {
                 Err(Error::Storage(format!(
                     "a write operation panicked: {panic}"
                 )))
@@ -275,7 +275,7 @@ impl Handoff {
         std::thread::Builder::new()
             .name("fencelock-write-wait".into())
             .spawn(move || {
-                let began = crate::quiet::catch(|| Ok(db.writable()?.begin_write()?))
+                let began = crate::base::quiet::catch(|| Ok(db.writable()?.begin_write()?))
                     .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)));
                 let mut state = shared.state.lock();
                 *state = match *state {
@@ -327,8 +327,8 @@ fn begin(
                 *wanted = true;
                 let now = clock::now_ns();
                 let earliest = batch.iter().map(|job| job.deadline).min().unwrap_or(now);
-                let slice =
-                    Duration::from_nanos(earliest.saturating_sub(now)).min(crate::cancel::POLL);
+                let slice = Duration::from_nanos(earliest.saturating_sub(now))
+                    .min(crate::base::cancel::POLL);
                 let _ = handoff.ready.wait_for(&mut state, slice);
             }
             match std::mem::replace(&mut *state, Handed::Returned) {
@@ -371,7 +371,7 @@ fn run_batch(
     waiting: &mut Option<Arc<Handoff>>,
 ) {
     let txn = admit().and_then(|()| {
-        crate::quiet::catch(|| begin(db, &mut batch, waiting))
+        crate::base::quiet::catch(|| begin(db, &mut batch, waiting))
             .unwrap_or_else(|panic| Err(panicked("begin_write", &panic)))
     });
     if txn.is_ok() {
@@ -416,13 +416,15 @@ pub(crate) fn execute(
     let committed: Result<()> = match (txn, fatal) {
         (Err(err), _) => Err(err),
         (Ok(txn), Some(err)) => {
-            let _ = crate::quiet::catch(|| txn.abort());
+            let _ = crate::base::quiet::catch(|| txn.abort());
             Err(err)
         }
         // Nothing to commit: refusals write nothing.
-        (Ok(txn), None) if applied == 0 => crate::quiet::catch(|| txn.abort().map_err(Error::from))
-            .unwrap_or_else(|panic| Err(panicked("abort", &panic))),
-        (Ok(mut txn), None) => crate::quiet::catch(|| {
+        (Ok(txn), None) if applied == 0 => {
+            crate::base::quiet::catch(|| txn.abort().map_err(Error::from))
+                .unwrap_or_else(|panic| Err(panicked("abort", &panic)))
+        }
+        (Ok(mut txn), None) => crate::base::quiet::catch(|| {
             if let Some((journal, ring)) = journal {
                 durable = journal.before_commit(ring, durable);
             }
@@ -455,7 +457,7 @@ mod tests {
 
     const NUMBERS: TableDefinition<u64, u64> = TableDefinition::new("numbers");
     fn open(path: &std::path::Path) -> Arc<Db> {
-        let db = crate::db::redb_builder(ConcurrencyMode::MultiWriter)
+        let db = crate::storage::db::redb_builder(ConcurrencyMode::MultiWriter)
             .create(path)
             .unwrap();
         Arc::new(Db::Writable(db))

@@ -17,13 +17,13 @@
 use std::ops::Bound;
 use std::time::{Duration, SystemTime};
 
-use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition};
+use redb::{ReadableTable, ReadableTableMetadata, Table};
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::kinds::Kind;
-use crate::metrics::{unix_ns_at, unix_ns_now, Counter};
-use crate::record::{Lease, Record};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::rules::kind::Kind;
+use crate::rules::metrics::{unix_ns_at, unix_ns_now, Counter};
+use crate::rules::record::{Lease, Record};
 use crate::store::Inner;
 
 /// Entries kept for each lock, its latest.
@@ -32,10 +32,6 @@ pub const HISTORY_PER_LOCK: usize = 32;
 /// last entry is among the oldest, so that locks named once each (one per job) cannot grow the
 /// file without bound.
 pub const HISTORY_LOCKS: u64 = 10_000;
-
-/// The history of each lock, keyed by lock name: one value holding its latest entries, so
-/// that recording an end is one read and one write of one key.
-pub(crate) const HISTORY: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.history");
 
 /// How a lease ended, or that it has not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,7 +248,7 @@ pub(crate) struct HistoryTable<'t>(Table<'t, &'static str, &'static [u8]>);
 
 impl<'t> HistoryTable<'t> {
     pub(crate) fn open(txn: &'t redb::WriteTransaction) -> Result<HistoryTable<'t>> {
-        Ok(HistoryTable(txn.open_table(HISTORY)?))
+        Ok(HistoryTable(txn.open_table(crate::rules::tables::HISTORY)?))
     }
 
     /// Writes the entry of the lease `token` of `name`, unless it has one, letting go of the
@@ -499,7 +495,7 @@ impl crate::Store {
     /// storage errors of [`crate::Store::get`].
     pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
         crate::backend::on_etcd!(self.inner, _remote => Err(crate::observe::not_kept_on_etcd("histories")));
-        crate::limits::check_name("lock name", name)?;
+        crate::base::limits::check_name("lock name", name)?;
         self.inner.history(name)
     }
 }
@@ -519,7 +515,7 @@ impl Inner {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);
-        let waiting = crate::cancel::Waiting::new(wait, None);
+        let waiting = crate::base::cancel::Waiting::new(wait, None);
         let _ = self.submit(crate::ops::Op::RecordReleases { releases }, Some(waiting));
     }
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::{on_etcd, Backend, RemoteLease};
-use crate::cancel::Cancel;
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::kinds::Kind;
+use crate::base::cancel::Cancel;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::rules::kind::Kind;
 use crate::store::{Inner, Store};
 
 /// A granted lease. Its [`token`](Holder::token) is higher than that of every earlier grant of
@@ -221,7 +221,7 @@ impl Holder {
     /// of a loss. Calling it again changes nothing.
     pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
         on_etcd!(self.state, lease => lease.keep_alive(ttl));
-        use crate::limits::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
+        use crate::base::limits::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
         if !(MIN_KEEP_ALIVE_TTL..=MAX_TTL).contains(&ttl) {
             return Err(Error::invalid(format!(
                 "keep-alive ttl {ttl:?} is outside {MIN_KEEP_ALIVE_TTL:?} to {MAX_TTL:?}"
@@ -277,13 +277,13 @@ impl Holder {
             if *ended || now >= expires {
                 return Ok(true);
             }
-            crate::cancel::check(cancel)?;
+            crate::base::cancel::check(cancel)?;
             if now >= deadline {
                 return Ok(false);
             }
             let mut slice = Duration::from_nanos(expires.min(deadline) - now);
             if cancel.is_some() {
-                slice = slice.min(crate::cancel::LOST_POLL);
+                slice = slice.min(crate::base::cancel::LOST_POLL);
             }
             let _ = self
                 .state

@@ -24,12 +24,12 @@
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-use crate::cancel::Waiting;
+use crate::base::cancel::Waiting;
 
-use crate::db::{LEASES, META};
-use crate::error::{Error, Result};
-use crate::record::Record;
+use crate::base::error::{Error, Result};
 use crate::ring::Ring;
+use crate::rules::record::Record;
+use crate::rules::tables::{LEASES, META};
 
 /// The key in the meta table that marks the store as served by a server that has not stopped
 /// cleanly (1), so that its journal may hold leases the file does not.
@@ -205,8 +205,8 @@ fn order(record: &Record) -> (u64, u128) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ProcessId;
-    use crate::record::Lease;
+    use crate::base::clock::ProcessId;
+    use crate::rules::record::Lease;
 
     #[test]
     fn entries_round_trip_and_a_cut_journal_is_refused() {
@@ -224,8 +224,8 @@ mod tests {
         let mut bytes = Vec::new();
         encode(&mut bytes, "a", &Record::Exclusive(lease));
         let boundary = bytes.len();
-        let group = Record::Group(crate::record::Group {
-            kind: crate::kinds::Kind::Semaphore(2),
+        let group = Record::Group(crate::rules::record::Group {
+            kind: crate::rules::kind::Kind::Semaphore(2),
             holders: vec![lease, lease],
         });
         encode(&mut bytes, "payment-export", &group);

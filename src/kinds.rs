@@ -11,57 +11,17 @@ use crate::backend::on_etcd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cancel::{Cancel, Waiting};
-use crate::clock;
-use crate::error::{Error, Result};
+use crate::base::cancel::{Cancel, Waiting};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::{check_name, check_ttl};
 use crate::holder::Holder;
 use crate::leases::Grant;
-use crate::limits::{check_name, check_ttl};
 use crate::observe::Attempt;
 use crate::ops::{unexpected, Done, Op};
-use crate::record::{Lease, Record};
+use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
+use crate::rules::record::{Lease, Record};
 use crate::store::{Inner, Store};
-
-/// How a name is held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Kind {
-    /// One holder at a time: [`crate::Store::acquire`].
-    Exclusive,
-    /// Any number of shared holders at once (up to [`MAX_HOLDERS`]), and none while an
-    /// exclusive holder holds the name; an exclusive acquire waits until every shared holder let
-    /// go. A shared holder reads: its holder-checked writes are refused (see
-    /// [`crate::Holder::put`]).
-    Shared,
-    /// Up to this many holders at once (1 to [`MAX_HOLDERS`]), each with a permit of its own.
-    /// The count is stored with the name while permits are live; asking for another count then
-    /// is refused with [`Error::PermitsMismatch`].
-    Semaphore(u32),
-}
-
-impl Kind {
-    /// `exclusive`, `shared` or `semaphore(N)`.
-    #[must_use]
-    pub fn describe(self) -> String {
-        match self {
-            Kind::Exclusive => "exclusive".into(),
-            Kind::Shared => "shared".into(),
-            Kind::Semaphore(permits) => format!("semaphore({permits})"),
-        }
-    }
-}
-
-/// The most holders a name has at once: the largest semaphore, and the most shared holders.
-pub const MAX_HOLDERS: u32 = 1024;
-
-pub(crate) fn check_kind(kind: Kind) -> Result<()> {
-    match kind {
-        Kind::Semaphore(permits) if permits == 0 || permits > MAX_HOLDERS => Err(Error::invalid(
-            format!("a semaphore has 1 to {MAX_HOLDERS} permits, not {permits}"),
-        )),
-        _ => Ok(()),
-    }
-}
 
 impl Inner {
     /// The live grants of `current` (the name's record) that a new grant of `kind` would hold
@@ -250,7 +210,7 @@ impl Store {
             now,
         )?;
         if inner.read_only {
-            return Err(crate::db::read_only());
+            return Err(crate::storage::db::read_only());
         }
         let grant = Grant::take(inner)?;
         let op = Op::AcquireKind {
@@ -375,7 +335,7 @@ impl Store {
         }
         check_ttl(ttl)?;
         if let Some(waiting) = waiting {
-            crate::cancel::check(waiting.cancel)?;
+            crate::base::cancel::check(waiting.cancel)?;
         }
         loop {
             match self.try_acquire_all(names, ttl, waiting) {
@@ -404,7 +364,7 @@ impl Store {
             }
         }
         if inner.read_only {
-            return Err(crate::db::read_only());
+            return Err(crate::storage::db::read_only());
         }
         let grants = names
             .iter()

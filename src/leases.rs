@@ -8,15 +8,15 @@ use std::time::{Duration, SystemTime};
 
 use redb::{ReadableTable, Table};
 
-use crate::cancel::Cancel;
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::info::{LockInfo, LockState};
-use crate::kinds::Kind;
-use crate::limits::check_ttl;
-use crate::liveness::fresh_id;
+use crate::base::cancel::Cancel;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::check_ttl;
 use crate::ops::{unexpected, Done, Op};
-use crate::record::{Lease, Record};
+use crate::rules::info::{LockInfo, LockState};
+use crate::rules::kind::Kind;
+use crate::rules::record::{Lease, Record};
+use crate::storage::liveness::fresh_id;
 use crate::store::Inner;
 
 /// Lease records examined for pruning by each grant; two per grant keeps dead records from
@@ -143,7 +143,7 @@ impl Inner {
         cancel: Option<&Cancel>,
     ) -> Result<()> {
         loop {
-            crate::cancel::check(cancel)?;
+            crate::base::cancel::check(cancel)?;
             let mut releases = self.releases.lock();
             let seen = *releases;
             if !self.live.is_held(live)? {

@@ -28,60 +28,51 @@
 //! See README.md for the guarantees and their limits.
 
 mod backend;
-mod cancel;
-mod clock;
+mod base;
 mod commit;
-mod db;
-mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
 // The C ABI: public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part of
 // the Rust API (Rust users call the engine's types).
 #[doc(hidden)]
 pub mod ffi;
-mod file;
 mod history;
 mod holder;
-mod info;
 mod journal;
 mod kinds;
 mod leases;
-mod limits;
-mod liveness;
-mod metrics;
 mod observe;
 mod ops;
 mod options;
 mod query;
-mod quiet;
-mod record;
 mod ring;
+mod rules;
 mod serve;
 mod sharing;
+mod storage;
 mod store;
-mod tokens;
 mod values;
 mod wire;
 
-pub use cancel::Cancel;
+pub use base::cancel::Cancel;
 // The boot-time clock the leases use, for the benches and the torture checker only.
 #[doc(hidden)]
-pub use clock::now_ns as boottime_ns;
-pub use db::SCHEMA_VERSION;
-pub use error::{Error, Result, Status};
+pub use base::clock::now_ns as boottime_ns;
+pub use base::error::{Error, Result, Status};
+pub use base::limits::{
+    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
+};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
 pub use history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use holder::Holder;
-pub use info::{Fenced, LockInfo, LockState, StoreInfo};
-pub use kinds::{Kind, MAX_HOLDERS};
-pub use limits::{
-    DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
-};
-pub use metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};
 pub use observe::{Event, Observer};
 pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo};
+pub use rules::kind::{Kind, MAX_HOLDERS};
+pub use rules::metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};
 pub use serve::{ServeOptions, Server};
+pub use storage::db::SCHEMA_VERSION;
 pub use store::Store;
 
 /// The library's version, as Cargo knows it.

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock;
-use crate::error::{Error, Result};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
 use crate::holder::Holder;
-use crate::kinds::Kind;
-use crate::metrics::{Activity, Counter, Metrics, Scope};
+use crate::rules::kind::Kind;
+use crate::rules::metrics::{Activity, Counter, Metrics, Scope};
 use crate::store::Inner;
 
 /// Receives the events of a store's operations in this process ([`crate::Store::set_observer`]):
@@ -111,7 +111,7 @@ impl Inner {
         let observer = self.observer.read_recursive();
         if let Some(observer) = observer.as_ref() {
             // An observer's panic stays out of the operation (it may be a holder's drop).
-            let _ = crate::quiet::catch(|| observer.observe(event));
+            let _ = crate::base::quiet::catch(|| observer.observe(event));
         }
     }
 

@@ -12,16 +12,17 @@ use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use crate::clock::ProcessId;
+use crate::base::clock::ProcessId;
+use crate::base::error::{Error, Result};
+use crate::base::limits::{check_granted, duration_ns};
 use crate::commit::Applied;
-use crate::db::{FENCES, LEASES, META, VALUES};
-use crate::error::{Error, Result};
 use crate::history::{dropped, released_at, Ended, HistoryTable};
-use crate::kinds::Kind;
-use crate::limits::{check_granted, duration_ns};
-use crate::record::{decode_value, encode_value, Group, Lease, Record};
+use crate::rules::kind::Kind;
+use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
+use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY};
+use crate::rules::tables::{FENCES, LEASES, META, VALUES};
+use crate::rules::tokens::{read_counter, reservation};
 use crate::store::Inner;
-use crate::tokens::{read_counter, reservation, COUNTER_KEY, RESERVED_KEY};
 use crate::values::admit;
 
 /// One write operation of the store.

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::cancel::Cancel;
-use crate::limits::DEFAULT_MAX_VALUE_LEN;
+use crate::base::cancel::Cancel;
+use crate::base::limits::DEFAULT_MAX_VALUE_LEN;
 
 /// How processes share the store file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

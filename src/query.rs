@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
-use crate::db::{FENCES, LEASES, META, SCHEMA_KEY, VALUES};
-use crate::error::{Error, Result};
-use crate::info::Fenced;
-use crate::record::{decode_value, Record};
-use crate::tokens::read_counter;
+use crate::base::error::{Error, Result};
+use crate::rules::info::Fenced;
+use crate::rules::record::{decode_value, Record};
+use crate::rules::tables::{FENCES, LEASES, META, SCHEMA_KEY, VALUES};
+use crate::rules::tokens::read_counter;
 
 /// A read of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +130,7 @@ impl Query {
                 verify(txn)?;
                 Answer::Verified
             }
-            Query::History(name) => match txn.open_table(crate::history::HISTORY) {
+            Query::History(name) => match txn.open_table(crate::rules::tables::HISTORY) {
                 Ok(entries) => Answer::History(crate::history::stored(&entries, name)?),
                 // No grant has recorded an end yet.
                 Err(redb::TableError::TableDoesNotExist(_)) => Answer::History(Vec::new()),
@@ -170,7 +170,7 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
             return Err(above("fence", resource.value().to_owned(), token.value()));
         }
     }
-    match txn.open_table(crate::history::HISTORY) {
+    match txn.open_table(crate::rules::tables::HISTORY) {
         Ok(history) => crate::history::verify(&history, last)?,
         Err(redb::TableError::TableDoesNotExist(_)) => {}
         Err(err) => return Err(err.into()),

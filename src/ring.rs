@@ -34,7 +34,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::liveness::Liveness;
+use crate::storage::liveness::Liveness;
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
 const SLOTS: usize = 64;
@@ -46,7 +46,7 @@ const JOURNAL_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 pub(crate) const JOURNAL_SIZE: usize = 1 << 20;
 /// The store's activity page (metrics.rs), after the journal.
 const ACTIVITY_OFFSET: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
-const RING_SIZE: usize = ACTIVITY_OFFSET + crate::metrics::ACTIVITY_SIZE;
+const RING_SIZE: usize = ACTIVITY_OFFSET + crate::rules::metrics::ACTIVITY_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -464,7 +464,7 @@ impl Ring {
     }
 
     /// The store's activity page: its counters and recent releases.
-    pub(crate) fn activity(&self) -> &crate::metrics::Activity {
+    pub(crate) fn activity(&self) -> &crate::rules::metrics::Activity {
         // SAFETY: the page lies inside the mapping, 4096-aligned, ACTIVITY_SIZE bytes long;
         // its fields are atomics, valid for any bit pattern.
         unsafe {
@@ -472,7 +472,7 @@ impl Ring {
                 .map
                 .as_ptr()
                 .add(ACTIVITY_OFFSET)
-                .cast::<crate::metrics::Activity>()
+                .cast::<crate::rules::metrics::Activity>()
         }
     }
 

@@ -18,22 +18,20 @@
 //! the bytes fencelock itself locks (liveness.rs), so holders keep their liveness locks on the
 //! file whoever serves it. Releases need no server.
 
-use std::fs::OpenOptions;
-use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::backends::FileBackend;
-use redb::{BackendError, ConcurrencyMode, StorageBackend};
+use redb::ConcurrencyMode;
 
-use crate::cancel::{Cancel, Waiting};
-use crate::clock;
-use crate::db::{damaged, open_database_with, redb_builder, Db};
-use crate::error::{Error, Result};
-use crate::liveness::{Liveness, LOCKED_BYTES};
+use crate::base::cancel::{Cancel, Waiting};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
 use crate::options::Options;
 use crate::sharing::Shared;
+use crate::storage::carved::open_carved;
+use crate::storage::db::Db;
+use crate::storage::liveness::Liveness;
 use crate::store::{Inner, Store};
 
 /// How a server runs.
@@ -219,7 +217,8 @@ impl Server {
                 continue;
             }
             if let Some(idle) = options.idle_exit {
-                if clock::now_ns().saturating_sub(last_request) >= crate::limits::duration_ns(idle)
+                if clock::now_ns().saturating_sub(last_request)
+                    >= crate::base::limits::duration_ns(idle)
                 {
                     return Ok(());
                 }
@@ -251,7 +250,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Killed instead, it leaves the journal to its successor.
-        let _ = crate::quiet::catch(|| self.flush());
+        let _ = crate::base::quiet::catch(|| self.flush());
         // The file is let go before the record: a store that finds no server recorded can
         // open it. (Stores that post meanwhile commit themselves once the record is gone.)
         self.store.inner.close_database();
@@ -285,195 +284,9 @@ fn open_exclusive(path: &Path, options: &ServeOptions) -> Result<Db> {
     }
 }
 
-pub(crate) fn open_carved(path: &Path) -> Result<Db> {
-    let existing = crate::file::is_existing_database(path, true)?;
-    let builder = redb_builder(ConcurrencyMode::ExclusiveWriter);
-    let backend = || -> std::result::Result<Carved, redb::DatabaseError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        Ok(Carved(FileBackend::new(file)?))
-    };
-    crate::quiet::catch(|| {
-        open_database_with(
-            existing,
-            || builder.open_read_only_with_backend(backend()?),
-            || builder.create_with_backend(backend()?),
-        )
-        .map(Db::Writable)
-    })
-    .unwrap_or_else(damaged)
-}
-
-/// redb's file backend with the bytes fencelock locks ([`LOCKED_BYTES`]) left out of every
-/// lock redb takes: redb's exclusive mode locks the whole file, which would otherwise take
-/// holders' liveness locks away.
-#[derive(Debug)]
-struct Carved(FileBackend);
-
-type Range = (Bound<u64>, Bound<u64>);
-
-/// The parts of `range` outside [`LOCKED_BYTES`] (one or two; all of it when they do not meet).
-fn carve(range: Range) -> Vec<Range> {
-    let (hole_start, hole_end) = LOCKED_BYTES;
-    let start = match range.0 {
-        Bound::Unbounded => 0,
-        Bound::Included(x) => x,
-        Bound::Excluded(x) => x.saturating_add(1),
-    };
-    let end = match range.1 {
-        Bound::Unbounded => None,
-        Bound::Included(x) => Some(x.saturating_add(1)),
-        Bound::Excluded(x) => Some(x),
-    };
-    if start >= hole_end || end.is_some_and(|end| end <= hole_start) {
-        return vec![range];
-    }
-    let mut parts = Vec::with_capacity(2);
-    if start < hole_start {
-        parts.push((range.0, Bound::Excluded(hole_start)));
-    }
-    if end.is_none_or(|end| end > hole_end) {
-        parts.push((Bound::Included(hole_end), range.1));
-    }
-    parts
-}
-
-impl Carved {
-    fn lock_parts(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-        lock: impl Fn(&FileBackend, Bound<u64>, Bound<u64>) -> std::result::Result<bool, BackendError>,
-    ) -> std::result::Result<bool, BackendError> {
-        let parts = carve((start, end));
-        for (i, part) in parts.iter().enumerate() {
-            match lock(&self.0, part.0, part.1) {
-                Ok(true) => {}
-                other => {
-                    // Refused or failed: nothing of it stays locked.
-                    for taken in &parts[..i] {
-                        let _ = self.0.unlock_range(taken.0, taken.1);
-                    }
-                    return other;
-                }
-            }
-        }
-        Ok(true)
-    }
-}
-
-impl StorageBackend for Carved {
-    fn len(&self) -> std::result::Result<u64, std::io::Error> {
-        self.0.len()
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), std::io::Error> {
-        self.0.read(offset, out)
-    }
-    fn set_len(&self, len: u64) -> std::result::Result<(), std::io::Error> {
-        self.0.set_len(len)
-    }
-    fn sync_data(&self) -> std::result::Result<(), std::io::Error> {
-        self.0.sync_data()
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), std::io::Error> {
-        self.0.write(offset, data)
-    }
-    fn close(&self) -> std::result::Result<(), std::io::Error> {
-        self.0.close()
-    }
-    fn try_lock_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<bool, BackendError> {
-        self.lock_parts(start, end, |b, s, e| b.try_lock_range(s, e))
-    }
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<bool, BackendError> {
-        self.lock_parts(start, end, |b, s, e| b.try_lock_shared_range(s, e))
-    }
-    fn lock_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<(), BackendError> {
-        self.lock_parts(start, end, |b, s, e| b.lock_range(s, e).map(|()| true))
-            .map(|_| ())
-    }
-    fn lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<(), BackendError> {
-        self.lock_parts(start, end, |b, s, e| {
-            b.lock_shared_range(s, e).map(|()| true)
-        })
-        .map(|_| ())
-    }
-    fn unlock_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<(), BackendError> {
-        let mut result = Ok(());
-        for part in carve((start, end)) {
-            if let Err(err) = self.0.unlock_range(part.0, part.1) {
-                result = Err(err);
-            }
-        }
-        result
-    }
-    fn query_lock_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> std::result::Result<bool, BackendError> {
-        for part in carve((start, end)) {
-            if self.0.query_lock_range(part.0, part.1)? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn carving_leaves_out_exactly_the_liveness_bytes() {
-        let (a, b) = LOCKED_BYTES;
-        let whole = (Bound::Unbounded, Bound::Unbounded);
-        assert_eq!(
-            carve(whole),
-            vec![
-                (Bound::Unbounded, Bound::Excluded(a)),
-                (Bound::Included(b), Bound::Unbounded)
-            ]
-        );
-        let header = (Bound::Included(0), Bound::Excluded(320));
-        assert_eq!(carve(header), vec![header]);
-        let above = (Bound::Included(b + 5), Bound::Unbounded);
-        assert_eq!(carve(above), vec![above]);
-        let to_mode_byte = (Bound::Unbounded, Bound::Included(b + 1));
-        assert_eq!(
-            carve(to_mode_byte),
-            vec![
-                (Bound::Unbounded, Bound::Excluded(a)),
-                (Bound::Included(b), Bound::Included(b + 1))
-            ]
-        );
-        let inside = (Bound::Included(a + 1), Bound::Excluded(a + 2));
-        assert!(carve(inside).is_empty());
-    }
 
     #[test]
     fn a_served_store_goes_through_the_server_and_keeps_its_liveness_locks() {

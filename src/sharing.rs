@@ -38,16 +38,16 @@ use std::time::Duration;
 
 use redb::WriteTransaction;
 
-use crate::cancel::Cancel;
-use crate::cancel::Waiting;
-use crate::clock;
+use crate::base::cancel::Cancel;
+use crate::base::cancel::Waiting;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
 use crate::commit::{execute, foreign_job, Applied, Job};
-use crate::error::{Error, Result};
-use crate::liveness::{fresh_id, Liveness};
 use crate::ops::{Done, Op, Tables};
 use crate::query::{Answer, Query};
-use crate::record::Lease;
 use crate::ring::{lock_hash, Phase, Posted, Ring, Taken, Waiter};
+use crate::rules::record::Lease;
+use crate::storage::liveness::{fresh_id, Liveness};
 use crate::store::Inner;
 use crate::wire::{
     decode_answer, decode_reply, decode_request, encode_answer, encode_op, encode_query,
@@ -167,7 +167,7 @@ impl Place<'_> {
         };
         let ring = &self.shared.ring;
         loop {
-            crate::cancel::check(cancel)?;
+            crate::base::cancel::check(cancel)?;
             let now = clock::now_ns();
             if now >= until {
                 return Ok(());
@@ -180,7 +180,7 @@ impl Place<'_> {
             if !held && !ring.waits_before(self.lock, Some(waiter.ticket), now, &self.inner.live) {
                 return Ok(());
             }
-            let slice = Duration::from_nanos(until - now).min(crate::cancel::POLL);
+            let slice = Duration::from_nanos(until - now).min(crate::base::cancel::POLL);
             ring.wait_turn(waiter, seen, slice);
         }
     }
@@ -435,7 +435,7 @@ impl Inner {
             Err(Error::InUse) if self.served() => return Ok(false),
             other => other?,
         };
-        let began = crate::quiet::catch(|| match db.writable()?.try_begin_write() {
+        let began = crate::base::quiet::catch(|| match db.writable()?.try_begin_write() {
             Err(redb::TransactionError::WouldBlock) => Ok(None),
             other => Ok(Some(other?)),
         })
@@ -717,7 +717,7 @@ mod tests {
         let posted = ring
             .ring
             .post(
-                crate::liveness::fresh_id().unwrap(),
+                crate::storage::liveness::fresh_id().unwrap(),
                 &encode_op(&op),
                 &combiner.inner.live,
             )

@@ -11,24 +11,24 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use redb::{ConcurrencyMode, WriteTransaction};
 
 use crate::backend::{on_etcd, Backend, Remote};
-use crate::cancel::{Cancel, Waiting};
-use crate::clock::{self, ProcessId};
-use crate::commit::GroupCommit;
-use crate::db::{damaged, open_now, open_shared, redb_builder, Db};
-use crate::error::{Error, Result};
-use crate::holder::Holder;
-use crate::info::{Fenced, LockInfo, StoreInfo};
-use crate::kinds::Kind;
-use crate::leases::Grant;
-use crate::limits::{
+use crate::base::cancel::{Cancel, Waiting};
+use crate::base::clock::{self, ProcessId};
+use crate::base::error::{Error, Result};
+use crate::base::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
-use crate::liveness::Liveness;
+use crate::commit::GroupCommit;
+use crate::holder::Holder;
+use crate::leases::Grant;
 use crate::observe::Attempt;
 use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::kind::Kind;
 use crate::sharing::{run_op, Place, Shared};
-use crate::tokens::restore_counter;
+use crate::storage::db::restore_counter;
+use crate::storage::db::{damaged, open_now, open_shared, redb_builder, Db};
+use crate::storage::liveness::Liveness;
 use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
@@ -58,7 +58,7 @@ pub(crate) struct Inner {
     io_failed: AtomicBool,
     path: PathBuf,
     /// The file the store opened, to notice when `path` names another one.
-    file: crate::file::Identity,
+    file: crate::storage::file::Identity,
     pub(crate) live: Liveness,
     pub(crate) boot_id: [u8; 16],
     pub(crate) me: ProcessId,
@@ -70,7 +70,7 @@ pub(crate) struct Inner {
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The counters and recent releases of a store without a shared ring (metrics.rs).
-    pub(crate) own_activity: Box<crate::metrics::Activity>,
+    pub(crate) own_activity: Box<crate::rules::metrics::Activity>,
     pub(crate) observer: RwLock<Option<Arc<dyn crate::observe::Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
     pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
@@ -150,7 +150,7 @@ impl Store {
         if path.is_dir() {
             return Err(Error::invalid(format!("{} is a directory", path.display())));
         }
-        crate::cancel::check(options.cancel.as_ref())?;
+        crate::base::cancel::check(options.cancel.as_ref())?;
         let read_only = options.read_only;
         let waiting = Waiting::new(options.busy_timeout, options.cancel.as_ref());
         if mode != ConcurrencyMode::MultiWriter {
@@ -230,7 +230,7 @@ impl Store {
             serving,
             journal: serving.then(crate::journal::Journal::default),
             io_failed: AtomicBool::new(false),
-            file: crate::file::Identity::of(&path)?,
+            file: crate::storage::file::Identity::of(&path)?,
             path,
             boot_id: clock::boot_id()?,
             me: ProcessId::current()?,
@@ -238,7 +238,7 @@ impl Store {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            own_activity: crate::metrics::Activity::private(),
+            own_activity: crate::rules::metrics::Activity::private(),
             observer: RwLock::new(None),
             unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
@@ -380,7 +380,7 @@ impl Store {
         waiting: Waiting<'_>,
         attempt: &mut Attempt,
     ) -> Result<Holder> {
-        crate::cancel::check(waiting.cancel)?;
+        crate::base::cancel::check(waiting.cancel)?;
         // A place in the lock's waiting queue, taken at the first refusal and left when the
         // wait ends: waiters of every process are granted the lock oldest first.
         let mut place: Option<Place<'_>> = None;
@@ -407,7 +407,7 @@ impl Store {
                     let deadline = match kind {
                         Kind::Semaphore(_) => waiting
                             .deadline
-                            .min(now.saturating_add(duration_ns(crate::cancel::POLL))),
+                            .min(now.saturating_add(duration_ns(crate::base::cancel::POLL))),
                         _ => waiting.deadline,
                     };
                     match &place {
@@ -478,7 +478,7 @@ impl Store {
         let lease = self.inner.blocker(record.as_ref(), now)?;
         self.inner.check_turn(name, lease.as_ref(), ticket, now)?;
         if self.inner.read_only {
-            return Err(crate::db::read_only());
+            return Err(crate::storage::db::read_only());
         }
         // The liveness lock is this process's before the grant is asked for, whichever
         // process commits it; it is released again unless the grant is reported.
@@ -701,7 +701,7 @@ impl Drop for Inner {
             // damaged pages there too: the damage was reported by the call that met it, so the
             // close stays quiet.
             // SAFETY: dropped once, here, and never used again.
-            let _ = crate::quiet::catch(|| unsafe { ManuallyDrop::drop(&mut self.db) });
+            let _ = crate::base::quiet::catch(|| unsafe { ManuallyDrop::drop(&mut self.db) });
         }
     }
 }
@@ -728,7 +728,7 @@ impl Inner {
     pub(crate) fn submit(self: &Arc<Self>, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
         self.check_fork()?;
         if self.read_only {
-            return Err(crate::db::read_only());
+            return Err(crate::storage::db::read_only());
         }
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         let db = loop {
@@ -779,8 +779,9 @@ impl Inner {
         self.check_fork()?;
         let db = self.database()?;
         self.wait_for_header()?;
-        let txn = crate::quiet::catch(|| db.begin_read()).unwrap_or_else(damaged);
-        let result = txn.and_then(|txn| crate::quiet::catch(|| f(&txn)).unwrap_or_else(damaged));
+        let txn = crate::base::quiet::catch(|| db.begin_read()).unwrap_or_else(damaged);
+        let result =
+            txn.and_then(|txn| crate::base::quiet::catch(|| f(&txn)).unwrap_or_else(damaged));
         self.note_io_failure(result)
     }
 
@@ -865,7 +866,7 @@ impl Inner {
                     .map_err(Error::from)
             } else if self.serving {
                 // As the server opened it: its backend leaves the liveness bytes free.
-                crate::serve::open_carved(&self.path)
+                crate::storage::carved::open_carved(&self.path)
             } else if self.mode == ConcurrencyMode::MultiWriter {
                 // As any store opens it: serialized with other opens, and restoring the leases
                 // of a server that died.

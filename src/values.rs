@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
-use crate::limits::check_key;
+use crate::base::error::{Error, Result};
+use crate::base::limits::check_key;
 use crate::ops::{unexpected, Done, Op};
 use crate::store::Inner;
 

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use crate::clock::ProcessId;
-use crate::error::{Error, Result, Status};
-use crate::kinds::Kind;
+use crate::base::clock::ProcessId;
+use crate::base::error::{Error, Result, Status};
 use crate::ops::{Done, Op};
 use crate::query::{Answer, Counts, Query};
-use crate::record::Record;
+use crate::rules::kind::Kind;
+use crate::rules::record::Record;
 
 /// The version of this format; part of the ring's header.
 pub(crate) const WIRE_VERSION: u32 = 5;
@@ -96,7 +96,7 @@ impl<'a> Reader<'a> {
 }
 
 fn ns(d: Duration) -> u64 {
-    crate::limits::duration_ns(d)
+    crate::base::limits::duration_ns(d)
 }
 
 const ACQUIRE: u8 = 1;
@@ -386,7 +386,7 @@ pub(crate) fn decode_answer(bytes: &[u8]) -> Result<Result<Answer>> {
             0 => None,
             1 => {
                 let token = r.u64()?;
-                Some(crate::info::Fenced {
+                Some(crate::rules::info::Fenced {
                     token,
                     value: r.bytes()?,
                 })
@@ -714,7 +714,7 @@ fn kind_of(code: u64) -> std::io::ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Lease;
+    use crate::rules::record::Lease;
 
     fn ops() -> Vec<Op> {
         vec![
@@ -850,22 +850,24 @@ mod tests {
         };
         let answers = [
             Ok(Answer::Record(Some(Record::Exclusive(lease)))),
-            Ok(Answer::Record(Some(Record::Group(crate::record::Group {
-                kind: Kind::Semaphore(3),
-                holders: vec![lease, lease],
-            })))),
+            Ok(Answer::Record(Some(Record::Group(
+                crate::rules::record::Group {
+                    kind: Kind::Semaphore(3),
+                    holders: vec![lease, lease],
+                },
+            )))),
             Ok(Answer::Record(None)),
             Ok(Answer::Records(vec![
                 ("a".into(), Record::Exclusive(lease)),
                 (
                     "b".into(),
-                    Record::Group(crate::record::Group {
+                    Record::Group(crate::rules::record::Group {
                         kind: Kind::Shared,
                         holders: vec![lease],
                     }),
                 ),
             ])),
-            Ok(Answer::Value(Some(crate::info::Fenced {
+            Ok(Answer::Value(Some(crate::rules::info::Fenced {
                 value: vec![1, 2, 3],
                 token: 4,
             }))),

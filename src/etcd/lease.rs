@@ -13,10 +13,10 @@ use tokio::sync::Notify;
 use super::records::{client_error, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, Remote};
-use crate::cancel::Cancel;
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::limits::duration_ns;
+use crate::base::cancel::Cancel;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::duration_ns;
 
 pub(crate) struct EtcdLease {
     pub(crate) remote: Arc<Remote>,
@@ -307,13 +307,13 @@ impl EtcdLease {
             if *ended || now >= expires {
                 return Ok(true);
             }
-            crate::cancel::check(cancel)?;
+            crate::base::cancel::check(cancel)?;
             if now >= deadline {
                 return Ok(false);
             }
             let mut slice = Duration::from_nanos(expires.min(deadline) - now);
             if cancel.is_some() {
-                slice = slice.min(crate::cancel::LOST_POLL);
+                slice = slice.min(crate::base::cancel::LOST_POLL);
             }
             let _ = self
                 .ended_changed

@@ -28,15 +28,15 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
-use crate::cancel::{Cancel, Waiting};
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::holder::Holder;
-use crate::info::{Fenced, LockInfo, LockState, StoreInfo};
-use crate::limits::{
+use crate::base::cancel::{Cancel, Waiting};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::{
     check_granted, check_key, check_name, check_token, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT,
 };
+use crate::holder::Holder;
 use crate::options::{Mode, Options};
+use crate::rules::info::{Fenced, LockInfo, LockState, StoreInfo};
 use crate::values::admit;
 use records::{
     client_error, decode_fence, decode_value, encode_value, revision, token, LockRecord,
@@ -92,7 +92,7 @@ impl Remote {
                 options.max_value_len
             )));
         }
-        crate::cancel::check(options.cancel.as_ref())?;
+        crate::base::cancel::check(options.cancel.as_ref())?;
         let timeout = options.busy_timeout;
         let connect = ConnectOptions::new()
             .with_connect_timeout(timeout)
@@ -159,7 +159,7 @@ impl Remote {
 
     fn writable(&self) -> Result<()> {
         if self.read_only {
-            return Err(crate::db::read_only());
+            return Err(crate::storage::db::read_only());
         }
         Ok(())
     }
@@ -211,7 +211,7 @@ impl Remote {
         cancel: Option<&Cancel>,
     ) -> Result<Holder> {
         let waiting = Waiting::new(timeout, cancel);
-        crate::cancel::check(cancel)?;
+        crate::base::cancel::check(cancel)?;
         loop {
             match self.grant(name, ttl, None)? {
                 Grant::Granted { token, lease, ttl } => {
@@ -348,7 +348,7 @@ impl Remote {
             let mut stream = loop {
                 tokio::select! {
                     created = &mut watch => break created.map_err(client_error)?,
-                    () = tokio::time::sleep(crate::cancel::POLL) => waiting.step()?,
+                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
                 }
             };
             loop {
@@ -364,7 +364,7 @@ impl Remote {
                             return Ok(());
                         }
                     }
-                    () = tokio::time::sleep(crate::cancel::POLL) => waiting.step()?,
+                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
                 }
             }
         })?
@@ -607,7 +607,7 @@ impl Remote {
             } else {
                 LockState::Held
             },
-            kind: crate::kinds::Kind::Exclusive,
+            kind: crate::rules::kind::Kind::Exclusive,
         })
     }
 

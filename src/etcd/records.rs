@@ -12,7 +12,7 @@
 
 use etcd_client::KeyValue;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 pub(crate) const SAME_REVISION: [u8; 8] = [0xFF; 8];
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The runtime, and the process that started it: its threads do not survive `fork()`, so a
 /// child refuses to wait on it ([`Error::Forked`]) rather than wait forever.

@@ -1,6 +1,6 @@
 //! The etcd store string: `etcd://host:port[,host:port...][/prefix]`.
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The scheme that names an etcd store instead of a file.
 pub(crate) use crate::backend::ETCD_SCHEME as SCHEME;

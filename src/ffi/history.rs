@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use super::lists::unix_ms_or_zero;
 use super::store::fencelock_store;
 use super::{fencelock_error, fencelock_status, free_boxed, guard, handle, read_or, Out};
-use crate::error::Status;
+use crate::base::error::Status;
 use crate::history::{Ending, HistoryEntry};
 
 /// How a lease ended: not yet (live and unexpired).

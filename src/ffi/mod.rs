@@ -12,7 +12,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use crate::error::Status;
+use crate::base::error::Status;
 
 pub mod cancel;
 pub mod error;
@@ -132,7 +132,7 @@ const _: () = {
     assert!(FENCELOCK_CANCELLED == Status::Cancelled as i32);
     assert!(FENCELOCK_REPLACED == Status::Replaced as i32);
     assert!(FENCELOCK_PERMITS_MISMATCH == Status::PermitsMismatch as i32);
-    assert!(FENCELOCK_MAX_HOLDERS == crate::kinds::MAX_HOLDERS);
+    assert!(FENCELOCK_MAX_HOLDERS == crate::rules::kind::MAX_HOLDERS);
 };
 
 /// Every status, indexed by its code.
@@ -208,8 +208,8 @@ pub unsafe fn guard(
     body: impl FnOnce() -> Result<(), fencelock_error>,
 ) -> fencelock_status {
     // Quiet: the panic's message travels in the error object, not on the host's stderr.
-    let outcome =
-        crate::quiet::catch(body).unwrap_or_else(|panic| Err(fencelock_error::from_panic(&panic)));
+    let outcome = crate::base::quiet::catch(body)
+        .unwrap_or_else(|panic| Err(fencelock_error::from_panic(&panic)));
     match outcome {
         Ok(()) => FENCELOCK_OK,
         Err(err) => {
@@ -230,7 +230,7 @@ pub unsafe fn guard(
 /// Runs the body of an infallible exported function behind the panic boundary; a panic gives
 /// `fallback`.
 pub fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    crate::quiet::catch(body).unwrap_or(fallback)
+    crate::base::quiet::catch(body).unwrap_or(fallback)
 }
 
 /// Frees a handle made by `Box::into_raw`, inside the panic boundary; NULL does nothing.

@@ -8,8 +8,8 @@ use super::{
     Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_NO_HISTORY,
     FENCELOCK_OPEN_READ_ONLY,
 };
-use crate::error::Status;
-use crate::limits::DEFAULT_MAX_VALUE_LEN;
+use crate::base::error::Status;
+use crate::base::limits::DEFAULT_MAX_VALUE_LEN;
 use crate::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 use crate::store::Store;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// Longest lock name, fenced key or fence resource name, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::clock;
+use crate::base::clock;
 
 /// What the store counts (indices into the page's counters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

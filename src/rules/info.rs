@@ -58,7 +58,7 @@ pub struct LockInfo {
     pub state: LockState,
     /// How the grant holds the name: exclusive, shared, or a permit of a semaphore (with the
     /// name's permit count).
-    pub kind: crate::kinds::Kind,
+    pub kind: crate::rules::kind::Kind,
 }
 
 /// Counts and settings of a store.

@@ -1,8 +1,8 @@
 //! The byte layouts of the records kept in the store's tables. All integers are little-endian.
 
-use crate::clock::ProcessId;
-use crate::error::{Error, Result};
-use crate::kinds::Kind;
+use crate::base::clock::ProcessId;
+use crate::base::error::{Error, Result};
+use crate::rules::kind::Kind;
 
 /// A lease as recorded in the `leases` table, keyed by lock name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

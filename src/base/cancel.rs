@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::limits::duration_ns;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::duration_ns;
 
 /// The longest a wait for the store or a lock goes without looking at its cancel handle.
 pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(1);

@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 /// The size of redb's header, which it writes at the start of the file; it locks the same bytes.
@@ -82,7 +82,7 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
 /// Whether some process holds a lock on redb's header bytes: a redb handle (a creator still at
 /// work among them) has the file open.
 fn header_locked(file: &File) -> io::Result<bool> {
-    crate::liveness::range_locked(file, 0, REDB_HEADER_LEN)
+    crate::storage::liveness::range_locked(file, 0, REDB_HEADER_LEN)
 }
 
 /// Which file a path named when the store opened it: its device and inode.

@@ -3,12 +3,13 @@
 
 use std::path::Path;
 
-use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ConcurrencyMode, Database, ReadableDatabase, ReadableTable};
 
-use crate::cancel::Waiting;
-use crate::error::{Error, Result};
-use crate::liveness::Liveness;
-use crate::tokens::{restore_counter, COUNTER_KEY};
+use crate::base::cancel::Waiting;
+use crate::base::error::{Error, Result};
+use crate::rules::tables::{COUNTER_KEY, FENCES, LEASES, META, RESERVED_KEY, SCHEMA_KEY, VALUES};
+use crate::rules::tokens::read_counter;
+use crate::storage::liveness::Liveness;
 
 /// Schema version of the tables this library writes. Version 2 added the liveness id to lease
 /// records; version 3 added the records of names with several holders (semaphores and shared
@@ -16,12 +17,6 @@ use crate::tokens::{restore_counter, COUNTER_KEY};
 /// writing (its records are read as they are), after which libraries that know only the older
 /// version refuse to open it rather than meet records they cannot read.
 pub const SCHEMA_VERSION: u64 = 3;
-
-pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
-pub(crate) const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
-pub(crate) const VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencelock.values");
-pub(crate) const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fencelock.fences");
-pub(crate) const SCHEMA_KEY: &str = "schema_version";
 
 /// The error for a panic of the storage engine, which it raises on some forms of damage.
 pub(crate) fn damaged<T>(panic: String) -> Result<T> {
@@ -66,7 +61,7 @@ pub(crate) fn read_only() -> Error {
 
 /// Opens the database at `path` in this thread, without waiting for other processes.
 pub(crate) fn open_now(path: &Path, mode: ConcurrencyMode, read_only: bool) -> Result<Db> {
-    let existing = crate::file::is_existing_database(path, !read_only)?;
+    let existing = crate::storage::file::is_existing_database(path, !read_only)?;
     open_known(path, mode, read_only, existing)
 }
 
@@ -74,8 +69,10 @@ pub(crate) fn open_now(path: &Path, mode: ConcurrencyMode, read_only: bool) -> R
 fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: bool) -> Result<Db> {
     let builder = redb_builder(mode);
     if !read_only {
-        return crate::quiet::catch(|| open_database(&builder, path, existing).map(Db::Writable))
-            .unwrap_or_else(damaged);
+        return crate::base::quiet::catch(|| {
+            open_database(&builder, path, existing).map(Db::Writable)
+        })
+        .unwrap_or_else(damaged);
     }
     if !existing {
         return Err(Error::Io(std::io::Error::new(
@@ -83,7 +80,7 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
             format!("no store at {} to open read-only", path.display()),
         )));
     }
-    crate::quiet::catch(|| {
+    crate::base::quiet::catch(|| {
         let db = match builder.open_read_only(path) {
             // A crash left the file needing the repair that only a writable open performs (no
             // live writer would do it): it is repaired, and the read-only open tried again.
@@ -117,7 +114,7 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
 pub(crate) fn open_shared(path: &Path, read_only: bool, waiting: Waiting<'_>) -> Result<Db> {
     let opening =
         Liveness::lock_for_open(path, read_only, || waiting.step())?.ok_or(Error::InUse)?;
-    let existing = crate::file::is_existing_database(path, !read_only)?;
+    let existing = crate::storage::file::is_existing_database(path, !read_only)?;
     let creating = (!existing).then_some(opening);
     let (sender, receiver) = std::sync::mpsc::sync_channel(1);
     let owned = path.to_owned();
@@ -130,7 +127,7 @@ pub(crate) fn open_shared(path: &Path, read_only: bool, waiting: Waiting<'_>) ->
             let _ = sender.send(result);
         })?;
     loop {
-        match receiver.recv_timeout(crate::cancel::POLL) {
+        match receiver.recv_timeout(crate::base::cancel::POLL) {
             Ok(result) => {
                 // It has nothing left to do; joined so that no thread of ours outlives the open.
                 let _ = thread.join();
@@ -189,7 +186,7 @@ pub(crate) fn open_database_with(
     // Caught here, while `db` is still this frame's: a panic on a damaged page must not drop the
     // database as it unwinds, since redb's close may panic on the same page, and a panic while
     // unwinding aborts the process.
-    let checked = crate::quiet::catch(|| {
+    let checked = crate::base::quiet::catch(|| {
         match check_schema(&db)? {
             None => initialize(&db)?,
             Some(found) if found < SCHEMA_VERSION => upgrade(&db)?,
@@ -202,7 +199,7 @@ pub(crate) fn open_database_with(
         Ok(Err(err)) => err,
         Err(panic) => damage(&panic),
     };
-    let _ = crate::quiet::catch(move || drop(db));
+    let _ = crate::base::quiet::catch(move || drop(db));
     Err(failure)
 }
 
@@ -263,6 +260,31 @@ pub(crate) fn initialize(db: &Database) -> Result<()> {
     txn.open_table(LEASES)?;
     txn.open_table(VALUES)?;
     txn.open_table(FENCES)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// After a crash in single-process mode the counter may be older than tokens handed out; they
+/// are all at most the durable reservation, so the counter moves up to it.
+pub(crate) fn restore_counter(db: &Database) -> Result<()> {
+    {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        if meta.get(RESERVED_KEY)?.map_or(0, |v| v.value()) <= read_counter(&meta)? {
+            return Ok(());
+        }
+    }
+    let txn = db.begin_write()?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
+        if reserved <= read_counter(&meta)? {
+            drop(meta);
+            txn.abort()?;
+            return Ok(());
+        }
+        meta.insert(COUNTER_KEY, reserved)?;
+    }
     txn.commit()?;
     Ok(())
 }
