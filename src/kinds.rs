@@ -18,74 +18,10 @@ use crate::base::limits::{check_name, check_ttl};
 use crate::holder::Holder;
 use crate::leases::Grant;
 use crate::observe::Attempt;
-use crate::ops::{unexpected, Done, Op};
 use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
-use crate::rules::record::{Lease, Record};
-use crate::store::{Inner, Store};
-
-impl Inner {
-    /// The live grants of `current` (the name's record) that a new grant of `kind` would hold
-    /// the name together with, or the refusal: [`Error::Locked`] when a live grant excludes it
-    /// (an exclusive holder, a shared holder for an exclusive acquire, every permit taken, a
-    /// lock of another kind), [`Error::PermitsMismatch`] when live permits of the name were
-    /// granted with another count.
-    pub(crate) fn check_join(
-        &self,
-        current: Option<&Record>,
-        kind: Kind,
-        now: u64,
-    ) -> Result<Vec<Lease>> {
-        let Some(record) = current else {
-            return Ok(Vec::new());
-        };
-        let mut live = Vec::new();
-        for lease in record.holders() {
-            if self.is_live(lease, now)? {
-                live.push(*lease);
-            }
-        }
-        // The grant that frees its place first, named in a refusal.
-        let Some(first) = live.iter().min_by_key(|lease| lease.expires_ns).copied() else {
-            return Ok(live);
-        };
-        let locked = || Error::Locked {
-            token: first.token,
-            pid: first.holder.pid,
-            remaining: Duration::from_nanos(first.expires_ns - now),
-        };
-        match (record.kind(), kind) {
-            (Kind::Semaphore(permits), Kind::Semaphore(requested)) if permits != requested => {
-                Err(Error::PermitsMismatch { permits, requested })
-            }
-            (Kind::Semaphore(permits), Kind::Semaphore(_)) if live.len() >= permits as usize => {
-                Err(locked())
-            }
-            (Kind::Semaphore(_), Kind::Semaphore(_)) => Ok(live),
-            (Kind::Shared, Kind::Shared) if live.len() < MAX_HOLDERS as usize => Ok(live),
-            _ => Err(locked()),
-        }
-    }
-
-    /// The live grant of `record` that a waiter of the name waits on: the one that frees its
-    /// place first; an exclusive record's lease itself, live or not (the wait tests it).
-    pub(crate) fn blocker(&self, record: Option<&Record>, now: u64) -> Result<Option<Lease>> {
-        match record {
-            None => Ok(None),
-            Some(Record::Exclusive(lease)) => Ok(Some(*lease)),
-            Some(Record::Group(group)) => {
-                let mut first: Option<Lease> = None;
-                for lease in &group.holders {
-                    if self.is_live(lease, now)?
-                        && first.is_none_or(|f| lease.expires_ns < f.expires_ns)
-                    {
-                        first = Some(*lease);
-                    }
-                }
-                Ok(first)
-            }
-        }
-    }
-}
+use crate::rules::leases::{blocker, check_join, check_turn};
+use crate::rules::ops::{unexpected, Done, Op};
+use crate::store::Store;
 
 impl Store {
     /// Tries once to acquire `name` as `kind` for `ttl`: exclusively (as [`Store::acquire`]),
@@ -197,15 +133,16 @@ impl Store {
         } else {
             inner.lease_of(name)?
         };
-        let joined = inner.check_join(record.as_ref(), kind, now)?;
+        let joined = check_join(&***inner, record.as_ref(), kind, now)?;
         let queued = if joined.is_empty() {
             ticket
         } else {
             Some(ticket.unwrap_or(u64::MAX))
         };
-        inner.check_turn(
+        check_turn(
+            &***inner,
             name,
-            inner.blocker(record.as_ref(), now)?.as_ref(),
+            blocker(&***inner, record.as_ref(), now)?.as_ref(),
             queued,
             now,
         )?;
@@ -360,7 +297,12 @@ impl Store {
         let now = clock::now_ns();
         if !inner.served() {
             for name in names {
-                inner.check_join(inner.lease_of(name)?.as_ref(), Kind::Exclusive, now)?;
+                check_join(
+                    &***inner,
+                    inner.lease_of(name)?.as_ref(),
+                    Kind::Exclusive,
+                    now,
+                )?;
             }
         }
         if inner.read_only {
@@ -405,18 +347,15 @@ impl Store {
     fn wait_for_any(&self, names: &[&str], waiting: Waiting<'_>) -> Result<()> {
         let inner = &self.inner;
         let now = clock::now_ns();
-        let mut blocker = None;
+        let mut held = None;
         for name in names {
             let record = inner.lease_of(name)?;
-            if inner
-                .check_join(record.as_ref(), Kind::Exclusive, now)
-                .is_err()
-            {
-                blocker = inner.blocker(record.as_ref(), now)?;
+            if check_join(&***inner, record.as_ref(), Kind::Exclusive, now).is_err() {
+                held = blocker(&***inner, record.as_ref(), now)?;
                 break;
             }
         }
-        if let Some(lease) = blocker {
+        if let Some(lease) = held {
             let until = waiting.deadline.min(lease.expires_ns);
             inner.wait_until_free(lease.live, until, waiting.cancel)?;
         }

@@ -29,30 +29,26 @@
 
 mod backend;
 mod base;
-mod commit;
 #[cfg(feature = "etcd")]
 mod etcd;
 // The C ABI: public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part of
 // the Rust API (Rust users call the engine's types).
 #[doc(hidden)]
 pub mod ffi;
-mod history;
+
 mod holder;
-mod journal;
 mod kinds;
 mod leases;
+mod local;
 mod observe;
-mod ops;
 mod options;
-mod query;
 mod ring;
 mod rules;
 mod serve;
-mod sharing;
+mod share;
 mod storage;
 mod store;
 mod values;
-mod wire;
 
 pub use base::cancel::Cancel;
 // The boot-time clock the leases use, for the benches and the torture checker only.
@@ -64,10 +60,10 @@ pub use base::limits::{
 };
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
-pub use history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use holder::Holder;
 pub use observe::{Event, Observer};
 pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+pub use rules::history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use rules::kind::{Kind, MAX_HOLDERS};
 pub use rules::metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};

@@ -9,6 +9,7 @@ use crate::base::error::{Error, Result};
 use crate::holder::Holder;
 use crate::rules::kind::Kind;
 use crate::rules::metrics::{Activity, Counter, Metrics, Scope};
+use crate::storage::commit::Committed;
 use crate::store::Inner;
 
 /// Receives the events of a store's operations in this process ([`crate::Store::set_observer`]):
@@ -89,18 +90,16 @@ impl Inner {
         self.activity().snapshot(scope)
     }
 
-    /// Counts a transaction that ended: `Some(ops)` committed that many operations, `None`
-    /// committed nothing (what it counted pending is dropped).
-    pub(crate) fn counted_commit(&self, ops: Option<usize>) {
-        let pending = crate::history::take_pending();
-        let Some(ops) = ops else {
+    /// Counts a transaction that ended: what it committed, or `None` when it committed nothing.
+    pub(crate) fn counted_commit(&self, committed: Option<Committed>) {
+        let Some(committed) = committed else {
             return;
         };
         let activity = self.activity();
         activity.add(Counter::Commits, 1);
-        activity.add(Counter::CommittedOps, ops as u64);
-        for counter in pending {
-            activity.add(counter, 1);
+        activity.add(Counter::CommittedOps, committed.ops as u64);
+        for (counter, n) in committed.ends.counts() {
+            activity.add(counter, n);
         }
     }
 

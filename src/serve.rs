@@ -28,7 +28,7 @@ use crate::base::cancel::{Cancel, Waiting};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::options::Options;
-use crate::sharing::Shared;
+use crate::share::member::RingMember;
 use crate::storage::carved::open_carved;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
@@ -64,7 +64,7 @@ impl Default for ServeOptions {
 /// themselves again.
 pub struct Server {
     store: Store,
-    shared: Arc<Shared>,
+    shared: Arc<RingMember>,
 }
 
 impl std::fmt::Debug for Server {
@@ -102,7 +102,7 @@ impl Server {
         }
         let live = Liveness::shared(&path)?;
         let boot_id = clock::boot_id()?;
-        let shared = Shared::open(&path, &live, boot_id)
+        let shared = RingMember::open(&path, &live, boot_id)
             .map(Arc::new)
             .ok_or_else(|| {
                 Error::Storage(format!(
@@ -126,10 +126,10 @@ impl Server {
         let opened = open_exclusive(&path, options).and_then(|db| {
             // The leases a server before this one committed without an fsync.
             let waiting = Waiting::new(options.wait, options.cancel.as_ref());
-            crate::journal::restore(db.writable()?, Some(ring), waiting)?;
+            crate::share::journal::restore(db.writable()?, Some(ring), waiting)?;
             // Marked durably as served: an opener that cannot read this server's journal
             // after its death refuses rather than forget its leases.
-            crate::journal::mark_served(db.writable()?, true)?;
+            crate::share::journal::mark_served(db.writable()?, true)?;
             Ok(db)
         });
         // Recorded as the server before it stops being the wanted one, so that no store sees
@@ -241,7 +241,7 @@ impl Server {
     fn flush(&self) -> Result<()> {
         let db = self.store.inner.database()?;
         // One durable commit (the mark's): it persists every commit before it.
-        crate::journal::mark_served(db.writable()?, false)?;
+        crate::share::journal::mark_served(db.writable()?, false)?;
         self.shared.ring().set_journal_len(0);
         Ok(())
     }
@@ -261,7 +261,7 @@ impl Drop for Server {
 
 impl Inner {
     /// Runs one batch of the posted requests, as a combiner does.
-    fn serve_batch(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<()> {
+    fn serve_batch(self: &Arc<Self>, shared: &Arc<RingMember>) -> Result<()> {
         self.combine(shared).map(|_| ())
     }
 }

@@ -17,19 +17,23 @@ use crate::base::error::{Error, Result};
 use crate::base::limits::{
     check_key, check_name, check_token, check_ttl, duration_ns, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT,
 };
-use crate::commit::GroupCommit;
 use crate::holder::Holder;
 use crate::leases::Grant;
 use crate::observe::Attempt;
-use crate::ops::{unexpected, Done, Op};
 use crate::options::{Mode, Options};
+use crate::ring::lock_hash;
+use crate::rules::context::Context;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
 use crate::rules::kind::Kind;
-use crate::sharing::{run_op, Place, Shared};
+use crate::rules::leases::{blocker, check_join, check_turn, describe_record};
+use crate::rules::ops::{run, unexpected, Done, Op};
+use crate::rules::record::Record;
+use crate::rules::tokens::admit;
+use crate::share::member::{Place, RingMember};
+use crate::storage::commit::GroupCommit;
 use crate::storage::db::restore_counter;
 use crate::storage::db::{damaged, open_now, open_shared, redb_builder, Db};
 use crate::storage::liveness::Liveness;
-use crate::values::admit;
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -52,7 +56,7 @@ pub(crate) struct Inner {
     /// batch durably.
     pub(crate) serving: bool,
     /// A server's lease journal (journal.rs).
-    pub(crate) journal: Option<crate::journal::Journal>,
+    pub(crate) journal: Option<crate::share::journal::Journal>,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -66,7 +70,7 @@ pub(crate) struct Inner {
     pub(crate) busy_timeout: Duration,
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
-    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) shared: Option<Arc<RingMember>>,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The counters and recent releases of a store without a shared ring (metrics.rs).
@@ -171,9 +175,9 @@ impl Store {
         };
         let shared = live
             .as_ref()
-            .and_then(|live| Shared::open(&path, live, clock::boot_id().ok()?))
+            .and_then(|live| RingMember::open(&path, live, clock::boot_id().ok()?))
             .map(Arc::new);
-        let served = |shared: &Option<Arc<Shared>>, live: &Option<Liveness>| matches!((shared, live), (Some(shared), Some(live)) if shared.served(live));
+        let served = |shared: &Option<Arc<RingMember>>, live: &Option<Liveness>| matches!((shared, live), (Some(shared), Some(live)) if shared.served(live));
         if served(&shared, &live) {
             let live = live.expect("a ring needs liveness");
             return Store::assemble(path, options, mode, None, live, shared, false);
@@ -189,7 +193,7 @@ impl Store {
                 // A server starting, stopping or just killed holds the file for a moment
                 // while the ring does not show it serving: the open waits, within the busy
                 // timeout, as behind any process that holds the store.
-                Err(Error::InUse) if shared.as_deref().is_some_and(Shared::in_transition) => {
+                Err(Error::InUse) if shared.as_deref().is_some_and(RingMember::in_transition) => {
                     waiting.step()?;
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -204,7 +208,7 @@ impl Store {
         // A store created by this open gets its ring now.
         let shared = match shared {
             None if !read_only && options.share_commits => {
-                Shared::open(&path, &live, clock::boot_id()?).map(Arc::new)
+                RingMember::open(&path, &live, clock::boot_id()?).map(Arc::new)
             }
             other => other,
         };
@@ -218,7 +222,7 @@ impl Store {
         mode: ConcurrencyMode,
         db: Option<Db>,
         live: Liveness,
-        shared: Option<Arc<Shared>>,
+        shared: Option<Arc<RingMember>>,
         serving: bool,
     ) -> Result<Store> {
         let inner = Inner {
@@ -228,7 +232,7 @@ impl Store {
             read_only: options.read_only,
             mode,
             serving,
-            journal: serving.then(crate::journal::Journal::default),
+            journal: serving.then(crate::share::journal::Journal::default),
             io_failed: AtomicBool::new(false),
             file: crate::storage::file::Identity::of(&path)?,
             path,
@@ -401,7 +405,7 @@ impl Store {
                     // The holder's liveness lock, as the record names it now.
                     let record = self.inner.lease_of(name)?;
                     let now = clock::now_ns();
-                    let lease = self.inner.blocker(record.as_ref(), now)?;
+                    let lease = blocker(&**self.inner, record.as_ref(), now)?;
                     // A semaphore's waiter waits on one permit, but any permit let go is its
                     // turn: it looks again every millisecond.
                     let deadline = match kind {
@@ -473,10 +477,9 @@ impl Store {
         } else {
             self.inner.lease_of(name)?
         };
-        self.inner
-            .check_join(record.as_ref(), Kind::Exclusive, now)?;
-        let lease = self.inner.blocker(record.as_ref(), now)?;
-        self.inner.check_turn(name, lease.as_ref(), ticket, now)?;
+        check_join(&**self.inner, record.as_ref(), Kind::Exclusive, now)?;
+        let lease = blocker(&**self.inner, record.as_ref(), now)?;
+        check_turn(&**self.inner, name, lease.as_ref(), ticket, now)?;
         if self.inner.read_only {
             return Err(crate::storage::db::read_only());
         }
@@ -622,7 +625,7 @@ impl Store {
         let now = clock::now_ns();
         let mut locks = Vec::new();
         for (name, record) in &records {
-            locks.extend(self.inner.describe_record(name, record, now)?);
+            locks.extend(describe_record(&**self.inner, name, record, now)?);
         }
         Ok(locks)
     }
@@ -641,7 +644,7 @@ impl Store {
         on_etcd!(self.inner, remote => remote.lock(name).map(|lock| lock.into_iter().collect()));
         check_name("lock name", name)?;
         match self.inner.lease_of(name)? {
-            Some(record) => self.inner.describe_record(name, &record, clock::now_ns()),
+            Some(record) => describe_record(&**self.inner, name, &record, clock::now_ns()),
             None => Ok(Vec::new()),
         }
     }
@@ -672,20 +675,16 @@ impl Store {
 /// `db`, after restoring the leases of a server that died (journal.rs).
 /// `db`, after restoring the leases of a server that died (journal.rs), from the ring of
 /// `shared`, or from the store's ring opened for this when the store shares none.
-fn restored(db: Db, path: &Path, shared: Option<&Shared>, waiting: Waiting<'_>) -> Result<Db> {
+fn restored(db: Db, path: &Path, shared: Option<&RingMember>, waiting: Waiting<'_>) -> Result<Db> {
     let Db::Writable(database) = &db else {
         return Ok(db);
     };
     match shared {
-        Some(shared) => crate::journal::restore(database, Some(shared.ring()), waiting)?,
-        None if crate::journal::marked(database)? => {
-            let ring = crate::ring::Ring::open(
-                Path::new("/dev/shm"),
-                &fs::metadata(path)?,
-                clock::boot_id()?,
-            )
-            .ok();
-            crate::journal::restore(database, ring.as_ref(), waiting)?;
+        Some(shared) => crate::share::journal::restore(database, Some(shared.ring()), waiting)?,
+        None if crate::share::journal::marked(database)? => {
+            let ring =
+                crate::share::member::open_ring(&fs::metadata(path)?, clock::boot_id()?).ok();
+            crate::share::journal::restore(database, ring.as_ref(), waiting)?;
         }
         None => {}
     }
@@ -754,7 +753,7 @@ impl Inner {
                 .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
         let inner = Arc::clone(self);
-        let run = move |txn: &WriteTransaction| run_op(&inner, &op, txn, false);
+        let run = move |txn: &WriteTransaction| run(&*inner, &op, txn, false);
         let committed = |ops| self.counted_commit(ops);
         let result = self
             .commits
@@ -765,12 +764,6 @@ impl Inner {
             shared.wake();
         }
         self.note_io_failure(result)
-    }
-
-    /// Whether writes that need not outlive the process commit without an fsync: in
-    /// single-process mode.
-    pub(crate) fn relaxed(&self) -> bool {
-        self.mode == ConcurrencyMode::ExclusiveWriter
     }
 
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
@@ -931,5 +924,50 @@ impl Inner {
             )));
         }
         Ok(())
+    }
+}
+
+impl Context for Inner {
+    fn boot_id(&self) -> [u8; 16] {
+        self.boot_id
+    }
+
+    fn is_held(&self, live: u64) -> Result<bool> {
+        Ok(self.live.is_held(live)?)
+    }
+
+    fn waits_before(&self, name: &str, ticket: u64, now: u64) -> bool {
+        self.shared.as_deref().is_some_and(|shared| {
+            shared
+                .ring()
+                .waits_before(lock_hash(name), Some(ticket), now, &self.live)
+        })
+    }
+
+    fn released_at(&self, token: u64) -> Option<u64> {
+        self.activity().release_of(token)
+    }
+
+    /// In single-process mode, and for a server (which keeps a journal of them).
+    fn relaxed(&self) -> bool {
+        self.mode == ConcurrencyMode::ExclusiveWriter
+    }
+
+    fn keeps_history(&self) -> bool {
+        self.history
+    }
+
+    fn prune_cursor(&self) -> &Mutex<String> {
+        &self.prune_cursor
+    }
+
+    fn history_cursor(&self) -> &Mutex<String> {
+        &self.history_cursor
+    }
+
+    fn note_lease(&self, name: &str, record: &Record) {
+        if let Some(journal) = &self.journal {
+            journal.note(name, record);
+        }
     }
 }

@@ -1,21 +1,11 @@
-//! Fenced values and external fences: the one admission rule they share, and a holder's
-//! checked write.
+//! A holder's checked write.
 
 use std::sync::Arc;
 
-use crate::base::error::{Error, Result};
+use crate::base::error::Result;
 use crate::base::limits::check_key;
-use crate::ops::{unexpected, Done, Op};
+use crate::rules::ops::{unexpected, Done, Op};
 use crate::store::Inner;
-
-/// The admission rule of every fenced write: a token lower than the highest that the key or
-/// resource accepted is refused with [`Error::StaleToken`]; an equal or higher one passes.
-pub(crate) fn admit(token: u64, highest: Option<u64>) -> Result<()> {
-    match highest {
-        Some(highest) if token < highest => Err(Error::StaleToken { token, highest }),
-        _ => Ok(()),
-    }
-}
 
 impl Inner {
     /// Writes `value` under `key` with `token`, checking in the same transaction that the lease

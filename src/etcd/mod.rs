@@ -37,7 +37,7 @@ use crate::base::limits::{
 use crate::holder::Holder;
 use crate::options::{Mode, Options};
 use crate::rules::info::{Fenced, LockInfo, LockState, StoreInfo};
-use crate::values::admit;
+use crate::rules::tokens::admit;
 use records::{
     client_error, decode_fence, decode_value, encode_value, revision, token, LockRecord,
 };

@@ -6,7 +6,7 @@ use super::lists::unix_ms_or_zero;
 use super::store::fencelock_store;
 use super::{fencelock_error, fencelock_status, free_boxed, guard, handle, read_or, Out};
 use crate::base::error::Status;
-use crate::history::{Ending, HistoryEntry};
+use crate::rules::history::{Ending, HistoryEntry};
 
 /// How a lease ended: not yet (live and unexpired).
 pub const FENCELOCK_ENDING_HELD: i32 = 0;

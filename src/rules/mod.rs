@@ -5,9 +5,14 @@
 //!
 //! Imports the base (`crate::base`) only.
 
+pub(crate) mod context;
+pub(crate) mod history;
 pub(crate) mod info;
 pub(crate) mod kind;
+pub(crate) mod leases;
 pub(crate) mod metrics;
+pub(crate) mod ops;
+pub(crate) mod query;
 pub(crate) mod record;
 pub(crate) mod tables;
 pub(crate) mod tokens;

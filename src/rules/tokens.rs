@@ -1,9 +1,10 @@
-//! The token counter: the highest token granted, read and moved in the granting transaction,
-//! and in single-process mode the durable reservation that keeps tokens unique across a crash.
+//! Tokens: the counter (the highest token granted, read and moved in the granting transaction),
+//! the durable reservation that keeps tokens unique across a crash where grants commit without
+//! an fsync, and the admission rule of every fenced write.
 
 use redb::ReadableTable;
 
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::rules::tables::COUNTER_KEY;
 use crate::rules::tables::RESERVED_KEY;
 
@@ -22,4 +23,13 @@ pub(crate) fn reservation(
 
 pub(crate) fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
     Ok(meta.get(COUNTER_KEY)?.map_or(0, |v| v.value()))
+}
+
+/// The admission rule of every fenced write: a token lower than the highest that the key or
+/// resource accepted is refused with [`Error::StaleToken`]; an equal or higher one passes.
+pub(crate) fn admit(token: u64, highest: Option<u64>) -> Result<()> {
+    match highest {
+        Some(highest) if token < highest => Err(Error::StaleToken { token, highest }),
+        _ => Ok(()),
+    }
 }

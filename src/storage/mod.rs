@@ -5,6 +5,7 @@
 //! Imports the base and the rules only.
 
 pub(crate) mod carved;
+pub(crate) mod commit;
 pub(crate) mod db;
 pub(crate) mod file;
 pub(crate) mod liveness;

@@ -7,7 +7,6 @@
 //! `check` sees the tables only through `&Tables`, and redb writes only through `&mut Table`, so
 //! a refusal writes nothing by construction.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -15,15 +14,15 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::base::clock::ProcessId;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_granted, duration_ns};
-use crate::commit::Applied;
-use crate::history::{dropped, released_at, Ended, HistoryTable};
+use crate::rules::context::Context;
+use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTable};
 use crate::rules::kind::Kind;
+use crate::rules::leases::{blocker, check_current, check_join, check_turn, prune};
 use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
+use crate::rules::tokens::admit;
 use crate::rules::tokens::{read_counter, reservation};
-use crate::store::Inner;
-use crate::values::admit;
 
 /// One write operation of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +108,41 @@ pub(crate) enum Done {
     Recorded,
 }
 
+/// What an operation produced in its transaction: its value once committed.
+pub(crate) struct Applied<T> {
+    pub value: T,
+    /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
+    /// be where leases need not outlive their process (see `reservation` in tokens.rs); values,
+    /// fences and token reservations must.
+    pub durable: bool,
+    /// The leases whose ends it recorded as they left the leases table, to count once the
+    /// transaction commits.
+    pub ends: Ends,
+}
+
+/// Runs `op` in `txn`: checks it, then applies its plan. A `rerun` was run before by a
+/// combiner that died before it reported the result.
+pub(crate) fn run(
+    cx: &dyn Context,
+    op: &Op,
+    txn: &WriteTransaction,
+    rerun: bool,
+) -> Result<Applied<Done>> {
+    let mut tables = Tables::open(cx, txn, op)?;
+    let now = crate::base::clock::now_ns();
+    let plan = match op.check(cx, &tables, now, rerun) {
+        // Its first run may have committed, and what came since refuses it now: whether it
+        // landed cannot be told (one that visibly landed passed its check above).
+        Err(Error::StaleToken { .. } | Error::LockLost { .. })
+            if rerun && matches!(op, Op::Put { .. } | Op::Fence { .. }) =>
+        {
+            return Err(Error::Timeout);
+        }
+        other => other?,
+    };
+    plan.apply(cx, &mut tables, now)
+}
+
 /// The error for a result of another kind than the operation's, which would be a defect.
 pub(crate) fn unexpected(done: &Done) -> Error {
     Error::Storage(format!("internal error: an operation reported {done:?}"))
@@ -130,7 +164,7 @@ fn unopened() -> Error {
 
 impl<'t> Tables<'t> {
     /// Opens the tables that `op` uses (each open costs a lookup).
-    pub(crate) fn open(inner: &Inner, txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
+    pub(crate) fn open(cx: &dyn Context, txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
         let (meta, leases, values, fences) = match op {
             Op::Acquire { write, .. } => (true, true, write.is_some(), false),
             Op::AcquireKind { .. } | Op::AcquireAll { .. } => (true, true, false, false),
@@ -140,7 +174,7 @@ impl<'t> Tables<'t> {
             Op::RecordReleases { .. } => (false, true, false, false),
         };
         // Grants record the ends of the leases they replace.
-        let history = inner.history
+        let history = cx.keeps_history()
             && matches!(
                 op,
                 Op::Acquire { .. }
@@ -228,10 +262,11 @@ impl Plan {
     /// Makes the planned writes. Fails only in the storage; that aborts the transaction.
     pub(crate) fn apply(
         self,
-        inner: &Inner,
+        cx: &dyn Context,
         tables: &mut Tables<'_>,
         now: u64,
     ) -> Result<Applied<Done>> {
+        let mut ends = Ends::default();
         for write in self.writes {
             match write {
                 Write::Counter(token) => {
@@ -241,16 +276,12 @@ impl Plan {
                     drop(mut_table(&mut tables.meta)?.insert(RESERVED_KEY, bound)?);
                 }
                 Write::Lease(name, lease) => {
-                    if let Some(journal) = &inner.journal {
-                        journal.note(&name, &Record::Exclusive(lease));
-                    }
+                    cx.note_lease(&name, &Record::Exclusive(lease));
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), lease.encode().as_slice())?);
                 }
                 Write::Record(name, record) => {
-                    if let Some(journal) = &inner.journal {
-                        journal.note(&name, &record);
-                    }
+                    cx.note_lease(&name, &record);
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), record.encode().as_slice())?);
                 }
@@ -261,22 +292,30 @@ impl Plan {
                     drop(mut_table(&mut tables.fences)?.insert(resource.as_str(), token)?)
                 }
                 Write::Prune(granting) => {
-                    let pruned = inner.prune(mut_table(&mut tables.leases)?, now, &granting)?;
+                    let pruned = prune(cx, mut_table(&mut tables.leases)?, now, &granting)?;
                     for (name, record) in pruned {
                         for lease in record.holders() {
-                            let ended = inner.judge(record.kind(), lease, now, false)?;
-                            close(inner, tables, &name, lease.token, &ended, true)?;
+                            let ended = judge(cx, record.kind(), lease, now, false)?;
+                            close(cx, tables, &name, lease.token, &ended, Some(&mut ends))?;
                         }
                     }
                 }
                 Write::Close(name, token, ended, leaves) => {
-                    close(inner, tables, &name, token, &ended, leaves)?;
+                    close(
+                        cx,
+                        tables,
+                        &name,
+                        token,
+                        &ended,
+                        leaves.then_some(&mut ends),
+                    )?;
                 }
             }
         }
         Ok(Applied {
             value: self.done,
             durable: self.durable,
+            ends,
         })
     }
 }
@@ -287,7 +326,7 @@ impl Op {
     /// the result, so its first run may have committed.
     pub(crate) fn check(
         &self,
-        inner: &Arc<Inner>,
+        cx: &dyn Context,
         tables: &Tables<'_>,
         now: u64,
         rerun: bool,
@@ -307,10 +346,10 @@ impl Op {
                 if let Some(done) = regrant(current.as_ref(), *holder, *live) {
                     return Ok(Plan::new(done));
                 }
-                inner.check_join(current.as_ref(), Kind::Exclusive, now)?;
-                let blocker = inner.blocker(current.as_ref(), now)?;
-                inner.check_turn(name, blocker.as_ref(), *ticket, now)?;
-                let closes = plan_closes(inner, name, current.as_ref(), &[], now)?;
+                check_join(cx, current.as_ref(), Kind::Exclusive, now)?;
+                let blocker = blocker(cx, current.as_ref(), now)?;
+                check_turn(cx, name, blocker.as_ref(), *ticket, now)?;
+                let closes = plan_closes(cx, name, current.as_ref(), &[], now)?;
                 let token = read_counter(tables.meta()?)?
                     .checked_add(1)
                     .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
@@ -323,18 +362,18 @@ impl Op {
                 // commits without an fsync; tokens are then reserved durably a block at a time,
                 // so that no token is handed out twice after a crash loses the counter's latest
                 // value.
-                let reserve = if inner.relaxed() {
+                let reserve = if cx.relaxed() {
                     reservation(tables.meta()?, token)?
                 } else {
                     None
                 };
-                plan.durable = write.is_some() || !inner.relaxed() || reserve.is_some();
+                plan.durable = write.is_some() || !cx.relaxed() || reserve.is_some();
                 plan.writes.push(Write::Counter(token));
                 plan.writes.extend(reserve.map(Write::Reserve));
                 let lease = Lease {
                     token,
                     holder: *holder,
-                    boot_id: inner.boot_id,
+                    boot_id: cx.boot_id(),
                     granted_ns: now,
                     expires_ns,
                     live: *live,
@@ -356,18 +395,18 @@ impl Op {
                 if let Some(done) = regrant(current.as_ref(), *holder, *live) {
                     return Ok(Plan::new(done));
                 }
-                let mut holders = inner.check_join(current.as_ref(), *kind, now)?;
+                let mut holders = check_join(cx, current.as_ref(), *kind, now)?;
                 let ticket = if holders.is_empty() {
                     *ticket
                 } else {
                     Some(ticket.unwrap_or(u64::MAX))
                 };
-                let blocker = inner.blocker(current.as_ref(), now)?;
-                inner.check_turn(name, blocker.as_ref(), ticket, now)?;
-                let closes = plan_closes(inner, name, current.as_ref(), &holders, now)?;
-                let (token, mut plan) = plan_tokens(inner, tables, 1)?;
+                let blocker = blocker(cx, current.as_ref(), now)?;
+                check_turn(cx, name, blocker.as_ref(), ticket, now)?;
+                let closes = plan_closes(cx, name, current.as_ref(), &holders, now)?;
+                let (token, mut plan) = plan_tokens(cx, tables, 1)?;
                 plan.writes.extend(closes);
-                let lease = new_lease(inner, token, *holder, *live, now, *ttl);
+                let lease = new_lease(cx, token, *holder, *live, now, *ttl);
                 plan.done = Done::Granted {
                     token,
                     expires_ns: lease.expires_ns,
@@ -418,12 +457,12 @@ impl Op {
                 // Every name is checked before anything is planned: all or none.
                 let mut closes = Vec::new();
                 for (record, name) in records.iter().zip(names) {
-                    inner.check_join(record.as_ref(), Kind::Exclusive, now)?;
-                    closes.extend(plan_closes(inner, name, record.as_ref(), &[], now)?);
+                    check_join(cx, record.as_ref(), Kind::Exclusive, now)?;
+                    closes.extend(plan_closes(cx, name, record.as_ref(), &[], now)?);
                 }
                 let count = u32::try_from(names.len())
                     .map_err(|_| Error::invalid("too many locks in one acquire"))?;
-                let (first, mut plan) = plan_tokens(inner, tables, u64::from(count))?;
+                let (first, mut plan) = plan_tokens(cx, tables, u64::from(count))?;
                 let expires_ns = now + duration_ns(*ttl);
                 plan.done = Done::GrantedAll {
                     first,
@@ -434,7 +473,7 @@ impl Op {
                 // out and judge it without knowing it is being taken over.
                 plan.writes.extend(closes);
                 for ((name, live), token) in names.iter().zip(lives).zip(first..) {
-                    let lease = new_lease(inner, token, *holder, *live, now, *ttl);
+                    let lease = new_lease(cx, token, *holder, *live, now, *ttl);
                     plan.writes.push(Write::Lease(name.clone(), lease));
                     plan.writes.push(Write::Prune(name.clone()));
                 }
@@ -442,7 +481,7 @@ impl Op {
             }
             Op::Extend { name, token, ttl } => {
                 let current = tables.lease(name)?;
-                let mut lease = inner.check_current(current.as_ref(), *token, now)?;
+                let mut lease = check_current(cx, current.as_ref(), *token, now)?;
                 lease.expires_ns = now + duration_ns(*ttl);
                 let mut plan = Plan::new(Done::Extended {
                     expires_ns: lease.expires_ns,
@@ -471,7 +510,7 @@ impl Op {
                 // A holder's write: its own token is granted, if its lease is current.
                 let granted = match lease {
                     Some(name) => {
-                        match inner.check_current(tables.lease(name)?.as_ref(), *token, now) {
+                        match check_current(cx, tables.lease(name)?.as_ref(), *token, now) {
                             Ok(_) => *token,
                             // Its first run committed, and the lease ran out since: that outcome,
                             // not a refusal of a write that landed. (Whether the key held a value
@@ -508,7 +547,7 @@ impl Op {
             Op::RecordReleases { releases } => {
                 let mut plan = Plan::new(Done::Recorded);
                 // Without a history to record into, the grants count these ends themselves.
-                if !inner.history {
+                if !cx.keeps_history() {
                     return Ok(plan);
                 }
                 // A record of what happened, not a write anyone was promised: no fsync of
@@ -521,10 +560,10 @@ impl Op {
                     // A lease whose liveness lock is still held was not released.
                     if let Some(lease) = record
                         .holder(*token)
-                        .filter(|lease| !inner.live.is_held(lease.live).unwrap_or(true))
+                        .filter(|lease| !cx.is_held(lease.live).unwrap_or(true))
                     {
                         let (ending, at) = released_at(lease, *at);
-                        let ended = Ended::new(inner, record.kind(), lease, ending, at);
+                        let ended = Ended::new(cx, record.kind(), lease, ending, at);
                         // The lease stays in the table until a grant or the pruning takes it
                         // out: they count it.
                         plan.writes
@@ -552,21 +591,21 @@ fn regrant(current: Option<&Record>, holder: ProcessId, live: u64) -> Option<Don
 }
 
 /// Records the end of the lease `token` of `name` (unless the store keeps no history, or it is
-/// on record already); counts it once the transaction commits when the lease `leaves` the
-/// leases table now.
+/// on record already); counts it into `ends` when the lease leaves the leases table now (which
+/// it does once).
 fn close(
-    inner: &Inner,
+    cx: &dyn Context,
     tables: &mut Tables<'_>,
     name: &str,
     token: u64,
     ended: &Ended,
-    leaves: bool,
+    ends: Option<&mut Ends>,
 ) -> Result<()> {
     if let Some(history) = tables.history.as_mut() {
-        history.record(inner, name, token, ended)?;
+        history.record(cx, name, token, ended)?;
     }
-    if leaves {
-        crate::history::count(ended.ending());
+    if let Some(ends) = ends {
+        ends.add(ended.ending());
     }
     Ok(())
 }
@@ -574,7 +613,7 @@ fn close(
 /// Plans recording the ends of the leases of `current`, the record of `name` that a grant is
 /// replacing now, other than those it keeps (`kept`, live ones it joins).
 fn plan_closes(
-    inner: &Inner,
+    cx: &dyn Context,
     name: &str,
     current: Option<&Record>,
     kept: &[Lease],
@@ -583,7 +622,7 @@ fn plan_closes(
     let mut closes = Vec::new();
     let kind = current.map_or(Kind::Exclusive, Record::kind);
     for lease in dropped(current, kept) {
-        let ended = inner.judge(kind, lease, now, true)?;
+        let ended = judge(cx, kind, lease, now, true)?;
         closes.push(Write::Close(name.to_owned(), lease.token, ended, true));
     }
     Ok(closes)
@@ -592,25 +631,25 @@ fn plan_closes(
 /// Plans taking `count` tokens from the counter: the first of them, and a plan with the
 /// counter's writes. As for `Acquire`: in single-process mode a grant commits without an fsync
 /// unless it passes the durable reservation of tokens.
-fn plan_tokens(inner: &Inner, tables: &Tables<'_>, count: u64) -> Result<(u64, Plan)> {
+fn plan_tokens(cx: &dyn Context, tables: &Tables<'_>, count: u64) -> Result<(u64, Plan)> {
     let counter = read_counter(tables.meta()?)?;
     let exhausted = || Error::Storage("the token counter is exhausted".into());
     let first = counter.checked_add(1).ok_or_else(exhausted)?;
     let last = counter.checked_add(count).ok_or_else(exhausted)?;
-    let reserve = if inner.relaxed() {
+    let reserve = if cx.relaxed() {
         reservation(tables.meta()?, last)?
     } else {
         None
     };
     let mut plan = Plan::new(Done::Fenced);
-    plan.durable = !inner.relaxed() || reserve.is_some();
+    plan.durable = !cx.relaxed() || reserve.is_some();
     plan.writes.push(Write::Counter(last));
     plan.writes.extend(reserve.map(Write::Reserve));
     Ok((first, plan))
 }
 
 fn new_lease(
-    inner: &Inner,
+    cx: &dyn Context,
     token: u64,
     holder: ProcessId,
     live: u64,
@@ -620,7 +659,7 @@ fn new_lease(
     Lease {
         token,
         holder,
-        boot_id: inner.boot_id,
+        boot_id: cx.boot_id(),
         granted_ns: now,
         expires_ns: now + duration_ns(ttl),
         live,

@@ -1,4 +1,4 @@
-//! One commit for every process: writes travel through the shared request ring (ring.rs).
+//! One commit for every process: writes travel through the shared request ring (`ring/`).
 //!
 //! A thread with a write posts its operation in the ring and then tries, without waiting, to
 //! take the store's write lock. The one that gets it is the combiner: it takes every posted
@@ -7,7 +7,7 @@
 //! their result is there, or until the combiner is done and one of them may combine next.
 //!
 //! Liveness never depends on who commits: the requester holds the liveness lock of the lease it
-//! asks for (liveness.rs), so a grant whose requester died is dead on arrival. The failure rules:
+//! asks for (`storage/liveness.rs`), so a grant whose requester died is dead on arrival. The failure rules:
 //!
 //! - A combiner that dies before it publishes: its requests' slots are TAKEN by a dead process;
 //!   their requesters post them again. A re-run acquire whose grant did commit finds its own
@@ -26,33 +26,32 @@
 //!   it first: a grant without its requester's lock is dead on arrival); a slot it left is
 //!   reclaimed when the ring runs full.
 //! - A full ring, or no usable ring: the write commits directly. A request or reply larger
-//!   than a slot travels in a bulk file beside the ring (ring.rs).
+//!   than a slot travels in a bulk file beside the ring (`ring/`).
 //!
-//! A server (serve.rs) is a combiner that holds the file alone: while one serves, requesters
+//! A server (`local/serve.rs`) is a combiner that holds the file alone: while one serves, requesters
 //! never combine, reads travel too, and a request waits for the server up to its deadline.
 
-use std::fs;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redb::WriteTransaction;
 
-use crate::base::cancel::Cancel;
 use crate::base::cancel::Waiting;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::commit::{execute, foreign_job, Applied, Job};
-use crate::ops::{Done, Op, Tables};
-use crate::query::{Answer, Query};
-use crate::ring::{lock_hash, Phase, Posted, Ring, Taken, Waiter};
-use crate::rules::record::Lease;
-use crate::storage::liveness::{fresh_id, Liveness};
-use crate::store::Inner;
-use crate::wire::{
+use crate::ring::{lock_hash, Phase, Posted, Taken};
+use crate::rules::context::Context;
+use crate::rules::info::Fenced;
+use crate::rules::ops::{run, Done, Op};
+use crate::rules::query::{mismatched, Answer, Counts, Query};
+use crate::rules::record::Record;
+use crate::share::member::{Place, RingMember};
+use crate::share::wire::{
     decode_answer, decode_reply, decode_request, encode_answer, encode_op, encode_query,
     encode_reply, Request,
 };
+use crate::storage::commit::{execute, foreign_job, CommitHook, Job};
+use crate::store::Inner;
 
 /// How long a request may stay posted, no combiner taking it, before its requester withdraws
 /// it and waits for the write lock itself: long enough for a combiner's commit, short enough
@@ -70,207 +69,18 @@ const REPLY_SPIN: u64 = 30_000;
 /// combiner's liveness.
 const SLEEP: Duration = Duration::from_millis(1);
 
-/// This process's use of the ring of its store.
-pub(crate) struct Shared {
-    ring: Ring,
-    /// The liveness id this store holds as long as it is open: it names it as a requester and
-    /// as a combiner.
-    id: u64,
-}
-
-impl Shared {
-    /// Whether a server serves the store (or is about to, waiting for the stores open on the
-    /// file to move over): then every operation goes through it.
-    pub(crate) fn served(&self, live: &Liveness) -> bool {
-        self.ring
-            .server()
-            .is_some_and(|(id, _)| self.is_other(id, live))
-    }
-
-    /// Whether a server waits to start, for the stores that have the file open to close it:
-    /// they then close their handle after each operation.
-    pub(crate) fn wanted(&self, live: &Liveness) -> bool {
-        self.is_other(self.ring.wanted(), live)
-    }
-
-    /// Whether a server is recorded in the ring, or waits to start, whether or not it lives:
-    /// one that starts, stops or was just killed may hold the file for a moment.
-    pub(crate) fn in_transition(&self) -> bool {
-        self.ring.server().is_some() || self.ring.wanted() != 0
-    }
-
-    /// Whether `id` is the liveness id of another live store.
-    fn is_other(&self, id: u64, live: &Liveness) -> bool {
-        id != 0 && id != self.id && live.is_held(id).unwrap_or(false)
-    }
-
-    /// The process id of the server that serves the store, if one does.
-    pub(crate) fn server_pid(&self, live: &Liveness) -> Option<u32> {
-        let (id, pid) = self.ring.server()?;
-        self.is_other(id, live).then_some(pid)
-    }
-
-    pub(crate) fn ring(&self) -> &Ring {
-        &self.ring
-    }
-
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Wakes the requesters of posted requests after a commit, so that one combines next.
-    pub(crate) fn wake(&self) {
-        self.ring.wake_posted();
-    }
-
-    /// The ring of the store file at `path`, or `None` when it cannot be used; the store then
-    /// commits its own writes.
-    pub(crate) fn open(path: &Path, live: &Liveness, boot_id: [u8; 16]) -> Option<Shared> {
-        let store = fs::metadata(path).ok()?;
-        let ring = Ring::open(Path::new("/dev/shm"), &store, boot_id).ok()?;
-        for _ in 0..64 {
-            let id = fresh_id().ok()?;
-            if live.lock(id).ok()? {
-                return Some(Shared { ring, id });
-            }
-        }
-        None
-    }
-}
-
-/// A waiting acquire's place in its lock's queue in the ring; leaves the queue when dropped.
-pub(crate) struct Place<'a> {
-    inner: &'a Inner,
-    shared: &'a Shared,
-    waiter: Option<Waiter>,
-    lock: u64,
-}
-
-impl Place<'_> {
-    /// Its ticket; without a place (a full queue), behind every queued waiter.
-    pub(crate) fn ticket(&self) -> u64 {
-        self.waiter.as_ref().map_or(u64::MAX, |w| w.ticket)
-    }
-
-    /// Waits until it may be this waiter's turn: the lease `lease` (the lock's record when the
-    /// wait began) is no longer live, and no earlier waiter waits; or `until` passes. Woken at
-    /// once by a release of the lock in any process; tests the holder's liveness every
-    /// millisecond (a holder may die).
-    pub(crate) fn wait_turn(
-        &self,
-        lease: Option<&Lease>,
-        until: u64,
-        cancel: Option<&Cancel>,
-    ) -> Result<()> {
-        let Some(waiter) = &self.waiter else {
-            return Ok(());
-        };
-        let ring = &self.shared.ring;
-        loop {
-            crate::base::cancel::check(cancel)?;
-            let now = clock::now_ns();
-            if now >= until {
-                return Ok(());
-            }
-            let seen = ring.still_waiting(waiter, now);
-            let held = match lease {
-                Some(lease) => now < lease.expires_ns && self.inner.live.is_held(lease.live)?,
-                None => false,
-            };
-            if !held && !ring.waits_before(self.lock, Some(waiter.ticket), now, &self.inner.live) {
-                return Ok(());
-            }
-            let slice = Duration::from_nanos(until - now).min(crate::base::cancel::POLL);
-            ring.wait_turn(waiter, seen, slice);
-        }
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        if let Some(waiter) = self.waiter.take() {
-            self.shared.ring.dequeue(waiter);
-            // The next waiter may be waiting behind this one.
-            self.shared
-                .ring
-                .wake_oldest(self.lock, clock::now_ns(), &self.inner.live);
-        }
-    }
-}
-
-/// Runs `op` in `txn`: checks it, then applies its plan.
-pub(crate) fn run_op(
-    inner: &Arc<Inner>,
-    op: &Op,
-    txn: &WriteTransaction,
-    rerun: bool,
-) -> Result<Applied<Done>> {
-    let mut tables = Tables::open(inner, txn, op)?;
-    let now = clock::now_ns();
-    let plan = match op.check(inner, &tables, now, rerun) {
-        // Its first run may have committed, and what came since refuses it now: whether it
-        // landed cannot be told (one that visibly landed passed its check above).
-        Err(Error::StaleToken { .. } | Error::LockLost { .. })
-            if rerun && matches!(op, Op::Put { .. } | Op::Fence { .. }) =>
-        {
-            return Err(Error::Timeout);
-        }
-        other => other?,
-    };
-    plan.apply(inner, &mut tables, now)
-}
-
 impl Inner {
     /// A place in the waiting queue of the lock `name`; `None` without a usable ring (the
     /// wait is then not ordered).
     pub(crate) fn queue_up(&self, name: &str) -> Option<Place<'_>> {
-        let shared = self.shared.as_deref()?;
-        let lock = lock_hash(name);
-        let waiter = shared
-            .ring
-            .enqueue(lock, shared.id, clock::now_ns(), &self.live);
-        Some(Place {
-            inner: self,
-            shared,
-            waiter,
-            lock,
-        })
-    }
-
-    /// Refuses a waiting acquire of `name` (whose record is `current`) with [`Error::Locked`]
-    /// while a waiter with an earlier ticket than `ticket` waits for it, so that waiting
-    /// acquires are granted in the order they began to wait, and none starves while others
-    /// cycle. A try-once acquire (`None`) takes a free lock even while waiters queue, as a fair
-    /// lock's `tryLock` does in Java; it never stands in a waiter's way for long, since a
-    /// release wakes the oldest waiter at once.
-    pub(crate) fn check_turn(
-        &self,
-        name: &str,
-        current: Option<&Lease>,
-        ticket: Option<u64>,
-        now: u64,
-    ) -> Result<()> {
-        let (Some(shared), Some(ticket)) = (self.shared.as_deref(), ticket) else {
-            return Ok(());
-        };
-        if shared
-            .ring
-            .waits_before(lock_hash(name), Some(ticket), now, &self.live)
-        {
-            return Err(Error::Locked {
-                token: current.map_or(0, |lease| lease.token),
-                pid: current.map_or(0, |lease| lease.holder.pid),
-                remaining: Duration::ZERO,
-            });
-        }
-        Ok(())
+        Some(self.shared.as_deref()?.queue_up(name, &self.live))
     }
 
     /// Wakes the oldest waiter of the lock `name`, which was just released.
     pub(crate) fn wake_waiter(&self, name: &str) {
         if let Some(shared) = self.shared.as_deref() {
             shared
-                .ring
+                .ring()
                 .wake_oldest(lock_hash(name), clock::now_ns(), &self.live);
         }
     }
@@ -279,7 +89,7 @@ impl Inner {
     /// commits it directly.
     pub(crate) fn submit_shared(
         self: &Arc<Self>,
-        shared: &Arc<Shared>,
+        shared: &Arc<RingMember>,
         op: &Op,
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
@@ -293,7 +103,7 @@ impl Inner {
     /// Waits for the result of the posted write `posted` (see `await_reply`).
     fn await_done(
         self: &Arc<Self>,
-        shared: &Arc<Shared>,
+        shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
@@ -307,7 +117,7 @@ impl Inner {
     /// more): the caller reads the file itself.
     pub(crate) fn ask_server(
         self: &Arc<Self>,
-        shared: &Arc<Shared>,
+        shared: &Arc<RingMember>,
         query: &Query,
     ) -> Result<Option<Answer>> {
         let waiting = Waiting::new(self.busy_timeout, None);
@@ -324,12 +134,12 @@ impl Inner {
     /// serves the store: then it waits for a free slot, within `waiting`.
     fn post(
         &self,
-        shared: &Shared,
+        shared: &RingMember,
         request: &[u8],
         waiting: Waiting<'_>,
     ) -> Result<Option<Posted>> {
         loop {
-            if let Some(posted) = shared.ring.post(shared.id, request, &self.live) {
+            if let Some(posted) = shared.ring().post(shared.id(), request, &self.live) {
                 return Ok(Some(posted));
             }
             if !self.served() {
@@ -347,7 +157,7 @@ impl Inner {
     /// having taken it: the caller runs it directly.
     fn await_reply(
         self: &Arc<Self>,
-        shared: &Arc<Shared>,
+        shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
         combines: bool,
@@ -355,10 +165,10 @@ impl Inner {
         let posted_at = clock::now_ns();
         loop {
             let now = clock::now_ns();
-            match shared.ring.phase(&posted) {
-                Phase::Done => return Ok(Some(shared.ring.reply(posted))),
+            match shared.ring().phase(&posted) {
+                Phase::Done => return Ok(Some(shared.ring().reply(posted))),
                 Phase::Lost => {
-                    shared.ring.done_with(&posted);
+                    shared.ring().done_with(&posted);
                     return Err(Error::Storage(
                         "the shared request ring lost this request's slot".into(),
                     ));
@@ -368,7 +178,7 @@ impl Inner {
                     // until the deadline, since no other process may open the file.
                     let served = self.served();
                     if !served && !combines {
-                        if shared.ring.withdraw(&posted) {
+                        if shared.ring().withdraw(&posted) {
                             return Ok(None);
                         }
                         continue;
@@ -384,7 +194,7 @@ impl Inner {
                         Ok(false) => {}
                         // Not left posted behind an error: another combiner would run it.
                         Err(err) => {
-                            if shared.ring.withdraw(&posted) {
+                            if shared.ring().withdraw(&posted) {
                                 return Err(err);
                             }
                             continue;
@@ -393,7 +203,7 @@ impl Inner {
                     let gave_up = waiting.given_up(now);
                     let withdraws = !served && now.saturating_sub(posted_at) > WITHDRAW_AFTER;
                     if gave_up.is_some() || withdraws {
-                        if shared.ring.withdraw(&posted) {
+                        if shared.ring().withdraw(&posted) {
                             return gave_up.map_or(Ok(None), Err);
                         }
                         continue;
@@ -402,17 +212,17 @@ impl Inner {
                         std::thread::yield_now();
                         continue;
                     }
-                    shared.ring.wait(&posted, seen, SLEEP);
+                    shared.ring().wait(&posted, seen, SLEEP);
                 }
                 Phase::Taken(combiner, seen) => {
                     if !self.live.is_held(combiner)? {
                         // Its combiner died: it is run again.
-                        shared.ring.repost(&posted);
+                        shared.ring().repost(&posted);
                         continue;
                     }
                     if let Some(err) = waiting.given_up(now) {
-                        if shared.ring.abandon(&posted) {
-                            shared.ring.done_with(&posted);
+                        if shared.ring().abandon(&posted) {
+                            shared.ring().done_with(&posted);
                             return Err(err);
                         }
                         continue;
@@ -421,7 +231,7 @@ impl Inner {
                         std::thread::yield_now();
                         continue;
                     }
-                    shared.ring.wait(&posted, seen, SLEEP);
+                    shared.ring().wait(&posted, seen, SLEEP);
                 }
             }
         }
@@ -429,7 +239,7 @@ impl Inner {
 
     /// Becomes the combiner if the write lock is free: runs every posted request in one
     /// transaction. Returns whether it did.
-    pub(crate) fn combine(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<bool> {
+    pub(crate) fn combine(self: &Arc<Self>, shared: &Arc<RingMember>) -> Result<bool> {
         let db = match self.database() {
             // A server took the file meanwhile: it runs the request.
             Err(Error::InUse) if self.served() => return Ok(false),
@@ -451,7 +261,7 @@ impl Inner {
         // When others are writing too, the requesters that the last commit answered post
         // again within microseconds: the combiner lingers a little for them, so that the next
         // commit carries them rather than leaving them for one more.
-        if jobs.len() > 1 || shared.ring.last_batch() > 1 {
+        if jobs.len() > 1 || shared.ring().last_batch() > 1 {
             let start = clock::now_ns();
             let mut quiet_since = start;
             loop {
@@ -467,12 +277,16 @@ impl Inner {
                 }
             }
         }
-        shared.ring.set_last_batch(jobs.len());
+        shared.ring().set_last_batch(jobs.len());
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
-        let journal = self.journal.as_ref().map(|journal| (journal, &shared.ring));
-        let committed = execute(Ok(txn), jobs, self.relaxed(), journal, &|ops| {
-            self.counted_commit(ops);
+        let hook = self
+            .journal
+            .as_ref()
+            .map(|journal| journal.hook(shared.ring()));
+        let hook = hook.as_ref().map(|hook| hook as &dyn CommitHook);
+        let committed = execute(Ok(txn), jobs, self.relaxed(), hook, &|committed| {
+            self.counted_commit(committed);
         });
         shared.wake();
         drop(db);
@@ -483,10 +297,10 @@ impl Inner {
     }
 
     /// Jobs for the requests posted in the ring, for a batch that holds the write lock.
-    pub(crate) fn ring_jobs(self: &Arc<Self>, shared: &Arc<Shared>) -> Vec<Job> {
+    pub(crate) fn ring_jobs(self: &Arc<Self>, shared: &Arc<RingMember>) -> Vec<Job> {
         shared
-            .ring
-            .take_posted(shared.id, &self.live)
+            .ring()
+            .take_posted(shared.id(), &self.live)
             .into_iter()
             .filter_map(|taken| self.ring_job(shared, taken))
             .collect()
@@ -494,17 +308,17 @@ impl Inner {
 
     /// The job of a taken request; `None` for one that does not decode, which is answered at
     /// once (and fails nothing else of the batch).
-    fn ring_job(self: &Arc<Self>, shared: &Arc<Shared>, taken: Taken) -> Option<Job> {
+    fn ring_job(self: &Arc<Self>, shared: &Arc<RingMember>, taken: Taken) -> Option<Job> {
         let op = match decode_request(&taken.request) {
             Ok(Request::Op(op)) => op,
             // A read is answered at once, from the last commit.
             Ok(Request::Query(query)) => {
                 let answer = self.read(|txn| query.run(txn));
-                shared.ring.publish(&taken, &encode_answer(&answer));
+                shared.publish(&taken, &encode_answer(&answer));
                 return None;
             }
             Err(err) => {
-                shared.ring.publish(&taken, &encode_reply(&Err(err)));
+                shared.publish(&taken, &encode_reply(&Err(err)));
                 return None;
             }
         };
@@ -512,14 +326,99 @@ impl Inner {
         let shared = Arc::clone(shared);
         let rerun = taken.rerun;
         Some(foreign_job(
-            move |txn: &WriteTransaction| run_op(&inner, &op, txn, rerun),
-            move |result: Result<Done>| shared.ring.publish(&taken, &encode_reply(&result)),
+            move |txn: &WriteTransaction| run(&*inner, &op, txn, rerun),
+            move |result: Result<Done>| shared.publish(&taken, &encode_reply(&result)),
         ))
+    }
+}
+
+impl Inner {
+    /// Answers `query` from a read transaction of this store.
+    pub(crate) fn query(self: &Arc<Self>, query: &Query) -> Result<Answer> {
+        loop {
+            if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
+                self.check_fork()?;
+                match self.ask_server(shared, query) {
+                    Ok(Some(answer)) => return Ok(answer),
+                    // A process that took the request from the ring after the server was gone
+                    // found the next server holding the file: asked again.
+                    Ok(None) | Err(Error::InUse) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            let answer = self.read(|txn| query.run(txn));
+            self.make_way();
+            match answer {
+                // A server took the file meanwhile: it answers.
+                Err(Error::InUse) if self.served() => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
+    /// lock), if there is one.
+    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Record>> {
+        match self.query(&Query::Record(name.to_owned()))? {
+            Answer::Record(lease) => Ok(lease),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Every lease record, in name order.
+    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Record)>> {
+        match self.query(&Query::Records)? {
+            Answer::Records(records) => Ok(records),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn value_of(self: &Arc<Self>, key: &[u8]) -> Result<Option<Fenced>> {
+        match self.query(&Query::Value(key.to_vec()))? {
+            Answer::Value(value) => Ok(value),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn keys_of(self: &Arc<Self>, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        match self.query(&Query::Keys(prefix.to_vec()))? {
+            Answer::Keys(keys) => Ok(keys),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn fence_of(self: &Arc<Self>, resource: &str) -> Result<Option<u64>> {
+        match self.query(&Query::Fence(resource.to_owned()))? {
+            Answer::Fence(token) => Ok(token),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn counts(self: &Arc<Self>) -> Result<Counts> {
+        match self.query(&Query::Counts)? {
+            Answer::Counts(counts) => Ok(counts),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn history_of(self: &Arc<Self>, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+        match self.query(&Query::History(name.to_owned()))? {
+            Answer::History(entries) => Ok(entries),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    pub(crate) fn verified(self: &Arc<Self>) -> Result<()> {
+        match self.query(&Query::Verify)? {
+            Answer::Verified => Ok(()),
+            other => Err(mismatched(&other)),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::time::Duration;
 
     use super::*;
@@ -532,7 +431,7 @@ mod tests {
         store
     }
 
-    fn shared(store: &Store) -> Arc<Shared> {
+    fn shared(store: &Store) -> Arc<RingMember> {
         Arc::clone(store.inner.shared.as_ref().unwrap())
     }
 
@@ -553,8 +452,8 @@ mod tests {
         };
         let shared = shared(store);
         let posted = shared
-            .ring
-            .post(shared.id, &encode_op(&op), &store.inner.live)
+            .ring()
+            .post(shared.id(), &encode_op(&op), &store.inner.live)
             .unwrap();
         (grant, op, posted)
     }
@@ -574,8 +473,8 @@ mod tests {
         let combiner = open(&path);
         let (grant, _, posted) = post_acquire(&requester, "a");
         let taken = shared(&combiner)
-            .ring
-            .take_posted(shared(&combiner).id, &combiner.inner.live);
+            .ring()
+            .take_posted(shared(&combiner).id(), &combiner.inner.live);
         assert_eq!(taken.len(), 1);
         drop(combiner);
         let token = granted(
@@ -614,14 +513,14 @@ mod tests {
     fn commit_posted_and_die(combiner: Store) {
         let inner = Arc::clone(&combiner.inner);
         let jobs: Vec<Job> = shared(&combiner)
-            .ring
-            .take_posted(shared(&combiner).id, &combiner.inner.live)
+            .ring()
+            .take_posted(shared(&combiner).id(), &combiner.inner.live)
             .into_iter()
             .map(|taken| {
-                let op = crate::wire::decode_op(&taken.request).unwrap();
+                let op = crate::share::wire::decode_op(&taken.request).unwrap();
                 let inner = Arc::clone(&inner);
                 foreign_job(
-                    move |txn: &WriteTransaction| run_op(&inner, &op, txn, false),
+                    move |txn: &WriteTransaction| run(&*inner, &op, txn, false),
                     |_: Result<Done>| {},
                 )
             })
@@ -648,8 +547,8 @@ mod tests {
         };
         let ring = shared(&requester);
         let posted = ring
-            .ring
-            .post(ring.id, &encode_op(&op), &requester.inner.live)
+            .ring()
+            .post(ring.id(), &encode_op(&op), &requester.inner.live)
             .unwrap();
         commit_posted_and_die(open(&path));
         // A higher token passes the fence before the request runs again.
@@ -683,8 +582,8 @@ mod tests {
         };
         let ring = shared(&requester);
         let posted = ring
-            .ring
-            .post(ring.id, &encode_op(&op), &requester.inner.live)
+            .ring()
+            .post(ring.id(), &encode_op(&op), &requester.inner.live)
             .unwrap();
         commit_posted_and_die(open(&path));
         // The lease runs out before the request runs again: the write landed all the same,
@@ -715,7 +614,7 @@ mod tests {
             token: 1,
         };
         let posted = ring
-            .ring
+            .ring()
             .post(
                 crate::storage::liveness::fresh_id().unwrap(),
                 &encode_op(&op),
@@ -723,11 +622,11 @@ mod tests {
             )
             .unwrap();
         assert!(ring
-            .ring
-            .take_posted(ring.id, &combiner.inner.live)
+            .ring()
+            .take_posted(ring.id(), &combiner.inner.live)
             .is_empty());
         assert_eq!(
-            ring.ring.phase(&posted),
+            ring.ring().phase(&posted),
             Phase::Lost,
             "its slot is free again"
         );
@@ -744,7 +643,7 @@ mod tests {
             token: 1,
         });
         let mut posted = Vec::new();
-        while let Some(p) = ring.ring.post(ring.id, &op, &store.inner.live) {
+        while let Some(p) = ring.ring().post(ring.id(), &op, &store.inner.live) {
             posted.push(p);
         }
         assert_eq!(posted.len(), 64);
@@ -753,7 +652,7 @@ mod tests {
         assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
         // The direct commits took the posted requests along.
         for p in &posted {
-            assert_eq!(ring.ring.phase(p), Phase::Done);
+            assert_eq!(ring.ring().phase(p), Phase::Done);
         }
     }
 
@@ -807,7 +706,7 @@ mod tests {
                         token
                     });
                     // The next waiter starts once this one is queued.
-                    while ring.ring.queued(hot) <= i {
+                    while ring.ring().queued(hot) <= i {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                     waiter
@@ -832,8 +731,8 @@ mod tests {
         let (grant_a, _, posted_a) = post_acquire(&a, "a");
         let (grant_b, _, posted_b) = post_acquire(&b, "b");
         assert!(b.inner.combine(&shared(&b)).unwrap());
-        assert_eq!(shared(&a).ring.phase(&posted_a), Phase::Done);
-        assert_eq!(shared(&b).ring.phase(&posted_b), Phase::Done);
+        assert_eq!(shared(&a).ring().phase(&posted_a), Phase::Done);
+        assert_eq!(shared(&b).ring().phase(&posted_b), Phase::Done);
         let ta = granted(
             a.inner
                 .await_done(&shared(&a), posted_a, waiting())

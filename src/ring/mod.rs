@@ -128,6 +128,15 @@ struct WaiterEntry {
     _reserved: [u64; 3],
 }
 
+/// What a ring must have been set up with to be used: this boot (a ring of an earlier one is
+/// set up again) and the version of the format of what travels through it (a ring of another
+/// version is not used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub boot_id: [u8; 16],
+    pub version: u32,
+}
+
 /// A waiting acquire's place in the queue.
 #[derive(Debug)]
 pub(crate) struct Waiter {
@@ -295,11 +304,7 @@ impl Ring {
     /// `dir` (`/dev/shm`). Refused when the ring belongs to another user than the store, or
     /// lets more users write it than the store does: whoever writes the ring has its requests
     /// committed into the store.
-    pub(crate) fn open(
-        dir: &Path,
-        store: &std::fs::Metadata,
-        boot_id: [u8; 16],
-    ) -> io::Result<Ring> {
+    pub(crate) fn open(dir: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let path = dir.join(format!(
             "fencelock-{:x}-{:x}.ring",
             store.dev(),
@@ -308,7 +313,7 @@ impl Ring {
         // A ring unlinked by its last user between this open and this lock is not the one
         // the path names any more: open again.
         for _ in 0..3 {
-            let ring = Ring::open_at(&path, store, boot_id)?;
+            let ring = Ring::open_at(&path, store, stamp)?;
             if names(&path, ring.file())? {
                 return Ok(ring);
             }
@@ -318,7 +323,7 @@ impl Ring {
         ))
     }
 
-    fn open_at(path: &Path, store: &std::fs::Metadata, boot_id: [u8; 16]) -> io::Result<Ring> {
+    fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let mode = store.mode() & 0o666;
         // SAFETY: geteuid has no preconditions.
         let owner = unsafe { libc::geteuid() } == store.uid();
@@ -346,16 +351,16 @@ impl Ring {
         if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
             // Nobody else uses it: set it up unless it is already right.
             let ring = Ring::map(file, path)?;
-            if !ring.valid(boot_id) {
+            if !ring.valid(stamp) {
                 ring.file().set_len(0)?;
                 ring.file().set_len(RING_SIZE as u64)?;
-                ring.initialize(boot_id);
+                ring.initialize(stamp);
                 if let Some(dir) = path.parent() {
                     sweep(dir, path);
                 }
             }
             flock(ring.file(), libc::LOCK_SH)?;
-            return if ring.valid(boot_id) {
+            return if ring.valid(stamp) {
                 Ok(ring)
             } else {
                 Err(refused("the ring could not be set up"))
@@ -365,7 +370,7 @@ impl Ring {
         for _ in 0..50 {
             if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
                 let ring = Ring::map(file, path)?;
-                return if ring.valid(boot_id) {
+                return if ring.valid(stamp) {
                     Ok(ring)
                 } else {
                     Err(refused("the ring is of another version or damaged"))
@@ -440,22 +445,20 @@ impl Ring {
         ]
     }
 
-    fn valid(&self, boot_id: [u8; 16]) -> bool {
+    fn valid(&self, stamp: Stamp) -> bool {
         let header = self.header();
-        let boot = Ring::boot_words(boot_id);
+        let boot = Ring::boot_words(stamp.boot_id);
         header.magic.load(Ordering::Acquire) == MAGIC
-            && header.version.load(Ordering::Relaxed) == crate::wire::WIRE_VERSION
+            && header.version.load(Ordering::Relaxed) == stamp.version
             && header.slots.load(Ordering::Relaxed) as usize == SLOTS
             && header.boot_id[0].load(Ordering::Relaxed) == boot[0]
             && header.boot_id[1].load(Ordering::Relaxed) == boot[1]
     }
 
-    fn initialize(&self, boot_id: [u8; 16]) {
+    fn initialize(&self, stamp: Stamp) {
         let header = self.header();
-        let boot = Ring::boot_words(boot_id);
-        header
-            .version
-            .store(crate::wire::WIRE_VERSION, Ordering::Relaxed);
+        let boot = Ring::boot_words(stamp.boot_id);
+        header.version.store(stamp.version, Ordering::Relaxed);
         header.slots.store(SLOTS as u32, Ordering::Relaxed);
         header.boot_id[0].store(boot[0], Ordering::Relaxed);
         header.boot_id[1].store(boot[1], Ordering::Relaxed);
@@ -767,15 +770,13 @@ impl Ring {
     }
 
     /// Publishes the reply to a taken request and wakes its requester; frees the slot of a
-    /// request given up on.
-    pub(crate) fn publish(&self, taken: &Taken, reply: &[u8]) {
+    /// request given up on. A reply larger than a slot whose bulk file cannot be written is
+    /// not published: the error says why, and the caller publishes a reply that fits instead.
+    pub(crate) fn publish(&self, taken: &Taken, reply: &[u8]) -> io::Result<()> {
         let head = self.head(taken.index);
         let bulk = reply.len() > PAYLOAD;
         if bulk {
-            if let Err(err) = self.write_bulk(taken.index, taken.generation, "rep", reply) {
-                let failed = crate::wire::encode_answer(&Err(err.into()));
-                return self.publish(taken, &failed[..failed.len().min(PAYLOAD)]);
-            }
+            self.write_bulk(taken.index, taken.generation, "rep", reply)?;
             head.len.store(BULK, Ordering::Relaxed);
         } else {
             // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
@@ -809,6 +810,7 @@ impl Ring {
                 }
             }
         }
+        Ok(())
     }
 
     fn waiter(&self, index: usize) -> &WaiterEntry {
@@ -1153,7 +1155,14 @@ fn futex_wake(word: &AtomicU32) {
 mod tests {
     use super::*;
 
-    const BOOT: [u8; 16] = [7; 16];
+    const BOOT: Stamp = Stamp {
+        boot_id: [7; 16],
+        version: 1,
+    };
+    const NEXT_BOOT: Stamp = Stamp {
+        boot_id: [8; 16],
+        version: 1,
+    };
 
     fn store(dir: &Path) -> (std::path::PathBuf, std::fs::Metadata) {
         let path = dir.join("store");
@@ -1187,7 +1196,7 @@ mod tests {
         let taken = rings[5].take_posted(1 << 51, &live);
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].request, b"request");
-        rings[6].publish(&taken[0], b"reply");
+        rings[6].publish(&taken[0], b"reply").unwrap();
         assert_eq!(rings[3].phase(&posted), Phase::Done);
         assert_eq!(rings[3].reply(posted), b"reply");
         // The last user removes it.
@@ -1205,11 +1214,11 @@ mod tests {
         let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
         let old = std::fs::read(&ring_file).unwrap();
         // Used by a process of this boot, it cannot be taken for another boot's.
-        assert!(Ring::open(dir.path(), &meta, [8; 16]).is_err());
+        assert!(Ring::open(dir.path(), &meta, NEXT_BOOT).is_err());
         drop(ring);
         std::fs::write(&ring_file, &old).unwrap();
-        let ring = Ring::open(dir.path(), &meta, [8; 16]).unwrap();
-        assert!(ring.valid([8; 16]));
+        let ring = Ring::open(dir.path(), &meta, NEXT_BOOT).unwrap();
+        assert!(ring.valid(NEXT_BOOT));
         drop(ring);
         // Another program's file of that name is set up again too (nobody uses it).
         std::fs::write(&ring_file, b"something else").unwrap();
@@ -1282,7 +1291,7 @@ mod tests {
             "a taken request cannot be withdrawn"
         );
         assert!(ring.abandon(&posted));
-        ring.publish(&taken[0], b"late");
+        ring.publish(&taken[0], b"late").unwrap();
         assert_eq!(
             ring.phase(&posted),
             Phase::Lost,

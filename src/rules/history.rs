@@ -19,12 +19,11 @@ use std::time::{Duration, SystemTime};
 
 use redb::{ReadableTable, ReadableTableMetadata, Table};
 
-use crate::base::clock;
 use crate::base::error::{Error, Result};
+use crate::rules::context::Context;
 use crate::rules::kind::Kind;
 use crate::rules::metrics::{unix_ns_at, unix_ns_now, Counter};
 use crate::rules::record::{Lease, Record};
-use crate::store::Inner;
 
 /// Entries kept for each lock, its latest.
 pub const HISTORY_PER_LOCK: usize = 32;
@@ -82,16 +81,6 @@ impl Ending {
             _ => return Err(Error::Corrupt("malformed history entry".into())),
         })
     }
-
-    fn counter(self) -> Option<Counter> {
-        match self {
-            Ending::Held => None,
-            Ending::Released => Some(Counter::EndedReleased),
-            Ending::Expired => Some(Counter::EndedExpired),
-            Ending::TakenOver => Some(Counter::EndedTakenOver),
-            Ending::HolderDied => Some(Counter::EndedHolderDied),
-        }
-    }
 }
 
 /// One grant of a lock, as [`crate::Store::history`] tells it.
@@ -140,13 +129,13 @@ impl Ended {
     /// The end of `lease`, held as `kind`, judged `ending` (ended at `ended_ns`, boot time, 0
     /// when not known), recorded now.
     pub(crate) fn new(
-        inner: &Inner,
+        cx: &dyn Context,
         kind: Kind,
         lease: &Lease,
         ending: Ending,
         ended_ns: u64,
     ) -> Ended {
-        let this_boot = lease.boot_id == inner.boot_id;
+        let this_boot = lease.boot_id == cx.boot_id();
         let unix = |ns: u64| {
             if this_boot && ns != 0 {
                 unix_ns_at(ns)
@@ -256,7 +245,7 @@ impl<'t> HistoryTable<'t> {
     /// [`HISTORY_LOCKS`]. Returns whether it wrote it.
     pub(crate) fn record(
         &mut self,
-        inner: &Inner,
+        cx: &dyn Context,
         name: &str,
         token: u64,
         ended: &Ended,
@@ -275,15 +264,15 @@ impl<'t> HistoryTable<'t> {
         }
         drop(self.0.insert(name, blob.as_slice())?);
         if self.0.len()? > HISTORY_LOCKS {
-            self.sweep(inner, name)?;
+            self.sweep(cx, name)?;
         }
         Ok(true)
     }
 
     /// Removes the history of one lock other than `keep`: of those a few past the sweep's
     /// cursor, the one whose last entry is the oldest.
-    fn sweep(&mut self, inner: &Inner, keep: &str) -> Result<()> {
-        let mut cursor = inner.history_cursor.lock();
+    fn sweep(&mut self, cx: &dyn Context, keep: &str) -> Result<()> {
+        let mut cursor = cx.history_cursor().lock();
         let mut oldest: Option<(u64, String)> = None;
         let mut seen = 0;
         let mut last = cursor.clone();
@@ -353,92 +342,46 @@ pub(crate) fn verify(
     Ok(())
 }
 
-impl Inner {
-    /// The end of `lease` (not live at `now`), held as `kind`, as it is recorded: judged by
-    /// `ending`.
-    pub(crate) fn judge(&self, kind: Kind, lease: &Lease, now: u64, taken: bool) -> Result<Ended> {
-        let (ending, at) = self.ending(lease, now, taken)?;
-        Ok(Ended::new(self, kind, lease, ending, at))
-    }
+/// The end of `lease` (not live at `now`), held as `kind`, as it is recorded: judged by
+/// [`ending`].
+pub(crate) fn judge(
+    cx: &dyn Context,
+    kind: Kind,
+    lease: &Lease,
+    now: u64,
+    taken: bool,
+) -> Result<Ended> {
+    let (ending, at) = ending(cx, lease, now, taken)?;
+    Ok(Ended::new(cx, kind, lease, ending, at))
+}
 
-    /// How `lease` (not live at `now`) ended; `taken` when a grant is replacing it now. Also
-    /// when it ended (boot ns), or 0 when that is not known.
-    pub(crate) fn ending(&self, lease: &Lease, now: u64, taken: bool) -> Result<(Ending, u64)> {
-        if lease.boot_id != self.boot_id {
-            return Ok((Ending::HolderDied, 0));
-        }
-        if let Some(at) = self.activity().release_of(lease.token) {
-            return Ok(released_at(lease, at));
-        }
-        if self.live.is_held(lease.live)? {
-            // Its holder holds on past the TTL.
-            return Ok(if taken {
-                (Ending::TakenOver, now)
-            } else {
-                (Ending::Expired, lease.expires_ns)
-            });
-        }
-        if lease.holder.is_alive() {
-            // Released longer ago than the store's memory of releases reaches.
-            Ok((Ending::Released, 0))
+/// How `lease` (not live at `now`) ended; `taken` when a grant is replacing it now. Also when
+/// it ended (boot ns), or 0 when that is not known.
+pub(crate) fn ending(
+    cx: &dyn Context,
+    lease: &Lease,
+    now: u64,
+    taken: bool,
+) -> Result<(Ending, u64)> {
+    if lease.boot_id != cx.boot_id() {
+        return Ok((Ending::HolderDied, 0));
+    }
+    if let Some(at) = cx.released_at(lease.token) {
+        return Ok(released_at(lease, at));
+    }
+    if cx.is_held(lease.live)? {
+        // Its holder holds on past the TTL.
+        return Ok(if taken {
+            (Ending::TakenOver, now)
         } else {
-            Ok((Ending::HolderDied, 0))
-        }
+            (Ending::Expired, lease.expires_ns)
+        });
     }
-
-    /// Notes the release of the lease `token` of `name` now: in the activity page, where the
-    /// grant that next takes the lock reads it, and for this process to record as it closes
-    /// the store.
-    /// Takes back the note of a release that failed to let the lock go.
-    pub(crate) fn unnote_release(&self, token: u64) {
-        self.activity().forget_release(token);
-        self.unrecorded
-            .lock()
-            .retain(|(_, noted, _)| *noted != token);
-    }
-
-    pub(crate) fn note_release(&self, name: &str, token: u64) {
-        let now = clock::now_ns();
-        self.activity().note_release(token, now);
-        if !self.history {
-            return;
-        }
-        let mut unrecorded = self.unrecorded.lock();
-        if unrecorded.len() == UNRECORDED_LIMIT {
-            unrecorded.pop_front();
-        }
-        unrecorded.push_back((name.to_owned(), token, now));
-    }
-
-    /// The history of the lock `name`, oldest first: the ended grants on record, then the
-    /// grants of its current record not recorded yet, with their state now.
-    pub(crate) fn history(self: &std::sync::Arc<Self>, name: &str) -> Result<Vec<HistoryEntry>> {
-        let mut entries = Vec::new();
-        for (token, bytes) in self.history_of(name)? {
-            entries.push(Ended::decode(&bytes)?.entry(name, token));
-        }
-        let now = clock::now_ns();
-        if let Some(record) = self.lease_of(name)? {
-            let mut leases = record.holders().to_vec();
-            leases.sort_by_key(|lease| lease.token);
-            for lease in leases {
-                if entries.iter().any(|entry| entry.token == lease.token) {
-                    continue;
-                }
-                // Judged as the grant that replaces it will judge it.
-                let (ending, ended_ns) = if self.is_live(&lease, now)? {
-                    (Ending::Held, 0)
-                } else {
-                    self.ending(&lease, now, false)?
-                };
-                let mut entry = Ended::new(self, record.kind(), &lease, ending, ended_ns)
-                    .entry(name, lease.token);
-                entry.recorded = None;
-                entries.push(entry);
-            }
-        }
-        entries.sort_by_key(|entry| entry.token);
-        Ok(entries)
+    if lease.holder.is_alive() {
+        // Released longer ago than the store's memory of releases reaches.
+        Ok((Ending::Released, 0))
+    } else {
+        Ok((Ending::HolderDied, 0))
     }
 }
 
@@ -451,25 +394,44 @@ pub(crate) fn released_at(lease: &Lease, at: u64) -> (Ending, u64) {
     }
 }
 
-/// Releases a process remembers to record as it closes the store, its latest.
-pub(crate) const UNRECORDED_LIMIT: usize = 1024;
-
-thread_local! {
-    /// The ends the transaction this thread is applying counted: added to the store's
-    /// counters once it commits (`Inner::counted_commit`), dropped if it does not.
-    static PENDING: std::cell::RefCell<Vec<Counter>> = const { std::cell::RefCell::new(Vec::new()) };
+/// How many leases ended in each way, counted in the transaction that took them out of the
+/// leases table and added to the store's counters once it commits (dropped if it does not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ends {
+    released: u64,
+    expired: u64,
+    taken_over: u64,
+    holder_died: u64,
 }
 
-/// Counts an end, once its transaction commits.
-pub(crate) fn count(ending: Ending) {
-    if let Some(counter) = ending.counter() {
-        PENDING.with(|pending| pending.borrow_mut().push(counter));
+impl Ends {
+    pub(crate) fn add(&mut self, ending: Ending) {
+        match ending {
+            Ending::Held => {}
+            Ending::Released => self.released += 1,
+            Ending::Expired => self.expired += 1,
+            Ending::TakenOver => self.taken_over += 1,
+            Ending::HolderDied => self.holder_died += 1,
+        }
     }
-}
 
-/// The ends counted since the last call, for the transaction that just ended.
-pub(crate) fn take_pending() -> Vec<Counter> {
-    PENDING.with(|pending| std::mem::take(&mut *pending.borrow_mut()))
+    /// Adds the counts of `other`.
+    pub(crate) fn merge(&mut self, other: &Ends) {
+        self.released += other.released;
+        self.expired += other.expired;
+        self.taken_over += other.taken_over;
+        self.holder_died += other.holder_died;
+    }
+
+    /// Each count with the store counter it goes to.
+    pub(crate) fn counts(&self) -> [(Counter, u64); 4] {
+        [
+            (Counter::EndedReleased, self.released),
+            (Counter::EndedExpired, self.expired),
+            (Counter::EndedTakenOver, self.taken_over),
+            (Counter::EndedHolderDied, self.holder_died),
+        ]
+    }
 }
 
 /// The ends a record's dropped leases had: for each lease of `before` not in `kept`.
@@ -483,45 +445,6 @@ pub(crate) fn dropped<'a>(
         .iter()
         .filter(move |lease| !kept.iter().any(|k| k.token == lease.token))
 }
-
-impl crate::Store {
-    /// The grant history of the lock `name`, oldest first: its latest ended grants (up to
-    /// [`HISTORY_PER_LOCK`]), then its current grants with their state now. Empty for a lock
-    /// the store knows nothing of.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad lock name, and on an etcd store; otherwise the
-    /// storage errors of [`crate::Store::get`].
-    pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
-        crate::backend::on_etcd!(self.inner, _remote => Err(crate::observe::not_kept_on_etcd("histories")));
-        crate::base::limits::check_name("lock name", name)?;
-        self.inner.history(name)
-    }
-}
-
-impl Inner {
-    /// Records in the history the releases this process made and has not recorded, as the
-    /// store closes: a release writes nothing to the file, and once every process has closed
-    /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
-    /// next grant to judge those ends itself.
-    pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
-        // A child of fork() leaves the parent's releases (and may not take its locks).
-        if !self.history || self.read_only || self.check_fork().is_err() {
-            return;
-        }
-        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
-        if releases.is_empty() {
-            return;
-        }
-        let wait = self.busy_timeout.min(RECORD_WAIT);
-        let waiting = crate::base::cancel::Waiting::new(wait, None);
-        let _ = self.submit(crate::ops::Op::RecordReleases { releases }, Some(waiting));
-    }
-}
-
-/// How long closing a store waits to record its releases.
-const RECORD_WAIT: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {

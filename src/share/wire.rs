@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::base::clock::ProcessId;
 use crate::base::error::{Error, Result, Status};
-use crate::ops::{Done, Op};
-use crate::query::{Answer, Counts, Query};
 use crate::rules::kind::Kind;
+use crate::rules::ops::{Done, Op};
+use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
 /// The version of this format; part of the ring's header.

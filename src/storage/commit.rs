@@ -12,8 +12,6 @@
 //! Every operation has a deadline, and is refused with [`Error::Timeout`] once it passes (or
 //! with [`Error::Cancelled`] once its cancel handle fires) while it waits for that lock.
 
-use crate::journal::Journal;
-use crate::ring::Ring;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,23 +21,36 @@ use redb::WriteTransaction;
 use crate::base::cancel::Cancel;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
+use crate::rules::history::Ends;
+use crate::rules::ops::Applied;
 use crate::storage::db::Db;
 
-/// What an operation produced in the transaction: its value once committed.
-pub(crate) struct Applied<T> {
-    pub value: T,
-    /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
-    /// be in single-process mode (see `reservation` in tokens.rs); values, fences and token
-    /// reservations must.
-    pub durable: bool,
+/// A commit that carried operations: how many, and the ends of the leases they took out of
+/// the leases table, for the store's counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Committed {
+    pub ops: usize,
+    pub ends: Ends,
+}
+
+/// What a store does around the commit of a batch, beside it (a server's lease journal keeps
+/// the records of commits made without an fsync). Defined here so that the commit knows
+/// nothing of who hooks in.
+pub(crate) trait CommitHook {
+    /// Before the commit of a batch whose writes ask to be durable (`durable`) or not: whether
+    /// the commit must be durable after all.
+    fn before_commit(&self, durable: bool) -> bool;
+    /// After the commit (`committed`: it succeeded; `durable`: as it was made), before any
+    /// result is handed out.
+    fn after_commit(&self, durable: bool, committed: bool);
 }
 
 type Finish = Box<dyn FnOnce(Result<(), &Error>) + Send>;
 
 /// What running one job in the transaction gave.
 enum Ran {
-    /// Applied; whether it must be durable.
-    Applied(Finish, bool),
+    /// Applied; whether it must be durable, and the lease ends it counted.
+    Applied(Finish, bool, Ends),
     Refused(Finish),
     Failed(Finish, Error),
 }
@@ -107,7 +118,7 @@ impl GroupCommit {
         db: &Arc<Db>,
         admit: &dyn Fn() -> Result<()>,
         extra: &dyn Fn() -> Vec<Job>,
-        committed: &dyn Fn(Option<usize>),
+        committed: &dyn Fn(Option<Committed>),
         waiting: crate::base::cancel::Waiting<'_>,
         op: F,
     ) -> Result<T>
@@ -198,7 +209,7 @@ where
         };
         match outcome {
             Ok(applied) => {
-                let durable = applied.durable;
+                let (durable, ends) = (applied.durable, applied.ends);
                 Ran::Applied(
                     Box::new(move |committed| {
                         let result = match committed {
@@ -208,6 +219,7 @@ where
                         finish(result);
                     }),
                     durable,
+                    ends,
                 )
             }
             Err(err) if err.is_refusal() => Ran::Refused(Box::new(move |_| finish(Err(err)))),
@@ -346,7 +358,7 @@ fn begin(
         let mut last = None;
         for job in ended {
             let err = job.given_up(now).unwrap_or(Error::Timeout);
-            let (Ran::Refused(finish) | Ran::Applied(finish, _) | Ran::Failed(finish, _)) =
+            let (Ran::Refused(finish) | Ran::Applied(finish, ..) | Ran::Failed(finish, _)) =
                 (job.run)(Err(&err));
             finish(Err(&err));
             last = Some(err);
@@ -365,7 +377,7 @@ fn run_batch(
     db: &Arc<Db>,
     admit: &dyn Fn() -> Result<()>,
     extra: &dyn Fn() -> Vec<Job>,
-    committed: &dyn Fn(Option<usize>),
+    committed: &dyn Fn(Option<Committed>),
     mut batch: Vec<Job>,
     relaxed: bool,
     waiting: &mut Option<Arc<Handoff>>,
@@ -382,18 +394,20 @@ fn run_batch(
 
 /// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
 /// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
-/// fsync when no job asks to be durable, and tells `committed` how many operations a commit
-/// carried (`None` when the batch committed nothing). Returns the batch's outcome: how the commit went, or the error that failed it.
+/// fsync when no job asks to be durable. Tells `committed` what a commit carried (`None` when
+/// the batch committed nothing), and `hook` of the commit. Returns the batch's outcome: how the
+/// commit went, or the error that failed it.
 pub(crate) fn execute(
     txn: Result<WriteTransaction>,
     batch: Vec<Job>,
     relaxed: bool,
-    journal: Option<(&Journal, &Ring)>,
-    committed_ops: &dyn Fn(Option<usize>),
+    hook: Option<&dyn CommitHook>,
+    committed_ops: &dyn Fn(Option<Committed>),
 ) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
     let mut fatal: Option<Error> = None;
     let mut applied = 0;
+    let mut ends = Ends::default();
     let mut durable = !relaxed;
     for job in batch {
         let input = match (&txn, &fatal) {
@@ -401,9 +415,10 @@ pub(crate) fn execute(
             (Ok(txn), None) => Ok(txn),
         };
         match (job.run)(input) {
-            Ran::Applied(finish, must_last) => {
+            Ran::Applied(finish, must_last, counted) => {
                 applied += 1;
                 durable |= must_last;
+                ends.merge(&counted);
                 finishes.push(finish);
             }
             Ran::Refused(finish) => finishes.push(finish),
@@ -425,8 +440,8 @@ pub(crate) fn execute(
                 .unwrap_or_else(|panic| Err(panicked("abort", &panic)))
         }
         (Ok(mut txn), None) => crate::base::quiet::catch(|| {
-            if let Some((journal, ring)) = journal {
-                durable = journal.before_commit(ring, durable);
+            if let Some(hook) = hook {
+                durable = hook.before_commit(durable);
             }
             if !durable {
                 txn.set_durability(redb::Durability::None)
@@ -436,10 +451,10 @@ pub(crate) fn execute(
         })
         .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
-    committed_ops((committed.is_ok() && applied > 0).then_some(applied));
-    // The journal counts the batch's leases as committed before any reply is published.
-    if let Some((journal, ring)) = journal {
-        journal.after_commit(ring, durable, committed.is_ok());
+    committed_ops((committed.is_ok() && applied > 0).then_some(Committed { ops: applied, ends }));
+    // A server's journal counts the batch's leases as committed before any reply is published.
+    if let Some(hook) = hook {
+        hook.after_commit(durable, committed.is_ok());
     }
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));
@@ -477,6 +492,7 @@ mod tests {
                 Ok(Applied {
                     value,
                     durable: true,
+                    ends: Ends::default(),
                 })
             },
             later(),

@@ -30,6 +30,7 @@ use crate::base::error::{Error, Result};
 use crate::ring::Ring;
 use crate::rules::record::Record;
 use crate::rules::tables::{LEASES, META};
+use crate::storage::commit::CommitHook;
 
 /// The key in the meta table that marks the store as served by a server that has not stopped
 /// cleanly (1), so that its journal may hold leases the file does not.
@@ -107,9 +108,17 @@ impl Journal {
         encode(&mut self.pending.lock().bytes, name, record);
     }
 
+    /// The journal as the commits of a server's batches, in `ring`, hook it in.
+    pub(crate) fn hook<'a>(&'a self, ring: &'a Ring) -> Staging<'a> {
+        Staging {
+            journal: self,
+            ring,
+        }
+    }
+
     /// Before a commit: stages the batch's records in the journal for a non-durable commit.
     /// Returns whether the commit must be durable after all (the journal is full).
-    pub(crate) fn before_commit(&self, ring: &Ring, durable: bool) -> bool {
+    fn before_commit(&self, ring: &Ring, durable: bool) -> bool {
         let mut pending = self.pending.lock();
         if durable || pending.bytes.is_empty() {
             return durable;
@@ -125,7 +134,7 @@ impl Journal {
 
     /// After a commit (`committed`, durably or not): counts the staged records as committed,
     /// or empties the journal after a durable commit. Before any reply is published.
-    pub(crate) fn after_commit(&self, ring: &Ring, durable: bool, committed: bool) {
+    fn after_commit(&self, ring: &Ring, durable: bool, committed: bool) {
         let mut pending = self.pending.lock();
         if committed {
             if durable {
@@ -136,6 +145,22 @@ impl Journal {
         }
         pending.bytes.clear();
         pending.staged = None;
+    }
+}
+
+/// The journal of a server's batch, hooked into its commit.
+pub(crate) struct Staging<'a> {
+    journal: &'a Journal,
+    ring: &'a Ring,
+}
+
+impl CommitHook for Staging<'_> {
+    fn before_commit(&self, durable: bool) -> bool {
+        self.journal.before_commit(self.ring, durable)
+    }
+
+    fn after_commit(&self, durable: bool, committed: bool) {
+        self.journal.after_commit(self.ring, durable, committed);
     }
 }
 

@@ -5,8 +5,6 @@
 //! An answer holds what the file says and nothing that depends on who asks: lease records
 //! stay records, and the asking process judges their liveness itself.
 
-use std::sync::Arc;
-
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 
 use crate::base::error::{Error, Result};
@@ -131,7 +129,7 @@ impl Query {
                 Answer::Verified
             }
             Query::History(name) => match txn.open_table(crate::rules::tables::HISTORY) {
-                Ok(entries) => Answer::History(crate::history::stored(&entries, name)?),
+                Ok(entries) => Answer::History(crate::rules::history::stored(&entries, name)?),
                 // No grant has recorded an end yet.
                 Err(redb::TableError::TableDoesNotExist(_)) => Answer::History(Vec::new()),
                 Err(err) => return Err(err.into()),
@@ -171,93 +169,9 @@ fn verify(txn: &ReadTransaction) -> Result<()> {
         }
     }
     match txn.open_table(crate::rules::tables::HISTORY) {
-        Ok(history) => crate::history::verify(&history, last)?,
+        Ok(history) => crate::rules::history::verify(&history, last)?,
         Err(redb::TableError::TableDoesNotExist(_)) => {}
         Err(err) => return Err(err.into()),
     }
     Ok(())
-}
-
-impl crate::store::Inner {
-    /// Answers `query` from a read transaction of this store.
-    pub(crate) fn query(self: &Arc<Self>, query: &Query) -> Result<Answer> {
-        loop {
-            if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
-                self.check_fork()?;
-                match self.ask_server(shared, query) {
-                    Ok(Some(answer)) => return Ok(answer),
-                    // A process that took the request from the ring after the server was gone
-                    // found the next server holding the file: asked again.
-                    Ok(None) | Err(Error::InUse) => {}
-                    Err(err) => return Err(err),
-                }
-            }
-            let answer = self.read(|txn| query.run(txn));
-            self.make_way();
-            match answer {
-                // A server took the file meanwhile: it answers.
-                Err(Error::InUse) if self.served() => {}
-                other => return other,
-            }
-        }
-    }
-
-    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
-    /// lock), if there is one.
-    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Record>> {
-        match self.query(&Query::Record(name.to_owned()))? {
-            Answer::Record(lease) => Ok(lease),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    /// Every lease record, in name order.
-    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Record)>> {
-        match self.query(&Query::Records)? {
-            Answer::Records(records) => Ok(records),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn value_of(self: &Arc<Self>, key: &[u8]) -> Result<Option<Fenced>> {
-        match self.query(&Query::Value(key.to_vec()))? {
-            Answer::Value(value) => Ok(value),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn keys_of(self: &Arc<Self>, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        match self.query(&Query::Keys(prefix.to_vec()))? {
-            Answer::Keys(keys) => Ok(keys),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn fence_of(self: &Arc<Self>, resource: &str) -> Result<Option<u64>> {
-        match self.query(&Query::Fence(resource.to_owned()))? {
-            Answer::Fence(token) => Ok(token),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn counts(self: &Arc<Self>) -> Result<Counts> {
-        match self.query(&Query::Counts)? {
-            Answer::Counts(counts) => Ok(counts),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn history_of(self: &Arc<Self>, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
-        match self.query(&Query::History(name.to_owned()))? {
-            Answer::History(entries) => Ok(entries),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn verified(self: &Arc<Self>) -> Result<()> {
-        match self.query(&Query::Verify)? {
-            Answer::Verified => Ok(()),
-            other => Err(mismatched(&other)),
-        }
-    }
 }

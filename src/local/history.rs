@@ -1,0 +1,111 @@
+//! A local store's side of the grant history (the rules and the format are in
+//! `rules/history.rs`): a release's note, for the next grant to judge the lease's end by and for
+//! this process to record as it closes the store, and the reading of a lock's history.
+
+use std::time::Duration;
+
+use crate::base::clock;
+use crate::base::error::Result;
+use crate::rules::history::{ending, Ended, Ending, HistoryEntry};
+use crate::rules::leases::is_live;
+use crate::store::Inner;
+
+/// Releases a process remembers to record as it closes the store, its latest.
+const UNRECORDED_LIMIT: usize = 1024;
+
+impl Inner {
+    /// Takes back the note of a release that failed to let the lock go.
+    pub(crate) fn unnote_release(&self, token: u64) {
+        self.activity().forget_release(token);
+        self.unrecorded
+            .lock()
+            .retain(|(_, noted, _)| *noted != token);
+    }
+
+    /// Notes the release of the lease `token` of `name` now: in the activity page, where the
+    /// grant that next takes the lock reads it, and for this process to record as it closes
+    /// the store.
+    pub(crate) fn note_release(&self, name: &str, token: u64) {
+        let now = clock::now_ns();
+        self.activity().note_release(token, now);
+        if !self.history {
+            return;
+        }
+        let mut unrecorded = self.unrecorded.lock();
+        if unrecorded.len() == UNRECORDED_LIMIT {
+            unrecorded.pop_front();
+        }
+        unrecorded.push_back((name.to_owned(), token, now));
+    }
+
+    /// The history of the lock `name`, oldest first: the ended grants on record, then the
+    /// grants of its current record not recorded yet, with their state now.
+    pub(crate) fn history(self: &std::sync::Arc<Self>, name: &str) -> Result<Vec<HistoryEntry>> {
+        let mut entries = Vec::new();
+        for (token, bytes) in self.history_of(name)? {
+            entries.push(Ended::decode(&bytes)?.entry(name, token));
+        }
+        let now = clock::now_ns();
+        if let Some(record) = self.lease_of(name)? {
+            let mut leases = record.holders().to_vec();
+            leases.sort_by_key(|lease| lease.token);
+            for lease in leases {
+                if entries.iter().any(|entry| entry.token == lease.token) {
+                    continue;
+                }
+                // Judged as the grant that replaces it will judge it.
+                let (ending, ended_ns) = if is_live(&**self, &lease, now)? {
+                    (Ending::Held, 0)
+                } else {
+                    ending(&**self, &lease, now, false)?
+                };
+                let mut entry = Ended::new(&**self, record.kind(), &lease, ending, ended_ns)
+                    .entry(name, lease.token);
+                entry.recorded = None;
+                entries.push(entry);
+            }
+        }
+        entries.sort_by_key(|entry| entry.token);
+        Ok(entries)
+    }
+
+    /// Records in the history the releases this process made and has not recorded, as the
+    /// store closes: a release writes nothing to the file, and once every process has closed
+    /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
+    /// next grant to judge those ends itself.
+    pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
+        // A child of fork() leaves the parent's releases (and may not take its locks).
+        if !self.history || self.read_only || self.check_fork().is_err() {
+            return;
+        }
+        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
+        if releases.is_empty() {
+            return;
+        }
+        let wait = self.busy_timeout.min(RECORD_WAIT);
+        let waiting = crate::base::cancel::Waiting::new(wait, None);
+        let _ = self.submit(
+            crate::rules::ops::Op::RecordReleases { releases },
+            Some(waiting),
+        );
+    }
+}
+
+/// How long closing a store waits to record its releases.
+const RECORD_WAIT: Duration = Duration::from_millis(500);
+
+impl crate::Store {
+    /// The grant history of the lock `name`, oldest first: its latest ended grants (up to
+    /// [`HISTORY_PER_LOCK`]), then its current grants with their state now. Empty for a lock
+    /// the store knows nothing of.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad lock name, and on an etcd store; otherwise the
+    /// storage errors of [`crate::Store::get`].
+    pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
+        crate::backend::on_etcd!(self.inner, _remote => Err(crate::observe::not_kept_on_etcd("histories")));
+        crate::base::limits::check_name("lock name", name)?;
+        self.inner.history(name)
+    }
+}

@@ -1,0 +1,44 @@
+//! What the rules need to know of the engine that applies them, and no more.
+//!
+//! A lease's liveness is a fact of the host (its boot, its holder's liveness lock), a waiting
+//! acquire's turn a fact of the waiting queue, a release's time a fact of the store's memory of
+//! releases. The engine that runs an operation knows them; the rules ask through this trait,
+//! defined here so that the rules never name the engine (as etcd's `lease` package defines the
+//! `TxnDelete` it needs rather than importing `mvcc`).
+
+use parking_lot::Mutex;
+
+use crate::base::error::Result;
+use crate::rules::record::Record;
+
+pub(crate) trait Context {
+    /// This boot's id: a lease granted in another boot is dead.
+    fn boot_id(&self) -> [u8; 16];
+
+    /// Whether some open file (of any process) holds the liveness lock `live`.
+    fn is_held(&self, live: u64) -> Result<bool>;
+
+    /// Whether a waiter of the lock `name` that still shows it waits holds an earlier ticket
+    /// than `ticket` (`u64::MAX`: than any). Always `false` where waits are not queued.
+    fn waits_before(&self, name: &str, ticket: u64, now: u64) -> bool;
+
+    /// When the lease `token` was released (`CLOCK_BOOTTIME` ns), if the store still knows.
+    fn released_at(&self, token: u64) -> Option<u64>;
+
+    /// Whether grants and extends may commit without an fsync: their records need not outlive
+    /// the process that commits them (single-process mode, a server with its journal).
+    fn relaxed(&self) -> bool;
+
+    /// Whether grants record the ends of the leases they replace in the lock's history.
+    fn keeps_history(&self) -> bool;
+
+    /// Where the pruning of dead lease records resumes: the last name it looked at.
+    fn prune_cursor(&self) -> &Mutex<String>;
+
+    /// Where the history's sweep of too many locks resumes.
+    fn history_cursor(&self) -> &Mutex<String>;
+
+    /// Hears every lease record an operation writes, before its transaction commits (a
+    /// server's journal keeps them: `share/journal.rs`).
+    fn note_lease(&self, name: &str, record: &Record);
+}

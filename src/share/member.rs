@@ -1,0 +1,179 @@
+//! This process's seat in its store's request ring (ring.rs): the liveness id that names it as
+//! a requester and a combiner, whether a server serves the store, and a waiting acquire's place
+//! in its lock's queue. How writes travel through the ring is the local engine's
+//! (`local/route.rs`).
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::base::cancel::Cancel;
+use crate::base::clock;
+use crate::base::error::Result;
+use crate::ring::{lock_hash, Ring, Stamp, Taken, Waiter, PAYLOAD};
+use crate::rules::record::Lease;
+use crate::share::wire::{encode_answer, WIRE_VERSION};
+use crate::storage::liveness::{fresh_id, Liveness};
+
+/// This process's use of the ring of its store.
+pub(crate) struct RingMember {
+    ring: Ring,
+    /// The liveness id this store holds as long as it is open: it names it as a requester and
+    /// as a combiner.
+    id: u64,
+}
+
+impl RingMember {
+    /// Whether a server serves the store (or is about to, waiting for the stores open on the
+    /// file to move over): then every operation goes through it.
+    pub(crate) fn served(&self, live: &Liveness) -> bool {
+        self.ring
+            .server()
+            .is_some_and(|(id, _)| self.is_other(id, live))
+    }
+
+    /// Whether a server waits to start, for the stores that have the file open to close it:
+    /// they then close their handle after each operation.
+    pub(crate) fn wanted(&self, live: &Liveness) -> bool {
+        self.is_other(self.ring.wanted(), live)
+    }
+
+    /// Whether a server is recorded in the ring, or waits to start, whether or not it lives:
+    /// one that starts, stops or was just killed may hold the file for a moment.
+    pub(crate) fn in_transition(&self) -> bool {
+        self.ring.server().is_some() || self.ring.wanted() != 0
+    }
+
+    /// Whether `id` is the liveness id of another live store.
+    fn is_other(&self, id: u64, live: &Liveness) -> bool {
+        id != 0 && id != self.id && live.is_held(id).unwrap_or(false)
+    }
+
+    /// The process id of the server that serves the store, if one does.
+    pub(crate) fn server_pid(&self, live: &Liveness) -> Option<u32> {
+        let (id, pid) = self.ring.server()?;
+        self.is_other(id, live).then_some(pid)
+    }
+
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Wakes the requesters of posted requests after a commit, so that one combines next.
+    pub(crate) fn wake(&self) {
+        self.ring.wake_posted();
+    }
+
+    /// The ring of the store file at `path`, or `None` when it cannot be used; the store then
+    /// commits its own writes.
+    pub(crate) fn open(path: &Path, live: &Liveness, boot_id: [u8; 16]) -> Option<RingMember> {
+        let store = fs::metadata(path).ok()?;
+        let ring = open_ring(&store, boot_id).ok()?;
+        for _ in 0..64 {
+            let id = fresh_id().ok()?;
+            if live.lock(id).ok()? {
+                return Some(RingMember { ring, id });
+            }
+        }
+        None
+    }
+}
+
+/// A waiting acquire's place in its lock's queue in the ring; leaves the queue when dropped.
+pub(crate) struct Place<'a> {
+    live: &'a Liveness,
+    member: &'a RingMember,
+    waiter: Option<Waiter>,
+    lock: u64,
+}
+
+impl Place<'_> {
+    /// Its ticket; without a place (a full queue), behind every queued waiter.
+    pub(crate) fn ticket(&self) -> u64 {
+        self.waiter.as_ref().map_or(u64::MAX, |w| w.ticket)
+    }
+
+    /// Waits until it may be this waiter's turn: the lease `lease` (the lock's record when the
+    /// wait began) is no longer live, and no earlier waiter waits; or `until` passes. Woken at
+    /// once by a release of the lock in any process; tests the holder's liveness every
+    /// millisecond (a holder may die).
+    pub(crate) fn wait_turn(
+        &self,
+        lease: Option<&Lease>,
+        until: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<()> {
+        let Some(waiter) = &self.waiter else {
+            return Ok(());
+        };
+        let ring = &self.member.ring;
+        loop {
+            crate::base::cancel::check(cancel)?;
+            let now = clock::now_ns();
+            if now >= until {
+                return Ok(());
+            }
+            let seen = ring.still_waiting(waiter, now);
+            let held = match lease {
+                Some(lease) => now < lease.expires_ns && self.live.is_held(lease.live)?,
+                None => false,
+            };
+            if !held && !ring.waits_before(self.lock, Some(waiter.ticket), now, self.live) {
+                return Ok(());
+            }
+            let slice = Duration::from_nanos(until - now).min(crate::base::cancel::POLL);
+            ring.wait_turn(waiter, seen, slice);
+        }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            self.member.ring.dequeue(waiter);
+            // The next waiter may be waiting behind this one.
+            self.member
+                .ring
+                .wake_oldest(self.lock, clock::now_ns(), self.live);
+        }
+    }
+}
+
+/// The ring of the store file with metadata `store`, in `/dev/shm`, for this boot and this
+/// library's wire format.
+pub(crate) fn open_ring(store: &fs::Metadata, boot_id: [u8; 16]) -> std::io::Result<Ring> {
+    let stamp = Stamp {
+        boot_id,
+        version: WIRE_VERSION,
+    };
+    Ring::open(Path::new("/dev/shm"), store, stamp)
+}
+
+impl RingMember {
+    /// Publishes `reply` to the request `taken`; a reply that cannot travel (a bulk file that
+    /// cannot be written) is answered with that failure instead.
+    pub(crate) fn publish(&self, taken: &Taken, reply: &[u8]) {
+        if let Err(err) = self.ring.publish(taken, reply) {
+            let failed = encode_answer(&Err(err.into()));
+            let _ = self
+                .ring
+                .publish(taken, &failed[..failed.len().min(PAYLOAD)]);
+        }
+    }
+
+    /// A place in the waiting queue of the lock `name`, for a store whose liveness is `live`.
+    pub(crate) fn queue_up<'a>(&'a self, name: &str, live: &'a Liveness) -> Place<'a> {
+        let lock = lock_hash(name);
+        let waiter = self.ring.enqueue(lock, self.id, clock::now_ns(), live);
+        Place {
+            live,
+            member: self,
+            waiter,
+            lock,
+        }
+    }
+}
