@@ -2,8 +2,9 @@
 # Installs the Python binding into a virtual environment of the checkout's own (pip builds the
 # Rust library with cargo and puts it inside the package), then runs its tests from a directory
 # outside the source tree, so that the installed package is what they import. The environment,
-# target/pytest-venv/pyX.Y, sees the Python's own packages (pytest) but installs fencelock into
-# itself: two checkouts on one machine never replace each other's installed package mid-run.
+# target/pytest-venv/pyX.Y (scripts/venv.sh), sees the Python's own packages (pytest) but
+# installs fencelock into itself: two checkouts on one machine never replace each other's
+# installed package mid-run.
 # Extra arguments go to pytest.
 #   PYTHON=python3.12 bindings/python/run_tests.sh -k seed
 set -eu
@@ -12,9 +13,7 @@ PYTHON=${PYTHON:-python3}
 export PIP_ROOT_USER_ACTION=${PIP_ROOT_USER_ACTION:-ignore}  # CI runs as root on a throwaway machine
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-VENV=$HERE/../../target/pytest-venv/$("$PYTHON" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv --system-site-packages "$VENV"
-PYTHON=$VENV/bin/python
+PYTHON=$(PYTHON=$PYTHON sh "$HERE/../../scripts/venv.sh")
 "$PYTHON" -m pip install --quiet --force-reinstall --no-deps "$HERE"
 "$PYTHON" -c "import pytest" 2>/dev/null || "$PYTHON" -m pip install --quiet pytest
 
