@@ -1,7 +1,8 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
 #   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs,
-#                and the etcd backend's on etcd nodes of their own (FEATURES= leaves etcd out)
+#                and the etcd backend's on etcd nodes of their own (FEATURES= leaves etcd out);
+#                first `make setup`, which installs the tools the tests need and this machine lacks
 #   make test-etcd-cluster   only the three-node etcd cluster with members killed and stopped
 #   make crash   the long run of the power-loss crash images
 #   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
@@ -23,12 +24,17 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: cli demo test test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: cli demo setup test test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
-test: lint test-rust $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
+# In this order (make runs prerequisites left to right): the set-up step, then the tests.
+test: setup lint test-rust $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
+
+# Installs what make test needs and this machine lacks (scripts/setup.sh lists it all).
+setup:
+	FENCELOCK_FEATURES=$(FEATURES) bash scripts/setup.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

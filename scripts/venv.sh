@@ -1,7 +1,9 @@
 #!/bin/sh
 # Prints the python of the tests' virtual environment, target/pytest-venv/pyX.Y for PYTHON
 # (default python3), making the environment first if it is missing. It sees that Python's own
-# packages (--system-site-packages). bindings/python/run_tests.sh uses it.
+# packages (--system-site-packages), and the test tools scripts/setup.sh installs go into it, so
+# that nothing is installed into the system's Python (which Debian 12 refuses: PEP 668).
+# bindings/python/run_tests.sh, tests/packaging/python.sh and scripts/setup.sh use it.
 # Usage: scripts/venv.sh [--path]      (--path: only print the path, make nothing)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -4,13 +4,13 @@
 # would, with cargo-zigbuild), check it with `auditwheel show`, and install each of the two
 # into a fresh virtual environment: the wheel with no network and no cargo, the sdist with
 # cargo. Both then run the seed walkthrough (walkthrough.py) with a PATH that has no cargo.
-# Needs: PYTHON (default python3) with venv, build, auditwheel, ziglang and cargo-zigbuild
-#   (.ci/run installs them: python3 -m pip install build auditwheel ziglang cargo-zigbuild).
+# Runs with the tests' virtual environment of PYTHON (default python3; scripts/venv.sh), which
+#   needs build, auditwheel, ziglang and cargo-zigbuild: `make setup` installs them into it.
 # Usage: tests/packaging/python.sh      (`make test-packaging` runs it)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-python=${PYTHON:-python3}
+python=$(sh "$root/scripts/venv.sh")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() {
@@ -21,11 +21,11 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
 for module in venv build auditwheel ziglang; do
     "$python" -c "import $module" 2>/dev/null ||
-        fail "$python has no module $module: $python -m pip install build auditwheel ziglang cargo-zigbuild"
+        fail "$python has no module $module: run make setup"
 done
 bin=$("$python" -c 'import sys, sysconfig; print(sysconfig.get_path("scripts"))')
 export PATH=$bin:$PATH # auditwheel and cargo-zigbuild, installed with that python
-command -v cargo-zigbuild >/dev/null || fail "cargo-zigbuild is not on PATH: $python -m pip install cargo-zigbuild"
+command -v cargo-zigbuild >/dev/null || fail "cargo-zigbuild is not on PATH: run make setup"
 # cargo-zigbuild looks for zig on PATH or in the python it finds; pip's isolated build
 # environment has neither, so name the ziglang package's binary.
 CARGO_ZIGBUILD_ZIG_PATH=$("$python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
