@@ -24,17 +24,21 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: cli demo setup test test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
-# In this order (make runs prerequisites left to right): the set-up step, then the tests.
-test: setup lint test-rust $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
+# In this order (make runs prerequisites left to right): the set-up step, its own test, the rest.
+test: setup test-setup lint test-rust $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
 
 # Installs what make test needs and this machine lacks (scripts/setup.sh lists it all).
 setup:
 	FENCELOCK_FEATURES=$(FEATURES) bash scripts/setup.sh
+
+# The set-up step's own test, with fake installers: a few seconds, installs nothing.
+test-setup:
+	bash tests/setup/test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
