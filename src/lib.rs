@@ -27,29 +27,25 @@
 //!
 //! See README.md for the guarantees and their limits.
 
-mod backend;
-mod base;
+// The layers, lowest first. A module imports its own folder or lower ones only; each folder's
+// opening comment says what it owns.
+mod api;
+mod base; // 0: errors, clock, cancellation, limits
+mod engine; // 5: the Engine and LeaseHandle traits
 #[cfg(feature = "etcd")]
-mod etcd;
-// The C ABI: public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part of
-// the Rust API (Rust users call the engine's types).
+mod etcd; // 6: the etcd engine
+mod local; // 6: the local engine (a file of this host)
+mod ring; // 3: the shared request ring in /dev/shm: bytes and futexes
+mod rules; // 1: kinds, records, tables, tokens, the lease rules, operations, queries, history
+mod share; // 4: what processes exchange through the ring: wire format, seat, journal
+mod storage; // 2: the redb file, what is at the path, liveness locks, group commit // 7: Store and Holder
+                                                                                    // 8: the C ABI. Public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part
+                                                                                    // of the Rust API (Rust users call the engine's types); it uses only what this file exports.
 #[doc(hidden)]
 pub mod ffi;
 
-mod holder;
-mod kinds;
-mod leases;
-mod local;
-mod observe;
-mod options;
-mod ring;
-mod rules;
-mod serve;
-mod share;
-mod storage;
-mod store;
-mod values;
-
+pub use api::holder::Holder;
+pub use api::store::Store;
 pub use base::cancel::Cancel;
 // The boot-time clock the leases use, for the benches and the torture checker only.
 #[doc(hidden)]
@@ -58,18 +54,16 @@ pub use base::error::{Error, Result, Status};
 pub use base::limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
+pub use engine::observe::{Event, Observer};
+pub use engine::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
-pub use holder::Holder;
-pub use observe::{Event, Observer};
-pub use options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
+pub use local::serve::{ServeOptions, Server};
 pub use rules::history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use rules::kind::{Kind, MAX_HOLDERS};
 pub use rules::metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};
-pub use serve::{ServeOptions, Server};
 pub use storage::db::SCHEMA_VERSION;
-pub use store::Store;
 
 /// The library's version, as Cargo knows it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

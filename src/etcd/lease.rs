@@ -2,35 +2,28 @@
 //! key. The lease, not this process, decides: etcd deletes the lock key when the lease ends,
 //! and a keep-alive answered with TTL 0 says it has.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use parking_lot::{Condvar, Mutex};
 use tokio::sync::Notify;
 
 use super::records::{client_error, revision, LockRecord};
 use super::runtime::{self, block_for};
-use super::{etcd_ttl, first_kv, lost, Remote};
-use crate::base::cancel::Cancel;
+use super::{etcd_ttl, first_kv, lost, EtcdEngine};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::base::limits::duration_ns;
+use crate::engine::{Engine, LeaseHandle, LeaseState};
+use crate::rules::kind::Kind;
 
 pub(crate) struct EtcdLease {
-    pub(crate) remote: Arc<Remote>,
-    pub(crate) name: String,
-    pub(crate) token: u64,
+    remote: Arc<EtcdEngine>,
+    state: LeaseState,
     /// The etcd lease carrying the lock key; a new one after an extend to another TTL.
     lease: AtomicI64,
     /// Its TTL, in seconds.
     ttl: AtomicI64,
-    expires_ns: AtomicU64,
-    released: AtomicBool,
-    /// Set once the lease is known to be lost or released.
-    ended: Mutex<bool>,
-    ended_changed: Condvar,
     /// Wakes the keep-alive task when the lease is released.
     stop: Arc<Notify>,
     keeping: AtomicBool,
@@ -38,31 +31,26 @@ pub(crate) struct EtcdLease {
 
 impl EtcdLease {
     pub(crate) fn new(
-        remote: Arc<Remote>,
+        remote: Arc<EtcdEngine>,
         name: String,
         token: u64,
         lease: i64,
         ttl: i64,
         asked_ns: u64,
     ) -> Arc<EtcdLease> {
+        let expires_ns = asked_ns.saturating_add(secs_ns(ttl));
         Arc::new(EtcdLease {
             remote,
-            name,
-            token,
+            state: LeaseState::new(name, Kind::Exclusive, token, expires_ns),
             lease: AtomicI64::new(lease),
             ttl: AtomicI64::new(ttl),
-            expires_ns: AtomicU64::new(asked_ns.saturating_add(secs_ns(ttl))),
-            released: AtomicBool::new(false),
-            ended: Mutex::new(false),
-            ended_changed: Condvar::new(),
             stop: Arc::new(Notify::new()),
             keeping: AtomicBool::new(false),
         })
     }
 
     fn end(&self) {
-        *self.ended.lock() = true;
-        self.ended_changed.notify_all();
+        self.state.signal.end();
         self.stop.notify_one();
     }
 
@@ -73,28 +61,13 @@ impl EtcdLease {
         err
     }
 
-    fn released_error(&self) -> Error {
-        Error::LockLost {
-            token: self.token,
-            current: None,
-        }
-    }
-
-    pub(crate) fn remaining(&self) -> Duration {
-        Duration::from_nanos(
-            self.expires_ns
-                .load(Ordering::Acquire)
-                .saturating_sub(clock::now_ns()),
-        )
-    }
-
     /// Renews the lease for `ttl` from now. The same TTL as the lease's is one etcd keep-alive;
     /// another TTL moves the lock key onto a new lease of that TTL, in one transaction that
     /// checks the key is still this grant's (its create revision, the token, stays).
-    pub(crate) fn extend(&self, ttl: Duration) -> Result<()> {
+    fn extend_now(&self, ttl: Duration) -> Result<()> {
         let secs = etcd_ttl(ttl)?;
-        if self.released.load(Ordering::Acquire) {
-            return Err(self.released_error());
+        if self.state.released.load(Ordering::Acquire) {
+            return Err(self.state.lost());
         }
         let result = if secs == self.ttl.load(Ordering::Acquire) {
             self.refresh()
@@ -142,22 +115,23 @@ impl EtcdLease {
             if self.lease.load(Ordering::Acquire) != lease {
                 return Ok(());
             }
-            return Err(lost(self.token, None));
+            return Err(lost(self.state.token, None));
         }
-        self.expires_ns
+        self.state
+            .expires_ns
             .store(asked.saturating_add(secs_ns(ttl)), Ordering::Release);
         Ok(())
     }
 
     fn move_to_new_lease(&self, ttl: Duration) -> Result<()> {
         let asked = clock::now_ns();
-        let key = self.remote.lock_key(&self.name);
+        let key = self.remote.lock_key(&self.state.name);
         let record = LockRecord::now().encode();
-        let token = self.token;
+        let token = self.state.token;
         let old = self.lease.load(Ordering::Acquire);
         let mut client = self.remote.client();
         let (lease, secs) = block_for(self.remote.timeout, async move {
-            let (lease, secs) = Remote::new_lease(&mut client, ttl).await?;
+            let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
             let txn = Txn::new()
                 .when([Compare::create_revision(
                     key.clone(),
@@ -185,16 +159,17 @@ impl EtcdLease {
         })?;
         self.lease.store(lease, Ordering::Release);
         self.ttl.store(secs, Ordering::Release);
-        self.expires_ns
+        self.state
+            .expires_ns
             .store(asked.saturating_add(secs_ns(secs)), Ordering::Release);
         Ok(())
     }
 
-    pub(crate) fn is_held(&self) -> Result<bool> {
-        if self.released.load(Ordering::Acquire) {
+    fn is_held_now(&self) -> Result<bool> {
+        if self.state.released.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let key = self.remote.lock_key(&self.name);
+        let key = self.remote.lock_key(&self.state.name);
         let mut client = self.remote.client();
         let response = self
             .remote
@@ -202,21 +177,21 @@ impl EtcdLease {
         Ok(response
             .kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == revision(self.token)))
+            .is_some_and(|kv| kv.create_revision() == revision(self.state.token)))
     }
 
-    pub(crate) fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
-        if self.released.load(Ordering::Acquire) {
-            return Err(self.released_error());
+    fn write_now(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.state.released.load(Ordering::Acquire) {
+            return Err(self.state.lost());
         }
         self.remote
-            .holder_write(&self.name, self.token, key, value)
+            .holder_write(&self.state.name, self.state.token, key, value)
             .map_err(|err| self.note(err))
     }
 
     /// Revokes the etcd lease, which deletes the lock key at once if it is still this grant's.
-    pub(crate) fn release(&self) -> Result<()> {
-        if self.released.swap(true, Ordering::AcqRel) {
+    fn release_now(&self) -> Result<()> {
+        if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let lease = self.lease.load(Ordering::Acquire);
@@ -234,7 +209,7 @@ impl EtcdLease {
             }
         });
         if let Err(err) = revoked {
-            self.released.store(false, Ordering::Release);
+            self.state.released.store(false, Ordering::Release);
             return Err(err);
         }
         self.end();
@@ -243,20 +218,20 @@ impl EtcdLease {
 
     /// Keeps the lease alive on the shared runtime: a keep-alive every third of `ttl` until the
     /// lease is released or lost. A TTL other than the lease's is set by an extend first.
-    pub(crate) fn keep_alive(self: &Arc<Self>, ttl: Duration) -> Result<()> {
+    fn keep_alive_now(self: Arc<Self>, ttl: Duration) -> Result<()> {
         let secs = etcd_ttl(ttl)?;
-        if self.is_lost() || self.keeping.swap(true, Ordering::AcqRel) {
+        if self.state.is_lost() || self.keeping.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         if secs != self.ttl.load(Ordering::Acquire) {
-            if let Err(err) = self.extend(ttl) {
+            if let Err(err) = self.extend_now(ttl) {
                 self.keeping.store(false, Ordering::Release);
                 return Err(err);
             }
         }
         // The task holds the lease weakly: a holder dropped without a successful release (the
         // cluster unreachable) stops being renewed, and its lease ends at its TTL.
-        let weak = Arc::downgrade(self);
+        let weak = Arc::downgrade(&self);
         let stop = Arc::clone(&self.stop);
         runtime::spawn(async move {
             let mut stream = None;
@@ -268,7 +243,7 @@ impl EtcdLease {
                 let Some(state) = weak.upgrade() else {
                     return;
                 };
-                if *state.ended.lock() {
+                if state.state.signal.is_ended() {
                     return;
                 }
                 let renewed =
@@ -283,7 +258,7 @@ impl EtcdLease {
                     // A passing failure: try again, on a new stream, until the lease runs out.
                     _ => {
                         stream = None;
-                        if state.remaining().is_zero() {
+                        if state.state.remaining().is_zero() {
                             state.end();
                             return;
                         }
@@ -293,33 +268,6 @@ impl EtcdLease {
         })?;
         Ok(())
     }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        *self.ended.lock() || self.remaining().is_zero()
-    }
-
-    pub(crate) fn wait_lost(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
-        let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
-        let mut ended = self.ended.lock();
-        loop {
-            let expires = self.expires_ns.load(Ordering::Acquire);
-            let now = clock::now_ns();
-            if *ended || now >= expires {
-                return Ok(true);
-            }
-            crate::base::cancel::check(cancel)?;
-            if now >= deadline {
-                return Ok(false);
-            }
-            let mut slice = Duration::from_nanos(expires.min(deadline) - now);
-            if cancel.is_some() {
-                slice = slice.min(crate::base::cancel::LOST_POLL);
-            }
-            let _ = self
-                .ended_changed
-                .wait_while_for(&mut ended, |ended| !*ended, slice);
-        }
-    }
 }
 
 type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
@@ -328,4 +276,34 @@ fn secs_ns(secs: i64) -> u64 {
     u64::try_from(secs)
         .unwrap_or(0)
         .saturating_mul(1_000_000_000)
+}
+
+impl LeaseHandle for EtcdLease {
+    fn state(&self) -> &LeaseState {
+        &self.state
+    }
+
+    fn engine(&self) -> Arc<dyn Engine> {
+        Arc::clone(&self.remote) as Arc<dyn Engine>
+    }
+
+    fn extend(&self, ttl: Duration) -> Result<()> {
+        self.extend_now(ttl)
+    }
+
+    fn is_held(&self) -> Result<bool> {
+        self.is_held_now()
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        self.write_now(key, value)
+    }
+
+    fn release(&self) -> Result<()> {
+        self.release_now()
+    }
+
+    fn keep_alive(self: Arc<Self>, ttl: Duration) -> Result<()> {
+        self.keep_alive_now(ttl)
+    }
 }

@@ -13,6 +13,9 @@
 //! Every call is refused or applied as a whole: the checks are compares of the transaction that
 //! writes. An answer lost with the connection leaves the outcome unknown, as on any network
 //! store: a retried write with the same token is safe, a retried grant takes a new token.
+//!
+//! Layer 6: an engine ([`crate::engine::Engine`]) beside the local one. Imports the base, the
+//! rules and the engine layer; nothing of the local engine.
 
 mod lease;
 mod records;
@@ -20,7 +23,7 @@ mod runtime;
 pub(crate) mod url;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{
@@ -28,15 +31,16 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
-use crate::base::cancel::{Cancel, Waiting};
+use crate::base::cancel::Waiting;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{
     check_granted, check_key, check_name, check_token, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT,
 };
-use crate::holder::Holder;
-use crate::options::{Mode, Options};
+use crate::engine::options::{Mode, Options};
+use crate::engine::{Acquire, Engine, LeaseHandle, Locks};
 use crate::rules::info::{Fenced, LockInfo, LockState, StoreInfo};
+use crate::rules::kind::Kind;
 use crate::rules::tokens::admit;
 use records::{
     client_error, decode_fence, decode_value, encode_value, revision, token, LockRecord,
@@ -53,7 +57,9 @@ pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
 const SCHEMA: u64 = 1;
 
 /// An open etcd store.
-pub(crate) struct Remote {
+pub(crate) struct EtcdEngine {
+    /// This engine, for the leases it grants.
+    this: Weak<EtcdEngine>,
     text: PathBuf,
     prefix: Vec<u8>,
     client: Client,
@@ -76,10 +82,10 @@ enum Grant {
     },
 }
 
-impl Remote {
+impl EtcdEngine {
     /// Opens the etcd store named by `text` (`etcd://host:port,.../prefix`), checking that the
     /// cluster answers within the busy timeout.
-    pub(crate) fn open(text: &str, options: &Options) -> Result<Arc<Remote>> {
+    pub(crate) fn open(text: &str, options: &Options) -> Result<Arc<EtcdEngine>> {
         let url = url::parse(text)?;
         if options.mode == Mode::SingleProcess {
             return Err(Error::invalid(
@@ -113,7 +119,8 @@ impl Remote {
                 .map_err(client_error)
         })
         .map_err(|err| unreachable(text, &err))?;
-        Ok(Arc::new(Remote {
+        Ok(Arc::new_cyclic(|this| EtcdEngine {
+            this: this.clone(),
             text: PathBuf::from(text),
             prefix: url.prefix,
             client,
@@ -121,10 +128,6 @@ impl Remote {
             max_value_len: options.max_value_len,
             timeout,
         }))
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.text
     }
 
     fn key(&self, kind: &str, name: &[u8]) -> Vec<u8> {
@@ -175,43 +178,23 @@ impl Remote {
         Ok(())
     }
 
-    pub(crate) fn acquire(self: &Arc<Self>, name: &str, ttl: Duration) -> Result<Holder> {
-        self.acquire_with(name, ttl, None)
-    }
-
-    pub(crate) fn acquire_and_put(
-        self: &Arc<Self>,
-        name: &str,
-        ttl: Duration,
-        key: &[u8],
-        value: &[u8],
-    ) -> Result<Holder> {
-        self.check_value(value)?;
-        check_key(key)?;
-        self.acquire_with(name, ttl, Some((key, value)))
-    }
-
-    fn acquire_with(
-        self: &Arc<Self>,
-        name: &str,
-        ttl: Duration,
-        write: Option<(&[u8], &[u8])>,
-    ) -> Result<Holder> {
-        match self.grant(name, ttl, write)? {
-            Grant::Granted { token, lease, ttl } => Ok(self.holder(name, token, lease, ttl)),
-            Grant::Refused { holder, .. } => Err(self.locked(holder)),
+    /// Grants `request`: one exclusive lock, tried once (with its write) or waited for.
+    fn acquire_one(&self, request: &Acquire<'_>) -> Result<Arc<EtcdLease>> {
+        let (Locks::One(name), Kind::Exclusive) = (request.locks, request.kind) else {
+            return Err(not_on_etcd());
+        };
+        let ttl = request.ttl;
+        if let Some((key, value)) = request.write {
+            self.check_value(value)?;
+            check_key(key)?;
         }
-    }
-
-    pub(crate) fn acquire_wait(
-        self: &Arc<Self>,
-        name: &str,
-        ttl: Duration,
-        timeout: Duration,
-        cancel: Option<&Cancel>,
-    ) -> Result<Holder> {
-        let waiting = Waiting::new(timeout, cancel);
-        crate::base::cancel::check(cancel)?;
+        let Some(waiting) = request.wait else {
+            return match self.grant(name, ttl, request.write)? {
+                Grant::Granted { token, lease, ttl } => Ok(self.holder(name, token, lease, ttl)),
+                Grant::Refused { holder, .. } => Err(self.locked(holder)),
+            };
+        };
+        crate::base::cancel::check(waiting.cancel)?;
         loop {
             match self.grant(name, ttl, None)? {
                 Grant::Granted { token, lease, ttl } => {
@@ -225,16 +208,22 @@ impl Remote {
         }
     }
 
-    fn holder(self: &Arc<Self>, name: &str, token: u64, lease: i64, ttl: i64) -> Holder {
-        Holder::etcd(EtcdLease::new(
-            Arc::clone(self),
+    fn holder(&self, name: &str, token: u64, lease: i64, ttl: i64) -> Arc<EtcdLease> {
+        EtcdLease::new(
+            self.arc(),
             name.to_owned(),
             token,
             lease,
             ttl,
             // Counted from before the lease was asked for: never later than etcd's own expiry.
             clock::now_ns(),
-        ))
+        )
+    }
+
+    fn arc(&self) -> Arc<EtcdEngine> {
+        self.this
+            .upgrade()
+            .expect("an engine is alive while one of its methods runs")
     }
 
     /// Asks etcd for a lease of `ttl`, refusing TTLs that etcd would not keep as asked.
@@ -270,7 +259,7 @@ impl Remote {
         }
         let mut client = self.client();
         block_for(self.timeout, async move {
-            let (lease, secs) = Remote::new_lease(&mut client, ttl).await?;
+            let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
             then.push(TxnOp::put(
                 lock_key.clone(),
                 record,
@@ -370,19 +359,6 @@ impl Remote {
         })?
     }
 
-    pub(crate) fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
-        check_key(key)?;
-        self.check_value(value)?;
-        check_token(token)?;
-        self.fenced_write(key, Some(value), token).map(|_| ())
-    }
-
-    pub(crate) fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
-        check_key(key)?;
-        check_token(token)?;
-        self.fenced_write(key, None, token)
-    }
-
     /// A write fenced by `token` alone, which must not be above the store's last grant.
     fn fenced_write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
         self.writable()?;
@@ -475,7 +451,7 @@ impl Remote {
         value_outcome(nested(&ops)?, token)
     }
 
-    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+    fn get_value(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
         let key = self.key("value", key);
         let mut client = self.client();
@@ -490,7 +466,7 @@ impl Remote {
         }))
     }
 
-    pub(crate) fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+    fn list_keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         if prefix.len() > MAX_NAME_LEN {
             return Err(Error::invalid(format!(
                 "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
@@ -517,7 +493,7 @@ impl Remote {
         Ok(response.take_kvs())
     }
 
-    pub(crate) fn fence(&self, resource: &str, token: u64) -> Result<()> {
+    fn fence_checked(&self, resource: &str, token: u64) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
         self.writable()?;
@@ -558,7 +534,7 @@ impl Remote {
         }
     }
 
-    pub(crate) fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+    fn read_fence(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
         let key = self.key("fence", resource.as_bytes());
         let mut client = self.client();
@@ -566,7 +542,7 @@ impl Remote {
         response.kvs().first().map(decode_fence).transpose()
     }
 
-    pub(crate) fn locks(&self) -> Result<Vec<LockInfo>> {
+    fn list_locks(&self) -> Result<Vec<LockInfo>> {
         let strip = self.key("lock", b"").len();
         self.range(self.key("lock", b""))?
             .iter()
@@ -577,7 +553,7 @@ impl Remote {
             .collect()
     }
 
-    pub(crate) fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+    fn lock_record(&self, name: &str) -> Result<Option<LockInfo>> {
         check_name("lock name", name)?;
         let key = self.lock_key(name);
         let mut client = self.client();
@@ -611,7 +587,7 @@ impl Remote {
         })
     }
 
-    pub(crate) fn info(&self) -> Result<StoreInfo> {
+    fn read_info(&self) -> Result<StoreInfo> {
         let mut client = self.client();
         let status = self.call(async move { client.status().await })?;
         let mut client = self.client();
@@ -634,8 +610,8 @@ impl Remote {
         })
     }
 
-    pub(crate) fn verify(&self) -> Result<()> {
-        let last = self.info()?.last_token;
+    fn check_records(&self) -> Result<()> {
+        let last = self.read_info()?.last_token;
         let above = |what: &str, kv: &KeyValue, token: u64| {
             Error::Corrupt(format!(
                 "{what} {:?} carries token {token} above the last grant {last}",
@@ -750,4 +726,64 @@ fn lost(token: u64, now: Option<&KeyValue>) -> Error {
         token,
         current: now.map(|kv| records::token(kv.create_revision())),
     }
+}
+
+impl Engine for EtcdEngine {
+    fn path(&self) -> &Path {
+        &self.text
+    }
+
+    fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        Ok(vec![self.acquire_one(request)? as Arc<dyn LeaseHandle>])
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+        check_key(key)?;
+        if let Some(value) = value {
+            self.check_value(value)?;
+        }
+        check_token(token)?;
+        self.fenced_write(key, value, token)
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+        self.get_value(key)
+    }
+
+    fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.list_keys(prefix)
+    }
+
+    fn fence(&self, resource: &str, token: u64) -> Result<()> {
+        self.fence_checked(resource, token)
+    }
+
+    fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+        self.read_fence(resource)
+    }
+
+    fn locks(&self) -> Result<Vec<LockInfo>> {
+        self.list_locks()
+    }
+
+    fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
+        Ok(self.lock_record(name)?.into_iter().collect())
+    }
+
+    fn info(&self) -> Result<StoreInfo> {
+        self.read_info()
+    }
+
+    fn verify(&self) -> Result<()> {
+        self.check_records()
+    }
+}
+
+/// The refusal of a semaphore, a shared lock or a multi-lock acquire on an etcd store, which
+/// has only exclusive locks so far.
+fn not_on_etcd() -> Error {
+    Error::invalid(
+        "semaphores, shared locks and acquire_all are not available on an etcd store yet: \
+         only exclusive locks are",
+    )
 }

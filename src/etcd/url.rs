@@ -3,7 +3,7 @@
 use crate::base::error::{Error, Result};
 
 /// The scheme that names an etcd store instead of a file.
-pub(crate) use crate::backend::ETCD_SCHEME as SCHEME;
+pub(crate) use crate::engine::ETCD_SCHEME as SCHEME;
 
 /// The prefix of keys when the string names none.
 const DEFAULT_PREFIX: &str = "fencelock";

@@ -1,7 +1,7 @@
 //! `fencelock_cancel`: ends a waiting call from another thread.
 
 use super::{fencelock_error, fencelock_status, free_boxed, guard, guard_value, Out};
-use crate::base::cancel::Cancel;
+use crate::Cancel;
 
 /// A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
 /// `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10

@@ -7,7 +7,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::OnceLock;
 
 use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
-use crate::base::error::{Error, Status};
+use crate::{Error, Status};
 
 /// A detailed error: its status, a message, and the numbers of a refusal. Created by the
 /// library on failure; freed with `fencelock_error_free`, or by the next call that fails with

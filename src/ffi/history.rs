@@ -5,8 +5,8 @@ use std::ffi::c_char;
 use super::lists::unix_ms_or_zero;
 use super::store::fencelock_store;
 use super::{fencelock_error, fencelock_status, free_boxed, guard, handle, read_or, Out};
-use crate::base::error::Status;
-use crate::rules::history::{Ending, HistoryEntry};
+use crate::Status;
+use crate::{Ending, HistoryEntry};
 
 /// How a lease ended: not yet (live and unexpired).
 pub const FENCELOCK_ENDING_HELD: i32 = 0;

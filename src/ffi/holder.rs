@@ -6,7 +6,7 @@ use super::{
     bytes, fencelock_cancel, fencelock_error, fencelock_status, free_boxed, guard, handle, millis,
     read_or, Out,
 };
-use crate::holder::Holder;
+use crate::Holder;
 
 /// A granted lease. Created by the `fencelock_store_acquire*` functions; freed with
 /// `fencelock_holder_free`, which releases the lease if still held. Safe to use from many

@@ -7,8 +7,8 @@ use super::{
     fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, guard, handle, millis,
     null, read_or, Out, FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
 };
-use crate::base::error::Status;
-use crate::rules::kind::Kind;
+use crate::Kind;
+use crate::Status;
 
 /// The engine's kind for `kind` (a `FENCELOCK_KIND_*`) and `permits`.
 fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {

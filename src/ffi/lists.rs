@@ -8,8 +8,8 @@ use super::{
     FENCELOCK_LOCK_EXPIRED, FENCELOCK_LOCK_HELD, FENCELOCK_LOCK_HOLDER_DEAD,
     FENCELOCK_LOCK_RELEASED,
 };
-use crate::base::error::Status;
-use crate::rules::info::{LockInfo, LockState};
+use crate::Status;
+use crate::{LockInfo, LockState};
 
 /// What the store records of one lock.
 #[repr(C)]

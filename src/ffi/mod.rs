@@ -1,5 +1,8 @@
 //! The C ABI of fencelock: opaque handles, status codes and an optional error object.
 //!
+//! Layer 8, the top: it uses what `lib.rs` exports (`crate::Store`, `crate::Holder`, ...), as a
+//! Rust user of the crate would, and the base's panic catching.
+//!
 //! This layer holds no logic. Each exported function checks its pointers, converts its
 //! arguments, calls the engine and maps the result. Every exported body runs inside [`guard`]
 //! (fallible functions) or [`guard_value`] (infallible ones), the one panic boundary: a panic
@@ -12,7 +15,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use crate::base::error::Status;
+use crate::Status;
 
 pub mod cancel;
 pub mod error;
@@ -132,7 +135,7 @@ const _: () = {
     assert!(FENCELOCK_CANCELLED == Status::Cancelled as i32);
     assert!(FENCELOCK_REPLACED == Status::Replaced as i32);
     assert!(FENCELOCK_PERMITS_MISMATCH == Status::PermitsMismatch as i32);
-    assert!(FENCELOCK_MAX_HOLDERS == crate::rules::kind::MAX_HOLDERS);
+    assert!(FENCELOCK_MAX_HOLDERS == crate::MAX_HOLDERS);
 };
 
 /// Every status, indexed by its code.

@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::lists::unix_ms;
 use super::store::{buffer_into_raw, fencelock_store};
 use super::{fencelock_error, fencelock_status, guard, handle, Out, FENCELOCK_OK};
-use crate::base::error::Status;
-use crate::observe::{Event, Observer};
-use crate::rules::metrics::{Metrics, Scope};
+use crate::Status;
+use crate::{Event, Observer};
+use crate::{Metrics, Scope};
 
 /// Metrics scope: every process on this host that opened the store counts into them.
 pub const FENCELOCK_SCOPE_STORE: i32 = 0;

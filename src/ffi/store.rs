@@ -8,10 +8,10 @@ use super::{
     Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_NO_HISTORY,
     FENCELOCK_OPEN_READ_ONLY,
 };
-use crate::base::error::Status;
-use crate::base::limits::DEFAULT_MAX_VALUE_LEN;
-use crate::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
-use crate::store::Store;
+use crate::Status;
+use crate::Store;
+use crate::DEFAULT_MAX_VALUE_LEN;
+use crate::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 
 /// An open store. Created by `fencelock_store_open`; closed with `fencelock_store_close`.
 /// Safe to use from many threads at once.

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use crate::base::clock;
 use crate::base::error::Result;
+use crate::local::LocalEngine;
 use crate::rules::history::{ending, Ended, Ending, HistoryEntry};
 use crate::rules::leases::is_live;
-use crate::store::Inner;
 
 /// Releases a process remembers to record as it closes the store, its latest.
 const UNRECORDED_LIMIT: usize = 1024;
 
-impl Inner {
+impl LocalEngine {
     /// Takes back the note of a release that failed to let the lock go.
     pub(crate) fn unnote_release(&self, token: u64) {
         self.activity().forget_release(token);
@@ -40,7 +40,7 @@ impl Inner {
 
     /// The history of the lock `name`, oldest first: the ended grants on record, then the
     /// grants of its current record not recorded yet, with their state now.
-    pub(crate) fn history(self: &std::sync::Arc<Self>, name: &str) -> Result<Vec<HistoryEntry>> {
+    pub(crate) fn read_history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
         let mut entries = Vec::new();
         for (token, bytes) in self.history_of(name)? {
             entries.push(Ended::decode(&bytes)?.entry(name, token));
@@ -54,12 +54,12 @@ impl Inner {
                     continue;
                 }
                 // Judged as the grant that replaces it will judge it.
-                let (ending, ended_ns) = if is_live(&**self, &lease, now)? {
+                let (ending, ended_ns) = if is_live(self, &lease, now)? {
                     (Ending::Held, 0)
                 } else {
-                    ending(&**self, &lease, now, false)?
+                    ending(self, &lease, now, false)?
                 };
-                let mut entry = Ended::new(&**self, record.kind(), &lease, ending, ended_ns)
+                let mut entry = Ended::new(self, record.kind(), &lease, ending, ended_ns)
                     .entry(name, lease.token);
                 entry.recorded = None;
                 entries.push(entry);
@@ -73,7 +73,7 @@ impl Inner {
     /// store closes: a release writes nothing to the file, and once every process has closed
     /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
     /// next grant to judge those ends itself.
-    pub(crate) fn record_releases(self: &std::sync::Arc<Self>) {
+    pub(crate) fn record_releases(&self) {
         // A child of fork() leaves the parent's releases (and may not take its locks).
         if !self.history || self.read_only || self.check_fork().is_err() {
             return;
@@ -93,19 +93,3 @@ impl Inner {
 
 /// How long closing a store waits to record its releases.
 const RECORD_WAIT: Duration = Duration::from_millis(500);
-
-impl crate::Store {
-    /// The grant history of the lock `name`, oldest first: its latest ended grants (up to
-    /// [`HISTORY_PER_LOCK`]), then its current grants with their state now. Empty for a lock
-    /// the store knows nothing of.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad lock name, and on an etcd store; otherwise the
-    /// storage errors of [`crate::Store::get`].
-    pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
-        crate::backend::on_etcd!(self.inner, _remote => Err(crate::observe::not_kept_on_etcd("histories")));
-        crate::base::limits::check_name("lock name", name)?;
-        self.inner.history(name)
-    }
-}

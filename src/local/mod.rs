@@ -1,7 +1,619 @@
-//! Layer 6, the local engine: a store in a file of this host, shared by its processes.
+//! Layer 6, the local engine: a store in a file of this host, shared by its processes (or held
+//! by one, in single-process mode, or served by one, `fencelock serve`).
+//!
+//! - `mod.rs`: the engine's state, its open, its handle of the database and its reopen after
+//!   a full disk, and the facts the rules ask of it (`rules::context::Context`).
+//! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
+//!   shared ring, or this process with its own threads' operations (group commit).
+//! - `acquire.rs`: grants and waits; `lease.rs`: a granted lease; `observe.rs`: counters and
+//!   the observer; `history.rs`: a release's note and a lock's history; `serve.rs`: a server.
 //!
 //! Imports every layer below it (base, rules, storage, ring, share, engine), never the public
 //! types above it.
 
+pub(crate) mod acquire;
 pub(crate) mod history;
+pub(crate) mod lease;
+pub(crate) mod observe;
 pub(crate) mod route;
+pub(crate) mod serve;
+
+use std::fs;
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use redb::ConcurrencyMode;
+
+use crate::base::cancel::Waiting;
+use crate::base::clock::{self, ProcessId};
+use crate::base::error::{Error, Result};
+use crate::base::limits::{check_key, check_name, check_token, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT};
+use crate::engine::observe::Observer;
+use crate::engine::options::{Mode, Options};
+use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::ring::lock_hash;
+use crate::rules::context::Context;
+use crate::rules::history::HistoryEntry;
+use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::leases::describe_record;
+use crate::rules::metrics::Metrics;
+use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::record::Record;
+use crate::rules::tokens::admit;
+use crate::share::member::RingMember;
+use crate::storage::commit::GroupCommit;
+use crate::storage::db::{damaged, open_now, open_shared, redb_builder, restore_counter, Db};
+use crate::storage::liveness::Liveness;
+
+pub(crate) struct LocalEngine {
+    /// This engine, for what must hold it beyond a call (a holder, a job in another
+    /// process's commit).
+    this: Weak<LocalEngine>,
+    /// The open database; `None` while a reopen after an I/O error has not succeeded. Dropped
+    /// only in the process that opened it: see `Drop for LocalEngine`.
+    db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
+    pub(crate) read_only: bool,
+    mode: ConcurrencyMode,
+    /// This store is a server's (serve.rs): it holds the file exclusively, and commits every
+    /// batch durably.
+    pub(crate) serving: bool,
+    /// A server's lease journal (journal.rs).
+    pub(crate) journal: Option<crate::share::journal::Journal>,
+    /// Set when an operation failed for lack of space. redb refuses every later operation of a
+    /// handle that saw an I/O error, so the next operation reopens the database first.
+    io_failed: AtomicBool,
+    path: PathBuf,
+    /// The file the store opened, to notice when `path` names another one.
+    file: crate::storage::file::Identity,
+    pub(crate) live: Liveness,
+    pub(crate) boot_id: [u8; 16],
+    pub(crate) me: ProcessId,
+    max_value_len: usize,
+    pub(crate) busy_timeout: Duration,
+    commits: GroupCommit,
+    /// The shared request ring, in multi-process mode when it can be used.
+    pub(crate) shared: Option<Arc<RingMember>>,
+    /// The last lease name the pruner looked at; it resumes after it.
+    pub(crate) prune_cursor: Mutex<String>,
+    /// The counters and recent releases of a store without a shared ring (metrics.rs).
+    pub(crate) own_activity: Box<crate::rules::metrics::Activity>,
+    pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
+    /// Releases this process made, to record in the history as it closes the store.
+    pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
+    /// The `Store` handles of this store (clones included; holders not).
+    pub(crate) handles: std::sync::atomic::AtomicUsize,
+    /// Whether grants record the ends they learn of in the history (`Options::history`).
+    pub(crate) history: bool,
+    /// The last lock name whose history the history's sweep looked at (history.rs).
+    pub(crate) history_cursor: Mutex<String>,
+    /// Bumped at every release in this process, so in-process waiters wake at once.
+    pub(crate) releases: Mutex<u64>,
+    pub(crate) released: Condvar,
+}
+
+impl LocalEngine {
+    /// Opens the store file at `path` (see [`crate::Store::open_with`]).
+    pub(crate) fn open(path: &Path, options: &Options) -> Result<Arc<LocalEngine>> {
+        let path = path.to_path_buf();
+        if options.max_value_len > MAX_VALUE_LEN_LIMIT {
+            return Err(Error::invalid(format!(
+                "max_value_len {} exceeds the limit of {MAX_VALUE_LEN_LIMIT} bytes",
+                options.max_value_len
+            )));
+        }
+        let mode = match options.mode {
+            Mode::MultiProcess => ConcurrencyMode::MultiWriter,
+            Mode::SingleProcess => ConcurrencyMode::ExclusiveWriter,
+        };
+        if path.is_dir() {
+            return Err(Error::invalid(format!("{} is a directory", path.display())));
+        }
+        crate::base::cancel::check(options.cancel.as_ref())?;
+        let read_only = options.read_only;
+        let waiting = Waiting::new(options.busy_timeout, options.cancel.as_ref());
+        if mode != ConcurrencyMode::MultiWriter {
+            // A single-process open never waits: redb refuses at once when the file is held.
+            let db = open_now(&path, mode, read_only)?;
+            let live = Liveness::private()?;
+            return LocalEngine::assemble(path, options, mode, Some(db), live, None, false);
+        }
+        // A store that a server serves is not opened here (the server holds the file): every
+        // operation goes through the server.
+        let exists = path.metadata().is_ok_and(|meta| meta.len() > 0);
+        // A read-only store goes through a server too, when it may take liveness locks (the
+        // ring names its requests by one).
+        let live = match (options.share_commits && exists, read_only) {
+            (true, false) => Some(Liveness::shared(&path)?),
+            (true, true) => Liveness::shared(&path).ok(),
+            (false, _) => None,
+        };
+        let shared = live
+            .as_ref()
+            .and_then(|live| RingMember::open(&path, live, clock::boot_id().ok()?))
+            .map(Arc::new);
+        let served = |shared: &Option<Arc<RingMember>>, live: &Option<Liveness>| matches!((shared, live), (Some(shared), Some(live)) if shared.served(live));
+        if served(&shared, &live) {
+            let live = live.expect("a ring needs liveness");
+            return LocalEngine::assemble(path, options, mode, None, live, shared, false);
+        }
+        let db = loop {
+            match open_shared(&path, read_only, waiting) {
+                Ok(db) => break restored(db, &path, shared.as_deref(), waiting)?,
+                // A server that started meanwhile holds it.
+                Err(Error::InUse) if served(&shared, &live) => {
+                    let live = live.expect("a ring needs liveness");
+                    return LocalEngine::assemble(path, options, mode, None, live, shared, false);
+                }
+                // A server starting, stopping or just killed holds the file for a moment
+                // while the ring does not show it serving: the open waits, within the busy
+                // timeout, as behind any process that holds the store.
+                Err(Error::InUse) if shared.as_deref().is_some_and(RingMember::in_transition) => {
+                    waiting.step()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(err) => return Err(err),
+            }
+        };
+        let live = match live {
+            Some(live) => live,
+            None if read_only => Liveness::observer(&path)?,
+            None => Liveness::shared(&path)?,
+        };
+        // A store created by this open gets its ring now.
+        let shared = match shared {
+            None if !read_only && options.share_commits => {
+                RingMember::open(&path, &live, clock::boot_id()?).map(Arc::new)
+            }
+            other => other,
+        };
+        LocalEngine::assemble(path, options, mode, Some(db), live, shared, false)
+    }
+
+    /// The engine of the database `db` (`None`: served, see serve.rs).
+    pub(crate) fn assemble(
+        path: PathBuf,
+        options: &Options,
+        mode: ConcurrencyMode,
+        db: Option<Db>,
+        live: Liveness,
+        shared: Option<Arc<RingMember>>,
+        serving: bool,
+    ) -> Result<Arc<LocalEngine>> {
+        let file = crate::storage::file::Identity::of(&path)?;
+        let boot_id = clock::boot_id()?;
+        let me = ProcessId::current()?;
+        Ok(Arc::new_cyclic(|this| LocalEngine {
+            this: this.clone(),
+            live,
+            shared,
+            db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
+            read_only: options.read_only,
+            mode,
+            serving,
+            journal: serving.then(crate::share::journal::Journal::default),
+            io_failed: AtomicBool::new(false),
+            file,
+            path,
+            boot_id,
+            me,
+            max_value_len: options.max_value_len,
+            busy_timeout: options.busy_timeout,
+            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
+            prune_cursor: Mutex::new(String::new()),
+            own_activity: crate::rules::metrics::Activity::private(),
+            observer: RwLock::new(None),
+            unrecorded: Mutex::new(std::collections::VecDeque::new()),
+            handles: std::sync::atomic::AtomicUsize::new(0),
+            history: options.history,
+            history_cursor: Mutex::new(String::new()),
+            releases: Mutex::new(0),
+            released: Condvar::new(),
+        }))
+    }
+
+    /// This engine, shared.
+    pub(crate) fn arc(&self) -> Arc<LocalEngine> {
+        self.this
+            .upgrade()
+            .expect("an engine is alive while one of its methods runs")
+    }
+}
+
+/// `db`, after restoring the leases of a server that died (journal.rs), from the ring of
+/// `shared`, or from the store's ring opened for this when the store shares none.
+fn restored(db: Db, path: &Path, shared: Option<&RingMember>, waiting: Waiting<'_>) -> Result<Db> {
+    let Db::Writable(database) = &db else {
+        return Ok(db);
+    };
+    match shared {
+        Some(shared) => crate::share::journal::restore(database, Some(shared.ring()), waiting)?,
+        None if crate::share::journal::marked(database)? => {
+            let ring =
+                crate::share::member::open_ring(&fs::metadata(path)?, clock::boot_id()?).ok();
+            crate::share::journal::restore(database, ring.as_ref(), waiting)?;
+        }
+        None => {}
+    }
+    Ok(db)
+}
+
+impl Drop for LocalEngine {
+    fn drop(&mut self) {
+        // A child of fork() shares the parent's open file descriptions, and with them redb's file
+        // locks: closing the database there would end them for the parent. The child leaks it.
+        if self.check_fork().is_ok() {
+            // Closing may write (redb commits its allocator state), and redb panics on some
+            // damaged pages there too: the damage was reported by the call that met it, so the
+            // close stays quiet.
+            // SAFETY: dropped once, here, and never used again.
+            let _ = crate::base::quiet::catch(|| unsafe { ManuallyDrop::drop(&mut self.db) });
+        }
+    }
+}
+
+impl LocalEngine {
+    /// [`Error::Replaced`] when the store's path no longer names the file it opened.
+    pub(crate) fn check_file(&self) -> Result<()> {
+        self.file.check(&self.path)
+    }
+
+    pub(crate) fn check_fork(&self) -> Result<()> {
+        if std::process::id() == self.me.pid {
+            Ok(())
+        } else {
+            Err(Error::Forked)
+        }
+    }
+
+    /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
+    /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
+        self.check_fork()?;
+        let db = self.database()?;
+        self.wait_for_header()?;
+        let txn = crate::base::quiet::catch(|| db.begin_read()).unwrap_or_else(damaged);
+        let result =
+            txn.and_then(|txn| crate::base::quiet::catch(|| f(&txn)).unwrap_or_else(damaged));
+        self.note_io_failure(result)
+    }
+
+    /// In multi-process mode, waits (up to the busy timeout, then [`Error::Timeout`]) while a
+    /// commit of another open file holds redb's header lock: `begin_read` would block behind
+    /// it, without a timeout, for as long as a process stays paused inside that commit. A
+    /// process paused there in the moment between this test and the `begin_read` still blocks
+    /// the read until it resumes.
+    fn wait_for_header(&self) -> Result<()> {
+        if self.mode != ConcurrencyMode::MultiWriter {
+            return Ok(());
+        }
+        let waiting = Waiting::new(self.busy_timeout, None);
+        while self.live.header_busy()? {
+            waiting.step()?;
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// Marks the handle for a reopen after a full disk or file-size limit. Other I/O errors (an
+    /// fsync that failed, say) leave it refusing work: the page cache may then hold writes that
+    /// never reached the disk, and a reopened handle would build on them.
+    pub(crate) fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::Io(err)) = &result {
+            use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+            if matches!(err.kind(), StorageFull | FileTooLarge | QuotaExceeded) {
+                self.io_failed.store(true, Ordering::Release);
+            }
+        }
+        result
+    }
+
+    /// The open database, reopened first if an operation failed for lack of space since the
+    /// last one. Holders keep their leases across the reopen: their liveness
+    /// locks are not the database handle's.
+    pub(crate) fn database(&self) -> Result<Arc<Db>> {
+        if self.served() {
+            return Err(Error::InUse);
+        }
+        if !self.io_failed.load(Ordering::Acquire) {
+            if let Some(db) = self.db.read().as_ref() {
+                return Ok(Arc::clone(db));
+            }
+        }
+        let mut slot = self.db.write();
+        if slot.is_none() && !self.io_failed.load(Ordering::Acquire) {
+            // Closed for a server that has gone since: opened again as any store opens.
+            let waiting = Waiting::new(self.busy_timeout, None);
+            let db = loop {
+                match open_shared(&self.path, self.read_only, waiting) {
+                    // The next server has it now: operations go there.
+                    // (Not `served()`, which would close the handle this guard holds.)
+                    Err(Error::InUse)
+                        if self
+                            .shared
+                            .as_ref()
+                            .is_some_and(|shared| shared.served(&self.live)) =>
+                    {
+                        return Err(Error::InUse)
+                    }
+                    // The server may still be closing it.
+                    Err(Error::InUse) => {
+                        waiting.step()?;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    other => break restored(other?, &self.path, self.shared.as_deref(), waiting)?,
+                }
+            };
+            *slot = Some(Arc::new(db));
+        }
+        if self.io_failed.swap(false, Ordering::AcqRel) || slot.is_none() {
+            // Never reopen another file than the one opened.
+            self.file.check(&self.path)?;
+            // In single-process mode the old handle must close before the file opens again;
+            // operations still running on it keep it open, and the next operation retries.
+            *slot = None;
+            let reopened = if self.read_only {
+                redb_builder(self.mode)
+                    .open_read_only(&self.path)
+                    .map(Db::ReadOnly)
+                    .map_err(Error::from)
+            } else if self.serving {
+                // As the server opened it: its backend leaves the liveness bytes free.
+                crate::storage::carved::open_carved(&self.path)
+            } else if self.mode == ConcurrencyMode::MultiWriter {
+                // As any store opens it: serialized with other opens, and restoring the leases
+                // of a server that died.
+                let waiting = Waiting::new(self.busy_timeout, None);
+                open_shared(&self.path, false, waiting)
+                    .and_then(|db| restored(db, &self.path, self.shared.as_deref(), waiting))
+            } else {
+                redb_builder(self.mode)
+                    .create(&self.path)
+                    .map_err(Error::from)
+                    .and_then(|db| restore_counter(&db).map(|()| Db::Writable(db)))
+            };
+            match reopened {
+                Ok(db) => *slot = Some(Arc::new(db)),
+                Err(err) => {
+                    self.io_failed.store(true, Ordering::Release);
+                    return Err(Error::Io(std::io::Error::other(format!(
+                        "the store could not be reopened after an I/O error: {err}"
+                    ))));
+                }
+            }
+        }
+        Ok(Arc::clone(slot.as_ref().expect("reopened above")))
+    }
+
+    /// Whether a server serves the store (serve.rs): operations then go through it, and this
+    /// store's own handle of the database is closed, since the server needs the file alone.
+    pub(crate) fn served(&self) -> bool {
+        match &self.shared {
+            Some(shared) if !self.serving && shared.served(&self.live) => {
+                self.close_database();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After an operation: closes this store's handle of the database while a server waits to
+    /// start, so that it can take the file (operations meanwhile open it again).
+    pub(crate) fn make_way(&self) {
+        if let Some(shared) = &self.shared {
+            if !self.serving && shared.wanted(&self.live) {
+                self.close_database();
+            }
+        }
+    }
+
+    /// Closes this store's handle of the database, for a server to open the file; the next
+    /// direct operation opens it again. Operations still running on it keep it open.
+    pub(crate) fn close_database(&self) {
+        if self.db.read().is_some() {
+            *self.db.write() = None;
+        }
+    }
+
+    pub(crate) fn check_value(&self, value: &[u8]) -> Result<()> {
+        if value.len() > self.max_value_len {
+            return Err(Error::invalid(format!(
+                "value is {} bytes; the limit is {}",
+                value.len(),
+                self.max_value_len
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Context for LocalEngine {
+    fn boot_id(&self) -> [u8; 16] {
+        self.boot_id
+    }
+
+    fn is_held(&self, live: u64) -> Result<bool> {
+        Ok(self.live.is_held(live)?)
+    }
+
+    fn waits_before(&self, name: &str, ticket: u64, now: u64) -> bool {
+        self.shared.as_deref().is_some_and(|shared| {
+            shared
+                .ring()
+                .waits_before(lock_hash(name), Some(ticket), now, &self.live)
+        })
+    }
+
+    fn released_at(&self, token: u64) -> Option<u64> {
+        self.activity().release_of(token)
+    }
+
+    /// In single-process mode, and for a server (which keeps a journal of them).
+    fn relaxed(&self) -> bool {
+        self.mode == ConcurrencyMode::ExclusiveWriter
+    }
+
+    fn keeps_history(&self) -> bool {
+        self.history
+    }
+
+    fn prune_cursor(&self) -> &Mutex<String> {
+        &self.prune_cursor
+    }
+
+    fn history_cursor(&self) -> &Mutex<String> {
+        &self.history_cursor
+    }
+
+    fn note_lease(&self, name: &str, record: &Record) {
+        if let Some(journal) = &self.journal {
+            journal.note(name, record);
+        }
+    }
+}
+
+impl Engine for LocalEngine {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn server(&self) -> Option<u32> {
+        let shared = self.shared.as_ref()?;
+        if self.serving {
+            return None;
+        }
+        shared.server_pid(&self.live)
+    }
+
+    fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        self.grant_request(request)
+    }
+
+    fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+        check_key(key)?;
+        if let Some(value) = value {
+            self.check_value(value)?;
+        }
+        check_token(token)?;
+        let op = Op::Put {
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+            token,
+            lease: None,
+        };
+        self.counted(match self.submit(op, None) {
+            Ok(Done::Put { existed }) => Ok(existed),
+            Ok(other) => Err(unexpected(&other)),
+            Err(err) => Err(err),
+        })
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
+        check_key(key)?;
+        self.value_of(key)
+    }
+
+    fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if prefix.len() > MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "prefix is {} bytes; the limit is {MAX_NAME_LEN}",
+                prefix.len()
+            )));
+        }
+        self.keys_of(prefix)
+    }
+
+    fn fence(&self, resource: &str, token: u64) -> Result<()> {
+        self.counted(self.fence_checked(resource, token))
+    }
+
+    fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
+        check_name("fence resource", resource)?;
+        self.fence_of(resource)
+    }
+
+    fn locks(&self) -> Result<Vec<LockInfo>> {
+        let records = self.leases()?;
+        let now = clock::now_ns();
+        let mut locks = Vec::new();
+        for (name, record) in &records {
+            locks.extend(describe_record(self, name, record, now)?);
+        }
+        Ok(locks)
+    }
+
+    fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
+        check_name("lock name", name)?;
+        match self.lease_of(name)? {
+            Some(record) => describe_record(self, name, &record, clock::now_ns()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn info(&self) -> Result<StoreInfo> {
+        let counts = self.counts()?;
+        Ok(StoreInfo {
+            file_size: fs::metadata(&self.path)?.len(),
+            path: self.path.clone(),
+            schema_version: counts.schema_version,
+            last_token: counts.last_token,
+            lock_records: counts.lock_records,
+            keys: counts.keys,
+            fences: counts.fences,
+        })
+    }
+
+    fn verify(&self) -> Result<()> {
+        self.verified()
+    }
+
+    fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
+        check_name("lock name", name)?;
+        self.read_history(name)
+    }
+
+    fn metrics(&self) -> Result<Metrics> {
+        Ok(self.snapshot())
+    }
+
+    fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {
+        self.replace_observer(observer);
+        Ok(())
+    }
+
+    fn handle_opened(&self) {
+        self.handles.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn handle_dropped(&self) {
+        // The last user of the store in this process records its releases (history.rs): the
+        // last handle, or else the last of its holders to be dropped.
+        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 && self.this.strong_count() == 1 {
+            self.record_releases();
+        }
+    }
+}
+
+impl LocalEngine {
+    fn fence_checked(&self, resource: &str, token: u64) -> Result<()> {
+        check_name("fence resource", resource)?;
+        check_token(token)?;
+        // A token equal to the recorded one passes without a write.
+        let highest = self.fence_of(resource)?;
+        admit(token, highest)?;
+        if highest == Some(token) {
+            return Ok(());
+        }
+        let op = Op::Fence {
+            resource: resource.to_owned(),
+            token,
+        };
+        match self.submit(op, None)? {
+            Done::Fenced => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+}

@@ -39,6 +39,7 @@ use redb::WriteTransaction;
 use crate::base::cancel::Waiting;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
+use crate::local::LocalEngine;
 use crate::ring::{lock_hash, Phase, Posted, Taken};
 use crate::rules::context::Context;
 use crate::rules::info::Fenced;
@@ -51,7 +52,6 @@ use crate::share::wire::{
     encode_reply, Request,
 };
 use crate::storage::commit::{execute, foreign_job, CommitHook, Job};
-use crate::store::Inner;
 
 /// How long a request may stay posted, no combiner taking it, before its requester withdraws
 /// it and waits for the write lock itself: long enough for a combiner's commit, short enough
@@ -69,7 +69,54 @@ const REPLY_SPIN: u64 = 30_000;
 /// combiner's liveness.
 const SLEEP: Duration = Duration::from_millis(1);
 
-impl Inner {
+impl LocalEngine {
+    /// Runs `op` in a write transaction shared with other writes: through the shared request
+    /// ring with every process's (sharing.rs), or else with this process's other threads'
+    /// (group commit). Gives up with [`Error::Timeout`] if another process keeps the write lock
+    /// past `waiting` (by default, the busy timeout), or with [`Error::Cancelled`] when its
+    /// handle fires.
+    pub(crate) fn submit(&self, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
+        self.check_fork()?;
+        if self.read_only {
+            return Err(crate::storage::db::read_only());
+        }
+        let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        let db = loop {
+            if let Some(shared) = &self.shared {
+                self.check_file()?;
+                if let Some(done) = self.submit_shared(shared, &op, waiting)? {
+                    return Ok(done);
+                }
+            }
+            match self.database() {
+                // A server took the file since the request was withdrawn: it goes there.
+                Err(Error::InUse) if self.served() => {}
+                other => break other?,
+            }
+        };
+        db.writable()?;
+        // The file check runs once a commit, not once an operation.
+        let admit = || self.check_file();
+        // A batch that holds the write lock takes along what other processes posted.
+        let others = || {
+            self.shared
+                .as_ref()
+                .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
+        };
+        let inner = self.arc();
+        let run = move |txn: &WriteTransaction| run(&*inner, &op, txn, false);
+        let committed = |ops| self.counted_commit(ops);
+        let result = self
+            .commits
+            .run(&db, &admit, &others, &committed, waiting, run);
+        drop(db);
+        self.make_way();
+        if let Some(shared) = &self.shared {
+            shared.wake();
+        }
+        self.note_io_failure(result)
+    }
+
     /// A place in the waiting queue of the lock `name`; `None` without a usable ring (the
     /// wait is then not ordered).
     pub(crate) fn queue_up(&self, name: &str) -> Option<Place<'_>> {
@@ -88,7 +135,7 @@ impl Inner {
     /// Runs `op` through the ring. `Ok(None)` when it was not posted, or withdrawn: the caller
     /// commits it directly.
     pub(crate) fn submit_shared(
-        self: &Arc<Self>,
+        &self,
         shared: &Arc<RingMember>,
         op: &Op,
         waiting: Waiting<'_>,
@@ -102,7 +149,7 @@ impl Inner {
 
     /// Waits for the result of the posted write `posted` (see `await_reply`).
     fn await_done(
-        self: &Arc<Self>,
+        &self,
         shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
@@ -116,7 +163,7 @@ impl Inner {
     /// Answers `query` through the server. `Ok(None)` when no server serves the store (any
     /// more): the caller reads the file itself.
     pub(crate) fn ask_server(
-        self: &Arc<Self>,
+        &self,
         shared: &Arc<RingMember>,
         query: &Query,
     ) -> Result<Option<Answer>> {
@@ -156,7 +203,7 @@ impl Inner {
     /// free and no server serves the store. `Ok(None)` when the request was withdrawn, nobody
     /// having taken it: the caller runs it directly.
     fn await_reply(
-        self: &Arc<Self>,
+        &self,
         shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
@@ -239,7 +286,7 @@ impl Inner {
 
     /// Becomes the combiner if the write lock is free: runs every posted request in one
     /// transaction. Returns whether it did.
-    pub(crate) fn combine(self: &Arc<Self>, shared: &Arc<RingMember>) -> Result<bool> {
+    pub(crate) fn combine(&self, shared: &Arc<RingMember>) -> Result<bool> {
         let db = match self.database() {
             // A server took the file meanwhile: it runs the request.
             Err(Error::InUse) if self.served() => return Ok(false),
@@ -297,7 +344,7 @@ impl Inner {
     }
 
     /// Jobs for the requests posted in the ring, for a batch that holds the write lock.
-    pub(crate) fn ring_jobs(self: &Arc<Self>, shared: &Arc<RingMember>) -> Vec<Job> {
+    pub(crate) fn ring_jobs(&self, shared: &Arc<RingMember>) -> Vec<Job> {
         shared
             .ring()
             .take_posted(shared.id(), &self.live)
@@ -308,7 +355,7 @@ impl Inner {
 
     /// The job of a taken request; `None` for one that does not decode, which is answered at
     /// once (and fails nothing else of the batch).
-    fn ring_job(self: &Arc<Self>, shared: &Arc<RingMember>, taken: Taken) -> Option<Job> {
+    fn ring_job(&self, shared: &Arc<RingMember>, taken: Taken) -> Option<Job> {
         let op = match decode_request(&taken.request) {
             Ok(Request::Op(op)) => op,
             // A read is answered at once, from the last commit.
@@ -322,7 +369,7 @@ impl Inner {
                 return None;
             }
         };
-        let inner = Arc::clone(self);
+        let inner = self.arc();
         let shared = Arc::clone(shared);
         let rerun = taken.rerun;
         Some(foreign_job(
@@ -332,9 +379,9 @@ impl Inner {
     }
 }
 
-impl Inner {
+impl LocalEngine {
     /// Answers `query` from a read transaction of this store.
-    pub(crate) fn query(self: &Arc<Self>, query: &Query) -> Result<Answer> {
+    pub(crate) fn query(&self, query: &Query) -> Result<Answer> {
         loop {
             if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
                 self.check_fork()?;
@@ -358,7 +405,7 @@ impl Inner {
 
     /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
     /// lock), if there is one.
-    pub(crate) fn lease_of(self: &Arc<Self>, name: &str) -> Result<Option<Record>> {
+    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
         match self.query(&Query::Record(name.to_owned()))? {
             Answer::Record(lease) => Ok(lease),
             other => Err(mismatched(&other)),
@@ -366,49 +413,49 @@ impl Inner {
     }
 
     /// Every lease record, in name order.
-    pub(crate) fn leases(self: &Arc<Self>) -> Result<Vec<(String, Record)>> {
+    pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
         match self.query(&Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn value_of(self: &Arc<Self>, key: &[u8]) -> Result<Option<Fenced>> {
+    pub(crate) fn value_of(&self, key: &[u8]) -> Result<Option<Fenced>> {
         match self.query(&Query::Value(key.to_vec()))? {
             Answer::Value(value) => Ok(value),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn keys_of(self: &Arc<Self>, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(crate) fn keys_of(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         match self.query(&Query::Keys(prefix.to_vec()))? {
             Answer::Keys(keys) => Ok(keys),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn fence_of(self: &Arc<Self>, resource: &str) -> Result<Option<u64>> {
+    pub(crate) fn fence_of(&self, resource: &str) -> Result<Option<u64>> {
         match self.query(&Query::Fence(resource.to_owned()))? {
             Answer::Fence(token) => Ok(token),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn counts(self: &Arc<Self>) -> Result<Counts> {
+    pub(crate) fn counts(&self) -> Result<Counts> {
         match self.query(&Query::Counts)? {
             Answer::Counts(counts) => Ok(counts),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn history_of(self: &Arc<Self>, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+    pub(crate) fn history_of(&self, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
         match self.query(&Query::History(name.to_owned()))? {
             Answer::History(entries) => Ok(entries),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn verified(self: &Arc<Self>) -> Result<()> {
+    pub(crate) fn verified(&self) -> Result<()> {
         match self.query(&Query::Verify)? {
             Answer::Verified => Ok(()),
             other => Err(mismatched(&other)),
@@ -422,16 +469,35 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::leases::Grant;
-    use crate::store::Store;
+    use crate::api::store::Store;
+    use crate::local::acquire::Grant;
 
-    fn open(path: &Path) -> Store {
-        let store = Store::open(path).unwrap();
-        assert!(store.inner.shared.is_some(), "the ring is usable in tests");
-        store
+    /// A store and its engine, for tests that reach inside it.
+    struct Opened {
+        store: Store,
+        inner: Arc<LocalEngine>,
     }
 
-    fn shared(store: &Store) -> Arc<RingMember> {
+    impl std::ops::Deref for Opened {
+        type Target = Store;
+
+        fn deref(&self) -> &Store {
+            &self.store
+        }
+    }
+
+    fn open_with(path: &Path, options: &crate::Options) -> Opened {
+        let inner = LocalEngine::open(path, options).unwrap();
+        assert!(inner.shared.is_some(), "the ring is usable in tests");
+        let store = Store::new(Arc::clone(&inner) as Arc<dyn crate::engine::Engine>);
+        Opened { store, inner }
+    }
+
+    fn open(path: &Path) -> Opened {
+        open_with(path, &crate::Options::default())
+    }
+
+    fn shared(store: &Opened) -> Arc<RingMember> {
         Arc::clone(store.inner.shared.as_ref().unwrap())
     }
 
@@ -440,7 +506,7 @@ mod tests {
     }
 
     /// An acquire of `name` by `store`, its liveness lock taken, and posted to the ring.
-    fn post_acquire(store: &Store, name: &str) -> (Grant, Op, Posted) {
+    fn post_acquire<'a>(store: &'a Opened, name: &str) -> (Grant<'a>, Op, Posted) {
         let grant = Grant::take(&store.inner).unwrap();
         let op = Op::Acquire {
             name: name.into(),
@@ -510,7 +576,7 @@ mod tests {
 
     /// A combiner takes every posted request, runs and commits them, and dies before it
     /// publishes the replies.
-    fn commit_posted_and_die(combiner: Store) {
+    fn commit_posted_and_die(combiner: Opened) {
         let inner = Arc::clone(&combiner.inner);
         let jobs: Vec<Job> = shared(&combiner)
             .ring()
@@ -664,7 +730,7 @@ mod tests {
             busy_timeout: Duration::from_millis(100),
             ..crate::Options::default()
         };
-        let requester = Store::open_with(&path, &options).unwrap();
+        let requester = open_with(&path, &options);
         let holder = requester.acquire("a", Duration::from_secs(30)).unwrap();
         let paused = open(&path);
         // Holds the write lock and takes nothing, as a combiner stopped before it took.

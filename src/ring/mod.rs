@@ -24,6 +24,10 @@
 //! Every requester and combiner is named by a liveness id whose lock it holds on the store file
 //! (see liveness.rs): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
 //! slot of a dead combiner is posted again.
+//!
+//! Layer 3: the ring owns the mapping and its bytes (the slots, the waiting queue, the server
+//! words, the journal area, the activity page) and the futexes; what the bytes mean it leaves to
+//! its users. Imports the base, the rules (the activity page) and the storage (liveness).
 
 use std::fs::{File, OpenOptions};
 use std::io;

@@ -27,12 +27,12 @@ use redb::ConcurrencyMode;
 use crate::base::cancel::{Cancel, Waiting};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::options::Options;
+use crate::engine::options::Options;
+use crate::local::LocalEngine;
 use crate::share::member::RingMember;
 use crate::storage::carved::open_carved;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
-use crate::store::{Inner, Store};
 
 /// How a server runs.
 #[derive(Debug, Clone)]
@@ -63,14 +63,14 @@ impl Default for ServeOptions {
 /// A running server of one store file. Dropping it stops serving: stores then open the file
 /// themselves again.
 pub struct Server {
-    store: Store,
+    engine: Arc<LocalEngine>,
     shared: Arc<RingMember>,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("path", &self.store.path())
+            .field("path", &self.engine.path)
             .finish_non_exhaustive()
     }
 }
@@ -91,7 +91,7 @@ impl Server {
     /// used (another user's, in `/dev/shm`); [`Error::InvalidArgument`] for an etcd store
     /// string; otherwise as [`Store::open`].
     pub fn start(path: impl AsRef<Path>, options: &ServeOptions) -> Result<Server> {
-        if let Some(text) = crate::backend::etcd_string(path.as_ref()) {
+        if let Some(text) = crate::engine::etcd_string(path.as_ref()) {
             return Err(Error::invalid(format!(
                 "{text}: an etcd store has no fencelock server; etcd serves it"
             )));
@@ -142,7 +142,7 @@ impl Server {
         if !recorded {
             return Err(Error::InUse);
         }
-        let store = Store::assemble(
+        let engine = LocalEngine::assemble(
             path,
             &Options {
                 history: options.history,
@@ -154,13 +154,13 @@ impl Server {
             Some(Arc::clone(&shared)),
             true,
         )?;
-        Ok(Server { store, shared })
+        Ok(Server { engine, shared })
     }
 
     /// The store file.
     #[must_use]
     pub fn path(&self) -> &Path {
-        self.store.path()
+        &self.engine.path
     }
 
     /// The processes other than this one that have the file `path` open (as `/proc` shows
@@ -204,7 +204,7 @@ impl Server {
     /// [`Error::Io`] or [`Error::Storage`] when the store fails (a commit's failure is each
     /// request's error, not the server's).
     pub fn run(&self, options: &ServeOptions) -> Result<()> {
-        let inner = &self.store.inner;
+        let inner = &self.engine;
         let ring = self.shared.ring();
         let mut last_request = clock::now_ns();
         loop {
@@ -239,7 +239,7 @@ impl Server {
     /// Makes every lease committed so far durable, with one durable commit (which persists the
     /// commits without an fsync before it), and empties the journal.
     fn flush(&self) -> Result<()> {
-        let db = self.store.inner.database()?;
+        let db = self.engine.database()?;
         // One durable commit (the mark's): it persists every commit before it.
         crate::share::journal::mark_served(db.writable()?, false)?;
         self.shared.ring().set_journal_len(0);
@@ -253,15 +253,15 @@ impl Drop for Server {
         let _ = crate::base::quiet::catch(|| self.flush());
         // The file is let go before the record: a store that finds no server recorded can
         // open it. (Stores that post meanwhile commit themselves once the record is gone.)
-        self.store.inner.close_database();
+        self.engine.close_database();
         self.shared.ring().clear_server(self.shared.id());
         self.shared.wake();
     }
 }
 
-impl Inner {
+impl LocalEngine {
     /// Runs one batch of the posted requests, as a combiner does.
-    fn serve_batch(self: &Arc<Self>, shared: &Arc<RingMember>) -> Result<()> {
+    fn serve_batch(&self, shared: &Arc<RingMember>) -> Result<()> {
         self.combine(shared).map(|_| ())
     }
 }
@@ -287,6 +287,7 @@ fn open_exclusive(path: &Path, options: &ServeOptions) -> Result<Db> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::store::Store;
 
     #[test]
     fn a_served_store_goes_through_the_server_and_keeps_its_liveness_locks() {

@@ -1,0 +1,156 @@
+//! The holder of a granted lease: what the lease is, and what its holder can do with it, on
+//! whichever engine granted it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::store::Store;
+use crate::base::cancel::Cancel;
+use crate::base::error::Result;
+use crate::engine::LeaseHandle;
+use crate::rules::kind::Kind;
+
+/// A granted lease. Its [`token`](Holder::token) is higher than that of every earlier grant of
+/// any lock of the store. Dropping the holder releases the lease.
+///
+/// A holder is `Send + Sync`: one thread may write while another extends or releases.
+#[must_use = "dropping the holder releases the lock at once; keep it while the work runs"]
+pub struct Holder {
+    lease: Arc<dyn LeaseHandle>,
+}
+
+impl std::fmt::Debug for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holder")
+            .field("name", &self.name())
+            .field("token", &self.token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Holder {
+    pub(crate) fn new(lease: Arc<dyn LeaseHandle>) -> Holder {
+        Holder { lease }
+    }
+
+    /// The fencing token of this lease.
+    #[must_use]
+    pub fn token(&self) -> u64 {
+        self.lease.state().token
+    }
+
+    /// The lock's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.lease.state().name
+    }
+
+    /// How the lease holds the name: exclusive, shared, or a permit of a semaphore.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        self.lease.state().kind
+    }
+
+    /// The store that granted the lease.
+    #[must_use]
+    pub fn store(&self) -> Store {
+        Store::new(self.lease.engine())
+    }
+
+    /// Time left on the lease as this holder last set it; zero once it ran out. Whether another
+    /// holder took over is answered by [`Holder::is_held`].
+    #[must_use]
+    pub fn remaining(&self) -> Duration {
+        self.lease.state().remaining()
+    }
+
+    /// Renews the lease for `ttl` from now, only while this holder still owns it; otherwise
+    /// [`Error::LockLost`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the lease expired, was taken over or was released;
+    /// [`Error::InvalidArgument`] for a TTL out of range; [`Error::Timeout`] behind a process
+    /// that holds the store past the busy timeout; storage errors as [`Store::acquire`].
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        self.lease.extend(ttl)
+    }
+
+    /// Whether this holder still holds the lease: not released, not expired, not taken over.
+    /// Reads only; writes nothing.
+    pub fn is_held(&self) -> Result<bool> {
+        self.lease.is_held()
+    }
+
+    /// Writes `value` under `key` with this holder's token, checking in the same transaction
+    /// that the lease is still current ([`Error::LockLost`] otherwise) and that the key accepted
+    /// no higher token ([`Error::StaleToken`]).
+    ///
+    /// A permit of a semaphore writes like an exclusive holder, checked against its own permit.
+    /// A shared holder is refused ([`Error::InvalidArgument`], nothing written): a shared lock
+    /// promises each of its holders that nobody writes what it guards while they hold it, and a
+    /// write checked against a shared lease would break that promise for the other shared
+    /// holders. A shared holder that must write acquires the lock exclusively.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the lease is no longer this holder's; [`Error::StaleToken`] when
+    /// the key accepted a higher token; [`Error::InvalidArgument`] for a shared holder;
+    /// otherwise as [`Store::put`].
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.lease.write(key, Some(value)).map(|_| ())
+    }
+
+    /// Deletes `key` with this holder's token, checked like [`Holder::put`]. Returns whether the
+    /// key held a value.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.lease.write(key, None)
+    }
+
+    /// Releases the lease. Takes effect at once for every process, without an fsync. Idempotent;
+    /// a stale holder's release never touches its successor's lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Forked`] in a child of `fork()` (the lease stays the parent's); [`Error::Io`]
+    /// if the kernel refuses to drop the lock.
+    pub fn release(&self) -> Result<()> {
+        self.lease.release()
+    }
+
+    /// Keeps the lease alive in a background thread: renews it for `ttl` every third of `ttl`
+    /// until it is released or lost. Use [`Holder::wait_lost`] or [`Holder::is_lost`] to learn
+    /// of a loss. Calling it again changes nothing.
+    pub fn keep_alive(&self, ttl: Duration) -> Result<()> {
+        Arc::clone(&self.lease).keep_alive(ttl)
+    }
+
+    /// Whether the lease is known to be lost or released: its TTL ran out without a renewal,
+    /// an extend or write found it taken over, or it was released. Reads no storage.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.lease.state().is_lost()
+    }
+
+    /// Blocks until the lease is known to be lost or released (as [`Holder::is_lost`] tells),
+    /// or `timeout` passes. Returns whether it ended.
+    #[must_use]
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        self.lease
+            .state()
+            .wait_lost(timeout, None)
+            .expect("a wait without a cancel handle is never cancelled")
+    }
+
+    /// Like [`Holder::wait_lost`], and ends within about 10 ms with [`Error::Cancelled`] once
+    /// `cancel` fires (from any thread).
+    pub fn wait_lost_cancellable(&self, timeout: Duration, cancel: &Cancel) -> Result<bool> {
+        self.lease.state().wait_lost(timeout, Some(cancel))
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}

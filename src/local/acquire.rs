@@ -1,0 +1,352 @@
+//! Grants and waits of a local store: one request ([`Acquire`]) for every public acquire.
+//!
+//! A grant is asked for by the process that will hold it: it first locks a fresh liveness id
+//! of its own ([`Grant`]), so that the lease's liveness never depends on the process that
+//! commits the grant, then submits the operation (route.rs). Most refusals are answered from a
+//! read, before anything is submitted. A waiting acquire takes a place in the lock's queue in
+//! the ring at its first refusal and is granted in the order waits began; a waiting
+//! `acquire_all` is not queued and holds nothing while it waits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::base::cancel::{check, Waiting, POLL};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::{check_key, check_name, check_ttl, duration_ns};
+use crate::engine::{Acquire, LeaseHandle, Locks};
+use crate::local::lease::LocalLease;
+use crate::local::observe::Attempt;
+use crate::local::LocalEngine;
+use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
+use crate::rules::leases::{blocker, check_join, check_turn};
+use crate::rules::ops::{unexpected, Done, Op};
+use crate::share::member::Place;
+use crate::storage::liveness::fresh_id;
+
+impl LocalEngine {
+    /// Grants `request` (see [`crate::engine::Engine::acquire`]), counted and told to the
+    /// observer.
+    pub(crate) fn grant_request(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        let leases = match request.locks {
+            Locks::All(names) => self.acquire_all(names, request.ttl, request.wait)?,
+            Locks::One(name) => {
+                if let Some((key, value)) = request.write {
+                    self.check_value(value)?;
+                    check_key(key)?;
+                }
+                let mut attempt = Attempt::start();
+                let result = match request.wait {
+                    Some(waiting) => self.wait_in_turn(name, request, waiting, &mut attempt),
+                    None => self.grant(name, request, None, None),
+                }
+                .map(|lease| vec![lease]);
+                self.acquired(&[name], request.kind, &attempt, tokens(&result));
+                result?
+            }
+        };
+        Ok(leases
+            .into_iter()
+            .map(|lease| lease as Arc<dyn LeaseHandle>)
+            .collect())
+    }
+
+    /// Waits for a grant of `name` as `request` asks, in the lock's waiting queue.
+    fn wait_in_turn(
+        &self,
+        name: &str,
+        request: &Acquire<'_>,
+        waiting: Waiting<'_>,
+        attempt: &mut Attempt,
+    ) -> Result<Arc<LocalLease>> {
+        check(waiting.cancel)?;
+        // A place in the lock's waiting queue, taken at the first refusal and left when the
+        // wait ends: waiters of every process are granted the lock oldest first.
+        let mut place: Option<Place<'_>> = None;
+        loop {
+            // A waiting acquire not queued yet stands behind every queued waiter.
+            let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
+            match self.grant(name, request, Some(waiting), ticket) {
+                Err(Error::Locked { remaining, .. }) => {
+                    attempt.waited = true;
+                    waiting.step()?;
+                    if place.is_none() {
+                        place = self.queue_up(name);
+                    }
+                    // The holder's liveness lock, as the record names it now.
+                    let record = self.lease_of(name)?;
+                    let now = clock::now_ns();
+                    let lease = blocker(self, record.as_ref(), now)?;
+                    // A semaphore's waiter waits on one permit, but any permit let go is its
+                    // turn: it looks again every millisecond.
+                    let deadline = match request.kind {
+                        Kind::Semaphore(_) => {
+                            waiting.deadline.min(now.saturating_add(duration_ns(POLL)))
+                        }
+                        _ => waiting.deadline,
+                    };
+                    match &place {
+                        // It watches the lease's expiry itself; a refusal for an earlier
+                        // waiter has no time left to wait out.
+                        Some(place) => {
+                            place.wait_turn(lease.as_ref(), deadline, waiting.cancel)?;
+                        }
+                        None => {
+                            let until = deadline
+                                .min(clock::now_ns().saturating_add(duration_ns(remaining)));
+                            if let Some(lease) = lease {
+                                self.wait_until_free(lease.live, until, waiting.cancel)?;
+                            }
+                        }
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One grant attempt of `name` as `request` asks: exclusively (with its write, if any), or
+    /// one more shared holder or permit. `ticket` is the waiter's place in the queue.
+    fn grant(
+        &self,
+        name: &str,
+        request: &Acquire<'_>,
+        waiting: Option<Waiting<'_>>,
+        ticket: Option<u64>,
+    ) -> Result<Arc<LocalLease>> {
+        let (kind, ttl) = (request.kind, request.ttl);
+        check_name("lock name", name)?;
+        check_ttl(ttl)?;
+        check_kind(kind)?;
+        // A refusal needs no write transaction: most are answered from a read.
+        let now = clock::now_ns();
+        // Through a server the read would cost a round trip of its own: the grant's own check
+        // refuses there.
+        let record = if self.served() {
+            None
+        } else {
+            self.lease_of(name)?
+        };
+        // A grant that would hold the name together with live holders waits its turn behind
+        // every queued waiter, also when it only tries once.
+        let joined = check_join(self, record.as_ref(), kind, now)?;
+        let queued = if joined.is_empty() {
+            ticket
+        } else {
+            Some(ticket.unwrap_or(u64::MAX))
+        };
+        check_turn(
+            self,
+            name,
+            blocker(self, record.as_ref(), now)?.as_ref(),
+            queued,
+            now,
+        )?;
+        if self.read_only {
+            return Err(crate::storage::db::read_only());
+        }
+        // The liveness lock is this process's before the grant is asked for, whichever
+        // process commits it; it is released again unless the grant is reported.
+        let grant = Grant::take(self)?;
+        let op = match kind {
+            Kind::Exclusive => Op::Acquire {
+                name: name.to_owned(),
+                ttl,
+                write: request
+                    .write
+                    .map(|(key, value)| (key.to_vec(), value.to_vec())),
+                holder: self.me,
+                live: grant.live,
+                ticket,
+            },
+            kind => Op::AcquireKind {
+                name: name.to_owned(),
+                kind,
+                ttl,
+                holder: self.me,
+                live: grant.live,
+                ticket,
+            },
+        };
+        match self.submit(op, waiting)? {
+            Done::Granted { token, expires_ns } => Ok(LocalLease::new(
+                self.arc(),
+                name.to_owned(),
+                kind,
+                token,
+                grant.keep(),
+                expires_ns,
+            )),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Acquires every lock of `names` exclusively, all or none, trying once or (`waiting`)
+    /// until every lock is free at once; counted and told as one attempt.
+    fn acquire_all(
+        &self,
+        names: &[&str],
+        ttl: Duration,
+        waiting: Option<Waiting<'_>>,
+    ) -> Result<Vec<Arc<LocalLease>>> {
+        let mut attempt = Attempt::start();
+        let result = self.acquire_all_checked(names, ttl, waiting, &mut attempt);
+        self.acquired(names, Kind::Exclusive, &attempt, tokens(&result));
+        result
+    }
+
+    fn acquire_all_checked(
+        &self,
+        names: &[&str],
+        ttl: Duration,
+        waiting: Option<Waiting<'_>>,
+        attempt: &mut Attempt,
+    ) -> Result<Vec<Arc<LocalLease>>> {
+        if names.is_empty() || names.len() > MAX_HOLDERS as usize {
+            return Err(Error::invalid(format!(
+                "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {}",
+                names.len()
+            )));
+        }
+        for (i, name) in names.iter().enumerate() {
+            check_name("lock name", name)?;
+            if names[..i].contains(name) {
+                return Err(Error::invalid(format!("lock name {name} is given twice")));
+            }
+        }
+        check_ttl(ttl)?;
+        if let Some(waiting) = waiting {
+            check(waiting.cancel)?;
+        }
+        loop {
+            match self.try_acquire_all(names, ttl, waiting) {
+                Err(Error::Locked { .. }) if waiting.is_some() => {
+                    attempt.waited = true;
+                    let waiting = waiting.expect("checked");
+                    waiting.step()?;
+                    self.wait_for_any(names, waiting)?;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_acquire_all(
+        &self,
+        names: &[&str],
+        ttl: Duration,
+        waiting: Option<Waiting<'_>>,
+    ) -> Result<Vec<Arc<LocalLease>>> {
+        let now = clock::now_ns();
+        if !self.served() {
+            for name in names {
+                check_join(self, self.lease_of(name)?.as_ref(), Kind::Exclusive, now)?;
+            }
+        }
+        if self.read_only {
+            return Err(crate::storage::db::read_only());
+        }
+        let grants = names
+            .iter()
+            .map(|_| Grant::take(self))
+            .collect::<Result<Vec<_>>>()?;
+        let op = Op::AcquireAll {
+            names: names.iter().map(|&name| name.to_owned()).collect(),
+            ttl,
+            holder: self.me,
+            lives: grants.iter().map(|grant| grant.live).collect(),
+        };
+        match self.submit(op, waiting)? {
+            Done::GrantedAll {
+                first,
+                count,
+                expires_ns,
+            } if count as usize == names.len() => Ok(names
+                .iter()
+                .zip(grants)
+                .zip(first..)
+                .map(|((name, grant), token)| {
+                    LocalLease::new(
+                        self.arc(),
+                        (*name).to_owned(),
+                        Kind::Exclusive,
+                        token,
+                        grant.keep(),
+                        expires_ns,
+                    )
+                })
+                .collect()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Waits (within `waiting`) until the first lock of `names` that a live lease holds is let
+    /// go, expires, or its holder dies.
+    fn wait_for_any(&self, names: &[&str], waiting: Waiting<'_>) -> Result<()> {
+        let now = clock::now_ns();
+        let mut held = None;
+        for name in names {
+            let record = self.lease_of(name)?;
+            if check_join(self, record.as_ref(), Kind::Exclusive, now).is_err() {
+                held = blocker(self, record.as_ref(), now)?;
+                break;
+            }
+        }
+        if let Some(lease) = held {
+            let until = waiting.deadline.min(lease.expires_ns);
+            self.wait_until_free(lease.live, until, waiting.cancel)?;
+        }
+        Ok(())
+    }
+}
+
+/// The tokens of `result`'s leases, or its error, as the counters and the observer take them.
+fn tokens(result: &Result<Vec<Arc<LocalLease>>>) -> std::result::Result<Vec<u64>, &Error> {
+    match result {
+        Ok(leases) => Ok(leases.iter().map(|lease| lease.state.token).collect()),
+        Err(err) => Err(err),
+    }
+}
+
+/// The liveness lock of a lease being requested: a fresh liveness id that the requesting store
+/// locks before it asks for the grant, released again unless the grant is kept. A drop guard,
+/// so a grant that fails, or a request that panics, releases it.
+pub(crate) struct Grant<'a> {
+    inner: &'a LocalEngine,
+    pub(crate) live: u64,
+    kept: bool,
+}
+
+impl Grant<'_> {
+    /// Locks a fresh liveness id for this store. An id whose byte another open file holds is
+    /// another lease's: another is drawn.
+    pub(crate) fn take(inner: &LocalEngine) -> Result<Grant<'_>> {
+        for _ in 0..64 {
+            let live = fresh_id()?;
+            if inner.live.lock(live)? {
+                return Ok(Grant {
+                    inner,
+                    live,
+                    kept: false,
+                });
+            }
+        }
+        Err(Error::Storage(
+            "no free liveness id could be drawn: 64 random ids were all held".into(),
+        ))
+    }
+
+    /// The grant committed: the lock stays, for the holder to release.
+    pub(crate) fn keep(mut self) -> u64 {
+        self.kept = true;
+        self.live
+    }
+}
+
+impl Drop for Grant<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = self.inner.live.unlock(self.live);
+        }
+    }
+}
