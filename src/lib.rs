@@ -29,18 +29,26 @@
 
 // The layers, lowest first. A module imports its own folder or lower ones only; each folder's
 // opening comment says what it owns.
-mod api;
-mod base; // 0: errors, clock, cancellation, limits
-mod engine; // 5: the Engine and LeaseHandle traits
+// 0: errors, clock, cancellation, limits.
+mod base;
+// 1: kinds, records, tables, tokens, the lease rules, operations, queries, history.
+mod rules;
+// 2: the redb file, what is at the path, liveness locks, group commit.
+mod storage;
+// 3: the shared request ring in /dev/shm: bytes and futexes.
+mod ring;
+// 4: what processes exchange through the ring: the wire format, a seat, the journal.
+mod share;
+// 5: the Engine and LeaseHandle traits.
+mod engine;
+// 6: the local engine (a file of this host) and the etcd engine.
 #[cfg(feature = "etcd")]
-mod etcd; // 6: the etcd engine
-mod local; // 6: the local engine (a file of this host)
-mod ring; // 3: the shared request ring in /dev/shm: bytes and futexes
-mod rules; // 1: kinds, records, tables, tokens, the lease rules, operations, queries, history
-mod share; // 4: what processes exchange through the ring: wire format, seat, journal
-mod storage; // 2: the redb file, what is at the path, liveness locks, group commit // 7: Store and Holder
-                                                                                    // 8: the C ABI. Public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part
-                                                                                    // of the Rust API (Rust users call the engine's types); it uses only what this file exports.
+mod etcd;
+mod local;
+// 7: Store and Holder.
+mod api;
+// 8: the C ABI. Public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part
+// of the Rust API (Rust users call the engine's types); it uses what this file exports.
 #[doc(hidden)]
 pub mod ffi;
 

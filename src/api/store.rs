@@ -36,7 +36,7 @@ impl Clone for Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        // The last user of the store in this process records its releases (history.rs): the
+        // The last user of the store in this process records its releases (`local/history.rs`): the
         // last handle, or else the last of its holders to be dropped.
         self.engine.handle_dropped();
     }
@@ -114,11 +114,12 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`Error::Locked`] while a live lease holds the lock; [`Error::InvalidArgument`] for an empty, too long
-    /// or NUL-containing name or a TTL outside [`crate::MIN_TTL`] to [`crate::MAX_TTL`], and on a
-    /// read-only store; [`Error::Timeout`] behind a process that holds the store past the busy
-    /// timeout; [`Error::Replaced`] when the path names another file now; [`Error::Forked`] in a
-    /// child of `fork()`; [`Error::Io`], [`Error::Corrupt`] or [`Error::Storage`] from the file.
+    /// [`Error::Locked`] while a live lease holds the lock; [`Error::InvalidArgument`] for an
+    /// empty, too long or NUL-containing name or a TTL outside [`crate::MIN_TTL`] to
+    /// [`crate::MAX_TTL`], and on a read-only store; [`Error::Timeout`] behind a process that holds
+    /// the store past the busy timeout; [`Error::Replaced`] when the path names another file now;
+    /// [`Error::Forked`] in a child of `fork()`; [`Error::Io`], [`Error::Corrupt`] or
+    /// [`Error::Storage`] from the file.
     ///
     /// # Examples
     ///

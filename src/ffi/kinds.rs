@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use super::store::fencelock_store;
+use super::store::{acquire_one, fencelock_store, with_cancel};
 use super::{
     fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, guard, handle, millis,
     null, read_or, Out, FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
@@ -67,14 +67,8 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            let lock = super::name(name, "name")?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
-            let kind = kind_of(kind, permits)?;
-            let holder = store.store.acquire_kind(lock, kind, millis(ttl_ms))?;
-            holder_out.set(fencelock_holder::into_raw(holder));
-            Ok(())
+        acquire_one(store, name, holder_out, err_out, |store, lock| {
+            Ok(store.acquire_kind(lock, kind_of(kind, permits)?, millis(ttl_ms))?)
         })
     }
 }
@@ -104,24 +98,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            let lock = super::name(name, "name")?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
+        acquire_one(store, name, holder_out, err_out, |store, lock| {
             let kind = kind_of(kind, permits)?;
             let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
-            let holder = match cancel.as_ref() {
-                Some(cancel) => store.store.acquire_kind_wait_cancellable(
-                    lock,
-                    kind,
-                    ttl,
-                    timeout,
-                    &cancel.cancel,
-                )?,
-                None => store.store.acquire_kind_wait(lock, kind, ttl, timeout)?,
-            };
-            holder_out.set(fencelock_holder::into_raw(holder));
-            Ok(())
+            Ok(with_cancel(
+                cancel,
+                || store.acquire_kind_wait(lock, kind, ttl, timeout),
+                |cancel| store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, cancel),
+            )?)
         })
     }
 }
@@ -169,16 +153,18 @@ pub unsafe extern "C" fn fencelock_store_acquire_all(
                 .iter()
                 .map(|&name| super::name(name, "a name"))
                 .collect::<Result<Vec<_>, _>>()?;
-            let ttl = millis(ttl_ms);
-            let holders = match (timeout_ms, cancel.as_ref()) {
-                (0, _) => store.store.acquire_all(&names, ttl)?,
-                (ms, Some(cancel)) => store.store.acquire_all_wait_cancellable(
-                    &names,
-                    ttl,
-                    millis(ms),
-                    &cancel.cancel,
+            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
+            let holders = match timeout_ms {
+                0 => store.store.acquire_all(&names, ttl)?,
+                _ => with_cancel(
+                    cancel,
+                    || store.store.acquire_all_wait(&names, ttl, timeout),
+                    |cancel| {
+                        store
+                            .store
+                            .acquire_all_wait_cancellable(&names, ttl, timeout, cancel)
+                    },
                 )?,
-                (ms, None) => store.store.acquire_all_wait(&names, ttl, millis(ms))?,
             };
             let raw: Vec<*mut fencelock_holder> = holders
                 .into_iter()

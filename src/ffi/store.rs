@@ -19,6 +19,47 @@ pub struct fencelock_store {
     pub(super) store: Store,
 }
 
+/// The shape every acquire of one lock shares: the store, the lock's name and the holder's
+/// output are checked (in that order) before any work, `acquire` asks the store, and the new
+/// holder is handed out only on success.
+///
+/// # Safety
+/// Every pointer is NULL or valid as the calling function describes.
+pub(super) unsafe fn acquire_one(
+    store: *const fencelock_store,
+    lock: *const c_char,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+    acquire: impl FnOnce(&Store, &str) -> Result<crate::Holder, fencelock_error>,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let store = handle(store, "store")?;
+            let lock = name(lock, "name")?;
+            let holder_out = Out::required(holder_out, "holder_out")?;
+            holder_out.set(fencelock_holder::into_raw(acquire(&store.store, lock)?));
+            Ok(())
+        })
+    }
+}
+
+/// The plain or the cancellable form of a wait, as the NULL-or-valid `cancel` asks.
+///
+/// # Safety
+/// `cancel` is NULL or a cancel handle of this library not yet freed.
+pub(super) unsafe fn with_cancel<T>(
+    cancel: *const fencelock_cancel,
+    plain: impl FnOnce() -> crate::Result<T>,
+    cancellable: impl FnOnce(&crate::Cancel) -> crate::Result<T>,
+) -> crate::Result<T> {
+    // SAFETY: upheld by the caller.
+    match unsafe { cancel.as_ref() } {
+        Some(cancel) => cancellable(&cancel.cancel),
+        None => plain(),
+    }
+}
+
 /// Opens the store at `path` (NUL-terminated UTF-8), creating it if it does not exist, in
 /// multi-process mode with the default value limit (16 MiB). `path` may instead name an etcd
 /// cluster, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`, in a library built with the `etcd`
@@ -203,13 +244,8 @@ pub unsafe extern "C" fn fencelock_store_acquire(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            let lock = super::name(name, "name")?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
-            let holder = store.store.acquire(lock, millis(ttl_ms))?;
-            holder_out.set(fencelock_holder::into_raw(holder));
-            Ok(())
+        acquire_one(store, name, holder_out, err_out, |store, lock| {
+            Ok(store.acquire(lock, millis(ttl_ms))?)
         })
     }
 }
@@ -273,21 +309,13 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            let lock = super::name(name, "name")?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
+        acquire_one(store, name, holder_out, err_out, |store, lock| {
             let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
-            let holder = match cancel.as_ref() {
-                Some(cancel) => {
-                    store
-                        .store
-                        .acquire_wait_cancellable(lock, ttl, timeout, &cancel.cancel)?
-                }
-                None => store.store.acquire_wait(lock, ttl, timeout)?,
-            };
-            holder_out.set(fencelock_holder::into_raw(holder));
-            Ok(())
+            Ok(with_cancel(
+                cancel,
+                || store.acquire_wait(lock, ttl, timeout),
+                |cancel| store.acquire_wait_cancellable(lock, ttl, timeout, cancel),
+            )?)
         })
     }
 }

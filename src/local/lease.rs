@@ -199,7 +199,7 @@ impl LeaseHandle for LocalLease {
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
-        // The last user of a store, holders included, records its releases (history.rs).
+        // The last user of a store, holders included, records its releases (`local/history.rs`).
         if self.inner.handles.load(Ordering::Acquire) == 0 && Arc::strong_count(&self.inner) == 1 {
             self.inner.record_releases();
         }

@@ -58,10 +58,10 @@ pub(crate) struct LocalEngine {
     db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
     pub(crate) read_only: bool,
     mode: ConcurrencyMode,
-    /// This store is a server's (serve.rs): it holds the file exclusively, and commits every
-    /// batch durably.
+    /// This store is a server's (`local/serve.rs`): it holds the file exclusively, and commits
+    /// every batch durably.
     pub(crate) serving: bool,
-    /// A server's lease journal (journal.rs).
+    /// A server's lease journal (`share/journal.rs`).
     pub(crate) journal: Option<crate::share::journal::Journal>,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
@@ -79,7 +79,7 @@ pub(crate) struct LocalEngine {
     pub(crate) shared: Option<Arc<RingMember>>,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// The counters and recent releases of a store without a shared ring (metrics.rs).
+    /// The counters and recent releases of a store without a shared ring (`rules/metrics.rs`).
     pub(crate) own_activity: Box<crate::rules::metrics::Activity>,
     pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
@@ -88,7 +88,7 @@ pub(crate) struct LocalEngine {
     pub(crate) handles: std::sync::atomic::AtomicUsize,
     /// Whether grants record the ends they learn of in the history (`Options::history`).
     pub(crate) history: bool,
-    /// The last lock name whose history the history's sweep looked at (history.rs).
+    /// The last lock name whose history the history's sweep looked at (`rules/history.rs`).
     pub(crate) history_cursor: Mutex<String>,
     /// Bumped at every release in this process, so in-process waiters wake at once.
     pub(crate) releases: Mutex<u64>,
@@ -173,7 +173,7 @@ impl LocalEngine {
         LocalEngine::assemble(path, options, mode, Some(db), live, shared, false)
     }
 
-    /// The engine of the database `db` (`None`: served, see serve.rs).
+    /// The engine of the database `db` (`None`: served, see `local/serve.rs`).
     pub(crate) fn assemble(
         path: PathBuf,
         options: &Options,
@@ -223,7 +223,7 @@ impl LocalEngine {
     }
 }
 
-/// `db`, after restoring the leases of a server that died (journal.rs), from the ring of
+/// `db`, after restoring the leases of a server that died (`share/journal.rs`), from the ring of
 /// `shared`, or from the store's ring opened for this when the store shares none.
 fn restored(db: Db, path: &Path, shared: Option<&RingMember>, waiting: Waiting<'_>) -> Result<Db> {
     let Db::Writable(database) = &db else {
@@ -388,8 +388,8 @@ impl LocalEngine {
         Ok(Arc::clone(slot.as_ref().expect("reopened above")))
     }
 
-    /// Whether a server serves the store (serve.rs): operations then go through it, and this
-    /// store's own handle of the database is closed, since the server needs the file alone.
+    /// Whether a server serves the store (`local/serve.rs`): operations then go through it, and
+    /// this store's own handle of the database is closed, since the server needs the file alone.
     pub(crate) fn served(&self) -> bool {
         match &self.shared {
             Some(shared) if !self.serving && shared.served(&self.live) => {
@@ -589,7 +589,7 @@ impl Engine for LocalEngine {
     }
 
     fn handle_dropped(&self) {
-        // The last user of the store in this process records its releases (history.rs): the
+        // The last user of the store in this process records its releases (`local/history.rs`): the
         // last handle, or else the last of its holders to be dropped.
         if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 && self.this.strong_count() == 1 {
             self.record_releases();

@@ -7,7 +7,8 @@
 //! their result is there, or until the combiner is done and one of them may combine next.
 //!
 //! Liveness never depends on who commits: the requester holds the liveness lock of the lease it
-//! asks for (`storage/liveness.rs`), so a grant whose requester died is dead on arrival. The failure rules:
+//! asks for (`storage/liveness.rs`), so a grant whose requester died is dead on arrival. The
+//! failure rules:
 //!
 //! - A combiner that dies before it publishes: its requests' slots are TAKEN by a dead process;
 //!   their requesters post them again. A re-run acquire whose grant did commit finds its own
@@ -28,8 +29,9 @@
 //! - A full ring, or no usable ring: the write commits directly. A request or reply larger
 //!   than a slot travels in a bulk file beside the ring (`ring/`).
 //!
-//! A server (`local/serve.rs`) is a combiner that holds the file alone: while one serves, requesters
-//! never combine, reads travel too, and a request waits for the server up to its deadline.
+//! A server (`local/serve.rs`) is a combiner that holds the file alone: while one serves,
+//! requesters never combine, reads travel too, and a request waits for the server up to its
+//! deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +73,7 @@ const SLEEP: Duration = Duration::from_millis(1);
 
 impl LocalEngine {
     /// Runs `op` in a write transaction shared with other writes: through the shared request
-    /// ring with every process's (sharing.rs), or else with this process's other threads'
+    /// ring with every process's (`local/route.rs`), or else with this process's other threads'
     /// (group commit). Gives up with [`Error::Timeout`] if another process keeps the write lock
     /// past `waiting` (by default, the busy timeout), or with [`Error::Cancelled`] when its
     /// handle fires.

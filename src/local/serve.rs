@@ -1,22 +1,21 @@
 //! A server: one process holds the store file exclusively and executes the requests of every
 //! process that opens the store, reads included, with one commit a batch.
 //!
-//! Without a server every commit of a shared file is redb's two-phase multi-process commit
-//! (two fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one
-//! phase, and may commit without an fsync: a batch that only grants and extends leases does
-//! so, its records kept in the lease journal (journal.rs) so that the server's death loses
-//! none, and tokens reserved durably a block at a time; values, fences and reservations commit
-//! with an fsync. The server announces itself in the store's request ring (ring.rs) under a liveness id
-//! of its own: a store that finds a live server there opens no database handle and posts every
-//! operation, and one that had the file open closes it at its next operation so the server can
-//! take the file. When the server's liveness lock is gone (it exited, or was killed), stores open
-//! the file again and commit as before; requests it had taken are posted again by their
-//! requesters, under the rules of sharing.rs, which make a re-run give the result the first run
-//! had.
+//! Without a server every commit of a shared file is redb's two-phase multi-process commit (two
+//! fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one phase,
+//! and may commit without an fsync: a batch that only grants and extends leases does so, its
+//! records kept in the lease journal (`share/journal.rs`) so that the server's death loses none,
+//! and tokens reserved durably a block at a time; values, fences and reservations commit with an
+//! fsync. The server announces itself in the store's request ring (`ring/`) under a liveness id of
+//! its own: a store that finds a live server there opens no database handle and posts every
+//! operation, and one that had the file open closes it at its next operation so the server can take
+//! the file. When the server's liveness lock is gone (it exited, or was killed), stores open the
+//! file again and commit as before; requests it had taken are posted again by their requesters,
+//! under the rules of `local/route.rs`, which make a re-run give the result the first run had.
 //!
-//! redb's exclusive mode locks every byte of the file; the server's storage backend leaves out
-//! the bytes fencelock itself locks (liveness.rs), so holders keep their liveness locks on the
-//! file whoever serves it. Releases need no server.
+//! redb's exclusive mode locks every byte of the file; the server's storage backend leaves out the
+//! bytes fencelock itself locks (`storage/liveness.rs`), so holders keep their liveness locks on
+//! the file whoever serves it. Releases need no server.
 
 use std::path::Path;
 use std::sync::Arc;

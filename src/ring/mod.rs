@@ -18,11 +18,11 @@
 //!                                  FREE
 //! ```
 //!
-//! Whoever moves a slot to CLAIMED, TAKEN or DONE owns it for the next step; only the owner
-//! writes its payload. A slot returns to FREE through CLAIMED with its owner field cleared, and
-//! with its generation bumped, so a combiner that took a slot can never publish into its next use.
-//! Every requester and combiner is named by a liveness id whose lock it holds on the store file
-//! (see liveness.rs): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
+//! Whoever moves a slot to CLAIMED, TAKEN or DONE owns it for the next step; only the owner writes
+//! its payload. A slot returns to FREE through CLAIMED with its owner field cleared, and with its
+//! generation bumped, so a combiner that took a slot can never publish into its next use. Every
+//! requester and combiner is named by a liveness id whose lock it holds on the store file (see
+//! `storage/liveness.rs`): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
 //! slot of a dead combiner is posted again.
 //!
 //! Layer 3: the ring owns the mapping and its bytes (the slots, the waiting queue, the server
@@ -45,10 +45,10 @@ const SLOTS: usize = 64;
 /// Bytes per slot, its header included.
 const SLOT_SIZE: usize = 4096;
 const HEADER_SIZE: usize = 4096;
-/// The lease journal of a server (journal.rs), after the slots.
+/// The lease journal of a server (`share/journal.rs`), after the slots.
 const JOURNAL_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 pub(crate) const JOURNAL_SIZE: usize = 1 << 20;
-/// The store's activity page (metrics.rs), after the journal.
+/// The store's activity page (`rules/metrics.rs`), after the journal.
 const ACTIVITY_OFFSET: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
 const RING_SIZE: usize = ACTIVITY_OFFSET + crate::rules::metrics::ACTIVITY_SIZE;
 /// Bytes of a slot that carry a request or a reply.
@@ -89,7 +89,7 @@ struct Header {
     tickets: AtomicU64,
     /// How many requests the last combined batch carried.
     last_batch: AtomicU64,
-    /// The liveness id of the server that executes every request (serve.rs), 0 for none; it
+    /// The liveness id of the server that executes every request (`local/serve.rs`), 0 for none; it
     /// serves while it holds that liveness lock.
     server: AtomicU64,
     /// The liveness id of a server waiting for the stores open on the file to move over to it.

@@ -11,8 +11,8 @@
 //! locks.
 //!
 //! How a lease ended is judged from what is known when its entry is written: the store's recent
-//! releases (metrics.rs), its holder's liveness lock, whether its process still runs, and its
-//! expiry.
+//! releases (`rules/metrics.rs`), its holder's liveness lock, whether its process still runs, and
+//! its expiry.
 
 use std::ops::Bound;
 use std::time::{Duration, SystemTime};

@@ -2,9 +2,9 @@
 //! in the name's record, whose turn a waiting acquire's is, whether a holder's lease is still
 //! current, what state a record tells of, and the pruning of dead records.
 //!
-//! Every grant of any kind is a lease of its own: its own token from the store's one counter,
-//! its own liveness id and TTL. Holders of a semaphore or shared lock share one record of the
-//! name (record.rs, format 3); a grant that is no longer live (released, expired, holder dead)
+//! Every grant of any kind is a lease of its own: its own token from the store's one counter, its
+//! own liveness id and TTL. Holders of a semaphore or shared lock share one record of the name
+//! (`rules/record.rs`, format 3); a grant that is no longer live (released, expired, holder dead)
 //! frees its place at once and is dropped from the record when it is next written.
 
 use std::ops::Bound;

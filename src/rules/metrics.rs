@@ -7,7 +7,7 @@
 //!
 //! The page also keeps the store's recent releases (token and time): a release writes nothing
 //! to the file, and the grant that next takes the lock reads here whether, and when, the lease
-//! before it was released (history.rs).
+//! before it was released (`rules/history.rs`).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

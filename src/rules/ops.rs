@@ -80,7 +80,7 @@ pub(crate) enum Op {
     /// Records `token` as the highest the external fence `resource` accepted, fenced.
     Fence { resource: String, token: u64 },
     /// Records in the history the releases a process made: `(name, token, released_ns)`, each
-    /// unless the lease's end is on record already (history.rs).
+    /// unless the lease's end is on record already (`rules/history.rs`).
     RecordReleases { releases: Vec<(String, u64, u64)> },
 }
 
@@ -111,9 +111,9 @@ pub(crate) enum Done {
 /// What an operation produced in its transaction: its value once committed.
 pub(crate) struct Applied<T> {
     pub value: T,
-    /// Whether the write must be on disk before it is acknowledged. Grants and extends need not
-    /// be where leases need not outlive their process (see `reservation` in tokens.rs); values,
-    /// fences and token reservations must.
+    /// Whether the write must be on disk before it is acknowledged. Grants and extends need not be
+    /// where leases need not outlive their process (see `reservation` in `rules/tokens.rs`);
+    /// values, fences and token reservations must.
     pub durable: bool,
     /// The leases whose ends it recorded as they left the leases table, to count once the
     /// transaction commits.

@@ -1,6 +1,6 @@
 //! Reads as data: every read the store makes is a `Query`, answered from one read transaction
-//! with an `Answer`. As values, reads travel as writes do (wire.rs), so that a process can
-//! answer them for another: a server that holds the store file exclusively (serve.rs).
+//! with an `Answer`. As values, reads travel as writes do (`share/wire.rs`), so that a process can
+//! answer them for another: a server that holds the store file exclusively (`local/serve.rs`).
 //!
 //! An answer holds what the file says and nothing that depends on who asks: lease records
 //! stay records, and the asking process judges their liveness itself.
@@ -30,7 +30,7 @@ pub(crate) enum Query {
     Counts,
     /// The store's own invariants (`Store::verify`).
     Verify,
-    /// The recorded history entries of one lock (history.rs), oldest first.
+    /// The recorded history entries of one lock (`rules/history.rs`), oldest first.
     History(String),
 }
 

@@ -13,9 +13,9 @@ pub(crate) struct Lease {
     /// `CLOCK_BOOTTIME` nanoseconds of the boot `boot_id`.
     pub granted_ns: u64,
     pub expires_ns: u64,
-    /// The liveness id whose lock the holder holds (see liveness.rs): chosen and locked by the
-    /// requesting process before its grant, so that the grant's liveness never depends on the
-    /// process that commits it. Records of format 1 used the token.
+    /// The liveness id whose lock the holder holds (see `storage/liveness.rs`): chosen and
+    /// locked by the requesting process before its grant, so that the grant's liveness never
+    /// depends on the process that commits it. Records of format 1 used the token.
     pub live: u64,
 }
 

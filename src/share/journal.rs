@@ -1,7 +1,7 @@
 //! A server's lease journal: what lets a server commit leases without an fsync, and still lose
 //! none when it dies.
 //!
-//! A server (serve.rs) commits a batch that only grants and extends leases with
+//! A server (`local/serve.rs`) commits a batch that only grants and extends leases with
 //! `Durability::None` (one that writes a value or a fence, or reserves a block of tokens,
 //! commits with an fsync, which makes every earlier batch durable too). Such a commit is lost
 //! if the server dies, while its holders live on: the lease records would go back to older
@@ -15,7 +15,7 @@
 //! one durable transaction: a record is written unless the file holds a newer one of that lock
 //! (a higher token, or the same token expiring later), so that restoring twice, or after newer
 //! grants, changes nothing. Tokens need nothing of the journal: they are reserved durably a
-//! block at a time, and an open moves the counter past the reservation (tokens.rs).
+//! block at a time, and an open moves the counter past the reservation (`rules/tokens.rs`).
 //!
 //! The ring, and with it the journal, lives in `/dev/shm`: a reboot ends it, and every lease
 //! with it (a lease records its boot). The last process using the ring removes it; a holder's

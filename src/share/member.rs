@@ -1,4 +1,4 @@
-//! This process's seat in its store's request ring (ring.rs): the liveness id that names it as
+//! This process's seat in its store's request ring (`ring/`): the liveness id that names it as
 //! a requester and a combiner, whether a server serves the store, and a waiting acquire's place
 //! in its lock's queue. How writes travel through the ring is the local engine's
 //! (`local/route.rs`).

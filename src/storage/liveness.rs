@@ -24,11 +24,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
 
-/// The offset of liveness id 0's byte. Bytes of the file beyond its end can be locked, and redb never
-/// locks between 320 and 2^62.
+/// The offset of liveness id 0's byte. Bytes of the file beyond its end can be locked, and redb
+/// never locks between 320 and 2^62.
 const BASE: u64 = 1 << 61;
 /// The bytes of the store file that fencelock locks, `[2^61, 2^62)`: the server's backend
-/// leaves them out of the whole-file lock of redb's exclusive mode (serve.rs).
+/// leaves them out of the whole-file lock of redb's exclusive mode (`local/serve.rs`).
 pub(crate) const LOCKED_BYTES: (u64, u64) = (BASE, 1 << 62);
 /// The highest liveness id, whose byte lies just below the offsets redb locks.
 pub(crate) const MAX_ID: u64 = (1 << 61) - 1;
