@@ -1,6 +1,7 @@
 //! The tool's exit statuses: one table, [`TABLE`], that `fencelock --help`, `fencelock run
-//! --help` and the README's table are rendered from. `tests/cli.rs` checks that the README's
-//! copy matches the one `--help` prints (and prints the table to paste when it does not).
+//! --help` and the README's table are rendered from. `tests/cli/help.rs` checks that the
+//! README's copy matches the one `--help` prints (and prints the table to paste when it does
+//! not).
 
 pub const OK: u8 = 0;
 pub const NOT_FOUND: u8 = 1;

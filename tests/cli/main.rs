@@ -1,0 +1,20 @@
+//! The `fencelock` command-line tool, run as a user runs it: every subcommand and exit status,
+//! signal forwarding, and a paused `run` whose late write is refused. One module a command (or
+//! a concern that spans commands); `common` holds the helpers they share.
+//!
+//! Sleeps here only let leases run out or wait for a file a script writes; no test asserts how
+//! long anything took.
+
+mod common;
+
+mod help;
+mod history;
+mod lost;
+mod metrics;
+mod run;
+mod serve;
+mod signals;
+mod status;
+mod store;
+mod usage;
+mod values;

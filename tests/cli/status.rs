@@ -1,0 +1,94 @@
+//! `status` (`locks`): the locks the store records, in a table or JSON.
+
+use std::fs;
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+#[test]
+fn status_shows_the_holder_while_a_run_holds_the_lock() {
+    let env = Env::new();
+    let holder = spawn_holder(&env, "nightly", "30s", "started", "stop");
+
+    let out = env.run(&["status"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("NAME"), "{text}");
+    for column in ["STATE", "TOKEN", "PID", "GRANTED", "EXPIRES"] {
+        assert!(header.contains(column), "{text}");
+    }
+    let row = lines
+        .find(|l| l.starts_with("nightly"))
+        .expect("a row for the lock");
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields[1], "held");
+    assert_eq!(fields[3], holder.id().to_string());
+    assert!(
+        fields[5].ends_with("ago") || fields[6].ends_with("ago"),
+        "{row}"
+    );
+    // Columns line up: every value starts where its header does.
+    let state_at = header.find("STATE").unwrap();
+    assert_eq!(&row[state_at..state_at + 4], "held", "{text}");
+    // Not a terminal: no colour codes.
+    assert!(!text.contains('\x1b'), "{text:?}");
+
+    let json = env.json(&["locks", "--lock", "nightly", "--json"]);
+    let lock = &json[0];
+    assert_eq!(lock["name"], "nightly");
+    assert_eq!(lock["state"], "held");
+    assert_eq!(lock["pid"], holder.id());
+    assert!(lock["remaining_ms"].as_u64().unwrap() > 0);
+    assert!(lock["expires_at_ms"].as_i64() > lock["granted_at_ms"].as_i64());
+    let token = lock["token"].as_u64().unwrap();
+
+    let out = env.run(&["status", "--lock", "no-such-lock"]);
+    assert_eq!(code(&out), NOT_FOUND);
+    assert!(
+        stderr(&out).contains("no record of lock \"no-such-lock\""),
+        "{}",
+        stderr(&out)
+    );
+
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    let json = env.json(&["status", "--lock", "nightly", "--json"]);
+    assert_eq!(json[0]["token"], token);
+    assert_ne!(json[0]["state"], "held");
+}
+
+/// Colour only on a terminal, and never with `NO_COLOR`. `script` (util-linux, essential on
+/// Debian) gives the tool a pseudo-terminal.
+#[test]
+fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
+    let env = Env::new();
+    env.grant();
+    let status = format!("{BIN} status");
+    let on_terminal = |no_color: Option<&str>| {
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &status, "/dev/null"])
+            .env("FENCELOCK_DB", &env.db)
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null());
+        if let Some(value) = no_color {
+            cmd.env("NO_COLOR", value);
+        }
+        let out = cmd.output().expect("run script(1)");
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let coloured = on_terminal(None);
+    assert!(coloured.contains("grant"), "{coloured:?}");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_terminal(Some("1"));
+    assert!(plain.contains("grant"), "{plain:?}");
+    assert!(
+        !plain.contains('\x1b'),
+        "colour despite NO_COLOR: {plain:?}"
+    );
+}
