@@ -193,3 +193,25 @@ pub fn spawn_holder(env: &Env, lock: &str, ttl: &str, started: &str, stop: &str)
     wait_for_file(&env.path(started));
     child
 }
+
+/// Waits for `waiter`, a run waiting for a lock whose holder, the process group `group` (a
+/// run and its command), is stopped past its TTL. If the group was stopped inside a commit, it
+/// holds the store's write lock and the waiter cannot commit until it runs again: then the
+/// group is resumed to finish that commit (its lease has run out by then, so the scenario is
+/// unchanged). This guards against a hang; it asserts nothing about time. Returns the waiter's
+/// output and whether the group was resumed.
+pub fn finish_while_stopped(mut waiter: Child, group: u32) -> (Output, bool) {
+    let stuck_after = Instant::now() + Duration::from_secs(20);
+    let mut resumed_early = false;
+    while waiter.try_wait().unwrap().is_none() {
+        if !resumed_early && Instant::now() > stuck_after {
+            eprintln!(
+                "the waiter is still waiting; its holder was stopped in a commit: resuming it"
+            );
+            signal_group(group, libc::SIGCONT);
+            resumed_early = true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    (finish(waiter), resumed_early)
+}

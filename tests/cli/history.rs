@@ -3,8 +3,6 @@
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::thread;
-use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -65,7 +63,7 @@ fn history_shows_a_paused_run_taken_over_then_the_next_ones_released() {
         .parse()
         .unwrap();
     signal_group(group, libc::SIGSTOP);
-    let mut b = env
+    let b = env
         .cmd(&[
             "run",
             "--lock",
@@ -81,19 +79,7 @@ fn history_shows_a_paused_run_taken_over_then_the_next_ones_released() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // As in a_paused_run_loses_its_lease_and_its_late_write_is_refused: A stopped inside a
-    // commit holds up B's until A runs again (its lease has run out by then all the same).
-    let stuck_after = Instant::now() + Duration::from_secs(20);
-    let mut resumed_early = false;
-    while b.try_wait().unwrap().is_none() {
-        if !resumed_early && Instant::now() > stuck_after {
-            eprintln!("B is still waiting; A was stopped inside a commit: resuming A");
-            signal_group(group, libc::SIGCONT);
-            resumed_early = true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    let out_b = finish(b);
+    let (out_b, resumed_early) = finish_while_stopped(b, group);
     assert_eq!(code(&out_b), 0, "{}", stderr(&out_b));
     let token_b: u64 = stdout(&out_b).trim().parse().unwrap();
     assert!(token_b > token_a);
