@@ -72,6 +72,7 @@ fn a_held_lock_gives_82_at_once_or_83_after_the_wait() {
         "run",
         "--lock",
         "busy",
+        "--verbose",
         "--",
         "touch",
         env.path("ran").to_str().unwrap(),
@@ -89,6 +90,7 @@ fn a_held_lock_gives_82_at_once_or_83_after_the_wait() {
         "busy",
         "--wait",
         "300ms",
+        "--verbose",
         "--",
         "touch",
         env.path("ran").to_str().unwrap(),
@@ -145,7 +147,7 @@ fn flock_options_nonblock_timeout_conflict_code_and_command_string() {
         (&["--conflict-exit-code", "0"], 0, "held by pid"),
     ];
     for (options, status, message) in conflicts {
-        let mut args = vec!["run", "--lock", "busy"];
+        let mut args = vec!["run", "--lock", "busy", "--verbose"];
         args.extend_from_slice(options);
         args.extend_from_slice(&touch);
         let out = env.run(&args);
@@ -158,9 +160,9 @@ fn flock_options_nonblock_timeout_conflict_code_and_command_string() {
     }
     assert!(!ran.exists(), "a command ran without the lock");
     // Only a run not told to wait is told how to.
-    let out = env.run(&["run", "--lock", "busy", "true"]);
+    let out = env.run(&["run", "--lock", "busy", "--verbose", "true"]);
     assert!(stderr(&out).contains("-w SECONDS"), "{}", stderr(&out));
-    let out = env.run(&["run", "--lock", "busy", "-w", "0", "true"]);
+    let out = env.run(&["run", "--lock", "busy", "--verbose", "-w", "0", "true"]);
     assert!(!stderr(&out).contains("-w SECONDS"), "{}", stderr(&out));
 
     // -w forever waits until the holder ends, then runs the -c string with `sh -c`.
@@ -237,7 +239,16 @@ fn run_permits_lets_n_commands_hold_a_semaphore_and_refuses_another_count() {
     let env = Env::new();
     let a = spawn_run(&env, &["--lock", "pool", "--permits", "2"], "a", "stop");
     let b = spawn_run(&env, &["--lock", "pool", "--permits", "2"], "b", "stop");
-    let out = env.run(&["run", "--lock", "pool", "--permits", "2", "-n", "true"]);
+    let out = env.run(&[
+        "run",
+        "--lock",
+        "pool",
+        "--permits",
+        "2",
+        "-n",
+        "--verbose",
+        "true",
+    ]);
     assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("semaphore \"pool\" (2 permits)"),
@@ -292,7 +303,7 @@ fn run_shared_holders_share_and_exclude_an_exclusive_run() {
     assert_eq!(code(&finish(a)), 0);
     assert_eq!(code(&finish(b)), 0);
     let writer = spawn_run(&env, &["--lock", "config"], "w", "stop2");
-    let out = env.run(&["run", "--lock", "config", "-s", "true"]);
+    let out = env.run(&["run", "--lock", "config", "-s", "--verbose", "true"]);
     assert_eq!(code(&out), LOCKED, "{}", stderr(&out));
     assert!(stderr(&out).contains("shared"), "{}", stderr(&out));
     fs::write(env.path("stop2"), b"").unwrap();
@@ -345,4 +356,67 @@ fn run_with_several_locks_takes_all_or_none() {
         let out = env.run(args);
         assert_eq!(code(&out), USAGE, "{args:?}: {}", stderr(&out));
     }
+}
+
+/// flock(1) says nothing of a conflict unless `--verbose`: a cron job every minute that skips
+/// its run while the lock is held (or a `-w` wait ran out) must not mail every skip, with `-E 0`
+/// or without. Every other error still prints.
+#[test]
+fn a_conflict_is_silent_unless_verbose_as_in_flock() {
+    let env = Env::new();
+    let holder = spawn_holder(&env, "cron", "30s", "started", "stop");
+    let pool = spawn_run(&env, &["--lock", "pool", "--permits", "1"], "p", "stop");
+    let ran = env.path("ran");
+    let touch = ["touch", ran.to_str().unwrap()];
+    let conflicts: &[(&[&str], i32, &str)] = &[
+        (&["--lock", "cron"], LOCKED, "held by pid"),
+        (&["--lock", "cron", "-n"], LOCKED, "held by pid"),
+        (&["--lock", "cron", "-w", "0"], LOCKED, "held by pid"),
+        (&["--lock", "cron", "-n", "-E", "0"], 0, "held by pid"),
+        (&["--lock", "cron", "-E", "75"], 75, "held by pid"),
+        (&["--lock", "cron", "-w", "0.2"], TIMEOUT, "timed out"),
+        (&["--lock", "cron", "-w", "0.2", "-E", "0"], 0, "timed out"),
+        (&["--lock", "pool", "--permits", "1"], LOCKED, "semaphore"),
+        (&["--lock", "free", "--lock", "cron"], LOCKED, "held by pid"),
+    ];
+    for (options, status, message) in conflicts {
+        for verbose in [false, true] {
+            let mut args = vec!["run"];
+            args.extend_from_slice(options);
+            if verbose {
+                args.push("--verbose");
+            }
+            args.extend_from_slice(&touch);
+            let out = env.run(&args);
+            assert_eq!(code(&out), *status, "{args:?}: {}", stderr(&out));
+            assert_eq!(stdout(&out), "", "{args:?}");
+            if verbose {
+                assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+            } else {
+                assert_eq!(stderr(&out), "", "{args:?}: a conflict printed");
+            }
+        }
+    }
+    assert!(!ran.exists(), "a command ran without the lock");
+    // Not conflicts: another permit count, a command that is not there.
+    let out = env.run(&["run", "--lock", "pool", "--permits", "2", "true"]);
+    assert_eq!(code(&out), USAGE, "{}", stderr(&out));
+    assert!(stderr(&out).contains("count of 1"), "{}", stderr(&out));
+    let out = env.run(&["run", "--lock", "free", "--", "/nonexistent/command"]);
+    assert_eq!(code(&out), COMMAND_NOT_FOUND, "{}", stderr(&out));
+    assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
+    // --verbose tells a grant too, as flock's does; without it a grant is silent as well.
+    let out = env.run(&["run", "--lock", "free", "--verbose", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("took lock \"free\" with token"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["run", "--lock", "free", "true"]);
+    assert_eq!(stderr(&out), "");
+
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    assert!(finish(pool).status.success());
 }

@@ -63,6 +63,12 @@ is seconds, fractions allowed; 0 tries once; `forever` waits without a limit), -
 status of a conflict, -c STRING runs the string with `sh -c`; the command may follow with or
 without `--`.
 
+A conflict is silent, as in flock(1): when the lock is held (status 82, or -E's) or a -w
+wait ran out (status 83, or -E's), run exits with that status and prints nothing, so that a
+cron job that skips its run mails nothing. --verbose says why on stderr (who holds the lock,
+or how long the wait was) and, once the lock is taken, how long that took. Every other error
+prints.
+
 Without -w, run fails at once (status 82), unlike flock(1), which waits by default. A lock is
 often held by a job that hangs or is paused; a default that waits would silently queue every
 later run (a cron job every minute piles up behind one stuck run). Say how long a wait is
@@ -360,6 +366,10 @@ pub struct RunArgs {
     /// Exit with N instead of 82 or 83 when the lock is held or the wait for it ran out
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N")]
     pub conflict_exit_code: Option<u8>,
+    /// Say on stderr why the lock was not taken (who holds it, or that the wait ran out) and,
+    /// once taken, how long that took; without it a conflict prints nothing, as in flock(1)
+    #[arg(long)]
+    pub verbose: bool,
     /// Run STRING with `sh -c` instead of a command and its arguments
     #[arg(
         short = 'c',
@@ -489,6 +499,8 @@ pub struct MetricsArgs {
 pub struct Failure {
     pub code: u8,
     pub message: String,
+    /// Exit with `code` without printing `message`: a conflict of `run` without `--verbose`.
+    pub quiet: bool,
 }
 
 impl Failure {
@@ -496,6 +508,7 @@ impl Failure {
         Failure {
             code,
             message: message.to_string(),
+            quiet: false,
         }
     }
 
@@ -540,7 +553,9 @@ fn main() -> ExitCode {
         }
     };
     result.unwrap_or_else(|failure| {
-        eprintln!("fencelock: {}", failure.message);
+        if !failure.quiet {
+            eprintln!("fencelock: {}", failure.message);
+        }
         ExitCode::from(failure.code)
     })
 }

@@ -210,6 +210,15 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         .into_iter()
         .map(Arc::new)
         .collect();
+    if args.verbose {
+        let tokens: Vec<String> = holders.iter().map(|h| h.token().to_string()).collect();
+        eprintln!(
+            "fencelock: took {} with token {} after {}",
+            what(&lock, args.kind()),
+            tokens.join(","),
+            format_duration(started.elapsed())
+        );
+    }
     let release_all = || {
         for holder in &holders {
             let _ = holder.release();
@@ -341,10 +350,13 @@ fn acquire(
     let lock = args.lock_names();
     let names: Vec<&str> = args.locks.iter().map(String::as_str).collect();
     let kind = args.kind();
+    // A conflict is an outcome a caller branches on by status, silent unless --verbose (as
+    // flock's); every other failure is printed.
     let conflict = |mut failure: Failure| {
         if let Some(code) = args.conflict_exit_code {
             failure.code = code;
         }
+        failure.quiet = !args.verbose;
         failure
     };
     let limit = match args.wait {
