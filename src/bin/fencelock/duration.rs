@@ -47,23 +47,35 @@ pub enum Wait {
 /// Parses `-w`: a bare number of seconds as flock(1) takes it (`10`, `0.5`), a duration
 /// (`500ms`, `5m`), or `forever`. Zero means try once.
 pub fn parse_wait(text: &str) -> Result<Wait, String> {
-    let trimmed = text.trim();
-    if trimmed.eq_ignore_ascii_case("forever") {
+    if text.trim().eq_ignore_ascii_case("forever") {
         return Ok(Wait::Forever);
     }
-    let bare_seconds =
-        !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    let total = if bare_seconds {
-        parse_total(&format!("{trimmed}s"), text)
-    } else {
-        parse_total(trimmed, text)
-    }
-    .map_err(|err| format!("{err}; or a bare number of seconds (10, 0.5), or `forever`"))?;
+    let total = parse_seconds(text)
+        .map_err(|err| format!("{err}; or a bare number of seconds (10, 0.5), or `forever`"))?;
     Ok(if total.is_zero() {
         Wait::Once
     } else {
         Wait::For(total)
     })
+}
+
+/// Parses `run --kill-after`: a bare number of seconds as timeout(1)'s `-k` takes it (`5`,
+/// `0.5`) or a duration (`500ms`, `1m`). Zero, as in timeout(1), sends no SIGKILL.
+pub fn parse_kill_after(text: &str) -> Result<Duration, String> {
+    parse_seconds(text)
+        .map_err(|err| format!("{err}; or a bare number of seconds (5, 0.5); 0 sends no SIGKILL"))
+}
+
+/// A bare number of seconds (`10`, `0.5`) or a duration (`500ms`, `5m`), zero included.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let bare_seconds =
+        !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if bare_seconds {
+        parse_total(&format!("{trimmed}s"), text)
+    } else {
+        parse_total(trimmed, text)
+    }
 }
 
 /// Parses one or more `<number><unit>` groups (`30s`, `1.5s`, `1m30s`). Zero, negative or
@@ -226,6 +238,19 @@ mod tests {
             assert!(err.contains("bare number of seconds"), "{bad}: {err}");
         }
         assert!(parse_wait("400d").unwrap_err().contains("too long"));
+    }
+
+    #[test]
+    fn kill_after_takes_bare_seconds_and_durations_and_zero_for_none() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_kill_after("5"), Ok(ms(5_000)));
+        assert_eq!(parse_kill_after("0.5"), Ok(ms(500)));
+        assert_eq!(parse_kill_after("1m"), Ok(ms(60_000)));
+        assert_eq!(parse_kill_after("0"), Ok(Duration::ZERO));
+        for bad in ["", "soon", "-1", "forever", "1.2.3"] {
+            let err = parse_kill_after(bad).expect_err(bad);
+            assert!(err.contains("0 sends no SIGKILL"), "{bad}: {err}");
+        }
     }
 
     #[test]

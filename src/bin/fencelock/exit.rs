@@ -64,7 +64,7 @@ pub const TABLE: &[Status] = &[
     },
     Status {
         code: "85",
-        meaning: "`run`: the lease was lost while the command ran; the command was sent `--lost-signal` (default TERM)",
+        meaning: "`run`: the lease was lost while the command ran; the command was sent `--lost-signal` (default TERM), and SIGKILL `--kill-after` later (default 5s) if it still ran",
         run: true,
     },
     Status {

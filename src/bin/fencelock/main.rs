@@ -89,8 +89,12 @@ the wait without running the command. If the tool dies, the command gets --lost-
 
 If the lease is lost while the command runs (the tool was paused past the TTL, or the store
 was unreachable until the lease ran out), the tool says so on stderr, sends --lost-signal to
-the command, waits for it and exits 85. Writes the command makes with `fencelock put --token
-$FENCELOCK_TOKEN` after another holder wrote are refused with status 84.";
+the command, waits for it and exits 85. Another holder may run by then: a command that
+ignores --lost-signal gets SIGKILL --kill-after later (default 5s, as consul lock; timeout(1)
+-k; 0 never), so that it cannot go on unfenced for ever. The status is 85 however the command
+ended (stderr says how: its exit status, or killed by SIGKILL). Writes the command makes with
+`fencelock put --token $FENCELOCK_TOKEN` after another holder wrote are refused with status
+84. If the tool itself dies, the command gets --lost-signal only.";
 
 const RUN_EXAMPLE_HELP: &str = "\
 Examples:
@@ -382,6 +386,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "TERM", allow_hyphen_values = true,
           value_parser = run::parse_signal)]
     pub lost_signal: i32,
+    /// Send SIGKILL this long after --lost-signal if the command still runs after a lost
+    /// lease (timeout(1)'s -k; the default is consul lock's): seconds (5, 0.5) or a duration;
+    /// 0 never sends it
+    #[arg(long, value_name = "DURATION", default_value = "5s", allow_hyphen_values = true,
+          value_parser = duration::parse_kill_after)]
+    pub kill_after: Duration,
     /// The command and its arguments (`--` before it is optional)
     #[arg(trailing_var_arg = true, num_args = 1..,
           required_unless_present = "shell_command", value_name = "COMMAND")]

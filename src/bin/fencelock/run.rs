@@ -3,16 +3,17 @@
 //! Threads: the main thread acquires, spawns the command and waits for it; a signal thread takes
 //! the forwarded signals with `sigwaitinfo` (they are blocked in every thread, so no handler
 //! runs); a watcher thread waits on `Holder::wait_lost` and signals the command when the lease
-//! is lost. The one mutex `Shared::phase` orders them: a signal or a loss is delivered to the
-//! command only while it is `Running`, and the command is reaped only after the phase became
-//! `Done`, so no signal can reach a recycled pid.
+//! is lost (and SIGKILL `--kill-after` later if it still runs). The one mutex `Shared::phase`
+//! orders them: a signal or a loss is delivered to the command only while it is `Running`, and
+//! the command is reaped only after the phase became `Done` (announced on `Shared::ended`), so
+//! no signal can reach a recycled pid.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -90,6 +91,8 @@ enum Phase {
 
 struct Shared {
     phase: Mutex<Phase>,
+    /// Notified when the phase becomes `Done`: a watcher waiting to send SIGKILL ends at once.
+    ended: Condvar,
     /// Fired by the first forwarded signal while acquiring: ends the open or the wait at once.
     cancel: Cancel,
     /// Set by the watcher when it found the lease lost and signalled the command.
@@ -182,6 +185,7 @@ fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
 pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Failure> {
     let shared = Arc::new(Shared {
         phase: Mutex::new(Phase::Acquiring { interrupted: None }),
+        ended: Condvar::new(),
         cancel: Cancel::new(),
         lost: AtomicBool::new(false),
     });
@@ -261,16 +265,17 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         .iter()
         .map(|holder| {
             let (holder, shared) = (Arc::clone(holder), Arc::clone(&shared));
-            let (store, signal) = (store.clone(), args.lost_signal);
+            let (store, signal, kill_after) = (store.clone(), args.lost_signal, args.kill_after);
             thread::Builder::new()
                 .name("fencelock-watcher".into())
-                .spawn(move || watch(&holder, &shared, &store, signal))
+                .spawn(move || watch(&holder, &shared, &store, signal, kill_after))
         })
         .collect();
 
     // Wait for the end without reaping, so the pid stays ours until the phase is Done.
     let waited = wait_exited(child.id());
     *shared.phase() = Phase::Done;
+    shared.ended.notify_all();
     let status = child.wait();
     if let Err(err) = &waited {
         eprintln!("fencelock: waiting for the command failed: {err}");
@@ -525,9 +530,15 @@ fn spawn(
     })
 }
 
-/// The watcher: signals the command once the lease is known lost, then ends; ends as well when
-/// the command ended first.
-fn watch(holder: &Holder, shared: &Shared, store: &Store, signal: libc::c_int) {
+/// The watcher: signals the command once the lease is known lost, and sends SIGKILL
+/// `kill_after` later (unless zero) if it still runs; ends as well when the command ended first.
+fn watch(
+    holder: &Holder,
+    shared: &Shared,
+    store: &Store,
+    signal: libc::c_int,
+    kill_after: Duration,
+) {
     let lock = holder.name();
     loop {
         if holder.wait_lost(WATCH_SLICE) {
@@ -565,12 +576,45 @@ fn watch(holder: &Holder, shared: &Shared, store: &Store, signal: libc::c_int) {
                 );
                 // SAFETY: the pid is not reaped while the phase is Running.
                 unsafe { libc::kill(pid, signal) };
+                if !kill_after.is_zero() {
+                    kill_later(shared, phase, pid, signal, kill_after);
+                }
             }
             return;
         }
         if matches!(*shared.phase(), Phase::Done) {
             return;
         }
+    }
+}
+
+/// Sends SIGKILL to the command (`pid`, sent `signal` just now) if it still runs `kill_after`
+/// from now. Waits on `Shared::ended`, which releases the phase lock meanwhile.
+fn kill_later(
+    shared: &Shared,
+    mut phase: MutexGuard<'_, Phase>,
+    pid: libc::pid_t,
+    signal: libc::c_int,
+    kill_after: Duration,
+) {
+    let deadline = Instant::now() + kill_after;
+    while matches!(*phase, Phase::Running { .. }) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            eprintln!(
+                "fencelock: the command (pid {pid}) still runs {} after {}; sending SIGKILL",
+                format_duration(kill_after),
+                signal_name(signal)
+            );
+            // SAFETY: the pid is not reaped while the phase is Running.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return;
+        }
+        phase = shared
+            .ended
+            .wait_timeout(phase, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
     }
 }
 
