@@ -7,12 +7,18 @@
 #   make crash   the long run of the power-loss crash images
 #   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
 #                                    DESTDIR too); make uninstall with the same variables
+#   make install CLI=1               the command too, with its man pages and completions
+#                                    (BINDIR, MANDIR; scripts/install.sh lists the others)
 
 CARGO ?= cargo
 FUZZ_SECONDS ?= 45
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+# `make install CLI=1` installs the command-line tool, its man pages and completions as well.
+CLI ?=
 # Cargo features of the library the C, Python and Go tests use: the etcd backend by default
 # (it needs protoc to build and etcd-server to test). FEATURES= tests the lean library, and
 # make test then leaves etcd out altogether (test-etcd, the etcd lint), so needs neither.
@@ -83,6 +89,7 @@ test-go: cli
 # (each script in tests/packaging/ says what it checks).
 test-packaging:
 	bash tests/packaging/c.sh
+	bash tests/packaging/cli.sh
 	bash tests/packaging/python.sh
 	bash tests/packaging/go.sh
 	CARGO=$(CARGO) bash tests/packaging/rust.sh
@@ -112,14 +119,16 @@ bench:
 compare:
 	$(CARGO) bench --bench compare
 
-# Builds only the library (cargo build --profile dist --lib), then installs it as
-# scripts/install.sh describes.
+# Builds the library (cargo build --profile dist --lib; with CLI=1 the command too), then
+# installs it as scripts/install.sh describes.
 install:
-	CARGO=$(CARGO) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh $(PREFIX)
+	CARGO=$(CARGO) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) BINDIR=$(BINDIR) MANDIR=$(MANDIR) \
+		sh scripts/install.sh $(if $(filter 1,$(CLI)),--cli) $(PREFIX)
 
 # The static library the Go module links, put into bindings/go for this machine's architecture.
 go-lib:
 	CARGO=$(CARGO) sh scripts/go-lib.sh
 
 uninstall:
-	LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) sh scripts/install.sh --uninstall $(PREFIX)
+	LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) BINDIR=$(BINDIR) MANDIR=$(MANDIR) \
+		sh scripts/install.sh --uninstall $(PREFIX)

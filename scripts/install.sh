@@ -5,24 +5,36 @@
 #   LIBDIR/libfencelock.so                the link `cc -lfencelock` follows
 #   LIBDIR/libfencelock.a                 the static library, without debug information
 #   INCLUDEDIR/fencelock.h, PKGCONFIGDIR/fencelock.pc
-# Usage: scripts/install.sh [--uninstall] PREFIX
+# and with --cli the command-line tool too:
+#   BINDIR/fencelock                      the command (the cli feature), stripped
+#   MANDIR/man1/fencelock.1, MANDIR/man1/fencelock-COMMAND.1   its man pages
+#   BASHCOMPDIR/fencelock, ZSHCOMPDIR/_fencelock, FISHCOMPDIR/fencelock.fish   its completions
+# The man pages and completions are rendered by the built command (`fencelock generate`) from
+# its own definitions. --uninstall removes every file either form installs.
+# Usage: scripts/install.sh [--uninstall | --cli] PREFIX
 # Environment: LIBDIR (default PREFIX/lib; PREFIX/lib64 on some distributions), INCLUDEDIR
-# (default PREFIX/include), PKGCONFIGDIR (default LIBDIR/pkgconfig), DESTDIR (a staging root put
-# in front of every path written, never into fencelock.pc), STRIP (default strip).
-# Builds the library first (cargo build --profile dist --lib: the release build without debug
-# information) unless FENCELOCK_NO_BUILD=1; the SONAME comes from the built library (build.rs
-# sets it). `make install` and `make uninstall` call this script.
+# (default PREFIX/include), PKGCONFIGDIR (default LIBDIR/pkgconfig), BINDIR (default
+# PREFIX/bin), MANDIR (default PREFIX/share/man), BASHCOMPDIR (default
+# PREFIX/share/bash-completion/completions), ZSHCOMPDIR (default PREFIX/share/zsh/site-functions),
+# FISHCOMPDIR (default PREFIX/share/fish/vendor_completions.d), DESTDIR (a staging root put in
+# front of every path written, never into fencelock.pc), STRIP (default strip).
+# Builds first (cargo build --profile dist --lib, and --features cli --bin fencelock with --cli:
+# the release build without debug information) unless FENCELOCK_NO_BUILD=1; the SONAME comes
+# from the built library (build.rs sets it). `make install` (CLI=1 for --cli) and `make
+# uninstall` call this script.
 set -eu
 
 usage() {
-    echo "usage: $0 [--uninstall] PREFIX   (LIBDIR, INCLUDEDIR, PKGCONFIGDIR, DESTDIR from the environment)" >&2
+    echo "usage: $0 [--uninstall | --cli] PREFIX   (LIBDIR, INCLUDEDIR, PKGCONFIGDIR, BINDIR, MANDIR, the" \
+        "completion directories and DESTDIR from the environment)" >&2
     exit 2
 }
 action=install
-if [ "${1:-}" = --uninstall ]; then
-    action=uninstall
-    shift
-fi
+cli=0
+case "${1:-}" in
+    --uninstall) action=uninstall; shift ;;
+    --cli) cli=1; shift ;;
+esac
 [ $# -eq 1 ] && [ -n "$1" ] || usage
 absolute() {
     case "$2" in
@@ -35,9 +47,19 @@ prefix=$1
 libdir=${LIBDIR:-$prefix/lib}
 includedir=${INCLUDEDIR:-$prefix/include}
 pkgconfigdir=${PKGCONFIGDIR:-$libdir/pkgconfig}
+bindir=${BINDIR:-$prefix/bin}
+mandir=${MANDIR:-$prefix/share/man}
+bashcompdir=${BASHCOMPDIR:-$prefix/share/bash-completion/completions}
+zshcompdir=${ZSHCOMPDIR:-$prefix/share/zsh/site-functions}
+fishcompdir=${FISHCOMPDIR:-$prefix/share/fish/vendor_completions.d}
 absolute LIBDIR "$libdir"
 absolute INCLUDEDIR "$includedir"
 absolute PKGCONFIGDIR "$pkgconfigdir"
+absolute BINDIR "$bindir"
+absolute MANDIR "$mandir"
+absolute BASHCOMPDIR "$bashcompdir"
+absolute ZSHCOMPDIR "$zshcompdir"
+absolute FISHCOMPDIR "$fishcompdir"
 destdir=${DESTDIR:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -51,8 +73,12 @@ if [ $action = uninstall ]; then
     lib=$destdir$libdir
     # The SONAME link is the one libfencelock.so points to.
     soname=$(readlink "$lib/libfencelock.so" 2>/dev/null || true)
+    man1=$destdir$mandir/man1
     for file in "$lib/libfencelock.so" ${soname:+"$lib/$soname"} "$lib/libfencelock.so.$version" \
-        "$lib/libfencelock.a" "$destdir$includedir/fencelock.h" "$destdir$pkgconfigdir/fencelock.pc"; do
+        "$lib/libfencelock.a" "$destdir$includedir/fencelock.h" "$destdir$pkgconfigdir/fencelock.pc" \
+        "$destdir$bindir/fencelock" "$man1/fencelock.1" "$man1"/fencelock-*.1 \
+        "$destdir$bashcompdir/fencelock" "$destdir$zshcompdir/_fencelock" \
+        "$destdir$fishcompdir/fencelock.fish"; do
         if [ -e "$file" ] || [ -L "$file" ]; then
             rm -f "$file"
             echo "removed $file"
@@ -62,7 +88,13 @@ if [ $action = uninstall ]; then
 fi
 
 if [ "${FENCELOCK_NO_BUILD:-0}" != 1 ]; then
-    (cd "$root" && ${CARGO:-cargo} build --profile dist --lib)
+    # With --cli in one build, so that the library is compiled once (the cli feature adds only
+    # the command's dependencies).
+    if [ $cli = 1 ]; then
+        (cd "$root" && ${CARGO:-cargo} build --profile dist --features cli --lib --bin fencelock)
+    else
+        (cd "$root" && ${CARGO:-cargo} build --profile dist --lib)
+    fi
 fi
 built=$(cd "$root" && ${CARGO:-cargo} metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/dist
@@ -72,6 +104,10 @@ for file in libfencelock.so libfencelock.a; do
         exit 1
     fi
 done
+if [ $cli = 1 ] && [ ! -x "$built/fencelock" ]; then
+    echo "$0: $built/fencelock is missing; run cargo build --profile dist --features cli --bin fencelock" >&2
+    exit 1
+fi
 strip=${STRIP:-strip}
 for tool in readelf "$strip"; do
     command -v "$tool" >/dev/null || {
@@ -97,6 +133,23 @@ install -m 0644 "$root/include/fencelock.h" "$destdir$includedir/fencelock.h"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@INCLUDEDIR@|$includedir|g" \
     -e "s|@VERSION@|$version|g" "$root/fencelock.pc.in" |
     grep -v '^# ' >"$destdir$pkgconfigdir/fencelock.pc"
+if [ $cli = 1 ]; then
+    pages=$(mktemp -d)
+    trap 'rm -rf "$pages"' EXIT
+    "$built/fencelock" generate man "$pages"
+    for shell in bash zsh fish; do
+        "$built/fencelock" generate completion $shell >"$pages/completion.$shell"
+    done
+    install -d "$destdir$bindir" "$destdir$mandir/man1" "$destdir$bashcompdir" "$destdir$zshcompdir" \
+        "$destdir$fishcompdir"
+    install -m 0755 "$built/fencelock" "$destdir$bindir/fencelock"
+    install -m 0644 "$pages"/*.1 "$destdir$mandir/man1/"
+    install -m 0644 "$pages/completion.bash" "$destdir$bashcompdir/fencelock"
+    install -m 0644 "$pages/completion.zsh" "$destdir$zshcompdir/_fencelock"
+    install -m 0644 "$pages/completion.fish" "$destdir$fishcompdir/fencelock.fish"
+    echo "installed the fencelock command, its man pages and its bash, zsh and fish completions" \
+        "under $destdir$prefix"
+fi
 echo "installed fencelock $version ($soname) under $destdir$prefix"
 
 # The ldconfig hint, for an install onto this machine (not a staged one).

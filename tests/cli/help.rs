@@ -54,7 +54,7 @@ fn help_documents_exit_codes_database_and_examples() {
 
 /// The rows of the table under the `Exit status` line of `text` (`--help`): (code, meaning)
 /// pairs.
-fn help_exit_rows(text: &str) -> Vec<(String, String)> {
+pub fn help_exit_rows(text: &str) -> Vec<(String, String)> {
     let heading = text.find("Exit status").expect("an exit status table");
     let start = heading + text[heading..].find('\n').expect("a table under it") + 1;
     text[start..]

@@ -7,6 +7,7 @@
 
 mod common;
 
+mod generate;
 mod help;
 mod history;
 mod lost;

@@ -169,7 +169,9 @@ pub fn dispatch(
         Command::Metrics(args) => {
             observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
         }
-        Command::Run(_) | Command::Serve(_) => unreachable!("dispatched by main"),
+        Command::Run(_) | Command::Serve(_) | Command::Generate { .. } => {
+            unreachable!("dispatched by main")
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 mod commands;
 mod duration;
 mod exit;
+mod generate;
 mod observe;
 mod output;
 mod run;
@@ -302,6 +303,27 @@ enum Command {
     /// Serve the store: hold it alone and commit for every process that opens it
     #[command(after_help = SERVE_AFTER_HELP)]
     Serve(ServeArgs),
+    /// Write the man pages, or print a shell's completion script, rendered from these
+    /// definitions (for packaging: `make install CLI=1` runs it)
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: Generated,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Generated {
+    /// Write fencelock.1 and fencelock-COMMAND.1 for every command into DIR
+    Man {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script of SHELL
+    Completion {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
 }
 
 const SERVE_AFTER_HELP: &str = "\
@@ -558,6 +580,11 @@ fn main() -> ExitCode {
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Serve(args) => commands::database_path(cli.db, true)
             .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
+        Command::Generate { what } => match what {
+            Generated::Man { dir } => generate::man_pages(&dir).map(|_| ()),
+            Generated::Completion { shell } => generate::completion(shell),
+        }
+        .map(|()| ExitCode::from(exit::OK)),
         other => {
             commands::dispatch(cli.db, cli.busy_timeout, other).map(|()| ExitCode::from(exit::OK))
         }
