@@ -36,9 +36,9 @@ cp "$root/Cargo.lock" .
 tree=$("$cargo" tree -e normal --prefix none --offline 2>/dev/null || "$cargo" tree -e normal --prefix none)
 packages=$(sed 's/ (.*)$//; s/ (\*)$//' <<<"$tree" | sort -u | grep -v '^user ')
 count=$(wc -l <<<"$packages")
-# The cli feature's clap, serde_json, clap_mangen and clap_complete, and the etcd feature's
-# client, tokio and tonic.
-for optional in clap serde_json clap_mangen clap_complete etcd-client tokio tonic; do
+# The cli feature's clap, serde_json, clap_mangen, clap_complete and base64, and the etcd
+# feature's client, tokio and tonic.
+for optional in clap serde_json clap_mangen clap_complete base64 etcd-client tokio tonic; do
     if grep -q "^$optional " <<<"$packages"; then fail "default features pull $optional: $packages"; fi
 done
 grep -q '^fencelock ' <<<"$packages" || fail "fencelock is not in the tree: $packages"
