@@ -1,4 +1,9 @@
 //! Durations as people write and read them: `500ms`, `30s`, `1m30s`, `4.2s`, `3m10s`.
+//!
+//! Not humantime's: its grammar is wider (`5 s`, `5min`, `1w`, `5M` for months) and narrower
+//! (`.25s`, `0.0001h` and fractions of more than about ten digits are refused), and it writes
+//! `4s 250ms` where the tool says `4.2s`. Keeping this tool's inputs and messages would take a
+//! check in front of it as long as the parser it would replace.
 
 use std::time::Duration;
 

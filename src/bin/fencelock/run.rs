@@ -7,6 +7,11 @@
 //! orders them: a signal or a loss is delivered to the command only while it is `Running`, and
 //! the command is reaped only after the phase became `Done` (announced on `Shared::ended`), so
 //! no signal can reach a recycled pid.
+//!
+//! The signals stay blocked and are taken with `sigwaitinfo`, rather than by signal-hook's
+//! handlers: a handler runs on whichever thread the kernel picks (the engine's too, whose timed
+//! waits then return EINTR), and a handler the command inherits between fork and exec swallows
+//! a Ctrl-C that a blocked signal, unblocked in `spawn`, delivers with its default action.
 
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -125,8 +130,7 @@ impl Shared {
                 let from_terminal =
                     code == libc::SI_KERNEL && unsafe { libc::getpgid(*pid) == libc::getpgrp() };
                 if !from_terminal {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(*pid, signal) };
+                    send(*pid, signal);
                 }
             }
             Phase::Done => {}
@@ -134,21 +138,19 @@ impl Shared {
     }
 }
 
-fn empty_signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initializes the set; it is async-signal-safe, as the child needs.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&raw mut set);
-        set
-    }
+/// Sends `signal` to the command. Callers hold the phase lock and found it `Running { pid }`:
+/// the pid is not reaped, so it cannot have been recycled.
+fn send(pid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill(2) takes plain integers.
+    unsafe { libc::kill(pid, signal) };
 }
 
-fn signal_set() -> libc::sigset_t {
+fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigemptyset initializes the set before sigaddset reads it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut set);
-        for signal in FORWARDED {
+        for &signal in signals {
             libc::sigaddset(&raw mut set, signal);
         }
         set
@@ -159,7 +161,7 @@ fn signal_set() -> libc::sigset_t {
 /// starts the thread that takes them. Must run before any other thread exists. The command
 /// would inherit the mask across exec: `spawn` empties it in the child.
 fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
-    let set = signal_set();
+    let set = signal_set(&FORWARDED);
     // SAFETY: `set` is initialized; the old mask is not wanted.
     let rc =
         unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
@@ -488,13 +490,14 @@ fn spawn(
     }
     let parent = libc::pid_t::try_from(std::process::id()).expect("pids fit in pid_t");
     let death_signal = args.lost_signal;
+    // Made before the fork: the closure only reads it.
+    let empty = signal_set(&[]);
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe system
     // calls; it allocates nothing (the error is built from an errno).
     unsafe {
         command.pre_exec(move || {
             // The forwarded signals are blocked in the tool; a command must not start with
             // them blocked, or it could neither be stopped by them nor by --lost-signal.
-            let empty = empty_signal_set();
             let rc =
                 libc::pthread_sigmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
             if rc != 0 {
@@ -574,8 +577,7 @@ fn watch(
                     holder.token(),
                     signal_name(signal)
                 );
-                // SAFETY: the pid is not reaped while the phase is Running.
-                unsafe { libc::kill(pid, signal) };
+                send(pid, signal);
                 if !kill_after.is_zero() {
                     kill_later(shared, phase, pid, signal, kill_after);
                 }
@@ -606,8 +608,7 @@ fn kill_later(
                 format_duration(kill_after),
                 signal_name(signal)
             );
-            // SAFETY: the pid is not reaped while the phase is Running.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            send(pid, libc::SIGKILL);
             return;
         }
         phase = shared

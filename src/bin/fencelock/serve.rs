@@ -54,6 +54,9 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
 /// Job control of a shell must never pause the server (every process of the store would wait
 /// for it): the terminal's stop signals are ignored. SIGTERM and SIGINT fire `stop`, from a
 /// thread that waits for them; they are blocked in every other thread (spawned after this).
+/// Not signal-hook: it catches signals and cannot ignore them (a caught SIGTTOU makes a
+/// background write to the terminal restart for ever), and its handlers would run on the
+/// engine's threads, where blocked signals never interrupt a wait.
 fn stop_on_signals(stop: &Cancel) -> Result<(), Failure> {
     // SAFETY: setting signal dispositions and masks with valid arguments; the set is local.
     unsafe {
