@@ -33,9 +33,8 @@ type waitCancel struct {
 // (Metrics.RefusedTimeout), not as a cancel.
 func newWaitCancel(ctx context.Context, ws *waits, deadlineIsTimeout bool) (*waitCancel, error) {
 	var c *C.fencelock_cancel
-	var eobj *C.fencelock_error
-	if status := C.fencelock_cancel_new(&c, &eobj); status != 0 {
-		return nil, newError(Status(status), eobj)
+	if err := check(func(e errOut) C.fencelock_status { return C.fencelock_cancel_new(&c, e) }); err != nil {
+		return nil, err
 	}
 	w := &waitCancel{c: c, fired: make(chan struct{}), ws: ws}
 	w.stop = context.AfterFunc(ctx, func() {

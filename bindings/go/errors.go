@@ -262,6 +262,24 @@ func newError(s Status, obj *C.fencelock_error) error {
 	return &Error{Status: s, Message: msg, Errno: errno}
 }
 
+// errOut is the optional error out-parameter that every fallible C call takes last.
+type errOut = **C.fencelock_error
+
+// check makes one fallible C call, handing it the error out-parameter, and returns its
+// failure as a Go error (newError, which frees the error object), or nil for FENCELOCK_OK.
+// Like wasmtime-go's mkError it makes every C call site one line:
+//
+//	err := check(func(e errOut) C.fencelock_status { return C.fencelock_store_fence(sh, cres, tok, e) })
+//
+// A call that has no error out-parameter (a list's get) ignores e: its failure is a status alone.
+func check(call func(e errOut) C.fencelock_status) error {
+	var eobj *C.fencelock_error
+	if status := call(&eobj); status != 0 {
+		return newError(Status(status), eobj)
+	}
+	return nil
+}
+
 // invalid is an InvalidArgument error found on the Go side, before any C call (for example a
 // name with a NUL byte, which a C string cannot carry).
 func invalid(format string, args ...any) error {

@@ -92,9 +92,7 @@ func newLease(h *C.fencelock_holder, name string, settings AcquireSettings) (Hol
 	runtime.AddCleanup(l, func(c *leaseCore) { _ = c.end() }, core)
 	if settings.KeepAlive {
 		ttl, _ := millis("ttl", settings.TTL)
-		var eobj *C.fencelock_error
-		if status := C.fencelock_holder_keep_alive(h, ttl, &eobj); status != 0 {
-			err := newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status { return C.fencelock_holder_keep_alive(h, ttl, e) }); err != nil {
 			core.end()
 			return nil, err
 		}
@@ -145,10 +143,7 @@ func (c *leaseCore) end() error {
 	var err error
 	c.mu.RLock()
 	if c.h != nil {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_holder_release(c.h, &eobj); status != 0 {
-			err = newError(Status(status), eobj)
-		}
+		err = check(func(e errOut) C.fencelock_status { return C.fencelock_holder_release(c.h, e) })
 	}
 	c.mu.RUnlock()
 	c.mu.Lock()
@@ -167,11 +162,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	return l.call(ctx, func(h *C.fencelock_holder) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_holder_extend(h, ms, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status { return C.fencelock_holder_extend(h, ms, e) })
 	})
 }
 
@@ -186,35 +177,30 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var held C.bool
-	var eobj *C.fencelock_error
-	status := C.fencelock_holder_is_held(c.h, &held, &eobj)
+	err := check(func(e errOut) C.fencelock_status { return C.fencelock_holder_is_held(c.h, &held, e) })
 	runtime.KeepAlive(l)
-	if status != 0 {
-		return false, newError(Status(status), eobj)
+	if err != nil {
+		return false, err
 	}
 	return bool(held), nil
 }
 
 func (l *lease) Put(ctx context.Context, key string, value []byte) error {
 	return l.call(ctx, func(h *C.fencelock_holder) error {
-		var eobj *C.fencelock_error
-		status := C.fencelock_holder_put(h, stringPtr(key), C.size_t(len(key)), bytesPtr(value), C.size_t(len(value)), &eobj)
+		err := check(func(e errOut) C.fencelock_status {
+			return C.fencelock_holder_put(h, stringPtr(key), C.size_t(len(key)), bytesPtr(value), C.size_t(len(value)), e)
+		})
 		runtime.KeepAlive(value)
-		if status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return err
 	})
 }
 
 func (l *lease) Delete(ctx context.Context, key string) (bool, error) {
 	var existed C.bool
 	err := l.call(ctx, func(h *C.fencelock_holder) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_holder_delete(h, stringPtr(key), C.size_t(len(key)), &existed, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status {
+			return C.fencelock_holder_delete(h, stringPtr(key), C.size_t(len(key)), &existed, e)
+		})
 	})
 	return bool(existed), err
 }
@@ -240,10 +226,7 @@ func (c *leaseCore) watchLost() {
 		return
 	}
 	var lost C.bool
-	var eobj *C.fencelock_error
-	if status := C.fencelock_holder_wait_lost(c.h, forever, &lost, &eobj); status != 0 {
-		// The library could not say (a panic or a bad handle): report the lease as lost, the
-		// safe answer for code that must stop writing.
-		_ = newError(Status(status), eobj)
-	}
+	// An error means the library could not say (a panic or a bad handle): the lease is then
+	// reported lost all the same, the safe answer for code that must stop writing.
+	_ = check(func(e errOut) C.fencelock_status { return C.fencelock_holder_wait_lost(c.h, forever, &lost, e) })
 }

@@ -83,11 +83,9 @@ func (m Metrics) LeasesLost() uint64 {
 func (s *Store) Metrics() (Metrics, error) {
 	var m C.fencelock_metrics
 	err := s.call(context.Background(), func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_metrics(sh, &m, C.size_t(unsafe.Sizeof(m)), &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_metrics(sh, &m, C.size_t(unsafe.Sizeof(m)), e)
+		})
 	})
 	if err != nil {
 		return Metrics{}, err
@@ -126,9 +124,8 @@ func (s *Store) MetricsPrometheus() (string, error) {
 	err := s.call(context.Background(), func(sh *C.fencelock_store) error {
 		var buf *C.uint8_t
 		var n C.size_t
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_metrics_prometheus(sh, &buf, &n, &eobj); status != 0 {
-			return newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status { return C.fencelock_store_metrics_prometheus(sh, &buf, &n, e) }); err != nil {
+			return err
 		}
 		text = C.GoStringN((*C.char)(unsafe.Pointer(buf)), C.int(n))
 		C.fencelock_buffer_free(buf, n)
@@ -209,17 +206,16 @@ func (s *Store) History(name string) ([]HistoryEntry, error) {
 	var entries []HistoryEntry
 	err = s.call(context.Background(), func(sh *C.fencelock_store) error {
 		var list *C.fencelock_history
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_history(sh, cname, &list, &eobj); status != 0 {
-			return newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status { return C.fencelock_store_history(sh, cname, &list, e) }); err != nil {
+			return err
 		}
 		defer C.fencelock_history_free(list)
 		n := int(C.fencelock_history_len(list))
 		entries = make([]HistoryEntry, 0, n)
 		for i := 0; i < n; i++ {
 			var e C.fencelock_history_entry
-			if status := C.fencelock_history_get(list, C.size_t(i), &e); status != 0 {
-				return newError(Status(status), nil)
+			if err := check(func(errOut) C.fencelock_status { return C.fencelock_history_get(list, C.size_t(i), &e) }); err != nil {
+				return err
 			}
 			entries = append(entries, HistoryEntry{
 				Name:       name,

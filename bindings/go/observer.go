@@ -77,12 +77,11 @@ func (s *Store) SetMetricsRecorder(r MetricsRecorder) error {
 		if r != nil {
 			h = cgo.NewHandle(r)
 		}
-		var eobj *C.fencelock_error
-		if status := C.fencelock_go_set_observer(sh, C.uintptr_t(h), &eobj); status != 0 {
+		if err := check(func(e errOut) C.fencelock_status { return C.fencelock_go_set_observer(sh, C.uintptr_t(h), e) }); err != nil {
 			if h != 0 {
 				h.Delete()
 			}
-			return newError(Status(status), eobj)
+			return err
 		}
 		// Only now, the replacing call having returned, is the old handle no longer the
 		// library's.

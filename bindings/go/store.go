@@ -150,8 +150,6 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(cpath))
-	var h *C.fencelock_store
-	var eobj *C.fencelock_error
 	var flags C.uint32_t
 	if cfg.readOnly {
 		flags |= C.FENCELOCK_OPEN_READ_ONLY
@@ -159,9 +157,11 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	if cfg.noHistory {
 		flags |= C.FENCELOCK_OPEN_NO_HISTORY
 	}
-	status := C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), flags, C.uint64_t(cfg.maxValueLen), busy, nil, &h, &eobj)
-	if status != 0 {
-		return nil, withPath("open", path, newError(Status(status), eobj))
+	var h *C.fencelock_store
+	if err := check(func(e errOut) C.fencelock_status {
+		return C.fencelock_store_open_cancellable(cpath, C.int32_t(cfg.mode), flags, C.uint64_t(cfg.maxValueLen), busy, nil, &h, e)
+	}); err != nil {
+		return nil, withPath("open", path, err)
 	}
 	s := &Store{core: &storeCore{h: h, path: path, gates: map[string]*gate{}}}
 	runtime.AddCleanup(s, (*storeCore).close, s.core)
@@ -311,26 +311,21 @@ func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption)
 	}
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
 		if settings.Wait {
-			return s.acquireWait(ctx, name, func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status {
+			return s.acquireWait(ctx, name, func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, e errOut) C.fencelock_status {
 				if kind == C.FENCELOCK_KIND_EXCLUSIVE {
-					return C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel, h, eobj)
+					return C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel, h, e)
 				}
-				return C.fencelock_store_acquire_kind_wait(sh, cname, kind, permits, ttl, timeout, cancel, h, eobj)
+				return C.fencelock_store_acquire_kind_wait(sh, cname, kind, permits, ttl, timeout, cancel, h, e)
 			})
 		}
 		var h *C.fencelock_holder
 		err := s.call(ctx, func(sh *C.fencelock_store) error {
-			var eobj *C.fencelock_error
-			var status C.fencelock_status
 			if kind == C.FENCELOCK_KIND_EXCLUSIVE {
-				status = C.fencelock_store_acquire(sh, cname, ttl, &h, &eobj)
-			} else {
-				status = C.fencelock_store_acquire_kind(sh, cname, kind, permits, ttl, &h, &eobj)
+				return check(func(e errOut) C.fencelock_status { return C.fencelock_store_acquire(sh, cname, ttl, &h, e) })
 			}
-			if status != 0 {
-				return newError(Status(status), eobj)
-			}
-			return nil
+			return check(func(e errOut) C.fencelock_status {
+				return C.fencelock_store_acquire_kind(sh, cname, kind, permits, ttl, &h, e)
+			})
 		})
 		return h, err
 	})
@@ -372,20 +367,16 @@ func (s *Store) AcquireAll(ctx context.Context, names []string, opts ...AcquireO
 		}
 	}
 	hs := make([]*C.fencelock_holder, len(names))
-	call := func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, eobj **C.fencelock_error) C.fencelock_status {
-		return C.fencelock_store_acquire_all(sh, (**C.char)(cnames), C.size_t(len(names)), ttl, timeout, cancel, &hs[0], eobj)
+	call := func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, e errOut) C.fencelock_status {
+		return C.fencelock_store_acquire_all(sh, (**C.char)(cnames), C.size_t(len(names)), ttl, timeout, cancel, &hs[0], e)
 	}
 	if settings.Wait {
-		_, err = s.acquireWait(ctx, strings.Join(names, ","), func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, _ **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status {
-			return call(sh, timeout, cancel, eobj)
+		_, err = s.acquireWait(ctx, strings.Join(names, ","), func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, _ **C.fencelock_holder, e errOut) C.fencelock_status {
+			return call(sh, timeout, cancel, e)
 		})
 	} else {
 		err = s.call(ctx, func(sh *C.fencelock_store) error {
-			var eobj *C.fencelock_error
-			if status := call(sh, 0, nil, &eobj); status != 0 {
-				return newError(Status(status), eobj)
-			}
-			return nil
+			return check(func(e errOut) C.fencelock_status { return call(sh, 0, nil, e) })
 		})
 	}
 	if err != nil {
@@ -427,12 +418,12 @@ func (s *Store) grant(name string, settings AcquireSettings, call func(cname *C.
 	return newLease(h, name, settings)
 }
 
+// waitCall is one waiting C acquire with its timeout and cancel handle.
+type waitCall func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, e errOut) C.fencelock_status
+
 // acquireWait waits in one C call, behind the lock name's gate (see gate), until the lock is
 // granted, ctx's deadline passes (the C timeout) or ctx is done or the store closed (the
 // call's cancel fires).
-// waitCall is one waiting C acquire with its timeout and cancel handle.
-type waitCall func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, eobj **C.fencelock_error) C.fencelock_status
-
 func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C.fencelock_holder, error) {
 	g := s.core.enterGate(name)
 	defer s.core.leaveGate(name, g)
@@ -459,11 +450,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 			return err
 		}
 		defer cancel.free()
-		var eobj *C.fencelock_error
-		if status := call(sh, timeout, cancel.c, &h, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status { return call(sh, timeout, cancel.c, &h, e) })
 	})
 	switch {
 	case err == nil:
@@ -519,14 +506,12 @@ func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byt
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
 		var h *C.fencelock_holder
 		err := s.call(ctx, func(sh *C.fencelock_store) error {
-			var eobj *C.fencelock_error
-			status := C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
-				bytesPtr(value), C.size_t(len(value)), &h, &eobj)
+			err := check(func(e errOut) C.fencelock_status {
+				return C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
+					bytesPtr(value), C.size_t(len(value)), &h, e)
+			})
 			runtime.KeepAlive(value)
-			if status != 0 {
-				return newError(Status(status), eobj)
-			}
-			return nil
+			return err
 		})
 		return h, err
 	})
@@ -537,14 +522,11 @@ func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byt
 // higher token before; an equal token is accepted, so one holder can write many times.
 func (s *Store) PutWithFence(ctx context.Context, key string, data []byte, fence uint64) error {
 	return s.call(ctx, func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		status := C.fencelock_store_put(sh, stringPtr(key), C.size_t(len(key)), bytesPtr(data), C.size_t(len(data)),
-			C.uint64_t(fence), &eobj)
+		err := check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_put(sh, stringPtr(key), C.size_t(len(key)), bytesPtr(data), C.size_t(len(data)), C.uint64_t(fence), e)
+		})
 		runtime.KeepAlive(data)
-		if status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return err
 	})
 }
 
@@ -556,9 +538,10 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 		var buf *C.uint8_t
 		var n C.size_t
 		var tok C.uint64_t
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_get(sh, stringPtr(key), C.size_t(len(key)), &buf, &n, &tok, &eobj); status != 0 {
-			return newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_get(sh, stringPtr(key), C.size_t(len(key)), &buf, &n, &tok, e)
+		}); err != nil {
+			return err
 		}
 		value = C.GoBytes(unsafe.Pointer(buf), C.int(n))
 		C.fencelock_buffer_free(buf, n)
@@ -576,11 +559,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 func (s *Store) Delete(ctx context.Context, key string, fence uint64) (bool, error) {
 	var existed C.bool
 	err := s.call(ctx, func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_delete(sh, stringPtr(key), C.size_t(len(key)), C.uint64_t(fence), &existed, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_delete(sh, stringPtr(key), C.size_t(len(key)), C.uint64_t(fence), &existed, e)
+		})
 	})
 	return bool(existed), err
 }
@@ -594,11 +575,7 @@ func (s *Store) Fence(ctx context.Context, resource string, token uint64) error 
 	}
 	defer C.free(unsafe.Pointer(cres))
 	return s.call(ctx, func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_fence(sh, cres, C.uint64_t(token), &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status { return C.fencelock_store_fence(sh, cres, C.uint64_t(token), e) })
 	})
 }
 
@@ -612,11 +589,7 @@ func (s *Store) FenceToken(ctx context.Context, resource string) (uint64, error)
 	defer C.free(unsafe.Pointer(cres))
 	var token C.uint64_t
 	err = s.call(ctx, func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_fence_token(sh, cres, &token, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status { return C.fencelock_store_fence_token(sh, cres, &token, e) })
 	})
 	return uint64(token), err
 }
@@ -626,11 +599,7 @@ func (s *Store) FenceToken(ctx context.Context, resource string) (uint64, error)
 func (s *Store) ServerPID() (pid int, ok bool) {
 	var out C.uint32_t
 	err := s.call(context.Background(), func(sh *C.fencelock_store) error {
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_server_pid(sh, &out, &eobj); status != 0 {
-			return newError(Status(status), eobj)
-		}
-		return nil
+		return check(func(e errOut) C.fencelock_status { return C.fencelock_store_server_pid(sh, &out, e) })
 	})
 	return int(out), err == nil && out != 0
 }
@@ -679,22 +648,23 @@ func (s *Store) Locks(ctx context.Context) ([]LockInfo, error) {
 	var locks []LockInfo
 	err := s.call(ctx, func(sh *C.fencelock_store) error {
 		var list *C.fencelock_lock_list
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_locks(sh, &list, &eobj); status != 0 {
-			return newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status { return C.fencelock_store_locks(sh, &list, e) }); err != nil {
+			return err
 		}
 		defer C.fencelock_lock_list_free(list)
 		n := int(C.fencelock_lock_list_len(list))
 		locks = make([]LockInfo, 0, n)
 		for i := 0; i < n; i++ {
 			var info C.fencelock_lock_info
-			if status := C.fencelock_lock_list_get(list, C.size_t(i), &info); status != 0 {
-				return newError(Status(status), nil)
+			if err := check(func(errOut) C.fencelock_status { return C.fencelock_lock_list_get(list, C.size_t(i), &info) }); err != nil {
+				return err
 			}
 			var kind C.int32_t
 			var permits C.uint32_t
-			if status := C.fencelock_lock_list_kind(list, C.size_t(i), &kind, &permits); status != 0 {
-				return newError(Status(status), nil)
+			if err := check(func(errOut) C.fencelock_status {
+				return C.fencelock_lock_list_kind(list, C.size_t(i), &kind, &permits)
+			}); err != nil {
+				return err
 			}
 			locks = append(locks, LockInfo{
 				Name:      C.GoString(info.name),
@@ -718,9 +688,10 @@ func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
 	err := s.call(ctx, func(sh *C.fencelock_store) error {
 		var list *C.fencelock_key_list
-		var eobj *C.fencelock_error
-		if status := C.fencelock_store_keys(sh, stringPtr(prefix), C.size_t(len(prefix)), &list, &eobj); status != 0 {
-			return newError(Status(status), eobj)
+		if err := check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_keys(sh, stringPtr(prefix), C.size_t(len(prefix)), &list, e)
+		}); err != nil {
+			return err
 		}
 		defer C.fencelock_key_list_free(list)
 		n := int(C.fencelock_key_list_len(list))
@@ -728,8 +699,10 @@ func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
 		for i := 0; i < n; i++ {
 			var key *C.uint8_t
 			var keyLen C.size_t
-			if status := C.fencelock_key_list_get(list, C.size_t(i), &key, &keyLen); status != 0 {
-				return newError(Status(status), nil)
+			if err := check(func(errOut) C.fencelock_status {
+				return C.fencelock_key_list_get(list, C.size_t(i), &key, &keyLen)
+			}); err != nil {
+				return err
 			}
 			keys = append(keys, C.GoStringN((*C.char)(unsafe.Pointer(key)), C.int(keyLen)))
 		}
