@@ -211,3 +211,15 @@ def test_lock_states_print_as_their_names(store):
     assert info.state == LockState.HELD == fencelock._ffi.LOCK_HELD  # still the C value
     assert "LockState.HELD" in repr(info)
     holder.release()
+
+
+@pytest.mark.parametrize(
+    "enum", [fencelock.LockState, fencelock.LockKind, fencelock.Ending, fencelock.Scope, fencelock.EventKind]
+)
+def test_every_named_enum_prints_its_name_and_stays_its_c_number(enum):
+    for member in enum:
+        name = member.name.lower().replace("_", "-")  # holder-dead, taken-over
+        assert str(member) == name
+        assert f"{member}" == name and f"{member:>12}" == name.rjust(12)
+        assert isinstance(member, int) and enum(int(member)) is member
+        assert repr(member).startswith(f"<{enum.__name__}.{member.name}: ")

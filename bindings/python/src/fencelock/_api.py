@@ -53,6 +53,18 @@ _U64_MAX = (1 << 64) - 1
 _FOREVER_MS = _U64_MAX
 
 
+class _NamedEnum(enum.IntEnum):
+    """An ``IntEnum`` that prints as its name in lower case with dashes: ``held``,
+    ``holder-dead``, ``taken-over``, also in f-strings (an ``IntEnum`` formats as its number
+    before Python 3.12)."""
+
+    def __str__(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class Mode(enum.IntEnum):
     """How processes share the store file."""
 
@@ -63,7 +75,7 @@ class Mode(enum.IntEnum):
     cheaper."""
 
 
-class LockState(enum.IntEnum):
+class LockState(_NamedEnum):
     """The state of a lock record, as ``Store.locks()`` reports it."""
 
     HELD = _ffi.LOCK_HELD
@@ -71,16 +83,8 @@ class LockState(enum.IntEnum):
     RELEASED = _ffi.LOCK_RELEASED
     HOLDER_DEAD = _ffi.LOCK_HOLDER_DEAD
 
-    def __str__(self) -> str:
-        """The state's name as ``fencelock status`` prints it: ``held``, ``holder-dead``."""
-        return self.name.lower().replace("_", "-")
 
-    def __format__(self, spec: str) -> str:
-        # An IntEnum formats as its number before Python 3.12; f"{state}" gives the name here.
-        return format(str(self), spec)
-
-
-class LockKind(enum.IntEnum):
+class LockKind(_NamedEnum):
     """How a grant holds its name: ``Store.acquire(..., shared=True)`` gives ``SHARED``,
     ``Store.acquire(..., permits=n)`` a permit of a ``SEMAPHORE`` of ``n``."""
 
@@ -91,14 +95,8 @@ class LockKind(enum.IntEnum):
     SEMAPHORE = _ffi.KIND_SEMAPHORE
     """Up to the name's permit count of holders at once."""
 
-    def __str__(self) -> str:
-        return self.name.lower()
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
-
-
-class Ending(enum.IntEnum):
+class Ending(_NamedEnum):
     """How a grant of ``Store.history()`` ended, or that it has not."""
 
     HELD = _ffi.ENDING_HELD
@@ -113,15 +111,8 @@ class Ending(enum.IntEnum):
     HOLDER_DIED = _ffi.ENDING_HOLDER_DIED
     """Its holder's process ended without a release on record."""
 
-    def __str__(self) -> str:
-        """The ending's name as the library spells it: ``held``, ``taken-over``."""
-        return self.name.lower().replace("_", "-")
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
-
-
-class Scope(enum.IntEnum):
+class Scope(_NamedEnum):
     """Whose operations ``Store.metrics()`` counts."""
 
     STORE = _ffi.SCOPE_STORE
@@ -130,14 +121,8 @@ class Scope(enum.IntEnum):
     PROCESS = _ffi.SCOPE_PROCESS
     """This open store only (single-process mode, or no shared area usable)."""
 
-    def __str__(self) -> str:
-        return self.name.lower()
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
-
-
-class EventKind(enum.IntEnum):
+class EventKind(_NamedEnum):
     """What an ``Event`` of ``Store.set_observer`` tells of."""
 
     ACQUIRE = _ffi.EVENT_ACQUIRE
@@ -146,12 +131,6 @@ class EventKind(enum.IntEnum):
     """A holder released its lease."""
     LOST = _ffi.EVENT_LOST
     """A holder learned its lease was lost."""
-
-    def __str__(self) -> str:
-        return self.name.lower()
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
 
 
 class HolderDroppedWarning(RuntimeWarning):
