@@ -38,8 +38,10 @@ dist=$work/dist
     fail "python -m build --sdist: $(tail -n 20 "$work/sdist.log")"
 sdist=$(ls "$dist"/fencelock-*.tar.gz)
 listing=$(tar tzf "$sdist")
+# Every module of the package, as the checkout has them.
+modules=$(cd "$root/bindings/python" && ls src/fencelock/*.py)
 for file in rust/Cargo.toml rust/Cargo.lock rust/build.rs rust/cbindgen.toml rust/src/lib.rs \
-    rust/src/ffi/mod.rs rust/include/fencelock.h src/fencelock/_ffi.py setup.py pyproject.toml; do
+    rust/src/ffi/mod.rs rust/include/fencelock.h $modules setup.py pyproject.toml; do
     grep -qx "fencelock-[^/]*/$file" <<<"$listing" || fail "the sdist has no $file"
 done
 if grep -Eq '/rust/(tests|benches|examples|fuzz|bindings)/' <<<"$listing"; then
@@ -61,6 +63,9 @@ mkdir "$work/unpacked"
 "$python" -m zipfile -e "$wheel" "$work/unpacked"
 library=$work/unpacked/fencelock/libfencelock.so
 [ -f "$library" ] || fail "the wheel has no fencelock/libfencelock.so"
+for module in $modules; do
+    [ -f "$work/unpacked/fencelock/${module#src/fencelock/}" ] || fail "the wheel has no ${module#src/}"
+done
 if readelf -S -W "$library" | grep -Eq '\.symtab|\.debug_'; then fail "the wheel's library is not stripped"; fi
 grep -qx 'License-Expression: MIT OR Apache-2.0' "$work"/unpacked/fencelock-*.dist-info/METADATA ||
     fail "the wheel's METADATA has no SPDX License-Expression"

@@ -223,3 +223,18 @@ def test_every_named_enum_prints_its_name_and_stays_its_c_number(enum):
         assert f"{member}" == name and f"{member:>12}" == name.rjust(12)
         assert isinstance(member, int) and enum(int(member)) is member
         assert repr(member).startswith(f"<{enum.__name__}.{member.name}: ")
+
+
+def test_the_package_exports_exactly_its_public_names():
+    expected = {
+        "CancelledError", "CorruptError", "Ending", "Event", "EventKind", "Fenced", "FencelockError",
+        "ForkedError", "HistoryEntry", "Holder", "HolderDroppedWarning", "InUseError",
+        "IncompatibleVersionError", "InvalidArgumentError", "IoError", "LockInfo", "LockKind",
+        "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
+        "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
+        "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
+        "StorePermissionError", "StoreReplacedError", "__version__", "library_path", "library_version",
+    }  # fmt: skip
+    assert set(fencelock.__all__) == expected
+    for name in expected:
+        assert getattr(fencelock, name) is not None, name

@@ -22,6 +22,12 @@ def test_imported_from_the_installation_not_the_source_tree():
     assert (package_dir / "py.typed").is_file()
 
 
+def test_the_installation_carries_every_module_of_the_source():
+    installed = {p.name for p in Path(fencelock.__file__).resolve().parent.glob("*.py")}
+    source = {p.name for p in (PACKAGE_SOURCE / "src" / "fencelock").glob("*.py")}
+    assert installed == source
+
+
 def test_wheel_is_platform_specific():
     wheel = metadata.distribution("fencelock").read_text("WHEEL") or ""
     assert "Root-Is-Purelib: false" in wheel

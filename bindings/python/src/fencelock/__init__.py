@@ -25,22 +25,7 @@ for a scrape), ``store.history(name)`` tells who held a lock and how each lease 
 ``store.set_observer(fn)`` calls ``fn(event)`` as each acquire, release and loss ends.
 """
 
-from ._api import (
-    Ending,
-    Event,
-    EventKind,
-    Fenced,
-    HistoryEntry,
-    Holder,
-    HolderDroppedWarning,
-    LockInfo,
-    LockKind,
-    LockState,
-    Metrics,
-    Mode,
-    Scope,
-    Store,
-)
+from ._enums import Ending, EventKind, LockKind, LockState, Mode, Scope
 from ._errors import (
     CancelledError,
     CorruptError,
@@ -66,6 +51,9 @@ from ._errors import (
 )
 from ._ffi import lib as _lib
 from ._ffi import loaded_path as _loaded_path
+from ._holder import Holder, HolderDroppedWarning
+from ._store import Store
+from ._types import Event, Fenced, HistoryEntry, LockInfo, Metrics
 
 __version__ = "0.1.0"
 
