@@ -133,6 +133,10 @@ class BuildPyWithLibrary(build_py):
     """build_py that also builds the Rust library and puts it inside the package."""
 
     def run(self) -> None:
+        if not getattr(self, "editable_mode", False):
+            # pip builds in the source tree, whose build/ keeps the files of earlier builds: a
+            # module since removed or renamed in src/ would be shipped again.
+            shutil.rmtree(Path(self.build_lib) / "fencelock", ignore_errors=True)
         super().run()
         built = build_library()
         if getattr(self, "editable_mode", False):
