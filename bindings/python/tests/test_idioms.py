@@ -229,7 +229,7 @@ def test_the_package_exports_exactly_its_public_names():
     expected = {
         "CancelledError", "CorruptError", "Ending", "Event", "EventKind", "Fenced", "FencelockError",
         "ForkedError", "HistoryEntry", "Holder", "HolderDroppedWarning", "InUseError",
-        "IncompatibleVersionError", "InvalidArgumentError", "IoError", "LockInfo", "LockKind",
+        "IncompatibleVersionError", "InvalidArgumentError", "IoError", "Lock", "LockInfo", "LockKind",
         "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
         "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
         "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",

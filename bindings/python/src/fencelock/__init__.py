@@ -8,6 +8,10 @@ threads and processes of one host. Python binding over the C ABI of the Rust lib
             holder.put("payments/today.csv", b"...")      # checked: lease current, token fresh
             store.put("payments/today.csv", b"...", holder.token)   # fenced by token alone
 
+``store.lock(name, ttl=30, timeout=0, keep_alive=True)`` is a reusable lock object: ``with
+lock:``, ``async with lock:`` and ``@lock`` on a function each acquire a new lease, renewed
+while held, and release it on exit; ``lock.token`` is the current entry's token.
+
 ``store.acquire(name, shared=True)`` takes a shared (read) lock, ``store.acquire(name,
 permits=4)`` one permit of a semaphore of 4, and ``store.acquire_all([a, b])`` several locks at
 once, all or none.
@@ -52,6 +56,7 @@ from ._errors import (
 from ._ffi import lib as _lib
 from ._ffi import loaded_path as _loaded_path
 from ._holder import Holder, HolderDroppedWarning
+from ._lock import Lock
 from ._store import Store
 from ._types import Event, Fenced, HistoryEntry, LockInfo, Metrics
 
@@ -85,6 +90,7 @@ __all__ = [
     "IncompatibleVersionError",
     "InvalidArgumentError",
     "IoError",
+    "Lock",
     "LockInfo",
     "LockKind",
     "LockLostError",

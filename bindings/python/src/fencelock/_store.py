@@ -30,6 +30,7 @@ from ._errors import error_from
 from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, lib
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
+from ._lock import Lock
 from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value
 
 __all__ = ["Store"]
@@ -219,6 +220,23 @@ class Store(Handle):
                 lambda: lib.fencelock_holder_free(out),
             )
         return Holder(out, ttl_ms, self._res.keep)
+
+    def lock(
+        self,
+        name: str,
+        ttl: Seconds = 30.0,
+        *,
+        timeout: Seconds | None = 0,
+        keep_alive: bool = True,
+        shared: bool = False,
+        permits: int | None = None,
+    ) -> Lock:
+        """A reusable ``Lock`` of ``name``, usable as ``with``, ``async with`` and as a decorator
+        of sync and async functions; each entry acquires a new lease (a new token) as
+        ``acquire`` does with ``ttl``, ``timeout``, ``shared`` and ``permits``, renewed in the
+        background while the entry lasts (``keep_alive=True``), and releases it on exit. Not
+        reentrant: a thread or task that enters it twice gets ``RuntimeError``. See ``Lock``."""
+        return Lock(self, name, ttl, timeout=timeout, keep_alive=keep_alive, shared=shared, permits=permits)
 
     def acquire_all(
         self, names: list[str], ttl: Seconds = 30.0, *, timeout: Seconds | None = 0
