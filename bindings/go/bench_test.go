@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // reportMedian adds the median of the per-iteration times as a metric: the mean that

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // 2000 goroutines wait on 4 locks. At most one holds each lock at a time, every lock's tokens

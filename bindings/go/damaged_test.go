@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // A damaged store prints nothing on the host's stderr: every page but the header's zeroed in

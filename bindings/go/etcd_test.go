@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // The seed walkthrough on an etcd store, when the library is built with the etcd feature

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // Stores and holders dropped without Close or Release are cleaned up by the garbage collector:

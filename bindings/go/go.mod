@@ -1,3 +1,3 @@
-module github.com/fencelock/fencelock/bindings/go
+module github.com/fencelock/fencelock-go
 
 go 1.24

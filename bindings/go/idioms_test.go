@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 func TestAMissingDirectoryIsAPathErrorMatchingErrNotExist(t *testing.T) {

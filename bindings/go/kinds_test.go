@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 func kindOf(t *testing.T, h fencelock.Holder) (fencelock.Kind, uint32) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // fencedStore is what the application below needs of a store; *fencelock.Store has it.

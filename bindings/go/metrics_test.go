@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 func history(t *testing.T, store *fencelock.Store, name string) []fencelock.HistoryEntry {

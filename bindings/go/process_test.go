@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // roleEnv makes the test binary act as one process of the seed scenario instead of running

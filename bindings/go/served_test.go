@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 // startServer runs `fencelock serve` ($FENCELOCK_CLI, which make test sets) for path until the

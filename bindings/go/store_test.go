@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 var bg = context.Background()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a Go user does, outside the repository: fetch the module from a module proxy, vendor it
-# into a fresh module of their own, and build the seed walkthrough (go-user/main.go) fully
-# static with the vendored copy, then run it. The proxy is a file:// GOPROXY serving the module
+# into a fresh module of their own, and build the seed walkthrough (go-user/main.go, which
+# imports the module by its path alone, no alias, as goimports leaves it) fully static with the
+# vendored copy, then run it. The proxy is a file:// GOPROXY serving the module
 # as a release would publish it: bindings/go's files (those git tracks or would track) plus the
 # static library `make go-lib` makes, as the zip `go mod download` expects. Also checks the
 # message for a missing library, the dynamic build, and -tags fencelock_system against a
@@ -16,7 +17,7 @@ fail() {
     echo "packaging/go: FAILED: $*" >&2
     exit 1
 }
-module=github.com/fencelock/fencelock/bindings/go
+module=github.com/fencelock/fencelock-go
 version=v$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
 case "$(uname -m)" in
     x86_64) arch=amd64 ;;
@@ -42,6 +43,13 @@ Path(proxy, f"{version}.info").write_text(f'{{"Version":"{version}","Time":"2026
 Path(proxy, "list").write_text(version + "\n")
 EOF
 
+# goimports, with which a user's editor writes import lines: it adds an alias to an import whose
+# path does not end in the package's name (it takes "fencelock" for .../fencelock-go, as
+# "wasmtime" for .../wasmtime-go). Built from this machine's module cache (the Go module proxy
+# fills it the first time).
+GOBIN=$work/bin go install golang.org/x/tools/cmd/goimports@v0.52.0 >"$work/goimports.log" 2>&1 ||
+    fail "go install goimports: $(cat "$work/goimports.log")"
+
 # A user's fresh module, with its own caches and only the file:// proxy.
 export GOPATH=$work/gopath GOMODCACHE=$work/gopath/pkg/mod GOCACHE=$work/gocache
 export GOPROXY=file://$work/proxy GOSUMDB=off GOFLAGS= GOWORK=off CGO_ENABLED=1
@@ -50,8 +58,11 @@ mkdir "$user"
 cp "$here/go-user/main.go" "$user/"
 cd "$user"
 go mod init example.com/user >/dev/null 2>&1
+grep -qx "	\"$module\"" main.go || fail "go-user/main.go does not import $module by its path alone"
 go get "$module@$version" >"$work/get.log" 2>&1 || fail "go get $module@$version: $(cat "$work/get.log")"
 go mod tidy >/dev/null 2>&1 || fail "go mod tidy"
+unaliased=$("$work/bin/goimports" -l main.go) || fail "goimports failed"
+[ -z "$unaliased" ] || fail "goimports rewrites the import of $module: $("$work/bin/goimports" -d main.go)"
 go mod vendor || fail "go mod vendor"
 vendored=vendor/$module
 for file in fencelock.h cgo.go "libfencelock_linux_$arch.a"; do
@@ -85,5 +96,5 @@ CGO_LDFLAGS="-L$work/prefix/lib" go build -mod=vendor -tags fencelock_system "${
 ./app-system >system.out 2>&1 || fail "the fencelock_system program: $(cat system.out)"
 grep -q "walkthrough ok" system.out || fail "unexpected output: $(cat system.out)"
 
-echo "packaging/go: ok (go get from a proxy, go mod vendor, static and dynamic builds run the walkthrough;" \
+echo "packaging/go: ok (go get from a proxy, a plain import goimports keeps, go mod vendor, static and dynamic builds run the walkthrough;" \
     "a clear message without the library; -tags fencelock_system)"

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 const key = "payments/today.csv"

@@ -13,7 +13,7 @@ import (
 	"os"
 	"path/filepath"
 
-	fencelock "github.com/fencelock/fencelock/bindings/go"
+	"github.com/fencelock/fencelock-go"
 )
 
 func main() {
