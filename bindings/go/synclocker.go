@@ -1,0 +1,79 @@
+package fencelock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// SyncLocker is a sync.Locker over one lock name of a Locker (a *Store), as etcd's
+// concurrency.NewLocker is over an etcd mutex: Lock waits until the lease is granted, Unlock
+// releases it. The lease excludes every other holder, in this process (goroutines sharing l
+// wait as any waiting Acquire does: one of them in the library, the others on a channel) and in
+// others. Each Lock takes a new lease, renewed in the background (KeepAlive) until
+// Unlock: a mutex has no time limit, and the TTL (WithTTL, default 30s) only bounds how long
+// the lock stays taken after this process pauses or dies.
+//
+// sync.Locker's methods return no error, so they panic with it, as etcd's do: Lock when the
+// lease cannot be acquired (a closed store, an I/O error; the panic value is the error, which
+// errors.Is matches), Unlock when the release fails or the SyncLocker is not locked. A lease
+// lost while held is not a panic: Holder().Lost() tells of it, and writes fenced with
+// Holder().Token() are refused once a later holder wrote.
+//
+// It is not reentrant: a goroutine that locks it twice without Unlock blocks for ever, as with
+// a sync.Mutex.
+type SyncLocker struct {
+	locker Locker
+	name   string
+	opts   []AcquireOption
+
+	mu     sync.Mutex // guards holder, the lease of the current Lock
+	holder Holder
+}
+
+var _ sync.Locker = (*SyncLocker)(nil)
+
+// NewSyncLocker returns a sync.Locker for the lock name of locker. Every Lock acquires it with
+// opts plus Wait and KeepAlive; WithTTL sets the lease length. Shared and Permits make no
+// mutex and panic here.
+func NewSyncLocker(locker Locker, name string, opts ...AcquireOption) *SyncLocker {
+	if settings := SettingsOf(opts...); settings.Shared || settings.Permits > 0 {
+		panic("fencelock: NewSyncLocker takes an exclusive lock: Shared and Permits make no mutex")
+	}
+	all := append(opts[:len(opts):len(opts)], Wait(), KeepAlive())
+	return &SyncLocker{locker: locker, name: name, opts: all}
+}
+
+// Lock blocks until the lease is granted. It panics with the error when the acquire fails.
+func (l *SyncLocker) Lock() {
+	holder, err := l.locker.Acquire(context.Background(), l.name, l.opts...)
+	if err != nil {
+		panic(err)
+	}
+	l.mu.Lock()
+	l.holder = holder
+	l.mu.Unlock()
+}
+
+// Unlock releases the lease. It panics when l is not locked, and with the error when the
+// release fails; l is unlocked either way.
+func (l *SyncLocker) Unlock() {
+	l.mu.Lock()
+	holder := l.holder
+	l.holder = nil
+	l.mu.Unlock()
+	if holder == nil {
+		panic(fmt.Sprintf("fencelock: Unlock of unlocked SyncLocker %q", l.name))
+	}
+	if err := holder.Release(); err != nil {
+		panic(err)
+	}
+}
+
+// Holder is the lease of the current Lock, or nil while l is unlocked: its Token fences the
+// writes made under the lock.
+func (l *SyncLocker) Holder() Holder {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holder
+}
