@@ -1,7 +1,8 @@
 #!/bin/sh
 # Puts the Rust static library the binding links into the module (scripts/go-lib.sh), then
-# vets, format-checks and tests the Go binding with the race detector. Run from anywhere;
-# `make test` calls it.
+# vets, format-checks and tests the Go binding with the race detector, and so the gocronlock
+# adapter, a module of its own (its go.mod uses the binding in this directory). Run from
+# anywhere; `make test` calls it.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -15,4 +16,8 @@ if [ -n "$unformatted" ]; then
     echo "$unformatted" >&2
     exit 1
 fi
+go test -race -count=1 ./...
+# Nested modules are outside ./... of this one.
+cd gocronlock
+go vet ./...
 go test -race -count=1 ./...

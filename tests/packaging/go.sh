@@ -6,7 +6,9 @@
 # as a release would publish it: bindings/go's files (those git tracks or would track) plus the
 # static library `make go-lib` makes, as the zip `go mod download` expects. Also checks the
 # message for a missing library, the dynamic build, and -tags fencelock_system against a
-# `make install` prefix.
+# `make install` prefix. The nested module gocronlock is served beside it, as a release tags it
+# (gocronlock/vX.Y.Z): a second user's program gets it, with gocron, and runs a job under its
+# lock, while the first user's module graph has no gocron in it.
 # Usage: tests/packaging/go.sh      (`make test-packaging` runs it)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,22 +28,37 @@ case "$(uname -m)" in
 esac
 
 sh "$root/scripts/go-lib.sh" >/dev/null
-proxy=$work/proxy/$module/@v
-mkdir -p "$proxy"
+# The module and the nested gocronlock module, each zipped as `go mod download` expects: a
+# module's zip leaves out the directories of modules nested in it.
 files=$(cd "$root" && git ls-files --cached --others --exclude-standard bindings/go)
-python3 - "$root" "$module" "$version" "$proxy" "bindings/go/libfencelock_linux_$arch.a" $files <<'EOF'
+python3 - "$root" "$module" "$version" "$work/proxy" "bindings/go/libfencelock_linux_$arch.a" $files <<'EOF'
 import sys, zipfile
 from pathlib import Path
 
 root, module, version, proxy, *files = sys.argv[1:]
-prefix = f"{module}@{version}/"
-with zipfile.ZipFile(f"{proxy}/{version}.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-    for name in files:
-        archive.write(Path(root, name), prefix + name.removeprefix("bindings/go/"))
-Path(proxy, f"{version}.mod").write_text(Path(root, "bindings/go/go.mod").read_text())
-Path(proxy, f"{version}.info").write_text(f'{{"Version":"{version}","Time":"2026-01-01T00:00:00Z"}}\n')
-Path(proxy, "list").write_text(version + "\n")
+nested = sorted({str(Path(f).parent) for f in files if f.endswith("/go.mod") and f != "bindings/go/go.mod"})
+for directory in ["bindings/go", *nested]:
+    path = module + directory.removeprefix("bindings/go")
+    at = Path(proxy, path, "@v")
+    at.mkdir(parents=True)
+    mine = [f for f in files if f.startswith(directory + "/")
+            and not any(f.startswith(n + "/") for n in nested if n != directory and n.startswith(directory + "/"))]
+    with zipfile.ZipFile(at / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in mine:
+            archive.write(Path(root, name), f"{path}@{version}/" + name.removeprefix(directory + "/"))
+    (at / f"{version}.mod").write_text(Path(root, directory, "go.mod").read_text())
+    (at / f"{version}.info").write_text(f'{{"Version":"{version}","Time":"2026-01-01T00:00:00Z"}}\n')
+    (at / "list").write_text(version + "\n")
 EOF
+listing=$(python3 -m zipfile -l "$work/proxy/$module/@v/$version.zip") # not piped: grep -q and pipefail
+if grep -q "$module@$version/gocronlock/" <<<"$listing"; then fail "the module's zip carries the nested gocronlock module"; fi
+grep -q "^	$module $version$" "$root/bindings/go/gocronlock/go.mod" ||
+    fail "bindings/go/gocronlock/go.mod does not require $module $version, the version a release publishes"
+# What gocronlock needs besides fencelock (gocron and its dependencies) comes from this
+# machine's module cache, itself laid out as a module proxy (the Go module proxy fills it the
+# first time): the users' builds below reach no network.
+(cd "$root/bindings/go/gocronlock" && go mod download) || fail "go mod download of gocronlock's dependencies"
+cache=$(go env GOMODCACHE)/cache/download
 
 # goimports, with which a user's editor writes import lines: it adds an alias to an import whose
 # path does not end in the package's name (it takes "fencelock" for .../fencelock-go, as
@@ -52,7 +69,7 @@ GOBIN=$work/bin go install golang.org/x/tools/cmd/goimports@v0.52.0 >"$work/goim
 
 # A user's fresh module, with its own caches and only the file:// proxy.
 export GOPATH=$work/gopath GOMODCACHE=$work/gopath/pkg/mod GOCACHE=$work/gocache
-export GOPROXY=file://$work/proxy GOSUMDB=off GOFLAGS= GOWORK=off CGO_ENABLED=1
+export GOPROXY=file://$work/proxy,file://$cache GOSUMDB=off GOFLAGS= GOWORK=off CGO_ENABLED=1
 user=$work/user
 mkdir "$user"
 cp "$here/go-user/main.go" "$user/"
@@ -61,6 +78,7 @@ go mod init example.com/user >/dev/null 2>&1
 grep -qx "	\"$module\"" main.go || fail "go-user/main.go does not import $module by its path alone"
 go get "$module@$version" >"$work/get.log" 2>&1 || fail "go get $module@$version: $(cat "$work/get.log")"
 go mod tidy >/dev/null 2>&1 || fail "go mod tidy"
+if grep -q gocron go.mod go.sum; then fail "a user of the module alone depends on gocron: $(cat go.mod go.sum)"; fi
 unaliased=$("$work/bin/goimports" -l main.go) || fail "goimports failed"
 [ -z "$unaliased" ] || fail "goimports rewrites the import of $module: $("$work/bin/goimports" -d main.go)"
 go mod vendor || fail "go mod vendor"
@@ -96,5 +114,19 @@ CGO_LDFLAGS="-L$work/prefix/lib" go build -mod=vendor -tags fencelock_system "${
 ./app-system >system.out 2>&1 || fail "the fencelock_system program: $(cat system.out)"
 grep -q "walkthrough ok" system.out || fail "unexpected output: $(cat system.out)"
 
+# A user of the gocron adapter: a fresh module that gets gocronlock, with gocron, and runs a job.
+cronuser=$work/user-gocron
+mkdir "$cronuser"
+cp "$here/go-user-gocron/main.go" "$cronuser/"
+cd "$cronuser"
+go mod init example.com/user-gocron >/dev/null 2>&1
+go get "$module/gocronlock@$version" >"$work/get-gocron.log" 2>&1 ||
+    fail "go get $module/gocronlock@$version: $(cat "$work/get-gocron.log")"
+go mod tidy >"$work/tidy-gocron.log" 2>&1 || fail "go mod tidy with gocronlock: $(cat "$work/tidy-gocron.log")"
+go build -o app-gocron . >"$work/gocron.log" 2>&1 || fail "the gocron build: $(cat "$work/gocron.log")"
+./app-gocron >gocron.out 2>&1 || fail "the gocron program: $(cat gocron.out)"
+grep -q "gocron ok" gocron.out || fail "unexpected output: $(cat gocron.out)"
+
 echo "packaging/go: ok (go get from a proxy, a plain import goimports keeps, go mod vendor, static and dynamic builds run the walkthrough;" \
-    "a clear message without the library; -tags fencelock_system)"
+    "a clear message without the library; -tags fencelock_system; gocronlock from its own module," \
+    "the module alone without gocron)"
