@@ -155,3 +155,33 @@ func ExampleStore_History() {
 	// 1 released true true
 	// 2 held true false
 }
+
+// A sync.Locker over one lock name: each Lock takes a new lease, renewed until Unlock, and
+// Holder's token fences the writes made under it.
+func ExampleNewSyncLocker() {
+	dir, err := os.MkdirTemp("", "fencelock-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := fencelock.Open(filepath.Join(dir, "locks.db"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+
+	mu := fencelock.NewSyncLocker(store, "payment-export")
+	for range 2 {
+		mu.Lock()
+		token := mu.Holder().Token()
+		if err := store.PutWithFence(ctx, "payments/today.csv", []byte("id,amount\n"), token); err != nil {
+			log.Fatal(err)
+		}
+		mu.Unlock()
+		fmt.Println("wrote with token", token)
+	}
+	// Output:
+	// wrote with token 1
+	// wrote with token 2
+}
