@@ -267,7 +267,8 @@ type errOut = **C.fencelock_error
 
 // check makes one fallible C call, handing it the error out-parameter, and returns its
 // failure as a Go error (newError, which frees the error object), or nil for FENCELOCK_OK.
-// Like wasmtime-go's mkError it makes every C call site one line:
+// Like wasmtime-go's mkError it makes every C call site one statement, with no status variable
+// and no branch of its own:
 //
 //	err := check(func(e errOut) C.fencelock_status { return C.fencelock_store_fence(sh, cres, tok, e) })
 //
