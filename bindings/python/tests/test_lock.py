@@ -204,4 +204,18 @@ def test_arguments_are_checked_when_the_lock_is_made(store):
         store.lock("x", shared=True, permits=2)
     with pytest.raises(TypeError):
         store.lock("x")(42)
+
+
+def test_a_generator_function_is_refused_as_its_body_would_run_unlocked(store):
+    lock = store.lock("gen")
+
+    def rows():
+        yield lock.token
+
+    async def rows_async():
+        yield lock.token
+
+    for fn in (rows, rows_async):
+        with pytest.raises(TypeError, match="generator function"):
+            lock(fn)
     assert repr(store.lock("x")).startswith("<fencelock.Lock 'x' of <fencelock.Store ")

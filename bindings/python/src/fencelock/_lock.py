@@ -131,9 +131,16 @@ class Lock:
 
     def __call__(self, fn: _F) -> _F:
         """Decorates ``fn`` so that each call runs inside an entry of this lock: ``async with``
-        for a coroutine function, ``with`` otherwise."""
+        for a coroutine function, ``with`` otherwise. A generator function is refused
+        (``TypeError``): its body runs only as the caller iterates, after the call returned."""
         if not callable(fn):
             raise _type_error("the decorated object", "callable", fn)
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # Its body runs as the caller iterates, after the call (and the entry) returned.
+            raise TypeError(
+                f"a Lock cannot decorate the generator function {fn.__qualname__}: its body would "
+                "run after the lease was released; enter the lock inside it"
+            )
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
