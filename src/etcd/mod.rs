@@ -53,15 +53,17 @@ pub(crate) use lease::EtcdLease;
 /// election timeout) etcd raises every lease below 1.5 s, and TTLs are whole seconds.
 pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
 
-/// The schema an etcd store reports in [`StoreInfo::schema_version`].
-const SCHEMA: u64 = 1;
+/// The schema an etcd store reports in [`StoreInfo::schema_version`]: 2 since the keys moved
+/// under `PREFIX/@/` (records.rs).
+const SCHEMA: u64 = 2;
 
 /// An open etcd store.
 pub(crate) struct EtcdEngine {
     /// This engine, for the leases it grants.
     this: Weak<EtcdEngine>,
     text: PathBuf,
-    prefix: Vec<u8>,
+    /// What every key of the store starts with, `PREFIX/@/` (records.rs).
+    root: Vec<u8>,
     client: Client,
     read_only: bool,
     max_value_len: usize,
@@ -110,19 +112,31 @@ impl EtcdEngine {
                 .map_err(client_error)
         })
         .map_err(|err| unreachable(text, &err))?;
-        // A first read: an open that returns has reached the cluster.
-        let probe = url.prefix.clone();
-        block_for(timeout, async {
+        // A first read: an open that returns has reached the cluster, and found no store of
+        // the first layout under the prefix, whose locks it would grant a second time.
+        let first_layout = records::first_layout_last(&url.prefix);
+        let probe = first_layout.clone();
+        let found = block_for(timeout, async {
             client
                 .get(probe, Some(GetOptions::new().with_count_only()))
                 .await
                 .map_err(client_error)
         })
         .map_err(|err| unreachable(text, &err))?;
+        if found.count() > 0 {
+            return Err(Error::NotAStore(format!(
+                "{text}: the key {} is of the etcd layout of fencelock before its keys moved \
+                 under {}, which this version does not read; once no program of that \
+                 version uses the prefix, delete the key (see the README), or choose another \
+                 prefix",
+                String::from_utf8_lossy(&first_layout),
+                String::from_utf8_lossy(&url.root()),
+            )));
+        }
         Ok(Arc::new_cyclic(|this| EtcdEngine {
             this: this.clone(),
             text: PathBuf::from(text),
-            prefix: url.prefix,
+            root: url.root(),
             client,
             read_only: options.read_only,
             max_value_len: options.max_value_len,
@@ -131,7 +145,7 @@ impl EtcdEngine {
     }
 
     fn key(&self, kind: &str, name: &[u8]) -> Vec<u8> {
-        let mut key = self.prefix.clone();
+        let mut key = self.root.clone();
         key.extend_from_slice(kind.as_bytes());
         key.push(b'/');
         key.extend_from_slice(name);
@@ -143,7 +157,7 @@ impl EtcdEngine {
     }
 
     fn last_key(&self) -> Vec<u8> {
-        let mut key = self.prefix.clone();
+        let mut key = self.root.clone();
         key.extend_from_slice(b"last");
         key
     }

@@ -1,20 +1,45 @@
-//! What fencelock keeps in etcd, under the store's prefix `P/`:
+//! What fencelock keeps in etcd, under the store's root `P/@/`, where `P` is the prefix of the
+//! store string (`etcd://host:port/P`):
 //!
-//! - `P/lock/<name>`: a lock held now, put with the holder's etcd lease (etcd deletes it when
+//! - `P/@/lock/<name>`: a lock held now, put with the holder's etcd lease (etcd deletes it when
 //!   the lease ends). Its create revision is the grant's token. Value: [`LockRecord`].
-//! - `P/last`: rewritten by every grant, so its mod revision is the highest token granted.
-//! - `P/value/<key>`: a fenced value. Value: the token as 8 big-endian bytes, then 1 and the
+//! - `P/@/last`: rewritten by every grant, so its mod revision is the highest token granted.
+//! - `P/@/value/<key>`: a fenced value. Value: the token as 8 big-endian bytes, then 1 and the
 //!   value, or 0 for a delete (the key keeps the delete's token). Big-endian, so that etcd's
 //!   byte-wise value compare orders tokens. [`SAME_REVISION`] in place of the token means "the
 //!   token is this write's own revision": the write of an acquire-and-put, whose token is not
 //!   known before its transaction commits.
-//! - `P/fence/<resource>`: the highest token an external fence accepted, 8 big-endian bytes.
+//! - `P/@/fence/<resource>`: the highest token an external fence accepted, 8 big-endian bytes.
+//!
+//! The segment `@` makes nested prefixes separate stores: `etcd://h/app` and
+//! `etcd://h/app/lock` must not share a key, as they did when the keys were `P/lock/<name>`
+//! (`app/lock/last` was then both the second store's last grant and the first's lock `last`).
+//! No prefix has a segment `@` (url.rs refuses it) or ends in `/`, so in every key the first
+//! `/@/` ends its store's prefix: no store's root starts with another's, and a range read under
+//! one root never meets another store's key.
+//!
+//! The first layout, without `@`, is not read: [`first_layout_last`] finds a store of it, which
+//! an open refuses rather than grant its locks a second time beside it.
 
 use etcd_client::KeyValue;
 
 use crate::base::error::{Error, Result};
 
 pub(crate) const SAME_REVISION: [u8; 8] = [0xFF; 8];
+
+/// The segment after the prefix in every key.
+pub(crate) const MARKER: &str = "@";
+
+/// What every key of the store of `prefix` starts with: `P/@/`.
+pub(crate) fn root(prefix: &str) -> Vec<u8> {
+    format!("{prefix}/{MARKER}/").into_bytes()
+}
+
+/// The last-grant key of the first layout, `P/last`: present when a fencelock of that layout
+/// used the prefix (a grant rewrites it; nothing deletes it). No key of this layout is ever it.
+pub(crate) fn first_layout_last(prefix: &str) -> Vec<u8> {
+    format!("{prefix}/last").into_bytes()
+}
 
 /// A revision of etcd as a token: revisions start at 1 and never go back.
 pub(crate) fn token(revision: i64) -> u64 {

@@ -1,5 +1,6 @@
 //! The etcd store string: `etcd://host:port[,host:port...][/prefix]`.
 
+use super::records::{self, MARKER};
 use crate::base::error::{Error, Result};
 
 /// The scheme that names an etcd store instead of a file.
@@ -8,11 +9,18 @@ pub(crate) use crate::engine::ETCD_SCHEME as SCHEME;
 /// The prefix of keys when the string names none.
 const DEFAULT_PREFIX: &str = "fencelock";
 
-/// A parsed store string: the endpoints to dial and the key prefix, ending in `/`.
+/// A parsed store string: the endpoints to dial and the store's prefix, without a trailing `/`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Url {
     pub(crate) endpoints: Vec<String>,
-    pub(crate) prefix: Vec<u8>,
+    pub(crate) prefix: String,
+}
+
+impl Url {
+    /// What every key of the store starts with (records.rs).
+    pub(crate) fn root(&self) -> Vec<u8> {
+        records::root(&self.prefix)
+    }
 }
 
 /// Parses `etcd://host:port,host:port/prefix`; every fault is [`Error::InvalidArgument`].
@@ -48,6 +56,13 @@ pub(crate) fn parse(text: &str) -> Result<Url> {
     if prefix.contains('\0') {
         return Err(bad("the prefix contains a NUL byte".into()));
     }
+    // The segment that ends every store's prefix in its keys, so that nested prefixes are
+    // separate stores (records.rs).
+    if prefix.split('/').any(|segment| segment == MARKER) {
+        return Err(bad(format!(
+            "the prefix has a segment {MARKER:?}, which ends a prefix in the store's keys"
+        )));
+    }
     let prefix = if prefix.is_empty() {
         DEFAULT_PREFIX
     } else {
@@ -55,7 +70,7 @@ pub(crate) fn parse(text: &str) -> Result<Url> {
     };
     Ok(Url {
         endpoints,
-        prefix: format!("{prefix}/").into_bytes(),
+        prefix: prefix.to_owned(),
     })
 }
 
@@ -70,9 +85,54 @@ mod tests {
             url.endpoints,
             ["http://127.0.0.1:2379", "http://localhost:22379"]
         );
-        assert_eq!(url.prefix, b"myapp/");
-        assert_eq!(parse("etcd://h:1").unwrap().prefix, b"fencelock/");
-        assert_eq!(parse("etcd://h:1/a/b/").unwrap().prefix, b"a/b/");
+        assert_eq!(url.prefix, "myapp");
+        assert_eq!(url.root(), b"myapp/@/");
+        assert_eq!(parse("etcd://h:1").unwrap().prefix, "fencelock");
+        assert_eq!(parse("etcd://h:1/").unwrap().prefix, "fencelock");
+        assert_eq!(parse("etcd://h:1/a/b/").unwrap().prefix, "a/b");
+        // A segment that holds `@` but is not `@` is an ordinary one.
+        assert_eq!(
+            parse("etcd://h:1/a@b/@c/d@").unwrap().root(),
+            b"a@b/@c/d@/@/"
+        );
+    }
+
+    /// No store's root starts with another's: a root is its prefix, then `/@/`, and a prefix
+    /// has neither a segment `@` nor a trailing `/`, so the first `/@/` of a key ends it.
+    #[test]
+    fn no_root_is_inside_another() {
+        let prefixes = [
+            "a",
+            "a/b",
+            "a/lock",
+            "a/lock/lock",
+            "a/last",
+            "a/value",
+            "/a",
+            "//a",
+            "a//b",
+            "a@",
+            "@a",
+            "a/@b",
+            "ab",
+            "fencelock",
+        ];
+        let roots: Vec<Vec<u8>> = prefixes
+            .iter()
+            .map(|p| parse(&format!("etcd://h:1/{p}")).unwrap().root())
+            .collect();
+        for (i, a) in roots.iter().enumerate() {
+            for (j, b) in roots.iter().enumerate() {
+                if i != j {
+                    assert!(
+                        !b.starts_with(a),
+                        "{:?} is inside {:?}",
+                        prefixes[j],
+                        prefixes[i]
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -87,6 +147,11 @@ mod tests {
             "etcd://:2379/p",
             "etcd://h:1,/p",
             "etcd://h:1/a\0b",
+            "etcd://h:1/@",
+            "etcd://h:1/a/@",
+            "etcd://h:1/a/@/",
+            "etcd://h:1/@/a",
+            "etcd://h:1/a/@/b",
         ] {
             assert!(
                 matches!(parse(text), Err(Error::InvalidArgument(_))),

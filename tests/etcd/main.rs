@@ -5,4 +5,5 @@
 mod bad_input;
 mod cluster;
 mod failures;
+mod prefixes;
 mod rules;
