@@ -70,3 +70,38 @@ fn run_put_get_and_status_work_on_etcd() {
         "{status:?}"
     );
 }
+
+/// `run --db etcd://...` hands its command the store string it was given, so that the
+/// command's `fencelock put` writes into the etcd store, not into a stray local file.
+#[test]
+fn run_hands_its_command_the_etcd_string_and_its_put_writes_there() {
+    let etcd = cluster::Cluster::single();
+    let url = etcd.url("cli");
+    let dir = tempfile::tempdir().unwrap();
+    let script = "printf '%s\\n' \"$FENCELOCK_DB\" && \
+                  printf 'from run' | \"$FL\" put k --token \"$FENCELOCK_TOKEN\" && \
+                  echo \"$FENCELOCK_TOKEN\"";
+    let out = Command::new(BIN)
+        .args([
+            "--db", &url, "run", "--lock", "job", "--ttl", "2s", "-c", script,
+        ])
+        .env_remove("FENCELOCK_DB")
+        .env_remove("FENCELOCK_TOKEN")
+        .env("FL", BIN)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], url, "FENCELOCK_DB");
+    let token: u64 = lines[1].parse().expect("a token");
+
+    let got = fencelock(&url, &["get", "k", "--json"], b"");
+    assert!(got.status.success(), "{got:?}");
+    let got: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(got["value"], "from run");
+    assert_eq!(got["token"], token);
+    let stray: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(stray.is_empty(), "files beside the command: {stray:?}");
+}

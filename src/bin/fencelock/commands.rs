@@ -57,6 +57,11 @@ pub fn database_path(flag: Option<PathBuf>, create: bool) -> Result<PathBuf, Fai
     Ok(dir.join("locks.db"))
 }
 
+/// Whether `path` is an etcd store string (`etcd://...`) rather than a file's path.
+pub fn is_etcd(path: &Path) -> bool {
+    path.to_str().is_some_and(|p| p.starts_with("etcd://"))
+}
+
 /// Opens the store. Read commands pass `create = false`: they get a clear error for a missing
 /// file rather than a new, empty store at a mistyped path, and open it read-only, so that a
 /// process paused inside a commit does not hold them up. The open, and every write after it,
@@ -68,9 +73,8 @@ pub fn open_store(
     busy_timeout: Duration,
     cancel: Option<Cancel>,
 ) -> Result<Store, Failure> {
-    // An etcd store (`etcd://...`) is no file: etcd answers whether it exists.
-    let file = !path.to_str().is_some_and(|p| p.starts_with("etcd://"));
-    if file && !create && !path.exists() {
+    // An etcd store is no file: etcd answers whether it exists.
+    if !is_etcd(path) && !create && !path.exists() {
         return Err(Failure::new(
             exit::DATABASE,
             format!(

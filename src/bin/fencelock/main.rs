@@ -75,8 +75,8 @@ often held by a job that hangs or is paused; a default that waits would silently
 later run (a cron job every minute piles up behind one stuck run). Say how long a wait is
 acceptable with -w, or -w forever to wait as flock does.
 
-The command gets FENCELOCK_TOKEN (the fencing token), FENCELOCK_LOCK and FENCELOCK_DB in its
-environment.
+The command gets FENCELOCK_TOKEN (the fencing token), FENCELOCK_LOCK and FENCELOCK_DB (the
+store: a file's absolute path, or the etcd string as given) in its environment.
 
 Lock kinds: --permits N takes one of N permits of a semaphore (up to N commands at once, each
 with its own token; another N while permits are live is refused with status 80); -s/--shared

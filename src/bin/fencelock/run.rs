@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
 
-use crate::commands::open_store;
+use crate::commands::{is_etcd, open_store};
 use crate::duration::{format_duration, Wait};
 use crate::{exit, Failure, RunArgs};
 
@@ -471,7 +471,13 @@ fn spawn(
 ) -> Result<std::process::Child, Failure> {
     let argv = args.argv();
     let program = &argv[0];
-    let db = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+    // The store string as given: a file's path made absolute (the command may change
+    // directory), an etcd string untouched (as a path, its `//` would be squashed).
+    let db = if is_etcd(db) {
+        db.to_path_buf()
+    } else {
+        std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf())
+    };
     let mut command = Command::new(program);
     command
         .args(&argv[1..])
