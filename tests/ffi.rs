@@ -1321,3 +1321,145 @@ fn lock_kinds_map_their_arguments_and_errors_and_write_outputs_only_on_success()
         }
     }
 }
+
+/// A count or length above its limit (a careless `len - 1` of 0 is `SIZE_MAX`) is refused
+/// with `INVALID_ARGUMENT` before its pointer is read, and nothing is written: the array
+/// behind each pointer here has one element. (Reading `SIZE_MAX` elements is undefined
+/// behaviour; in this debug build the slice's own check aborts the test.)
+#[test]
+fn counts_and_lengths_above_their_limits_are_refused_before_the_pointer_is_read() {
+    let t = temp_store();
+    let s = t.store;
+    let holder = acquire(s, "h", 60_000);
+    let one = c("a");
+    let a_name = one.as_ptr();
+    let names = [a_name];
+    let byte = [b'k'];
+    let b = byte.as_ptr();
+    let max = FENCELOCK_MAX_HOLDERS as usize;
+    let mut holders_out = [std::ptr::dangling_mut::<fencelock_holder>()];
+    let mut holder_out = std::ptr::dangling_mut::<fencelock_holder>();
+    let mut buf = std::ptr::dangling_mut::<u8>();
+    let mut keys_out = std::ptr::dangling_mut::<fencelock_key_list>();
+    let (mut len, mut token, mut existed) = (5usize, 5u64, true);
+    let (hso, ho, bo, ko) = (
+        holders_out.as_mut_ptr(),
+        &raw mut holder_out,
+        &raw mut buf,
+        &raw mut keys_out,
+    );
+    let (lo, to, eo) = (&raw mut len, &raw mut token, &raw mut existed);
+    let long = fencelock::MAX_VALUE_LEN_LIMIT + 1;
+
+    type Call<'a> = (String, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
+    let mut calls: Vec<Call> = Vec::new();
+    for count in [0, max + 1, usize::MAX] {
+        for timeout_ms in [0, 10] {
+            calls.push((
+                format!("acquire_all count {count} timeout {timeout_ms}"),
+                // SAFETY: `names` and `holders_out` hold one element; the count is refused first.
+                Box::new(move |e| unsafe {
+                    fencelock_store_acquire_all(
+                        s,
+                        names.as_ptr(),
+                        count,
+                        1000,
+                        timeout_ms,
+                        null(),
+                        hso,
+                        e,
+                    )
+                }),
+            ));
+        }
+    }
+    for key_len in [fencelock::MAX_NAME_LEN + 1, usize::MAX] {
+        // SAFETY (all calls): the lengths are refused before `b` (one byte) is read.
+        calls.extend::<[Call; 7]>([
+            (
+                format!("store_put key_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_store_put(s, b, key_len, b, 1, 1, e) }),
+            ),
+            (
+                format!("store_get key_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_store_get(s, b, key_len, bo, lo, to, e) }),
+            ),
+            (
+                format!("store_delete key_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_store_delete(s, b, key_len, 1, eo, e) }),
+            ),
+            (
+                format!("store_keys prefix_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_store_keys(s, b, key_len, ko, e) }),
+            ),
+            (
+                format!("acquire_and_put key_len {key_len}"),
+                Box::new(move |e| unsafe {
+                    fencelock_store_acquire_and_put(s, a_name, 1000, b, key_len, b, 1, ho, e)
+                }),
+            ),
+            (
+                format!("holder_put key_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_holder_put(holder, b, key_len, b, 1, e) }),
+            ),
+            (
+                format!("holder_delete key_len {key_len}"),
+                Box::new(move |e| unsafe { fencelock_holder_delete(holder, b, key_len, eo, e) }),
+            ),
+        ]);
+    }
+    for value_len in [long, usize::MAX] {
+        // SAFETY (all calls): the lengths are refused before `b` (one byte) is read.
+        calls.extend::<[Call; 3]>([
+            (
+                format!("store_put value_len {value_len}"),
+                Box::new(move |e| unsafe { fencelock_store_put(s, b, 1, b, value_len, 1, e) }),
+            ),
+            (
+                format!("acquire_and_put value_len {value_len}"),
+                Box::new(move |e| unsafe {
+                    fencelock_store_acquire_and_put(s, a_name, 1000, b, 1, b, value_len, ho, e)
+                }),
+            ),
+            (
+                format!("holder_put value_len {value_len}"),
+                Box::new(move |e| unsafe { fencelock_holder_put(holder, b, 1, b, value_len, e) }),
+            ),
+        ]);
+    }
+    for (what, call) in &calls {
+        let failure = fails(call);
+        assert_eq!(
+            failure.status, FENCELOCK_INVALID_ARGUMENT,
+            "{what}: {failure:?}"
+        );
+    }
+    // The refusals are the Rust API's own.
+    let dir = tempfile::tempdir().unwrap();
+    let rust = fencelock::Store::open(dir.path().join("locks.db")).unwrap();
+    let refused = |result: fencelock::Result<()>| result.unwrap_err().to_string();
+    assert_eq!(
+        fails(&calls[0].1).message,
+        refused(rust.acquire_all(&[], Duration::from_secs(1)).map(drop))
+    );
+    let long_key = vec![b'k'; fencelock::MAX_NAME_LEN + 1];
+    let put = &calls
+        .iter()
+        .find(|(what, _)| what.starts_with("store_put key_len"))
+        .unwrap()
+        .1;
+    assert_eq!(fails(put).message, refused(rust.put(&long_key, b"v", 1)));
+    assert_eq!(holders_out, [std::ptr::dangling_mut::<fencelock_holder>()]);
+    assert_eq!(holder_out, std::ptr::dangling_mut::<fencelock_holder>());
+    assert_eq!(buf, std::ptr::dangling_mut::<u8>());
+    assert_eq!(keys_out, std::ptr::dangling_mut::<fencelock_key_list>());
+    assert_eq!((len, token, existed), (5, 5, true));
+    // Nothing was granted or written.
+    assert_eq!(get(s, b"k").unwrap_err().status, FENCELOCK_NOT_FOUND);
+    let a = acquire(s, "a", 1000);
+    // SAFETY: each holder is freed once.
+    unsafe {
+        fencelock_holder_free(a);
+        fencelock_holder_free(holder);
+    }
+}

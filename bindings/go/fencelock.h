@@ -17,7 +17,10 @@
  * writing the new one, so one variable can serve a sequence of calls and one
  * fencelock_error_free() at the end frees the last error (do not keep a copy of the pointer
  * across a later call). Out-parameters are written only on success. Names are NUL-terminated UTF-8; keys and values are (pointer, length)
- * pairs whose pointer may be NULL only when the length is 0. Durations are milliseconds.
+ * pairs whose pointer may be NULL only when the length is 0. A length above its limit (1024
+ * bytes for a key or prefix, 1 GiB for a value) and a count of names above
+ * FENCELOCK_MAX_HOLDERS are refused with FENCELOCK_INVALID_ARGUMENT before the pointer is
+ * read. Durations are milliseconds.
  * Every handle may be used from many threads at once; *_close(NULL) and *_free(NULL) do nothing.
  *
  * Needs C99 or later (stdint.h, stdbool.h, line comments) or any C++; tests/c checks it with
@@ -910,8 +913,9 @@ fencelock_status fencelock_store_acquire_kind_wait(const struct fencelock_store 
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error names the holder of the first held
  * name), `FENCELOCK_TIMEOUT`, `FENCELOCK_CANCELLED`, `FENCELOCK_NULL_POINTER` (`store`,
- * `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (no names, too many, a name
- * twice, a bad name or TTL), and the other codes of `fencelock_store_acquire`.
+ * `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (a `count` of 0 or above
+ * `FENCELOCK_MAX_HOLDERS`, refused before `names` is read; a name twice, a bad name or TTL),
+ * and the other codes of `fencelock_store_acquire`.
  *
  * Thread-safe; blocks the calling thread only.
  *

@@ -3,8 +3,8 @@
 use std::ffi::{c_char, CString};
 
 use super::{
-    bytes, fencelock_cancel, fencelock_error, fencelock_status, free_boxed, guard, handle, millis,
-    read_or, Out,
+    fencelock_cancel, fencelock_error, fencelock_status, free_boxed, guard, handle, key_bytes,
+    millis, read_or, value_bytes, Out,
 };
 use crate::Holder;
 
@@ -135,8 +135,8 @@ pub unsafe extern "C" fn fencelock_holder_put(
     unsafe {
         guard(err_out, || {
             let holder = handle(holder, "holder")?;
-            let key = bytes(key, key_len, "key")?;
-            let value = bytes(value, value_len, "value")?;
+            let key = key_bytes(key, key_len, "key")?;
+            let value = value_bytes(value, value_len)?;
             holder.holder.put(key, value)?;
             Ok(())
         })
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn fencelock_holder_delete(
     unsafe {
         guard(err_out, || {
             let holder = handle(holder, "holder")?;
-            let key = bytes(key, key_len, "key")?;
+            let key = key_bytes(key, key_len, "key")?;
             let existed_out = Out::optional(existed_out);
             let existed = holder.holder.delete(key)?;
             if let Some(existed_out) = existed_out {

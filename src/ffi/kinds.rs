@@ -7,8 +7,8 @@ use super::{
     fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, guard, handle, millis,
     null, read_or, Out, FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
 };
-use crate::Kind;
 use crate::Status;
+use crate::{Error, Kind, MAX_HOLDERS};
 
 /// The engine's kind for `kind` (a `FENCELOCK_KIND_*`) and `permits`.
 fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {
@@ -122,8 +122,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_LOCKED` (the error names the holder of the first held
 /// name), `FENCELOCK_TIMEOUT`, `FENCELOCK_CANCELLED`, `FENCELOCK_NULL_POINTER` (`store`,
-/// `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (no names, too many, a name
-/// twice, a bad name or TTL), and the other codes of `fencelock_store_acquire`.
+/// `names`, a name, `holders_out`), `FENCELOCK_INVALID_ARGUMENT` (a `count` of 0 or above
+/// `FENCELOCK_MAX_HOLDERS`, refused before `names` is read; a name twice, a bad name or TTL),
+/// and the other codes of `fencelock_store_acquire`.
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
@@ -149,6 +150,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_all(
                 return Err(null("names"));
             }
             let holders_out = Out::required(holders_out, "holders_out")?;
+            // Before `names` is read: a count out of range (`SIZE_MAX` from a careless
+            // `n - 1`) is the engine's refusal, not a read past the array.
+            if count == 0 || count > MAX_HOLDERS as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {count}"
+                ))
+                .into());
+            }
             let names = std::slice::from_raw_parts(names, count)
                 .iter()
                 .map(|&name| super::name(name, "a name"))

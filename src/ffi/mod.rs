@@ -291,16 +291,52 @@ unsafe fn name<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, fencelock_
     })
 }
 
-/// A (pointer, length) byte string; the pointer may be NULL only when the length is 0.
+/// A (pointer, length) byte string; the pointer may be NULL only when the length is 0. A
+/// length above `limit` (the engine's own limit of the argument) is refused before the bytes
+/// are read: a careless length (`len - 1` of 0 is `SIZE_MAX`) is an error, not a wild read.
 ///
 /// # Safety
 /// `ptr` is NULL or points to `len` readable bytes that outlive `'a`.
-unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8], fencelock_error> {
+unsafe fn bytes<'a>(
+    ptr: *const u8,
+    len: usize,
+    limit: usize,
+    what: &str,
+) -> Result<&'a [u8], fencelock_error> {
     if ptr.is_null() {
         return if len == 0 { Ok(&[]) } else { Err(null(what)) };
     }
-    // SAFETY: upheld by the caller.
+    if len > limit {
+        // The engine's refusal of the argument, given before its bytes are touched.
+        return Err(crate::Error::InvalidArgument(format!(
+            "{what} is {len} bytes; the limit is {limit}"
+        ))
+        .into());
+    }
+    // SAFETY: upheld by the caller; `len` is at most `limit`, far below `isize::MAX`.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// A key or key prefix: at most `MAX_NAME_LEN` bytes.
+///
+/// # Safety
+/// As [`bytes`].
+unsafe fn key_bytes<'a>(
+    ptr: *const u8,
+    len: usize,
+    what: &str,
+) -> Result<&'a [u8], fencelock_error> {
+    // SAFETY: upheld by the caller.
+    unsafe { bytes(ptr, len, crate::MAX_NAME_LEN, what) }
+}
+
+/// A value: at most `MAX_VALUE_LEN_LIMIT` bytes (the store's own limit is the engine's check).
+///
+/// # Safety
+/// As [`bytes`].
+unsafe fn value_bytes<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], fencelock_error> {
+    // SAFETY: upheld by the caller.
+    unsafe { bytes(ptr, len, crate::MAX_VALUE_LEN_LIMIT, "value") }
 }
 
 fn millis(ms: u64) -> Duration {

@@ -3,8 +3,8 @@
 use std::ffi::c_char;
 
 use super::{
-    bytes, fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list,
-    fencelock_lock_list, fencelock_status, free_boxed, guard, guard_value, handle, millis, name,
+    fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list, fencelock_lock_list,
+    fencelock_status, free_boxed, guard, guard_value, handle, key_bytes, millis, name, value_bytes,
     Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_NO_HISTORY,
     FENCELOCK_OPEN_READ_ONLY,
 };
@@ -356,8 +356,8 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put(
         guard(err_out, || {
             let store = handle(store, "store")?;
             let lock = super::name(name, "name")?;
-            let key = bytes(key, key_len, "key")?;
-            let value = bytes(value, value_len, "value")?;
+            let key = key_bytes(key, key_len, "key")?;
+            let value = value_bytes(value, value_len)?;
             let holder_out = Out::required(holder_out, "holder_out")?;
             let holder = store
                 .store
@@ -398,8 +398,8 @@ pub unsafe extern "C" fn fencelock_store_put(
     unsafe {
         guard(err_out, || {
             let store = handle(store, "store")?;
-            let key = bytes(key, key_len, "key")?;
-            let value = bytes(value, value_len, "value")?;
+            let key = key_bytes(key, key_len, "key")?;
+            let value = value_bytes(value, value_len)?;
             store.store.put(key, value, token)?;
             Ok(())
         })
@@ -435,7 +435,7 @@ pub unsafe extern "C" fn fencelock_store_get(
     unsafe {
         guard(err_out, || {
             let store = handle(store, "store")?;
-            let key = bytes(key, key_len, "key")?;
+            let key = key_bytes(key, key_len, "key")?;
             let value_out = Out::required(value_out, "value_out")?;
             let value_len_out = Out::required(value_len_out, "value_len_out")?;
             let token_out = Out::optional(token_out);
@@ -483,7 +483,7 @@ pub unsafe extern "C" fn fencelock_store_delete(
     unsafe {
         guard(err_out, || {
             let store = handle(store, "store")?;
-            let key = bytes(key, key_len, "key")?;
+            let key = key_bytes(key, key_len, "key")?;
             let existed_out = Out::optional(existed_out);
             let existed = store.store.delete(key, token)?;
             if let Some(existed_out) = existed_out {
@@ -636,7 +636,7 @@ pub unsafe extern "C" fn fencelock_store_keys(
     unsafe {
         guard(err_out, || {
             let store = handle(store, "store")?;
-            let prefix = bytes(prefix, prefix_len, "prefix")?;
+            let prefix = key_bytes(prefix, prefix_len, "prefix")?;
             let list_out = Out::required(list_out, "list_out")?;
             let keys = store.store.keys(prefix)?;
             list_out.set(fencelock_key_list::into_raw(keys));

@@ -352,6 +352,25 @@ static void invalid_arguments(const fencelock_store *s, const char *path, const 
     CHECK_STATUS(IA, fencelock_holder_put(h, k, 3, big, big_len, ERR));
     CHECK_STATUS(IA, fencelock_holder_delete(h, NULL, 0, NULL, ERR));
     CHECK_STATUS(IA, fencelock_holder_keep_alive(h, 1, ERR));
+    /* A careless length (`len - 1` of 0 is SIZE_MAX) is refused before the byte behind the
+       pointer, on the heap so that valgrind sees a read past it, is touched. */
+    uint8_t *one = malloc(1);
+    one[0] = 'k';
+    uint8_t *vo = (uint8_t *)0x1;
+    size_t vlo = 5;
+    bool existed = true;
+    CHECK_STATUS(IA, fencelock_store_put(s, one, SIZE_MAX, one, 1, t, ERR));
+    CHECK_STATUS(IA, fencelock_store_put(s, one, 1, one, SIZE_MAX, t, ERR));
+    CHECK_STATUS(IA, fencelock_store_get(s, one, SIZE_MAX, &vo, &vlo, &nu, ERR));
+    CHECK_STATUS(IA, fencelock_store_delete(s, one, SIZE_MAX, t, &existed, ERR));
+    CHECK_STATUS(IA, fencelock_store_keys(s, one, SIZE_MAX, &kyo, ERR));
+    CHECK_STATUS(IA, fencelock_store_acquire_and_put(s, "n", 10, one, SIZE_MAX, one, 1, &ho, ERR));
+    CHECK_STATUS(IA, fencelock_store_acquire_and_put(s, "n", 10, one, 1, one, SIZE_MAX, &ho, ERR));
+    CHECK_STATUS(IA, fencelock_holder_put(h, one, SIZE_MAX, one, 1, ERR));
+    CHECK_STATUS(IA, fencelock_holder_put(h, one, 1, one, SIZE_MAX, ERR));
+    CHECK_STATUS(IA, fencelock_holder_delete(h, one, SIZE_MAX, &existed, ERR));
+    CHECK(vo == (uint8_t *)0x1 && vlo == 5 && existed);
+    free(one);
     CHECK(so == (fencelock_store *)0x1 && ho == (fencelock_holder *)0x1 && kyo == (fencelock_key_list *)0x1 && nu == 5);
     free(big);
     fencelock_holder_free(h);

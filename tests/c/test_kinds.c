@@ -135,6 +135,24 @@ static void multi_lock(const fencelock_store *store) {
                  fencelock_store_acquire_all(store, twice, 2, 60000, 0, NULL, holders, ERR));
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
                  fencelock_store_acquire_all(store, names, 0, 60000, 0, NULL, holders, ERR));
+    /* A count above the limit (SIZE_MAX: a careless `n - 1` of 0) is refused before `names`
+       is read: one name and room for one holder, on the heap so that valgrind sees a read or
+       write past them. */
+    const char **one_name = malloc(sizeof *one_name);
+    fencelock_holder **one_holder = malloc(sizeof *one_holder);
+    one_name[0] = "a";
+    one_holder[0] = (fencelock_holder *)0x1;
+    const size_t too_many[] = {SIZE_MAX, (size_t)FENCELOCK_MAX_HOLDERS + 1};
+    for (size_t i = 0; i < sizeof too_many / sizeof too_many[0]; i++) {
+        for (uint64_t timeout_ms = 0; timeout_ms <= 10; timeout_ms += 10) {
+            CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
+                         fencelock_store_acquire_all(store, one_name, too_many[i], 60000,
+                                                     timeout_ms, NULL, one_holder, ERR));
+        }
+    }
+    CHECK(one_holder[0] == (fencelock_holder *)0x1);
+    free(one_name);
+    free(one_holder);
     const char *with_null[] = {"a", NULL};
     CHECK_STATUS(FENCELOCK_NULL_POINTER,
                  fencelock_store_acquire_all(store, with_null, 2, 60000, 0, NULL, holders, ERR));
