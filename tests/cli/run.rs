@@ -420,3 +420,57 @@ fn a_conflict_is_silent_unless_verbose_as_in_flock() {
     assert!(finish(holder).status.success());
     assert!(finish(pool).status.success());
 }
+
+/// `FENCELOCK_TOKENS` stays unambiguous for names holding its separators: `%`, `,` and `=` in
+/// a name are percent-escaped, so splitting at `,` and then at the last `=` and decoding gives
+/// back every name and its token.
+#[test]
+fn several_locks_tokens_escape_the_separators_in_names() {
+    let env = Env::new();
+    let names = ["a,b=1", "100%", "plain", "%2C", "x=y,z"];
+    let mut args = vec!["run"];
+    for name in &names {
+        args.extend(["--lock", name]);
+    }
+    args.extend(["--", "sh", "-c", "printf '%s\\n' \"$FENCELOCK_TOKENS\""]);
+    let out = env.run(&args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let tokens = stdout(&out).trim_end().to_owned();
+    let pairs: Vec<(String, u64)> = tokens
+        .split(',')
+        .map(|pair| {
+            let (name, token) = pair.rsplit_once('=').expect("NAME=TOKEN");
+            (percent_decode(name), token.parse().expect("a token"))
+        })
+        .collect();
+    assert_eq!(
+        tokens,
+        format!(
+            "a%2Cb%3D1={},100%25={},plain={},%252C={},x%3Dy%2Cz={}",
+            pairs[0].1, pairs[1].1, pairs[2].1, pairs[3].1, pairs[4].1
+        )
+    );
+    let decoded: Vec<&str> = pairs.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(decoded, names);
+    for (pair, next) in pairs.iter().zip(&pairs[1..]) {
+        assert_eq!(next.1, pair.1 + 1, "{tokens}");
+    }
+    let help = stdout(&env.run(&["run", "--help"]));
+    assert!(help.contains("%25, %2C and %3D"), "{help}");
+}
+
+/// `%XX` to the byte it escapes, the rest as it is.
+fn percent_decode(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut bytes = text.bytes();
+    while let Some(byte) = bytes.next() {
+        if byte == b'%' {
+            let hex: Vec<u8> = bytes.by_ref().take(2).collect();
+            let hex = std::str::from_utf8(&hex).expect("two hex digits");
+            out.push(u8::from_str_radix(hex, 16).expect("two hex digits"));
+        } else {
+            out.push(byte);
+        }
+    }
+    String::from_utf8(out).expect("UTF-8")
+}

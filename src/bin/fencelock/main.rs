@@ -83,10 +83,12 @@ with its own token; another N while permits are live is refused with status 80);
 takes the lock shared (any number of shared holders, none with an exclusive one; a waiting
 exclusive run is not overtaken by later shared ones). --lock A --lock B takes every lock at
 once, all or none (a token for each; FENCELOCK_TOKEN is the last and highest,
-FENCELOCK_TOKENS lists NAME=TOKEN pairs, FENCELOCK_LOCK the names joined by commas). The lease is renewed every third of --ttl while the command runs. SIGINT,
-SIGTERM, SIGHUP and SIGQUIT sent to the tool are forwarded to the command (a Ctrl-C from the
-terminal already reaches both and is not sent twice); while it waits for the lock, they end
-the wait without running the command. If the tool dies, the command gets --lost-signal.
+FENCELOCK_TOKENS lists NAME=TOKEN pairs joined by commas, a name's '%', ',' and '=' written
+%25, %2C and %3D; FENCELOCK_LOCK, for messages, joins the names by commas as they are). The
+lease is renewed every third of --ttl while the command runs. SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to the tool are forwarded to the command (a Ctrl-C from the terminal already
+reaches both and is not sent twice); while it waits for the lock, they end the wait without
+running the command. If the tool dies, the command gets --lost-signal.
 
 If the lease is lost while the command runs (the tool was paused past the TTL, or the store
 was unreachable until the lease ran out), the tool says so on stderr, sends --lost-signal to

@@ -464,6 +464,29 @@ fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
     )
 }
 
+/// `FENCELOCK_TOKENS`: `NAME=TOKEN` pairs joined by `,`, with `%`, `,` and `=` in a name
+/// percent-escaped (`%25`, `%2C`, `%3D`), so that any name splits back out unchanged.
+fn tokens_variable(holders: &[Arc<Holder>]) -> String {
+    let pairs: Vec<String> = holders
+        .iter()
+        .map(|h| format!("{}={}", escape_separators(h.name()), h.token()))
+        .collect();
+    pairs.join(",")
+}
+
+fn escape_separators(name: &str) -> String {
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            ',' => escaped.push_str("%2C"),
+            '=' => escaped.push_str("%3D"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
 fn spawn(
     db: &Path,
     args: &RunArgs,
@@ -488,11 +511,7 @@ fn spawn(
         command.env("FENCELOCK_TOKEN", last.token().to_string());
     }
     if holders.len() > 1 {
-        let pairs: Vec<String> = holders
-            .iter()
-            .map(|h| format!("{}={}", h.name(), h.token()))
-            .collect();
-        command.env("FENCELOCK_TOKENS", pairs.join(","));
+        command.env("FENCELOCK_TOKENS", tokens_variable(holders));
     }
     let parent = libc::pid_t::try_from(std::process::id()).expect("pids fit in pid_t");
     let death_signal = args.lost_signal;
