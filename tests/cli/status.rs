@@ -92,3 +92,61 @@ fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
         "colour despite NO_COLOR: {plain:?}"
     );
 }
+
+/// A lock name's control characters (a terminal's escape sequences among them) are escaped in
+/// the table, in C style within double quotes as git quotes paths, and given as they are in
+/// `--json`.
+#[test]
+fn status_escapes_control_characters_in_names_but_json_keeps_them() {
+    let env = Env::new();
+    let names = [
+        "title\x1b]0;pwned\x07\x1b[2J",
+        "line\nbreak\ttab\r",
+        "csi\u{9b}31m",
+        "back\\slash \"quoted\"",
+        "plain-name",
+    ];
+    let mut args = vec!["run"];
+    for name in &names {
+        args.extend(["--lock", name]);
+    }
+    args.push("true");
+    let out = env.run(&args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+
+    let out = env.run(&["status"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    for raw in ['\x1b', '\x07', '\r', '\t', '\u{9b}'] {
+        assert!(!text.contains(raw), "{raw:?} printed raw: {text:?}");
+    }
+    for shown in [
+        r#""title\033]0;pwned\a\033[2J""#,
+        r#""line\nbreak\ttab\r""#,
+        r#""csi\302\23331m""#,
+        r#""back\\slash \"quoted\"""#,
+    ] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+    // One header and one row a lock: no name broke a line.
+    assert_eq!(text.lines().count(), 1 + names.len(), "{text}");
+    assert!(
+        text.lines().any(|line| line.starts_with("plain-name ")),
+        "{text}"
+    );
+    let out = env.run(&["status", "--lock", names[0]]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stdout(&out).contains('\x1b'), "{:?}", stdout(&out));
+
+    let json = env.json(&["status", "--json"]);
+    let mut listed: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["name"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut expected = names.to_vec();
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+}

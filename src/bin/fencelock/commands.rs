@@ -309,7 +309,7 @@ fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> 
         .iter()
         .map(|info| {
             vec![
-                Cell::from(info.name.clone()),
+                Cell::from(output::quote_for_terminal(&info.name)),
                 Cell {
                     text: info.state.as_str().to_owned(),
                     colour: Some(state_colour(info.state)),

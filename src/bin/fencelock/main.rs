@@ -176,7 +176,9 @@ go and its process still runs); holder-dead (the holder's process is gone, so on
 EXPIRES is \"-\" for released and holder-dead locks. Records of locks no longer held are
 pruned a few at a time by later grants.
 A semaphore or shared lock shows one row per grant it holds, with its KIND (exclusive, shared,
-semaphore(N)).
+semaphore(N)). A name holding a control character, '\"' or '\\' is shown in double quotes with C
+escapes, as git quotes paths (\"\\033[31m\" for ESC [31m), so that it cannot drive the terminal;
+--json gives names as they are.
 With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
 \"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\"}.
 Exit status: 0; 1 --lock names a lock with no record; 81 database error.

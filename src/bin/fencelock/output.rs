@@ -1,4 +1,5 @@
-//! Shaping output: aligned tables, colour on terminals only, byte strings in JSON.
+//! Shaping output: aligned tables, colour on terminals only, names quoted for terminals, byte
+//! strings in JSON.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -78,6 +79,44 @@ pub fn table(headers: &[&str], rows: &[Vec<Cell>], colour: bool) -> String {
     out
 }
 
+/// `text` as a terminal may show it: unchanged when it holds no control character, `"` or
+/// `\`; otherwise in double quotes with C escapes, as git quotes paths: `\n`, `\t` and the
+/// like, `\"`, `\\`, and each byte of any other control character in octal (`\033` for
+/// ESC, `\302\233` for U+009B). A name can then neither run escape sequences on the
+/// reader's terminal nor pass for another name.
+pub fn quote_for_terminal(text: &str) -> String {
+    if !text
+        .chars()
+        .any(|c| c.is_control() || c == '"' || c == '\\')
+    {
+        return text.to_owned();
+    }
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\x07' => quoted.push_str("\\a"),
+            '\x08' => quoted.push_str("\\b"),
+            '\t' => quoted.push_str("\\t"),
+            '\n' => quoted.push_str("\\n"),
+            '\x0b' => quoted.push_str("\\v"),
+            '\x0c' => quoted.push_str("\\f"),
+            '\r' => quoted.push_str("\\r"),
+            c if c.is_control() => {
+                let mut utf8 = [0; 4];
+                for byte in c.encode_utf8(&mut utf8).bytes() {
+                    let _ = write!(quoted, "\\{byte:03o}");
+                }
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
 /// Inserts a byte string into a JSON object: as `field` when it is UTF-8 text, otherwise as
 /// `field_base64` (standard alphabet, padded). Exactly one of the two is present.
 pub fn insert_bytes(object: &mut Map<String, Value>, field: &str, bytes: &[u8]) {
@@ -138,6 +177,16 @@ mod tests {
             coloured,
             "NAME         STATE  TOKEN\na-long-name  \x1b[32mheld\x1b[0m   7\n"
         );
+    }
+
+    #[test]
+    fn names_are_quoted_only_when_a_terminal_could_misread_them() {
+        assert_eq!(quote_for_terminal("nightly-export"), "nightly-export");
+        assert_eq!(quote_for_terminal("café ünïcode"), "café ünïcode");
+        assert_eq!(quote_for_terminal("\x1b[31mred\x07"), r#""\033[31mred\a""#);
+        assert_eq!(quote_for_terminal("a\u{9b}b\x7f"), r#""a\302\233b\177""#);
+        assert_eq!(quote_for_terminal("say \"hi\"\\"), r#""say \"hi\"\\""#);
+        assert_eq!(quote_for_terminal("a\nb\tc"), r#""a\nb\tc""#);
     }
 
     #[test]
