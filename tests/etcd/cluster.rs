@@ -1,10 +1,15 @@
 //! An etcd cluster of this test's own: `etcd` processes on free loopback ports with data in a
 //! temporary directory, killed when the cluster drops. The binary is `$FENCELOCK_ETCD` or
 //! `etcd` on the PATH; without it the test fails and says how to install it.
+//!
+//! Each member also dies with the thread that started it (`PR_SET_PDEATHSIG`), so that a test
+//! process that ends without dropping its cluster (killed, aborted, or holding it in a static)
+//! leaves no etcd running: start a cluster from a thread that lives as long as its use.
 
 #![allow(dead_code)] // each test target uses part of it
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +27,7 @@ pub struct Member {
 
 pub struct Cluster {
     pub members: Vec<Member>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 fn free_port() -> u16 {
@@ -60,7 +65,7 @@ impl Cluster {
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Cluster { members, _dir: dir };
+        let mut cluster = Cluster { members, dir };
         for i in 0..size {
             cluster.members[i].spawn(&initial);
         }
@@ -129,7 +134,19 @@ impl Member {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(&self.log).expect("etcd log file");
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+        // which is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let child = command
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(&self.dir)
@@ -216,11 +233,20 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
+impl Cluster {
+    /// Kills every member and removes their data: what dropping the cluster does, for a
+    /// cluster that is never dropped.
+    pub fn shut_down(&mut self) {
         for member in &mut self.members {
             member.signal(libc::SIGCONT);
             member.kill();
         }
+        let _ = std::fs::remove_dir_all(self.dir.path());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shut_down();
     }
 }
