@@ -49,6 +49,20 @@ impl EtcdLease {
         })
     }
 
+    /// The refusal of an extend or write once this holder's own clock says the lease ran out:
+    /// a lease known to be lost stays lost, although etcd may not have ended it yet (etcd's
+    /// lease runs from after this holder's clock started, and etcd looks twice a second).
+    /// `current` names the holder that took the lock over, if one did.
+    fn lost_now(&self) -> Error {
+        let current = self.remote.lock_record(&self.state.name).ok().flatten();
+        self.note(Error::LockLost {
+            token: self.state.token,
+            current: current
+                .map(|record| record.token)
+                .filter(|&token| token != self.state.token),
+        })
+    }
+
     fn end(&self) {
         self.state.signal.end();
         self.stop.notify_one();
@@ -68,6 +82,9 @@ impl EtcdLease {
         let secs = etcd_ttl(ttl)?;
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
+        }
+        if self.state.is_lost() {
+            return Err(self.lost_now());
         }
         let result = if secs == self.ttl.load(Ordering::Acquire) {
             self.refresh()
@@ -183,6 +200,10 @@ impl EtcdLease {
     fn write_now(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
+        }
+        if self.state.is_lost() {
+            self.remote.check_write(key, value)?;
+            return Err(self.lost_now());
         }
         self.remote
             .holder_write(&self.state.name, self.state.token, key, value)

@@ -434,6 +434,15 @@ impl EtcdEngine {
             .or_else([TxnOp::txn(lower)])
     }
 
+    /// The checks of a holder's write before its transaction.
+    pub(crate) fn check_write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        check_key(key)?;
+        if let Some(value) = value {
+            self.check_value(value)?;
+        }
+        self.writable()
+    }
+
     /// A holder's write: `value_txn`, only while the lock key's create revision is `token`.
     pub(crate) fn holder_write(
         &self,
@@ -442,11 +451,7 @@ impl EtcdEngine {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<bool> {
-        check_key(key)?;
-        if let Some(value) = value {
-            self.check_value(value)?;
-        }
-        self.writable()?;
+        self.check_write(key, value)?;
         let lock_key = self.lock_key(name);
         let txn = Txn::new()
             .when([Compare::create_revision(
