@@ -1,12 +1,21 @@
 //! Cancel handles: a wait ended from another thread returns `Cancelled` and changes nothing.
 
-mod common;
-
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use fencelock::{Cancel, Error, Options, Store};
+
+use crate::harness::Harness;
+
+crate::on_every_backend! {
+    [
+        a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone,
+        a_cancelled_wait_for_a_lost_lease_ends,
+        an_uncancelled_wait_still_sees_a_release,
+        a_fired_handle_ends_an_open_before_it_touches_the_store,
+    ]
+}
 
 /// Runs `f` in a thread and returns its result. The bound is generous: it catches a wait that
 /// never ends, not a slow one.
@@ -39,9 +48,8 @@ fn fire_soon(cancel: &Cancel) {
     });
 }
 
-#[test]
-fn a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone() {
-    let (_dir, _path, store) = common::temp_store();
+fn a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone(h: &Harness) {
+    let store = h.store();
     let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
     let before = store.info().unwrap().last_token;
     let cancel = Cancel::new();
@@ -68,12 +76,11 @@ fn a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone() {
     let next = store
         .acquire_wait("job", Duration::from_secs(60), Duration::from_secs(1))
         .unwrap();
-    assert_eq!(next.token(), before + 1);
+    h.assert_next(before, next.token());
 }
 
-#[test]
-fn a_cancelled_wait_for_a_lost_lease_ends() {
-    let (_dir, _path, store) = common::temp_store();
+fn a_cancelled_wait_for_a_lost_lease_ends(h: &Harness) {
+    let store = h.store();
     let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
     let cancel = Cancel::new();
     fire_soon(&cancel);
@@ -86,9 +93,8 @@ fn a_cancelled_wait_for_a_lost_lease_ends() {
     assert!(result.1, "cancelling the wait left the lease held");
 }
 
-#[test]
-fn an_uncancelled_wait_still_sees_a_release() {
-    let (_dir, _path, store) = common::temp_store();
+fn an_uncancelled_wait_still_sees_a_release(h: &Harness) {
+    let store = h.store();
     let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
     let cancel = Cancel::new();
     let (waiter, handle) = (store.clone(), cancel.clone());
@@ -96,26 +102,22 @@ fn an_uncancelled_wait_still_sees_a_release() {
     thread::sleep(Duration::from_millis(20));
     let token = holder.token();
     holder.release().unwrap();
-    assert_eq!(wait.join().unwrap().unwrap(), token + 1);
+    h.assert_next(token, wait.join().unwrap().unwrap());
     assert!(!cancel.is_cancelled());
 }
 
-#[test]
-fn a_fired_handle_ends_an_open_before_it_touches_the_path() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("locks.db");
+fn a_fired_handle_ends_an_open_before_it_touches_the_store(h: &Harness) {
     let cancel = Cancel::new();
     cancel.cancel();
     let options = Options {
         cancel: Some(cancel),
         ..Options::default()
     };
-    assert!(matches!(
-        Store::open_with(&path, &options),
-        Err(Error::Cancelled)
-    ));
-    assert!(!path.exists(), "a cancelled open created the store");
+    let unopened = h.unopened_file().map(std::path::Path::to_path_buf);
+    assert!(matches!(h.try_open(&options), Err(Error::Cancelled)));
+    if let Some(path) = unopened {
+        assert!(!path.exists(), "a cancelled open created the store");
+    }
     // The handle is for the open only: a store opened without it is unaffected.
-    let store = Store::open(&path).unwrap();
-    let _job = store.acquire("job", Duration::from_secs(1)).unwrap();
+    let _job = h.store().acquire("job", Duration::from_secs(60)).unwrap();
 }
