@@ -9,7 +9,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use fencelock::{boottime_ns, Cancel, Error, Options, Store};
+use fencelock::{
+    boottime_ns, Cancel, Error, Kind, LockState, Options, ServeOptions, Server, Store,
+};
 
 use common::{bounded, Kid, DB, ROLE};
 
@@ -67,6 +69,17 @@ fn child() {
         std::io::stdout().flush().unwrap();
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
+        return;
+    }
+    if role == "serve" {
+        let options = ServeOptions {
+            wait: Duration::from_secs(60),
+            ..ServeOptions::default()
+        };
+        let server = Server::start(std::env::var(DB).unwrap(), &options).unwrap();
+        println!("@@ serving");
+        std::io::stdout().flush().unwrap();
+        server.run(&options).unwrap();
         return;
     }
     let store = Store::open(std::env::var(DB).unwrap()).unwrap();
@@ -135,6 +148,25 @@ fn child() {
                 .acquire_wait("x", Duration::from_secs(60), Duration::from_secs(60))
                 .unwrap();
             say(format!("token {}", holder.token()));
+        }
+        // Hold a lock of another kind, or several locks, until killed.
+        "permit" | "shared" | "exclusive-wait" | "all" => {
+            let long = Duration::from_secs(600);
+            let holders = match role.as_str() {
+                "permit" => store
+                    .acquire_kind("pool", Kind::Semaphore(2), long)
+                    .map(|h| vec![h]),
+                "shared" => store
+                    .acquire_kind("config", Kind::Shared, long)
+                    .map(|h| vec![h]),
+                "exclusive-wait" => store
+                    .acquire_wait("config", long, Duration::from_secs(60))
+                    .map(|h| vec![h]),
+                _ => store.acquire_all(&["a", "b"], long),
+            }
+            .unwrap();
+            say(format!("token {}", holders[0].token()));
+            wait_for_parent();
         }
         other => panic!("unknown role {other}"),
     }
@@ -559,4 +591,162 @@ fn behind_a_combiner_paused_mid_batch_every_deadline_holds() {
     let _ = kid.child.wait();
     store.verify().unwrap();
     drop(seed);
+}
+
+// ---- lock kinds across processes ----------------------------------------------------------
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// Kills `kid` and reaps it.
+fn kill(kid: &mut Kid) {
+    kid.signal(libc::SIGKILL);
+    kid.child.wait().unwrap();
+}
+
+#[test]
+fn permits_of_processes_count_together_and_a_killed_holder_frees_its_permit() {
+    let (_dir, path, store) = common::temp_store();
+    let mut first = Kid::spawn("permit", &path);
+    let t1 = first.token();
+    let mut second = Kid::spawn("permit", &path);
+    let t2 = second.token();
+    assert!(t2 > t1);
+    assert!(matches!(
+        store.acquire_kind("pool", Kind::Semaphore(2), TTL),
+        Err(Error::Locked { .. })
+    ));
+    assert!(matches!(
+        store.acquire_kind("pool", Kind::Semaphore(5), TTL),
+        Err(Error::PermitsMismatch {
+            permits: 2,
+            requested: 5
+        })
+    ));
+    kill(&mut first);
+    // The dead holder's 600 s permit frees its place at once; the other stays.
+    let mine = store.acquire_kind("pool", Kind::Semaphore(2), TTL).unwrap();
+    assert!(mine.token() > t2);
+    assert!(matches!(
+        store.acquire_kind("pool", Kind::Semaphore(2), TTL),
+        Err(Error::Locked { .. })
+    ));
+    kill(&mut second);
+    let states: Vec<_> = store
+        .lock_holders("pool")
+        .unwrap()
+        .into_iter()
+        .map(|info| (info.token, info.state))
+        .collect();
+    assert!(states.contains(&(mine.token(), LockState::Held)));
+    assert!(states.contains(&(t2, LockState::HolderDead)));
+}
+
+#[test]
+fn a_waiting_exclusive_process_goes_before_later_shared_acquires() {
+    let (_dir, path, store) = common::temp_store();
+    let mut reader = Kid::spawn("shared", &path);
+    let r = reader.token();
+    let mut writer = Kid::spawn("exclusive-wait", &path);
+    // Shared acquires join the reader until the writer's process is queued.
+    common::join_shared_until_refused(&store, "config");
+    kill(&mut reader);
+    let w = writer.token();
+    assert!(w > r);
+    assert!(matches!(
+        store.acquire_kind("config", Kind::Shared, TTL),
+        Err(Error::Locked { token, .. }) if token == w
+    ));
+    kill(&mut writer);
+    let _reader = store.acquire_kind("config", Kind::Shared, TTL).unwrap();
+}
+
+#[test]
+fn a_multi_lock_of_another_process_excludes_each_name_and_dies_with_it() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("all", &path);
+    let a = kid.token();
+    assert!(matches!(store.acquire("a", TTL), Err(Error::Locked { token, .. }) if token == a));
+    assert!(matches!(store.acquire("b", TTL), Err(Error::Locked { token, .. }) if token == a + 1));
+    kill(&mut kid);
+    let both = store.acquire_all(&["b", "a"], TTL).unwrap();
+    assert!(both[0].token() > a + 1);
+}
+
+/// Waits until `store` goes through a server, making operations so that it moves over.
+fn until_served(store: &Store) {
+    for _ in 0..20_000 {
+        let _ = store.lock("probe");
+        if store.server().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("the store never went through the server");
+}
+
+#[test]
+fn every_kind_works_through_a_server_and_its_grants_survive_the_servers_death() {
+    let (_dir, path, store) = common::temp_store();
+    let mut server = Kid::spawn("serve", &path);
+    until_served(&store);
+    assert_eq!(server.report().as_deref(), Some("serving"));
+    let long = Duration::from_secs(600);
+    let a = store
+        .acquire_kind("pool", Kind::Semaphore(2), long)
+        .unwrap();
+    let b = store
+        .acquire_kind("pool", Kind::Semaphore(2), long)
+        .unwrap();
+    assert!(matches!(
+        store.acquire_kind("pool", Kind::Semaphore(2), TTL),
+        Err(Error::Locked { .. })
+    ));
+    assert!(matches!(
+        store.acquire_kind("pool", Kind::Semaphore(3), TTL),
+        Err(Error::PermitsMismatch {
+            permits: 2,
+            requested: 3
+        })
+    ));
+    a.extend(Duration::from_secs(900)).unwrap();
+    let reader = store.acquire_kind("config", Kind::Shared, long).unwrap();
+    let both = store.acquire_all(&["x", "y"], long).unwrap();
+    assert_eq!(both[1].token(), both[0].token() + 1);
+    assert_eq!(store.lock_holders("pool").unwrap().len(), 2);
+    assert!(store
+        .locks()
+        .unwrap()
+        .iter()
+        .any(|l| l.kind == Kind::Shared));
+    // Granted and extended without an fsync; the next store to open the file restores them.
+    kill(&mut server);
+    let other = Store::open(&path).unwrap();
+    assert!(matches!(
+        other.acquire_kind("pool", Kind::Semaphore(2), TTL),
+        Err(Error::Locked { .. })
+    ));
+    assert!(matches!(
+        other.acquire("config", TTL),
+        Err(Error::Locked { token, .. }) if token == reader.token()
+    ));
+    for holder in &both {
+        assert!(matches!(
+            other.acquire(holder.name(), TTL),
+            Err(Error::Locked { .. })
+        ));
+    }
+    let extended = other
+        .lock_holders("pool")
+        .unwrap()
+        .into_iter()
+        .find(|info| info.token == a.token())
+        .unwrap();
+    assert!(
+        extended.remaining > long,
+        "the permit's extend survived too"
+    );
+    assert!(a.is_held().unwrap() && b.is_held().unwrap());
+    drop(b);
+    let c = other.acquire_kind("pool", Kind::Semaphore(2), TTL).unwrap();
+    assert!(c.token() > both[1].token());
 }

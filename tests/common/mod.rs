@@ -15,6 +15,23 @@ pub fn temp_store() -> (tempfile::TempDir, PathBuf, Store) {
     (dir, path, store)
 }
 
+/// Joins the shared holders of `name` (letting each join go at once) until a join is refused:
+/// then a waiting exclusive acquire of it is queued, and later shared ones stand behind it.
+pub fn join_shared_until_refused(store: &Store, name: &str) {
+    loop {
+        match store.acquire_kind(
+            name,
+            fencelock::Kind::Shared,
+            std::time::Duration::from_secs(60),
+        ) {
+            Ok(joined) => drop(joined),
+            Err(fencelock::Error::Locked { .. }) => return,
+            Err(other) => panic!("{other}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Takes an open-file-description write lock on `len` bytes of `file` from `start`, as another
 /// process's redb or fencelock would; it lasts until `file` is closed.
 pub fn lock_bytes(file: &std::fs::File, start: i64, len: i64) {

@@ -36,6 +36,10 @@ pub enum Capability {
     /// `locks()` and `lock()` keep the records of expired and released leases (etcd deletes
     /// a lock's key with its lease).
     EndedRecords,
+    /// Waiting acquires of a name are granted oldest first, so later grants that would join
+    /// live holders stand behind a queued waiter (the request ring of a shared file; not in
+    /// single-process mode, not on etcd).
+    FairQueue,
     /// Another open of the store in this process is a store of its own (single-process mode
     /// refuses it with `InUse`).
     SecondOpen,
@@ -136,7 +140,7 @@ impl Harness {
         match (self.backend, capability) {
             #[cfg(feature = "etcd")]
             (Backend::Etcd, _) => false,
-            (Backend::SingleProcess, SecondOpen) => false,
+            (Backend::SingleProcess, FairQueue | SecondOpen) => false,
             _ => true,
         }
     }

@@ -11,6 +11,8 @@
 #[cfg(feature = "etcd")]
 #[path = "../etcd/cluster.rs"]
 mod cluster;
+#[path = "../common/mod.rs"]
+mod common;
 mod harness;
 
 /// Emits, for each body `fn name(&Harness)` listed first, a test `name` in each of the
@@ -61,3 +63,4 @@ macro_rules! backend_tests {
 
 mod cancel;
 mod fencing;
+mod kinds;

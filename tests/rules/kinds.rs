@@ -1,21 +1,36 @@
-//! Semaphores, shared locks and atomic multi-lock acquires: their rules in one process, and
-//! across real processes (children are this test binary run again with `FENCELOCK_TEST_ROLE`
-//! set, reporting on stdout in lines marked `@@ `).
+//! Semaphores, shared locks and atomic multi-lock acquires, within one process. A backend
+//! without them (etcd) refuses each with `InvalidArgument`, which the first acquire of a kind
+//! in each body checks; the rules across real processes are in tests/processes.rs.
 
-mod common;
-
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Kid, DB, ROLE};
-use fencelock::{
-    Cancel, Error, Kind, LockState, Mode, Options, ServeOptions, Server, Store, MAX_HOLDERS,
-};
+use fencelock::{Cancel, Error, Holder, Kind, LockState, Store, MAX_HOLDERS};
+
+use crate::common;
+use crate::harness::{assert_held_by, Capability::FairQueue, Capability::Kinds, Harness};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(60);
+
+crate::on_every_backend! {
+    [
+        a_semaphore_grants_n_permits_each_with_its_own_higher_token_and_refuses_the_next,
+        another_permit_count_while_permits_are_live_is_refused_and_changes_nothing,
+        bad_permit_counts_are_refused_before_anything_is_written,
+        each_permit_expires_extends_and_writes_on_its_own,
+        a_waiting_permit_acquire_gets_the_first_permit_let_go,
+        many_threads_never_hold_more_than_n_permits,
+        kinds_exclude_each_other_on_one_name,
+        shared_holders_share_and_exclude_an_exclusive_holder,
+        a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences,
+        a_waiting_exclusive_acquire_is_not_starved_by_a_stream_of_shared_ones,
+        an_acquire_of_several_locks_is_all_or_none,
+        bad_lists_of_names_are_refused,
+        waiting_multi_lock_acquires_in_opposite_orders_never_deadlock,
+    ]
+}
 
 fn sem(n: u32) -> Kind {
     Kind::Semaphore(n)
@@ -23,14 +38,16 @@ fn sem(n: u32) -> Kind {
 
 // ---- semaphores ----------------------------------------------------------------------------
 
-#[test]
-fn a_semaphore_grants_n_permits_each_with_its_own_higher_token_and_refuses_the_next() {
-    let (_dir, _path, store) = common::temp_store();
+fn a_semaphore_grants_n_permits_each_with_its_own_higher_token_and_refuses_the_next(h: &Harness) {
+    let store = h.store();
     let before = store.acquire("other", TTL).unwrap().token();
-    let permits: Vec<_> = (0..3)
-        .map(|_| store.acquire_kind("pool", sem(3), TTL).unwrap())
+    let Some(first) = h.if_supported(Kinds, store.acquire_kind("pool", sem(3), TTL)) else {
+        return;
+    };
+    let permits: Vec<_> = std::iter::once(first)
+        .chain((1..3).map(|_| store.acquire_kind("pool", sem(3), TTL).unwrap()))
         .collect();
-    let tokens: Vec<u64> = permits.iter().map(fencelock::Holder::token).collect();
+    let tokens: Vec<u64> = permits.iter().map(Holder::token).collect();
     assert_eq!(tokens, vec![before + 1, before + 2, before + 3]);
     assert!(permits.iter().all(|p| p.kind() == sem(3)));
     match store.acquire_kind("pool", sem(3), TTL) {
@@ -50,10 +67,11 @@ fn a_semaphore_grants_n_permits_each_with_its_own_higher_token_and_refuses_the_n
     assert!(again.is_held().unwrap());
 }
 
-#[test]
-fn another_permit_count_while_permits_are_live_is_refused_and_changes_nothing() {
-    let (_dir, _path, store) = common::temp_store();
-    let a = store.acquire_kind("pool", sem(2), TTL).unwrap();
+fn another_permit_count_while_permits_are_live_is_refused_and_changes_nothing(h: &Harness) {
+    let store = h.store();
+    let Some(a) = h.if_supported(Kinds, store.acquire_kind("pool", sem(2), TTL)) else {
+        return;
+    };
     let info = store.info().unwrap();
     let grants = |store: &Store| -> Vec<_> {
         let infos = store.lock_holders("pool").unwrap();
@@ -89,9 +107,8 @@ fn another_permit_count_while_permits_are_live_is_refused_and_changes_nothing() 
     ));
 }
 
-#[test]
-fn bad_permit_counts_are_refused_before_anything_is_written() {
-    let (_dir, _path, store) = common::temp_store();
+fn bad_permit_counts_are_refused_before_anything_is_written(h: &Harness) {
+    let store = h.store();
     for permits in [0, MAX_HOLDERS + 1, u32::MAX] {
         assert!(matches!(
             store.acquire_kind("pool", sem(permits), TTL),
@@ -100,15 +117,15 @@ fn bad_permit_counts_are_refused_before_anything_is_written() {
     }
     assert_eq!(store.info().unwrap().last_token, 0);
     assert!(store.locks().unwrap().is_empty());
-    let _largest = store.acquire_kind("pool", sem(MAX_HOLDERS), TTL).unwrap();
+    let _largest = h.if_supported(Kinds, store.acquire_kind("pool", sem(MAX_HOLDERS), TTL));
 }
 
-#[test]
-fn each_permit_expires_extends_and_writes_on_its_own() {
-    let (_dir, _path, store) = common::temp_store();
-    let short = store
-        .acquire_kind("pool", sem(2), Duration::from_millis(50))
-        .unwrap();
+fn each_permit_expires_extends_and_writes_on_its_own(h: &Harness) {
+    let store = h.store();
+    let Some(short) = h.if_supported(Kinds, store.acquire_kind("pool", sem(2), h.short_ttl()))
+    else {
+        return;
+    };
     let long = store.acquire_kind("pool", sem(2), TTL).unwrap();
     long.put(b"k", b"long").unwrap();
     assert!(short.wait_lost(LONG));
@@ -143,10 +160,11 @@ fn each_permit_expires_extends_and_writes_on_its_own() {
     assert!(states.contains(&(long.token(), LockState::Held, sem(2))));
 }
 
-#[test]
-fn a_waiting_permit_acquire_gets_the_first_permit_let_go() {
-    let (_dir, _path, store) = common::temp_store();
-    let a = store.acquire_kind("pool", sem(2), TTL).unwrap();
+fn a_waiting_permit_acquire_gets_the_first_permit_let_go(h: &Harness) {
+    let store = h.store();
+    let Some(a) = h.if_supported(Kinds, store.acquire_kind("pool", sem(2), TTL)) else {
+        return;
+    };
     let b = store.acquire_kind("pool", sem(2), TTL).unwrap();
     let waiter = {
         let store = store.clone();
@@ -170,9 +188,13 @@ fn a_waiting_permit_acquire_gets_the_first_permit_let_go() {
     ));
 }
 
-#[test]
-fn many_threads_never_hold_more_than_n_permits() {
-    let (_dir, _path, store) = common::temp_store();
+fn many_threads_never_hold_more_than_n_permits(h: &Harness) {
+    let store = h.store();
+    if h.if_supported(Kinds, store.acquire_kind("pool", sem(2), TTL))
+        .is_none()
+    {
+        return;
+    }
     let inside = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..6)
@@ -199,22 +221,19 @@ fn many_threads_never_hold_more_than_n_permits() {
     assert!(most.load(Ordering::SeqCst) <= 2);
 }
 
-#[test]
-fn kinds_exclude_each_other_on_one_name() {
-    let (_dir, _path, store) = common::temp_store();
+fn kinds_exclude_each_other_on_one_name(h: &Harness) {
+    let store = h.store();
     let exclusive = store.acquire("name", TTL).unwrap();
     for kind in [Kind::Shared, sem(4)] {
-        assert!(matches!(
-            store.acquire_kind("name", kind, TTL),
-            Err(Error::Locked { token, .. }) if token == exclusive.token()
-        ));
+        match store.acquire_kind("name", kind, TTL) {
+            Err(Error::Locked { token, .. }) if token == exclusive.token() => {}
+            Err(Error::InvalidArgument(_)) if !h.supports(Kinds) => return,
+            other => panic!("{kind:?} beside an exclusive holder: {other:?}"),
+        }
     }
     drop(exclusive);
     let permit = store.acquire_kind("name", sem(4), TTL).unwrap();
-    assert!(matches!(
-        store.acquire("name", TTL),
-        Err(Error::Locked { token, .. }) if token == permit.token()
-    ));
+    assert_held_by(store.acquire("name", TTL), permit.token());
     assert!(matches!(
         store.acquire_kind("name", Kind::Shared, TTL),
         Err(Error::Locked { .. })
@@ -231,11 +250,13 @@ fn kinds_exclude_each_other_on_one_name() {
 
 // ---- shared locks --------------------------------------------------------------------------
 
-#[test]
-fn shared_holders_share_and_exclude_an_exclusive_holder() {
-    let (_dir, _path, store) = common::temp_store();
-    let readers: Vec<_> = (0..5)
-        .map(|_| store.acquire_kind("config", Kind::Shared, TTL).unwrap())
+fn shared_holders_share_and_exclude_an_exclusive_holder(h: &Harness) {
+    let store = h.store();
+    let Some(first) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL)) else {
+        return;
+    };
+    let readers: Vec<_> = std::iter::once(first)
+        .chain((1..5).map(|_| store.acquire_kind("config", Kind::Shared, TTL).unwrap()))
         .collect();
     for pair in readers.windows(2) {
         assert!(pair[1].token() > pair[0].token());
@@ -249,22 +270,21 @@ fn shared_holders_share_and_exclude_an_exclusive_holder() {
     let last = readers.next_back().unwrap();
     drop(readers);
     // One shared holder left still excludes an exclusive one.
-    assert!(matches!(
-        store.acquire("config", TTL),
-        Err(Error::Locked { token, .. }) if token == last.token()
-    ));
+    assert_held_by(store.acquire("config", TTL), last.token());
     drop(last);
     let writer = store.acquire("config", TTL).unwrap();
-    assert!(matches!(
+    assert_held_by(
         store.acquire_kind("config", Kind::Shared, TTL),
-        Err(Error::Locked { token, .. }) if token == writer.token()
-    ));
+        writer.token(),
+    );
 }
 
-#[test]
-fn a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences() {
-    let (_dir, _path, store) = common::temp_store();
-    let reader = store.acquire_kind("config", Kind::Shared, TTL).unwrap();
+fn a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences(h: &Harness) {
+    let store = h.store();
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
+    else {
+        return;
+    };
     assert!(matches!(
         reader.put(b"k", b"v"),
         Err(Error::InvalidArgument(_))
@@ -281,24 +301,24 @@ fn a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences() {
     assert!(reader.is_held().unwrap());
 }
 
-#[test]
-fn a_waiting_exclusive_acquire_is_not_starved_by_a_stream_of_shared_ones() {
-    let (_dir, _path, store) = common::temp_store();
-    let reader = store.acquire_kind("config", Kind::Shared, TTL).unwrap();
+/// Needs the fair queue: without it (single-process mode) a stream of shared acquires may
+/// keep joining while the exclusive one waits.
+fn a_waiting_exclusive_acquire_is_not_starved_by_a_stream_of_shared_ones(h: &Harness) {
+    let store = h.store();
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
+    else {
+        return;
+    };
+    if !h.supports(FairQueue) {
+        return;
+    }
     let writer = {
         let store = store.clone();
         std::thread::spawn(move || store.acquire_wait("config", TTL, LONG))
     };
     // Shared acquires join the live reader until the writer is queued; from then on they
     // stand behind it.
-    loop {
-        match store.acquire_kind("config", Kind::Shared, TTL) {
-            Ok(joined) => drop(joined),
-            Err(Error::Locked { .. }) => break,
-            Err(other) => panic!("{other}"),
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::join_shared_until_refused(&store, "config");
     let late_reader = {
         let store = store.clone();
         std::thread::spawn(move || store.acquire_kind_wait("config", Kind::Shared, TTL, LONG))
@@ -316,33 +336,15 @@ fn a_waiting_exclusive_acquire_is_not_starved_by_a_stream_of_shared_ones() {
     assert!(late.token() > token);
 }
 
-#[test]
-fn single_process_mode_has_every_kind() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = Options {
-        mode: Mode::SingleProcess,
-        ..Options::default()
-    };
-    let store = Store::open_with(dir.path().join("s.db"), &options).unwrap();
-    let a = store.acquire_kind("pool", sem(2), TTL).unwrap();
-    let b = store.acquire_kind("pool", sem(2), TTL).unwrap();
-    assert!(store.acquire_kind("pool", sem(2), TTL).is_err());
-    let r = store.acquire_kind("cfg", Kind::Shared, TTL).unwrap();
-    let all = store.acquire_all(&["x", "y"], TTL).unwrap();
-    assert!(b.token() > a.token() && r.token() > b.token() && all[0].token() > r.token());
-    drop((a, b, r, all));
-    store.verify().unwrap();
-}
-
 // ---- atomic multi-lock acquire -------------------------------------------------------------
 
-#[test]
-fn an_acquire_of_several_locks_is_all_or_none() {
-    let (_dir, _path, store) = common::temp_store();
+fn an_acquire_of_several_locks_is_all_or_none(h: &Harness) {
+    let store = h.store();
     let b = store.acquire("b", TTL).unwrap();
     let before = store.info().unwrap().last_token;
     match store.acquire_all(&["a", "b", "c"], TTL) {
         Err(Error::Locked { token, .. }) => assert_eq!(token, b.token()),
+        Err(Error::InvalidArgument(_)) if !h.supports(Kinds) => return,
         other => panic!("{other:?}"),
     }
     assert_eq!(store.info().unwrap().last_token, before);
@@ -362,9 +364,8 @@ fn an_acquire_of_several_locks_is_all_or_none() {
     assert!(b_again.token() > all[2].token());
 }
 
-#[test]
-fn bad_lists_of_names_are_refused() {
-    let (_dir, _path, store) = common::temp_store();
+fn bad_lists_of_names_are_refused(h: &Harness) {
+    let store = h.store();
     for names in [&[][..], &["a", "a"][..], &["a", ""][..], &["a", "b\0"][..]] {
         assert!(
             matches!(
@@ -377,9 +378,12 @@ fn bad_lists_of_names_are_refused() {
     assert!(store.locks().unwrap().is_empty());
 }
 
-#[test]
-fn waiting_multi_lock_acquires_in_opposite_orders_never_deadlock() {
-    let (_dir, _path, store) = common::temp_store();
+fn waiting_multi_lock_acquires_in_opposite_orders_never_deadlock(h: &Harness) {
+    let store = h.store();
+    let Some(first) = h.if_supported(Kinds, store.acquire_all(&["a", "b"], TTL)) else {
+        return;
+    };
+    drop(first);
     let stop = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = [["a", "b"], ["b", "a"], ["b", "a"]]
         .into_iter()
@@ -424,203 +428,4 @@ fn waiting_multi_lock_acquires_in_opposite_orders_never_deadlock() {
     drop(held);
     // The cancelled wait holds nothing: both locks are free.
     let _both = store.acquire_all(&["a", "b"], TTL).unwrap();
-}
-
-// ---- across real processes -----------------------------------------------------------------
-
-/// Not a test of its own: the entry point of child processes.
-#[test]
-fn child() {
-    let Ok(role) = std::env::var(ROLE) else {
-        return;
-    };
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
-    if role == "serve" {
-        let options = ServeOptions {
-            wait: Duration::from_secs(60),
-            ..ServeOptions::default()
-        };
-        let server = Server::start(std::env::var(DB).unwrap(), &options).unwrap();
-        say("serving".into());
-        server.run(&options).unwrap();
-        return;
-    }
-    let store = Store::open(std::env::var(DB).unwrap()).unwrap();
-    let holders = match role.as_str() {
-        "permit" => store
-            .acquire_kind("pool", sem(2), Duration::from_secs(600))
-            .map(|h| vec![h]),
-        "shared" => store
-            .acquire_kind("config", Kind::Shared, Duration::from_secs(600))
-            .map(|h| vec![h]),
-        "exclusive-wait" => store
-            .acquire_wait("config", Duration::from_secs(600), LONG)
-            .map(|h| vec![h]),
-        "all" => store.acquire_all(&["a", "b"], Duration::from_secs(600)),
-        other => panic!("unknown role {other}"),
-    }
-    .unwrap();
-    say(format!("token {}", holders[0].token()));
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-}
-
-/// Kills `kid` and reaps it.
-fn kill(kid: &mut Kid) {
-    kid.signal(libc::SIGKILL);
-    kid.child.wait().unwrap();
-}
-
-#[test]
-fn permits_of_processes_count_together_and_a_killed_holder_frees_its_permit() {
-    let (_dir, path, store) = common::temp_store();
-    let mut first = Kid::spawn("permit", &path);
-    let t1 = first.token();
-    let mut second = Kid::spawn("permit", &path);
-    let t2 = second.token();
-    assert!(t2 > t1);
-    assert!(matches!(
-        store.acquire_kind("pool", sem(2), TTL),
-        Err(Error::Locked { .. })
-    ));
-    assert!(matches!(
-        store.acquire_kind("pool", sem(5), TTL),
-        Err(Error::PermitsMismatch {
-            permits: 2,
-            requested: 5
-        })
-    ));
-    kill(&mut first);
-    // The dead holder's 600 s permit frees its place at once; the other stays.
-    let mine = store.acquire_kind("pool", sem(2), TTL).unwrap();
-    assert!(mine.token() > t2);
-    assert!(matches!(
-        store.acquire_kind("pool", sem(2), TTL),
-        Err(Error::Locked { .. })
-    ));
-    kill(&mut second);
-    let states: Vec<_> = store
-        .lock_holders("pool")
-        .unwrap()
-        .into_iter()
-        .map(|info| (info.token, info.state))
-        .collect();
-    assert!(states.contains(&(mine.token(), LockState::Held)));
-    assert!(states.contains(&(t2, LockState::HolderDead)));
-}
-
-#[test]
-fn a_waiting_exclusive_process_goes_before_later_shared_acquires() {
-    let (_dir, path, store) = common::temp_store();
-    let mut reader = Kid::spawn("shared", &path);
-    let r = reader.token();
-    let mut writer = Kid::spawn("exclusive-wait", &path);
-    // Shared acquires join the reader until the writer's process is queued.
-    loop {
-        match store.acquire_kind("config", Kind::Shared, TTL) {
-            Ok(joined) => drop(joined),
-            Err(Error::Locked { .. }) => break,
-            Err(other) => panic!("{other}"),
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    kill(&mut reader);
-    let w = writer.token();
-    assert!(w > r);
-    assert!(matches!(
-        store.acquire_kind("config", Kind::Shared, TTL),
-        Err(Error::Locked { token, .. }) if token == w
-    ));
-    kill(&mut writer);
-    let _reader = store.acquire_kind("config", Kind::Shared, TTL).unwrap();
-}
-
-#[test]
-fn a_multi_lock_of_another_process_excludes_each_name_and_dies_with_it() {
-    let (_dir, path, store) = common::temp_store();
-    let mut kid = Kid::spawn("all", &path);
-    let a = kid.token();
-    assert!(matches!(store.acquire("a", TTL), Err(Error::Locked { token, .. }) if token == a));
-    assert!(matches!(store.acquire("b", TTL), Err(Error::Locked { token, .. }) if token == a + 1));
-    kill(&mut kid);
-    let both = store.acquire_all(&["b", "a"], TTL).unwrap();
-    assert!(both[0].token() > a + 1);
-}
-
-/// Waits until `store` goes through a server, making operations so that it moves over.
-fn until_served(store: &Store) {
-    for _ in 0..20_000 {
-        let _ = store.lock("probe");
-        if store.server().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    panic!("the store never went through the server");
-}
-
-#[test]
-fn every_kind_works_through_a_server_and_its_grants_survive_the_servers_death() {
-    let (_dir, path, store) = common::temp_store();
-    let mut server = Kid::spawn("serve", &path);
-    until_served(&store);
-    assert_eq!(server.report().as_deref(), Some("serving"));
-    let long = Duration::from_secs(600);
-    let a = store.acquire_kind("pool", sem(2), long).unwrap();
-    let b = store.acquire_kind("pool", sem(2), long).unwrap();
-    assert!(matches!(
-        store.acquire_kind("pool", sem(2), TTL),
-        Err(Error::Locked { .. })
-    ));
-    assert!(matches!(
-        store.acquire_kind("pool", sem(3), TTL),
-        Err(Error::PermitsMismatch {
-            permits: 2,
-            requested: 3
-        })
-    ));
-    a.extend(Duration::from_secs(900)).unwrap();
-    let reader = store.acquire_kind("config", Kind::Shared, long).unwrap();
-    let both = store.acquire_all(&["x", "y"], long).unwrap();
-    assert_eq!(both[1].token(), both[0].token() + 1);
-    assert_eq!(store.lock_holders("pool").unwrap().len(), 2);
-    assert!(store
-        .locks()
-        .unwrap()
-        .iter()
-        .any(|l| l.kind == Kind::Shared));
-    // Granted and extended without an fsync; the next store to open the file restores them.
-    kill(&mut server);
-    let other = Store::open(&path).unwrap();
-    assert!(matches!(
-        other.acquire_kind("pool", sem(2), TTL),
-        Err(Error::Locked { .. })
-    ));
-    assert!(matches!(
-        other.acquire("config", TTL),
-        Err(Error::Locked { token, .. }) if token == reader.token()
-    ));
-    for holder in &both {
-        assert!(matches!(
-            other.acquire(holder.name(), TTL),
-            Err(Error::Locked { .. })
-        ));
-    }
-    let extended = other
-        .lock_holders("pool")
-        .unwrap()
-        .into_iter()
-        .find(|info| info.token == a.token())
-        .unwrap();
-    assert!(
-        extended.remaining > long,
-        "the permit's extend survived too"
-    );
-    assert!(a.is_held().unwrap() && b.is_held().unwrap());
-    drop(b);
-    let c = other.acquire_kind("pool", sem(2), TTL).unwrap();
-    assert!(c.token() > both[1].token());
 }
