@@ -43,6 +43,10 @@ pub enum Capability {
     /// Another open of the store in this process is a store of its own (single-process mode
     /// refuses it with `InUse`).
     SecondOpen,
+    /// `history()` (etcd refuses it with `InvalidArgument`).
+    History,
+    /// `metrics()` and `set_observer()` (etcd refuses them with `InvalidArgument`).
+    Metrics,
 }
 
 /// A test's store, on one backend; dropped, it stops what it started (a server).
@@ -202,6 +206,14 @@ impl Harness {
         let mut store = self.store.lock().unwrap();
         let opened = store.get_or_insert_with(|| self.open(&self.options.lock().unwrap()));
         opened.clone()
+    }
+
+    /// The test's store, opened now with `options` (the first open of the test).
+    pub fn store_with(&self, options: &Options) -> Store {
+        let mut store = self.store.lock().unwrap();
+        assert!(store.is_none(), "the test's store is open already");
+        *self.options.lock().unwrap() = options.clone();
+        store.insert(self.open(options)).clone()
     }
 
     /// Another open of the test's store, with the same options: a store of its own where the

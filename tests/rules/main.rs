@@ -61,6 +61,7 @@ macro_rules! backend_tests {
     };
 }
 
+mod bad_input;
 mod cancel;
 mod fencing;
 mod kinds;
