@@ -65,3 +65,4 @@ mod bad_input;
 mod cancel;
 mod fencing;
 mod kinds;
+mod model;

@@ -1,12 +1,26 @@
 //! Property tests: random operation sequences against the store and against an in-memory model
-//! of fencelock's rules give the same results. Leases are long, so time plays no part here;
-//! `an_expired_lease_is_taken_over_and_fenced` covers expiry.
+//! of fencelock's rules give the same results, on every backend. Leases are long, so time
+//! plays no part here; `an_expired_lease_is_taken_over_and_its_holder_is_fenced_out` covers
+//! expiry.
+//!
+//! The model counts grants (its tokens are 1, 2, 3, ...); the store's tokens are compared by
+//! their rank among its grants, and where the backend's tokens follow each other
+//! (`Capability::ConsecutiveTokens`) they must be those very numbers. Each case runs on a
+//! store of its own: 64 cases a local backend, 16 on etcd, whose every call is a network
+//! round trip or two.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fencelock::{Error, Holder, LockState, Options, Store};
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+use crate::harness::{Capability, Harness};
+
+crate::on_every_backend! {
+    [the_store_follows_the_model]
+}
 
 const LONG: Duration = Duration::from_secs(3600);
 const LOCKS: [&str; 3] = ["a", "b", "c"];
@@ -89,19 +103,6 @@ enum Outcome {
     Lost,
     Invalid,
     Other(String),
-}
-
-fn from_error(err: Error) -> Outcome {
-    match err {
-        Error::Locked { token, pid, .. } => {
-            assert_eq!(pid, std::process::id());
-            Outcome::Locked(token)
-        }
-        Error::StaleToken { token, highest } => Outcome::Stale { token, highest },
-        Error::LockLost { .. } => Outcome::Lost,
-        Error::InvalidArgument(_) => Outcome::Invalid,
-        other => Outcome::Other(other.to_string()),
-    }
 }
 
 /// fencelock's rules, with leases that never expire.
@@ -275,129 +276,225 @@ impl Model {
     }
 }
 
-/// The real store, with the holders it granted.
+/// The real store, with the holders it granted and its tokens in the order it granted them.
 struct Real {
     store: Store,
     holders: Vec<Holder>,
+    tokens: Vec<u64>,
 }
 
 impl Real {
-    fn token(&self, model: &Model, choice: &Token) -> u64 {
-        // Tokens are chosen from the model's view, which the comparisons keep equal.
-        model.token(choice)
+    /// The store's token of the model's token `ordinal`: the store's `ordinal`-th grant; 0 and
+    /// `u64::MAX` as they are; the one after the last grant, the store's last token plus one.
+    fn token(&self, ordinal: u64) -> u64 {
+        let last = self.tokens.last().copied().unwrap_or(0);
+        match ordinal {
+            0 | u64::MAX => ordinal,
+            n if n == self.tokens.len() as u64 + 1 => last + 1,
+            n => self.tokens[usize::try_from(n).unwrap() - 1],
+        }
+    }
+
+    /// The model's token of the store's token `token`, as [`Real::token`] maps them.
+    fn ordinal(&self, token: u64) -> u64 {
+        let last = self.tokens.last().copied().unwrap_or(0);
+        match self.tokens.iter().position(|&t| t == token) {
+            _ if token == 0 || token == u64::MAX => token,
+            Some(i) => i as u64 + 1,
+            None if token == last + 1 => self.tokens.len() as u64 + 1,
+            None => panic!("token {token} is neither granted nor chosen"),
+        }
+    }
+
+    fn granted(&mut self, granted: fencelock::Result<Holder>) -> Outcome {
+        match granted {
+            Ok(holder) => {
+                let token = holder.token();
+                if let Some(&last) = self.tokens.last() {
+                    assert!(token > last, "grant {token} after {last}");
+                }
+                self.tokens.push(token);
+                self.holders.push(holder);
+                Outcome::Granted(self.tokens.len() as u64)
+            }
+            Err(err) => self.outcome_of(err),
+        }
+    }
+
+    fn outcome_of(&self, err: Error) -> Outcome {
+        match err {
+            Error::Locked { token, pid, .. } => {
+                assert_eq!(pid, std::process::id());
+                Outcome::Locked(self.ordinal(token))
+            }
+            Error::StaleToken { token, highest } => Outcome::Stale {
+                token: self.ordinal(token),
+                highest: self.ordinal(highest),
+            },
+            Error::LockLost { .. } => Outcome::Lost,
+            Error::InvalidArgument(_) => Outcome::Invalid,
+            other => Outcome::Other(other.to_string()),
+        }
     }
 
     fn apply(&mut self, model: &Model, op: &Op) -> Outcome {
-        let done = |r: fencelock::Result<()>| r.map_or_else(from_error, |()| Outcome::Done);
         let holder = |h: usize| (!self.holders.is_empty()).then(|| h % self.holders.len());
+        let done = |real: &Real, r: fencelock::Result<()>| {
+            r.map_or_else(|err| real.outcome_of(err), |()| Outcome::Done)
+        };
+        let existed = |real: &Real, r: fencelock::Result<bool>| {
+            r.map_or_else(|err| real.outcome_of(err), Outcome::Existed)
+        };
         match op {
-            Op::Acquire(l) => match self.store.acquire(LOCKS[*l], LONG) {
-                Ok(holder) => {
-                    let token = holder.token();
-                    self.holders.push(holder);
-                    Outcome::Granted(token)
-                }
-                Err(err) => from_error(err),
-            },
+            Op::Acquire(l) => {
+                let granted = self.store.acquire(LOCKS[*l], LONG);
+                self.granted(granted)
+            }
             Op::AcquireAndPut(l, k, v) => {
-                match self.store.acquire_and_put(LOCKS[*l], LONG, KEYS[*k], v) {
-                    Ok(holder) => {
-                        let token = holder.token();
-                        self.holders.push(holder);
-                        Outcome::Granted(token)
-                    }
-                    Err(err) => from_error(err),
-                }
+                let granted = self.store.acquire_and_put(LOCKS[*l], LONG, KEYS[*k], v);
+                self.granted(granted)
             }
-            Op::Release(h) => holder(*h).map_or(Outcome::Done, |i| done(self.holders[i].release())),
+            Op::Release(h) => {
+                holder(*h).map_or(Outcome::Done, |i| done(self, self.holders[i].release()))
+            }
             Op::Extend(h) => {
-                holder(*h).map_or(Outcome::Done, |i| done(self.holders[i].extend(LONG)))
+                holder(*h).map_or(Outcome::Done, |i| done(self, self.holders[i].extend(LONG)))
             }
-            Op::HolderPut(h, k, v) => {
-                holder(*h).map_or(Outcome::Done, |i| done(self.holders[i].put(KEYS[*k], v)))
-            }
+            Op::HolderPut(h, k, v) => holder(*h).map_or(Outcome::Done, |i| {
+                done(self, self.holders[i].put(KEYS[*k], v))
+            }),
             Op::HolderDelete(h, k) => holder(*h).map_or(Outcome::Done, |i| {
-                self.holders[i]
-                    .delete(KEYS[*k])
-                    .map_or_else(from_error, Outcome::Existed)
+                existed(self, self.holders[i].delete(KEYS[*k]))
             }),
-            Op::Put(k, v, t) => done(self.store.put(KEYS[*k], v, self.token(model, t))),
-            Op::Delete(k, t) => self
-                .store
-                .delete(KEYS[*k], self.token(model, t))
-                .map_or_else(from_error, Outcome::Existed),
-            Op::Fence(r, t) => done(self.store.fence(RESOURCES[*r], self.token(model, t))),
-            Op::Get(k) => self.store.get(KEYS[*k]).map_or_else(from_error, |found| {
-                Outcome::Found(found.map(|f| (f.token, f.value)))
-            }),
+            Op::Put(k, v, t) => {
+                let token = self.token(model.token(t));
+                done(self, self.store.put(KEYS[*k], v, token))
+            }
+            Op::Delete(k, t) => {
+                let token = self.token(model.token(t));
+                existed(self, self.store.delete(KEYS[*k], token))
+            }
+            Op::Fence(r, t) => {
+                let token = self.token(model.token(t));
+                done(self, self.store.fence(RESOURCES[*r], token))
+            }
+            Op::Get(k) => match self.store.get(KEYS[*k]) {
+                Ok(found) => Outcome::Found(found.map(|f| (self.ordinal(f.token), f.value))),
+                Err(err) => self.outcome_of(err),
+            },
             Op::Keys(k) => self
                 .store
                 .keys(KEYS[*k])
-                .map_or_else(from_error, Outcome::Keys),
+                .map_or_else(|err| self.outcome_of(err), Outcome::Keys),
         }
+    }
+
+    /// Compares what the store reports as a whole with the model.
+    fn compare_state(&self, h: &Harness, model: &Model) -> Result<(), TestCaseError> {
+        let store = &self.store;
+        store
+            .verify()
+            .map_err(|e| TestCaseError::fail(format!("verify: {e}")))?;
+        if h.supports(Capability::ConsecutiveTokens) {
+            let expected: Vec<u64> = (1..=model.counter).collect();
+            prop_assert_eq!(&self.tokens, &expected);
+        }
+        let info = store.info().unwrap();
+        prop_assert_eq!(self.ordinal(info.last_token), model.counter);
+        prop_assert_eq!(info.fences, model.fences.len() as u64);
+        let held: Vec<(String, u64)> = store
+            .locks()
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.state == LockState::Held)
+            .map(|l| (l.name, self.ordinal(l.token)))
+            .collect();
+        let expected: Vec<(String, u64)> = model
+            .leases
+            .iter()
+            .filter(|(_, (_, held))| *held)
+            .map(|(name, (token, _))| ((*name).to_owned(), *token))
+            .collect();
+        prop_assert_eq!(held, expected);
+        for resource in RESOURCES {
+            prop_assert_eq!(
+                store
+                    .fence_token(resource)
+                    .unwrap()
+                    .map(|t| self.ordinal(t)),
+                model.fences.get(resource).copied()
+            );
+        }
+        Ok(())
     }
 }
 
-/// Compares what the store reports as a whole with the model.
-fn compare_state(store: &Store, model: &Model) -> Result<(), TestCaseError> {
-    store
-        .verify()
-        .map_err(|e| TestCaseError::fail(format!("verify: {e}")))?;
-    let info = store.info().unwrap();
-    prop_assert_eq!(info.last_token, model.counter);
-    prop_assert_eq!(info.fences, model.fences.len() as u64);
-    let held: Vec<(String, u64)> = store
-        .locks()
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.state == LockState::Held)
-        .map(|l| (l.name, l.token))
-        .collect();
-    let expected: Vec<(String, u64)> = model
-        .leases
-        .iter()
-        .filter(|(_, (_, held))| *held)
-        .map(|(name, (token, _))| ((*name).to_owned(), *token))
-        .collect();
-    prop_assert_eq!(held, expected);
-    for resource in RESOURCES {
+/// One case: `ops` on a fresh store of `h`'s backend and on the model.
+fn follows(h: &Harness, ops: &[Op]) -> Result<(), TestCaseError> {
+    let case = h.fresh();
+    let options = Options {
+        max_value_len: VALUE_LIMIT,
+        ..Options::default()
+    };
+    let mut real = Real {
+        store: case.store_with(&options),
+        holders: Vec::new(),
+        tokens: Vec::new(),
+    };
+    let mut model = Model::default();
+    for (step, op) in ops.iter().enumerate() {
+        let got = real.apply(&model, op);
+        let expected = model.apply(op);
+        prop_assert_eq!(got, expected, "step {} {:?}", step, op);
+    }
+    real.compare_state(&case, &model)?;
+    // Reopened, the store holds the same: every acknowledged write is durable. (The holders
+    // stay, but in single-process mode, where they would keep the store open.)
+    let mut holders = std::mem::take(&mut real.holders);
+    if !case.supports(Capability::SecondOpen) {
+        holders.clear();
+    }
+    let Real { store, tokens, .. } = real;
+    drop(store);
+    let store = case.reopen();
+    let reopened = Real {
+        store,
+        holders: Vec::new(),
+        tokens,
+    };
+    for key in KEYS.iter().filter(|k| !k.is_empty()) {
+        let expected = match model.values.get(*key) {
+            Some((token, Some(value))) => Some((*token, value.clone())),
+            _ => None,
+        };
+        let found = reopened.store.get(key).unwrap();
         prop_assert_eq!(
-            store.fence_token(resource).unwrap(),
-            model.fences.get(resource).copied()
+            found.map(|f| (reopened.ordinal(f.token), f.value)),
+            expected
         );
     }
+    drop(holders);
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+/// Cases a backend: fewer on etcd, where every call is a network round trip or two.
+fn cases(h: &Harness) -> u32 {
+    match h.backend() {
+        #[cfg(feature = "etcd")]
+        crate::harness::Backend::Etcd => 16,
+        _ => 64,
+    }
+}
 
-    #[test]
-    fn the_store_follows_the_model(ops in proptest::collection::vec(op(), 1..60)) {
-        let dir = tempfile::tempdir().unwrap();
-        let options = Options { max_value_len: VALUE_LIMIT, ..Options::default() };
-        let mut real = Real {
-            store: Store::open_with(dir.path().join("model.db"), &options).unwrap(),
-            holders: Vec::new(),
-        };
-        let mut model = Model::default();
-        for (step, op) in ops.iter().enumerate() {
-            let got = real.apply(&model, op);
-            let expected = model.apply(op);
-            prop_assert_eq!(got, expected, "step {} {:?}", step, op);
-        }
-        compare_state(&real.store, &model)?;
-        // Reopened, the store holds the same: every acknowledged write is durable.
-        let holders = std::mem::take(&mut real.holders);
-        drop(real);
-        let store = Store::open_with(dir.path().join("model.db"), &options).unwrap();
-        for key in KEYS.iter().filter(|k| !k.is_empty()) {
-            let expected = match model.values.get(*key) {
-                Some((token, Some(value))) => Some((*token, value.clone())),
-                _ => None,
-            };
-            prop_assert_eq!(store.get(key).unwrap().map(|f| (f.token, f.value)), expected);
-        }
-        drop(holders);
+fn the_store_follows_the_model(h: &Harness) {
+    let config = ProptestConfig {
+        cases: cases(h),
+        source_file: Some(file!()),
+        ..ProptestConfig::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let ops = proptest::collection::vec(op(), 1..60);
+    if let Err(err) = runner.run(&ops, |ops| follows(h, &ops)) {
+        panic!("{err}\n{runner}");
     }
 }
