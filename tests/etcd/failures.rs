@@ -3,13 +3,15 @@
 //! tokens strictly increase, at most one holder is live (no holder's checked write lands once a
 //! later grant was seen), no stale write is accepted, and every acknowledged write is present.
 //! Errors during faults (timeouts, unreachable members) are allowed; wrong answers are not.
+//! And a single node stopped under a holder that keeps its lease alive: the holder learns
+//! that it lost the lease.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::{Options, Store};
+use fencelock::{Options, Store, ETCD_MIN_TTL};
 
 use crate::cluster::Cluster;
 
@@ -254,4 +256,23 @@ fn three_members_killed_and_stopped_under_load_keep_every_rule() {
         history.grants.len(),
         history.acked.len()
     );
+}
+
+/// A single node that stops answering: renewals fail and the lease runs out on the holder's
+/// side, which says so.
+#[test]
+fn a_paused_holder_whose_keep_alive_stops_is_told_it_lost_the_lease() {
+    let etcd = Cluster::single();
+    let store = etcd.open("t");
+    let holder = store.acquire("job", ETCD_MIN_TTL).unwrap();
+    holder.keep_alive(ETCD_MIN_TTL).unwrap();
+    // Every member stops answering: renewals fail and the lease runs out on this side.
+    for member in &etcd.members {
+        member.signal(libc::SIGSTOP);
+    }
+    assert!(holder.wait_lost(Duration::from_secs(60)));
+    for member in &etcd.members {
+        member.signal(libc::SIGCONT);
+    }
+    assert!(holder.is_lost());
 }

@@ -1,9 +1,8 @@
-//! The store on a real etcd: the rules the local store's tests check (tests/fencing.rs,
-//! tests/bad_input.rs, the walkthrough of examples/gc_pause.rs), and a three-node cluster
-//! whose members are killed and stopped under load. Every test starts its own etcd.
+//! etcd's own tests: a three-node cluster whose members are killed and stopped under load, a
+//! node that stops answering a holder, and nested prefixes that are separate stores. Every test
+//! starts its own etcd. The rules, on etcd as on every other backend, are tests/rules (`cargo
+//! test --features etcd --test rules -- ::etcd::`).
 
-mod bad_input;
 mod cluster;
 mod failures;
 mod prefixes;
-mod rules;

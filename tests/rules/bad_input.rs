@@ -422,6 +422,9 @@ fn bad_store_strings_are_invalid_arguments(_: &Harness) {
         "etcd://127.0.0.1:port/app",
         "etcd://:2379/app",
         "etcd://127.0.0.1:2379,/app",
+        // `@` ends a prefix in the store's keys: no prefix has a segment of it.
+        "etcd://127.0.0.1:2379/app/@",
+        "etcd://127.0.0.1:2379/app/@/jobs",
     ] {
         match Store::open(text) {
             Err(Error::InvalidArgument(message)) => assert!(message.contains(text), "{message}"),
