@@ -58,11 +58,13 @@ test-rust:
 	$(CARGO) test --features cli
 	$(CARGO) run --quiet --example gc_pause
 
-# The etcd backend (cargo feature etcd): its unit tests, the rules, bad input and the walkthrough
-# on etcd nodes the tests start, the three-node cluster under kills and stops (about 30 s), the
-# command-line tool, and the GC-pause example on a node of scripts/with-etcd.sh.
+# The etcd backend (cargo feature etcd): its unit tests, the three-node cluster under kills and
+# stops (about 30 s), the command-line tool, the rules and bad input on one etcd node (the etcd
+# part of tests/rules; test-rust ran its other backends), and the GC-pause example on a node of
+# scripts/with-etcd.sh.
 test-etcd:
 	$(CARGO) test --features cli,etcd --lib --test etcd --test cli_etcd
+	$(CARGO) test --features cli,etcd --test rules -- ::etcd::
 	sh scripts/with-etcd.sh sh -c '$(CARGO) run --quiet --features etcd --example gc_pause -- --db "$$FENCELOCK_ETCD_URL"'
 
 test-etcd-cluster:
