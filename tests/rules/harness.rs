@@ -115,10 +115,6 @@ impl Harness {
         Harness::new(self.backend)
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
     /// The store file, for what is a file's alone; `None` on etcd.
     pub fn file(&self) -> Option<&Path> {
         match self.backend {

@@ -6,8 +6,7 @@
 //! The model counts grants (its tokens are 1, 2, 3, ...); the store's tokens are compared by
 //! their rank among its grants, and where the backend's tokens follow each other
 //! (`Capability::ConsecutiveTokens`) they must be those very numbers. Each case runs on a
-//! store of its own: 64 cases a local backend, 16 on etcd, whose every call is a network
-//! round trip or two.
+//! store of its own; 64 cases on every backend, etcd included.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -477,18 +476,9 @@ fn follows(h: &Harness, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Cases a backend: fewer on etcd, where every call is a network round trip or two.
-fn cases(h: &Harness) -> u32 {
-    match h.backend() {
-        #[cfg(feature = "etcd")]
-        crate::harness::Backend::Etcd => 16,
-        _ => 64,
-    }
-}
-
 fn the_store_follows_the_model(h: &Harness) {
     let config = ProptestConfig {
-        cases: cases(h),
+        cases: 64,
         source_file: Some(file!()),
         ..ProptestConfig::default()
     };
