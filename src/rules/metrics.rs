@@ -109,18 +109,46 @@ impl Activity {
         self.counters[counter as usize].load(Ordering::Relaxed)
     }
 
-    /// Counts an acquire that waited for `waited` (granted or not).
+    /// Counts an acquire that waited for `waited` (granted or not): its bucket, then its time,
+    /// then `Waits`, in the order `wait_histogram` reads them backwards.
     pub(crate) fn waited(&self, waited: Duration) {
-        self.add(Counter::Waits, 1);
-        self.add(
-            Counter::WaitNs,
-            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
-        );
         let bucket = WAIT_BUCKETS
             .iter()
             .position(|&bound| waited <= bound)
             .unwrap_or(WAIT_BUCKETS.len());
-        self.wait_buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.wait_buckets[bucket].fetch_add(1, Ordering::Release);
+        self.counters[Counter::WaitNs as usize].fetch_add(
+            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
+        self.counters[Counter::Waits as usize].fetch_add(1, Ordering::Release);
+    }
+
+    /// The wait histogram's buckets and the total time of the waits they count. Read in the
+    /// reverse of the order `waited` writes (`Waits`, the time, the buckets), the time covers
+    /// every wait `Waits` showed and only waits the buckets count; when `Waits` equals the
+    /// buckets' sum, the buckets and the time count the same waits exactly. While waits land in
+    /// between, it reads again a few times; after that (or for good, once a process died in
+    /// the middle of counting a wait) the time may lack the waits in flight, but it never holds
+    /// a wait the buckets lack. The histogram's count is the buckets' sum, always.
+    fn wait_histogram(&self) -> ([u64; WAIT_BUCKETS.len() + 1], Duration) {
+        let read = || {
+            let waits = self.counters[Counter::Waits as usize].load(Ordering::Acquire);
+            let ns = self.counters[Counter::WaitNs as usize].load(Ordering::Acquire);
+            let mut buckets = [0; WAIT_BUCKETS.len() + 1];
+            for (out, bucket) in buckets.iter_mut().zip(&self.wait_buckets) {
+                *out = bucket.load(Ordering::Acquire);
+            }
+            (waits, ns, buckets)
+        };
+        let mut seen = read();
+        for _ in 0..8 {
+            if seen.0 == seen.2.iter().sum::<u64>() {
+                break;
+            }
+            seen = read();
+        }
+        (seen.2, Duration::from_nanos(seen.1))
     }
 
     /// Notes the release of the lease `token` at `at_ns` (`CLOCK_BOOTTIME`).
@@ -163,10 +191,7 @@ impl Activity {
 
     /// A snapshot of the counters.
     pub(crate) fn snapshot(&self, scope: Scope) -> Metrics {
-        let mut wait_buckets = [0; WAIT_BUCKETS.len() + 1];
-        for (out, bucket) in wait_buckets.iter_mut().zip(&self.wait_buckets) {
-            *out = bucket.load(Ordering::Relaxed);
-        }
+        let (wait_buckets, wait_time) = self.wait_histogram();
         Metrics {
             scope,
             since: SystemTime::UNIX_EPOCH
@@ -179,8 +204,8 @@ impl Activity {
             refused_other: self.get(Counter::RefusedOther),
             stale_writes: self.get(Counter::StaleWrites),
             lock_lost: self.get(Counter::LockLost),
-            waits: self.get(Counter::Waits),
-            wait_time: Duration::from_nanos(self.get(Counter::WaitNs)),
+            waits: wait_buckets.iter().sum(),
+            wait_time,
             wait_buckets,
             ended_released: self.get(Counter::EndedReleased),
             ended_expired: self.get(Counter::EndedExpired),
@@ -259,7 +284,9 @@ pub struct Metrics {
     pub stale_writes: u64,
     /// Holders' writes and extends refused because the lease was lost ([`crate::Error::LockLost`]).
     pub lock_lost: u64,
-    /// Acquires that waited (granted, timed out or cancelled), and their total wait.
+    /// Acquires that waited (granted, timed out or cancelled): the sum of
+    /// [`Metrics::wait_buckets`]. And their total wait, of those same waits (a wait being
+    /// counted as the snapshot is taken may be in the count and not yet in the time).
     pub waits: u64,
     pub wait_time: Duration,
     /// Waits by duration: the count at or under each bound of [`WAIT_BUCKET_BOUNDS`], and a
@@ -404,10 +431,10 @@ impl Metrics {
             "fencelock_{name}_sum{{store=\"{store}\",scope=\"{scope}\"}} {}",
             self.wait_time.as_secs_f64()
         );
+        // Equal to the `+Inf` bucket, as OpenMetrics requires, whatever `waits` holds.
         let _ = writeln!(
             out,
-            "fencelock_{name}_count{{store=\"{store}\",scope=\"{scope}\"}} {}",
-            self.waits
+            "fencelock_{name}_count{{store=\"{store}\",scope=\"{scope}\"}} {cumulative}"
         );
         out
     }
@@ -449,6 +476,67 @@ mod tests {
         ));
         assert!(text.contains("le=\"+Inf\"} 4"));
         assert!(text.contains("fencelock_wait_seconds_count{"));
+    }
+
+    /// The `_count` and `_sum` series of the wait histogram.
+    fn count_and_sum(text: &str) -> (u64, f64) {
+        let value = |series: &str| {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(series))
+                .unwrap_or_else(|| panic!("no {series}:\n{text}"));
+            line.rsplit(' ').next().unwrap().to_owned()
+        };
+        (
+            value("fencelock_wait_seconds_count{").parse().unwrap(),
+            value("fencelock_wait_seconds_sum{").parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_wait_being_counted_is_in_the_count_as_in_the_inf_bucket_and_not_in_the_sum() {
+        let page = Activity::private();
+        page.waited(Duration::from_millis(5));
+        // Another process is counting a wait: its bucket is counted, its time and `Waits` not
+        // yet (or it was killed there).
+        page.wait_buckets[3].fetch_add(1, Ordering::Release);
+        let m = page.snapshot(Scope::Process);
+        assert_eq!(m.waits, 2);
+        assert_eq!(m.wait_time, Duration::from_millis(5));
+        let text = m.prometheus("s");
+        assert!(text.contains("le=\"+Inf\"} 2\n"), "{text}");
+        assert_eq!(count_and_sum(&text), (2, 0.005));
+    }
+
+    /// The orders of `waited` and `wait_histogram` under real interleavings. It samples them:
+    /// with `waited`'s writes in the reverse order it failed two runs of three here.
+    #[test]
+    fn under_concurrent_waits_no_snapshot_has_a_time_without_its_count() {
+        const WAIT: Duration = Duration::from_millis(2);
+        const PER_THREAD: u32 = 200_000;
+        let page = Activity::private();
+        let done = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..PER_THREAD {
+                        page.waited(WAIT);
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            while done.load(Ordering::Acquire) < 2 {
+                let m = page.snapshot(Scope::Process);
+                assert_eq!(m.waits, m.wait_buckets.iter().sum::<u64>());
+                assert!(
+                    m.wait_time <= WAIT * u32::try_from(m.waits).unwrap(),
+                    "{m:?}"
+                );
+            }
+        });
+        let m = page.snapshot(Scope::Process);
+        assert_eq!(m.waits, 2 * u64::from(PER_THREAD));
+        assert_eq!(m.wait_time, WAIT * 2 * PER_THREAD);
     }
 
     #[test]
