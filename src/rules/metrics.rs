@@ -321,7 +321,7 @@ impl Metrics {
     pub fn prometheus(&self, store: &str) -> String {
         let store = escape_label(store);
         let mut out = String::new();
-        let series: [Family; 8] = [
+        let series: [Family; 7] = [
             (
                 "grants_total",
                 "counter",
@@ -365,12 +365,6 @@ impl Metrics {
                 .collect(),
             ),
             (
-                "leases_lost_total",
-                "counter",
-                "Leases that ended other than by a release.",
-                vec![(String::new(), self.leases_lost().to_string())],
-            ),
-            (
                 "commits_total",
                 "counter",
                 "Write transactions committed.",
@@ -383,9 +377,9 @@ impl Metrics {
                 vec![(String::new(), self.committed_ops.to_string())],
             ),
             (
-                "counting_since_seconds",
+                "start_time_seconds",
                 "gauge",
-                "Unix time when counting started.",
+                "Unix time when counting started: the counters count from then.",
                 vec![(
                     String::new(),
                     format!(
@@ -491,6 +485,18 @@ mod tests {
             value("fencelock_wait_seconds_count{").parse().unwrap(),
             value("fencelock_wait_seconds_sum{").parse().unwrap(),
         )
+    }
+
+    #[test]
+    fn the_start_time_is_named_by_convention_and_no_series_restates_another() {
+        let text = Activity::private().snapshot(Scope::Store).prometheus("s");
+        assert!(
+            text.contains("# TYPE fencelock_start_time_seconds gauge\n"),
+            "{text}"
+        );
+        assert!(!text.contains("counting_since"), "{text}");
+        // lease_ends_total{how!="released"} tells it.
+        assert!(!text.contains("leases_lost"), "{text}");
     }
 
     #[test]

@@ -234,7 +234,7 @@ path) and scope. The output suits node_exporter's textfile collector: write it t
 file and rename it into the collector's directory, from cron or a timer.
 The counts are those of every process on this host that has had the store open (scope
 \"store\"), kept in shared memory beside it while any process has it open; once every process
-has closed it they start again from zero (fencelock_counting_since_seconds says when), which
+has closed it they start again from zero (fencelock_start_time_seconds says when), which
 Prometheus takes as a counter reset. Keep a long-running process on the store (a service, or
 `fencelock serve`) for counts that last. With scope \"process\" (this process could not use
 the shared memory, as for another user's store) the counts are this command's own: zeros.
