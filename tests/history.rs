@@ -493,3 +493,75 @@ fn several_locks_at_once_take_over_a_paused_holders_lease_on_record() {
         ]
     );
 }
+
+#[test]
+fn the_gauges_count_live_leases_by_kind_queued_waiters_and_the_files_bytes() {
+    let (dir, path, store) = temp_store();
+    let ttl = Duration::from_secs(60);
+    let empty = store.metrics().unwrap();
+    assert_eq!(
+        (empty.live_exclusive, empty.live_shared, empty.live_permits),
+        (0, 0, 0)
+    );
+    assert_eq!(empty.queued_waiters, 0);
+    let held = store.acquire("job", ttl).unwrap();
+    let readers: Vec<_> = (0..2)
+        .map(|_| store.acquire_kind("config", Kind::Shared, ttl).unwrap())
+        .collect();
+    let permits: Vec<_> = (0..3)
+        .map(|_| store.acquire_kind("pool", Kind::Semaphore(5), ttl).unwrap())
+        .collect();
+    // Not live: released, expired, and a holder killed with its lease's hour still to run.
+    store.acquire("done", ttl).unwrap().release().unwrap();
+    let _expired = store.acquire("brief", Duration::from_millis(50)).unwrap();
+    let mut kid = Kid::spawn("hold", &path);
+    kid.token();
+    kid.child.kill().unwrap();
+    kid.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let m = store.metrics().unwrap();
+    assert_eq!((m.live_exclusive, m.live_shared, m.live_permits), (1, 2, 3));
+    assert_eq!(m.queued_waiters, 0);
+    assert_eq!(m.file_bytes, std::fs::metadata(&path).unwrap().len());
+    assert!(m.file_bytes > 0);
+
+    // A waiter queues behind the held lock, and leaves the queue with its grant.
+    let waiting = store.clone();
+    let waiter = std::thread::spawn(move || {
+        waiting
+            .acquire_wait("job", ttl, Duration::from_secs(120))
+            .unwrap()
+    });
+    let mut queued = 0;
+    for _ in 0..12_000 {
+        queued = store.metrics().unwrap().queued_waiters;
+        if queued > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(queued, 1);
+    held.release().unwrap();
+    let next = waiter.join().unwrap();
+    let m = store.metrics().unwrap();
+    assert_eq!((m.queued_waiters, m.live_exclusive), (0, 1));
+
+    let text = m.prometheus("s");
+    for series in [
+        "fencelock_live_leases{store=\"s\",scope=\"store\",kind=\"exclusive\"} 1\n",
+        "fencelock_live_leases{store=\"s\",scope=\"store\",kind=\"shared\"} 2\n",
+        "fencelock_live_leases{store=\"s\",scope=\"store\",kind=\"semaphore\"} 3\n",
+        "fencelock_queued_waiters{store=\"s\",scope=\"store\"} 0\n",
+        &format!(
+            "fencelock_file_size_bytes{{store=\"s\",scope=\"store\"}} {}\n",
+            m.file_bytes
+        ),
+        &format!(
+            "fencelock_build_info{{store=\"s\",scope=\"store\",version=\"{}\"}} 1\n",
+            fencelock::VERSION
+        ),
+    ] {
+        assert!(text.contains(series), "{series} in:\n{text}");
+    }
+    drop((next, readers, permits, dir));
+}

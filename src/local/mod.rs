@@ -576,7 +576,7 @@ impl Engine for LocalEngine {
     }
 
     fn metrics(&self) -> Result<Metrics> {
-        Ok(self.snapshot())
+        self.snapshot()
     }
 
     fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {

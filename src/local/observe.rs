@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::engine::observe::{Event, Observer};
+use crate::engine::Engine;
 use crate::local::LocalEngine;
 use crate::rules::kind::Kind;
 use crate::rules::metrics::{Activity, Counter, Metrics, Scope};
@@ -41,13 +42,22 @@ impl LocalEngine {
         }
     }
 
-    pub(crate) fn snapshot(&self) -> Metrics {
+    /// The counters, and the store's gauges read now: its live leases (a scan of its lease
+    /// records, testing each holder's liveness lock), its queued waiters, its file's size.
+    pub(crate) fn snapshot(&self) -> Result<Metrics> {
         let scope = if self.shared.is_some() {
             Scope::Store
         } else {
             Scope::Process
         };
-        self.activity().snapshot(scope)
+        let mut metrics = self.activity().snapshot(scope);
+        metrics.count_live(&Engine::locks(self)?);
+        metrics.queued_waiters = self
+            .shared
+            .as_ref()
+            .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
+        metrics.file_bytes = std::fs::metadata(&self.path)?.len();
+        Ok(metrics)
     }
 
     /// Counts a transaction that ended: what it committed, or `None` when it committed nothing.

@@ -937,6 +937,20 @@ impl Ring {
         oldest
     }
 
+    /// How many waiting acquires are queued, of any lock, by stores that are still open (a
+    /// paused waiter counts; the entry of a dead one, not swept yet, does not).
+    pub(crate) fn queued_waiters(&self, live: &Liveness) -> usize {
+        (0..WAITERS)
+            .filter(|&i| {
+                let entry = self.waiter(i);
+                entry.state.load(Ordering::Acquire) == ENTRY_WAITING
+                    && live
+                        .is_held(entry.owner.load(Ordering::Relaxed))
+                        .unwrap_or(true)
+            })
+            .count()
+    }
+
     /// How many waiters of `lock` are queued, current or not.
     #[cfg(test)]
     pub(crate) fn queued(&self, lock: u64) -> usize {

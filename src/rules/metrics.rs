@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::base::clock;
+use crate::rules::info::{LockInfo, LockState};
+use crate::rules::kind::Kind;
 
 /// What the store counts (indices into the page's counters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +215,11 @@ impl Activity {
             ended_holder_died: self.get(Counter::EndedHolderDied),
             commits: self.get(Counter::Commits),
             committed_ops: self.get(Counter::CommittedOps),
+            live_exclusive: 0,
+            live_shared: 0,
+            live_permits: 0,
+            queued_waiters: 0,
+            file_bytes: 0,
         }
     }
 }
@@ -303,12 +310,36 @@ pub struct Metrics {
     /// operations per commit).
     pub commits: u64,
     pub committed_ops: u64,
+    /// Gauges, of the whole store whatever [`Metrics::scope`] says, taken with the snapshot.
+    /// The live leases (granted, not expired, their holder's process alive) by kind: exclusive
+    /// leases, shared holders, semaphore permits. Read from the store's lease records and their
+    /// holders' liveness locks, as [`crate::Store::locks`] does, so they cannot drift.
+    pub live_exclusive: u64,
+    pub live_shared: u64,
+    pub live_permits: u64,
+    /// Waiting acquires of live processes in the store's waiting queue (in the shared ring).
+    /// Waits without a place there are not counted: a waiting `acquire_all`, a wait that found
+    /// the queue full (62 places), every wait of a store without a ring ([`Scope::Process`]).
+    pub queued_waiters: u64,
+    /// The store file's size in bytes.
+    pub file_bytes: u64,
 }
 
 /// The upper bounds of [`Metrics::wait_buckets`], in order.
 pub const WAIT_BUCKET_BOUNDS: [Duration; 7] = WAIT_BUCKETS;
 
 impl Metrics {
+    /// Sets the live-lease gauges from `locks`, the store's lease records described now.
+    pub(crate) fn count_live(&mut self, locks: &[LockInfo]) {
+        for lock in locks.iter().filter(|lock| lock.state == LockState::Held) {
+            match lock.kind {
+                Kind::Shared => self.live_shared += 1,
+                Kind::Semaphore(_) => self.live_permits += 1,
+                _ => self.live_exclusive += 1,
+            }
+        }
+    }
+
     /// Leases that ended other than by a release: expired, taken over, or of a dead holder.
     #[must_use]
     pub fn leases_lost(&self) -> u64 {
@@ -316,12 +347,16 @@ impl Metrics {
     }
 
     /// The snapshot in Prometheus' text exposition format (version 0.0.4), every series
-    /// named `fencelock_...` and labelled with `store`, the store's path.
+    /// named `fencelock_...` and labelled with `store`, the store's path, and `scope`: the
+    /// counters `grants_total`, `releases_total`, `refusals_total{reason}`,
+    /// `lease_ends_total{how}`, `commits_total`, `committed_operations_total`; the gauges
+    /// `start_time_seconds` (when counting started), `live_leases{kind}`, `queued_waiters`,
+    /// `file_size_bytes`, `build_info{version}` (1); the histogram `wait_seconds`.
     #[must_use]
     pub fn prometheus(&self, store: &str) -> String {
         let store = escape_label(store);
         let mut out = String::new();
-        let series: [Family; 7] = [
+        let series: [Family; 11] = [
             (
                 "grants_total",
                 "counter",
@@ -389,6 +424,41 @@ impl Metrics {
                             .unwrap_or_default()
                             .as_secs_f64()
                     ),
+                )],
+            ),
+            (
+                "live_leases",
+                "gauge",
+                "Leases live now (granted, not expired, holder alive), by kind; semaphores count \
+                 their permits.",
+                [
+                    ("exclusive", self.live_exclusive),
+                    ("shared", self.live_shared),
+                    ("semaphore", self.live_permits),
+                ]
+                .iter()
+                .map(|(kind, n)| (format!(",kind=\"{kind}\""), n.to_string()))
+                .collect(),
+            ),
+            (
+                "queued_waiters",
+                "gauge",
+                "Waiting acquires in the store's waiting queue now.",
+                vec![(String::new(), self.queued_waiters.to_string())],
+            ),
+            (
+                "file_size_bytes",
+                "gauge",
+                "Size of the store file.",
+                vec![(String::new(), self.file_bytes.to_string())],
+            ),
+            (
+                "build_info",
+                "gauge",
+                "The fencelock library that took the snapshot, by version.",
+                vec![(
+                    format!(",version=\"{}\"", escape_label(env!("CARGO_PKG_VERSION"))),
+                    "1".to_owned(),
                 )],
             ),
         ];

@@ -78,9 +78,28 @@ fn metrics_prints_prometheus_text_whose_grants_grow_with_the_runs() {
         "leases_lost",
         "commits",
         "committed_ops",
+        "live_shared",
+        "live_permits",
+        "queued_waiters",
     ] {
         assert!(json[field].as_u64().is_some(), "{field}: {json}");
     }
+    // The gauges: the holder's lease is live, and the file has its size.
+    assert_eq!(json["live_exclusive"], 1, "{json}");
+    assert_eq!(json["file_bytes"], fs::metadata(&env.db).unwrap().len());
+    assert!(
+        text.contains(&format!(
+            "fencelock_live_leases{{store=\"{db}\",scope=\"store\",kind=\"exclusive\"}} 1\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "fencelock_build_info{{store=\"{db}\",scope=\"store\",version=\"{}\"}} 1\n",
+            fencelock::VERSION
+        )),
+        "{text}"
+    );
 
     fs::write(env.path("stop"), "").unwrap();
     assert!(finish(holder).status.success());

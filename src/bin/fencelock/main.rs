@@ -229,8 +229,10 @@ Examples:
 const METRICS_AFTER_HELP: &str = "\
 Prints the store's counters in Prometheus' text exposition format (version 0.0.4): leases
 granted and released, refusals by reason, how replaced leases ended, commits, and a histogram
-of how long acquires waited; every series is named fencelock_* and labelled with store (the
-path) and scope. The output suits node_exporter's textfile collector: write it to a temporary
+of how long acquires waited; and gauges read now: the live leases by kind (a semaphore's
+permits counted one by one), the waiters queued, the file's size, and fencelock_build_info
+with the version. Every series is named fencelock_* and labelled with store (the path) and
+scope. The output suits node_exporter's textfile collector: write it to a temporary
 file and rename it into the collector's directory, from cron or a timer.
 The counts are those of every process on this host that has had the store open (scope
 \"store\"), kept in shared memory beside it while any process has it open; once every process
@@ -242,7 +244,8 @@ With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \
 \"releases\", \"refused_locked\", \"refused_timeout\", \"refused_cancelled\", \"refused_other\",
 \"stale_writes\", \"lock_lost\", \"waits\", \"wait_ns\", \"wait_buckets\" (a list of {\"up_to_ms\",
 \"count\"}, not cumulative, the last one's bound null), \"ended_released\", \"ended_expired\",
-\"ended_taken_over\", \"ended_holder_died\", \"leases_lost\", \"commits\", \"committed_ops\"}.
+\"ended_taken_over\", \"ended_holder_died\", \"leases_lost\", \"commits\", \"committed_ops\",
+\"live_exclusive\", \"live_shared\", \"live_permits\", \"queued_waiters\", \"file_bytes\"}.
 Exit status: 0; 80 an etcd store (etcd exports metrics of its own); 81 database error; 86
 output error.
 

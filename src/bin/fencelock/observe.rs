@@ -185,5 +185,10 @@ fn metrics_json(m: &Metrics, store: &str) -> Value {
         "leases_lost": m.leases_lost(),
         "commits": m.commits,
         "committed_ops": m.committed_ops,
+        "live_exclusive": m.live_exclusive,
+        "live_shared": m.live_shared,
+        "live_permits": m.live_permits,
+        "queued_waiters": m.queued_waiters,
+        "file_bytes": m.file_bytes,
     })
 }
