@@ -341,6 +341,21 @@ typedef struct fencelock_metrics {
    */
   uint64_t commits;
   uint64_t committed_ops;
+  /**
+   * Live leases (granted, not expired, holder alive) by kind: exclusive leases, shared
+   * holders, semaphore permits.
+   */
+  uint64_t live_exclusive;
+  uint64_t live_shared;
+  uint64_t live_permits;
+  /**
+   * Waiting acquires of live processes in the store's waiting queue (0 without a shared ring).
+   */
+  uint64_t queued_waiters;
+  /**
+   * The store file's size in bytes.
+   */
+  uint64_t file_bytes;
 } fencelock_metrics;
 
 /**
@@ -1045,14 +1060,16 @@ fencelock_status fencelock_key_list_get(const struct fencelock_key_list *list,
 void fencelock_key_list_free(struct fencelock_key_list *list);
 
 /**
- * Writes a snapshot of the store's counters to `*metrics_out`. Pass
- * `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header gets
- * the fields it knows, one built with a newer header zeros in the fields this library does not
- * know.
+ * Writes a snapshot of the store's counters, and of its gauges (live leases, queued waiters,
+ * file size: read from the store, as `fencelock_store_locks` reads it), to `*metrics_out`.
+ * Pass `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header
+ * gets the fields it knows, one built with a newer header zeros in the fields this library
+ * does not know.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `metrics_out`),
  * `FENCELOCK_INVALID_ARGUMENT` (`metrics_size` smaller than the first version's struct, or an
- * etcd store, which keeps no metrics), `FENCELOCK_PANIC`.
+ * etcd store, which keeps no metrics), `FENCELOCK_TIMEOUT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -1066,12 +1083,14 @@ fencelock_status fencelock_store_metrics(const struct fencelock_store *store,
                                          struct fencelock_error **err_out);
 
 /**
- * The store's counters in Prometheus' text exposition format, every series labelled with the
- * store's path. On success `*text_out` and `*text_len_out` receive a new buffer of UTF-8 text
- * (not NUL-terminated), to be freed with `fencelock_buffer_free(*text_out, *text_len_out)`.
+ * The store's counters and gauges in Prometheus' text exposition format, every series
+ * labelled with the store's path. On success `*text_out` and `*text_len_out` receive a new
+ * buffer of UTF-8 text (not NUL-terminated), to be freed with
+ * `fencelock_buffer_free(*text_out, *text_len_out)`.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `text_out`, `text_len_out`),
- * `FENCELOCK_INVALID_ARGUMENT` (an etcd store), `FENCELOCK_PANIC`.
+ * `FENCELOCK_INVALID_ARGUMENT` (an etcd store), `FENCELOCK_TIMEOUT`, `FENCELOCK_FORKED`,
+ * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *

@@ -55,6 +55,17 @@ pub struct fencelock_metrics {
     /// Write transactions committed, and the operations they carried.
     pub commits: u64,
     pub committed_ops: u64,
+    // The second version's fields, read with the snapshot: a caller that passes the first
+    // version's size gets the fields before them only.
+    /// Live leases (granted, not expired, holder alive) by kind: exclusive leases, shared
+    /// holders, semaphore permits.
+    pub live_exclusive: u64,
+    pub live_shared: u64,
+    pub live_permits: u64,
+    /// Waiting acquires of live processes in the store's waiting queue (0 without a shared ring).
+    pub queued_waiters: u64,
+    /// The store file's size in bytes.
+    pub file_bytes: u64,
 }
 
 impl From<&Metrics> for fencelock_metrics {
@@ -82,26 +93,35 @@ impl From<&Metrics> for fencelock_metrics {
             ended_holder_died: m.ended_holder_died,
             commits: m.commits,
             committed_ops: m.committed_ops,
+            live_exclusive: m.live_exclusive,
+            live_shared: m.live_shared,
+            live_permits: m.live_permits,
+            queued_waiters: m.queued_waiters,
+            file_bytes: m.file_bytes,
         }
     }
 }
 
 /// The size of the first `fencelock_metrics`: what every caller has room for.
 const METRICS_V1_SIZE: usize = 208;
-const _: () = assert!(std::mem::size_of::<fencelock_metrics>() == METRICS_V1_SIZE);
+const _: () = assert!(std::mem::offset_of!(fencelock_metrics, live_exclusive) == METRICS_V1_SIZE);
+/// The second, with the gauges.
+const _: () = assert!(std::mem::size_of::<fencelock_metrics>() == METRICS_V1_SIZE + 5 * 8);
 
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Writes a snapshot of the store's counters to `*metrics_out`. Pass
-/// `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header gets
-/// the fields it knows, one built with a newer header zeros in the fields this library does not
-/// know.
+/// Writes a snapshot of the store's counters, and of its gauges (live leases, queued waiters,
+/// file size: read from the store, as `fencelock_store_locks` reads it), to `*metrics_out`.
+/// Pass `sizeof(fencelock_metrics)` as `metrics_size`: a program built with an older header
+/// gets the fields it knows, one built with a newer header zeros in the fields this library
+/// does not know.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `metrics_out`),
 /// `FENCELOCK_INVALID_ARGUMENT` (`metrics_size` smaller than the first version's struct, or an
-/// etcd store, which keeps no metrics), `FENCELOCK_PANIC`.
+/// etcd store, which keeps no metrics), `FENCELOCK_TIMEOUT`, `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+/// `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
@@ -144,12 +164,14 @@ pub unsafe extern "C" fn fencelock_store_metrics(
     }
 }
 
-/// The store's counters in Prometheus' text exposition format, every series labelled with the
-/// store's path. On success `*text_out` and `*text_len_out` receive a new buffer of UTF-8 text
-/// (not NUL-terminated), to be freed with `fencelock_buffer_free(*text_out, *text_len_out)`.
+/// The store's counters and gauges in Prometheus' text exposition format, every series
+/// labelled with the store's path. On success `*text_out` and `*text_len_out` receive a new
+/// buffer of UTF-8 text (not NUL-terminated), to be freed with
+/// `fencelock_buffer_free(*text_out, *text_len_out)`.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `text_out`, `text_len_out`),
-/// `FENCELOCK_INVALID_ARGUMENT` (an etcd store), `FENCELOCK_PANIC`.
+/// `FENCELOCK_INVALID_ARGUMENT` (an etcd store), `FENCELOCK_TIMEOUT`, `FENCELOCK_FORKED`,
+/// `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///

@@ -3,6 +3,7 @@
    killed in a forked child, the counters, the Prometheus text, and bad input refused with the
    outputs untouched. Runs under valgrind with zero errors and zero leaks. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -176,10 +177,16 @@ static void metrics(const fencelock_store *store, const fencelock_metrics *befor
     CHECK(after.commits > before->commits && after.committed_ops >= after.commits);
     CHECK(after.since_unix_ms > 0 && after.since_unix_ms <= now_unix_ms());
 
+    /* The gauges: no lease is live now; the file has a size. */
+    CHECK(after.live_exclusive == 0 && after.live_shared == 0 && after.live_permits == 0);
+    CHECK(after.queued_waiters == 0 && after.file_bytes > 0);
+
     fencelock_metrics untouched;
     memset(&untouched, 0xab, sizeof untouched);
+    /* Smaller than the first version's struct. */
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT,
-                 fencelock_store_metrics(store, &untouched, sizeof untouched - 1, ERR));
+                 fencelock_store_metrics(store, &untouched,
+                                         offsetof(fencelock_metrics, live_exclusive) - 1, ERR));
     CHECK(untouched.grants == 0xababababababababULL);
     /* A struct of a newer header, larger: the fields this library knows, zeros past them. */
     unsigned char larger[sizeof(fencelock_metrics) + 16];
@@ -191,6 +198,14 @@ static void metrics(const fencelock_store *store, const fencelock_metrics *befor
         zeros &= larger[i] == 0;
     }
     CHECK(zeros);
+    /* A struct of the first header, before the gauges: its fields, and nothing past them. */
+    fencelock_metrics first;
+    memset(&first, 0xab, sizeof first);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_metrics(
+                                   store, &first, offsetof(fencelock_metrics, live_exclusive), ERR));
+    CHECK(first.grants == after.grants && first.committed_ops >= after.committed_ops);
+    CHECK(first.live_exclusive == 0xababababababababULL);
+    CHECK(first.file_bytes == 0xababababababababULL);
     CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_metrics(store, NULL, sizeof after, ERR));
     CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_metrics(NULL, &after, sizeof after, ERR));
 
@@ -202,8 +217,33 @@ static void metrics(const fencelock_store *store, const fencelock_metrics *befor
     copy[len] = '\0';
     CHECK(strstr(copy, "# TYPE fencelock_grants_total counter") != NULL);
     CHECK(strstr(copy, "fencelock_wait_seconds_bucket{") != NULL);
+    CHECK(strstr(copy, "# TYPE fencelock_live_leases gauge") != NULL);
+    CHECK(strstr(copy, "fencelock_build_info{") != NULL);
     free(copy);
     fencelock_buffer_free(text, len);
+}
+
+/* The live-lease gauges count each kind: an exclusive lease, shared holders, permits. */
+static void live_leases(const fencelock_store *store) {
+    fencelock_holder *holders[5] = {NULL};
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire(store, "gauged", 60000, &holders[0], ERR));
+    for (int i = 1; i <= 2; i++) {
+        CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire_kind(store, "read", FENCELOCK_KIND_SHARED,
+                                                                0, 60000, &holders[i], ERR));
+    }
+    for (int i = 3; i <= 4; i++) {
+        CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire_kind(
+                                       store, "pool", FENCELOCK_KIND_SEMAPHORE, 3, 60000,
+                                       &holders[i], ERR));
+    }
+    fencelock_metrics m;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_metrics(store, &m, sizeof m, ERR));
+    CHECK(m.live_exclusive == 1 && m.live_shared == 2 && m.live_permits == 2);
+    for (int i = 0; i < 5; i++) {
+        fencelock_holder_free(holders[i]);
+    }
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_metrics(store, &m, sizeof m, ERR));
+    CHECK(m.live_exclusive == 0 && m.live_shared == 0 && m.live_permits == 0);
 }
 
 /* A store opened with FENCELOCK_OPEN_NO_HISTORY records no history; unknown flags are refused. */
@@ -246,6 +286,7 @@ int main(void) {
     CHECK(h.count == 7); /* removed: nothing more was heard */
     a_killed_holder(store, s.path);
     metrics(store, &before);
+    live_leases(store);
 
     fencelock_history *untouched = (fencelock_history *)0x1;
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_history(store, "", &untouched, ERR));
