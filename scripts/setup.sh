@@ -27,6 +27,7 @@ python3-venv       apt  -     py:ensurepip            the virtual environments o
 etcd-server        apt  etcd  cmd:etcd                make test-etcd and the etcd walkthroughs start etcd nodes of their own
 protobuf-compiler  apt  etcd  cmd:protoc              the etcd feature builds etcd-client, whose build script runs protoc
 pytest             pip  -     venv:pytest             the Python binding tests (make test-python)
+prometheus-client  pip  -     venv:prometheus_client  the Python binding tests parse the metrics text with the parser of the Prometheus client
 build              pip  -     venv:build              the sdist (tests/packaging/python.sh)
 auditwheel         pip  -     venv:auditwheel         the manylinux check of the wheel (tests/packaging/python.sh)
 ziglang            pip  -     venv:ziglang            the zig that cargo-zigbuild links the manylinux_2_17 wheel with

@@ -69,6 +69,16 @@ type Metrics struct {
 
 	Commits      uint64 // write transactions committed
 	CommittedOps uint64 // the operations they carried
+
+	// Gauges, read with the snapshot, of the whole store: the live leases (granted, not
+	// expired, holder alive) by kind: exclusive leases, shared holders, semaphore permits.
+	LiveExclusive uint64
+	LiveShared    uint64
+	LivePermits   uint64
+	// QueuedWaiters counts the waiting acquires of live processes in the store's waiting queue
+	// (0 without a shared ring, as for ScopeProcess).
+	QueuedWaiters uint64
+	FileBytes     uint64 // the store file's size
 }
 
 // LeasesLost is the leases that ended other than by a release: expired, taken over, or whose
@@ -109,6 +119,11 @@ func (s *Store) Metrics() (Metrics, error) {
 		EndedHolderDied:  uint64(m.ended_holder_died),
 		Commits:          uint64(m.commits),
 		CommittedOps:     uint64(m.committed_ops),
+		LiveExclusive:    uint64(m.live_exclusive),
+		LiveShared:       uint64(m.live_shared),
+		LivePermits:      uint64(m.live_permits),
+		QueuedWaiters:    uint64(m.queued_waiters),
+		FileBytes:        uint64(m.file_bytes),
 	}
 	for i := range out.WaitBuckets {
 		out.WaitBuckets[i] = uint64(m.wait_buckets[i])

@@ -177,6 +177,37 @@ func TestMetricsCountGrantsRefusalsWaitsAndStaleWrites(t *testing.T) {
 	}
 }
 
+// The gauges count the live leases of each kind, as the store holds them when asked.
+func TestMetricsGaugesCountLiveLeasesByKindAndTheFilesBytes(t *testing.T) {
+	store := openStore(t)
+	held := []fencelock.Holder{
+		acquire(t, store, "job", fencelock.WithTTL(time.Minute)),
+		acquire(t, store, "config", fencelock.Shared()),
+		acquire(t, store, "config", fencelock.Shared()),
+		acquire(t, store, "pool", fencelock.Permits(3)),
+		acquire(t, store, "pool", fencelock.Permits(3)),
+	}
+	if err := acquire(t, store, "done").Release(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics(t, store)
+	if m.LiveExclusive != 1 || m.LiveShared != 2 || m.LivePermits != 2 || m.QueuedWaiters != 0 {
+		t.Errorf("live %d exclusive, %d shared, %d permits, %d queued; want 1, 2, 2, 0",
+			m.LiveExclusive, m.LiveShared, m.LivePermits, m.QueuedWaiters)
+	}
+	if info, err := os.Stat(store.Path()); err != nil || m.FileBytes != uint64(info.Size()) {
+		t.Errorf("FileBytes %d, the file: %v %v", m.FileBytes, info, err)
+	}
+	for _, h := range held {
+		if err := h.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := metrics(t, store); m.LiveExclusive+m.LiveShared+m.LivePermits != 0 {
+		t.Errorf("live leases after every release: %+v", m)
+	}
+}
+
 func TestAStoreOfOneProcessCountsItsOwnOperations(t *testing.T) {
 	store := openStore(t, fencelock.WithMode(fencelock.SingleProcess))
 	if err := acquire(t, store, "x").Release(); err != nil {

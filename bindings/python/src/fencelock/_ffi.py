@@ -172,6 +172,11 @@ class fencelock_metrics(Structure):
         ("ended_holder_died", c_uint64),
         ("commits", c_uint64),
         ("committed_ops", c_uint64),
+        ("live_exclusive", c_uint64),
+        ("live_shared", c_uint64),
+        ("live_permits", c_uint64),
+        ("queued_waiters", c_uint64),
+        ("file_bytes", c_uint64),
     ]
 
 

@@ -474,6 +474,11 @@ class Store(Handle):
             ended_holder_died=out.ended_holder_died,
             commits=out.commits,
             committed_ops=out.committed_ops,
+            live_exclusive=out.live_exclusive,
+            live_shared=out.live_shared,
+            live_permits=out.live_permits,
+            queued_waiters=out.queued_waiters,
+            file_bytes=out.file_bytes,
         )
 
     def metrics_prometheus(self) -> str:

@@ -92,6 +92,16 @@ class Metrics:
     """Write transactions committed."""
     committed_ops: int
     """The operations those commits carried."""
+    live_exclusive: int
+    """Gauges, read with the snapshot, of the whole store: the live leases (granted, not
+    expired, holder alive) by kind: exclusive leases, shared holders, semaphore permits."""
+    live_shared: int
+    live_permits: int
+    queued_waiters: int
+    """Waiting acquires of live processes in the store's waiting queue (0 without a shared
+    ring, as for ``Scope.PROCESS``)."""
+    file_bytes: int
+    """The store file's size in bytes."""
 
     @property
     def leases_lost(self) -> int:
