@@ -66,7 +66,7 @@ pub use engine::observe::{Event, Observer};
 pub use engine::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
-pub use local::serve::{ServeOptions, Server};
+pub use local::serve::{Heartbeat, ServeOptions, Server};
 pub use rules::history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo};
 pub use rules::kind::{Kind, MAX_HOLDERS};

@@ -5,11 +5,12 @@
 mod common;
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::{bounded, Kid, DB, ROLE};
-use fencelock::{Error, Options, ServeOptions, Server, Store};
+use fencelock::{Cancel, Error, Heartbeat, Options, ServeOptions, Server, Store};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -335,4 +336,47 @@ fn through_a_server_the_history_and_the_metrics_are_the_stores() {
     assert!(after.committed_ops - before.committed_ops >= 4);
     assert_eq!(store.server(), Some(server.child.id()));
     drop((a, c));
+}
+
+#[test]
+fn the_heartbeat_beats_from_the_serving_loop_while_it_works_and_while_it_idles() {
+    let (_dir, path, store) = common::temp_store();
+    let beats = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&beats);
+    let stop = Cancel::new();
+    let options = ServeOptions {
+        cancel: Some(stop.clone()),
+        heartbeat: Some(Heartbeat {
+            every: Duration::from_millis(20),
+            beat: Arc::new(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }),
+        }),
+        ..ServeOptions::default()
+    };
+    let serving = std::thread::spawn(move || {
+        let server = Server::start(&path, &options).unwrap();
+        server.run(&options).unwrap();
+    });
+    until_served(&store);
+    // Bounded only to catch a heartbeat that never comes.
+    let give_up = Instant::now() + Duration::from_secs(120);
+    // While a client keeps it busy...
+    let target = beats.load(Ordering::SeqCst) + 5;
+    let mut round = 0u64;
+    while beats.load(Ordering::SeqCst) < target {
+        assert!(Instant::now() < give_up, "no heartbeat while serving");
+        let holder = store.acquire("busy", Duration::from_secs(60)).unwrap();
+        holder.put(b"k", &round.to_le_bytes()).unwrap();
+        holder.release().unwrap();
+        round += 1;
+    }
+    // ... and while nothing comes.
+    let target = beats.load(Ordering::SeqCst) + 5;
+    while beats.load(Ordering::SeqCst) < target {
+        assert!(Instant::now() < give_up, "no heartbeat while idle");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.cancel();
+    serving.join().unwrap();
 }

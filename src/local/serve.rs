@@ -46,6 +46,9 @@ pub struct ServeOptions {
     /// Records how each lease ended in the lock's history, as [`Options::history`]: the server
     /// commits every process's grants, so its setting decides.
     pub history: bool,
+    /// Called by [`Server::run`] from its loop while it serves: a sign of life for a watchdog
+    /// (`fencelock serve` pings systemd's with it).
+    pub heartbeat: Option<Heartbeat>,
 }
 
 impl Default for ServeOptions {
@@ -55,7 +58,28 @@ impl Default for ServeOptions {
             idle_exit: None,
             cancel: None,
             history: true,
+            heartbeat: None,
         }
+    }
+}
+
+/// A function that [`Server::run`] calls between batches, from the thread that runs them, once
+/// `every` has passed since its last call (or since `run` began): every `every` while batches
+/// end in time, within the 10 ms the loop sleeps when idle, and not at all while a batch is stuck
+/// (a commit that hangs on the disk). It should return at once: the loop waits for it.
+#[derive(Clone)]
+pub struct Heartbeat {
+    /// How often to call it: half a watchdog's period, say.
+    pub every: Duration,
+    /// What to call.
+    pub beat: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("every", &self.every)
+            .finish_non_exhaustive()
     }
 }
 
@@ -196,7 +220,8 @@ impl Server {
         pids
     }
 
-    /// Serves until `options.idle_exit` passes without a request or `options.cancel` fires.
+    /// Serves until `options.idle_exit` passes without a request or `options.cancel` fires,
+    /// calling `options.heartbeat` as it goes.
     ///
     /// # Errors
     ///
@@ -206,7 +231,17 @@ impl Server {
         let inner = &self.engine;
         let ring = self.shared.ring();
         let mut last_request = clock::now_ns();
+        let mut last_beat = last_request;
         loop {
+            if let Some(heartbeat) = &options.heartbeat {
+                let now = clock::now_ns();
+                if now.saturating_sub(last_beat)
+                    >= crate::base::limits::duration_ns(heartbeat.every)
+                {
+                    (heartbeat.beat)();
+                    last_beat = now;
+                }
+            }
             if options.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
                 return Ok(());
             }

@@ -14,6 +14,7 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         idle_exit: args.idle_exit,
         cancel: Some(stop),
         history: !args.no_history,
+        heartbeat: None,
     };
     let server = Server::start(path, &options).map_err(|err| match err {
         Error::InUse => {
