@@ -97,3 +97,128 @@ fn serve_no_history_records_no_history() {
         assert!(server.wait().unwrap().success());
     }
 }
+
+/// The datagrams a `fencelock serve` child sends to systemd's notification socket, here one
+/// this test listens on.
+struct NotifySocket {
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl NotifySocket {
+    /// The next datagram. Bounded only so that a server that never notifies fails the test.
+    fn next(&self) -> String {
+        let mut buf = [0u8; 4096];
+        let n = self
+            .socket
+            .recv(&mut buf)
+            .expect("a notification within the bound");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    fn bound(socket: std::os::unix::net::UnixDatagram) -> NotifySocket {
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        NotifySocket { socket }
+    }
+}
+
+/// `serve` as a `Type=notify` service: READY=1 once it serves (a store opened then goes
+/// through it), WATCHDOG=1 again and again at half WATCHDOG_USEC, STOPPING=1 at SIGTERM.
+#[test]
+fn serve_tells_systemd_ready_pings_its_watchdog_and_says_stopping() {
+    let env = Env::new();
+    let path = env.path("notify");
+    let socket = NotifySocket::bound(std::os::unix::net::UnixDatagram::bind(&path).unwrap());
+    let server = env
+        .cmd(&["serve"])
+        .env("NOTIFY_SOCKET", &path)
+        .env("WATCHDOG_USEC", "100000")
+        .env_remove("WATCHDOG_PID")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    let ready = socket.next();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    let out = env.run(&["info", "--json"]);
+    assert!(
+        stdout(&out).contains(&format!("\"server_pid\":{pid}")),
+        "served once ready: {}",
+        stdout(&out)
+    );
+    for _ in 0..3 {
+        assert_eq!(socket.next(), "WATCHDOG=1");
+    }
+    signal(pid, libc::SIGTERM);
+    loop {
+        match socket.next().as_str() {
+            "WATCHDOG=1" => {}
+            other => {
+                assert_eq!(other, "STOPPING=1");
+                break;
+            }
+        }
+    }
+    let out = finish(server);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// An abstract socket name (`@...`) works as a path does; without a watchdog meant for this
+/// process (WATCHDOG_PID another's) there is no ping between READY=1 and STOPPING=1.
+#[test]
+fn serve_notifies_an_abstract_socket_and_pings_no_watchdog_of_another_process() {
+    use std::os::linux::net::SocketAddrExt;
+    let env = Env::new();
+    let name = format!(
+        "fencelock-test-{}-{}",
+        std::process::id(),
+        env.dir.path().display()
+    );
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let socket = NotifySocket::bound(std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap());
+    let server = env
+        .cmd(&["serve"])
+        .env("NOTIFY_SOCKET", format!("@{name}"))
+        .env("WATCHDOG_USEC", "20000")
+        .env("WATCHDOG_PID", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = socket.next();
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    // Long enough for a few pings at half of 20 ms, were there any.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    signal(server.id(), libc::SIGTERM);
+    assert_eq!(socket.next(), "STOPPING=1");
+    let out = finish(server);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// A server that cannot take the file (a process holds it open and does nothing within
+/// --wait) never says READY=1: systemd sees the start fail, not a service that came up.
+#[test]
+fn serve_says_no_ready_when_it_cannot_take_the_file() {
+    let env = Env::new();
+    // Its keep-alive extends every 200 s: it does not move over within the server's wait.
+    let holder = spawn_holder(&env, "keep-open", "600s", "started", "stop");
+    let path = env.path("notify");
+    let socket = NotifySocket::bound(std::os::unix::net::UnixDatagram::bind(&path).unwrap());
+    let out = env
+        .cmd(&["serve", "--wait", "300ms"])
+        .env("NOTIFY_SOCKET", &path)
+        .output()
+        .unwrap();
+    socket.socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let sent = socket.socket.recv(&mut buf).map(|n| buf[..n].to_vec());
+    // The holder stops first, so that a failed assertion leaves no process behind.
+    std::fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    assert_eq!(code(&out), DATABASE, "{}", stderr(&out));
+    assert!(
+        sent.as_ref()
+            .is_err_and(|err| err.kind() == std::io::ErrorKind::WouldBlock),
+        "{sent:?}"
+    );
+}

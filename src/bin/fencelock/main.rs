@@ -24,6 +24,7 @@ mod commands;
 mod duration;
 mod exit;
 mod generate;
+mod notify;
 mod observe;
 mod output;
 mod run;
@@ -339,6 +340,9 @@ itself and sends it its operations, reads included; each batch is one durable co
 one fsync instead of two. Without a server, or once it stops, they use the file themselves.
 Releases never need the server. It ignores the terminal's stop keys (Ctrl-Z) and stops on
 SIGTERM or SIGINT, finishing the batch at hand.
+Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once it serves, WATCHDOG=1 from
+its batch loop every half $WATCHDOG_USEC (WatchdogSec=), so that a hung server is restarted,
+and STOPPING=1 as it stops; examples/systemd/fencelock-serve@.service is a unit.
 Exit status: 0 stopped (signal or --idle-exit); 81 database error, or the store stayed in
 use by processes that did not move over within --wait (their pids are printed).
 

@@ -1,20 +1,42 @@
-//! `fencelock serve`: runs a server of one store until a signal or its idle time ends it.
+//! `fencelock serve`: runs a server of one store until a signal or its idle time ends it. Under
+//! systemd (`Type=notify`, `notify.rs`) it says `READY=1` once it serves, pings the watchdog
+//! from its batch loop, and says `STOPPING=1` as it stops.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use fencelock::{Cancel, Error, ServeOptions, Server};
+use fencelock::{Cancel, Error, Heartbeat, ServeOptions, Server};
 
+use crate::notify::{watchdog_period, Notifier};
 use crate::{exit, Failure, ServeArgs};
 
 pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
     let stop = Cancel::new();
     stop_on_signals(&stop)?;
+    let notifier = Notifier::from_env()
+        .map_err(|err| Failure::new(exit::IO, format!("NOTIFY_SOCKET: {err}")))?
+        .map(Arc::new);
+    // At half the watchdog's period, as sd_watchdog_enabled(3) advises; from the loop that
+    // serves the batches, so that a server stuck in one (which stalls every process of the
+    // store up to its busy timeout) stops pinging and is restarted.
+    let heartbeat = notifier
+        .as_ref()
+        .zip(watchdog_period())
+        .map(|(notifier, period)| {
+            let notifier = Arc::clone(notifier);
+            Heartbeat {
+                every: period / 2,
+                beat: Arc::new(move || {
+                    let _ = notifier.notify("WATCHDOG=1");
+                }),
+            }
+        });
     let options = ServeOptions {
         wait: args.wait,
         idle_exit: args.idle_exit,
         cancel: Some(stop),
         history: !args.no_history,
-        heartbeat: None,
+        heartbeat,
     };
     let server = Server::start(path, &options).map_err(|err| match err {
         Error::InUse => {
@@ -49,7 +71,24 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         server.path().display(),
         std::process::id()
     );
-    server.run(&options).map_err(|err| Failure::from_lib(&err))
+    let tell = |state: &str| {
+        if let Some(notifier) = &notifier {
+            if let Err(err) = notifier.notify(state) {
+                eprintln!("fencelock: telling systemd {state:?} failed: {err}");
+            }
+        }
+    };
+    // The server holds the file, and is recorded in the ring: stores find it from now on.
+    tell(&format!(
+        "READY=1\nSTATUS=serving {}",
+        server.path().display()
+    ));
+    server
+        .run(&options)
+        .map_err(|err| Failure::from_lib(&err))?;
+    // Before the server's drop makes its leases durable and lets the file go.
+    tell("STOPPING=1");
+    Ok(())
 }
 
 /// Job control of a shell must never pause the server (every process of the store would wait
