@@ -222,3 +222,39 @@ fn serve_says_no_ready_when_it_cannot_take_the_file() {
         "{sent:?}"
     );
 }
+
+/// The example unit is what the README says: a notify service with a watchdog, hardened
+/// without giving the server a /dev/shm of its own.
+#[test]
+fn the_example_unit_is_a_hardened_notify_service_that_shares_dev_shm() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/systemd/fencelock-serve@.service"
+    ))
+    .unwrap();
+    let settings: Vec<&str> = unit
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+        .collect();
+    for wanted in [
+        "Type=notify",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ReadWritePaths=/dev/shm",
+        "StateDirectory=%i",
+        "RemoveIPC=no",
+    ] {
+        assert!(settings.contains(&wanted), "{wanted} in\n{unit}");
+    }
+    assert!(settings.iter().any(|s| s.starts_with("WatchdogSec=")));
+    assert!(settings
+        .iter()
+        .any(|s| s.starts_with("ExecStart=") && s.contains("fencelock serve")));
+    // Each would take the ring away from the clients outside the unit.
+    for unwanted in ["DynamicUser=", "RemoveIPC=yes", "TemporaryFileSystem=/dev"] {
+        assert!(
+            !settings.iter().any(|s| s.starts_with(unwanted)),
+            "{unwanted}"
+        );
+    }
+}
