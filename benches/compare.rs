@@ -1,6 +1,7 @@
 //! Side-by-side comparison of fencelock with what a user would pick instead, in one run on one
 //! machine: SQLite (a lease table and a token counter, durable), Redis (Lua scripts, with
-//! `appendfsync always` and `everysec`), and `flock(2)` (no durability, no token: the floor);
+//! `appendfsync always` and `everysec`), `flock(2)` and OFD locks (no durability, no token: the
+//! floor), the same OFD lock with a token made durable at every grant (`pwrite` + `fdatasync`);
 //! and fencelock on etcd (one node and three, on loopback), the cost of going distributed.
 //!
 //! ```text
@@ -271,32 +272,42 @@ fn run_cell(
     secs: Duration,
     redis: Option<&RedisServer>,
     etcd: Option<&EtcdServer>,
-) -> Outcome {
+) -> (Outcome, Option<f64>) {
     let (workers, processes) = workload.workers();
     if processes && !system.multi_process() {
-        return Outcome::Skipped("one process only");
+        return (Outcome::Skipped("one process only"), None);
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let target = if system.is_redis() {
         let Some(server) = redis else {
-            return Outcome::Skipped("redis-server not installed");
+            return (Outcome::Skipped("redis-server not installed"), None);
         };
         server.flush();
         Target::Redis(server.port)
     } else if system.etcd_members().is_some() {
         let Some(server) = etcd else {
-            return Outcome::Skipped("built without the etcd feature, or etcd not installed");
+            return (
+                Outcome::Skipped("built without the etcd feature, or etcd not installed"),
+                None,
+            );
         };
         server.target()
     } else {
         Target::Dir(dir.path().to_path_buf())
     };
     let shared = Shared::prepare(system, target, true);
-    if processes {
+    let before = shared.commits_and_grants();
+    let outcome = if processes {
         run_processes(&shared, workload, workers, secs)
     } else {
         run_threads(&shared, workload, workers, secs)
-    }
+    };
+    let commits_per_grant = before.zip(shared.commits_and_grants()).and_then(
+        |((commits0, grants0), (commits1, grants1))| {
+            (grants1 > grants0).then(|| (commits1 - commits0) as f64 / (grants1 - grants0) as f64)
+        },
+    );
+    (outcome, commits_per_grant)
 }
 
 struct Args {
@@ -406,7 +417,8 @@ fn main() {
         };
         let etcd = system.etcd_members().and_then(EtcdServer::start);
         for &workload in &workloads {
-            let outcome = run_cell(*system, workload, args.secs, server.as_ref(), etcd.as_ref());
+            let (outcome, commits_per_grant) =
+                run_cell(*system, workload, args.secs, server.as_ref(), etcd.as_ref());
             eprintln!(
                 "  {:<45} {:<42} {}",
                 system.label(),
@@ -417,6 +429,7 @@ fn main() {
                 system: *system,
                 workload,
                 outcome,
+                commits_per_grant,
             });
         }
     }

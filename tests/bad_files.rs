@@ -354,6 +354,10 @@ fn full_disk_child() {
         matches!(failure, Error::Io(_) | Error::Storage(_)),
         "a full disk is an I/O or storage error: {failure:?}"
     );
+    if let Error::Io(_) = failure {
+        // The system's number, through the commit that handed the failure to the put.
+        assert_eq!(failure.raw_os_error(), Some(libc::EFBIG), "{failure:?}");
+    }
     rlimit.rlim_cur = libc::RLIM_INFINITY;
     // SAFETY: as above; raising the soft limit up to the (infinite) hard limit is allowed.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);

@@ -21,6 +21,7 @@ struct Failure {
     highest: u64,
     pid: u32,
     remaining_ms: u64,
+    os_code: i32,
 }
 
 /// Takes the error written to `*err`, checks its status agrees with `status`, and frees it.
@@ -39,6 +40,7 @@ fn take(status: fencelock_status, err: ErrPtr) -> Failure {
             highest: fencelock_error_highest(err),
             pid: fencelock_error_pid(err),
             remaining_ms: fencelock_error_remaining_ms(err),
+            os_code: fencelock_error_os_code(err),
         };
         fencelock_error_free(err);
         assert_eq!(failure.status, status);
@@ -762,6 +764,7 @@ fn every_null_pointer_argument_is_refused() {
         assert_eq!(fencelock_error_highest(null()), 0);
         assert_eq!(fencelock_error_pid(null()), 0);
         assert_eq!(fencelock_error_remaining_ms(null()), 0);
+        assert_eq!(fencelock_error_os_code(null()), 0);
         fencelock_error_free(null_mut());
         fencelock_holder_free(null_mut());
         fencelock_store_close(null_mut());
@@ -1043,11 +1046,15 @@ fn open_reports_io_not_a_store_incompatible_and_in_use() {
     };
 
     let missing_dir = dir.path().join("no/such/dir/locks.db");
-    assert_eq!(open(&missing_dir, &raw mut store, 0).status, FENCELOCK_IO);
+    let failure = open(&missing_dir, &raw mut store, 0);
+    assert_eq!(failure.status, FENCELOCK_IO);
+    assert_eq!(failure.os_code, libc::ENOENT, "{failure:?}");
 
     let text = dir.path().join("notes.txt");
     std::fs::write(&text, "not a database at all").unwrap();
-    assert_eq!(open(&text, &raw mut store, 0).status, FENCELOCK_NOT_A_STORE);
+    let failure = open(&text, &raw mut store, 0);
+    assert_eq!(failure.status, FENCELOCK_NOT_A_STORE);
+    assert_eq!(failure.os_code, 0);
     assert_eq!(
         std::fs::read_to_string(&text).unwrap(),
         "not a database at all"

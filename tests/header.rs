@@ -70,6 +70,13 @@ fn version_macros_cargo_and_runtime_agree() {
     assert_eq!(define(FRESH, "FENCELOCK_VERSION_MAJOR"), parts[0]);
     assert_eq!(define(FRESH, "FENCELOCK_VERSION_MINOR"), parts[1]);
     assert_eq!(define(FRESH, "FENCELOCK_VERSION_PATCH"), parts[2]);
+    let number: Vec<i32> = parts.iter().map(|p| p.parse().expect("a number")).collect();
+    let number = number[0] * 1_000_000 + number[1] * 1000 + number[2];
+    assert_eq!(
+        define(FRESH, "FENCELOCK_VERSION_NUMBER"),
+        number.to_string()
+    );
+    assert_eq!(fencelock::ffi::fencelock_version_number(), number);
     // SAFETY: fencelock_version returns a static NUL-terminated string.
     let runtime = unsafe { CStr::from_ptr(fencelock::ffi::fencelock_version()) };
     assert_eq!(runtime.to_str().expect("UTF-8"), cargo);

@@ -271,8 +271,11 @@ fn processes_racing_to_create_a_store_all_open_it() {
     for kid in &mut kids {
         assert!(kid.child.wait().unwrap().success());
     }
+    // Distinct, whichever opened first. (Where a process's store closes before the next
+    // opens, the shared memory is set up anew and tokens jump past the file's reservation.)
     tokens.sort_unstable();
-    assert_eq!(tokens, (1..=6).collect::<Vec<_>>());
+    tokens.dedup();
+    assert_eq!(tokens.len(), 6);
     Store::open(&path).unwrap().verify().unwrap();
 }
 
@@ -295,7 +298,8 @@ fn a_process_stuck_inside_a_write_transaction_cannot_make_waits_overrun() {
     let wait = finished
         .recv_timeout(Duration::from_secs(120))
         .expect("acquire_wait overran its timeout while another process held the write lock");
-    assert!(matches!(wait, Err(Error::Timeout)), "{wait:?}");
+    // A grant needs no write lock: the leases are in the store's shared memory.
+    assert!(wait.is_ok(), "{wait:?}");
     // Reads, refusals and releases need no write lock.
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
     assert!(matches!(
@@ -364,7 +368,9 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     });
     assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
     assert!(matches!(fence, Err(Error::Timeout)), "{fence:?}");
-    assert!(matches!(grant, Err(Error::Timeout)), "{grant:?}");
+    // A grant needs no write lock: the leases are in the store's shared memory.
+    assert!(grant.is_ok(), "{grant:?}");
+    let grant = grant.map_err(|err| err.to_string());
     // Reads go on, and so does a read-only open, which never needs the write lock.
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
     let at = path.clone();
@@ -387,11 +393,13 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     assert!(kid.child.wait().unwrap().success());
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
     assert_eq!(store.fence_token("printer").unwrap(), None);
-    assert_eq!(store.info().unwrap().last_token, last_token);
-    // Once the paused process has moved on, opens and grants work again.
+    // The one grant made meanwhile.
+    assert_eq!(grant.unwrap(), last_token + 1);
+    assert_eq!(store.info().unwrap().last_token, last_token + 1);
+    // Once the paused process has moved on, opens work again.
     let reopened = Store::open_with(&path, &short_busy_timeout()).unwrap();
     let next = reopened.acquire("free", Duration::from_secs(60)).unwrap();
-    assert_eq!(next.token(), last_token + 1);
+    assert_eq!(next.token(), last_token + 2);
 }
 
 #[test]
@@ -509,7 +517,7 @@ fn combiners_killed_mid_batch_lose_no_request_and_grant_none_twice() {
     let seed = store.acquire("seed", Duration::from_secs(600)).unwrap();
     assert_eq!(seed.token(), 1);
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let kills = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let threads: Vec<_> = (0..3)
             .map(|i| {
                 let (store, stop) = (&store, &stop);
@@ -519,8 +527,7 @@ fn combiners_killed_mid_batch_lose_no_request_and_grant_none_twice() {
         // A writer process combines the requests of this one whenever it holds the write
         // lock; it is killed again and again, at random points of its batches.
         let mut kills = 0u32;
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(4) {
+        while kills < 8 {
             let mut kid = Kid::spawn("put-loop", &path);
             assert_eq!(kid.report().as_deref(), Some("writing"));
             std::thread::sleep(Duration::from_millis(20 + u64::from(kills % 7) * 11));
@@ -544,9 +551,7 @@ fn combiners_killed_mid_batch_lose_no_request_and_grant_none_twice() {
             1 + tokens.len() as u64,
             "a grant was made that nobody got"
         );
-        kills
     });
-    assert!(kills >= 5, "only {kills} kills in 4 s");
     store.verify().unwrap();
     drop(seed);
 }

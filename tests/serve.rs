@@ -75,7 +75,7 @@ fn a_server_killed_mid_batch_loses_nothing_acknowledged_and_grants_none_twice() 
     let (_dir, path, store) = common::temp_store();
     let seed = store.acquire("seed", Duration::from_secs(600)).unwrap();
     let stop = AtomicBool::new(false);
-    let (kills, served) = std::thread::scope(|scope| {
+    let served = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..3)
             .map(|i| {
                 let (store, stop) = (&store, &stop);
@@ -85,8 +85,7 @@ fn a_server_killed_mid_batch_loses_nothing_acknowledged_and_grants_none_twice() 
         // Servers started, and killed at random points of their batches, again and again;
         // between them the clients use the file themselves.
         let (mut kills, mut served) = (0u32, 0u32);
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
+        while kills < 10 {
             let mut kid = Kid::spawn("serve", &path);
             assert_eq!(kid.report().as_deref(), Some("serving"));
             served += u32::from(store.server().is_some());
@@ -116,9 +115,8 @@ fn a_server_killed_mid_batch_loses_nothing_acknowledged_and_grants_none_twice() 
         // Tokens are reserved in blocks through a server (its grants commit without an
         // fsync), so the counter has gaps; it never falls behind a token handed out.
         assert!(store.info().unwrap().last_token >= *sorted.last().unwrap());
-        (kills, served)
+        served
     });
-    assert!(kills >= 5, "only {kills} servers in 5 s");
     assert!(served >= 1, "the clients never went through a server");
     // The lease taken before any server is still live through all of them.
     assert!(seed.is_held().unwrap());
@@ -149,7 +147,8 @@ fn behind_a_paused_server_deadlines_hold_and_releases_need_no_server() {
         at.acquire("other", Duration::from_secs(60))
             .map(|h| h.token())
     });
-    assert!(matches!(grant, Err(Error::Timeout)), "{grant:?}");
+    // A grant needs no server: the leases are in the store's shared memory.
+    assert!(grant.is_ok(), "{grant:?}");
     let at = client.clone();
     let put = bounded("a put", move || at.put(b"k", b"v", 1));
     assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
@@ -312,7 +311,8 @@ fn through_a_server_the_history_and_the_metrics_are_the_stores() {
     let c = store
         .acquire("payment-export", Duration::from_secs(60))
         .unwrap();
-    // The server recorded the ends in its grants' transactions, and answers the history.
+    // The grants judged the ends (in the store's shared memory, where the leases are), and the
+    // history tells them.
     let history: Vec<_> = store
         .history("payment-export")
         .unwrap()
@@ -327,13 +327,14 @@ fn through_a_server_the_history_and_the_metrics_are_the_stores() {
             (c.token(), fencelock::Ending::Held)
         ]
     );
-    // The server counts the commits, this process the grants: into the same page.
+    // The server counts the commits (of the write), this process the grants: into the same
+    // page.
     let after = store.metrics().unwrap();
     assert_eq!(after.scope, fencelock::Scope::Store);
     assert_eq!(after.grants - before.grants, 3);
     assert_eq!(after.ended_taken_over - before.ended_taken_over, 1);
     assert!(after.commits > before.commits);
-    assert!(after.committed_ops - before.committed_ops >= 4);
+    assert!(after.committed_ops - before.committed_ops >= 1);
     assert_eq!(store.server(), Some(server.child.id()));
     drop((a, c));
 }

@@ -39,6 +39,12 @@ pub enum System {
     RedisAlways,
     RedisEverysec,
     Flock,
+    /// An open-file-description lock (`fcntl(F_OFD_SETLK)`), what fencelock's liveness locks
+    /// are: the kernel's lock cycle alone.
+    Ofd,
+    /// The same lock and a token bumped durably at every grant (`pwrite` + `fdatasync`): what a
+    /// grant costs that makes its token durable itself.
+    OfdDurable,
     /// fencelock on an etcd node on loopback (the cargo feature `etcd`).
     EtcdOne,
     /// fencelock on a three-node etcd cluster on loopback.
@@ -46,7 +52,7 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 10] = [
+    pub const ALL: [System; 12] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
@@ -55,6 +61,8 @@ impl System {
         System::RedisAlways,
         System::RedisEverysec,
         System::Flock,
+        System::Ofd,
+        System::OfdDurable,
         System::EtcdOne,
         System::EtcdThree,
     ];
@@ -70,6 +78,8 @@ impl System {
             System::RedisAlways => "Redis (appendfsync always)",
             System::RedisEverysec => "Redis (appendfsync everysec, not durable)",
             System::Flock => "flock(2) (no durability, no token)",
+            System::Ofd => "kernel: OFD lock (no durability, no token)",
+            System::OfdDurable => "kernel: OFD lock + durable token (pwrite+fdatasync)",
             System::EtcdOne => "fencelock on etcd (1 node, loopback)",
             System::EtcdThree => "fencelock on etcd (3 nodes, loopback)",
         }
@@ -86,6 +96,8 @@ impl System {
             System::RedisAlways => "redis-always",
             System::RedisEverysec => "redis-everysec",
             System::Flock => "flock",
+            System::Ofd => "ofd",
+            System::OfdDurable => "ofd-durable",
             System::EtcdOne => "etcd-1",
             System::EtcdThree => "etcd-3",
         }
@@ -266,7 +278,11 @@ impl Shared {
                 };
                 Some(Store::open(url).expect("open the etcd store"))
             }
-            System::RedisAlways | System::RedisEverysec | System::Flock => None,
+            System::RedisAlways
+            | System::RedisEverysec
+            | System::Flock
+            | System::Ofd
+            | System::OfdDurable => None,
         };
         Shared {
             system,
@@ -274,6 +290,16 @@ impl Shared {
             store,
             server,
         }
+    }
+
+    /// The store's commits and grants so far (from its metrics: every process's, in
+    /// multi-process mode), for a fencelock system.
+    pub fn commits_and_grants(&self) -> Option<(u64, u64)> {
+        if !self.system.is_fencelock() {
+            return None;
+        }
+        let metrics = self.store.as_ref()?.metrics().expect("fencelock metrics");
+        Some((metrics.commits, metrics.grants))
     }
 
     /// A new client; fencelock clients of one process share the store.
@@ -294,10 +320,12 @@ impl Shared {
                 };
                 Box::new(RedisClient::connect(port))
             }
-            System::Flock => Box::new(FlockClient {
+            System::Flock | System::Ofd | System::OfdDurable => Box::new(FileLockClient {
+                system: self.system,
                 dir: self.target.dir().to_path_buf(),
                 locks: HashMap::new(),
                 values: HashMap::new(),
+                tokens: None,
             }),
         }
     }
@@ -568,12 +596,17 @@ impl Client for RedisClient {
     }
 }
 
-/// `flock(2)` on one file per lock, and a plain `pwrite` for the write: no durability, no
-/// token, no lease. The floor of what a lock on this host can cost.
-struct FlockClient {
+/// The kernel alone, the floor of what a lock on this host can cost: `flock(2)` or an
+/// open-file-description lock on one file per lock, and a plain `pwrite` for the write; no
+/// durability, no token, no lease. `OfdDurable` adds what a token made durable at every grant
+/// costs: a counter file bumped under its own lock, `pwrite` + `fdatasync`, and an
+/// `fdatasync` after the write.
+struct FileLockClient {
+    system: System,
     dir: PathBuf,
     locks: HashMap<String, File>,
     values: HashMap<String, File>,
+    tokens: Option<File>,
 }
 
 fn open_rw(path: &Path) -> File {
@@ -583,10 +616,35 @@ fn open_rw(path: &Path) -> File {
         .create(true)
         .truncate(false)
         .open(path)
-        .expect("open flock file")
+        .expect("open a lock file")
 }
 
-impl FlockClient {
+/// Locks (`F_WRLCK`) or unlocks (`F_UNLCK`) the first byte of `file` with an
+/// open-file-description lock; waits with `wait`. False when another holds it.
+fn ofd_lock(file: &File, kind: libc::c_int, wait: bool) -> bool {
+    // SAFETY: an all-zero `flock` is a valid value of that plain C struct.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_len = 1;
+    let command = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: the descriptor is open while `file` lives, and `lock` outlives the call.
+    if unsafe { libc::fcntl(file.as_raw_fd(), command, &lock) } == 0 {
+        return true;
+    }
+    let err = std::io::Error::last_os_error();
+    assert!(
+        matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)),
+        "fcntl: {err}"
+    );
+    false
+}
+
+impl FileLockClient {
     fn lock_file(&mut self, name: &str) -> &File {
         if !self.locks.contains_key(name) {
             let file = open_rw(&self.dir.join(format!("{name}.lock")));
@@ -595,27 +653,69 @@ impl FlockClient {
         &self.locks[name]
     }
 
-    fn flock(&mut self, name: &str, operation: libc::c_int) -> bool {
-        let fd = self.lock_file(name).as_raw_fd();
-        // SAFETY: `fd` is open for as long as `self.locks` keeps the file.
-        if unsafe { libc::flock(fd, operation) } == 0 {
+    /// Takes (`wait`: waiting) or releases (`unlock`) the lock `name`.
+    fn lock(&mut self, name: &str, wait: bool, unlock: bool) -> bool {
+        let system = self.system;
+        let file = self.lock_file(name);
+        if system != System::Flock {
+            return ofd_lock(
+                file,
+                if unlock { libc::F_UNLCK } else { libc::F_WRLCK },
+                wait,
+            );
+        }
+        let operation = match (unlock, wait) {
+            (true, _) => libc::LOCK_UN,
+            (false, true) => libc::LOCK_EX,
+            (false, false) => libc::LOCK_EX | libc::LOCK_NB,
+        };
+        // SAFETY: the descriptor is open while `self.locks` keeps the file.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
             return true;
         }
         let err = std::io::Error::last_os_error();
         assert_eq!(err.raw_os_error(), Some(libc::EWOULDBLOCK), "flock: {err}");
         false
     }
+
+    /// Bumps the durable token counter (`OfdDurable` only).
+    fn bump_token(&mut self) {
+        if self.system != System::OfdDurable {
+            return;
+        }
+        let dir = &self.dir;
+        let tokens = self
+            .tokens
+            .get_or_insert_with(|| open_rw(&dir.join("tokens")));
+        assert!(ofd_lock(tokens, libc::F_WRLCK, true));
+        let mut bytes = [0u8; 8];
+        let read = tokens.read_at(&mut bytes, 0).expect("pread");
+        let token = if read == 8 {
+            u64::from_le_bytes(bytes)
+        } else {
+            0
+        } + 1;
+        tokens
+            .write_all_at(&token.to_le_bytes(), 0)
+            .expect("pwrite");
+        tokens.sync_data().expect("fdatasync");
+        assert!(ofd_lock(tokens, libc::F_UNLCK, false));
+    }
+
+    fn granted(&mut self, name: &str) -> Lease {
+        self.bump_token();
+        Lease::File(name.to_owned())
+    }
 }
 
-impl Client for FlockClient {
+impl Client for FileLockClient {
     fn try_acquire(&mut self, name: &str) -> Option<Lease> {
-        self.flock(name, libc::LOCK_EX | libc::LOCK_NB)
-            .then(|| Lease::File(name.to_owned()))
+        self.lock(name, false, false).then(|| self.granted(name))
     }
 
     fn acquire_wait(&mut self, name: &str) -> Lease {
-        assert!(self.flock(name, libc::LOCK_EX));
-        Lease::File(name.to_owned())
+        assert!(self.lock(name, true, false));
+        self.granted(name)
     }
 
     fn write(&mut self, _lease: &Lease, key: &str, value: &[u8]) {
@@ -623,14 +723,18 @@ impl Client for FlockClient {
             let file = open_rw(&self.dir.join(format!("{key}.value")));
             self.values.insert(key.to_owned(), file);
         }
-        self.values[key].write_all_at(value, 0).expect("pwrite");
+        let file = &self.values[key];
+        file.write_all_at(value, 0).expect("pwrite");
+        if self.system == System::OfdDurable {
+            file.sync_data().expect("fdatasync");
+        }
     }
 
     fn release(&mut self, lease: Lease) {
         let Lease::File(name) = lease else {
             unreachable!()
         };
-        assert!(self.flock(&name, libc::LOCK_UN));
+        assert!(self.lock(&name, false, true));
     }
 }
 

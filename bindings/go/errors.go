@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
-	"strconv"
 	"syscall"
 	"time"
 )
@@ -112,7 +110,7 @@ var sentinels = map[Status]error{
 type Error struct {
 	Status  Status
 	Message string
-	Errno   syscall.Errno // 0 when the library gave no error number
+	Errno   syscall.Errno // fencelock_error_os_code: 0 when the error has no system cause
 }
 
 func (e *Error) Error() string { return "fencelock: " + e.Message }
@@ -126,22 +124,6 @@ func (e *Error) Unwrap() error {
 		return nil
 	}
 	return e.Errno
-}
-
-// osErrorNumber finds the number in the library's rendering of a system error, "... (os error
-// N)": the C ABI gives the number nowhere else.
-var osErrorNumber = regexp.MustCompile(`\(os error (\d+)\)`)
-
-func errnoOf(message string) syscall.Errno {
-	match := osErrorNumber.FindStringSubmatch(message)
-	if match == nil {
-		return 0
-	}
-	n, err := strconv.Atoi(match[1])
-	if err != nil {
-		return 0
-	}
-	return syscall.Errno(n)
 }
 
 // withPath makes an I/O error that carries an error number a *fs.PathError for path, as
@@ -234,12 +216,14 @@ func newError(s Status, obj *C.fencelock_error) error {
 	msg := s.String()
 	var token, highest, remainingMs uint64
 	var pid uint32
+	var errno syscall.Errno
 	if obj != nil {
 		msg = C.GoString(C.fencelock_error_message(obj))
 		token = uint64(C.fencelock_error_token(obj))
 		highest = uint64(C.fencelock_error_highest(obj))
 		pid = uint32(C.fencelock_error_pid(obj))
 		remainingMs = uint64(C.fencelock_error_remaining_ms(obj))
+		errno = syscall.Errno(C.fencelock_error_os_code(obj))
 		C.fencelock_error_free(obj)
 	}
 	switch s {
@@ -254,10 +238,6 @@ func newError(s Status, obj *C.fencelock_error) error {
 	}
 	if _, known := sentinels[s]; !known {
 		msg = fmt.Sprintf("unknown status %d: %s", int32(s), msg)
-	}
-	var errno syscall.Errno
-	if s == StatusIO {
-		errno = errnoOf(msg)
 	}
 	return &Error{Status: s, Message: msg, Errno: errno}
 }

@@ -32,11 +32,17 @@
 #include <stdint.h>
 
 /* The version of fencelock this header belongs to; fencelock_version() returns the
-   library's at run time. */
+   library's at run time, fencelock_version_number() its FENCELOCK_VERSION_NUMBER. */
 #define FENCELOCK_VERSION "0.1.0"
 #define FENCELOCK_VERSION_MAJOR 0
 #define FENCELOCK_VERSION_MINOR 1
 #define FENCELOCK_VERSION_PATCH 0
+/* MAJOR * 1000000 + MINOR * 1000 + PATCH, as SQLITE_VERSION_NUMBER: 1002003 is 1.2.3. */
+#define FENCELOCK_VERSION_NUMBER 1000
+/* Whether this header is of version major.minor.patch or later, also in #if, as
+   CURL_AT_LEAST_VERSION. */
+#define FENCELOCK_AT_LEAST_VERSION(major, minor, patch) \
+    (FENCELOCK_VERSION_NUMBER >= (major) * 1000000 + (minor) * 1000 + (patch))
 
 
 /**
@@ -163,10 +169,11 @@
 typedef struct fencelock_cancel fencelock_cancel;
 
 /**
- * A detailed error: its status, a message, and the numbers of a refusal. Created by the
- * library on failure; freed with `fencelock_error_free`, or by the next call that fails with
- * the same `err_out` (which frees the error `*err_out` holds before writing its own).
- * Immutable, so safe to read from many threads at once.
+ * A detailed error: its status, a message, the numbers of a refusal, and the system's error
+ * number of an I/O error. Created by the library on failure; freed with
+ * `fencelock_error_free`, or by the next call that fails with the same `err_out` (which frees
+ * the error `*err_out` holds before writing its own). Immutable, so safe to read from many
+ * threads at once.
  */
 typedef struct fencelock_error fencelock_error;
 
@@ -510,6 +517,16 @@ extern "C" {
 const char *fencelock_version(void);
 
 /**
+ * The library's version as one number, MAJOR * 1000000 + MINOR * 1000 + PATCH (1002003 for
+ * 1.2.3), as `sqlite3_libversion_number()`: equal to the `FENCELOCK_VERSION_NUMBER` of the
+ * header the library was built with. A program compares it with the `FENCELOCK_VERSION_NUMBER`
+ * it was compiled with to check the library it loaded.
+ *
+ * Thread-safe.
+ */
+int fencelock_version_number(void);
+
+/**
  * A static, human-readable description of `status`; "unknown status" for a code that is not
  * a `FENCELOCK_*` status.
  *
@@ -616,6 +633,19 @@ uint32_t fencelock_error_pid(const struct fencelock_error *err);
  * `err` is NULL or an error returned by this library and not yet freed.
  */
 uint64_t fencelock_error_remaining_ms(const struct fencelock_error *err);
+
+/**
+ * The operating system's error number (an `errno` value such as `ENOENT`, `EACCES` or
+ * `ENOSPC`) behind `err`, as `sqlite3_system_errno` gives SQLite's: for a `FENCELOCK_IO`
+ * error the system reported. 0 when the error has no such cause (every other status, an I/O
+ * error fencelock found itself such as an unreachable etcd cluster), and for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `err` is NULL or an error returned by this library and not yet freed.
+ */
+int fencelock_error_os_code(const struct fencelock_error *err);
 
 /**
  * Frees an error object. NULL does nothing.

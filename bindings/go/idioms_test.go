@@ -63,6 +63,27 @@ func TestADirectoryWithoutPermissionMatchesErrPermission(t *testing.T) {
 	}
 }
 
+func TestOtherSystemErrorsCarryTheirErrno(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(file, "locks.db")
+	store, err := fencelock.Open(path)
+	if err == nil {
+		store.Close()
+		t.Fatalf("Open(%q) succeeded", path)
+	}
+	var pathErr *fs.PathError
+	var lib *fencelock.Error
+	if !errors.As(err, &pathErr) || pathErr.Path != path || !errors.As(err, &lib) || lib.Errno != syscall.ENOTDIR {
+		t.Errorf("%v is not a *fs.PathError for %q with Errno ENOTDIR", err, path)
+	}
+	if !errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		t.Errorf("%v: want ENOTDIR only", err)
+	}
+}
+
 func TestErrorsThatAreNotOfTheSystemAreNotPathErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "not-a-store")
 	if err := os.WriteFile(path, []byte("some other program's file, long enough to be looked at"), 0o600); err != nil {
@@ -72,6 +93,10 @@ func TestErrorsThatAreNotOfTheSystemAreNotPathErrors(t *testing.T) {
 	var pathErr *fs.PathError
 	if err == nil || errors.As(err, &pathErr) || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Open of a file that is not a store: %v", err)
+	}
+	var lib *fencelock.Error
+	if !errors.As(err, &lib) || lib.Errno != 0 || errors.Unwrap(err) != nil {
+		t.Errorf("Open of a file that is not a store: %#v carries an errno", err)
 	}
 }
 

@@ -163,8 +163,9 @@ func TestMetricsCountGrantsRefusalsWaitsAndStaleWrites(t *testing.T) {
 	if buckets != 1 {
 		t.Errorf("%d more waits in the buckets %v, want 1", buckets, m.WaitBuckets)
 	}
-	// Two grants and two writes, in as many commits or fewer.
-	if ops := m.CommittedOps - start.CommittedOps; ops < 4 || m.Commits <= start.Commits {
+	// The two writes, in as many commits or fewer (grants commit nothing: the leases are in
+	// the store's shared memory).
+	if ops := m.CommittedOps - start.CommittedOps; ops < 2 || m.Commits <= start.Commits {
 		t.Errorf("%d commits carrying %d operations", m.Commits-start.Commits, ops)
 	}
 

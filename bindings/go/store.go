@@ -56,6 +56,15 @@ const DefaultTTL = 30 * time.Second
 // Version is the version of the linked fencelock library.
 func Version() string { return C.GoString(C.fencelock_version()) }
 
+// VersionNumber is the version of the linked fencelock library as one number, MAJOR*1000000 +
+// MINOR*1000 + PATCH (fencelock_version_number): 1000 for 0.1.0.
+func VersionNumber() int { return int(C.fencelock_version_number()) }
+
+// HeaderVersionNumber is the FENCELOCK_VERSION_NUMBER of the fencelock.h the package was
+// compiled with. VersionNumber differs from it only when the build tag fencelock_system links
+// a system library of another version.
+const HeaderVersionNumber = C.FENCELOCK_VERSION_NUMBER
+
 // Mode says how processes share the store file.
 type Mode int32
 

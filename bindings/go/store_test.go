@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -48,8 +49,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 func TestVersion(t *testing.T) {
-	if v := fencelock.Version(); !strings.Contains(v, ".") {
-		t.Fatalf("Version() = %q", v)
+	v := fencelock.Version()
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(v, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatalf("Version() = %q: %v", v, err)
+	}
+	if n := fencelock.VersionNumber(); n != major*1000000+minor*1000+patch || n != fencelock.HeaderVersionNumber {
+		t.Errorf("VersionNumber() = %d for Version() %q, HeaderVersionNumber %d", n, v, fencelock.HeaderVersionNumber)
 	}
 }
 

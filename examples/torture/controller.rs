@@ -37,6 +37,9 @@ const SHIM_WORKER_PERCENT: u64 = 50;
 /// in parts per million; each worker draws its own rates in these ranges.
 const SHIM_WRITE_PPM: (u64, u64) = (300, 1500);
 const SHIM_OPEN_PPM: (u64, u64) = (100_000, 400_000);
+/// And its chance to stop inside a lease path of the shared lease map (after a liveness lock
+/// or test, before a futex call), in parts per million.
+const SHIM_LEASE_PPM: (u64, u64) = (200, 1_000);
 /// Openers started when the controller notices a worker stopped by the shim, each at a random
 /// moment of its pause (so that some still wait when it ends), at most `MAX_OPENERS` at a time,
 /// each with a busy timeout in `OPENER_BUSY_MS`.
@@ -195,17 +198,20 @@ fn is_stopped(pid: u32) -> bool {
         == Some('T')
 }
 
-/// Stops the shim logged in `path`: (inside a commit, inside an open).
-fn count_stops(path: &Path) -> (u64, u64) {
+/// Stops the shim logged in `path`: (inside a commit, inside an open, inside a lease path).
+fn count_stops(path: &Path) -> (u64, u64, u64) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
-    complete.lines().fold((0, 0), |(commit, open), line| {
-        match line.split(' ').next() {
-            Some("commit") => (commit + 1, open),
-            Some("open") => (commit, open + 1),
-            _ => (commit, open),
-        }
-    })
+    complete
+        .lines()
+        .fold((0, 0, 0), |(commit, open, lease), line| {
+            match line.split(' ').next() {
+                Some("commit") => (commit + 1, open, lease),
+                Some("open") => (commit, open + 1, lease),
+                Some("lease") => (commit, open, lease + 1),
+                _ => (commit, open, lease),
+            }
+        })
 }
 
 struct Run<'a> {
@@ -338,6 +344,12 @@ impl Run<'_> {
                 .env(
                     "FENCELOCK_SHIM_OPEN_PPM",
                     self.rng.range(SHIM_OPEN_PPM.0, SHIM_OPEN_PPM.1).to_string(),
+                )
+                .env(
+                    "FENCELOCK_SHIM_LEASE_PPM",
+                    self.rng
+                        .range(SHIM_LEASE_PPM.0, SHIM_LEASE_PPM.1)
+                        .to_string(),
                 );
         }
         let child = command.spawn().expect("start a worker");
@@ -734,11 +746,11 @@ fn summarize(
     let mut opens: [BTreeMap<&str, u64>; 2] = Default::default();
     let mut opener_writes: BTreeMap<&str, u64> = BTreeMap::new();
     let mut opener_reads = 0;
-    let mut stops = (0, 0);
+    let mut stops = (0, 0, 0);
     for worker in &history.workers {
         if !worker.opener {
-            let (commit, open) = count_stops(&run.file("worker", worker.index, "stops"));
-            stops = (stops.0 + commit, stops.1 + open);
+            let (commit, open, lease) = count_stops(&run.file("worker", worker.index, "stops"));
+            stops = (stops.0 + commit, stops.1 + open, stops.2 + lease);
         }
         for op in &worker.ops {
             total += 1;
@@ -794,9 +806,9 @@ fn summarize(
         );
     }
     println!(
-        "stop shim: {} pauses inside a commit, {} inside an open ({} noticed and resumed \
-         by the controller, the rest cut short by a kill or the end)",
-        stops.0, stops.1, faults.shim_stops
+        "stop shim: {} pauses inside a commit, {} inside an open, {} inside a lease path ({} \
+         noticed and resumed by the controller, the rest cut short by a kill or the end)",
+        stops.0, stops.1, stops.2, faults.shim_stops
     );
     println!(
         "openers: {} run ({} hung and killed); opens: {}; reads: {}; writes: {}",

@@ -8,6 +8,16 @@
  *    2^61 of the store file, the byte fencelock holds while a process is inside Store::open.
  *    A pwrite stop while this process holds that byte counts as a stop inside an open too.
  *
+ * and at moments inside the lease paths of the shared lease map, which hold nothing against
+ * other processes (no other process may be delayed by them):
+ *
+ *  - right after an OFD lock, unlock or test (F_OFD_SETLK/SETLKW/GETLK) of any other byte of
+ *    the store file: the liveness locks a grant takes and a release drops, and the tests of
+ *    other holders' liveness that an acquire, an extend or a prune makes between reading a
+ *    bucket of the map and publishing its change;
+ *  - right before a futex call (the syscall(2) function with SYS_futex): the wakes after a
+ *    release, the waits of a waiting acquire, and the thread locks of the process itself.
+ *
  * The controller notices the stopped process and resumes it with SIGCONT.
  *
  * Environment (read once, in the constructor):
@@ -15,9 +25,11 @@
  *                              openat by device and inode, and forgotten at close
  *   FENCELOCK_SHIM_WRITE_PPM   chance per store pwrite, in parts per million (default 0)
  *   FENCELOCK_SHIM_OPEN_PPM    chance per open lock, in parts per million (default 0)
+ *   FENCELOCK_SHIM_LEASE_PPM   chance per liveness lock or test and per futex call, in parts
+ *                              per million (default 0)
  *   FENCELOCK_SHIM_SEED        seed of the choices (reproducible where scheduling allows)
- *   FENCELOCK_SHIM_LOG         a file that gets one line per stop ("commit <ns>" or
- *                              "open <ns>", CLOCK_BOOTTIME) written just before it
+ *   FENCELOCK_SHIM_LOG         a file that gets one line per stop ("commit <ns>", "open <ns>"
+ *                              or "lease <ns>", CLOCK_BOOTTIME) written just before it
  *
  * The intercepted paths run in any thread at any moment, also inside redb's commit: they take
  * no lock and never allocate. They use only atomics, fstat/stat, clock_gettime, write and
@@ -50,6 +62,7 @@ typedef int (*close_fn)(int);
 typedef int (*fcntl_fn)(int, int, ...);
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*pwritev_fn)(int, const struct iovec *, int, off_t);
+typedef long (*syscall_fn)(long, ...);
 
 static open_fn real_open, real_open64;
 static openat_fn real_openat, real_openat64;
@@ -57,9 +70,10 @@ static close_fn real_close;
 static fcntl_fn real_fcntl, real_fcntl64;
 static pwrite_fn real_pwrite, real_pwrite64;
 static pwritev_fn real_pwritev, real_pwritev64;
+static syscall_fn real_syscall;
 
 static char store_path[4096];
-static uint64_t write_ppm, open_ppm;
+static uint64_t write_ppm, open_ppm, lease_ppm;
 static uint64_t rng_state;
 static int log_fd = -1;
 
@@ -85,12 +99,14 @@ __attribute__((constructor)) static void shim_init(void) {
     real_pwrite64 = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
     real_pwritev = (pwritev_fn)dlsym(RTLD_NEXT, "pwritev");
     real_pwritev64 = (pwritev_fn)dlsym(RTLD_NEXT, "pwritev64");
+    real_syscall = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
     const char *path = getenv("FENCELOCK_SHIM_STORE");
     if (path && strlen(path) < sizeof store_path) {
         strcpy(store_path, path);
     }
     write_ppm = parse_u64("FENCELOCK_SHIM_WRITE_PPM");
     open_ppm = parse_u64("FENCELOCK_SHIM_OPEN_PPM");
+    lease_ppm = parse_u64("FENCELOCK_SHIM_LEASE_PPM");
     rng_state = parse_u64("FENCELOCK_SHIM_SEED") | 1;
     const char *log = getenv("FENCELOCK_SHIM_LOG");
     if (log) {
@@ -227,11 +243,20 @@ int close(int fd) {
 
 /* After a successful fcntl: notes the open byte taken or given up, and maybe stops. */
 static void after_fcntl(int fd, int cmd, void *arg) {
+    if (cmd == F_OFD_GETLK && is_store(fd)) {
+        if (chance(lease_ppm)) {
+            stop_here("lease");
+        }
+        return;
+    }
     if ((cmd != F_OFD_SETLK && cmd != F_OFD_SETLKW) || !is_store(fd) || arg == NULL) {
         return;
     }
     const struct flock *lock = arg;
     if (lock->l_whence != SEEK_SET || lock->l_start != OPEN_BYTE || lock->l_len != 1) {
+        if (chance(lease_ppm)) {
+            stop_here("lease");
+        }
         return;
     }
     if (lock->l_type == F_WRLCK) {
@@ -297,4 +322,22 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset) {
     maybe_stop_in_write(fd);
     return real_pwritev64 ? real_pwritev64(fd, iov, count, offset)
                           : syscall(SYS_pwritev, fd, iov, count, offset, 0);
+}
+
+/* syscall(2) takes at most six arguments after the number; passing six words on is what the
+ * callers' ABI allows (the extra ones are ignored). Only futex calls may stop. */
+long syscall(long number, ...) {
+    va_list ap;
+    va_start(ap, number);
+    long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+    long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+    va_end(ap);
+    if (number == SYS_futex && chance(lease_ppm)) {
+        stop_here("lease");
+    }
+    if (real_syscall == NULL) {
+        /* A call before the constructor: resolve the real function now. */
+        real_syscall = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
+    }
+    return real_syscall(number, a, b, c, d, e, f);
 }

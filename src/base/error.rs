@@ -1,6 +1,7 @@
 //! The one error type of fencelock and the stable status codes it maps to.
 
 use std::fmt;
+use std::io;
 use std::time::Duration;
 
 /// Everything that can go wrong in fencelock.
@@ -76,7 +77,7 @@ pub enum Error {
     InUse,
     /// The store was used in a child process after `fork()`; open a new store in the child.
     Forked,
-    /// An operating-system I/O error.
+    /// An operating-system I/O error; [`Error::raw_os_error`] gives the system's error number.
     Io(std::io::Error),
     /// Any other error reported by the storage engine.
     Storage(String),
@@ -232,8 +233,20 @@ impl Error {
             Error::Corrupt(message) => Error::Corrupt(message.clone()),
             Error::InUse => Error::InUse,
             Error::Forked => Error::Forked,
-            Error::Io(err) => Error::Io(std::io::Error::new(err.kind(), err.to_string())),
+            Error::Io(err) => Error::Io(io_error(err.kind(), err.to_string(), os_code(err))),
             Error::Storage(message) => Error::Storage(message.clone()),
+        }
+    }
+
+    /// The operating system's error number (`errno`) behind this error, if it has one: that of
+    /// an [`Error::Io`] the system reported, as [`io::Error::raw_os_error`] gives it, kept
+    /// when fencelock adds context to the message or hands the error to another operation or
+    /// process. `None` for every other error.
+    #[must_use]
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io(err) => os_code(err),
+            _ => None,
         }
     }
 
@@ -305,6 +318,43 @@ impl std::error::Error for Error {
     }
 }
 
+/// The message of an I/O error that fencelock wrote itself, and the system's error number it
+/// keeps: an `io::Error` keeps a number only when it was made from one.
+#[derive(Debug)]
+struct WithOsCode {
+    message: String,
+    code: i32,
+}
+
+impl fmt::Display for WithOsCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for WithOsCode {}
+
+/// An I/O error of `kind` that says `message` and keeps the system's error number `code`, for
+/// [`Error::raw_os_error`]. The system's own error when `message` is how it reads, as a copy
+/// of one does.
+pub(crate) fn io_error(kind: io::ErrorKind, message: String, code: Option<i32>) -> io::Error {
+    let Some(code) = code else {
+        return io::Error::new(kind, message);
+    };
+    let system = io::Error::from_raw_os_error(code);
+    if system.to_string() == message {
+        system
+    } else {
+        io::Error::new(kind, WithOsCode { message, code })
+    }
+}
+
+/// The system's error number of `err`, also of one [`io_error`] made.
+fn os_code(err: &io::Error) -> Option<i32> {
+    err.raw_os_error()
+        .or_else(|| Some(err.get_ref()?.downcast_ref::<WithOsCode>()?.code))
+}
+
 impl From<std::io::Error> for Error {
     fn from(err: std::io::Error) -> Self {
         Error::Io(err)
@@ -348,3 +398,47 @@ from_redb!(
 
 /// The result type of fencelock.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_error_number_survives_copies_and_context() {
+        let system = Error::Io(io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(system.raw_os_error(), Some(libc::ENOSPC));
+        let copy = system.duplicate();
+        assert_eq!(copy.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(copy.to_string(), system.to_string());
+        // A copy of the system's own error is the system's error again, for Rust callers that
+        // ask the io::Error itself.
+        let Error::Io(inner) = &copy else {
+            panic!("{copy:?} is not Io")
+        };
+        assert_eq!(inner.raw_os_error(), Some(libc::ENOSPC));
+
+        let message = format!("reopening: {system}");
+        let with_context = Error::Io(io_error(
+            io::ErrorKind::Other,
+            message.clone(),
+            system.raw_os_error(),
+        ));
+        assert_eq!(with_context.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(with_context.to_string(), format!("I/O error: {message}"));
+        assert_eq!(with_context.duplicate().raw_os_error(), Some(libc::ENOSPC));
+    }
+
+    #[test]
+    fn errors_without_a_system_cause_have_no_error_number() {
+        assert_eq!(
+            Error::Io(io::Error::other("no number")).raw_os_error(),
+            None
+        );
+        assert_eq!(
+            Error::Io(io_error(io::ErrorKind::Other, "text".into(), None)).raw_os_error(),
+            None
+        );
+        assert_eq!(Error::Timeout.raw_os_error(), None);
+        assert_eq!(Error::Storage("disk".into()).raw_os_error(), None);
+    }
+}

@@ -33,7 +33,7 @@ use etcd_client::{
 
 use crate::base::cancel::Waiting;
 use crate::base::clock;
-use crate::base::error::{Error, Result};
+use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{
     check_granted, check_key, check_name, check_token, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT,
 };
@@ -680,7 +680,11 @@ fn unreachable(text: &str, err: &Error) -> Error {
             std::io::ErrorKind::TimedOut,
             format!("{text}: no etcd endpoint answered within the busy timeout"),
         )),
-        other => Error::Io(std::io::Error::other(format!("{text}: {other}"))),
+        other => Error::Io(io_error(
+            std::io::ErrorKind::Other,
+            format!("{text}: {other}"),
+            other.raw_os_error(),
+        )),
     }
 }
 

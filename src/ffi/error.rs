@@ -3,16 +3,17 @@
 //! A failing call frees the error object `*err_out` already holds before writing its own (see
 //! `guard` in mod.rs), so `*err_out` must be NULL or a live error object, never uninitialized.
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::OnceLock;
 
 use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
 use crate::{Error, Status};
 
-/// A detailed error: its status, a message, and the numbers of a refusal. Created by the
-/// library on failure; freed with `fencelock_error_free`, or by the next call that fails with
-/// the same `err_out` (which frees the error `*err_out` holds before writing its own).
-/// Immutable, so safe to read from many threads at once.
+/// A detailed error: its status, a message, the numbers of a refusal, and the system's error
+/// number of an I/O error. Created by the library on failure; freed with
+/// `fencelock_error_free`, or by the next call that fails with the same `err_out` (which frees
+/// the error `*err_out` holds before writing its own). Immutable, so safe to read from many
+/// threads at once.
 pub struct fencelock_error {
     pub(super) status: Status,
     message: CString,
@@ -20,6 +21,7 @@ pub struct fencelock_error {
     highest: u64,
     pid: u32,
     remaining_ms: u64,
+    os_code: c_int,
 }
 
 impl fencelock_error {
@@ -31,6 +33,7 @@ impl fencelock_error {
             highest: 0,
             pid: 0,
             remaining_ms: 0,
+            os_code: 0,
         }
     }
 
@@ -45,6 +48,7 @@ impl fencelock_error {
 impl From<Error> for fencelock_error {
     fn from(err: Error) -> fencelock_error {
         let mut out = fencelock_error::new(err.status(), err.to_string());
+        out.os_code = err.raw_os_error().unwrap_or(0);
         match err {
             Error::Locked {
                 token,
@@ -175,6 +179,21 @@ pub unsafe extern "C" fn fencelock_error_pid(err: *const fencelock_error) -> u32
 pub unsafe extern "C" fn fencelock_error_remaining_ms(err: *const fencelock_error) -> u64 {
     // SAFETY: upheld by the caller.
     unsafe { read_or(err, 0, |err| err.remaining_ms) }
+}
+
+/// The operating system's error number (an `errno` value such as `ENOENT`, `EACCES` or
+/// `ENOSPC`) behind `err`, as `sqlite3_system_errno` gives SQLite's: for a `FENCELOCK_IO`
+/// error the system reported. 0 when the error has no such cause (every other status, an I/O
+/// error fencelock found itself such as an unreachable etcd cluster), and for NULL.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_os_code(err: *const fencelock_error) -> c_int {
+    // SAFETY: upheld by the caller.
+    unsafe { read_or(err, 0, |err| err.os_code) }
 }
 
 /// Frees an error object. NULL does nothing.

@@ -11,7 +11,7 @@
 //! The header `include/fencelock.h` is generated from these files by cbindgen (see `build.rs`).
 #![allow(non_camel_case_types)]
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_int, CStr};
 use std::ptr::NonNull;
 use std::time::Duration;
 
@@ -181,6 +181,21 @@ const VERSION_C: &CStr =
 #[no_mangle]
 pub extern "C" fn fencelock_version() -> *const c_char {
     VERSION_C.as_ptr()
+}
+
+/// The library's version as one number, MAJOR * 1000000 + MINOR * 1000 + PATCH; build.rs
+/// writes it from Cargo's version, as it writes the header's `FENCELOCK_VERSION_NUMBER`.
+const VERSION_NUMBER: c_int = include!(concat!(env!("OUT_DIR"), "/version_number"));
+
+/// The library's version as one number, MAJOR * 1000000 + MINOR * 1000 + PATCH (1002003 for
+/// 1.2.3), as `sqlite3_libversion_number()`: equal to the `FENCELOCK_VERSION_NUMBER` of the
+/// header the library was built with. A program compares it with the `FENCELOCK_VERSION_NUMBER`
+/// it was compiled with to check the library it loaded.
+///
+/// Thread-safe.
+#[no_mangle]
+pub extern "C" fn fencelock_version_number() -> c_int {
+    VERSION_NUMBER
 }
 
 /// A static, human-readable description of `status`; "unknown status" for a code that is not

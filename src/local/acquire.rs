@@ -85,7 +85,7 @@ impl LocalEngine {
                         }
                         _ => waiting.deadline,
                     };
-                    match &place {
+                    match &mut place {
                         // It watches the lease's expiry itself; a refusal for an earlier
                         // waiter has no time left to wait out.
                         Some(place) => {
@@ -118,6 +118,9 @@ impl LocalEngine {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         check_kind(kind)?;
+        if let Some(member) = self.map() {
+            return self.grant_shared(member, name, request, waiting, ticket);
+        }
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
         // Through a server the read would cost a round trip of its own: the grant's own check
@@ -181,6 +184,60 @@ impl LocalEngine {
         }
     }
 
+    /// One grant attempt of `name` in the store's lease map (`leases.rs`); an acquire that
+    /// writes a value writes it next, checked against the new lease, and gives the lease back
+    /// when the write fails: both or neither, as far as anyone but the caller can tell.
+    fn grant_shared(
+        &self,
+        member: &crate::share::member::RingMember,
+        name: &str,
+        request: &Acquire<'_>,
+        waiting: Option<Waiting<'_>>,
+        ticket: Option<u64>,
+    ) -> Result<Arc<LocalLease>> {
+        self.check_fork()?;
+        if self.read_only {
+            return Err(crate::storage::db::read_only());
+        }
+        self.check_file()?;
+        let grant = Grant::take(self)?;
+        let (kind, ttl) = (request.kind, request.ttl);
+        let granted = match request.write {
+            None => self.grant_in_map(member, name, kind, ttl, ticket, self.me, grant.live),
+            // Granted in the write's own transaction (see `Op::Acquire`).
+            Some((key, value)) => {
+                let op = Op::Acquire {
+                    name: name.to_owned(),
+                    ttl,
+                    write: Some((key.to_vec(), value.to_vec())),
+                    holder: self.me,
+                    live: grant.live,
+                    ticket,
+                };
+                match self.submit(op, waiting) {
+                    Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
+                    result => {
+                        self.withdraw_in_map(member, name, grant.live);
+                        Err(match result {
+                            Ok(other) => unexpected(&other),
+                            Err(err) => err,
+                        })
+                    }
+                }
+            }
+        };
+        self.make_way();
+        let (token, expires_ns) = granted?;
+        Ok(LocalLease::new(
+            self.arc(),
+            name.to_owned(),
+            kind,
+            token,
+            grant.keep(),
+            expires_ns,
+        ))
+    }
+
     /// Acquires every lock of `names` exclusively, all or none, trying once or (`waiting`)
     /// until every lock is free at once; counted and told as one attempt.
     fn acquire_all(
@@ -237,6 +294,34 @@ impl LocalEngine {
         ttl: Duration,
         waiting: Option<Waiting<'_>>,
     ) -> Result<Vec<Arc<LocalLease>>> {
+        if let Some(member) = self.map() {
+            self.check_fork()?;
+            if self.read_only {
+                return Err(crate::storage::db::read_only());
+            }
+            self.check_file()?;
+            let grants = names
+                .iter()
+                .map(|_| Grant::take(self))
+                .collect::<Result<Vec<_>>>()?;
+            let lives: Vec<u64> = grants.iter().map(|grant| grant.live).collect();
+            let (first, expires_ns) = self.grant_all_in_map(member, names, ttl, &lives)?;
+            return Ok(names
+                .iter()
+                .zip(grants)
+                .zip(first..)
+                .map(|((name, grant), token)| {
+                    LocalLease::new(
+                        self.arc(),
+                        (*name).to_owned(),
+                        Kind::Exclusive,
+                        token,
+                        grant.keep(),
+                        expires_ns,
+                    )
+                })
+                .collect());
+        }
         let now = clock::now_ns();
         if !self.served() {
             for name in names {

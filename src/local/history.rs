@@ -45,6 +45,17 @@ impl LocalEngine {
         for (token, bytes) in self.history_of(name)? {
             entries.push(Ended::decode(&bytes)?.entry(name, token));
         }
+        // Ends judged in the lease map and not written to the file yet.
+        if let Some(member) = self.map() {
+            let tail = crate::share::leases::entry_of(member.ring(), name)?
+                .map(|entry| entry.tail)
+                .unwrap_or_default();
+            for (token, ended) in tail {
+                if !entries.iter().any(|entry| entry.token == token) {
+                    entries.push(ended.entry(name, token));
+                }
+            }
+        }
         let now = clock::now_ns();
         if let Some(record) = self.lease_of(name)? {
             let mut leases = record.holders().to_vec();
@@ -71,18 +82,28 @@ impl LocalEngine {
 
     /// Records in the history the releases this process made and has not recorded, as the
     /// store closes: a release writes nothing to the file, and once every process has closed
-    /// the store its memory of releases is gone. Bounded by a short wait; a failure leaves the
+    /// the store its memory of releases is gone. Where the leases are in the lease map, it
+    /// writes the ends pending there instead. Bounded by a short wait; a failure leaves the
     /// next grant to judge those ends itself.
     pub(crate) fn record_releases(&self) {
         // A child of fork() leaves the parent's releases (and may not take its locks).
-        if !self.history || self.read_only || self.check_fork().is_err() {
-            return;
-        }
-        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
-        if releases.is_empty() {
+        if self.read_only || self.check_fork().is_err() || (!self.history && self.map().is_none()) {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);
+        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
+        if let Some(member) = self.map() {
+            self.note_released_in_map(member, &releases);
+            // The last user of the map seals it (see `SEALED_KEY`): nobody can take it up
+            // again until this process lets go of it.
+            let last = member.ring().take_alone();
+            let waiting = crate::base::cancel::Waiting::new(wait, None);
+            let _ = self.flush_ends(member, Some(waiting), last);
+            return;
+        }
+        if releases.is_empty() {
+            return;
+        }
         let waiting = crate::base::cancel::Waiting::new(wait, None);
         let _ = self.submit(
             crate::rules::ops::Op::RecordReleases { releases },

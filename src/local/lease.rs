@@ -254,6 +254,16 @@ impl LocalEngine {
     /// Sets a new expiry for the lease `token` of `name`, if it is still current.
     fn extend(&self, name: &str, token: u64, ttl: Duration) -> Result<u64> {
         check_ttl(ttl)?;
+        if let Some(member) = self.map() {
+            if self.read_only {
+                return Err(crate::storage::db::read_only());
+            }
+            self.check_fork()?;
+            self.check_file()?;
+            let extended = self.extend_in_map(member, name, token, ttl);
+            self.make_way();
+            return extended;
+        }
         let op = Op::Extend {
             name: name.to_owned(),
             token,

@@ -14,6 +14,7 @@
 pub(crate) mod acquire;
 pub(crate) mod history;
 pub(crate) mod lease;
+pub(crate) mod leases;
 pub(crate) mod observe;
 pub(crate) mod route;
 pub(crate) mod serve;
@@ -30,7 +31,7 @@ use redb::ConcurrencyMode;
 
 use crate::base::cancel::Waiting;
 use crate::base::clock::{self, ProcessId};
-use crate::base::error::{Error, Result};
+use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{check_key, check_name, check_token, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT};
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
@@ -39,6 +40,7 @@ use crate::ring::lock_hash;
 use crate::rules::context::Context;
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::kind::Kind;
 use crate::rules::leases::describe_record;
 use crate::rules::metrics::Metrics;
 use crate::rules::ops::{unexpected, Done, Op};
@@ -61,8 +63,6 @@ pub(crate) struct LocalEngine {
     /// This store is a server's (`local/serve.rs`): it holds the file exclusively, and commits
     /// every batch durably.
     pub(crate) serving: bool,
-    /// A server's lease journal (`share/journal.rs`).
-    pub(crate) journal: Option<crate::share::journal::Journal>,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -77,6 +77,13 @@ pub(crate) struct LocalEngine {
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
     pub(crate) shared: Option<Arc<RingMember>>,
+    /// Whether the leases are kept in the ring's lease map (`leases.rs`): in multi-process mode
+    /// (and a server's); in single-process mode they are in the file, committed without an
+    /// fsync.
+    pub(crate) leases_shared: bool,
+    /// Whether writes travel through the ring's slots to be committed together
+    /// (`Options::share_commits`).
+    pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The counters and recent releases of a store without a shared ring (`rules/metrics.rs`).
@@ -121,32 +128,45 @@ impl LocalEngine {
             let live = Liveness::private()?;
             return LocalEngine::assemble(path, options, mode, Some(db), live, None, false);
         }
+        // The leases of a multi-process store are kept in its ring (`leases.rs`): a store that
+        // writes cannot do without it. A read-only store reads them there when it may (a ring
+        // nobody uses holds no live lease).
+        let live = if read_only {
+            // Never creates the file.
+            let exists = path.metadata().is_ok_and(|meta| meta.len() > 0);
+            exists.then(|| Liveness::shared(&path).ok()).flatten()
+        } else {
+            Some(Liveness::shared(&path)?)
+        };
+        let shared = match &live {
+            Some(live) if read_only => RingMember::join(&path, live, clock::boot_id()?, None).ok(),
+            Some(live) => Some(RingMember::join(
+                &path,
+                live,
+                clock::boot_id()?,
+                Some(waiting),
+            )?),
+            None => None,
+        }
+        .map(Arc::new);
         // A store that a server serves is not opened here (the server holds the file): every
         // operation goes through the server.
-        let exists = path.metadata().is_ok_and(|meta| meta.len() > 0);
-        // A read-only store goes through a server too, when it may take liveness locks (the
-        // ring names its requests by one).
-        let live = match (options.share_commits && exists, read_only) {
-            (true, false) => Some(Liveness::shared(&path)?),
-            (true, true) => Liveness::shared(&path).ok(),
-            (false, _) => None,
-        };
-        let shared = live
-            .as_ref()
-            .and_then(|live| RingMember::open(&path, live, clock::boot_id().ok()?))
-            .map(Arc::new);
         let served = |shared: &Option<Arc<RingMember>>, live: &Option<Liveness>| matches!((shared, live), (Some(shared), Some(live)) if shared.served(live));
         if served(&shared, &live) {
             let live = live.expect("a ring needs liveness");
-            return LocalEngine::assemble(path, options, mode, None, live, shared, false);
+            return LocalEngine::ready(LocalEngine::assemble(
+                path, options, mode, None, live, shared, false,
+            )?);
         }
         let db = loop {
             match open_shared(&path, read_only, waiting) {
-                Ok(db) => break restored(db, &path, shared.as_deref(), waiting)?,
+                Ok(db) => break db,
                 // A server that started meanwhile holds it.
                 Err(Error::InUse) if served(&shared, &live) => {
                     let live = live.expect("a ring needs liveness");
-                    return LocalEngine::assemble(path, options, mode, None, live, shared, false);
+                    return LocalEngine::ready(LocalEngine::assemble(
+                        path, options, mode, None, live, shared, false,
+                    )?);
                 }
                 // A server starting, stopping or just killed holds the file for a moment
                 // while the ring does not show it serving: the open waits, within the busy
@@ -160,17 +180,27 @@ impl LocalEngine {
         };
         let live = match live {
             Some(live) => live,
-            None if read_only => Liveness::observer(&path)?,
-            None => Liveness::shared(&path)?,
+            None => Liveness::observer(&path)?,
         };
-        // A store created by this open gets its ring now.
-        let shared = match shared {
-            None if !read_only && options.share_commits => {
-                RingMember::open(&path, &live, clock::boot_id()?).map(Arc::new)
+        LocalEngine::ready(LocalEngine::assemble(
+            path,
+            options,
+            mode,
+            Some(db),
+            live,
+            shared,
+            false,
+        )?)
+    }
+
+    /// `engine`, once the tokens of its lease map are set up (see `setup_tokens`).
+    pub(crate) fn ready(engine: Arc<LocalEngine>) -> Result<Arc<LocalEngine>> {
+        if let Some(member) = engine.map() {
+            if !engine.read_only {
+                engine.setup_map(member)?;
             }
-            other => other,
-        };
-        LocalEngine::assemble(path, options, mode, Some(db), live, shared, false)
+        }
+        Ok(engine)
     }
 
     /// The engine of the database `db` (`None`: served, see `local/serve.rs`).
@@ -189,12 +219,13 @@ impl LocalEngine {
         Ok(Arc::new_cyclic(|this| LocalEngine {
             this: this.clone(),
             live,
+            leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
+            share_commits: options.share_commits,
             shared,
             db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
             read_only: options.read_only,
             mode,
             serving,
-            journal: serving.then(crate::share::journal::Journal::default),
             io_failed: AtomicBool::new(false),
             file,
             path,
@@ -221,24 +252,6 @@ impl LocalEngine {
             .upgrade()
             .expect("an engine is alive while one of its methods runs")
     }
-}
-
-/// `db`, after restoring the leases of a server that died (`share/journal.rs`), from the ring of
-/// `shared`, or from the store's ring opened for this when the store shares none.
-fn restored(db: Db, path: &Path, shared: Option<&RingMember>, waiting: Waiting<'_>) -> Result<Db> {
-    let Db::Writable(database) = &db else {
-        return Ok(db);
-    };
-    match shared {
-        Some(shared) => crate::share::journal::restore(database, Some(shared.ring()), waiting)?,
-        None if crate::share::journal::marked(database)? => {
-            let ring =
-                crate::share::member::open_ring(&fs::metadata(path)?, clock::boot_id()?).ok();
-            crate::share::journal::restore(database, ring.as_ref(), waiting)?;
-        }
-        None => {}
-    }
-    Ok(db)
 }
 
 impl Drop for LocalEngine {
@@ -344,7 +357,7 @@ impl LocalEngine {
                         waiting.step()?;
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    other => break restored(other?, &self.path, self.shared.as_deref(), waiting)?,
+                    other => break other?,
                 }
             };
             *slot = Some(Arc::new(db));
@@ -368,7 +381,6 @@ impl LocalEngine {
                 // of a server that died.
                 let waiting = Waiting::new(self.busy_timeout, None);
                 open_shared(&self.path, false, waiting)
-                    .and_then(|db| restored(db, &self.path, self.shared.as_deref(), waiting))
             } else {
                 redb_builder(self.mode)
                     .create(&self.path)
@@ -379,9 +391,11 @@ impl LocalEngine {
                 Ok(db) => *slot = Some(Arc::new(db)),
                 Err(err) => {
                     self.io_failed.store(true, Ordering::Release);
-                    return Err(Error::Io(std::io::Error::other(format!(
-                        "the store could not be reopened after an I/O error: {err}"
-                    ))));
+                    return Err(Error::Io(io_error(
+                        std::io::ErrorKind::Other,
+                        format!("the store could not be reopened after an I/O error: {err}"),
+                        err.raw_os_error(),
+                    )));
                 }
             }
         }
@@ -451,7 +465,8 @@ impl Context for LocalEngine {
         self.activity().release_of(token)
     }
 
-    /// In single-process mode, and for a server (which keeps a journal of them).
+    /// In single-process mode (and for a server, whose every batch is durable now: it grants
+    /// nothing, the leases being in the store's shared memory).
     fn relaxed(&self) -> bool {
         self.mode == ConcurrencyMode::ExclusiveWriter
     }
@@ -468,10 +483,35 @@ impl Context for LocalEngine {
         &self.history_cursor
     }
 
-    fn note_lease(&self, name: &str, record: &Record) {
-        if let Some(journal) = &self.journal {
-            journal.note(name, record);
-        }
+    fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
+        let member = self.map()?;
+        Some(
+            crate::share::leases::entry_of(member.ring(), name)
+                .map(|entry| entry.and_then(|entry| entry.record)),
+        )
+    }
+
+    fn grant_shared(
+        &self,
+        name: &str,
+        ttl: Duration,
+        holder: ProcessId,
+        live: u64,
+        ticket: Option<u64>,
+    ) -> Option<Result<(u64, u64)>> {
+        let member = self.map()?;
+        Some(self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live))
+    }
+
+    fn shared_last_token(&self) -> Option<u64> {
+        let member = self.map()?;
+        Some(
+            member
+                .ring()
+                .map_header()
+                .last_token
+                .load(Ordering::Acquire),
+        )
     }
 }
 
@@ -555,12 +595,22 @@ impl Engine for LocalEngine {
 
     fn info(&self) -> Result<StoreInfo> {
         let counts = self.counts()?;
+        let (last_token, lock_records) = match self.map() {
+            Some(member) => (
+                counts.last_token.max(self.shared_last_token().unwrap_or(0)),
+                crate::share::leases::entries(member.ring())?
+                    .iter()
+                    .filter(|entry| entry.record.is_some())
+                    .count() as u64,
+            ),
+            None => (counts.last_token, counts.lock_records),
+        };
         Ok(StoreInfo {
             file_size: fs::metadata(&self.path)?.len(),
             path: self.path.clone(),
             schema_version: counts.schema_version,
-            last_token: counts.last_token,
-            lock_records: counts.lock_records,
+            last_token,
+            lock_records,
             keys: counts.keys,
             fences: counts.fences,
         })

@@ -53,7 +53,7 @@ use crate::share::wire::{
     decode_answer, decode_reply, decode_request, encode_answer, encode_op, encode_query,
     encode_reply, Request,
 };
-use crate::storage::commit::{execute, foreign_job, CommitHook, Job};
+use crate::storage::commit::{execute, foreign_job, Job};
 
 /// How long a request may stay posted, no combiner taking it, before its requester withdraws
 /// it and waits for the write lock itself: long enough for a combiner's commit, short enough
@@ -84,7 +84,13 @@ impl LocalEngine {
         }
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
         let db = loop {
-            if let Some(shared) = &self.shared {
+            // Through the ring: to a server, or to be committed with other processes' writes
+            // (unless `share_commits` is off).
+            if let Some(shared) = self
+                .shared
+                .as_ref()
+                .filter(|_| self.share_commits || self.served())
+            {
                 self.check_file()?;
                 if let Some(done) = self.submit_shared(shared, &op, waiting)? {
                     return Ok(done);
@@ -103,6 +109,7 @@ impl LocalEngine {
         let others = || {
             self.shared
                 .as_ref()
+                .filter(|_| self.share_commits)
                 .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
         let inner = self.arc();
@@ -212,6 +219,9 @@ impl LocalEngine {
         combines: bool,
     ) -> Result<Option<Vec<u8>>> {
         let posted_at = clock::now_ns();
+        // Posted again after its combiner died: that combiner may have committed it, so it is
+        // run again only as a re-run (through the ring), never withdrawn to run as a first run.
+        let mut reposted = false;
         loop {
             let now = clock::now_ns();
             match shared.ring().phase(&posted) {
@@ -250,7 +260,8 @@ impl LocalEngine {
                         }
                     }
                     let gave_up = waiting.given_up(now);
-                    let withdraws = !served && now.saturating_sub(posted_at) > WITHDRAW_AFTER;
+                    let withdraws =
+                        !served && !reposted && now.saturating_sub(posted_at) > WITHDRAW_AFTER;
                     if gave_up.is_some() || withdraws {
                         if shared.ring().withdraw(&posted) {
                             return gave_up.map_or(Ok(None), Err);
@@ -266,7 +277,7 @@ impl LocalEngine {
                 Phase::Taken(combiner, seen) => {
                     if !self.live.is_held(combiner)? {
                         // Its combiner died: it is run again.
-                        shared.ring().repost(&posted);
+                        reposted |= shared.ring().repost(&posted);
                         continue;
                     }
                     if let Some(err) = waiting.given_up(now) {
@@ -329,12 +340,7 @@ impl LocalEngine {
         shared.ring().set_last_batch(jobs.len());
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
-        let hook = self
-            .journal
-            .as_ref()
-            .map(|journal| journal.hook(shared.ring()));
-        let hook = hook.as_ref().map(|hook| hook as &dyn CommitHook);
-        let committed = execute(Ok(txn), jobs, self.relaxed(), hook, &|committed| {
+        let committed = execute(Ok(txn), jobs, self.relaxed(), &|committed| {
             self.counted_commit(committed);
         });
         shared.wake();
@@ -408,6 +414,15 @@ impl LocalEngine {
     /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
     /// lock), if there is one.
     pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
+        if let Some(member) = self.map() {
+            self.check_fork()?;
+            // A server waiting to start needs this process to let go of the file, even when
+            // it only touches its leases.
+            self.make_way();
+            return Ok(
+                crate::share::leases::entry_of(member.ring(), name)?.and_then(|entry| entry.record)
+            );
+        }
         match self.query(&Query::Record(name.to_owned()))? {
             Answer::Record(lease) => Ok(lease),
             other => Err(mismatched(&other)),
@@ -415,7 +430,21 @@ impl LocalEngine {
     }
 
     /// Every lease record, in name order.
+    /// Every lease record of the file's leases table, in name order (also where the leases
+    /// are kept in shared memory: those of a library that kept them in the file).
+    pub(crate) fn file_leases(&self) -> Result<Vec<(String, Record)>> {
+        match self.query(&Query::Records)? {
+            Answer::Records(records) => Ok(records),
+            other => Err(mismatched(&other)),
+        }
+    }
+
     pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
+        if let Some(member) = self.map() {
+            self.check_fork()?;
+            self.make_way();
+            return crate::local::leases::records(member);
+        }
         match self.query(&Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),
@@ -472,7 +501,6 @@ mod tests {
 
     use super::*;
     use crate::api::store::Store;
-    use crate::local::acquire::Grant;
 
     /// A store and its engine, for tests that reach inside it.
     struct Opened {
@@ -507,30 +535,23 @@ mod tests {
         Waiting::new(Duration::from_secs(10), None)
     }
 
-    /// An acquire of `name` by `store`, its liveness lock taken, and posted to the ring.
-    fn post_acquire<'a>(store: &'a Opened, name: &str) -> (Grant<'a>, Op, Posted) {
-        let grant = Grant::take(&store.inner).unwrap();
-        let op = Op::Acquire {
-            name: name.into(),
-            ttl: Duration::from_secs(30),
-            write: None,
-            holder: store.inner.me,
-            live: grant.live,
-            ticket: None,
+    /// A fenced write of `key` with `token` by `store`, posted to the ring.
+    fn post_put(store: &Opened, key: &[u8], token: u64) -> Posted {
+        let op = Op::Put {
+            key: key.to_vec(),
+            value: Some(b"v".to_vec()),
+            token,
+            lease: None,
         };
         let shared = shared(store);
-        let posted = shared
+        shared
             .ring()
             .post(shared.id(), &encode_op(&op), &store.inner.live)
-            .unwrap();
-        (grant, op, posted)
+            .unwrap()
     }
 
-    fn granted(done: Option<Done>) -> u64 {
-        match done {
-            Some(Done::Granted { token, .. }) => token,
-            other => panic!("expected a grant, got {other:?}"),
-        }
+    fn wrote(done: Option<Done>) {
+        assert!(matches!(done, Some(Done::Put { .. })), "{done:?}");
     }
 
     #[test]
@@ -539,41 +560,23 @@ mod tests {
         let path = dir.path().join("store");
         let requester = open(&path);
         let combiner = open(&path);
-        let (grant, _, posted) = post_acquire(&requester, "a");
+        let token = requester
+            .acquire("a", Duration::from_secs(30))
+            .unwrap()
+            .token();
+        let posted = post_put(&requester, b"k", token);
         let taken = shared(&combiner)
             .ring()
             .take_posted(shared(&combiner).id(), &combiner.inner.live);
         assert_eq!(taken.len(), 1);
         drop(combiner);
-        let token = granted(
+        wrote(
             requester
                 .inner
                 .await_done(&shared(&requester), posted, waiting())
                 .unwrap(),
         );
-        assert_eq!(token, 1);
-        let live = grant.keep();
-        assert!(requester.inner.live.is_held(live).unwrap());
-        assert_eq!(requester.lock("a").unwrap().unwrap().token, 1);
-    }
-
-    #[test]
-    fn a_request_whose_combiner_died_after_committing_gets_that_same_grant() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let requester = open(&path);
-        let (grant, _, posted) = post_acquire(&requester, "a");
-        commit_posted_and_die(open(&path));
-        assert_eq!(requester.info().unwrap().last_token, 1);
-        let token = granted(
-            requester
-                .inner
-                .await_done(&shared(&requester), posted, waiting())
-                .unwrap(),
-        );
-        assert_eq!(token, 1, "the grant that committed, not a second one");
-        assert_eq!(requester.info().unwrap().last_token, 1);
-        grant.keep();
+        assert_eq!(requester.get(b"k").unwrap().unwrap().token, token);
     }
 
     /// A combiner takes every posted request, runs and commits them, and dies before it
@@ -600,7 +603,7 @@ mod tests {
             .unwrap()
             .begin_write()
             .unwrap();
-        execute(Ok(txn), jobs, false, None, &|_| {}).unwrap();
+        execute(Ok(txn), jobs, false, &|_| {}).unwrap();
     }
 
     #[test]
@@ -641,6 +644,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
         let requester = open(&path);
+        // Opened first: its open takes longer than the lease below lasts.
+        let combiner = open(&path);
         let holder = requester.acquire("a", Duration::from_millis(30)).unwrap();
         let op = Op::Put {
             key: b"k".to_vec(),
@@ -653,7 +658,7 @@ mod tests {
             .ring()
             .post(ring.id(), &encode_op(&op), &requester.inner.live)
             .unwrap();
-        commit_posted_and_die(open(&path));
+        commit_posted_and_die(combiner);
         // The lease runs out before the request runs again: the write landed all the same,
         // and is reported so, not refused as a holder's write after its lease.
         std::thread::sleep(Duration::from_millis(60));
@@ -795,24 +800,25 @@ mod tests {
         let path = dir.path().join("store");
         let a = open(&path);
         let b = open(&path);
+        let token = a.acquire("a", Duration::from_secs(30)).unwrap().token();
+        let commits = a.metrics().unwrap().commits;
         // Both post; one combine commits both.
-        let (grant_a, _, posted_a) = post_acquire(&a, "a");
-        let (grant_b, _, posted_b) = post_acquire(&b, "b");
+        let posted_a = post_put(&a, b"a", token);
+        let posted_b = post_put(&b, b"b", token);
         assert!(b.inner.combine(&shared(&b)).unwrap());
         assert_eq!(shared(&a).ring().phase(&posted_a), Phase::Done);
         assert_eq!(shared(&b).ring().phase(&posted_b), Phase::Done);
-        let ta = granted(
+        wrote(
             a.inner
                 .await_done(&shared(&a), posted_a, waiting())
                 .unwrap(),
         );
-        let tb = granted(
+        wrote(
             b.inner
                 .await_done(&shared(&b), posted_b, waiting())
                 .unwrap(),
         );
-        assert_eq!((ta.min(tb), ta.max(tb)), (1, 2));
-        grant_a.keep();
-        grant_b.keep();
+        assert_eq!(a.metrics().unwrap().commits, commits + 1);
+        assert!(a.get(b"a").unwrap().is_some() && a.get(b"b").unwrap().is_some());
     }
 }

@@ -1,21 +1,21 @@
-//! A server: one process holds the store file exclusively and executes the requests of every
-//! process that opens the store, reads included, with one commit a batch.
+//! A server: one process holds the store file exclusively and executes the value writes,
+//! fences and reads of every process that opens the store, with one commit a batch.
 //!
 //! Without a server every commit of a shared file is redb's two-phase multi-process commit (two
-//! fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one phase,
-//! and may commit without an fsync: a batch that only grants and extends leases does so, its
-//! records kept in the lease journal (`share/journal.rs`) so that the server's death loses none,
-//! and tokens reserved durably a block at a time; values, fences and reservations commit with an
-//! fsync. The server announces itself in the store's request ring (`ring/`) under a liveness id of
-//! its own: a store that finds a live server there opens no database handle and posts every
-//! operation, and one that had the file open closes it at its next operation so the server can take
-//! the file. When the server's liveness lock is gone (it exited, or was killed), stores open the
-//! file again and commit as before; requests it had taken are posted again by their requesters,
-//! under the rules of `local/route.rs`, which make a re-run give the result the first run had.
+//! fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one phase
+//! (one fdatasync). The leases need neither: every process grants, extends and releases in the
+//! store's shared memory itself (`local/leases.rs`), served or not, so a server holds no lease
+//! and its death or pause loses or delays none. The server announces itself in the store's
+//! request ring (`ring/`) under a liveness id of its own: a store that finds a live server there
+//! opens no database handle and posts every write and read, and one that had the file open
+//! closes it at its next operation so the server can take the file. When the server's liveness
+//! lock is gone (it exited, or was killed), stores open the file again and commit as before;
+//! requests it had taken are posted again by their requesters, under the rules of
+//! `local/route.rs`, which make a re-run give the result the first run had.
 //!
 //! redb's exclusive mode locks every byte of the file; the server's storage backend leaves out the
 //! bytes fencelock itself locks (`storage/liveness.rs`), so holders keep their liveness locks on
-//! the file whoever serves it. Releases need no server.
+//! the file whoever serves it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -125,14 +125,10 @@ impl Server {
         }
         let live = Liveness::shared(&path)?;
         let boot_id = clock::boot_id()?;
-        let shared = RingMember::open(&path, &live, boot_id)
-            .map(Arc::new)
-            .ok_or_else(|| {
-                Error::Storage(format!(
-                    "the shared request ring of {} in /dev/shm cannot be used",
-                    path.display()
-                ))
-            })?;
+        // A server commits its clients' writes, and a grant that writes is made in its write's
+        // transaction: it claims the lease map as every store that writes does.
+        let claim = Waiting::new(options.wait, options.cancel.as_ref());
+        let shared = Arc::new(RingMember::join(&path, &live, boot_id, Some(claim))?);
         let ring = shared.ring();
         // The server recorded in the ring, if any, unless it is gone.
         let recorded = || -> Result<u64> {
@@ -146,15 +142,7 @@ impl Server {
         // Stores that have the file open see this and close it at their next operation; those
         // that open it from now on wait for this server.
         ring.set_wanted(shared.id());
-        let opened = open_exclusive(&path, options).and_then(|db| {
-            // The leases a server before this one committed without an fsync.
-            let waiting = Waiting::new(options.wait, options.cancel.as_ref());
-            crate::share::journal::restore(db.writable()?, Some(ring), waiting)?;
-            // Marked durably as served: an opener that cannot read this server's journal
-            // after its death refuses rather than forget its leases.
-            crate::share::journal::mark_served(db.writable()?, true)?;
-            Ok(db)
-        });
+        let opened = open_exclusive(&path, options);
         // Recorded as the server before it stops being the wanted one, so that no store sees
         // neither in between (and tries the file, which this process holds).
         let recorded = opened.is_ok()
@@ -177,6 +165,7 @@ impl Server {
             Some(Arc::clone(&shared)),
             true,
         )?;
+        let engine = LocalEngine::ready(engine)?;
         Ok(Server { engine, shared })
     }
 
@@ -269,22 +258,8 @@ impl Server {
     }
 }
 
-impl Server {
-    /// Makes every lease committed so far durable, with one durable commit (which persists the
-    /// commits without an fsync before it), and empties the journal.
-    fn flush(&self) -> Result<()> {
-        let db = self.engine.database()?;
-        // One durable commit (the mark's): it persists every commit before it.
-        crate::share::journal::mark_served(db.writable()?, false)?;
-        self.shared.ring().set_journal_len(0);
-        Ok(())
-    }
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
-        // Killed instead, it leaves the journal to its successor.
-        let _ = crate::base::quiet::catch(|| self.flush());
         // The file is let go before the record: a store that finds no server recorded can
         // open it. (Stores that post meanwhile commit themselves once the record is gone.)
         self.engine.close_database();

@@ -13,20 +13,25 @@
 //! ```text
 //! FREE --claim--> CLAIMED --post--> POSTED --take--> TAKEN --publish--> DONE --read--> FREE
 //!                                   |  ^               |
-//!                          withdraw |  | combiner died |--abandon--> ABANDONED --publish--> FREE
+//!                          withdraw |  | combiner died |--abandon--> ABANDONED --publish--> FREEING --> FREE
 //!                                   v  +---------------+
 //!                                  FREE
+//!
+//! any phase of a dead requester (ABANDONED: of a dead combiner) --reclaim--> FREEING --> FREE
 //! ```
 //!
-//! Whoever moves a slot to CLAIMED, TAKEN or DONE owns it for the next step; only the owner writes
-//! its payload. A slot returns to FREE through CLAIMED with its owner field cleared, and with its
+//! Whoever moves a slot to CLAIMED, TAKEN, DONE or FREEING owns it for the next step; only the
+//! owner writes its payload. Every such move is a compare-and-swap that changes the word, so that
+//! exactly one process wins it: CLAIMED is the requester's alone (it posts or withdraws), and a
+//! slot freed for someone else (a dead requester's, one given up on) goes through FREEING, which
+//! nobody else touches. A slot returns to FREE with its owner field cleared, and with its
 //! generation bumped, so a combiner that took a slot can never publish into its next use. Every
 //! requester and combiner is named by a liveness id whose lock it holds on the store file (see
 //! `storage/liveness.rs`): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
 //! slot of a dead combiner is posted again.
 //!
 //! Layer 3: the ring owns the mapping and its bytes (the slots, the waiting queue, the server
-//! words, the journal area, the activity page) and the futexes; what the bytes mean it leaves to
+//! words, the activity page, the lease map) and the futexes; what the bytes mean it leaves to
 //! its users. Imports the base, the rules (the activity page) and the storage (liveness).
 
 use std::fs::{File, OpenOptions};
@@ -40,17 +45,18 @@ use std::time::Duration;
 
 use crate::storage::liveness::Liveness;
 
+pub(crate) mod map;
+
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
 const SLOTS: usize = 64;
 /// Bytes per slot, its header included.
 const SLOT_SIZE: usize = 4096;
 const HEADER_SIZE: usize = 4096;
-/// The lease journal of a server (`share/journal.rs`), after the slots.
-const JOURNAL_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
-pub(crate) const JOURNAL_SIZE: usize = 1 << 20;
-/// The store's activity page (`rules/metrics.rs`), after the journal.
-const ACTIVITY_OFFSET: usize = JOURNAL_OFFSET + JOURNAL_SIZE;
-const RING_SIZE: usize = ACTIVITY_OFFSET + crate::rules::metrics::ACTIVITY_SIZE;
+/// The store's activity page (`rules/metrics.rs`), after the slots.
+const ACTIVITY_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
+/// The lease map (map.rs), after the activity page.
+const MAP_OFFSET: usize = ACTIVITY_OFFSET + crate::rules::metrics::ACTIVITY_SIZE;
+const RING_SIZE: usize = MAP_OFFSET + map::MAP_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -62,6 +68,8 @@ const POSTED: u32 = 2;
 const TAKEN: u32 = 3;
 const DONE: u32 = 4;
 const ABANDONED: u32 = 5;
+/// Being freed by whoever moved it here: the slot of a dead requester, or one given up on.
+const FREEING: u32 = 6;
 const PHASE_BITS: u32 = 3;
 
 fn phase(word: u32) -> u32 {
@@ -100,8 +108,10 @@ struct Header {
     doorbell: AtomicU32,
     /// 1 while the server sleeps on the doorbell (so that a post wakes it only then).
     server_sleeps: AtomicU32,
-    /// How many bytes of the lease journal hold entries of committed transactions.
-    journal_len: AtomicU64,
+    /// Bumped at a release while waiters without a place in the queue (a full queue) sleep on
+    /// it, and how many do.
+    overflow: AtomicU32,
+    overflow_sleepers: AtomicU32,
 }
 
 /// Where the waiting queue starts in the header page, and how many waiters it holds.
@@ -299,6 +309,16 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Allocates every page of the ring file, so that touching the mapping never faults for want
+/// of memory (tmpfs gives pages on first touch, and a full one answers with SIGBUS).
+fn allocate(file: &File) -> io::Result<()> {
+    // SAFETY: a valid descriptor; posix_fallocate reads nothing of ours.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, RING_SIZE as libc::off_t) } {
+        0 => Ok(()),
+        err => Err(io::Error::from_raw_os_error(err)),
+    }
+}
+
 fn refused(why: &str) -> io::Error {
     io::Error::other(why.to_owned())
 }
@@ -353,15 +373,21 @@ impl Ring {
             ));
         }
         if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
-            // Nobody else uses it: set it up unless it is already right.
+            // Nobody else uses it, so whatever it holds is of processes that are gone: a new
+            // ring, one its last user left behind (it died, or exited before its store was
+            // dropped), one of another boot or version, or one of a store file deleted since
+            // whose inode this file reuses. Its lease map is set up anew from the store file
+            // (`local/leases.rs`), never trusted: a map its last user sealed would otherwise
+            // hand out tokens the file does not know of. Its pages are allocated before
+            // anything touches them, so that a full /dev/shm is an error here rather than a
+            // SIGBUS later.
+            file.set_len(0)?;
+            file.set_len(RING_SIZE as u64)?;
+            allocate(&file)?;
             let ring = Ring::map(file, path)?;
-            if !ring.valid(stamp) {
-                ring.file().set_len(0)?;
-                ring.file().set_len(RING_SIZE as u64)?;
-                ring.initialize(stamp);
-                if let Some(dir) = path.parent() {
-                    sweep(dir, path);
-                }
+            ring.initialize(stamp);
+            if let Some(dir) = path.parent() {
+                sweep(dir, path);
             }
             flock(ring.file(), libc::LOCK_SH)?;
             return if ring.valid(stamp) {
@@ -370,8 +396,9 @@ impl Ring {
                 Err(refused("the ring could not be set up"))
             };
         }
-        // Others use it; wait briefly for one that is setting it up.
-        for _ in 0..50 {
+        // Others use it; wait briefly for one that is setting it up, or that is its last user
+        // closing it (`take_alone`).
+        for _ in 0..5000 {
             if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
                 let ring = Ring::map(file, path)?;
                 return if ring.valid(stamp) {
@@ -386,8 +413,10 @@ impl Ring {
     }
 
     fn map(file: File, path: &Path) -> io::Result<Ring> {
-        if file.metadata()?.len() < RING_SIZE as u64 {
-            file.set_len(RING_SIZE as u64)?;
+        // A ring of another size is another version's (or was cut short): mapping beyond its
+        // end would fault.
+        if file.metadata()?.len() != RING_SIZE as u64 {
+            return Err(refused("the ring is of another size than this version's"));
         }
         // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
         let ptr = unsafe {
@@ -413,6 +442,28 @@ impl Ring {
 
     fn file(&self) -> &File {
         &self.file
+    }
+
+    /// Whether this process is the ring's last user, taking it alone if so: until the ring
+    /// is dropped (and removed), nobody can take it up again; an open of it meanwhile waits.
+    /// Otherwise it keeps using it as before.
+    pub(crate) fn take_alone(&self) -> bool {
+        if std::process::id() != self.opener {
+            return false;
+        }
+        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            return true;
+        }
+        // A conversion that failed gave up the shared lock: taken again.
+        let _ = flock(&self.file, libc::LOCK_SH);
+        false
+    }
+
+    /// The byte at `offset` of the mapping.
+    fn at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset < RING_SIZE);
+        // SAFETY: inside the mapping of RING_SIZE bytes.
+        unsafe { self.map.as_ptr().add(offset) }
     }
 
     fn header(&self) -> &Header {
@@ -467,6 +518,9 @@ impl Ring {
         header.boot_id[0].store(boot[0], Ordering::Relaxed);
         header.boot_id[1].store(boot[1], Ordering::Relaxed);
         self.activity().start();
+        // A random id of this map (the ids of liveness locks are random too).
+        let table = crate::storage::liveness::fresh_id().unwrap_or(1);
+        self.map_header().table_id.store(table, Ordering::Relaxed);
         header.magic.store(MAGIC, Ordering::Release);
     }
 
@@ -483,8 +537,8 @@ impl Ring {
         }
     }
 
-    /// Frees a slot this process owns (its phase is CLAIMED, DONE or ABANDONED, or was TAKEN by
-    /// it): clears its owner, then bumps its generation.
+    /// Frees a slot this process owns (its phase is CLAIMED or DONE as its requester's, or
+    /// FREEING as the one that moved it there): clears its owner, then bumps its generation.
     fn free(&self, index: usize, generation: u32) {
         let head = self.head(index);
         head.owner.store(0, Ordering::Relaxed);
@@ -494,13 +548,29 @@ impl Ring {
         );
     }
 
-    /// Moves a slot from `from` to CLAIMED (owned by the caller), if it is still in `from`.
+    /// Moves a slot from `from` to CLAIMED (owned by the caller, its requester), if it is still
+    /// in `from`.
     fn own(&self, index: usize, from: u32) -> bool {
+        self.move_to(index, from, CLAIMED)
+    }
+
+    /// Moves a slot from `from` to FREEING (to be freed by the caller), if it is still in
+    /// `from`. `from` is never FREEING: one that another process frees is left to it.
+    fn seize(&self, index: usize, from: u32) -> bool {
+        phase(from) != FREEING && self.move_to(index, from, FREEING)
+    }
+
+    fn move_to(&self, index: usize, from: u32, to: u32) -> bool {
+        debug_assert_ne!(
+            phase(from),
+            to,
+            "a move that leaves the word as it was owns nothing"
+        );
         self.head(index)
             .state
             .compare_exchange(
                 from,
-                word(generation(from), CLAIMED),
+                word(generation(from), to),
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             )
@@ -561,31 +631,33 @@ impl Ring {
             let head = self.head(index);
             let current = head.state.load(Ordering::Acquire);
             let owner = head.owner.load(Ordering::Relaxed);
-            // A CLAIMED slot with no owner is being claimed or freed right now.
-            // A slot its requester gave up on, and whose combiner died before publishing: nobody
-            // will free it otherwise.
-            let combiner_dead = || {
-                !live
-                    .is_held(head.combiner.load(Ordering::Relaxed))
+            let combiner_lives = || {
+                live.is_held(head.combiner.load(Ordering::Relaxed))
                     .unwrap_or(true)
             };
-            if phase(current) == ABANDONED && combiner_dead() {
-                if self.own(index, current) {
-                    self.free_dead(index, generation(current));
+            match phase(current) {
+                // Free, or being freed by another process.
+                FREE | FREEING => continue,
+                // Given up on by its requester (dead or alive): its combiner frees it when it
+                // publishes (until then it may still write the reply into the payload); nobody
+                // will if the combiner died.
+                ABANDONED => {
+                    if combiner_lives() {
+                        continue;
+                    }
                 }
-                continue;
+                // A CLAIMED slot with no owner is being claimed right now; one with a dead
+                // owner is of a requester that died inside its post or its withdraw.
+                phase => {
+                    if owner == 0
+                        || live.is_held(owner).unwrap_or(true)
+                        || (phase == TAKEN && combiner_lives())
+                    {
+                        continue;
+                    }
+                }
             }
-            if phase(current) == FREE || owner == 0 || live.is_held(owner).unwrap_or(true) {
-                continue;
-            }
-            if phase(current) == TAKEN
-                && live
-                    .is_held(head.combiner.load(Ordering::Relaxed))
-                    .unwrap_or(true)
-            {
-                continue;
-            }
-            if self.own(index, current) {
+            if self.seize(index, current) {
                 self.free_dead(index, generation(current));
             }
         }
@@ -741,7 +813,7 @@ impl Ring {
             let owner = head.owner.load(Ordering::Relaxed);
             if !live.is_held(owner).unwrap_or(true) {
                 // Its requester died: nobody waits for it, and its grant would be dead.
-                if self.own(index, current) {
+                if self.seize(index, current) {
                     self.free_dead(index, generation(current));
                 }
                 continue;
@@ -809,7 +881,7 @@ impl Ring {
                 // Given up on: nobody reads the reply. Otherwise posted again because this
                 // combiner was taken for dead; the next combiner runs it again (the rules make
                 // a re-run give the same result).
-                if now == word(taken.generation, ABANDONED) {
+                if now == word(taken.generation, ABANDONED) && self.seize(taken.index, now) {
                     self.free(taken.index, taken.generation);
                 }
             }
@@ -840,6 +912,22 @@ impl Ring {
         now: u64,
         live: &Liveness,
     ) -> Option<Waiter> {
+        self.enqueue_in(lock, owner, now, Some(live))
+    }
+
+    /// As [`Ring::enqueue`], into a free entry only (dead waiters are not looked for, which
+    /// tests a liveness lock per entry): what a waiter without a place tries at each release.
+    pub(crate) fn enqueue_if_free(&self, lock: u64, owner: u64, now: u64) -> Option<Waiter> {
+        self.enqueue_in(lock, owner, now, None)
+    }
+
+    fn enqueue_in(
+        &self,
+        lock: u64,
+        owner: u64,
+        now: u64,
+        sweep: Option<&Liveness>,
+    ) -> Option<Waiter> {
         for pass in 0..2 {
             for index in 0..WAITERS {
                 let entry = self.waiter(index);
@@ -863,6 +951,7 @@ impl Ring {
                 entry.state.store(ENTRY_WAITING, Ordering::Release);
                 return Some(Waiter { index, ticket });
             }
+            let live = sweep?;
             if pass == 0 {
                 for index in 0..WAITERS {
                     let entry = self.waiter(index);
@@ -965,6 +1054,11 @@ impl Ring {
 
     /// Wakes the oldest waiter of `lock`, if there is one: its lock was released.
     pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &Liveness) {
+        let header = self.header();
+        if header.overflow_sleepers.load(Ordering::SeqCst) != 0 {
+            header.overflow.fetch_add(1, Ordering::SeqCst);
+            futex_wake(&header.overflow);
+        }
         if let Some((index, _)) = self.oldest(lock, now, live) {
             let entry = self.waiter(index);
             entry.wake.fetch_add(1, Ordering::AcqRel);
@@ -975,6 +1069,21 @@ impl Ring {
     /// Sleeps until `waiter` is woken (its word is no longer `seen`) or `timeout` passes.
     pub(crate) fn wait_turn(&self, waiter: &Waiter, seen: u32, timeout: Duration) {
         futex_wait(&self.waiter(waiter.index).wake, seen, timeout);
+    }
+
+    /// Sleeps, as a waiter without a place in the queue, until a release of any lock or
+    /// `timeout`, unless `blocked` (asked once this waiter counts as sleeping, so that a
+    /// release meanwhile wakes it) says it is not blocked any more. Returns whether a release
+    /// woke it.
+    pub(crate) fn wait_overflow(&self, timeout: Duration, blocked: impl FnOnce() -> bool) -> bool {
+        let header = self.header();
+        header.overflow_sleepers.fetch_add(1, Ordering::SeqCst);
+        let seen = header.overflow.load(Ordering::SeqCst);
+        if blocked() {
+            futex_wait(&header.overflow, seen, timeout);
+        }
+        header.overflow_sleepers.fetch_sub(1, Ordering::SeqCst);
+        header.overflow.load(Ordering::SeqCst) != seen
     }
 
     /// How many requests the last combined batch carried (of any combiner).
@@ -1062,65 +1171,6 @@ impl Ring {
             .header()
             .wanted
             .compare_exchange(id, 0, Ordering::SeqCst, Ordering::SeqCst);
-    }
-
-    /// The length of the lease journal's committed entries.
-    pub(crate) fn journal_len(&self) -> usize {
-        self.header().journal_len.load(Ordering::Acquire) as usize
-    }
-
-    /// A copy of the journal's first `len` bytes.
-    pub(crate) fn journal(&self, len: usize) -> Vec<u8> {
-        let len = len.min(JOURNAL_SIZE);
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the journal region lies inside the mapping, JOURNAL_SIZE bytes long; only the
-        // server writes it, and only beyond the committed length read here.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.map.as_ptr().add(JOURNAL_OFFSET),
-                bytes.as_mut_ptr(),
-                len,
-            );
-        };
-        bytes
-    }
-
-    /// For the server: writes `bytes` into the journal at `at` (beyond its committed length).
-    /// Returns `false`, writing nothing, when they do not fit.
-    pub(crate) fn write_journal(&self, at: usize, bytes: &[u8]) -> bool {
-        if at
-            .checked_add(bytes.len())
-            .is_none_or(|end| end > JOURNAL_SIZE)
-        {
-            return false;
-        }
-        // SAFETY: inside the journal region (checked above); nobody reads beyond the committed
-        // length, which this write lies past.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.map.as_ptr().add(JOURNAL_OFFSET + at),
-                bytes.len(),
-            );
-        };
-        true
-    }
-
-    /// Sets the journal's committed length.
-    pub(crate) fn set_journal_len(&self, len: usize) {
-        self.header()
-            .journal_len
-            .store(len as u64, Ordering::Release);
-    }
-
-    /// Empties the journal if its committed length is still `len`.
-    pub(crate) fn clear_journal(&self, len: usize) {
-        let _ = self.header().journal_len.compare_exchange(
-            len as u64,
-            0,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
     }
 
     /// Wakes the requesters of posted requests, so that one of them takes the write lock next.
@@ -1316,5 +1366,147 @@ mod tests {
             "freed for the next request"
         );
         assert!(ring.post(1 << 50, b"next", &live).is_some());
+    }
+
+    /// A paused freer: what `take_posted` or `reclaim` does with the slot of a dead requester,
+    /// stopped between taking the slot and freeing it.
+    fn begin_freeing(ring: &Ring, index: usize) -> u32 {
+        let current = ring.head(index).state.load(Ordering::Acquire);
+        assert!(ring.seize(index, current));
+        generation(current)
+    }
+
+    #[test]
+    fn a_dead_requesters_slot_is_freed_once_however_many_reclaim_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        let dead = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        assert!(dead.lock(1 << 52).unwrap());
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let posted = ring
+            .post(1 << 52, b"of a requester that dies", &live)
+            .unwrap();
+        drop(dead);
+        // A combiner finds its requester dead and takes the slot to free it, and is paused
+        // (SIGSTOP, or preempted) before it frees it...
+        let generation = begin_freeing(&ring, posted.index);
+        // ...while another process, its post finding the ring full, reclaims the slots of
+        // dead requesters; a live requester then posts into the slot that freed...
+        ring.reclaim(&live);
+        let next = ring.post(1 << 50, b"of a live requester", &live).unwrap();
+        // ...and the paused combiner resumes and frees what it took.
+        ring.free_dead(posted.index, generation);
+        assert!(
+            matches!(ring.phase(&next), Phase::Posted(_)),
+            "the live requester's request keeps its slot: {:?}",
+            ring.phase(&next)
+        );
+    }
+
+    #[test]
+    fn a_request_given_up_on_stays_its_combiners_until_it_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        let opener = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        assert!(live.lock(1 << 51).unwrap());
+        assert!(opener.lock(1 << 52).unwrap());
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        // A short-lived process posts, a combiner takes it and is paused inside its commit; the
+        // requester times out, gives up and exits.
+        let posted = ring.post(1 << 52, b"of an opener", &live).unwrap();
+        let taken = ring.take_posted(1 << 51, &live);
+        assert!(ring.abandon(&posted));
+        drop(opener);
+        // The ring runs full: dead requesters' slots are reclaimed. A live requester posts.
+        ring.reclaim(&live);
+        let next = ring.post(1 << 50, b"of a live requester", &live).unwrap();
+        // The combiner resumes and publishes its late reply.
+        ring.publish(&taken[0], b"late reply to the opener")
+            .unwrap();
+        assert!(matches!(ring.phase(&next), Phase::Posted(_)));
+        let again = ring.take_posted(1 << 51, &live);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].request, b"of a live requester");
+    }
+
+    #[test]
+    fn the_slot_of_a_requester_that_died_inside_its_post_is_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        let dead = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        assert!(dead.lock(1 << 52).unwrap());
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        // Claimed, its owner written, killed before it showed the request POSTED.
+        let current = ring.head(0).state.load(Ordering::Acquire);
+        assert!(ring.own(0, current));
+        ring.head(0).owner.store(1 << 52, Ordering::Relaxed);
+        drop(dead);
+        ring.reclaim(&live);
+        assert_eq!(phase(ring.head(0).state.load(Ordering::Acquire)), FREE);
+        assert_eq!(
+            generation(ring.head(0).state.load(Ordering::Acquire)),
+            generation(current) + 1
+        );
+    }
+
+    #[test]
+    fn live_requests_keep_their_slots_while_processes_reclaim_dead_ones_at_once() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let stop = AtomicBool::new(false);
+        let lost = AtomicUsize::new(0);
+        let posts = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            // Requesters that die at once (ids nobody holds) keep the ring full, so that every
+            // post reclaims.
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = ring.post(1 << 55, b"of a dead requester", &live);
+                    }
+                });
+            }
+            for thread in 0..4u64 {
+                let (live, ring, stop, lost, posts) = (&live, &ring, &stop, &lost, &posts);
+                scope.spawn(move || {
+                    let id = (1 << 50) + thread;
+                    assert!(live.lock(id).unwrap());
+                    while !stop.load(Ordering::Relaxed) {
+                        let Some(posted) = ring.post(id, b"of a live requester", live) else {
+                            continue;
+                        };
+                        posts.fetch_add(1, Ordering::Relaxed);
+                        for _ in 0..20 {
+                            std::thread::yield_now();
+                        }
+                        // Nobody takes requests here: only a lost slot cannot be withdrawn.
+                        if !ring.withdraw(&posted) {
+                            lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            std::thread::sleep(Duration::from_secs(3));
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert!(
+            posts.load(Ordering::Relaxed) > 10,
+            "the live requesters posted"
+        );
+        assert_eq!(
+            lost.load(Ordering::Relaxed),
+            0,
+            "of {} live posts",
+            posts.load(Ordering::Relaxed)
+        );
     }
 }

@@ -26,7 +26,7 @@ pub(crate) trait Context {
     fn released_at(&self, token: u64) -> Option<u64>;
 
     /// Whether grants and extends may commit without an fsync: their records need not outlive
-    /// the process that commits them (single-process mode, a server with its journal).
+    /// the process that commits them (single-process mode).
     fn relaxed(&self) -> bool;
 
     /// Whether grants record the ends of the leases they replace in the lock's history.
@@ -38,7 +38,23 @@ pub(crate) trait Context {
     /// Where the history's sweep of too many locks resumes.
     fn history_cursor(&self) -> &Mutex<String>;
 
-    /// Hears every lease record an operation writes, before its transaction commits (a
-    /// server's journal keeps them: `share/journal.rs`).
-    fn note_lease(&self, name: &str, record: &Record);
+    /// The record of the lock `name` in the store's shared memory, where the leases of the
+    /// store are kept there (multi-process mode); `None` where they are in the leases table.
+    fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>>;
+
+    /// The last token the store's shared memory handed out, where tokens come from there.
+    fn shared_last_token(&self) -> Option<u64>;
+
+    /// Grants the lock `name` exclusively for `ttl` to `holder` (liveness lock `live`) in the
+    /// store's shared memory, where the leases are kept there: its token and expiry, or the
+    /// refusal. A grant of `holder` with `live` that the record holds already is that grant.
+    /// `None` where the leases are in the leases table.
+    fn grant_shared(
+        &self,
+        name: &str,
+        ttl: std::time::Duration,
+        holder: crate::base::clock::ProcessId,
+        live: u64,
+        ticket: Option<u64>,
+    ) -> Option<Result<(u64, u64)>>;
 }

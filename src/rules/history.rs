@@ -123,7 +123,8 @@ pub(crate) struct Ended {
 }
 
 const ENTRY_FORMAT: u8 = 1;
-const ENTRY_LEN: usize = 1 + 1 + 4 + 4 + 8 + 8 + 1 + 8 + 8;
+/// The length of an encoded [`Ended`].
+pub(crate) const ENTRY_LEN: usize = 1 + 1 + 4 + 4 + 8 + 8 + 1 + 8 + 8;
 
 impl Ended {
     /// The end of `lease`, held as `kind`, judged `ending` (ended at `ended_ns`, boot time, 0
@@ -154,7 +155,7 @@ impl Ended {
         }
     }
 
-    fn encode(&self) -> [u8; ENTRY_LEN] {
+    pub(crate) fn encode(&self) -> [u8; ENTRY_LEN] {
         let (kind, permits) = match self.kind {
             Kind::Exclusive => (0u8, 0u32),
             Kind::Shared => (1, 0),
@@ -199,6 +200,20 @@ impl Ended {
 
     pub(crate) fn ending(&self) -> Ending {
         self.ending
+    }
+
+    /// An end of `kind` judged `ending`, with made-up times, for tests of what carries it.
+    #[cfg(test)]
+    pub(crate) fn for_test(kind: Kind, ending: Ending) -> Ended {
+        Ended {
+            kind,
+            pid: 42,
+            granted: 1,
+            expires: 2,
+            ending,
+            ended: 3,
+            recorded: 4,
+        }
     }
 
     pub(crate) fn entry(&self, name: &str, token: u64) -> HistoryEntry {

@@ -19,10 +19,10 @@ use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTab
 use crate::rules::kind::Kind;
 use crate::rules::leases::{blocker, check_current, check_join, check_turn, prune};
 use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
-use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY};
+use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
 use crate::rules::tokens::admit;
-use crate::rules::tokens::{read_counter, reservation};
+use crate::rules::tokens::{read_counter, reservation, reserved};
 
 /// One write operation of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +82,18 @@ pub(crate) enum Op {
     /// Records in the history the releases a process made: `(name, token, released_ns)`, each
     /// unless the lease's end is on record already (`rules/history.rs`).
     RecordReleases { releases: Vec<(String, u64, u64)> },
+    /// Records in the history ends already judged, `(name, token, end)`, each unless the lock's
+    /// history has it: the tails of the lease records kept in shared memory
+    /// (`share/leases.rs`).
+    RecordEnds {
+        ends: Vec<(String, u64, Ended)>,
+        /// From the last user of the shared memory as it closes it: the last token it handed
+        /// out, and the reservation it saw (see `SEALED_KEY`).
+        seal: Option<(u64, u64)>,
+    },
+    /// Reserves tokens durably up to at least `at_least`: no token above the reservation is
+    /// handed out, and a store whose shared memory is set up anew starts above it.
+    Reserve { at_least: u64 },
 }
 
 /// What an operation reports once its writes committed.
@@ -106,6 +118,10 @@ pub(crate) enum Done {
     },
     Fenced,
     Recorded,
+    /// The durable reservation of tokens now.
+    Reserved {
+        bound: u64,
+    },
 }
 
 /// What an operation produced in its transaction: its value once committed.
@@ -166,12 +182,19 @@ impl<'t> Tables<'t> {
     /// Opens the tables that `op` uses (each open costs a lookup).
     pub(crate) fn open(cx: &dyn Context, txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
         let (meta, leases, values, fences) = match op {
-            Op::Acquire { write, .. } => (true, true, write.is_some(), false),
+            Op::Acquire { write, .. } => (
+                true,
+                cx.shared_last_token().is_none(),
+                write.is_some(),
+                false,
+            ),
             Op::AcquireKind { .. } | Op::AcquireAll { .. } => (true, true, false, false),
             Op::Extend { .. } => (false, true, false, false),
             Op::Put { lease, .. } => (lease.is_none(), lease.is_some(), true, false),
             Op::Fence { .. } => (true, false, false, true),
             Op::RecordReleases { .. } => (false, true, false, false),
+            Op::RecordEnds { seal, .. } => (seal.is_some(), false, false, false),
+            Op::Reserve { .. } => (true, false, false, false),
         };
         // Grants record the ends of the leases they replace.
         let history = cx.keeps_history()
@@ -181,6 +204,7 @@ impl<'t> Tables<'t> {
                     | Op::AcquireKind { .. }
                     | Op::AcquireAll { .. }
                     | Op::RecordReleases { .. }
+                    | Op::RecordEnds { .. }
             );
         Ok(Tables {
             meta: meta.then(|| txn.open_table(META)).transpose()?,
@@ -197,6 +221,20 @@ impl<'t> Tables<'t> {
 
     fn lease(&self, name: &str) -> Result<Option<Record>> {
         Record::find(self.leases.as_ref().ok_or_else(unopened)?, name)
+    }
+
+    /// The record of the lock `name` a holder's write is checked against: in the store's
+    /// shared memory when its leases are kept there, else in the leases table.
+    fn current(&self, cx: &dyn Context, name: &str) -> Result<Option<Record>> {
+        match cx.shared_lease(name) {
+            Some(record) => record,
+            None => self.lease(name),
+        }
+    }
+
+    /// The highest token granted: the counter, or above it the shared memory's own.
+    fn granted(&self, cx: &dyn Context) -> Result<u64> {
+        Ok(read_counter(self.meta()?)?.max(cx.shared_last_token().unwrap_or(0)))
     }
 
     /// Whether the key `key` holds exactly `value` (`None`: a tombstone) written with `token`.
@@ -229,6 +267,7 @@ fn mut_table<'a, 't, K: redb::Key + 'static, V: redb::Value + 'static>(
 enum Write {
     Counter(u64),
     Reserve(u64),
+    Seal(u64),
     Lease(String, Lease),
     /// The record of a name of several holders (or of one, of any kind).
     Record(String, Record),
@@ -275,13 +314,14 @@ impl Plan {
                 Write::Reserve(bound) => {
                     drop(mut_table(&mut tables.meta)?.insert(RESERVED_KEY, bound)?);
                 }
+                Write::Seal(bound) => {
+                    drop(mut_table(&mut tables.meta)?.insert(SEALED_KEY, bound)?);
+                }
                 Write::Lease(name, lease) => {
-                    cx.note_lease(&name, &Record::Exclusive(lease));
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), lease.encode().as_slice())?);
                 }
                 Write::Record(name, record) => {
-                    cx.note_lease(&name, &record);
                     let leases = mut_table(&mut tables.leases)?;
                     drop(leases.insert(name.as_str(), record.encode().as_slice())?);
                 }
@@ -340,6 +380,22 @@ impl Op {
                 live,
                 ticket,
             } => {
+                // Where the leases are in the store's shared memory, the grant is made there,
+                // in this check: inside the write transaction that writes the value, so that
+                // no token above the new one can have written the key (writes take turns on
+                // the transaction). Its requester withdraws it if the transaction then fails.
+                // A run again finds its own grant there and writes the value if the key does
+                // not hold it yet.
+                if let Some(granted) = cx.grant_shared(name, *ttl, *holder, *live, *ticket) {
+                    let (token, expires_ns) = granted?;
+                    let mut plan = Plan::new(Done::Granted { token, expires_ns });
+                    if let Some((key, value)) = write {
+                        if !(rerun && tables.holds(key, token, Some(value))?) {
+                            plan_value(tables, &mut plan, key, Some(value), token, token)?;
+                        }
+                    }
+                    return Ok(plan);
+                }
                 let current = tables.lease(name)?;
                 // Run again after its grant committed (by a process that died before it
                 // reported it): the same grant, not a second one.
@@ -510,7 +566,7 @@ impl Op {
                 // A holder's write: its own token is granted, if its lease is current.
                 let granted = match lease {
                     Some(name) => {
-                        match check_current(cx, tables.lease(name)?.as_ref(), *token, now) {
+                        match check_current(cx, tables.current(cx, name)?.as_ref(), *token, now) {
                             Ok(_) => *token,
                             // Its first run committed, and the lease ran out since: that outcome,
                             // not a refusal of a write that landed. (Whether the key held a value
@@ -521,7 +577,7 @@ impl Op {
                             Err(err) => return Err(err),
                         }
                     }
-                    None => read_counter(tables.meta()?)?,
+                    None => tables.granted(cx)?,
                 };
                 let mut plan = Plan::new(Done::Put { existed: false });
                 let existed =
@@ -530,7 +586,7 @@ impl Op {
                 Ok(plan)
             }
             Op::Fence { resource, token } => {
-                check_granted(*token, read_counter(tables.meta()?)?)?;
+                check_granted(*token, tables.granted(cx)?)?;
                 let highest = tables
                     .fences
                     .as_ref()
@@ -569,6 +625,40 @@ impl Op {
                         plan.writes
                             .push(Write::Close(name.clone(), *token, ended, false));
                     }
+                }
+                Ok(plan)
+            }
+            Op::RecordEnds { ends, seal } => {
+                let mut plan = Plan::new(Done::Recorded);
+                if let Some((last, seen)) = seal {
+                    // Sealed only as the reservation it saw: a reservation made since (by a
+                    // process that may have handed out tokens above `last`) leaves it open.
+                    let meta = tables.meta()?;
+                    if reserved(meta)? == *seen {
+                        let counter = read_counter(meta)?;
+                        if *last > counter {
+                            plan.writes.push(Write::Counter(*last));
+                        }
+                        plan.writes.push(Write::Seal(*seen));
+                    }
+                }
+                // Durable, although a record of what happened rather than a write anyone was
+                // promised: a server (exclusive mode) would otherwise commit it without an fsync,
+                // and its death would lose it.
+                if cx.keeps_history() {
+                    for (name, token, ended) in ends {
+                        plan.writes
+                            .push(Write::Close(name.clone(), *token, *ended, false));
+                    }
+                }
+                Ok(plan)
+            }
+            Op::Reserve { at_least } => {
+                let reserved = reserved(tables.meta()?)?;
+                let bound = reserved.max(*at_least);
+                let mut plan = Plan::new(Done::Reserved { bound });
+                if bound > reserved {
+                    plan.writes.push(Write::Reserve(bound));
                 }
                 Ok(plan)
             }

@@ -10,8 +10,8 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use crate::base::error::{Error, Result};
 use crate::rules::info::Fenced;
 use crate::rules::record::{decode_value, Record};
-use crate::rules::tables::{FENCES, LEASES, META, SCHEMA_KEY, VALUES};
-use crate::rules::tokens::read_counter;
+use crate::rules::tables::{FENCES, LEASES, META, SCHEMA_KEY, SEALED_KEY, VALUES};
+use crate::rules::tokens::{read_counter, reserved};
 
 /// A read of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,10 @@ pub(crate) enum Query {
 pub(crate) struct Counts {
     pub schema_version: u64,
     pub last_token: u64,
+    /// The durable reservation of tokens (0 where grants write the counter).
+    pub reserved: u64,
+    /// The reservation the last user of the store's shared memory sealed (`SEALED_KEY`).
+    pub sealed: u64,
     pub lock_records: u64,
     pub keys: u64,
     pub fences: u64,
@@ -119,6 +123,8 @@ impl Query {
                 Answer::Counts(Counts {
                     schema_version: meta.get(SCHEMA_KEY)?.map_or(0, |v| v.value()),
                     last_token: read_counter(&meta)?,
+                    reserved: reserved(&meta)?,
+                    sealed: meta.get(SEALED_KEY)?.map_or(0, |v| v.value()),
                     lock_records: txn.open_table(LEASES)?.len()?,
                     keys,
                     fences: txn.open_table(FENCES)?.len()?,
@@ -141,7 +147,10 @@ impl Query {
 /// Every record decodes, and no lease, value, fence or history entry carries a token above the
 /// counter.
 fn verify(txn: &ReadTransaction) -> Result<()> {
-    let last = read_counter(&txn.open_table(META)?)?;
+    // Where grants do not write the counter (their tokens come from the store's shared
+    // memory), the durable reservation bounds them.
+    let meta = txn.open_table(META)?;
+    let last = read_counter(&meta)?.max(reserved(&meta)?);
     let above = |what: &str, name: String, token: u64| {
         Error::Corrupt(format!(
             "{what} {name} carries token {token} above the counter {last}"

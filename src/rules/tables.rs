@@ -12,8 +12,14 @@ pub(crate) const SCHEMA_KEY: &str = "schema_version";
 
 /// The key of the token counter in the meta table: the highest token granted.
 pub(crate) const COUNTER_KEY: &str = "last_token";
-/// Single-process mode: a durable bound on the tokens handed out (see `reservation`).
+/// A durable bound on the tokens handed out where grants do not write the counter at once
+/// (single-process mode, and the shared memory of multi-process mode: see `reservation`).
 pub(crate) const RESERVED_KEY: &str = "reserved_token";
+/// The reservation that the last user of a store's shared memory saw when it closed it, having
+/// written the last token it handed out into the counter: while the reservation is still that,
+/// no token above the counter was handed out, and the next shared memory goes on from the
+/// counter rather than from the reservation.
+pub(crate) const SEALED_KEY: &str = "sealed_reservation";
 
 /// The history of each lock, keyed by lock name: one value holding its latest entries, so
 /// that recording an end is one read and one write of one key.

@@ -17,8 +17,14 @@ pub(crate) fn reservation(
     meta: &impl ReadableTable<&'static str, u64>,
     token: u64,
 ) -> Result<Option<u64>> {
-    let reserved = meta.get(RESERVED_KEY)?.map_or(0, |v| v.value());
+    let reserved = reserved(meta)?;
     Ok((token > reserved).then(|| token.saturating_add(TOKEN_BLOCK)))
+}
+
+/// The durable bound on the tokens handed out where grants do not write the counter (0 for
+/// none yet).
+pub(crate) fn reserved(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+    Ok(meta.get(RESERVED_KEY)?.map_or(0, |v| v.value()))
 }
 
 pub(crate) fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {

@@ -8,12 +8,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::base::cancel::Cancel;
+use crate::base::cancel::Waiting;
 use crate::base::clock;
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::ring::{lock_hash, Ring, Stamp, Taken, Waiter, PAYLOAD};
 use crate::rules::record::Lease;
 use crate::share::wire::{encode_answer, WIRE_VERSION};
 use crate::storage::liveness::{fresh_id, Liveness};
+use std::sync::atomic::Ordering;
 
 /// This process's use of the ring of its store.
 pub(crate) struct RingMember {
@@ -21,6 +23,9 @@ pub(crate) struct RingMember {
     /// The liveness id this store holds as long as it is open: it names it as a requester and
     /// as a combiner.
     id: u64,
+    /// This process's claim on the ring's lease map, held while the store is open (see
+    /// `Liveness::claim_map`).
+    _claim: Option<fs::File>,
 }
 
 impl RingMember {
@@ -68,18 +73,47 @@ impl RingMember {
         self.ring.wake_posted();
     }
 
-    /// The ring of the store file at `path`, or `None` when it cannot be used; the store then
-    /// commits its own writes.
-    pub(crate) fn open(path: &Path, live: &Liveness, boot_id: [u8; 16]) -> Option<RingMember> {
-        let store = fs::metadata(path).ok()?;
-        let ring = open_ring(&store, boot_id).ok()?;
+    /// The ring of the store file at `path`, with a liveness id of this store's; with
+    /// `claim`, also this process's claim on the ring's lease map, made within `claim`'s wait
+    /// (refused when processes use another map of the file). Why the ring cannot be used, if
+    /// it cannot.
+    pub(crate) fn join(
+        path: &Path,
+        live: &Liveness,
+        boot_id: [u8; 16],
+        claim: Option<Waiting<'_>>,
+    ) -> Result<RingMember> {
+        let store = fs::metadata(path)?;
+        let ring = open_ring(&store, boot_id).map_err(|err| {
+            Error::Storage(format!(
+                "the shared memory of {} (its ring in /dev/shm) cannot be used: {err}",
+                path.display()
+            ))
+        })?;
+        let claim = match claim {
+            Some(waiting) => {
+                let opening =
+                    Liveness::lock_for_open(path, false, || waiting.step())?.ok_or(Error::InUse)?;
+                let table = ring.map_header().table_id.load(Ordering::Acquire);
+                let claimed = Liveness::claim_map(path, table)?;
+                drop(opening);
+                Some(claimed)
+            }
+            None => None,
+        };
         for _ in 0..64 {
-            let id = fresh_id().ok()?;
-            if live.lock(id).ok()? {
-                return Some(RingMember { ring, id });
+            let id = fresh_id()?;
+            if live.lock(id)? {
+                return Ok(RingMember {
+                    ring,
+                    id,
+                    _claim: claim,
+                });
             }
         }
-        None
+        Err(Error::Storage(
+            "no free liveness id could be drawn: 64 random ids were all held".into(),
+        ))
     }
 }
 
@@ -100,29 +134,46 @@ impl Place<'_> {
     /// Waits until it may be this waiter's turn: the lease `lease` (the lock's record when the
     /// wait began) is no longer live, and no earlier waiter waits; or `until` passes. Woken at
     /// once by a release of the lock in any process; tests the holder's liveness every
-    /// millisecond (a holder may die).
+    /// millisecond (a holder may die). A waiter without a place (a full queue) sleeps until a
+    /// release of any lock, taking a place as one frees, and tests the holder every
+    /// [`OVERFLOW_POLL`]: it never spins.
     pub(crate) fn wait_turn(
-        &self,
+        &mut self,
         lease: Option<&Lease>,
         until: u64,
         cancel: Option<&Cancel>,
     ) -> Result<()> {
-        let Some(waiter) = &self.waiter else {
-            return Ok(());
-        };
         let ring = &self.member.ring;
+        let held = |now: u64| -> Result<bool> {
+            Ok(match lease {
+                Some(lease) => now < lease.expires_ns && self.live.is_held(lease.live)?,
+                None => false,
+            })
+        };
         loop {
             crate::base::cancel::check(cancel)?;
             let now = clock::now_ns();
             if now >= until {
                 return Ok(());
             }
-            let seen = ring.still_waiting(waiter, now);
-            let held = match lease {
-                Some(lease) => now < lease.expires_ns && self.live.is_held(lease.live)?,
-                None => false,
+            let Some(waiter) = &self.waiter else {
+                // Its turn comes once the lease is gone and no queued waiter waits first.
+                let blocked = |now: u64| -> Result<bool> {
+                    Ok(held(now)? || ring.waits_before(self.lock, None, now, self.live))
+                };
+                if !blocked(now)? {
+                    return Ok(());
+                }
+                let end = lease.map_or(until, |lease| until.min(lease.expires_ns));
+                let slice = Duration::from_nanos(end.saturating_sub(now)).min(OVERFLOW_POLL);
+                let woken = ring.wait_overflow(slice, || blocked(now).unwrap_or(false));
+                if woken {
+                    self.waiter = ring.enqueue_if_free(self.lock, self.member.id, clock::now_ns());
+                }
+                continue;
             };
-            if !held && !ring.waits_before(self.lock, Some(waiter.ticket), now, self.live) {
+            let seen = ring.still_waiting(waiter, now);
+            if !held(now)? && !ring.waits_before(self.lock, Some(waiter.ticket), now, self.live) {
                 return Ok(());
             }
             let slice = Duration::from_nanos(until - now).min(crate::base::cancel::POLL);
@@ -130,6 +181,9 @@ impl Place<'_> {
         }
     }
 }
+
+/// How often a waiter without a place in the queue tests whether the lock's holder died.
+const OVERFLOW_POLL: Duration = Duration::from_millis(10);
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {

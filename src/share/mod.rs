@@ -1,9 +1,9 @@
 //! Layer 4, sharing: what the processes of one store exchange through its ring. The byte form
-//! of operations, reads and their results (wire), a process's seat in the ring (member), and a
-//! server's lease journal (journal).
+//! of operations, reads and their results (wire), a process's seat in the ring (member), and
+//! the lease records kept in the ring's lease map (leases).
 //!
 //! Imports the base, the rules, the storage and the ring.
 
-pub(crate) mod journal;
+pub(crate) mod leases;
 pub(crate) mod member;
 pub(crate) mod wire;

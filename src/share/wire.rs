@@ -6,14 +6,15 @@
 use std::time::Duration;
 
 use crate::base::clock::ProcessId;
-use crate::base::error::{Error, Result, Status};
+use crate::base::error::{io_error, Error, Result, Status};
+use crate::rules::history::Ended;
 use crate::rules::kind::Kind;
 use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
 /// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 5;
+pub(crate) const WIRE_VERSION: u32 = 6;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
@@ -108,6 +109,8 @@ const ACQUIRE_KIND: u8 = 5;
 const ACQUIRE_ALL: u8 = 6;
 // The history's operation (version 5).
 const RECORD_RELEASES: u8 = 7;
+const RECORD_ENDS: u8 = 8;
+const RESERVE: u8 = 9;
 const KIND_EXCLUSIVE: u8 = 0;
 const KIND_SHARED: u8 = 1;
 const KIND_SEMAPHORE: u8 = 2;
@@ -203,6 +206,27 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
             w.u8(FENCE);
             w.bytes(resource.as_bytes());
             w.u64(*token);
+        }
+        Op::RecordEnds { ends, seal } => {
+            w.u8(RECORD_ENDS);
+            match seal {
+                Some((last, seen)) => {
+                    w.u8(1);
+                    w.u64(*last);
+                    w.u64(*seen);
+                }
+                None => w.u8(0),
+            }
+            w.u32(u32::try_from(ends.len()).unwrap_or(u32::MAX));
+            for (name, token, ended) in ends {
+                w.bytes(name.as_bytes());
+                w.u64(*token);
+                w.bytes(&ended.encode());
+            }
+        }
+        Op::Reserve { at_least } => {
+            w.u8(RESERVE);
+            w.u64(*at_least);
         }
         Op::RecordReleases { releases } => {
             w.u8(RECORD_RELEASES);
@@ -344,6 +368,8 @@ pub(crate) fn encode_answer(answer: &Result<Answer>) -> Vec<u8> {
             for v in [
                 c.schema_version,
                 c.last_token,
+                c.reserved,
+                c.sealed,
                 c.lock_records,
                 c.keys,
                 c.fences,
@@ -406,6 +432,8 @@ pub(crate) fn decode_answer(bytes: &[u8]) -> Result<Result<Answer>> {
         A_COUNTS => Ok(Answer::Counts(Counts {
             schema_version: r.u64()?,
             last_token: r.u64()?,
+            reserved: r.u64()?,
+            sealed: r.u64()?,
             lock_records: r.u64()?,
             keys: r.u64()?,
             fences: r.u64()?,
@@ -526,6 +554,27 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
             }
             Op::RecordReleases { releases }
         }
+        RECORD_ENDS => {
+            let seal = match r.u8()? {
+                0 => None,
+                1 => Some((r.u64()?, r.u64()?)),
+                _ => return Err(malformed()),
+            };
+            let count = r.u32()? as usize;
+            // Each end takes at least 16 bytes: a bound before anything is allocated.
+            if count > r.0.len() / 16 {
+                return Err(malformed());
+            }
+            let mut ends = Vec::with_capacity(count);
+            for _ in 0..count {
+                let name = r.string()?;
+                let token = r.u64()?;
+                let ended = Ended::decode(&r.bytes()?).map_err(|_| malformed())?;
+                ends.push((name, token, ended));
+            }
+            Op::RecordEnds { ends, seal }
+        }
+        RESERVE => Op::Reserve { at_least: r.u64()? },
         _ => return Err(malformed()),
     };
     r.end()?;
@@ -539,6 +588,7 @@ const FENCED: u8 = 4;
 const FAILED: u8 = 5;
 const GRANTED_ALL: u8 = 6;
 const RECORDED: u8 = 7;
+const RESERVED: u8 = 8;
 
 pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
     let mut w = Writer::default();
@@ -568,6 +618,10 @@ pub(crate) fn encode_reply(reply: &Result<Done>) -> Vec<u8> {
         }
         Ok(Done::Fenced) => w.u8(FENCED),
         Ok(Done::Recorded) => w.u8(RECORDED),
+        Ok(Done::Reserved { bound }) => {
+            w.u8(RESERVED);
+            w.u64(*bound);
+        }
         Err(err) => {
             w.u8(FAILED);
             encode_error(&mut w, err);
@@ -597,6 +651,7 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
         }),
         FENCED => Ok(Done::Fenced),
         RECORDED => Ok(Done::Recorded),
+        RESERVED => Ok(Done::Reserved { bound: r.u64()? }),
         FAILED => Err(decode_error(&mut r)?),
         _ => return Err(malformed()),
     };
@@ -604,7 +659,8 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
     Ok(reply)
 }
 
-/// An error as its status, three numbers and a message.
+/// An error as its status, three numbers and a message. An I/O error's numbers are its kind and
+/// the system's error number (0 for none).
 fn encode_error(w: &mut Writer, err: &Error) {
     let (a, b, c, message) = match err {
         Error::Locked {
@@ -623,7 +679,13 @@ fn encode_error(w: &mut Writer, err: &Error) {
         Error::PermitsMismatch { permits, requested } => {
             (u64::from(*permits), u64::from(*requested), 0, String::new())
         }
-        Error::Io(io) => (kind_code(io.kind()), 0, 0, io.to_string()),
+        Error::Io(io) => (
+            kind_code(io.kind()),
+            err.raw_os_error()
+                .map_or(0, |code| u64::try_from(code).unwrap_or(0)),
+            0,
+            io.to_string(),
+        ),
         Error::Replaced(m)
         | Error::InvalidArgument(m)
         | Error::NotAStore(m)
@@ -666,7 +728,10 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
             permits: u32::try_from(a).map_err(|_| malformed())?,
             requested: u32::try_from(b).map_err(|_| malformed())?,
         },
-        s if s == Status::Io as u32 => Error::Io(std::io::Error::new(kind_of(a), message)),
+        s if s == Status::Io as u32 => {
+            let code = i32::try_from(b).map_err(|_| malformed())?;
+            Error::Io(io_error(kind_of(a), message, (code != 0).then_some(code)))
+        }
         s if s == Status::Replaced as u32 => Error::Replaced(message),
         s if s == Status::InvalidArgument as u32 => Error::InvalidArgument(message),
         s if s == Status::NotAStore as u32 => Error::NotAStore(message),
@@ -745,6 +810,19 @@ mod tests {
                 token: 9,
                 ttl: Duration::from_secs(3),
             },
+            Op::RecordEnds {
+                ends: vec![(
+                    "payment-export".into(),
+                    9,
+                    Ended::for_test(Kind::Semaphore(3), crate::rules::history::Ending::TakenOver),
+                )],
+                seal: Some((41, 2048)),
+            },
+            Op::RecordEnds {
+                ends: Vec::new(),
+                seal: None,
+            },
+            Op::Reserve { at_least: 1 << 40 },
             Op::RecordReleases {
                 releases: vec![("a".into(), 4, 5), (String::new(), 6, 7)],
             },
@@ -878,6 +956,8 @@ mod tests {
             Ok(Answer::Counts(Counts {
                 schema_version: 2,
                 last_token: 3,
+                reserved: 9,
+                sealed: 8,
                 lock_records: 4,
                 keys: 5,
                 fences: 6,
@@ -937,6 +1017,11 @@ mod tests {
                 current: None,
             }),
             Err(Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC))),
+            Err(Error::Io(io_error(
+                std::io::ErrorKind::Other,
+                "reopening: No such file or directory (os error 2)".into(),
+                Some(libc::ENOENT),
+            ))),
             Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::FileTooLarge,
                 "too large",
@@ -952,6 +1037,7 @@ mod tests {
                 (Err(a), Err(b)) => {
                     assert_eq!(a.status(), b.status());
                     assert_eq!(a.to_string(), b.to_string());
+                    assert_eq!(a.raw_os_error(), b.raw_os_error());
                     if let (Error::Io(a), Error::Io(b)) = (a, b) {
                         assert_eq!(a.kind(), b.kind());
                     }

@@ -29,6 +29,7 @@ pub(crate) fn open_carved(path: &Path) -> Result<Db> {
     crate::base::quiet::catch(|| {
         open_database_with(
             existing,
+            false,
             || builder.open_read_only_with_backend(backend()?),
             || builder.create_with_backend(backend()?),
         )

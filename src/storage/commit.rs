@@ -33,18 +33,6 @@ pub(crate) struct Committed {
     pub ends: Ends,
 }
 
-/// What a store does around the commit of a batch, beside it (a server's lease journal keeps
-/// the records of commits made without an fsync). Defined here so that the commit knows
-/// nothing of who hooks in.
-pub(crate) trait CommitHook {
-    /// Before the commit of a batch whose writes ask to be durable (`durable`) or not: whether
-    /// the commit must be durable after all.
-    fn before_commit(&self, durable: bool) -> bool;
-    /// After the commit (`committed`: it succeeded; `durable`: as it was made), before any
-    /// result is handed out.
-    fn after_commit(&self, durable: bool, committed: bool);
-}
-
 type Finish = Box<dyn FnOnce(Result<(), &Error>) + Send>;
 
 /// What running one job in the transaction gave.
@@ -389,19 +377,18 @@ fn run_batch(
     if txn.is_ok() {
         batch.extend(extra());
     }
-    let _ = execute(txn, batch, relaxed, None, committed);
+    let _ = execute(txn, batch, relaxed, committed);
 }
 
 /// Runs `batch` in `txn` (or fails every job with its error), commits unless nothing was
 /// applied or a job failed, and hands every job its result. With `relaxed`, commits without an
 /// fsync when no job asks to be durable. Tells `committed` what a commit carried (`None` when
-/// the batch committed nothing), and `hook` of the commit. Returns the batch's outcome: how the
-/// commit went, or the error that failed it.
+/// the batch committed nothing). Returns the batch's outcome: how the commit went, or the error
+/// that failed it.
 pub(crate) fn execute(
     txn: Result<WriteTransaction>,
     batch: Vec<Job>,
     relaxed: bool,
-    hook: Option<&dyn CommitHook>,
     committed_ops: &dyn Fn(Option<Committed>),
 ) -> Result<()> {
     let mut finishes = Vec::with_capacity(batch.len());
@@ -440,9 +427,6 @@ pub(crate) fn execute(
                 .unwrap_or_else(|panic| Err(panicked("abort", &panic)))
         }
         (Ok(mut txn), None) => crate::base::quiet::catch(|| {
-            if let Some(hook) = hook {
-                durable = hook.before_commit(durable);
-            }
             if !durable {
                 txn.set_durability(redb::Durability::None)
                     .map_err(|err| Error::Storage(err.to_string()))?;
@@ -452,10 +436,6 @@ pub(crate) fn execute(
         .unwrap_or_else(|panic| Err(panicked("commit", &panic))),
     };
     committed_ops((committed.is_ok() && applied > 0).then_some(Committed { ops: applied, ends }));
-    // A server's journal counts the batch's leases as committed before any reply is published.
-    if let Some(hook) = hook {
-        hook.after_commit(durable, committed.is_ok());
-    }
     for finish in finishes {
         finish(committed.as_ref().map(|_| ()));
     }

@@ -13,10 +13,11 @@ use crate::storage::liveness::Liveness;
 
 /// Schema version of the tables this library writes. Version 2 added the liveness id to lease
 /// records; version 3 added the records of names with several holders (semaphores and shared
-/// locks, record format 3). A store of an older version is upgraded when it is opened for
+/// locks, record format 3); version 4 keeps the leases of multi-process stores in shared memory
+/// (and their tokens bounded by a durable reservation), not in the leases table. A store of an older version is upgraded when it is opened for
 /// writing (its records are read as they are), after which libraries that know only the older
 /// version refuse to open it rather than meet records they cannot read.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
 /// The error for a panic of the storage engine, which it raises on some forms of damage.
 pub(crate) fn damaged<T>(panic: String) -> Result<T> {
@@ -70,7 +71,13 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
     let builder = redb_builder(mode);
     if !read_only {
         return crate::base::quiet::catch(|| {
-            open_database(&builder, path, existing).map(Db::Writable)
+            open_database(
+                &builder,
+                path,
+                existing,
+                mode == ConcurrencyMode::ExclusiveWriter,
+            )
+            .map(Db::Writable)
         })
         .unwrap_or_else(damaged);
     }
@@ -85,7 +92,7 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
             // A crash left the file needing the repair that only a writable open performs (no
             // live writer would do it): it is repaired, and the read-only open tried again.
             Err(redb::DatabaseError::RepairAborted) => {
-                drop(open_database(&builder, path, true)?);
+                drop(open_database(&builder, path, true, false)?);
                 builder.open_read_only(path)?
             }
             other => other?,
@@ -154,18 +161,24 @@ pub(crate) fn open_database(
     builder: &redb::Builder,
     path: &Path,
     existing: bool,
+    restore: bool,
 ) -> Result<Database> {
     open_database_with(
         existing,
+        restore,
         || builder.open_read_only(path),
         || builder.create(path),
     )
 }
 
 /// As [`open_database`], with `open_read_only` and `create` opening the database (through a
-/// backend of their own).
+/// backend of their own). With `restore`, moves the counter past the durable reservation (see
+/// [`restore_counter`]): for a store whose grants write the counter (single-process mode), not
+/// one whose tokens come from its shared memory (multi-process mode), whose reservation is
+/// not the last token.
 pub(crate) fn open_database_with(
     existing: bool,
+    restore: bool,
     open_read_only: impl FnOnce() -> std::result::Result<redb::ReadOnlyDatabase, redb::DatabaseError>,
     create: impl FnOnce() -> std::result::Result<Database, redb::DatabaseError>,
 ) -> Result<Database> {
@@ -192,7 +205,10 @@ pub(crate) fn open_database_with(
             Some(found) if found < SCHEMA_VERSION => upgrade(&db)?,
             Some(_) => {}
         }
-        restore_counter(&db)
+        if restore {
+            restore_counter(&db)?;
+        }
+        Ok(())
     });
     let failure = match checked {
         Ok(Ok(())) => return Ok(db),

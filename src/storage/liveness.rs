@@ -174,6 +174,44 @@ impl Liveness {
     }
 }
 
+/// The liveness ids whose bytes name the lease maps in use (`ring/map.rs`): each process
+/// that uses a map holds a read lock on the byte of its map's id, `TABLE_IDS.0 + (id %
+/// span)`. Below the ids drawn at random, so never a holder's.
+const TABLE_IDS: (u64, u64) = (1 << 40, 1 << 41);
+
+impl Liveness {
+    /// Declares, for as long as the returned file stays open, that this process uses the lease
+    /// map `table_id` for the store file at `path`; refused when a process uses another map of
+    /// this file (it cannot see this one: another /dev/shm, or a map removed while in use),
+    /// since two maps would grant one lock twice. The caller holds the open lock
+    /// ([`Liveness::lock_for_open`]), so that two new maps are never declared at once.
+    pub(crate) fn claim_map(path: &Path, table_id: u64) -> crate::Result<File> {
+        let file = open(path)?;
+        let span = TABLE_IDS.1 - TABLE_IDS.0;
+        let own = TABLE_IDS.0 + table_id % span;
+        for (start, end) in [(TABLE_IDS.0, own), (own + 1, TABLE_IDS.1)] {
+            if start == end {
+                continue;
+            }
+            let lock = fcntl_range(
+                &file,
+                libc::F_OFD_GETLK,
+                libc::F_WRLCK,
+                BASE + start,
+                end - start,
+            )?;
+            if i32::from(lock.l_type) != libc::F_UNLCK {
+                return Err(crate::Error::Storage(format!(
+                    "{} is in use by processes that share another copy of its shared memory                      (another /dev/shm, as in another container or mount namespace, or the                      store's ring in /dev/shm was removed while they used it): this process                      would keep a lease table of its own and could grant their locks again; it                      can open the store once they closed it",
+                    path.display()
+                )));
+            }
+        }
+        fcntl(&file, libc::F_OFD_SETLK, libc::F_RDLCK, own)?;
+        Ok(file)
+    }
+}
+
 /// redb's header lock: the first 320 bytes, held shared by every `begin_read` of a shared file
 /// and exclusive by a commit while it writes the header.
 const HEADER: (u64, u64) = (0, 320);

@@ -26,6 +26,25 @@ static void version_and_status_strings(void) {
     snprintf(built, sizeof built, "%d.%d.%d", FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR,
              FENCELOCK_VERSION_PATCH);
     CHECK(strncmp(fencelock_version(), built, strlen(built)) == 0);
+
+    /* The number: the header's, the loaded library's and the parts' agree. */
+    CHECK(fencelock_version_number() == FENCELOCK_VERSION_NUMBER);
+    CHECK(FENCELOCK_VERSION_NUMBER == FENCELOCK_VERSION_MAJOR * 1000000 +
+                                          FENCELOCK_VERSION_MINOR * 1000 + FENCELOCK_VERSION_PATCH);
+    CHECK(FENCELOCK_AT_LEAST_VERSION(0, 0, 0));
+    CHECK(FENCELOCK_AT_LEAST_VERSION(0, 1, 0)); /* the first release: every header is later */
+    CHECK(FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR,
+                                     FENCELOCK_VERSION_PATCH));
+    CHECK(!FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR,
+                                      FENCELOCK_VERSION_PATCH + 1));
+    CHECK(!FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR + 1, 0));
+    CHECK(!FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR + 1, 0, 0));
+    CHECK(!FENCELOCK_AT_LEAST_VERSION(1000, 0, 0));
+    /* A higher part outweighs every lower one: x.y.0 is later than x.(y-1).999. */
+    CHECK(FENCELOCK_VERSION_MINOR == 0 ||
+          FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR - 1, 999));
+    CHECK(!FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR, 999) ||
+          FENCELOCK_VERSION_PATCH == 999);
     for (int code = FENCELOCK_OK; code <= FENCELOCK_PERMITS_MISMATCH; code++) {
         const char *text = fencelock_status_str(code);
         CHECK(text != NULL && text[0] != '\0' && strcmp(text, "unknown status") != 0);

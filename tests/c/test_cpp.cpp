@@ -69,6 +69,10 @@ int main() {
     check(std::string(reinterpret_cast<const char *>(buf), len) == value, "value");
     fencelock_buffer_free(buf, len);
 
+    check(fencelock_version_number() == FENCELOCK_VERSION_NUMBER &&
+              FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR, 0),
+          "version number");
+
     holder.reset();
     store.reset();
     std::string command = std::string("rm -rf '") + dir + "'";

@@ -54,9 +54,13 @@ fn status_shows_the_holder_while_a_run_holds_the_lock() {
 
     fs::write(env.path("stop"), "").unwrap();
     assert!(finish(holder).status.success());
-    let json = env.json(&["status", "--lock", "nightly", "--json"]);
+    // Every process closed the store: no lease is recorded any more (the leases lived in its
+    // shared memory), and the grant is in the lock's history.
+    let out = env.run(&["status", "--lock", "nightly"]);
+    assert_eq!(code(&out), NOT_FOUND, "{}", stderr(&out));
+    let json = env.json(&["history", "nightly", "--json"]);
     assert_eq!(json[0]["token"], token);
-    assert_ne!(json[0]["state"], "held");
+    assert_eq!(json[0]["ending"], "released");
 }
 
 /// Colour only on a terminal, and never with `NO_COLOR`. `script` (util-linux, essential on
@@ -64,7 +68,7 @@ fn status_shows_the_holder_while_a_run_holds_the_lock() {
 #[test]
 fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
     let env = Env::new();
-    env.grant();
+    let holder = spawn_holder(&env, "grant", "30s", "started", "stop");
     let status = format!("{BIN} status");
     let on_terminal = |no_color: Option<&str>| {
         let mut cmd = Command::new("script");
@@ -91,6 +95,8 @@ fn status_is_coloured_on_a_terminal_unless_no_color_is_set() {
         !plain.contains('\x1b'),
         "colour despite NO_COLOR: {plain:?}"
     );
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
 }
 
 /// A lock name's control characters (a terminal's escape sequences among them) are escaped in
@@ -106,13 +112,21 @@ fn status_escapes_control_characters_in_names_but_json_keeps_them() {
         "back\\slash \"quoted\"",
         "plain-name",
     ];
+    // Held while the listing runs: the leases live in the store's shared memory as long as a
+    // process has the store open.
+    let script = "touch \"$D/started\"; while [ ! -e \"$D/stop\" ]; do sleep 0.02; done";
     let mut args = vec!["run"];
     for name in &names {
         args.extend(["--lock", name]);
     }
-    args.push("true");
-    let out = env.run(&args);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    args.extend(["--", "sh", "-c", script]);
+    let holder = env
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    wait_for_file(&env.path("started"));
 
     let out = env.run(&["status"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -149,4 +163,6 @@ fn status_escapes_control_characters_in_names_but_json_keeps_them() {
     let mut expected = names.to_vec();
     expected.sort_unstable();
     assert_eq!(listed, expected);
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
 }

@@ -51,8 +51,6 @@ crate::on_every_backend! {
     ]
     served: [
         a_refused_acquire_writes_nothing,
-        #[ignore = "bug: behind a server, a waiting acquire whose timeout has run out gives up \
-                    (Timeout) before the server takes it, even for a free lock"]
         a_waiting_acquire_of_a_free_lock_is_granted_with_no_time_left,
     ]
     etcd: [

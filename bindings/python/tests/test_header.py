@@ -21,6 +21,7 @@ SCALARS = {
     "void": None,
     "bool": ctypes.c_bool,
     "char": ctypes.c_char,
+    "int": ctypes.c_int,
     "int32_t": ctypes.c_int32,
     "uint32_t": ctypes.c_uint32,
     "int64_t": ctypes.c_int64,
@@ -261,6 +262,9 @@ def test_version_macros_match_the_package(header):
     if None in parts:
         pytest.skip("the header defines no numeric version macros")
     assert ".".join(map(str, parts)) == fencelock.__version__
+    major, minor, patch = parts
+    assert defines["FENCELOCK_VERSION_NUMBER"] == major * 1000000 + minor * 1000 + patch
+    assert fencelock.library_version_number() == defines["FENCELOCK_VERSION_NUMBER"]
 
 
 def test_parser_reads_a_known_prototype():

@@ -13,11 +13,12 @@ import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import fencelock
-from fencelock import LockState, Store
+from fencelock import LockState, Store, _errors
 
 PATIENCE = 60  # only bounds a broken binding; no test asserts how long anything took
 
@@ -189,6 +190,29 @@ def test_a_directory_without_permission_is_a_permission_error(tmp_path):
     assert err.filename == str(path)
 
 
+def test_the_errno_comes_from_the_library_not_from_its_message(tmp_path, monkeypatch):
+    # The message is for people (Rust renders the system's error in it today, as "(os error
+    # N)"); the errno is fencelock_error_os_code's. Reworded, the message changes nothing.
+    library = _errors.lib
+
+    class Reworded:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(library, name)
+
+        @staticmethod
+        def fencelock_error_message(err: Any) -> bytes:
+            return b"I/O error: the directory is not there"
+
+    monkeypatch.setattr(_errors, "lib", Reworded())
+    path = tmp_path / "no-such-dir" / "locks.db"
+    with pytest.raises(FileNotFoundError) as info:
+        Store(path)
+    assert type(info.value) is fencelock.StoreNotFoundError
+    assert info.value.errno == errno.ENOENT
+    assert info.value.strerror == os.strerror(errno.ENOENT)
+    assert str(info.value).startswith("I/O error: the directory is not there")
+
+
 def test_other_io_errors_carry_their_errno(tmp_path):
     regular = tmp_path / "file"
     regular.write_text("")
@@ -234,6 +258,7 @@ def test_the_package_exports_exactly_its_public_names():
         "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
         "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
         "StorePermissionError", "StoreReplacedError", "__version__", "library_path", "library_version",
+        "library_version_number",
     }  # fmt: skip
     assert set(fencelock.__all__) == expected
     for name in expected:

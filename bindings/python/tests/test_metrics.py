@@ -98,7 +98,8 @@ def test_metrics_count_grants_refusals_waits_and_stale_writes(store):
     assert m.wait_time - start.wait_time >= TIMEOUT - 0.001
     assert isinstance(m.wait_buckets, tuple) and len(m.wait_buckets) == 8
     assert sum(m.wait_buckets) == m.waits
-    assert m.committed_ops - start.committed_ops >= 4  # two grants and two writes
+    # The two writes (grants commit nothing: the leases are in the store's shared memory).
+    assert m.committed_ops - start.committed_ops >= 2
     assert start.commits < m.commits <= m.committed_ops
     assert m.leases_lost == m.ended_expired + m.ended_taken_over + m.ended_holder_died
     with pytest.raises(AttributeError):

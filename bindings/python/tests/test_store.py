@@ -249,6 +249,8 @@ def test_store_finalizer_closes(store_path):
 def test_versions():
     assert fencelock.library_version() == fencelock.__version__
     assert isinstance(fencelock.__version__, str)
+    major, minor, patch = map(int, fencelock.library_version().split("."))
+    assert fencelock.library_version_number() == major * 1000000 + minor * 1000 + patch
 
 
 def test_repr(store):

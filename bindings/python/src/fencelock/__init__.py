@@ -69,6 +69,14 @@ def library_version() -> str:
     return version.decode("ascii")
 
 
+def library_version_number() -> int:
+    """The version of the loaded native library as one number, MAJOR * 1000000 + MINOR * 1000 +
+    PATCH (``fencelock_version_number()``, the header's ``FENCELOCK_VERSION_NUMBER``): 1000 for
+    0.1.0, so that ``library_version_number() >= 2000`` asks for 0.2.0 or later."""
+    number: int = _lib.fencelock_version_number()
+    return number
+
+
 def library_path() -> str:
     """The path the native library was loaded from."""
     return _loaded_path
@@ -114,4 +122,5 @@ __all__ = [
     "__version__",
     "library_path",
     "library_version",
+    "library_version_number",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-import re
 from typing import Any
 
 from . import _ffi
@@ -81,10 +80,10 @@ class NullPointerError(FencelockError):
 
 class IoError(FencelockError, OSError):
     """An operating-system I/O error. Also an ``OSError``, with ``errno`` and ``strerror`` set
-    when the library reports the system's error number, and ``filename`` set to the store's
-    path when the error came from opening it. The common errors are also the builtin
-    subclasses: ``StoreNotFoundError`` is a ``FileNotFoundError`` (the store's directory is
-    missing), ``StorePermissionError`` a ``PermissionError``."""
+    when the library reports the system's error number (``fencelock_error_os_code``), and
+    ``filename`` set to the store's path when the error came from opening it. The common errors
+    are also the builtin subclasses: ``StoreNotFoundError`` is a ``FileNotFoundError`` (the
+    store's directory is missing), ``StorePermissionError`` a ``PermissionError``."""
 
     def __str__(self) -> str:
         # As OSError prints its filename, unless the library's message already names it.
@@ -197,15 +196,6 @@ _BY_ERRNO: dict[int, type[IoError]] = {
     _errno.EPERM: StorePermissionError,
 }
 
-# The C ABI reports no errno of its own: the library's message ends with Rust's rendering of an
-# io::Error, "... (os error N)", the one place the number is given.
-_OS_ERROR = re.compile(r"\(os error (\d+)\)")
-
-
-def _os_errno(message: str) -> int | None:
-    match = _OS_ERROR.search(message)
-    return int(match.group(1)) if match else None
-
 
 def error_from(status: int, err: Any, filename: str | None = None) -> FencelockError:
     """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
@@ -219,11 +209,12 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
             highest = lib.fencelock_error_highest(err)
             pid = lib.fencelock_error_pid(err)
             remaining_ms = lib.fencelock_error_remaining_ms(err)
+            os_code = lib.fencelock_error_os_code(err)
         finally:
             lib.fencelock_error_free(err)
     else:
         message = status_str(status)
-        token = highest = pid = remaining_ms = 0
+        token = highest = pid = remaining_ms = os_code = 0
     if cls is LockedError:
         details = {"token": token, "pid": pid, "remaining": remaining_ms / 1000.0}
     elif cls is StaleTokenError:
@@ -234,7 +225,7 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
         details = {"permits": token, "requested": highest}
     elif cls is ForkedError:
         message += _FORK_HINT
-    number = _os_errno(message) if cls is IoError else None
+    number = (os_code or None) if cls is IoError else None  # fencelock_error_os_code: 0 for none
     if number is not None:
         cls = _BY_ERRNO.get(number, IoError)
     exc = cls(status, message)

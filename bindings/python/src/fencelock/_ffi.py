@@ -3,12 +3,13 @@
 Every ``argtypes``/``restype`` lives here; ``tests/test_header.py`` parses the header and fails when
 a function is missing or a signature differs. Nothing else in the package touches ``ctypes.CDLL``.
 
-Type mapping (kept in step with the test): ``const char *`` -> ``c_char_p``; an input buffer
-``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a copy, NUL bytes included, the length
-travels separately); an input array of names ``const char *const *`` -> ``POINTER(c_char_p)``; an
-output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles -> ``POINTER(<opaque
-Structure>)``; a struct filled or passed by pointer -> ``POINTER(<its Structure>)``; ``void *``
--> ``c_void_p``; the callback type ``fencelock_observer_fn`` -> ``ObserverFn`` (a ``CFUNCTYPE``).
+Type mapping (kept in step with the test): ``int`` -> ``c_int``; ``const char *`` -> ``c_char_p``;
+an input buffer ``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a copy, NUL bytes
+included, the length travels separately); an input array of names ``const char *const *`` ->
+``POINTER(c_char_p)``; an output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles ->
+``POINTER(<opaque Structure>)``; a struct filled or passed by pointer -> ``POINTER(<its
+Structure>)``; ``void *`` -> ``c_void_p``; the callback type ``fencelock_observer_fn`` ->
+``ObserverFn`` (a ``CFUNCTYPE``).
 
 ``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
 for a lost lease, an open or a commit behind a busy store) lets other Python threads run. Every
@@ -24,6 +25,7 @@ from ctypes import (
     Structure,
     c_bool,
     c_char_p,
+    c_int,
     c_int32,
     c_int64,
     c_size_t,
@@ -211,6 +213,7 @@ HistoryP = POINTER(fencelock_history)
 # name -> (restype, argtypes). The order follows the header.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_version": (c_char_p, []),
+    "fencelock_version_number": (c_int, []),
     "fencelock_status_str": (c_char_p, [fencelock_status]),
     # cancel handle
     "fencelock_cancel_new": (fencelock_status, [POINTER(CancelP), POINTER(ErrorP)]),
@@ -223,6 +226,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_error_highest": (c_uint64, [ErrorP]),
     "fencelock_error_pid": (c_uint32, [ErrorP]),
     "fencelock_error_remaining_ms": (c_uint64, [ErrorP]),
+    "fencelock_error_os_code": (c_int, [ErrorP]),
     "fencelock_error_free": (None, [ErrorP]),
     # store
     "fencelock_store_open": (fencelock_status, [c_char_p, POINTER(StoreP), POINTER(ErrorP)]),

@@ -1,0 +1,724 @@
+//! A multi-process store's leases, kept in its ring's lease map (`share/leases.rs` over
+//! `ring/map.rs`) instead of the store file: a grant, an extend, a release and a wait touch no
+//! fsync and no commit.
+//!
+//! A lease need not survive what ends its holder: a reboot ends every holder (a lease records
+//! its boot), and a process's death ends its leases (their liveness locks die with it). What
+//! must survive is that tokens never go back and that acknowledged values and fences are on
+//! disk. So:
+//!
+//! - A lease record is changed by one compare-and-swap of its bucket (no lock is held at any
+//!   moment, so a process stopped anywhere delays nobody) under the same rules as the file's
+//!   records (`rules/leases.rs`).
+//! - Tokens come from the map's counter, bounded by a reservation the store file holds durably
+//!   (`Op::Reserve`). The reservation is refilled ahead of need, in a thread of its own, so
+//!   that no grant waits for it while half a block is left; the block doubles at each refill
+//!   (up to [`MAX_BLOCK`]), so a store that grants often refills rarely. A map set up anew
+//!   (once every process closed the store, or after a reboot) starts above the reservation.
+//! - How each lease ended is judged as before (`rules/history.rs`) and kept with its lock's
+//!   record, in the map, until a flush writes it to the file's history: when many are pending,
+//!   and when the last user of the store in a process closes it.
+//! - Values and fences are written to the file as before (`route.rs`); a holder's write checks
+//!   its lease here, inside its transaction.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::base::clock::{self, ProcessId};
+use crate::base::error::{Error, Result};
+use crate::base::limits::duration_ns;
+use crate::local::LocalEngine;
+use crate::ring::map::BUCKETS;
+use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
+use crate::rules::kind::Kind;
+use crate::rules::leases::{blocker, check_current, check_join, check_turn, is_live};
+use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::record::{Group, Lease, Record};
+use crate::share::leases::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
+use crate::share::member::RingMember;
+
+/// The first reservation of a map, and the largest. Large, so that a process stopped inside
+/// the commit of a refill (which holds the store's write lock, and so every other refill) does
+/// not run the others out of tokens for long; tokens jump by up to this much only when a map
+/// ends without its last user closing it (a crash), since a clean close seals the counter.
+const FIRST_BLOCK: u64 = 1 << 20;
+const MAX_BLOCK: u64 = 1 << 32;
+/// Buckets that hold records pruned by each grant, and buckets looked at for them at most.
+const PRUNE_PER_GRANT: usize = 2;
+const PRUNE_LOOKS: usize = 64;
+/// Ends pending in the map past which a grant starts a flush to the file.
+const FLUSH_AT: u64 = 512;
+
+impl LocalEngine {
+    /// The ring whose lease map holds this store's leases: in multi-process mode.
+    pub(crate) fn map(&self) -> Option<&RingMember> {
+        self.shared.as_deref().filter(|_| self.leases_shared)
+    }
+
+    /// Sets the map up from the store file the first time a process of this map's lifetime
+    /// opens it: the token counter (every token up to the file's counter or reservation may
+    /// have been handed out), and the live leases the file's leases table holds (granted by a
+    /// library that kept them there, before an upgrade).
+    pub(crate) fn setup_map(&self, member: &RingMember) -> Result<()> {
+        let header = member.ring().map_header();
+        if header.ready.load(Ordering::Acquire) != 0 {
+            return Ok(());
+        }
+        let counts = self.counts()?;
+        // Sealed by the last user of the shared memory before: no token above the counter
+        // was handed out. Otherwise any token up to the reservation may have been.
+        let sealed = counts.sealed != 0 && counts.sealed == counts.reserved;
+        let base = if sealed {
+            counts.last_token
+        } else {
+            counts.last_token.max(counts.reserved)
+        };
+        header.last_token.fetch_max(base, Ordering::AcqRel);
+        header.reserved.fetch_max(base, Ordering::AcqRel);
+        let now = clock::now_ns();
+        for (name, record) in self.file_leases()? {
+            let mut live = false;
+            for lease in record.holders() {
+                live |= is_live(self, lease, now)?;
+            }
+            if !live {
+                continue;
+            }
+            update(
+                member.ring(),
+                &self.live,
+                member.id(),
+                &name,
+                |entry| match entry {
+                    // Another process of this map's lifetime set it up first.
+                    Some(_) => Ok((Change::Keep, ())),
+                    None => Ok((
+                        Change::Put(Entry {
+                            name: name.clone(),
+                            record: Some(record.clone()),
+                            tail: Vec::new(),
+                        }),
+                        (),
+                    )),
+                },
+                |_| Ok(Ends::default()),
+            )?;
+        }
+        // The first block, reserved now rather than by the first grant.
+        if header.reserved.load(Ordering::Acquire) <= header.last_token.load(Ordering::Acquire) {
+            self.reserve(member, base)?;
+        }
+        header.ready.store(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// `count` consecutive new tokens, each higher than every token handed out before: the
+    /// first of them.
+    fn take_tokens(&self, member: &RingMember, count: u64) -> Result<u64> {
+        let header = member.ring().map_header();
+        loop {
+            let last = header.last_token.load(Ordering::Acquire);
+            let end = last
+                .checked_add(count)
+                .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
+            let reserved = header.reserved.load(Ordering::Acquire);
+            if end > reserved {
+                // Only when the refill ahead of need did not keep up.
+                self.reserve(member, end)?;
+                continue;
+            }
+            if header
+                .last_token
+                .compare_exchange(last, end, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let left = reserved - end;
+                if left < header.block.load(Ordering::Relaxed) / 2 {
+                    self.refill_ahead(member, left);
+                }
+                return Ok(last + 1);
+            }
+        }
+    }
+
+    /// Reserves tokens durably up to `need` and a block beyond, and lets the map hand them
+    /// out.
+    fn reserve(&self, member: &RingMember, need: u64) -> Result<()> {
+        let header = member.ring().map_header();
+        let block = (header.block.load(Ordering::Relaxed) * 2).clamp(FIRST_BLOCK, MAX_BLOCK);
+        let at_least = need
+            .max(header.last_token.load(Ordering::Acquire))
+            .saturating_add(block);
+        match self.submit(Op::Reserve { at_least }, None)? {
+            Done::Reserved { bound } => {
+                header.block.fetch_max(block, Ordering::AcqRel);
+                header.reserved.fetch_max(bound, Ordering::AcqRel);
+                Ok(())
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Starts a refill of the reservation in a thread of its own, unless another process is
+    /// refilling and a quarter of the block is left (a refill whose process died, or that does
+    /// not come while the block runs low, is taken over: two refills at once are harmless).
+    fn refill_ahead(&self, member: &RingMember, left: u64) {
+        let header = member.ring().map_header();
+        let current = header.refilling.load(Ordering::Acquire);
+        let urgent = left < header.block.load(Ordering::Relaxed) / 4;
+        if current == member.id()
+            || (current != 0 && !urgent && self.live.is_held(current).unwrap_or(true))
+        {
+            return;
+        }
+        if header
+            .refilling
+            .compare_exchange(current, member.id(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let engine = self.arc();
+        let spawned = std::thread::Builder::new()
+            .name("fencelock-reserve".into())
+            .spawn(move || {
+                if let Some(member) = engine.map() {
+                    let header = member.ring().map_header();
+                    let need = header.last_token.load(Ordering::Acquire);
+                    let _ = engine.reserve(member, need);
+                    let _ = header.refilling.compare_exchange(
+                        member.id(),
+                        0,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+            });
+        if spawned.is_err() {
+            let _ = header.refilling.compare_exchange(
+                member.id(),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Ends the record of `entry` into its tail when none of its grants is live any more, and
+    /// counts how they ended: a dead record leaves the map this way.
+    fn settle(&self, entry: &mut Entry) -> Result<Ends> {
+        let mut ends = Ends::default();
+        let now = clock::now_ns();
+        let Some(record) = &entry.record else {
+            return Ok(ends);
+        };
+        for lease in record.holders() {
+            if is_live(self, lease, now)? {
+                return Ok(ends);
+            }
+        }
+        let record = entry.record.take().expect("checked");
+        for lease in record.holders() {
+            let ended = judge(self, record.kind(), lease, now, false)?;
+            ends.add(ended.ending());
+            self.keep_end(&mut entry.tail, lease.token, ended);
+        }
+        Ok(ends)
+    }
+
+    /// Grants `name` as `kind` for `ttl` to `holder` (this process, or a requester whose write
+    /// this one commits), which holds the liveness lock `live`: the token and the expiry.
+    /// Refuses as a grant of the file would. A grant of `holder` with `live` that the record
+    /// holds already (a request run again) is that grant.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn grant_in_map(
+        &self,
+        member: &RingMember,
+        name: &str,
+        kind: Kind,
+        ttl: Duration,
+        ticket: Option<u64>,
+        holder: ProcessId,
+        live: u64,
+    ) -> Result<(u64, u64)> {
+        let mut ends = Ends::default();
+        // A token taken for an attempt that lost its swap serves the next attempt while it is
+        // still above every token of the record: a lock's tokens only grow, and it was taken
+        // after this grant began.
+        let mut taken: Option<u64> = None;
+        let (granted, settled) = update(
+            member.ring(),
+            &self.live,
+            member.id(),
+            name,
+            |entry| {
+                ends = Ends::default();
+                let now = clock::now_ns();
+                let current = entry.and_then(|entry| entry.record.as_ref());
+                if let Some(lease) = current.and_then(|record| {
+                    record
+                        .holders()
+                        .iter()
+                        .find(|lease| lease.live == live && lease.holder == holder)
+                }) {
+                    return Ok((Change::Keep, (lease.token, lease.expires_ns)));
+                }
+                let joined = check_join(self, current, kind, now)?;
+                // A grant that would hold the name together with live holders waits its turn
+                // behind every queued waiter, also when it only tries once.
+                let queued = if joined.is_empty() {
+                    ticket
+                } else {
+                    Some(ticket.unwrap_or(u64::MAX))
+                };
+                check_turn(
+                    self,
+                    name,
+                    blocker(self, current, now)?.as_ref(),
+                    queued,
+                    now,
+                )?;
+                let latest = current
+                    .and_then(Record::latest)
+                    .map_or(0, |lease| lease.token);
+                let token = match taken {
+                    Some(token) if token > latest => token,
+                    _ => self.take_tokens(member, 1)?,
+                };
+                taken = Some(token);
+                let lease = self.new_lease(token, holder, live, now, ttl);
+                let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
+                let before = current.map_or(Kind::Exclusive, Record::kind);
+                for old in dropped(current, &joined) {
+                    let ended = judge(self, before, old, now, true)?;
+                    ends.add(ended.ending());
+                    self.keep_end(&mut tail, old.token, ended);
+                }
+                let record = match kind {
+                    Kind::Exclusive => Record::Exclusive(lease),
+                    kind => {
+                        let mut holders = joined;
+                        holders.push(lease);
+                        Record::Group(Group { kind, holders })
+                    }
+                };
+                let entry = Entry {
+                    name: name.to_owned(),
+                    record: Some(record),
+                    tail,
+                };
+                Ok((Change::Put(entry), (token, lease.expires_ns)))
+            },
+            |other| self.settle(other),
+        )?;
+        ends.merge(&settled);
+        self.ended_in_map(member, &ends);
+        self.prune_map(member);
+        Ok(granted)
+    }
+
+    /// Grants every lock of `names` exclusively for `ttl`, all or none, with tokens that follow
+    /// each other; `lives` are the liveness locks the caller holds, one for each name. Every
+    /// name is checked before any is granted; one granted by another process in between undoes
+    /// the grants made (they are released) and refuses as a check would have.
+    pub(crate) fn grant_all_in_map(
+        &self,
+        member: &RingMember,
+        names: &[&str],
+        ttl: Duration,
+        lives: &[u64],
+    ) -> Result<(u64, u64)> {
+        loop {
+            let now = clock::now_ns();
+            for name in names {
+                let entry = entry_of(member.ring(), name)?;
+                check_join(
+                    self,
+                    entry.and_then(|e| e.record).as_ref(),
+                    Kind::Exclusive,
+                    now,
+                )?;
+            }
+            let count = names.len() as u64;
+            let first = self.take_tokens(member, count)?;
+            let expires_ns = now + duration_ns(ttl);
+            let mut granted = 0;
+            let mut outcome = Ok(true);
+            for (i, (name, &live)) in names.iter().zip(lives).enumerate() {
+                let token = first + i as u64;
+                match self.grant_one_of_all(member, name, token, live, now, ttl) {
+                    Ok(true) => granted += 1,
+                    other => {
+                        outcome = other;
+                        break;
+                    }
+                }
+            }
+            if granted == names.len() {
+                self.prune_map(member);
+                return Ok((first, expires_ns));
+            }
+            for (name, &live) in names.iter().zip(lives).take(granted) {
+                self.withdraw_in_map(member, name, live);
+            }
+            match outcome {
+                // A record with a newer token than the block's: take a new block.
+                Ok(false) => continue,
+                Err(err) => return Err(err),
+                Ok(true) => unreachable!("stopped before every name was granted"),
+            }
+        }
+    }
+
+    /// One name of an acquire of several: granted with `token` unless held (the refusal), or
+    /// `false` when its record holds a token above `token` already (the caller takes newer
+    /// tokens: a lock's tokens only grow).
+    fn grant_one_of_all(
+        &self,
+        member: &RingMember,
+        name: &str,
+        token: u64,
+        live: u64,
+        now: u64,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let mut ends = Ends::default();
+        let (granted, settled) = update(
+            member.ring(),
+            &self.live,
+            member.id(),
+            name,
+            |entry| {
+                ends = Ends::default();
+                let current = entry.and_then(|entry| entry.record.as_ref());
+                check_join(self, current, Kind::Exclusive, clock::now_ns())?;
+                if current
+                    .and_then(Record::latest)
+                    .is_some_and(|latest| latest.token >= token)
+                {
+                    return Ok((Change::Keep, false));
+                }
+                let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
+                for old in dropped(current, &[]) {
+                    let kind = current.map_or(Kind::Exclusive, Record::kind);
+                    let ended = judge(self, kind, old, now, true)?;
+                    ends.add(ended.ending());
+                    self.keep_end(&mut tail, old.token, ended);
+                }
+                let entry = Entry {
+                    name: name.to_owned(),
+                    record: Some(Record::Exclusive(
+                        self.new_lease(token, self.me, live, now, ttl),
+                    )),
+                    tail,
+                };
+                Ok((Change::Put(entry), true))
+            },
+            |other| self.settle(other),
+        )?;
+        ends.merge(&settled);
+        self.ended_in_map(member, &ends);
+        Ok(granted)
+    }
+
+    /// Keeps the end of the lease `token` in a tail, unless this store keeps no history.
+    fn keep_end(&self, tail: &mut Vec<(u64, Ended)>, token: u64, ended: Ended) {
+        if self.history {
+            push_end(tail, token, ended);
+        }
+    }
+
+    fn new_lease(
+        &self,
+        token: u64,
+        holder: ProcessId,
+        live: u64,
+        now: u64,
+        ttl: Duration,
+    ) -> Lease {
+        Lease {
+            token,
+            holder,
+            boot_id: self.boot_id,
+            granted_ns: now,
+            expires_ns: now + duration_ns(ttl),
+            live,
+        }
+    }
+
+    /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
+    pub(crate) fn extend_in_map(
+        &self,
+        member: &RingMember,
+        name: &str,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<u64> {
+        let (expires, settled) = update(
+            member.ring(),
+            &self.live,
+            member.id(),
+            name,
+            |entry| {
+                let now = clock::now_ns();
+                let current = entry.and_then(|entry| entry.record.as_ref());
+                let mut lease = check_current(self, current, token, now)?;
+                lease.expires_ns = now + duration_ns(ttl);
+                let record = match current {
+                    Some(Record::Group(group)) => {
+                        let mut group = group.clone();
+                        for held in &mut group.holders {
+                            if held.token == token {
+                                *held = lease;
+                            }
+                        }
+                        Record::Group(group)
+                    }
+                    _ => Record::Exclusive(lease),
+                };
+                let mut entry = entry.cloned().expect("a current lease has an entry");
+                entry.record = Some(record);
+                Ok((Change::Put(entry), lease.expires_ns))
+            },
+            |other| self.settle(other),
+        )?;
+        self.ended_in_map(member, &settled);
+        Ok(expires)
+    }
+
+    /// Takes the lease of `name` whose liveness id is `live` out of its record, leaving no end
+    /// behind: the undoing of a grant that was never reported (an acquire of several locks
+    /// that failed at a later name, an acquire-and-put whose write failed). Left alone when
+    /// another grant replaced it.
+    pub(crate) fn withdraw_in_map(&self, member: &RingMember, name: &str, live: u64) {
+        let _ = update(
+            member.ring(),
+            &self.live,
+            member.id(),
+            name,
+            |entry| {
+                let Some(mut entry) = entry.cloned() else {
+                    return Ok((Change::Keep, ()));
+                };
+                let Some(record) = entry.record.take() else {
+                    return Ok((Change::Keep, ()));
+                };
+                if !record.holders().iter().any(|held| held.live == live) {
+                    return Ok((Change::Keep, ()));
+                }
+                entry.record = match record {
+                    Record::Group(mut group) if group.holders.len() > 1 => {
+                        group.holders.retain(|held| held.live != live);
+                        Some(Record::Group(group))
+                    }
+                    _ => None,
+                };
+                Ok((Change::Put(entry), ()))
+            },
+            |_| Ok(Ends::default()),
+        );
+    }
+
+    /// Writes the ends of the releases `releases` (name, token, when) into their records'
+    /// tails, where those leases are still recorded and let go: what this process knows of
+    /// its releases, as it closes the store (`history.rs`). Counts nothing: a lease is counted
+    /// as it leaves its record.
+    pub(crate) fn note_released_in_map(
+        &self,
+        member: &RingMember,
+        releases: &[(String, u64, u64)],
+    ) {
+        for (name, token, at) in releases {
+            let _ = update(
+                member.ring(),
+                &self.live,
+                member.id(),
+                name,
+                |entry| {
+                    let Some(mut entry) = entry.cloned() else {
+                        return Ok((Change::Keep, ()));
+                    };
+                    let Some(record) = &entry.record else {
+                        return Ok((Change::Keep, ()));
+                    };
+                    let Some(lease) = record.holder(*token).copied() else {
+                        return Ok((Change::Keep, ()));
+                    };
+                    if self.live.is_held(lease.live).unwrap_or(true)
+                        || entry.tail.iter().any(|(held, _)| held == token)
+                    {
+                        return Ok((Change::Keep, ()));
+                    }
+                    let (ending, at) = released_at(&lease, *at);
+                    let ended = Ended::new(self, record.kind(), &lease, ending, at);
+                    self.keep_end(&mut entry.tail, *token, ended);
+                    Ok((Change::Put(entry), ()))
+                },
+                |_| Ok(Ends::default()),
+            );
+        }
+    }
+
+    /// Counts the ends a change of the map recorded, and starts a flush of the map's ends to
+    /// the file once many are pending.
+    fn ended_in_map(&self, member: &RingMember, ends: &Ends) {
+        let activity = self.activity();
+        let mut recorded = 0;
+        for (counter, n) in ends.counts() {
+            activity.add(counter, n);
+            recorded += n;
+        }
+        if recorded == 0 || !self.history {
+            return;
+        }
+        let header = member.ring().map_header();
+        let pending = header.pending_ends.fetch_add(recorded, Ordering::AcqRel) + recorded;
+        if pending >= FLUSH_AT {
+            self.flush_ahead(member);
+        }
+    }
+
+    /// Looks at the next few buckets of the map (after those the last grant looked at), and
+    /// ends the records there whose grants are no longer live, so that released, expired and
+    /// dead records do not pile up: up to [`PRUNE_PER_GRANT`] buckets that hold records, of at
+    /// most [`PRUNE_LOOKS`] (an empty bucket costs one load).
+    fn prune_map(&self, member: &RingMember) {
+        let header = member.ring().map_header();
+        let ring = member.ring();
+        let mut pruned = 0;
+        for _ in 0..PRUNE_LOOKS {
+            let bucket =
+                (header.prune_cursor.fetch_add(1, Ordering::Relaxed) % BUCKETS as u64) as usize;
+            if ring.bucket_is_empty(bucket) {
+                continue;
+            }
+            if let Ok(settled) = rewrite(ring, &self.live, member.id(), bucket, |entry| {
+                self.settle(entry)
+            }) {
+                self.ended_in_map(member, &settled);
+            }
+            pruned += 1;
+            if pruned == PRUNE_PER_GRANT {
+                return;
+            }
+        }
+    }
+
+    /// Starts a flush of the ends pending in the map, in a thread of its own, unless another
+    /// process is flushing.
+    fn flush_ahead(&self, member: &RingMember) {
+        let header = member.ring().map_header();
+        let current = header.flushing.load(Ordering::Acquire);
+        if current != 0 && self.live.is_held(current).unwrap_or(true) {
+            return;
+        }
+        if header
+            .flushing
+            .compare_exchange(current, member.id(), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let engine = self.arc();
+        let spawned = std::thread::Builder::new()
+            .name("fencelock-history".into())
+            .spawn(move || {
+                if let Some(member) = engine.map() {
+                    let _ = engine.flush_ends(member, None, false);
+                    let header = member.ring().map_header();
+                    let _ = header.flushing.compare_exchange(
+                        member.id(),
+                        0,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+            });
+        if spawned.is_err() {
+            let _ = header.flushing.compare_exchange(
+                member.id(),
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Writes the ends pending in the map into the file's history, in one transaction, then
+    /// takes them out of the map. `waiting` bounds the wait for the store (the busy timeout
+    /// when `None`). With `seal`, from the last user of the map as it closes it: the same
+    /// transaction writes the last token handed out into the counter and seals the
+    /// reservation (see `SEALED_KEY`).
+    pub(crate) fn flush_ends(
+        &self,
+        member: &RingMember,
+        waiting: Option<crate::base::cancel::Waiting<'_>>,
+        seal: bool,
+    ) -> Result<()> {
+        let header = member.ring().map_header();
+        // Every end counted so far was in a tail before this scan began: the scan writes it,
+        // or a tail full of later ends dropped it. Either way it is pending no more.
+        let counted = header.pending_ends.load(Ordering::Acquire);
+        let mut ends = Vec::new();
+        for bucket in 0..BUCKETS {
+            for entry in bucket_entries(member.ring(), bucket)? {
+                for (token, ended) in entry.tail {
+                    ends.push((entry.name.clone(), token, ended));
+                }
+            }
+        }
+        let seal = seal.then(|| {
+            (
+                header.last_token.load(Ordering::Acquire),
+                header.reserved.load(Ordering::Acquire),
+            )
+        });
+        if ends.is_empty() && seal.is_none() {
+            return Ok(());
+        }
+        let flushed: HashSet<(String, u64)> = ends
+            .iter()
+            .map(|(name, token, _)| (name.clone(), *token))
+            .collect();
+        match self.submit(Op::RecordEnds { ends, seal }, waiting)? {
+            Done::Recorded => {}
+            other => return Err(unexpected(&other)),
+        }
+        for bucket in 0..BUCKETS {
+            rewrite(member.ring(), &self.live, member.id(), bucket, |entry| {
+                let name = entry.name.clone();
+                entry
+                    .tail
+                    .retain(|(token, _)| !flushed.contains(&(name.clone(), *token)));
+                Ok(Ends::default())
+            })?;
+        }
+        let _ = header
+            .pending_ends
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(counted))
+            });
+        Ok(())
+    }
+}
+
+/// Adds the end of the lease `token` to a tail, keeping the latest [`HISTORY_PER_LOCK`]: the
+/// file keeps no more of a lock's history either.
+fn push_end(tail: &mut Vec<(u64, Ended)>, token: u64, ended: Ended) {
+    if tail.iter().any(|(held, _)| *held == token) {
+        return;
+    }
+    tail.push((token, ended));
+    if tail.len() > HISTORY_PER_LOCK {
+        tail.remove(0);
+    }
+}
+
+/// The records of the map, with their names, in name order.
+pub(crate) fn records(member: &RingMember) -> Result<Vec<(String, Record)>> {
+    Ok(entries(member.ring())?
+        .into_iter()
+        .filter_map(|entry| Some((entry.name, entry.record?)))
+        .collect())
+}

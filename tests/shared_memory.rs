@@ -1,0 +1,341 @@
+//! The leases of a multi-process store live in its shared memory: what holds when that memory
+//! is not shared by luck, is removed under its users, or when a process stops anywhere in its
+//! lease operations.
+//!
+//! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
+//! then plays the role and reports on stdout in lines marked with `@@ `.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fencelock::{Error, Options, Store};
+
+use common::{Kid, DB, ROLE};
+
+/// Not a test of its own: the entry point of child processes.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let say = |line: String| {
+        println!("@@ {line}");
+        std::io::stdout().flush().unwrap();
+    };
+    let path = std::env::var(DB).unwrap();
+    match role.as_str() {
+        // Holds "job" until told to go.
+        "hold" => {
+            let store = Store::open(&path).unwrap();
+            let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+            say(format!("token {}", holder.token()));
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            drop(holder);
+        }
+        // Opens the store and tries "job" once: how that went.
+        "try" => match Store::open(&path) {
+            Err(err) => say(format!("refused {err}")),
+            Ok(store) => match store.acquire("job", Duration::from_secs(60)) {
+                Ok(holder) => say(format!("token {}", holder.token())),
+                Err(Error::Locked { token, .. }) => say(format!("locked {token}")),
+                Err(err) => say(format!("error {err}")),
+            },
+        },
+        // Acquires, extends and releases "cycling" as fast as it can, until killed.
+        "cycle" => {
+            let store = Store::open(&path).unwrap();
+            say("cycling".into());
+            loop {
+                // A stop longer than the TTL loses the lease, and the parent takes the lock:
+                // the extend is refused then, and the next acquire waits its turn.
+                let holder = store
+                    .acquire_wait(
+                        "cycling",
+                        Duration::from_millis(100),
+                        Duration::from_secs(60),
+                    )
+                    .unwrap();
+                let _ = holder.extend(Duration::from_millis(100));
+                holder.release().unwrap();
+            }
+        }
+        // Takes "job" and ends without closing the store, as a crash does: the store seals
+        // nothing, and its shared memory is left behind.
+        "take-and-crash" => {
+            let store = Store::open(&path).unwrap();
+            let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+            say(format!("token {}", holder.token()));
+            std::process::exit(0);
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// The ring of the store file at `path` in /dev/shm.
+fn ring_of(path: &std::path::Path) -> std::path::PathBuf {
+    let meta = std::fs::metadata(path).unwrap();
+    std::path::PathBuf::from(format!(
+        "/dev/shm/fencelock-{:x}-{:x}.ring",
+        meta.dev(),
+        meta.ino()
+    ))
+}
+
+/// This test binary, run in a mount namespace of its own with a /dev/shm of its own (an empty
+/// tmpfs), playing `role`: as a process of another container that bind-mounts the store file.
+fn spawn_in_private_shm(role: &str, db: &std::path::Path) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "mount -t tmpfs tmpfs /dev/shm && exec {} --exact child --nocapture --test-threads=1",
+        exe.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env(ROLE, role)
+        .env(DB, db)
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare(1) from util-linux runs");
+    assert!(
+        out.status.success(),
+        "a private /dev/shm needs root and unshare(1): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The report lines of a child's output.
+fn reports(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_once("@@ ").map(|(_, report)| report.to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_process_that_cannot_share_the_stores_shared_memory_is_refused_while_others_use_it() {
+    let (_dir, path, store) = common::temp_store();
+    let mut holder = Kid::spawn("hold", &path);
+    let token = holder.token();
+    // Another /dev/shm: it would keep a lease table of its own, and grant the lock again.
+    let out = spawn_in_private_shm("try", &path);
+    let seen = reports(&out);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].starts_with("refused") && seen[0].contains("another copy of its shared memory"),
+        "{seen:?}"
+    );
+    // This side still excludes.
+    assert!(matches!(
+        store.acquire("job", Duration::from_secs(1)),
+        Err(Error::Locked { token: t, .. }) if t == token
+    ));
+    // Once every process of this side closed the store, the other side may use it.
+    writeln!(holder.stdin, "go").unwrap();
+    assert!(holder.child.wait().unwrap().success());
+    drop(store);
+    let out = spawn_in_private_shm("try", &path);
+    let seen = reports(&out);
+    assert!(seen.len() == 1 && seen[0].starts_with("token "), "{seen:?}");
+    let other_side: u64 = seen[0]["token ".len()..].parse().unwrap();
+    assert!(
+        other_side > token,
+        "tokens went back: {other_side} after {token}"
+    );
+    // And this side is refused while... nobody there holds it any more: it opens again.
+    let again = Store::open(&path).unwrap();
+    assert!(
+        again
+            .acquire("job", Duration::from_secs(1))
+            .unwrap()
+            .token()
+            > other_side
+    );
+}
+
+#[test]
+fn removing_the_shared_memory_under_a_live_holder_grants_the_lock_to_nobody_else() {
+    let (_dir, path, store) = common::temp_store();
+    let mut holder = Kid::spawn("hold", &path);
+    let token = holder.token();
+    drop(store);
+    // As systemd-logind's RemoveIPC or a tmp cleaner does.
+    std::fs::remove_file(ring_of(&path)).unwrap();
+    let mut late = Kid::spawn("try", &path);
+    let seen = late.report().unwrap();
+    assert!(
+        seen.starts_with("refused") && seen.contains("another copy of its shared memory"),
+        "{seen}"
+    );
+    assert!(late.child.wait().unwrap().success());
+    writeln!(holder.stdin, "go").unwrap();
+    assert!(holder.child.wait().unwrap().success());
+    // The holder gone, the store opens on a new ring, and its tokens go on.
+    let store = Store::open(&path).unwrap();
+    assert!(
+        store
+            .acquire("job", Duration::from_secs(1))
+            .unwrap()
+            .token()
+            > token
+    );
+}
+
+#[test]
+fn a_process_stopped_anywhere_in_its_lease_operations_delays_nobody_else() {
+    let (_dir, path, _store) = common::temp_store();
+    let mut cycler = Kid::spawn("cycle", &path);
+    assert_eq!(cycler.report().as_deref(), Some("cycling"));
+    // Others grant, extend and release locks of their own all along; while the process is
+    // stopped they must go on completing (were they waiting for it, none would complete until
+    // it resumes).
+    let options = Options {
+        busy_timeout: Duration::from_secs(30),
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for i in 0..2 {
+            let (store, stop, done) = (&store, &stop, &done);
+            scope.spawn(move || {
+                let name = format!("other-{i}");
+                while !stop.load(Ordering::Relaxed) {
+                    let holder = store
+                        .acquire_wait(&name, Duration::from_secs(60), Duration::from_secs(30))
+                        .unwrap_or_else(|err| panic!("an acquire of {name}: {err}"));
+                    holder
+                        .extend(Duration::from_secs(60))
+                        .unwrap_or_else(|err| panic!("an extend of {name}: {err}"));
+                    holder
+                        .release()
+                        .unwrap_or_else(|err| panic!("a release of {name}: {err}"));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        // Stopped 50 times at random moments of its loop, for longer than its TTL (100 ms).
+        let mut seed = std::process::id() as u64;
+        for _ in 0..50 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            std::thread::sleep(Duration::from_micros(200 + (seed >> 33) % 3000));
+            cycler.stop();
+            let before = done.load(Ordering::Relaxed);
+            // A bound that catches operations held up until the process resumes, not slow ones.
+            let stuck = std::time::Instant::now() + Duration::from_secs(60);
+            while done.load(Ordering::Relaxed) < before + 3 {
+                assert!(
+                    std::time::Instant::now() < stuck,
+                    "no other operation completed while the process was stopped"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Whatever the stop interrupted, the lock it cycles is granted again once its lease
+            // has ended (within its TTL, 100 ms; the wait's limit only catches a hang).
+            let granted = store
+                .acquire_wait(
+                    "cycling",
+                    Duration::from_millis(50),
+                    Duration::from_secs(60),
+                )
+                .unwrap_or_else(|err| panic!("the stopped process's lock: {err}"));
+            drop(granted);
+            cycler.signal(libc::SIGCONT);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    cycler.signal(libc::SIGKILL);
+    let _ = cycler.child.wait();
+    store.verify().unwrap();
+}
+
+#[test]
+fn shared_memory_left_behind_by_its_last_user_is_set_up_anew_and_tokens_never_go_back() {
+    let (_dir, path, store) = common::temp_store();
+    let first = store
+        .acquire("job", Duration::from_secs(60))
+        .unwrap()
+        .token();
+    // The shared memory as its last user leaves it: that user seals the file (its last token
+    // is the counter), and a process that exits before its store is dropped (a thread of the
+    // store still running) leaves the memory behind in /dev/shm.
+    let ring = ring_of(&path);
+    let left = std::fs::read(&ring).unwrap();
+    drop(store);
+    assert!(!ring.exists(), "the last user removes the shared memory");
+    std::fs::write(&ring, &left).unwrap();
+    // The next process is alone with that memory; it takes a lease and crashes.
+    let mut crashed = Kid::spawn("take-and-crash", &path);
+    let second = crashed.token();
+    assert!(crashed.child.wait().unwrap().success());
+    assert!(second > first);
+    // A reboot (or a cleaner of /dev/shm) ends the memory; the file alone says which tokens
+    // may have been handed out.
+    std::fs::remove_file(&ring).unwrap();
+    let store = Store::open(&path).unwrap();
+    let third = store
+        .acquire("job", Duration::from_secs(60))
+        .unwrap()
+        .token();
+    assert!(
+        third > second,
+        "token {third} after {second}: a token was handed out twice"
+    );
+}
+
+#[test]
+fn leases_commit_nothing_but_a_flush_of_their_history_now_and_then() {
+    let (_dir, _path, store) = common::temp_store();
+    let before = store.metrics().unwrap().commits;
+    // One lock, granted again and again: its record keeps the latest ends only, and each
+    // flush writes them.
+    let grants = 5_000u64;
+    for _ in 0..grants {
+        store
+            .acquire("job", Duration::from_secs(60))
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    let commits = store.metrics().unwrap().commits - before;
+    // A flush per 512 ends recorded, and a token reservation ahead of need.
+    assert!(
+        commits <= grants / 512 + 2,
+        "{commits} commits for {grants} grants"
+    );
+}
+
+#[test]
+fn more_waiters_than_the_queue_holds_are_each_granted_the_lock_in_turn() {
+    let (_dir, _path, store) = common::temp_store();
+    let held = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // The queue in shared memory holds 63 waiters; the others wait without a place.
+    let waiters = 100;
+    let granted = AtomicU64::new(0);
+    let inside = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..waiters {
+            scope.spawn(|| {
+                let holder = store
+                    .acquire_wait("job", Duration::from_secs(60), Duration::from_secs(120))
+                    .unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                granted.fetch_add(1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                holder.release().unwrap();
+            });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        held.release().unwrap();
+    });
+    assert_eq!(granted.load(Ordering::SeqCst), waiters);
+}
