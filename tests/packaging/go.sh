@@ -56,8 +56,9 @@ grep -q "^	$module $version$" "$root/bindings/go/gocronlock/go.mod" ||
     fail "bindings/go/gocronlock/go.mod does not require $module $version, the version a release publishes"
 # What gocronlock needs besides fencelock (gocron and its dependencies) comes from this
 # machine's module cache, itself laid out as a module proxy (the Go module proxy fills it the
-# first time): the users' builds below reach no network.
-(cd "$root/bindings/go/gocronlock" && go mod download) || fail "go mod download of gocronlock's dependencies"
+# first time): the users' builds below reach no network. `all`, because a user's go mod tidy
+# also reads the modules of gocron's own tests (testify, goleak), which a plain download skips.
+(cd "$root/bindings/go/gocronlock" && go mod download all) || fail "go mod download of gocronlock's dependencies"
 cache=$(go env GOMODCACHE)/cache/download
 
 # goimports, with which a user's editor writes import lines: it adds an alias to an import whose
