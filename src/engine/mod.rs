@@ -159,7 +159,8 @@ pub(crate) trait LeaseHandle: Send + Sync {
     /// lease in the same transaction.
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool>;
 
-    /// Releases the lease; a second release changes nothing.
+    /// Releases the lease; [`Error::LockLost`] (once the lease is let go) when it had been
+    /// lost before this release; a second release changes nothing.
     fn release(&self) -> Result<()>;
 
     /// Renews the lease in the background every third of `ttl` until it is released or lost.

@@ -166,10 +166,19 @@ static void expiry_and_takeover(const fencelock_store *store) {
     CHECK(fencelock_error_token(err) == fencelock_holder_token(old));
     CHECK(fencelock_error_highest(err) == fencelock_holder_token(taker));
     fencelock_error_free(err);
+    /* Its first release says the lease was lost, naming the taker; the second is a no-op. */
+    err = NULL;
+    CHECK(fencelock_holder_release(old, &err) == FENCELOCK_LOCK_LOST);
+    CHECK(fencelock_error_status(err) == FENCELOCK_LOCK_LOST);
+    CHECK(fencelock_error_token(err) == fencelock_holder_token(old));
+    CHECK(fencelock_error_highest(err) == fencelock_holder_token(taker));
+    fencelock_error_free(err);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_release(old, ERR));
     fencelock_holder_free(old); /* its release never touches the taker's lease */
     bool held = false;
     CHECK_STATUS(FENCELOCK_OK, fencelock_holder_is_held(taker, &held, ERR));
     CHECK(held);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_release(taker, ERR)); /* a live lease's: quiet */
     fencelock_holder_free(taker);
 }
 

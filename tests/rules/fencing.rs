@@ -18,6 +18,7 @@ crate::on_every_backend! {
         release_and_drop_free_the_lock_at_once,
         an_expired_lease_is_taken_over_and_its_holder_is_fenced_out,
         an_expired_but_untaken_lease_cannot_be_extended,
+        a_release_after_the_lease_ran_out_reports_it_lost_once,
         extend_renews_past_the_first_ttl_and_keeps_the_token,
         fenced_values_accept_equal_and_higher_tokens_only,
         tokens_never_granted_are_refused,
@@ -142,7 +143,13 @@ fn an_expired_lease_is_taken_over_and_its_holder_is_fenced_out(h: &Harness) {
     assert_eq!(value.value, b"B");
     assert_eq!(value.token, fresh.token());
 
-    // The stale holder's release leaves its successor's lease alone.
+    // The stale holder's release says the lease was lost, once, and leaves its successor's
+    // lease alone.
+    assert!(matches!(
+        stale.release(),
+        Err(Error::LockLost { token, current: Some(current) })
+            if token == stale.token() && current == fresh.token()
+    ));
     stale.release().unwrap();
     drop(stale);
     assert!(fresh.is_held().unwrap());
@@ -160,6 +167,27 @@ fn an_expired_but_untaken_lease_cannot_be_extended(h: &Harness) {
         matches!(holder.extend(LONG), Err(Error::LockLost { token, current: None }) if token == holder.token())
     );
     assert_write_lost(&store, &holder, b"k");
+}
+
+fn a_release_after_the_lease_ran_out_reports_it_lost_once(h: &Harness) {
+    let store = h.store();
+    let live = store.acquire("live", LONG).unwrap();
+    let holder = store.acquire("job", h.short_ttl()).unwrap();
+    h.expire(&holder);
+    // Nobody took the lock over: the loss is the holder's own expiry.
+    assert!(matches!(
+        holder.release(),
+        Err(Error::LockLost { token, current: None }) if token == holder.token()
+    ));
+    holder.release().unwrap();
+    assert!(holder.is_lost());
+    let next = store.acquire("job", LONG).unwrap();
+    h.assert_next(live.token().max(holder.token()), next.token());
+    // A live lease's release is no loss.
+    live.release().unwrap();
+    next.release().unwrap();
+    next.release().unwrap();
+    assert!(store.acquire("live", LONG).is_ok());
 }
 
 fn extend_renews_past_the_first_ttl_and_keeps_the_token(h: &Harness) {
@@ -519,12 +547,16 @@ fn keep_alive_reports_a_lease_taken_over(h: &Harness) {
     let store = h.store();
     let holder = store.acquire("job", h.short_ttl()).unwrap();
     h.expire(&holder);
-    let _successor = store.acquire("job", LONG).unwrap();
+    let successor = store.acquire("job", LONG).unwrap();
     holder
         .keep_alive(h.short_ttl().max(Duration::from_millis(300)))
         .unwrap();
     assert!(holder.wait_lost(Duration::from_secs(30)));
     assert!(holder.is_lost());
+    // The release of a lease the keep-alive found taken over says so, once.
+    assert!(matches!(holder.release(), Err(Error::LockLost { token, .. }) if token == holder.token()));
+    holder.release().unwrap();
+    assert!(successor.is_held().unwrap());
 }
 
 fn stores_opened_twice_in_one_process_see_each_others_leases(h: &Harness) {
