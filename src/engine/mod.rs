@@ -10,6 +10,7 @@
 //!
 //! Imports the base and the rules only; the engines of layer 6 (`local/`, `etcd/`) implement it.
 
+pub(crate) mod holds;
 pub(crate) mod observe;
 pub(crate) mod options;
 

@@ -39,6 +39,7 @@ impl EtcdLease {
         asked_ns: u64,
     ) -> Arc<EtcdLease> {
         let expires_ns = asked_ns.saturating_add(secs_ns(ttl));
+        remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
             state: LeaseState::new(name, Kind::Exclusive, token, expires_ns),
@@ -239,6 +240,7 @@ impl EtcdLease {
                 return Err(err);
             }
         };
+        self.remote.holds.let_go(self.state.token);
         let refusal = lost.then(|| self.lost_now());
         self.end();
         refusal.map_or(Ok(()), Err)
@@ -295,6 +297,12 @@ impl EtcdLease {
             }
         })?;
         Ok(())
+    }
+}
+
+impl Drop for EtcdLease {
+    fn drop(&mut self) {
+        self.remote.holds.let_go(self.state.token);
     }
 }
 

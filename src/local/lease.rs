@@ -41,6 +41,7 @@ impl LocalLease {
         live: u64,
         expires_ns: u64,
     ) -> Arc<LocalLease> {
+        inner.holds.granted(token);
         Arc::new(LocalLease {
             inner,
             state: LeaseState::new(name, kind, token, expires_ns),
@@ -192,6 +193,7 @@ impl LeaseHandle for LocalLease {
             state.released.store(false, Ordering::Release);
             return Err(err);
         }
+        self.inner.holds.let_go(state.token);
         if lost.is_some() {
             self.end_lost();
         }
@@ -236,6 +238,7 @@ impl LeaseHandle for LocalLease {
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
+        self.inner.holds.let_go(self.state.token);
         // The last user of a store, holders included, records its releases (`local/history.rs`).
         if self.inner.handles.load(Ordering::Acquire) == 0 && Arc::strong_count(&self.inner) == 1 {
             self.inner.record_releases();

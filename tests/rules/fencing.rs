@@ -19,6 +19,7 @@ crate::on_every_backend! {
         an_expired_lease_is_taken_over_and_its_holder_is_fenced_out,
         an_expired_but_untaken_lease_cannot_be_extended,
         a_release_after_the_lease_ran_out_reports_it_lost_once,
+        a_wait_for_a_lock_this_thread_holds_is_refused_at_once,
         extend_renews_past_the_first_ttl_and_keeps_the_token,
         fenced_values_accept_equal_and_higher_tokens_only,
         tokens_never_granted_are_refused,
@@ -188,6 +189,61 @@ fn a_release_after_the_lease_ran_out_reports_it_lost_once(h: &Harness) {
     next.release().unwrap();
     next.release().unwrap();
     assert!(store.acquire("live", LONG).is_ok());
+}
+
+fn a_wait_for_a_lock_this_thread_holds_is_refused_at_once(h: &Harness) {
+    let store = h.store();
+    let holder = store.acquire("job", LONG).unwrap();
+    // A try keeps its answer; a wait (of a minute) is refused at once, naming the holder.
+    assert_held_by(store.acquire("job", LONG), holder.token());
+    let own = |result: fencelock::Result<Holder>| match result {
+        Err(Error::WouldDeadlock { name, token }) => {
+            assert_eq!((name.as_str(), token), ("job", holder.token()));
+        }
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    };
+    own(store.acquire_wait("job", LONG, LONG));
+    own(store.clone().acquire_wait("job", LONG, LONG));
+    match store.acquire_all_wait(&["other", "job"], LONG, LONG) {
+        Err(Error::WouldDeadlock { token, .. }) if token == holder.token() => {
+            assert_eq!(
+                store.acquire("other", LONG).unwrap().token(),
+                holder.token() + 1
+            );
+        }
+        Err(Error::InvalidArgument(_)) if !h.supports(Capability::Kinds) => {}
+        other => panic!("an acquire_all waiting for this thread's lease: {other:?}"),
+    }
+    // Another open of the store in this thread waits as any other holder's waiter does.
+    if h.supports(Capability::SecondOpen) {
+        let other = h.another();
+        assert!(matches!(
+            other.acquire_wait("job", LONG, Duration::from_millis(20)),
+            Err(Error::Timeout)
+        ));
+    }
+    // Another thread waits, and is granted the lock at the release.
+    let waiter = {
+        let store = store.clone();
+        thread::spawn(move || store.acquire_wait("job", LONG, LONG).map(|h| h.token()))
+    };
+    thread::sleep(Duration::from_millis(50));
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap() > holder.token());
+    // Released, the lease no longer counts as this thread's.
+    drop(store.acquire_wait("job", LONG, LONG).unwrap());
+
+    // Opened with `refuse_own_waits` off, this thread's own wait waits, as another's does.
+    let lenient = h.fresh();
+    let store = lenient.store_with(&fencelock::Options {
+        refuse_own_waits: false,
+        ..fencelock::Options::default()
+    });
+    let _held = store.acquire("job", LONG).unwrap();
+    assert!(matches!(
+        store.acquire_wait("job", LONG, Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
 }
 
 fn extend_renews_past_the_first_ttl_and_keeps_the_token(h: &Harness) {
@@ -443,18 +499,25 @@ fn a_waiting_acquire_of_a_free_lock_is_granted_with_no_time_left(h: &Harness) {
 fn a_waiting_acquire_times_out_and_waits_out_an_expiring_lease(h: &Harness) {
     let store = h.store();
     let _holder = store.acquire("job", LONG).unwrap();
-    assert!(matches!(
-        store.acquire_wait("job", LONG, Duration::from_millis(30)),
-        Err(Error::Timeout)
-    ));
-    assert!(matches!(
-        store.acquire_wait("job", LONG, Duration::ZERO),
-        Err(Error::Timeout)
-    ));
     let short = store.acquire("short", h.short_ttl()).unwrap();
-    let next = store
-        .acquire_wait("short", LONG, Duration::from_secs(60))
-        .unwrap();
+    // Waited for from another thread: this one's own waits are refused at once (see
+    // a_wait_for_a_lock_this_thread_holds_is_refused_at_once).
+    let waiter = store.clone();
+    let next = thread::spawn(move || {
+        assert!(matches!(
+            waiter.acquire_wait("job", LONG, Duration::from_millis(30)),
+            Err(Error::Timeout)
+        ));
+        assert!(matches!(
+            waiter.acquire_wait("job", LONG, Duration::ZERO),
+            Err(Error::Timeout)
+        ));
+        waiter
+            .acquire_wait("short", LONG, Duration::from_secs(60))
+            .unwrap()
+    })
+    .join()
+    .unwrap();
     assert!(next.token() > short.token());
 }
 
@@ -554,7 +617,9 @@ fn keep_alive_reports_a_lease_taken_over(h: &Harness) {
     assert!(holder.wait_lost(Duration::from_secs(30)));
     assert!(holder.is_lost());
     // The release of a lease the keep-alive found taken over says so, once.
-    assert!(matches!(holder.release(), Err(Error::LockLost { token, .. }) if token == holder.token()));
+    assert!(
+        matches!(holder.release(), Err(Error::LockLost { token, .. }) if token == holder.token())
+    );
     holder.release().unwrap();
     assert!(successor.is_held().unwrap());
 }
