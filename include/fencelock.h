@@ -69,6 +69,14 @@
 #define FENCELOCK_OPEN_NO_HISTORY 2
 
 /**
+ * Flag of `fencelock_store_open_cancellable`: a waiting acquire is not refused with
+ * `FENCELOCK_WOULD_DEADLOCK` when the lease it waits for was granted to the calling thread
+ * through this store; it waits, as one of another thread does. For callers whose holders move
+ * between threads that each may wait (thread pools, Go's goroutines).
+ */
+#define FENCELOCK_OPEN_ALLOW_OWN_WAITS 4
+
+/**
  * Lock kind: one holder at a time.
  */
 #define FENCELOCK_KIND_EXCLUSIVE 0
@@ -505,6 +513,13 @@ typedef void (*fencelock_observer_fn)(void *context, const struct fencelock_even
  */
 #define FENCELOCK_PERMITS_MISMATCH 18
 
+/**
+ * A waiting acquire would wait for a live lease that a holder of the same store, granted on
+ * the same thread, holds; nothing was changed (the error's token is that lease's). Another
+ * thread, another open of the store or another process waits as ever.
+ */
+#define FENCELOCK_WOULD_DEADLOCK 19
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -592,7 +607,8 @@ const char *fencelock_error_message(const struct fencelock_error *err);
 /**
  * For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
  * `FENCELOCK_LOCK_LOST`: the caller's token. For `FENCELOCK_PERMITS_MISMATCH`: the permit
- * count stored with the name. Otherwise, and for NULL, 0.
+ * count stored with the name. For `FENCELOCK_WOULD_DEADLOCK`: the token of the calling
+ * thread's own lease that the wait would wait for. Otherwise, and for NULL, 0.
  *
  * Thread-safe.
  *
@@ -811,11 +827,17 @@ fencelock_status fencelock_holder_delete(const struct fencelock_holder *holder,
                                          struct fencelock_error **err_out);
 
 /**
- * Releases the lease, at once for every process. Idempotent; a stale holder's release never
- * touches its successor's lease. The holder must still be freed with `fencelock_holder_free`.
+ * Releases the lease, at once for every process. A stale holder's release never touches its
+ * successor's lease. The holder must still be freed with `fencelock_holder_free`.
  *
- * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_FORKED`,
- * `FENCELOCK_IO`, `FENCELOCK_PANIC`.
+ * The first release of a lease that was lost before it (it expired, or another holder took the
+ * lock over) frees what is still this holder's and returns `FENCELOCK_LOCK_LOST` (the error
+ * carries this token and the lock's current one): the work done under the lease may have
+ * overlapped another holder's; its fenced writes after the loss were refused, and side effects
+ * no fence checked must be checked by the caller. Every later release returns `FENCELOCK_OK`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST`, `FENCELOCK_NULL_POINTER` (`holder`),
+ * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *
@@ -1205,12 +1227,15 @@ fencelock_status fencelock_store_open_with(const char *path,
  * Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
  * cancel handle.
  *
- * `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY` and `FENCELOCK_OPEN_NO_HISTORY`.
+ * `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY` and
+ * `FENCELOCK_OPEN_ALLOW_OWN_WAITS`.
  * A read-only store reads (get, keys, locks, lock, fence_token, holder checks) but refuses
  * every grant and write with `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock,
  * creates nothing and needs no write permission (unless a crash left the file needing a
  * repair). With `FENCELOCK_OPEN_NO_HISTORY` the grants this store commits record no grant
- * history (through a server, the server's setting decides). `busy_timeout_ms` bounds
+ * history (through a server, the server's setting decides). With
+ * `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
+ * through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
  * how long the open, and each later write that has no timeout of its own, waits for another
  * process that holds the store (one paused inside a commit or inside its open); 0 means the
  * default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.

@@ -174,7 +174,7 @@ fn version_and_status_strings_are_static_and_total() {
     unsafe {
         let version = CStr::from_ptr(fencelock_version()).to_str().unwrap();
         assert_eq!(version, env!("CARGO_PKG_VERSION"));
-        for code in FENCELOCK_OK..=FENCELOCK_PERMITS_MISMATCH {
+        for code in FENCELOCK_OK..=FENCELOCK_WOULD_DEADLOCK {
             let text = CStr::from_ptr(fencelock_status_str(code)).to_str().unwrap();
             assert!(!text.is_empty() && text != "unknown status", "code {code}");
         }
@@ -182,7 +182,7 @@ fn version_and_status_strings_are_static_and_total() {
             CStr::from_ptr(fencelock_status_str(FENCELOCK_OK)).to_str(),
             Ok("ok")
         );
-        for code in [-1, 19, 1000, i32::MIN, i32::MAX] {
+        for code in [-1, 20, 1000, i32::MIN, i32::MAX] {
             assert_eq!(
                 CStr::from_ptr(fencelock_status_str(code)).to_str(),
                 Ok("unknown status")
@@ -273,13 +273,31 @@ fn locked_lock_lost_and_timeout_carry_their_numbers() {
     assert!(locked.remaining_ms > 0 && locked.remaining_ms <= 60_000);
     assert_eq!(locked.highest, 0);
 
-    for timeout in [0, 20] {
-        let timed_out = fails(|err| unsafe {
-            fencelock_store_acquire_wait(t.store, name.as_ptr(), 1000, timeout, &raw mut out, err)
-        });
-        assert_eq!(timed_out.status, FENCELOCK_TIMEOUT);
-        assert_eq!(out, std::ptr::dangling_mut::<fencelock_holder>());
-    }
+    // A wait of no time times out; a longer wait of the holder's own thread is refused at
+    // once, naming the holder's token.
+    let timed_out = fails(|err| unsafe {
+        fencelock_store_acquire_wait(t.store, name.as_ptr(), 1000, 0, &raw mut out, err)
+    });
+    assert_eq!(timed_out.status, FENCELOCK_TIMEOUT);
+    let own = fails(|err| unsafe {
+        fencelock_store_acquire_wait(t.store, name.as_ptr(), 1000, 60_000, &raw mut out, err)
+    });
+    assert_eq!(own.status, FENCELOCK_WOULD_DEADLOCK);
+    assert_eq!(own.token, token);
+    assert_eq!(out, std::ptr::dangling_mut::<fencelock_holder>());
+    // From another thread the wait waits, here until its timeout.
+    let store = Shared(t.store.cast_const());
+    let waited = std::thread::spawn(move || {
+        let store = store;
+        let mut out = null_mut();
+        fails(|err| unsafe {
+            fencelock_store_acquire_wait(store.0, c"job".as_ptr(), 1000, 20, &raw mut out, err)
+        })
+        .status
+    })
+    .join()
+    .unwrap();
+    assert_eq!(waited, FENCELOCK_TIMEOUT);
     let locked_put = fails(|err| unsafe {
         fencelock_store_acquire_and_put(
             t.store,
@@ -1158,7 +1176,16 @@ unsafe impl<T> Send for Shared<T> {}
 #[test]
 fn a_cancel_handle_ends_waits_with_cancelled_and_nothing_changes() {
     let t = temp_store();
-    let holder = acquire(t.store, "job", 60_000);
+    // Granted to another thread: this one's wait for a lease of its own would be refused.
+    let store = Shared(t.store.cast_const());
+    let holder = std::thread::spawn(move || {
+        let store = store;
+        Shared(acquire(store.0, "job", 60_000).cast_const())
+    })
+    .join()
+    .unwrap()
+    .0
+    .cast_mut();
     let mut cancel = null_mut();
     // SAFETY: valid pointers throughout; each handle is freed once, after its last use.
     unsafe {

@@ -129,7 +129,8 @@ fn an_expired_lease_and_a_dead_holder_are_told_apart_from_a_release() {
     // A lease left to expire in this process, released only after its expiry.
     let late = store.acquire("late", Duration::from_millis(100)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    late.release().unwrap();
+    // The release says the lease was lost: it ran out before it.
+    assert!(matches!(late.release(), Err(Error::LockLost { .. })));
     let after = store.acquire("late", Duration::from_secs(60)).unwrap();
     assert_eq!(
         endings(&store, "nightly"),
@@ -294,10 +295,14 @@ fn metrics_count_grants_refusals_waits_stale_writes_and_commits() {
     assert_eq!(start.scope, Scope::Store);
     let holder = store.acquire("m", Duration::from_secs(60)).unwrap();
     assert!(store.acquire("m", Duration::from_secs(60)).is_err());
-    assert!(matches!(
-        store.acquire_wait("m", Duration::from_secs(60), Duration::from_millis(30)),
-        Err(Error::Timeout)
-    ));
+    // Waited for from another thread: the holder's own thread would be refused at once.
+    let waited = std::thread::scope(|scope| {
+        scope
+            .spawn(|| store.acquire_wait("m", Duration::from_secs(60), Duration::from_millis(30)))
+            .join()
+            .unwrap()
+    });
+    assert!(matches!(waited, Err(Error::Timeout)));
     holder.put(b"k", b"v").unwrap();
     let newer = {
         let release = holder.token();
@@ -391,9 +396,14 @@ fn an_observer_hears_grants_refusals_releases_and_losses() {
     store.set_observer(Some(recorder.clone())).unwrap();
     let a = store.acquire("o", Duration::from_millis(100)).unwrap();
     assert!(store.acquire("o", Duration::from_secs(5)).is_err());
-    let b = store
-        .acquire_wait("o", Duration::from_secs(5), Duration::from_secs(5))
-        .unwrap();
+    // B waits in a thread of its own: the holder's own thread would be refused at once.
+    let b = std::thread::scope(|scope| {
+        scope
+            .spawn(|| store.acquire_wait("o", Duration::from_secs(5), Duration::from_secs(5)))
+            .join()
+            .unwrap()
+    })
+    .unwrap();
     assert!(a.put(b"k", b"v").is_err());
     drop(a);
     drop(b);

@@ -39,6 +39,7 @@ const (
 	StatusCancelled           Status = 16
 	StatusReplaced            Status = 17
 	StatusPermitsMismatch     Status = 18
+	StatusWouldDeadlock       Status = 19
 )
 
 // String returns the library's static description of the status.
@@ -77,6 +78,12 @@ var (
 	// ErrPermitsMismatch: a semaphore acquire asked for another permit count than the live
 	// permits of the name were granted with; nothing changed. See *PermitsMismatchError.
 	ErrPermitsMismatch = errors.New("fencelock: semaphore has live permits of another count")
+	// ErrWouldDeadlock: the library refused a waiting acquire for a lease granted to the same
+	// OS thread through the same store. Stores this package opens never refuse so (goroutines
+	// move between OS threads, so the thread says nothing of the goroutine): a goroutine that
+	// waits for a lock it holds itself waits until the lease ends, as with a sync.Mutex. The
+	// sentinel is here for the status table.
+	ErrWouldDeadlock = errors.New("fencelock: the wait would wait for this thread's own lease")
 	// ErrClosed is returned by every method of a Store after Close. It has no C status code.
 	ErrClosed = errors.New("fencelock: store is closed")
 )
@@ -101,6 +108,7 @@ var sentinels = map[Status]error{
 	StatusCancelled:           ErrCancelled,
 	StatusReplaced:            ErrReplaced,
 	StatusPermitsMismatch:     ErrPermitsMismatch,
+	StatusWouldDeadlock:       ErrWouldDeadlock,
 }
 
 // Error is a failure reported by the library that has no more specific type below.

@@ -26,7 +26,12 @@ type Holder interface {
 	Name() string
 	// Token is the lease's fencing token, higher than that of every earlier grant of the store.
 	Token() uint64
-	// Release ends the lease at once for every process. Idempotent.
+	// Release ends the lease at once for every process. The first Release of a lease lost
+	// before it (it expired, or another holder took the lock over) frees what is still its
+	// own and returns a *LockLostError (matching ErrLockLost), as bsm/redislock's
+	// ErrLockNotHeld and redsync's ErrLockAlreadyExpired do: the work done under the lease may
+	// have overlapped another holder's. Its fenced writes after the loss were refused; side
+	// effects no fence checked must be checked by the caller. Every later Release returns nil.
 	Release() error
 	// Extend renews the lease for ttl from now, only while this holder still owns it;
 	// otherwise a *LockLostError.

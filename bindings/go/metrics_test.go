@@ -353,7 +353,7 @@ func TestAMetricsRecorderHearsAttemptsHoldsAndDeltasInOrder(t *testing.T) {
 	log.mu.Unlock()
 
 	// A is taken over past its lease; its write finds it lost, which ends it, once: its
-	// Release then tells nothing more.
+	// Release then reports the loss and tells the recorder nothing more.
 	time.Sleep(150 * time.Millisecond)
 	b := acquire(t, store, "r", fencelock.WithTTL(time.Minute))
 	expectEvents(t, log, "attempt r true", "delta r +1")
@@ -361,8 +361,8 @@ func TestAMetricsRecorderHearsAttemptsHoldsAndDeltasInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectEvents(t, log, "held r", "delta r -1")
-	if err := a.Release(); err != nil {
-		t.Fatal(err)
+	if err := a.Release(); !errors.Is(err, fencelock.ErrLockLost) {
+		t.Fatalf("the release of a lost lease: %v, want ErrLockLost", err)
 	}
 	expectEvents(t, log)
 	if err := b.Release(); err != nil {
@@ -644,6 +644,7 @@ func TestWithLockKeepsTheLeaseAndEndsFnsContextWhenItIsLost(t *testing.T) {
 	}
 	defer second.Close()
 	var lostToken uint64
+	errFn := errors.New("fn's own failure")
 	err = store.WithLock(bg, "lost", func(ctx context.Context, h fencelock.Holder) error {
 		lostToken = h.Token()
 		if err := h.Extend(ctx, time.Millisecond); err != nil {
@@ -659,9 +660,16 @@ func TestWithLockKeepsTheLeaseAndEndsFnsContextWhenItIsLost(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, fencelock.ErrLockLost) || !errors.As(cause, &lost) || lost.Token != h.Token() {
 			t.Errorf("fn's ctx ended with %v, want a LockLostError of token %d", cause, h.Token())
 		}
-		return taker.Release()
+		if err := taker.Release(); err != nil {
+			t.Errorf("the taker's release: %v", err)
+		}
+		return errFn
 	}, fencelock.WithTTL(time.Minute))
-	t.Logf("WithLock of a lost lease returned %v", err)
+	// The release after fn reports the loss, joined with fn's error.
+	var lost *fencelock.LockLostError
+	if !errors.Is(err, errFn) || !errors.Is(err, fencelock.ErrLockLost) || !errors.As(err, &lost) || lost.Token != lostToken {
+		t.Errorf("WithLock of a lost lease returned %v, want fn's error and a LockLostError of token %d", err, lostToken)
+	}
 	entries := history(t, store, "lost")
 	if len(entries) == 0 || entries[0].Token != lostToken || entries[0].Ending != fencelock.EndingTakenOver {
 		t.Errorf("history %s", endings(entries))

@@ -159,7 +159,10 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(cpath))
-	var flags C.uint32_t
+	// The library's refusal of a wait for a lease of the calling OS thread is off: a goroutine
+	// is not a thread, and another goroutine run on the thread that acquired a lease must
+	// wait for it, not be refused.
+	var flags C.uint32_t = C.FENCELOCK_OPEN_ALLOW_OWN_WAITS
 	if cfg.readOnly {
 		flags |= C.FENCELOCK_OPEN_READ_ONLY
 	}

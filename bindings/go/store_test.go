@@ -257,6 +257,22 @@ func TestExpiredHolderIsRefusedAfterTakeover(t *testing.T) {
 	if _, _, err := store.Get(bg, "k"); !errors.Is(err, fencelock.ErrNotFound) {
 		t.Fatalf("the stale write landed: %v", err)
 	}
+
+	// The stale holder's first Release says the lease was lost; the second is a no-op, and
+	// neither touches the successor's lease, whose own Release is quiet.
+	err = stale.Release()
+	if !errors.As(err, &lostErr) || lostErr.Token != stale.Token() || lostErr.Current != fresh.Token() {
+		t.Fatalf("stale Release: %v, want a LockLostError of token %d current %d", err, stale.Token(), fresh.Token())
+	}
+	if err := stale.Release(); err != nil {
+		t.Fatalf("second stale Release: %v", err)
+	}
+	if held, err := fresh.Held(bg); !held || err != nil {
+		t.Fatalf("the successor after the stale release: Held = %v, %v", held, err)
+	}
+	if err := fresh.Release(); err != nil {
+		t.Fatalf("live Release: %v", err)
+	}
 }
 
 func TestExtendMovesTheExpiry(t *testing.T) {
@@ -641,5 +657,34 @@ func TestReadOnlyStoreReadsAndRefusesWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Fatalf("a read-only open created %s", missing)
+	}
+}
+
+// Goroutines are not OS threads: a waiting Acquire of a lock that the same goroutine holds is
+// not refused as a self-deadlock (the library's FENCELOCK_WOULD_DEADLOCK is for threads); it
+// waits as any waiter does, here until its deadline, and another goroutine's wait is granted
+// at the release.
+func TestAWaitForALockThisGoroutineHoldsWaitsAsAnyWaiter(t *testing.T) {
+	store := openStore(t)
+	holder := acquire(t, store, "job")
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	_, err := store.Acquire(ctx, "job", fencelock.Wait())
+	if !errors.Is(err, fencelock.ErrTimeout) || errors.Is(err, fencelock.ErrWouldDeadlock) {
+		t.Fatalf("a wait for the goroutine's own lease: %v, want ErrTimeout", err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		h, err := store.Acquire(bg, "job", fencelock.Wait())
+		if err == nil {
+			err = h.Release()
+		}
+		granted <- err
+	}()
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("another goroutine's wait: %v", err)
 	}
 }

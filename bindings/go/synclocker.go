@@ -2,6 +2,7 @@ package fencelock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -17,8 +18,9 @@ import (
 // sync.Locker's methods return no error, so they panic with it, as etcd's do: Lock when the
 // lease cannot be acquired (a closed store, an I/O error; the panic value is the error, which
 // errors.Is matches), Unlock when the release fails or the SyncLocker is not locked. A lease
-// lost while held is not a panic: Holder().Lost() tells of it, and writes fenced with
-// Holder().Token() are refused once a later holder wrote.
+// lost while held is not a panic, also not at Unlock (whose release of a lost lease returns
+// ErrLockLost, see Holder.Release): Holder().Lost() tells of it before Unlock, and writes
+// fenced with Holder().Token() are refused once a later holder wrote.
 //
 // It is not reentrant: a goroutine that locks it twice without Unlock blocks for ever, as with
 // a sync.Mutex.
@@ -65,7 +67,7 @@ func (l *SyncLocker) Unlock() {
 	if holder == nil {
 		panic(fmt.Sprintf("fencelock: Unlock of unlocked SyncLocker %q", l.name))
 	}
-	if err := holder.Release(); err != nil {
+	if err := holder.Release(); err != nil && !errors.Is(err, ErrLockLost) {
 		panic(err)
 	}
 }

@@ -9,7 +9,10 @@ import (
 // WithLock acquires the lock name as Acquire does with opts (it tries once unless Wait is
 // among them, and waits per ctx then), runs fn with the holder, and releases the lease once fn
 // returns, or panics (the panic then goes on). It returns fn's error, joined with the
-// release's (errors.Join) if that failed too, or Acquire's error without running fn.
+// release's (errors.Join) if that failed too, or Acquire's error without running fn. A lease
+// lost before the release (it expired, or another holder took the lock over while fn ran)
+// makes the release's error a *LockLostError, matching ErrLockLost: what fn did may have
+// overlapped another holder's work (see Holder.Release).
 //
 // The lease is renewed while fn runs: WithLock adds KeepAlive to opts, the package's way to
 // keep a lease (the library renews it in the background every third of the TTL, on a thread

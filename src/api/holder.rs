@@ -107,13 +107,22 @@ impl Holder {
         self.lease.write(key, None)
     }
 
-    /// Releases the lease. Takes effect at once for every process, without an fsync. Idempotent;
-    /// a stale holder's release never touches its successor's lease.
+    /// Releases the lease. Takes effect at once for every process, without an fsync. A stale
+    /// holder's release never touches its successor's lease.
+    ///
+    /// The first release of a lease that was lost before it (it expired, or another holder took
+    /// the lock over) frees what is still this holder's and then reports the loss as
+    /// [`Error::LockLost`], as redis-py's `LockNotOwnedError` or redsync's
+    /// `ErrLockAlreadyExpired` do: the work done under the lease may have overlapped another
+    /// holder's. Its fenced writes after the loss were refused; side effects that no fence
+    /// checked (a file written, a message sent) must be checked by the caller. Any later
+    /// release is a no-op that returns `Ok`.
     ///
     /// # Errors
     ///
-    /// [`Error::Forked`] in a child of `fork()` (the lease stays the parent's); [`Error::Io`]
-    /// if the kernel refuses to drop the lock.
+    /// [`Error::LockLost`] at the first release of a lease lost before it; [`Error::Forked`] in
+    /// a child of `fork()` (the lease stays the parent's); [`Error::Io`] if the kernel refuses
+    /// to drop the lock.
     pub fn release(&self) -> Result<()> {
         self.lease.release()
     }

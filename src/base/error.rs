@@ -35,6 +35,16 @@ pub enum Error {
         /// The token of the lease now recorded for the lock, if any.
         current: Option<u64>,
     },
+    /// A waiting acquire would wait for a live lease that a holder of this same store, granted
+    /// on this same thread, holds: nothing but that lease's end (its release, or its TTL) could
+    /// end the wait, so it is refused at once and nothing was changed. Another thread, another
+    /// open of the store or another process waits as ever.
+    WouldDeadlock {
+        /// The lock's name.
+        name: String,
+        /// The token of this thread's lease the wait would wait for.
+        token: u64,
+    },
     /// A semaphore acquire asked for another permit count than the one stored with the name
     /// while permits of it are live; nothing was changed. Once no permit is live, the next
     /// acquire sets the count anew.
@@ -125,6 +135,8 @@ pub enum Status {
     Replaced = 17,
     /// A semaphore acquire asked for another permit count than the live permits of the name.
     PermitsMismatch = 18,
+    /// A waiting acquire would wait for a lease this same thread holds through this store.
+    WouldDeadlock = 19,
 }
 
 impl Status {
@@ -155,6 +167,9 @@ impl Status {
             Status::PermitsMismatch => {
                 "the semaphore holds live permits granted with another permit count"
             }
+            Status::WouldDeadlock => {
+                "the wait would wait for a lease this thread holds through this store"
+            }
         }
     }
 }
@@ -168,6 +183,7 @@ impl Error {
             Error::StaleToken { .. } => Status::StaleToken,
             Error::LockLost { .. } => Status::LockLost,
             Error::PermitsMismatch { .. } => Status::PermitsMismatch,
+            Error::WouldDeadlock { .. } => Status::WouldDeadlock,
             Error::Timeout => Status::Timeout,
             Error::Cancelled => Status::Cancelled,
             Error::Replaced(_) => Status::Replaced,
@@ -191,6 +207,7 @@ impl Error {
                 | Error::StaleToken { .. }
                 | Error::LockLost { .. }
                 | Error::PermitsMismatch { .. }
+                | Error::WouldDeadlock { .. }
                 | Error::Timeout
                 | Error::Cancelled
                 | Error::InvalidArgument(_)
@@ -220,6 +237,10 @@ impl Error {
             Error::PermitsMismatch { permits, requested } => Error::PermitsMismatch {
                 permits: *permits,
                 requested: *requested,
+            },
+            Error::WouldDeadlock { name, token } => Error::WouldDeadlock {
+                name: name.clone(),
+                token: *token,
             },
             Error::Timeout => Error::Timeout,
             Error::Cancelled => Error::Cancelled,
@@ -284,6 +305,11 @@ impl fmt::Display for Error {
             Error::PermitsMismatch { permits, requested } => write!(
                 f,
                 "the semaphore has live permits of a count of {permits}; this acquire asked for {requested}"
+            ),
+            Error::WouldDeadlock { name, token } => write!(
+                f,
+                "lock {name:?} is held by this thread's own lease (token {token}) through this \
+                 store: the wait would last until that lease ends"
             ),
             Error::Timeout => write!(f, "timed out waiting"),
             Error::Cancelled => write!(f, "the wait was cancelled"),

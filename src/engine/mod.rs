@@ -10,6 +10,7 @@
 //!
 //! Imports the base and the rules only; the engines of layer 6 (`local/`, `etcd/`) implement it.
 
+pub(crate) mod holds;
 pub(crate) mod observe;
 pub(crate) mod options;
 
@@ -159,7 +160,8 @@ pub(crate) trait LeaseHandle: Send + Sync {
     /// lease in the same transaction.
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool>;
 
-    /// Releases the lease; a second release changes nothing.
+    /// Releases the lease; [`Error::LockLost`] (once the lease is let go) when it had been
+    /// lost before this release; a second release changes nothing.
     fn release(&self) -> Result<()>;
 
     /// Renews the lease in the background every third of `ttl` until it is released or lost.

@@ -51,6 +51,13 @@ pub struct Options {
     /// commits record nothing (the metrics still count how leases ended). Through a server,
     /// the server's setting ([`crate::ServeOptions::history`]) decides.
     pub history: bool,
+    /// Refuses at once, with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock), a waiting
+    /// acquire that would wait for a live lease granted to the same thread through this store
+    /// (`engine/holds.rs`). The default. A lease counts as the thread's that called the acquire
+    /// which granted it: turn this off where holders are handed between threads that each may
+    /// wait for the lock, as in a thread pool (tokio's blocking pool) or through Go, whose
+    /// goroutines move between threads.
+    pub refuse_own_waits: bool,
 }
 
 impl Default for Options {
@@ -63,6 +70,7 @@ impl Default for Options {
             read_only: false,
             share_commits: true,
             history: true,
+            refuse_own_waits: true,
         }
     }
 }

@@ -39,6 +39,7 @@ impl EtcdLease {
         asked_ns: u64,
     ) -> Arc<EtcdLease> {
         let expires_ns = asked_ns.saturating_add(secs_ns(ttl));
+        remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
             state: LeaseState::new(name, Kind::Exclusive, token, expires_ns),
@@ -211,30 +212,38 @@ impl EtcdLease {
     }
 
     /// Revokes the etcd lease, which deletes the lock key at once if it is still this grant's.
+    /// [`Error::LockLost`] when the lease was lost before: known lost, run out by this holder's
+    /// clock (a lease known to be lost stays lost, as for an extend), or ended in etcd already.
     fn release_now(&self) -> Result<()> {
         if self.state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let known_lost = self.state.is_lost();
         let lease = self.lease.load(Ordering::Acquire);
         let mut client = self.remote.client();
         let revoked = block_for(self.remote.timeout, async move {
             match client.lease_revoke(lease).await {
-                Ok(_) => Ok(()),
+                Ok(_) => Ok(true),
                 // Ended already, at its TTL.
                 Err(etcd_client::Error::GRpcStatus(status))
                     if status.code() == tonic::Code::NotFound =>
                 {
-                    Ok(())
+                    Ok(false)
                 }
                 Err(err) => Err(client_error(err)),
             }
         });
-        if let Err(err) = revoked {
-            self.state.released.store(false, Ordering::Release);
-            return Err(err);
-        }
+        let lost = match revoked {
+            Ok(revoked) => known_lost || !revoked,
+            Err(err) => {
+                self.state.released.store(false, Ordering::Release);
+                return Err(err);
+            }
+        };
+        self.remote.holds.let_go(self.state.token);
+        let refusal = lost.then(|| self.lost_now());
         self.end();
-        Ok(())
+        refusal.map_or(Ok(()), Err)
     }
 
     /// Keeps the lease alive on the shared runtime: a keep-alive every third of `ttl` until the
@@ -288,6 +297,12 @@ impl EtcdLease {
             }
         })?;
         Ok(())
+    }
+}
+
+impl Drop for EtcdLease {
+    fn drop(&mut self) {
+        self.remote.holds.let_go(self.state.token);
     }
 }
 

@@ -37,6 +37,7 @@ use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{
     check_granted, check_key, check_name, check_token, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT,
 };
+use crate::engine::holds::Holds;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle, Locks};
 use crate::rules::info::{Fenced, LockInfo, LockState, StoreInfo};
@@ -69,6 +70,8 @@ pub(crate) struct EtcdEngine {
     max_value_len: usize,
     /// Each call's limit, the store's busy timeout.
     timeout: Duration,
+    /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
+    pub(crate) holds: Holds,
 }
 
 /// A grant's transaction: granted with its token, or refused while `holder` holds the lock.
@@ -141,6 +144,7 @@ impl EtcdEngine {
             read_only: options.read_only,
             max_value_len: options.max_value_len,
             timeout,
+            holds: Holds::new(options.refuse_own_waits),
         }))
     }
 
@@ -214,8 +218,17 @@ impl EtcdEngine {
                 Grant::Granted { token, lease, ttl } => {
                     return Ok(self.holder(name, token, lease, ttl));
                 }
-                Grant::Refused { revision, .. } => {
+                Grant::Refused { revision, holder } => {
                     waiting.step()?;
+                    // A lock key of a lease this thread holds through this engine ends only
+                    // with that lease.
+                    let held = holder.map(|kv| token(kv.create_revision()));
+                    if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
+                        return Err(Error::WouldDeadlock {
+                            name: name.to_owned(),
+                            token,
+                        });
+                    }
                     self.wait_deleted(name, revision + 1, waiting)?;
                 }
             }

@@ -71,6 +71,7 @@ impl From<Error> for fencelock_error {
                 out.token = u64::from(permits);
                 out.highest = u64::from(requested);
             }
+            Error::WouldDeadlock { token, .. } => out.token = token,
             _ => {}
         }
         out
@@ -130,7 +131,8 @@ pub unsafe extern "C" fn fencelock_error_message(err: *const fencelock_error) ->
 
 /// For `FENCELOCK_LOCKED`: the current holder's token. For `FENCELOCK_STALE_TOKEN` and
 /// `FENCELOCK_LOCK_LOST`: the caller's token. For `FENCELOCK_PERMITS_MISMATCH`: the permit
-/// count stored with the name. Otherwise, and for NULL, 0.
+/// count stored with the name. For `FENCELOCK_WOULD_DEADLOCK`: the token of the calling
+/// thread's own lease that the wait would wait for. Otherwise, and for NULL, 0.
 ///
 /// Thread-safe.
 ///

@@ -175,11 +175,17 @@ pub unsafe extern "C" fn fencelock_holder_delete(
     }
 }
 
-/// Releases the lease, at once for every process. Idempotent; a stale holder's release never
-/// touches its successor's lease. The holder must still be freed with `fencelock_holder_free`.
+/// Releases the lease, at once for every process. A stale holder's release never touches its
+/// successor's lease. The holder must still be freed with `fencelock_holder_free`.
 ///
-/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`), `FENCELOCK_FORKED`,
-/// `FENCELOCK_IO`, `FENCELOCK_PANIC`.
+/// The first release of a lease that was lost before it (it expired, or another holder took the
+/// lock over) frees what is still this holder's and returns `FENCELOCK_LOCK_LOST` (the error
+/// carries this token and the lock's current one): the work done under the lease may have
+/// overlapped another holder's; its fenced writes after the loss were refused, and side effects
+/// no fence checked must be checked by the caller. Every later release returns `FENCELOCK_OK`.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST`, `FENCELOCK_NULL_POINTER` (`holder`),
+/// `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///

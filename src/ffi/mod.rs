@@ -81,6 +81,10 @@ pub const FENCELOCK_REPLACED: fencelock_status = 17;
 /// granted with; nothing was changed (the error's token is the stored count, its highest the
 /// requested one).
 pub const FENCELOCK_PERMITS_MISMATCH: fencelock_status = 18;
+/// A waiting acquire would wait for a live lease that a holder of the same store, granted on
+/// the same thread, holds; nothing was changed (the error's token is that lease's). Another
+/// thread, another open of the store or another process waits as ever.
+pub const FENCELOCK_WOULD_DEADLOCK: fencelock_status = 19;
 
 /// Mode of `fencelock_store_open_with`: any number of processes share the file (the default).
 pub const FENCELOCK_MODE_MULTI_PROCESS: i32 = 0;
@@ -94,6 +98,11 @@ pub const FENCELOCK_OPEN_READ_ONLY: u32 = 1;
 /// history (`fencelock_store_history`), which saves about a fifth of a grant's cost in
 /// single-process mode; the metrics still count how leases ended.
 pub const FENCELOCK_OPEN_NO_HISTORY: u32 = 2;
+/// Flag of `fencelock_store_open_cancellable`: a waiting acquire is not refused with
+/// `FENCELOCK_WOULD_DEADLOCK` when the lease it waits for was granted to the calling thread
+/// through this store; it waits, as one of another thread does. For callers whose holders move
+/// between threads that each may wait (thread pools, Go's goroutines).
+pub const FENCELOCK_OPEN_ALLOW_OWN_WAITS: u32 = 4;
 
 /// Lock kind: one holder at a time.
 pub const FENCELOCK_KIND_EXCLUSIVE: i32 = 0;
@@ -135,11 +144,12 @@ const _: () = {
     assert!(FENCELOCK_CANCELLED == Status::Cancelled as i32);
     assert!(FENCELOCK_REPLACED == Status::Replaced as i32);
     assert!(FENCELOCK_PERMITS_MISMATCH == Status::PermitsMismatch as i32);
+    assert!(FENCELOCK_WOULD_DEADLOCK == Status::WouldDeadlock as i32);
     assert!(FENCELOCK_MAX_HOLDERS == crate::MAX_HOLDERS);
 };
 
 /// Every status, indexed by its code.
-const STATUSES: [Status; 19] = [
+const STATUSES: [Status; 20] = [
     Status::Ok,
     Status::Locked,
     Status::StaleToken,
@@ -159,6 +169,7 @@ const STATUSES: [Status; 19] = [
     Status::Cancelled,
     Status::Replaced,
     Status::PermitsMismatch,
+    Status::WouldDeadlock,
 ];
 
 /// The status with code `code`, if there is one.

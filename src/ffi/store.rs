@@ -5,8 +5,8 @@ use std::ffi::c_char;
 use super::{
     fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list, fencelock_lock_list,
     fencelock_status, free_boxed, guard, guard_value, handle, key_bytes, millis, name, value_bytes,
-    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS, FENCELOCK_OPEN_NO_HISTORY,
-    FENCELOCK_OPEN_READ_ONLY,
+    Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
+    FENCELOCK_OPEN_ALLOW_OWN_WAITS, FENCELOCK_OPEN_NO_HISTORY, FENCELOCK_OPEN_READ_ONLY,
 };
 use crate::Status;
 use crate::Store;
@@ -128,12 +128,15 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 /// Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
 /// cancel handle.
 ///
-/// `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY` and `FENCELOCK_OPEN_NO_HISTORY`.
+/// `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY` and
+/// `FENCELOCK_OPEN_ALLOW_OWN_WAITS`.
 /// A read-only store reads (get, keys, locks, lock, fence_token, holder checks) but refuses
 /// every grant and write with `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock,
 /// creates nothing and needs no write permission (unless a crash left the file needing a
 /// repair). With `FENCELOCK_OPEN_NO_HISTORY` the grants this store commits record no grant
-/// history (through a server, the server's setting decides). `busy_timeout_ms` bounds
+/// history (through a server, the server's setting decides). With
+/// `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
+/// through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
 /// how long the open, and each later write that has no timeout of its own, waits for another
 /// process that holds the store (one paused inside a commit or inside its open); 0 means the
 /// default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
@@ -177,7 +180,10 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                 // Larger than the address space is over the limit too; the engine says so.
                 n => usize::try_from(n).unwrap_or(usize::MAX),
             };
-            if flags & !(FENCELOCK_OPEN_READ_ONLY | FENCELOCK_OPEN_NO_HISTORY) != 0 {
+            let known = FENCELOCK_OPEN_READ_ONLY
+                | FENCELOCK_OPEN_NO_HISTORY
+                | FENCELOCK_OPEN_ALLOW_OWN_WAITS;
+            if flags & !known != 0 {
                 return Err(fencelock_error::new(
                     Status::InvalidArgument,
                     format!("unknown open flags {flags:#x}"),
@@ -196,6 +202,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     cancel: cancel.as_ref().map(|c| c.cancel.clone()),
                     read_only: flags & FENCELOCK_OPEN_READ_ONLY != 0,
                     history: flags & FENCELOCK_OPEN_NO_HISTORY == 0,
+                    refuse_own_waits: flags & FENCELOCK_OPEN_ALLOW_OWN_WAITS == 0,
                     ..Options::default()
                 },
             )?;

@@ -19,8 +19,9 @@ use crate::local::lease::LocalLease;
 use crate::local::observe::Attempt;
 use crate::local::LocalEngine;
 use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
-use crate::rules::leases::{blocker, check_join, check_turn};
+use crate::rules::leases::{blocker, check_join, check_turn, own_blocker};
 use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::record::Record;
 use crate::share::member::Place;
 use crate::storage::liveness::fresh_id;
 
@@ -76,6 +77,7 @@ impl LocalEngine {
                     // The holder's liveness lock, as the record names it now.
                     let record = self.lease_of(name)?;
                     let now = clock::now_ns();
+                    self.refuse_own_wait(name, request.kind, record.as_ref(), now)?;
                     let lease = blocker(self, record.as_ref(), now)?;
                     // A semaphore's waiter waits on one permit, but any permit let go is its
                     // turn: it looks again every millisecond.
@@ -365,6 +367,25 @@ impl LocalEngine {
         }
     }
 
+    /// [`Error::WouldDeadlock`] when a wait for `name` as `kind`, refused by `record`, could end
+    /// only with a lease this thread holds through this engine (`rules::leases::own_blocker`).
+    fn refuse_own_wait(
+        &self,
+        name: &str,
+        kind: Kind,
+        record: Option<&Record>,
+        now: u64,
+    ) -> Result<()> {
+        let mine = |token| self.holds.is_mine(token);
+        match own_blocker(self, record, kind, &mine, now)? {
+            Some(token) => Err(Error::WouldDeadlock {
+                name: name.to_owned(),
+                token,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Waits (within `waiting`) until the first lock of `names` that a live lease holds is let
     /// go, expires, or its holder dies.
     fn wait_for_any(&self, names: &[&str], waiting: Waiting<'_>) -> Result<()> {
@@ -372,6 +393,7 @@ impl LocalEngine {
         let mut held = None;
         for name in names {
             let record = self.lease_of(name)?;
+            self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), now)?;
             if check_join(self, record.as_ref(), Kind::Exclusive, now).is_err() {
                 held = blocker(self, record.as_ref(), now)?;
                 break;

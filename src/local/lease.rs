@@ -16,7 +16,7 @@ use crate::base::limits::{check_key, check_ttl, MAX_TTL, MIN_KEEP_ALIVE_TTL};
 use crate::engine::{Engine, LeaseHandle, LeaseState, Signal};
 use crate::local::LocalEngine;
 use crate::rules::kind::Kind;
-use crate::rules::leases::is_live;
+use crate::rules::leases::{check_current, is_live};
 use crate::rules::ops::{unexpected, Done, Op};
 
 /// How often a waiting acquire tests whether the holder of another process let go.
@@ -41,6 +41,7 @@ impl LocalLease {
         live: u64,
         expires_ns: u64,
     ) -> Arc<LocalLease> {
+        inner.holds.granted(token);
         Arc::new(LocalLease {
             inner,
             state: LeaseState::new(name, kind, token, expires_ns),
@@ -52,9 +53,16 @@ impl LocalLease {
 
     /// Ends the lease as lost, and tells so once (unless it was released).
     fn lose(&self) {
+        if !self.state.released.load(Ordering::Acquire) {
+            self.end_lost();
+        }
+    }
+
+    /// Ends the lease as lost and tells so, unless it had ended before.
+    fn end_lost(&self) {
         {
             let mut ended = self.state.signal.ended.lock();
-            if *ended || self.state.released.load(Ordering::Acquire) {
+            if *ended {
                 return;
             }
             *ended = true;
@@ -63,6 +71,27 @@ impl LocalLease {
         let state = &self.state;
         self.inner
             .lost_lease(&state.name, state.kind, state.token, self.granted_ns);
+    }
+
+    /// What a release reports of a lease lost before it: `None` while the lease is current;
+    /// [`Error::LockLost`] once it is known lost, or ran out by this holder's clock and the
+    /// store agrees (a keep-alive's renewal may land as the holder's clock passes the old
+    /// expiry). Reads the store only when the holder's own state says the lease may be lost.
+    fn lost_before_release(&self) -> Option<Error> {
+        let state = &self.state;
+        if !state.is_lost() {
+            return None;
+        }
+        let record = match self.inner.lease_of(&state.name) {
+            Ok(record) => record,
+            // It ran out by the holder's clock, and a lease known to be lost stays lost.
+            Err(_) => return Some(state.lost()),
+        };
+        match check_current(&*self.inner, record.as_ref(), state.token, clock::now_ns()) {
+            Ok(_) if !state.signal.is_ended() => None,
+            Ok(_) => Some(state.lost()),
+            Err(err) => Some(err),
+        }
     }
 
     fn note(&self, err: Error) -> Error {
@@ -158,20 +187,30 @@ impl LeaseHandle for LocalLease {
         if state.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let lost = state.signal.is_ended();
+        // Judged before the liveness lock is let go, which would end a current lease too.
+        let lost = self.lost_before_release();
         if let Err(err) = self.inner.release(&state.name, self.live, state.token) {
             state.released.store(false, Ordering::Release);
             return Err(err);
         }
-        self.inner
-            .released_lease(&state.name, state.kind, state.token, self.granted_ns, lost);
+        self.inner.holds.let_go(state.token);
+        if lost.is_some() {
+            self.end_lost();
+        }
+        self.inner.released_lease(
+            &state.name,
+            state.kind,
+            state.token,
+            self.granted_ns,
+            lost.is_some(),
+        );
         // The keep-alive thread wakes and exits by itself. It is not joined: it may be waiting
         // for the write lock behind a paused process, and a release must not wait for that. A
         // renewal that lands after the release changes nothing, since the lease's liveness
         // lock is gone.
         state.signal.end();
         drop(self.keeper.lock().take());
-        Ok(())
+        lost.map_or(Ok(()), Err)
     }
 
     fn keep_alive(self: Arc<Self>, ttl: Duration) -> Result<()> {
@@ -199,6 +238,7 @@ impl LeaseHandle for LocalLease {
 
 impl Drop for LocalLease {
     fn drop(&mut self) {
+        self.inner.holds.let_go(self.state.token);
         // The last user of a store, holders included, records its releases (`local/history.rs`).
         if self.inner.handles.load(Ordering::Acquire) == 0 && Arc::strong_count(&self.inner) == 1 {
             self.inner.record_releases();

@@ -33,6 +33,7 @@ use crate::base::cancel::Waiting;
 use crate::base::clock::{self, ProcessId};
 use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{check_key, check_name, check_token, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT};
+use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
@@ -97,6 +98,8 @@ pub(crate) struct LocalEngine {
     pub(crate) history: bool,
     /// The last lock name whose history the history's sweep looked at (`rules/history.rs`).
     pub(crate) history_cursor: Mutex<String>,
+    /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
+    pub(crate) holds: Holds,
     /// Bumped at every release in this process, so in-process waiters wake at once.
     pub(crate) releases: Mutex<u64>,
     pub(crate) released: Condvar,
@@ -241,6 +244,7 @@ impl LocalEngine {
             handles: std::sync::atomic::AtomicUsize::new(0),
             history: options.history,
             history_cursor: Mutex::new(String::new()),
+            holds: Holds::new(options.refuse_own_waits),
             releases: Mutex::new(0),
             released: Condvar::new(),
         }))

@@ -229,3 +229,43 @@ pub(crate) fn prune(
     }
     Ok(dead)
 }
+
+/// The token of a live lease of `record` that is the waiting thread's own (`mine`), when a wait
+/// for the name as `kind` could end only with that lease's end: refused at once as
+/// [`Error::WouldDeadlock`] rather than waited for. A permit of a semaphore waits for any one
+/// permit of it to end, so it is refused only when every live permit is the thread's own; any
+/// other wait (exclusive, shared behind an exclusive holder or a queued exclusive waiter, any
+/// kind behind holders of another kind) needs every lease of the record gone, so one of the
+/// thread's own refuses it.
+pub(crate) fn own_blocker(
+    cx: &dyn Context,
+    record: Option<&Record>,
+    kind: Kind,
+    mine: &dyn Fn(u64) -> bool,
+    now: u64,
+) -> Result<Option<u64>> {
+    let Some(record) = record else {
+        return Ok(None);
+    };
+    let mut own = None;
+    let mut others = false;
+    for lease in record.holders() {
+        if !is_live(cx, lease, now)? {
+            continue;
+        }
+        if mine(lease.token) {
+            own = own.or(Some(lease.token));
+        } else {
+            others = true;
+        }
+    }
+    let one_permit_frees_it = matches!(
+        (kind, record.kind()),
+        (Kind::Semaphore(_), Kind::Semaphore(_))
+    );
+    Ok(if one_permit_frees_it && others {
+        None
+    } else {
+        own
+    })
+}

@@ -679,6 +679,7 @@ fn encode_error(w: &mut Writer, err: &Error) {
         Error::PermitsMismatch { permits, requested } => {
             (u64::from(*permits), u64::from(*requested), 0, String::new())
         }
+        Error::WouldDeadlock { name, token } => (*token, 0, 0, name.clone()),
         Error::Io(io) => (
             kind_code(io.kind()),
             err.raw_os_error()
@@ -727,6 +728,10 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
         s if s == Status::PermitsMismatch as u32 => Error::PermitsMismatch {
             permits: u32::try_from(a).map_err(|_| malformed())?,
             requested: u32::try_from(b).map_err(|_| malformed())?,
+        },
+        s if s == Status::WouldDeadlock as u32 => Error::WouldDeadlock {
+            name: message,
+            token: a,
         },
         s if s == Status::Io as u32 => {
             let code = i32::try_from(b).map_err(|_| malformed())?;

@@ -45,13 +45,13 @@ static void version_and_status_strings(void) {
           FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR - 1, 999));
     CHECK(!FENCELOCK_AT_LEAST_VERSION(FENCELOCK_VERSION_MAJOR, FENCELOCK_VERSION_MINOR, 999) ||
           FENCELOCK_VERSION_PATCH == 999);
-    for (int code = FENCELOCK_OK; code <= FENCELOCK_PERMITS_MISMATCH; code++) {
+    for (int code = FENCELOCK_OK; code <= FENCELOCK_WOULD_DEADLOCK; code++) {
         const char *text = fencelock_status_str(code);
         CHECK(text != NULL && text[0] != '\0' && strcmp(text, "unknown status") != 0);
     }
     CHECK(strcmp(fencelock_status_str(FENCELOCK_OK), "ok") == 0);
     CHECK(strcmp(fencelock_status_str(-1), "unknown status") == 0);
-    CHECK(strcmp(fencelock_status_str(FENCELOCK_PERMITS_MISMATCH + 1), "unknown status") == 0);
+    CHECK(strcmp(fencelock_status_str(FENCELOCK_WOULD_DEADLOCK + 1), "unknown status") == 0);
 }
 
 static void fenced_values(const fencelock_store *store) {
@@ -81,9 +81,19 @@ static void fenced_values(const fencelock_store *store) {
     CHECK(strstr(fencelock_error_message(err), "held") != NULL);
     fencelock_error_free(err);
 
-    /* TIMEOUT, for a zero and a short timeout; a NULL err_out still gives the status. */
+    /* TIMEOUT for a zero timeout; a NULL err_out still gives the status. A longer wait of the
+       holder's own thread through the same store is refused at once: WOULD_DEADLOCK, naming
+       the holder's token. */
     CHECK_STATUS(FENCELOCK_TIMEOUT, fencelock_store_acquire_wait(store, "payment-export", 1000, 0, &untouched, ERR));
-    CHECK(fencelock_store_acquire_wait(store, "payment-export", 1000, 20, &untouched, NULL) == FENCELOCK_TIMEOUT);
+    CHECK(fencelock_store_acquire_wait(store, "payment-export", 1000, 0, &untouched, NULL) == FENCELOCK_TIMEOUT);
+    err = NULL;
+    CHECK(fencelock_store_acquire_wait(store, "payment-export", 1000, 60000, &untouched, &err) ==
+          FENCELOCK_WOULD_DEADLOCK);
+    CHECK(fencelock_error_status(err) == FENCELOCK_WOULD_DEADLOCK);
+    CHECK(fencelock_error_token(err) == n);
+    CHECK(strstr(fencelock_error_message(err), "payment-export") != NULL);
+    fencelock_error_free(err);
+    CHECK(untouched == (fencelock_holder *)0x1);
     CHECK(fencelock_store_acquire_and_put(store, "payment-export", 1000, KEY, KEY_LEN, NULL, 0, &untouched, NULL) == FENCELOCK_LOCKED);
     CHECK(untouched == (fencelock_holder *)0x1);
 
@@ -166,10 +176,19 @@ static void expiry_and_takeover(const fencelock_store *store) {
     CHECK(fencelock_error_token(err) == fencelock_holder_token(old));
     CHECK(fencelock_error_highest(err) == fencelock_holder_token(taker));
     fencelock_error_free(err);
+    /* Its first release says the lease was lost, naming the taker; the second is a no-op. */
+    err = NULL;
+    CHECK(fencelock_holder_release(old, &err) == FENCELOCK_LOCK_LOST);
+    CHECK(fencelock_error_status(err) == FENCELOCK_LOCK_LOST);
+    CHECK(fencelock_error_token(err) == fencelock_holder_token(old));
+    CHECK(fencelock_error_highest(err) == fencelock_holder_token(taker));
+    fencelock_error_free(err);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_release(old, ERR));
     fencelock_holder_free(old); /* its release never touches the taker's lease */
     bool held = false;
     CHECK_STATUS(FENCELOCK_OK, fencelock_holder_is_held(taker, &held, ERR));
     CHECK(held);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_release(taker, ERR)); /* a live lease's: quiet */
     fencelock_holder_free(taker);
 }
 

@@ -18,6 +18,8 @@ crate::on_every_backend! {
         release_and_drop_free_the_lock_at_once,
         an_expired_lease_is_taken_over_and_its_holder_is_fenced_out,
         an_expired_but_untaken_lease_cannot_be_extended,
+        a_release_after_the_lease_ran_out_reports_it_lost_once,
+        a_wait_for_a_lock_this_thread_holds_is_refused_at_once,
         extend_renews_past_the_first_ttl_and_keeps_the_token,
         fenced_values_accept_equal_and_higher_tokens_only,
         tokens_never_granted_are_refused,
@@ -142,7 +144,13 @@ fn an_expired_lease_is_taken_over_and_its_holder_is_fenced_out(h: &Harness) {
     assert_eq!(value.value, b"B");
     assert_eq!(value.token, fresh.token());
 
-    // The stale holder's release leaves its successor's lease alone.
+    // The stale holder's release says the lease was lost, once, and leaves its successor's
+    // lease alone.
+    assert!(matches!(
+        stale.release(),
+        Err(Error::LockLost { token, current: Some(current) })
+            if token == stale.token() && current == fresh.token()
+    ));
     stale.release().unwrap();
     drop(stale);
     assert!(fresh.is_held().unwrap());
@@ -160,6 +168,82 @@ fn an_expired_but_untaken_lease_cannot_be_extended(h: &Harness) {
         matches!(holder.extend(LONG), Err(Error::LockLost { token, current: None }) if token == holder.token())
     );
     assert_write_lost(&store, &holder, b"k");
+}
+
+fn a_release_after_the_lease_ran_out_reports_it_lost_once(h: &Harness) {
+    let store = h.store();
+    let live = store.acquire("live", LONG).unwrap();
+    let holder = store.acquire("job", h.short_ttl()).unwrap();
+    h.expire(&holder);
+    // Nobody took the lock over: the loss is the holder's own expiry.
+    assert!(matches!(
+        holder.release(),
+        Err(Error::LockLost { token, current: None }) if token == holder.token()
+    ));
+    holder.release().unwrap();
+    assert!(holder.is_lost());
+    let next = store.acquire("job", LONG).unwrap();
+    h.assert_next(live.token().max(holder.token()), next.token());
+    // A live lease's release is no loss.
+    live.release().unwrap();
+    next.release().unwrap();
+    next.release().unwrap();
+    assert!(store.acquire("live", LONG).is_ok());
+}
+
+fn a_wait_for_a_lock_this_thread_holds_is_refused_at_once(h: &Harness) {
+    let store = h.store();
+    let holder = store.acquire("job", LONG).unwrap();
+    // A try keeps its answer; a wait (of a minute) is refused at once, naming the holder.
+    assert_held_by(store.acquire("job", LONG), holder.token());
+    let own = |result: fencelock::Result<Holder>| match result {
+        Err(Error::WouldDeadlock { name, token }) => {
+            assert_eq!((name.as_str(), token), ("job", holder.token()));
+        }
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    };
+    own(store.acquire_wait("job", LONG, LONG));
+    own(store.clone().acquire_wait("job", LONG, LONG));
+    match store.acquire_all_wait(&["other", "job"], LONG, LONG) {
+        Err(Error::WouldDeadlock { token, .. }) if token == holder.token() => {
+            assert_eq!(
+                store.acquire("other", LONG).unwrap().token(),
+                holder.token() + 1
+            );
+        }
+        Err(Error::InvalidArgument(_)) if !h.supports(Capability::Kinds) => {}
+        other => panic!("an acquire_all waiting for this thread's lease: {other:?}"),
+    }
+    // Another open of the store in this thread waits as any other holder's waiter does.
+    if h.supports(Capability::SecondOpen) {
+        let other = h.another();
+        assert!(matches!(
+            other.acquire_wait("job", LONG, Duration::from_millis(20)),
+            Err(Error::Timeout)
+        ));
+    }
+    // Another thread waits, and is granted the lock at the release.
+    let waiter = {
+        let store = store.clone();
+        thread::spawn(move || store.acquire_wait("job", LONG, LONG).map(|h| h.token()))
+    };
+    thread::sleep(Duration::from_millis(50));
+    holder.release().unwrap();
+    assert!(waiter.join().unwrap().unwrap() > holder.token());
+    // Released, the lease no longer counts as this thread's.
+    drop(store.acquire_wait("job", LONG, LONG).unwrap());
+
+    // Opened with `refuse_own_waits` off, this thread's own wait waits, as another's does.
+    let lenient = h.fresh();
+    let store = lenient.store_with(&fencelock::Options {
+        refuse_own_waits: false,
+        ..fencelock::Options::default()
+    });
+    let _held = store.acquire("job", LONG).unwrap();
+    assert!(matches!(
+        store.acquire_wait("job", LONG, Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
 }
 
 fn extend_renews_past_the_first_ttl_and_keeps_the_token(h: &Harness) {
@@ -415,18 +499,25 @@ fn a_waiting_acquire_of_a_free_lock_is_granted_with_no_time_left(h: &Harness) {
 fn a_waiting_acquire_times_out_and_waits_out_an_expiring_lease(h: &Harness) {
     let store = h.store();
     let _holder = store.acquire("job", LONG).unwrap();
-    assert!(matches!(
-        store.acquire_wait("job", LONG, Duration::from_millis(30)),
-        Err(Error::Timeout)
-    ));
-    assert!(matches!(
-        store.acquire_wait("job", LONG, Duration::ZERO),
-        Err(Error::Timeout)
-    ));
     let short = store.acquire("short", h.short_ttl()).unwrap();
-    let next = store
-        .acquire_wait("short", LONG, Duration::from_secs(60))
-        .unwrap();
+    // Waited for from another thread: this one's own waits are refused at once (see
+    // a_wait_for_a_lock_this_thread_holds_is_refused_at_once).
+    let waiter = store.clone();
+    let next = thread::spawn(move || {
+        assert!(matches!(
+            waiter.acquire_wait("job", LONG, Duration::from_millis(30)),
+            Err(Error::Timeout)
+        ));
+        assert!(matches!(
+            waiter.acquire_wait("job", LONG, Duration::ZERO),
+            Err(Error::Timeout)
+        ));
+        waiter
+            .acquire_wait("short", LONG, Duration::from_secs(60))
+            .unwrap()
+    })
+    .join()
+    .unwrap();
     assert!(next.token() > short.token());
 }
 
@@ -519,12 +610,18 @@ fn keep_alive_reports_a_lease_taken_over(h: &Harness) {
     let store = h.store();
     let holder = store.acquire("job", h.short_ttl()).unwrap();
     h.expire(&holder);
-    let _successor = store.acquire("job", LONG).unwrap();
+    let successor = store.acquire("job", LONG).unwrap();
     holder
         .keep_alive(h.short_ttl().max(Duration::from_millis(300)))
         .unwrap();
     assert!(holder.wait_lost(Duration::from_secs(30)));
     assert!(holder.is_lost());
+    // The release of a lease the keep-alive found taken over says so, once.
+    assert!(
+        matches!(holder.release(), Err(Error::LockLost { token, .. }) if token == holder.token())
+    );
+    holder.release().unwrap();
+    assert!(successor.is_held().unwrap());
 }
 
 fn stores_opened_twice_in_one_process_see_each_others_leases(h: &Harness) {

@@ -29,6 +29,7 @@ crate::on_every_backend! {
         an_acquire_of_several_locks_is_all_or_none,
         bad_lists_of_names_are_refused,
         waiting_multi_lock_acquires_in_opposite_orders_never_deadlock,
+        only_a_wait_that_this_threads_own_leases_block_is_refused,
     ]
 }
 
@@ -158,6 +159,13 @@ fn each_permit_expires_extends_and_writes_on_its_own(h: &Harness) {
         .collect();
     assert!(states.contains(&(third.token(), LockState::Held, sem(2))));
     assert!(states.contains(&(long.token(), LockState::Held, sem(2))));
+    // The expired permit's first release says it was lost; the live permits release quietly.
+    assert!(
+        matches!(short.release(), Err(Error::LockLost { token, .. }) if token == short.token())
+    );
+    short.release().unwrap();
+    long.release().unwrap();
+    third.release().unwrap();
 }
 
 fn a_waiting_permit_acquire_gets_the_first_permit_let_go(h: &Harness) {
@@ -428,4 +436,52 @@ fn waiting_multi_lock_acquires_in_opposite_orders_never_deadlock(h: &Harness) {
     drop(held);
     // The cancelled wait holds nothing: both locks are free.
     let _both = store.acquire_all(&["a", "b"], TTL).unwrap();
+}
+
+// ---- waits for this thread's own leases ----------------------------------------------------
+
+fn only_a_wait_that_this_threads_own_leases_block_is_refused(h: &Harness) {
+    let store = h.store();
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
+    else {
+        return;
+    };
+    let own = |result: fencelock::Result<Holder>, tokens: &[u64]| match result {
+        Err(Error::WouldDeadlock { token, .. }) if tokens.contains(&token) => {}
+        other => panic!("expected WouldDeadlock by one of {tokens:?}, got {other:?}"),
+    };
+    // A shared wait while this thread holds the lock shared is granted: it does not wait.
+    let second = store
+        .acquire_kind_wait("config", Kind::Shared, TTL, LONG)
+        .unwrap();
+    // An exclusive one would wait for both, and a permit for a lock of another kind too.
+    let readers = [reader.token(), second.token()];
+    own(store.acquire_wait("config", TTL, LONG), &readers);
+    own(
+        store.acquire_kind_wait("config", sem(2), TTL, LONG),
+        &readers,
+    );
+
+    // A permit wait with a free permit is granted; with every permit this thread's, refused.
+    let first = store.acquire_kind("pool", sem(2), TTL).unwrap();
+    let other = store.acquire_kind_wait("pool", sem(2), TTL, LONG).unwrap();
+    own(
+        store.acquire_kind_wait("pool", sem(2), TTL, LONG),
+        &[first.token(), other.token()],
+    );
+    // With one permit another thread's, a wait waits (for it): here, until its timeout.
+    other.release().unwrap();
+    let theirs = {
+        let store = store.clone();
+        std::thread::spawn(move || store.acquire_kind("pool", sem(2), TTL).unwrap())
+            .join()
+            .unwrap()
+    };
+    assert!(matches!(
+        store.acquire_kind_wait("pool", sem(2), TTL, Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
+    drop(theirs);
+    let next = store.acquire_kind_wait("pool", sem(2), TTL, LONG).unwrap();
+    assert!(next.token() > first.token());
 }

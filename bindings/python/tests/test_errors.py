@@ -32,6 +32,7 @@ EXPECTED = {
     16: fencelock.CancelledError,
     17: fencelock.StoreReplacedError,
     18: fencelock.PermitsMismatchError,
+    19: fencelock.WouldDeadlockError,
 }
 
 

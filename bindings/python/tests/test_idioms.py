@@ -134,6 +134,43 @@ def test_leaving_the_block_after_the_lease_expired_raises(store):
         holder.wait_lost(PATIENCE)
 
 
+def test_a_release_after_the_lease_was_taken_over_raises_once(store):
+    holder = store.acquire("short", ttl=0.05)
+    assert holder.wait_lost(PATIENCE)
+    successor = store.acquire("short", ttl=60, timeout=PATIENCE)
+    with pytest.raises(fencelock.LockLostError) as info:
+        holder.release()
+    assert info.value.token == holder.token
+    holder.release()  # the second release does nothing
+    holder.close()
+    # The stale holder's release leaves the successor's lease alone, and a live one's is quiet.
+    assert successor.held()
+    successor.release()
+    successor.release()
+
+
+def test_a_wait_for_a_lock_this_thread_holds_is_refused_at_once(store):
+    # From a thread of its own: the main thread's waits run in a helper thread (for Ctrl-C),
+    # which holds nothing.
+    outcome = []
+
+    def work():
+        holder = store.acquire("job", ttl=60)
+        try:
+            store.acquire("job", ttl=60, timeout=60)
+        except fencelock.WouldDeadlockError as err:
+            outcome.append((isinstance(err, RuntimeError), err.token == holder.token, "job" in str(err)))
+        with pytest.raises(fencelock.LockedError):  # a try keeps its answer
+            store.acquire("job", ttl=60)
+        holder.release()
+        store.acquire("job", ttl=60, timeout=60).release()  # released, it waits for nothing
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(PATIENCE)
+    assert outcome == [(True, True, True)]
+
+
 def test_a_block_that_let_go_itself_or_held_to_the_end_does_not_raise(store):
     with store.acquire("a", ttl=60) as holder:
         holder.release()
@@ -257,8 +294,8 @@ def test_the_package_exports_exactly_its_public_names():
         "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
         "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
         "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
-        "StorePermissionError", "StoreReplacedError", "__version__", "library_path", "library_version",
-        "library_version_number",
+        "StorePermissionError", "StoreReplacedError", "WouldDeadlockError", "__version__", "library_path",
+        "library_version", "library_version_number",
     }  # fmt: skip
     assert set(fencelock.__all__) == expected
     for name in expected:

@@ -301,11 +301,14 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         }
     }
     for holder in &holders {
-        if let Err(err) = holder.release() {
-            eprintln!(
+        match holder.release() {
+            // Whether the command ran under the lease was decided above, after it ended: a
+            // loss it found is reported below, and a loss this release finds came after.
+            Ok(()) | Err(Error::LockLost { .. }) => {}
+            Err(err) => eprintln!(
                 "fencelock: releasing lock {:?} failed: {err}",
                 holder.name()
-            );
+            ),
         }
     }
     for watcher in watchers.into_iter().flatten() {

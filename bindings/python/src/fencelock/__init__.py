@@ -52,6 +52,7 @@ from ._errors import (
     StoreNotFoundError,
     StorePermissionError,
     StoreReplacedError,
+    WouldDeadlockError,
 )
 from ._ffi import lib as _lib
 from ._ffi import loaded_path as _loaded_path
@@ -119,6 +120,7 @@ __all__ = [
     "StoreNotFoundError",
     "StorePermissionError",
     "StoreReplacedError",
+    "WouldDeadlockError",
     "__version__",
     "library_path",
     "library_version",

@@ -152,6 +152,15 @@ class PermitsMismatchError(FencelockError):
     requested: int = 0
 
 
+class WouldDeadlockError(FencelockError, RuntimeError):
+    """A waiting acquire would wait for a live lease that this same thread holds through this
+    same ``Store`` (``token`` is that lease's): nothing but that lease's end could end the wait,
+    so it is refused at once, as filelock refuses a same-thread deadlock. Nothing changed.
+    Another thread, another ``Store`` of the file or another process waits as ever."""
+
+    token: int = 0
+
+
 class StoreReplacedError(FencelockError):
     """The store file was deleted, renamed or replaced at its path since this ``Store`` opened
     it; writes and grants through it are refused. Open a new ``Store``."""
@@ -176,6 +185,7 @@ _BY_STATUS: dict[int, type[FencelockError]] = {
     _ffi.CANCELLED: CancelledError,
     _ffi.REPLACED: StoreReplacedError,
     _ffi.PERMITS_MISMATCH: PermitsMismatchError,
+    _ffi.WOULD_DEADLOCK: WouldDeadlockError,
 }
 
 _FORK_HINT = (
@@ -223,6 +233,8 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
         details = {"token": token, "current": highest or None}
     elif cls is PermitsMismatchError:
         details = {"permits": token, "requested": highest}
+    elif cls is WouldDeadlockError:
+        details = {"token": token}
     elif cls is ForkedError:
         message += _FORK_HINT
     number = (os_code or None) if cls is IoError else None  # fencelock_error_os_code: 0 for none

@@ -160,16 +160,26 @@ class Holder(Handle):
         return f"<fencelock.Holder {self._name!r} token={self._token}{state}>"
 
     def close(self) -> None:
-        """Releases the lease (see ``release``) and frees the handle. Idempotent."""
+        """Releases the lease (see ``release``) and frees the handle. Idempotent. Quiet about a
+        lease lost before it, as a finalizer is: call ``release()`` first (or use ``with``) to
+        learn of a loss."""
         try:
             if not self.closed and not self._res.inherited:
-                self.release()
+                with contextlib.suppress(LockLostError):
+                    self.release()
         finally:
             super().close()
 
     def release(self) -> None:
-        """Releases the lease; other processes see it free at once. Idempotent, and a stale
-        holder's release never touches its successor's lease. Token and name stay readable."""
+        """Releases the lease; other processes see it free at once. A stale holder's release
+        never touches its successor's lease. Token and name stay readable.
+
+        The first release of a lease lost before it (it expired, or another holder took the
+        lock over) lets go of what was still its own and raises ``LockLostError``, as redis-py's
+        ``LockNotOwnedError`` and a ``with`` block's exit do: the work done under the lease may
+        have overlapped another holder's. Its fenced writes after the loss were refused; side
+        effects that no fence checked must be checked by the caller. Any later release does
+        nothing."""
         if self.closed:
             return
         self._released = True
