@@ -28,8 +28,11 @@ fn run() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let n = a.token();
     println!("A holds payment-export with token {n}");
-    // B waits until A's lease has run out.
-    let b = store
+    // B, another party (another open of the store, as another process would be), waits until
+    // A's lease has run out. The same open in the same thread would be refused at once: a
+    // wait for this thread's own lease is a self-deadlock (Error::WouldDeadlock).
+    let b_store = Store::open(format!("{dir}/locks.db")).map_err(|e| e.to_string())?;
+    let b = b_store
         .acquire_wait(
             "payment-export",
             Duration::from_secs(30),
