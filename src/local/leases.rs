@@ -22,14 +22,14 @@
 //!   its lease here, inside its transaction.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::base::clock::{self, ProcessId};
 use crate::base::error::{Error, Result};
 use crate::base::limits::duration_ns;
 use crate::local::LocalEngine;
-use crate::ring::map::BUCKETS;
+use crate::ring::map::{MapHeader, BUCKETS};
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
 use crate::rules::leases::{blocker, check_current, check_join, check_turn, is_live};
@@ -165,43 +165,63 @@ impl LocalEngine {
     /// not come while the block runs low, is taken over: two refills at once are harmless).
     fn refill_ahead(&self, member: &RingMember, left: u64) {
         let header = member.ring().map_header();
-        let current = header.refilling.load(Ordering::Acquire);
         let urgent = left < header.block.load(Ordering::Relaxed) / 4;
+        self.in_background(
+            member,
+            |h| &h.refilling,
+            urgent,
+            "fencelock-reserve",
+            |engine, member| {
+                let need = member
+                    .ring()
+                    .map_header()
+                    .last_token
+                    .load(Ordering::Acquire);
+                let _ = engine.reserve(member, need);
+            },
+        );
+    }
+
+    /// Runs `job` in a thread of its own as the one process of the map doing it: `slot` (a word
+    /// of the map's header) holds the liveness id of the process doing it, 0 for none. The slot
+    /// is taken when it is free or its process is dead, or from any other process when
+    /// `take_over`, and given back when the job ends (at once when no thread can be started).
+    fn in_background(
+        &self,
+        member: &RingMember,
+        slot: fn(&MapHeader) -> &AtomicU64,
+        take_over: bool,
+        name: &str,
+        job: fn(&LocalEngine, &RingMember),
+    ) {
+        let word = slot(member.ring().map_header());
+        let current = word.load(Ordering::Acquire);
         if current == member.id()
-            || (current != 0 && !urgent && self.live.is_held(current).unwrap_or(true))
+            || (current != 0 && !take_over && self.live.is_held(current).unwrap_or(true))
         {
             return;
         }
-        if header
-            .refilling
+        if word
             .compare_exchange(current, member.id(), Ordering::AcqRel, Ordering::Relaxed)
             .is_err()
         {
             return;
         }
+        let give_back = move |member: &RingMember| {
+            let word = slot(member.ring().map_header());
+            let _ = word.compare_exchange(member.id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+        };
         let engine = self.arc();
         let spawned = std::thread::Builder::new()
-            .name("fencelock-reserve".into())
+            .name(name.into())
             .spawn(move || {
                 if let Some(member) = engine.map() {
-                    let header = member.ring().map_header();
-                    let need = header.last_token.load(Ordering::Acquire);
-                    let _ = engine.reserve(member, need);
-                    let _ = header.refilling.compare_exchange(
-                        member.id(),
-                        0,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
+                    job(&engine, member);
+                    give_back(member);
                 }
             });
         if spawned.is_err() {
-            let _ = header.refilling.compare_exchange(
-                member.id(),
-                0,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+            give_back(member);
         }
     }
 
@@ -608,41 +628,15 @@ impl LocalEngine {
     /// Starts a flush of the ends pending in the map, in a thread of its own, unless another
     /// process is flushing.
     fn flush_ahead(&self, member: &RingMember) {
-        let header = member.ring().map_header();
-        let current = header.flushing.load(Ordering::Acquire);
-        if current != 0 && self.live.is_held(current).unwrap_or(true) {
-            return;
-        }
-        if header
-            .flushing
-            .compare_exchange(current, member.id(), Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        let engine = self.arc();
-        let spawned = std::thread::Builder::new()
-            .name("fencelock-history".into())
-            .spawn(move || {
-                if let Some(member) = engine.map() {
-                    let _ = engine.flush_ends(member, None, false);
-                    let header = member.ring().map_header();
-                    let _ = header.flushing.compare_exchange(
-                        member.id(),
-                        0,
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
-                }
-            });
-        if spawned.is_err() {
-            let _ = header.flushing.compare_exchange(
-                member.id(),
-                0,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-        }
+        self.in_background(
+            member,
+            |h| &h.flushing,
+            false,
+            "fencelock-history",
+            |engine, member| {
+                let _ = engine.flush_ends(member, None, false);
+            },
+        );
     }
 
     /// Writes the ends pending in the map into the file's history, in one transaction, then
