@@ -308,21 +308,7 @@ impl LocalEngine {
                 .collect::<Result<Vec<_>>>()?;
             let lives: Vec<u64> = grants.iter().map(|grant| grant.live).collect();
             let (first, expires_ns) = self.grant_all_in_map(member, names, ttl, &lives)?;
-            return Ok(names
-                .iter()
-                .zip(grants)
-                .zip(first..)
-                .map(|((name, grant), token)| {
-                    LocalLease::new(
-                        self.arc(),
-                        (*name).to_owned(),
-                        Kind::Exclusive,
-                        token,
-                        grant.keep(),
-                        expires_ns,
-                    )
-                })
-                .collect());
+            return Ok(self.exclusive_leases(names, grants, first, expires_ns));
         }
         let now = clock::now_ns();
         if !self.served() {
@@ -348,23 +334,37 @@ impl LocalEngine {
                 first,
                 count,
                 expires_ns,
-            } if count as usize == names.len() => Ok(names
-                .iter()
-                .zip(grants)
-                .zip(first..)
-                .map(|((name, grant), token)| {
-                    LocalLease::new(
-                        self.arc(),
-                        (*name).to_owned(),
-                        Kind::Exclusive,
-                        token,
-                        grant.keep(),
-                        expires_ns,
-                    )
-                })
-                .collect()),
+            } if count as usize == names.len() => {
+                Ok(self.exclusive_leases(names, grants, first, expires_ns))
+            }
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// The exclusive leases of `names` granted at once: tokens from `first` on, each keeping its
+    /// grant's liveness lock, all ending at `expires_ns`.
+    fn exclusive_leases(
+        &self,
+        names: &[&str],
+        grants: Vec<Grant<'_>>,
+        first: u64,
+        expires_ns: u64,
+    ) -> Vec<Arc<LocalLease>> {
+        names
+            .iter()
+            .zip(grants)
+            .zip(first..)
+            .map(|((name, grant), token)| {
+                LocalLease::new(
+                    self.arc(),
+                    (*name).to_owned(),
+                    Kind::Exclusive,
+                    token,
+                    grant.keep(),
+                    expires_ns,
+                )
+            })
+            .collect()
     }
 
     /// [`Error::WouldDeadlock`] when a wait for `name` as `kind`, refused by `record`, could end
