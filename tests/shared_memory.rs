@@ -343,3 +343,27 @@ fn more_waiters_than_the_queue_holds_are_each_granted_the_lock_in_turn() {
     });
     assert_eq!(granted.load(Ordering::SeqCst), waiters);
 }
+
+#[test]
+fn stores_opened_while_the_last_user_closes_are_never_refused() {
+    // The last user of a store removes its shared memory as it closes; a store opened at that
+    // moment (here in one thread while another drops the previous store, as a garbage
+    // collector's finalizer closes an old handle) sets up a new one, and must not find the old
+    // one's claim still held.
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let (give, take) = std::sync::mpsc::sync_channel::<Store>(1);
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            while let Ok(store) = take.recv() {
+                drop(store);
+            }
+        });
+        for round in 0..300 {
+            let store =
+                Store::open(&path).unwrap_or_else(|err| panic!("open {round} refused: {err}"));
+            give.send(store).unwrap();
+        }
+        drop(give);
+    });
+}

@@ -19,13 +19,16 @@ use std::sync::atomic::Ordering;
 
 /// This process's use of the ring of its store.
 pub(crate) struct RingMember {
+    /// This process's claim on the ring's lease map, held while the store is open (see
+    /// `Liveness::claim_map`). Declared first, so dropped before the ring: the last user
+    /// removes the ring as it drops it, and a store opened meanwhile (a new ring, a new map)
+    /// must not find this claim on the old map still held, or it would be refused as if it
+    /// could not see the memory others use.
+    _claim: Option<fs::File>,
     ring: Ring,
     /// The liveness id this store holds as long as it is open: it names it as a requester and
     /// as a combiner.
     id: u64,
-    /// This process's claim on the ring's lease map, held while the store is open (see
-    /// `Liveness::claim_map`).
-    _claim: Option<fs::File>,
 }
 
 impl RingMember {
@@ -105,9 +108,9 @@ impl RingMember {
             let id = fresh_id()?;
             if live.lock(id)? {
                 return Ok(RingMember {
+                    _claim: claim,
                     ring,
                     id,
-                    _claim: claim,
                 });
             }
         }

@@ -202,7 +202,11 @@ impl Liveness {
             )?;
             if i32::from(lock.l_type) != libc::F_UNLCK {
                 return Err(crate::Error::Storage(format!(
-                    "{} is in use by processes that share another copy of its shared memory                      (another /dev/shm, as in another container or mount namespace, or the                      store's ring in /dev/shm was removed while they used it): this process                      would keep a lease table of its own and could grant their locks again; it                      can open the store once they closed it",
+                    "{} is in use by processes that share another copy of its shared memory \
+                     (another /dev/shm, as in another container or mount namespace, or the \
+                     store's ring in /dev/shm was removed while they used it): this process \
+                     would keep a lease table of its own and could grant their locks again; it \
+                     can open the store once they closed it",
                     path.display()
                 )));
             }
