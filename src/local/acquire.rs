@@ -19,7 +19,7 @@ use crate::local::lease::LocalLease;
 use crate::local::observe::Attempt;
 use crate::local::LocalEngine;
 use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
-use crate::rules::leases::{blocker, check_join, check_turn, own_blocker};
+use crate::rules::leases::{admit_grant, blocker, check_join, own_blocker};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::share::member::Place;
@@ -132,21 +132,7 @@ impl LocalEngine {
         } else {
             self.lease_of(name)?
         };
-        // A grant that would hold the name together with live holders waits its turn behind
-        // every queued waiter, also when it only tries once.
-        let joined = check_join(self, record.as_ref(), kind, now)?;
-        let queued = if joined.is_empty() {
-            ticket
-        } else {
-            Some(ticket.unwrap_or(u64::MAX))
-        };
-        check_turn(
-            self,
-            name,
-            blocker(self, record.as_ref(), now)?.as_ref(),
-            queued,
-            now,
-        )?;
+        admit_grant(self, name, record.as_ref(), kind, ticket, now)?;
         if self.read_only {
             return Err(crate::storage::db::read_only());
         }

@@ -32,9 +32,9 @@ use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{blocker, check_current, check_join, check_turn, is_live};
+use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::ops::{unexpected, Done, Op};
-use crate::rules::record::{Group, Lease, Record};
+use crate::rules::record::{Group, Record};
 use crate::share::leases::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
 use crate::share::member::RingMember;
 
@@ -284,21 +284,7 @@ impl LocalEngine {
                 }) {
                     return Ok((Change::Keep, (lease.token, lease.expires_ns)));
                 }
-                let joined = check_join(self, current, kind, now)?;
-                // A grant that would hold the name together with live holders waits its turn
-                // behind every queued waiter, also when it only tries once.
-                let queued = if joined.is_empty() {
-                    ticket
-                } else {
-                    Some(ticket.unwrap_or(u64::MAX))
-                };
-                check_turn(
-                    self,
-                    name,
-                    blocker(self, current, now)?.as_ref(),
-                    queued,
-                    now,
-                )?;
+                let joined = admit_grant(self, name, current, kind, ticket, now)?;
                 let latest = current
                     .and_then(Record::latest)
                     .map_or(0, |lease| lease.token);
@@ -307,7 +293,7 @@ impl LocalEngine {
                     _ => self.take_tokens(member, 1)?,
                 };
                 taken = Some(token);
-                let lease = self.new_lease(token, holder, live, now, ttl);
+                let lease = new_lease(self, token, holder, live, now, ttl);
                 let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
                 let before = current.map_or(Kind::Exclusive, Record::kind);
                 for old in dropped(current, &joined) {
@@ -428,9 +414,9 @@ impl LocalEngine {
                 }
                 let entry = Entry {
                     name: name.to_owned(),
-                    record: Some(Record::Exclusive(
-                        self.new_lease(token, self.me, live, now, ttl),
-                    )),
+                    record: Some(Record::Exclusive(new_lease(
+                        self, token, self.me, live, now, ttl,
+                    ))),
                     tail,
                 };
                 Ok((Change::Put(entry), true))
@@ -446,24 +432,6 @@ impl LocalEngine {
     fn keep_end(&self, tail: &mut Vec<(u64, Ended)>, token: u64, ended: Ended) {
         if self.history {
             push_end(tail, token, ended);
-        }
-    }
-
-    fn new_lease(
-        &self,
-        token: u64,
-        holder: ProcessId,
-        live: u64,
-        now: u64,
-        ttl: Duration,
-    ) -> Lease {
-        Lease {
-            token,
-            holder,
-            boot_id: self.boot_id,
-            granted_ns: now,
-            expires_ns: now + duration_ns(ttl),
-            live,
         }
     }
 

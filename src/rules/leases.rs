@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 
 use redb::{ReadableTable, Table};
 
+use crate::base::clock::ProcessId;
 use crate::base::error::{Error, Result};
+use crate::base::limits::duration_ns;
 use crate::rules::context::Context;
 use crate::rules::info::{LockInfo, LockState};
 use crate::rules::kind::{Kind, MAX_HOLDERS};
@@ -67,6 +69,47 @@ pub(crate) fn check_join(
         (Kind::Semaphore(_), Kind::Semaphore(_)) => Ok(live),
         (Kind::Shared, Kind::Shared) if live.len() < MAX_HOLDERS as usize => Ok(live),
         _ => Err(locked()),
+    }
+}
+
+/// Admits a grant of `name` as `kind` beside `record`: returns the live holders it would hold
+/// the name with ([`check_join`]) once it is its turn ([`check_turn`]). A grant that would hold
+/// the name together with live holders waits its turn behind every queued waiter, also when it
+/// only tries once.
+pub(crate) fn admit_grant(
+    cx: &dyn Context,
+    name: &str,
+    record: Option<&Record>,
+    kind: Kind,
+    ticket: Option<u64>,
+    now: u64,
+) -> Result<Vec<Lease>> {
+    let joined = check_join(cx, record, kind, now)?;
+    let ticket = if joined.is_empty() {
+        ticket
+    } else {
+        Some(ticket.unwrap_or(u64::MAX))
+    };
+    check_turn(cx, name, blocker(cx, record, now)?.as_ref(), ticket, now)?;
+    Ok(joined)
+}
+
+/// A lease granted now to `holder` (liveness id `live`) for `ttl`, on this boot.
+pub(crate) fn new_lease(
+    cx: &dyn Context,
+    token: u64,
+    holder: ProcessId,
+    live: u64,
+    now: u64,
+    ttl: Duration,
+) -> Lease {
+    Lease {
+        token,
+        holder,
+        boot_id: cx.boot_id(),
+        granted_ns: now,
+        expires_ns: now + duration_ns(ttl),
+        live,
     }
 }
 

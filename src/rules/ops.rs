@@ -17,7 +17,9 @@ use crate::base::limits::{check_granted, duration_ns};
 use crate::rules::context::Context;
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTable};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{blocker, check_current, check_join, check_turn, prune};
+use crate::rules::leases::{
+    admit_grant, blocker, check_current, check_join, check_turn, new_lease, prune,
+};
 use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
@@ -451,14 +453,7 @@ impl Op {
                 if let Some(done) = regrant(current.as_ref(), *holder, *live) {
                     return Ok(Plan::new(done));
                 }
-                let mut holders = check_join(cx, current.as_ref(), *kind, now)?;
-                let ticket = if holders.is_empty() {
-                    *ticket
-                } else {
-                    Some(ticket.unwrap_or(u64::MAX))
-                };
-                let blocker = blocker(cx, current.as_ref(), now)?;
-                check_turn(cx, name, blocker.as_ref(), ticket, now)?;
+                let mut holders = admit_grant(cx, name, current.as_ref(), *kind, *ticket, now)?;
                 let closes = plan_closes(cx, name, current.as_ref(), &holders, now)?;
                 let (token, mut plan) = plan_tokens(cx, tables, 1)?;
                 plan.writes.extend(closes);
@@ -736,24 +731,6 @@ fn plan_tokens(cx: &dyn Context, tables: &Tables<'_>, count: u64) -> Result<(u64
     plan.writes.push(Write::Counter(last));
     plan.writes.extend(reserve.map(Write::Reserve));
     Ok((first, plan))
-}
-
-fn new_lease(
-    cx: &dyn Context,
-    token: u64,
-    holder: ProcessId,
-    live: u64,
-    now: u64,
-    ttl: Duration,
-) -> Lease {
-    Lease {
-        token,
-        holder,
-        boot_id: cx.boot_id(),
-        granted_ns: now,
-        expires_ns: now + duration_ns(ttl),
-        live,
-    }
 }
 
 /// Plans writing (or, with `None`, deleting) `key` with `token` if no higher token was accepted
