@@ -154,3 +154,132 @@ fn a_read_only_open_needs_no_write_permission() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs this test binary's `test` as the user nobody when this one is root (for whom file
+/// modes do not hold), with `env` set.
+fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.args(["--exact", test, "--nocapture"]);
+    for (name, value) in env {
+        child.env(name, value);
+    }
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        // SAFETY: setgroups, setgid and setuid are async-signal-safe, as pre_exec requires.
+        unsafe {
+            child.pre_exec(|| {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    child.output().unwrap()
+}
+
+fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether `result` is the refusal of a user who may read the store but not use its shared
+/// memory, saying `what`.
+fn cannot<T: std::fmt::Debug>(result: &fencelock::Result<T>, what: &str) -> bool {
+    matches!(result, Err(Error::Io(err))
+        if err.kind() == std::io::ErrorKind::PermissionDenied && err.to_string().contains(what))
+}
+
+/// The child's half of the next test: a user who may read the store but not write it, while
+/// a writer holds the lock `job`.
+#[test]
+fn reader_of_a_store_in_use_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_READER") else {
+        return;
+    };
+    let reader = Store::open_with(&path, &read_only()).unwrap();
+    assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
+    // The lease lives in shared memory this user may not use: it is never told the lock is
+    // free, nor that no lock is recorded.
+    let locks = reader.locks();
+    assert!(cannot(&locks, "cannot see them"), "{locks:?}");
+    let job = reader.lock("job");
+    assert!(cannot(&job, "cannot see them"), "{job:?}");
+}
+
+#[test]
+fn a_reader_who_may_not_write_is_told_it_cannot_see_the_leases_of_a_store_in_use() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"v").unwrap();
+    // Its owner lets others read it, knowing what that lets them do (README).
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_success(&as_reader(
+        "reader_of_a_store_in_use_child",
+        &[("FENCELOCK_TEST_READER", &path)],
+    ));
+    holder.release().unwrap();
+}
+
+/// The child's half of the next test: a user who may read the store while a server serves it.
+#[test]
+fn reader_of_a_served_store_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_READER_SERVED") else {
+        return;
+    };
+    let opened = Store::open_with(&path, &read_only());
+    assert!(
+        cannot(&opened, "is served by `fencelock serve`"),
+        "{opened:?}"
+    );
+}
+
+#[test]
+fn a_reader_who_may_not_write_a_served_store_is_told_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let options = fencelock::ServeOptions {
+        idle_exit: Some(Duration::from_secs(1)),
+        ..fencelock::ServeOptions::default()
+    };
+    let server = fencelock::Server::start(&path, &options).unwrap();
+    let out = as_reader(
+        "reader_of_a_served_store_child",
+        &[("FENCELOCK_TEST_READER_SERVED", &path)],
+    );
+    server.run(&options).unwrap();
+    assert_success(&out);
+}
+
+#[test]
+fn a_new_store_and_its_shared_memory_are_readable_only_by_those_who_may_write_them() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = Store::open(&path).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    let ring = format!("/dev/shm/fencelock-{:x}-{:x}.ring", meta.dev(), meta.ino());
+    let ring_mode = std::fs::metadata(&ring).unwrap().mode() & 0o777;
+    let mode = meta.mode() & 0o777;
+    // Whatever the umask: no class of users may read what it may not write.
+    for mode in [mode, ring_mode] {
+        assert_eq!(mode & 0o600, 0o600, "{mode:o}");
+        assert_eq!(mode & 0o044 & !((mode & 0o022) << 1), 0, "{mode:o}");
+    }
+    assert_eq!(ring_mode, mode);
+    drop(store);
+}

@@ -178,6 +178,20 @@ impl LocalEngine {
                     waiting.step()?;
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                // A user who may not write the store cannot use its server (the ring).
+                Err(Error::InUse)
+                    if live.is_none() && crate::storage::liveness::held_by_a_server(&path)? =>
+                {
+                    return Err(Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{} is served by `fencelock serve`, which only users who may write \
+                             the store can use: this user may only read it, and cannot while \
+                             it is served",
+                            path.display()
+                        ),
+                    )));
+                }
                 Err(err) => return Err(err),
             }
         };

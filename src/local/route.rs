@@ -423,13 +423,34 @@ impl LocalEngine {
                 crate::share::leases::entry_of(member.ring(), name)?.and_then(|entry| entry.record)
             );
         }
+        self.check_leases_in_file()?;
         match self.query(&Query::Record(name.to_owned()))? {
             Answer::Record(lease) => Ok(lease),
             other => Err(mismatched(&other)),
         }
     }
 
-    /// Every lease record, in name order.
+    /// Refuses to answer from the file what only the shared memory holds: for a read-only
+    /// store of a user who may not use the ring (who may not write the store), while processes
+    /// use it, so that such a user is never told that a held lock is free.
+    fn check_leases_in_file(&self) -> Result<()> {
+        if self.read_only
+            && self.mode == redb::ConcurrencyMode::MultiWriter
+            && self.shared.is_none()
+            && self.live.maps_in_use()?
+        {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the leases of {} are in its shared memory (its ring in /dev/shm), which \
+                     only users who may write the store can use: this user cannot see them",
+                    self.path.display()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
     /// Every lease record of the file's leases table, in name order (also where the leases
     /// are kept in shared memory: those of a library that kept them in the file).
     pub(crate) fn file_leases(&self) -> Result<Vec<(String, Record)>> {
@@ -445,6 +466,7 @@ impl LocalEngine {
             self.make_way();
             return crate::local::leases::records(member);
         }
+        self.check_leases_in_file()?;
         match self.query(&Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),

@@ -326,8 +326,9 @@ fn refused(why: &str) -> io::Error {
 impl Ring {
     /// Opens (creating it if needed) the ring of the store file with metadata `store`, in
     /// `dir` (`/dev/shm`). Refused when the ring belongs to another user than the store, or
-    /// lets more users write it than the store does: whoever writes the ring has its requests
-    /// committed into the store.
+    /// lets users open it who cannot write the store: whoever writes the ring has its requests
+    /// committed into the store, and whoever can open it can lock it (`flock`) and read the
+    /// liveness ids of holders and of the server.
     pub(crate) fn open(dir: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let path = dir.join(format!(
             "fencelock-{:x}-{:x}.ring",
@@ -348,7 +349,7 @@ impl Ring {
     }
 
     fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
-        let mode = store.mode() & 0o666;
+        let mode = crate::storage::file::readable_only_by_writers(store.mode() & 0o666);
         // SAFETY: geteuid has no preconditions.
         let owner = unsafe { libc::geteuid() } == store.uid();
         // Only the store's owner creates its ring, so that the ring is the owner's too.
@@ -362,14 +363,21 @@ impl Ring {
             .open(path)?;
         let meta = file.metadata()?;
         if meta.uid() != store.uid() {
-            return Err(refused("the ring belongs to another user than the store"));
+            // Anyone may create files in /dev/shm, and only its owner or root may remove one.
+            return Err(refused(&format!(
+                "{} belongs to user {}, not to the store's owner {} (it was created by \
+                 another user while the store was closed: remove it as root)",
+                path.display(),
+                meta.uid(),
+                store.uid()
+            )));
         }
         if owner && meta.mode() & 0o666 != mode {
             // The umask narrowed the mode of a new ring, or the store's mode changed since.
             file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        } else if meta.mode() & 0o022 & !store.mode() != 0 {
+        } else if meta.mode() & 0o066 & !mode != 0 {
             return Err(refused(
-                "the ring is writable by users who cannot write the store",
+                "the ring can be opened by users who cannot write the store",
             ));
         }
         if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {

@@ -2,7 +2,6 @@
 //! leaves out the bytes fencelock locks for liveness: redb's exclusive mode locks every byte of
 //! the file, which would otherwise take holders' liveness locks away.
 
-use std::fs::OpenOptions;
 use std::ops::Bound;
 use std::path::Path;
 
@@ -18,12 +17,7 @@ pub(crate) fn open_carved(path: &Path) -> Result<Db> {
     let existing = crate::storage::file::is_existing_database(path, true)?;
     let builder = redb_builder(ConcurrencyMode::ExclusiveWriter);
     let backend = || -> std::result::Result<Carved, redb::DatabaseError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = crate::storage::file::open_or_create(path)?;
         Ok(Carved(FileBackend::new(file)?))
     };
     crate::base::quiet::catch(|| {

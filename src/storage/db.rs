@@ -70,6 +70,10 @@ pub(crate) fn open_now(path: &Path, mode: ConcurrencyMode, read_only: bool) -> R
 fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: bool) -> Result<Db> {
     let builder = redb_builder(mode);
     if !read_only {
+        if !existing {
+            // Created here rather than by redb, with the mode of `open_or_create`.
+            drop(crate::storage::file::open_or_create(path)?);
+        }
         return crate::base::quiet::catch(|| {
             open_database(
                 &builder,
@@ -92,7 +96,21 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
             // A crash left the file needing the repair that only a writable open performs (no
             // live writer would do it): it is repaired, and the read-only open tried again.
             Err(redb::DatabaseError::RepairAborted) => {
-                drop(open_database(&builder, path, true, false)?);
+                match open_database(&builder, path, true, false) {
+                    Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Err(Error::Io(std::io::Error::new(
+                            err.kind(),
+                            format!(
+                                "{} needs the repair that follows the death of a process inside \
+                                 a write (a server killed, say), which only an open that may \
+                                 write the store makes: this user may only read it, and can \
+                                 once a user who may write it has opened it",
+                                path.display()
+                            ),
+                        )))
+                    }
+                    other => drop(other?),
+                }
                 builder.open_read_only(path)?
             }
             other => other?,

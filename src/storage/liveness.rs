@@ -19,7 +19,7 @@
 //! Two open file descriptions conflict even inside one process, so a probe sees the locks of
 //! this process's holders too.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::Path;
@@ -70,15 +70,10 @@ pub(crate) struct Liveness {
     probe: File,
 }
 
-/// Opens (creating it if needed) the store file for its locks. `File` opens with `O_CLOEXEC`, so
-/// a child process started with exec does not inherit them.
+/// Opens (creating it if needed, readable only by its writers) the store file for its locks.
+/// `File` opens with `O_CLOEXEC`, so a child process started with exec does not inherit them.
 fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+    crate::storage::file::open_or_create(path)
 }
 
 impl Liveness {
@@ -168,9 +163,12 @@ impl Liveness {
     }
 
     /// Whether some open file (of any process, this one included) holds the liveness lock `id`.
+    /// Holders take write locks; a read lock on the byte is not a holder's but anyone's who
+    /// may read the file, and a write lock and a read lock never share a byte, so a read lock
+    /// the kernel reports means that nobody holds `id`.
     pub(crate) fn is_held(&self, id: u64) -> io::Result<bool> {
         let lock = fcntl(&self.probe, libc::F_OFD_GETLK, libc::F_WRLCK, id)?;
-        Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+        Ok(i32::from(lock.l_type) == libc::F_WRLCK)
     }
 }
 
@@ -214,6 +212,31 @@ impl Liveness {
         fcntl(&file, libc::F_OFD_SETLK, libc::F_RDLCK, own)?;
         Ok(file)
     }
+}
+
+impl Liveness {
+    /// Whether some process declares that it uses a lease map of this file
+    /// ([`Liveness::claim_map`]): the store's leases then live in shared memory, not in the file.
+    pub(crate) fn maps_in_use(&self) -> io::Result<bool> {
+        let lock = fcntl_range(
+            &self.probe,
+            libc::F_OFD_GETLK,
+            libc::F_WRLCK,
+            BASE + TABLE_IDS.0,
+            TABLE_IDS.1 - TABLE_IDS.0,
+        )?;
+        Ok(i32::from(lock.l_type) != libc::F_UNLCK)
+    }
+}
+
+/// Whether `fencelock serve` holds the store file at `path`: redb's exclusive lock over the
+/// whole file, but for the bytes fencelock locks (`storage/carved.rs`). A single-process store's
+/// lock covers those too, and a multi-process store's locks none of the bytes just below them.
+pub(crate) fn held_by_a_server(path: &Path) -> io::Result<bool> {
+    let file = File::open(path)?;
+    let below = range_locked(&file, BASE - 1, 1)?;
+    let inside = range_locked(&file, BASE + FIRST_RANDOM_ID - 1, 1)?;
+    Ok(below && !inside)
 }
 
 /// redb's header lock: the first 320 bytes, held shared by every `begin_read` of a shared file
@@ -326,6 +349,42 @@ mod tests {
         assert!(!live.is_held(0).unwrap());
         assert!(live.lock(MAX_ID).unwrap());
         assert!(live.lock(MAX_ID + 1).is_err());
+    }
+
+    #[test]
+    fn a_read_lock_of_a_reader_is_never_taken_for_a_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let live = Liveness::shared(&path).unwrap();
+        // A user who may only read the file locks the byte of an id (one a dead holder left
+        // in a lease record, or the server's), as anyone with a read-only descriptor can.
+        let reader = File::open(&path).unwrap();
+        fcntl(&reader, libc::F_OFD_SETLK, libc::F_RDLCK, 9).unwrap();
+        assert!(
+            !live.is_held(9).unwrap(),
+            "a read lock keeps no lease alive"
+        );
+        assert!(!live.lock(9).unwrap(), "the byte cannot be taken meanwhile");
+        drop(reader);
+        assert!(live.lock(9).unwrap());
+        assert!(live.is_held(9).unwrap());
+    }
+
+    #[test]
+    fn a_new_store_file_is_readable_only_by_those_who_may_write_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        drop(Liveness::shared(&path).unwrap());
+        let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
+        // Whatever the umask, no class reads the file that may not write it.
+        assert_eq!(mode & 0o444 & !((mode & 0o222) << 1), 0, "mode {mode:o}");
+        assert_eq!(mode & 0o600, 0o600, "mode {mode:o}");
+        assert_eq!(crate::storage::file::readable_only_by_writers(0o644), 0o600);
+        assert_eq!(crate::storage::file::readable_only_by_writers(0o664), 0o660);
+        assert_eq!(crate::storage::file::readable_only_by_writers(0o666), 0o666);
+        assert_eq!(crate::storage::file::readable_only_by_writers(0o604), 0o600);
+        assert_eq!(crate::storage::file::readable_only_by_writers(0o640), 0o600);
     }
 
     #[test]
