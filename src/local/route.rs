@@ -275,7 +275,20 @@ impl LocalEngine {
                     shared.ring().wait(&posted, seen, SLEEP);
                 }
                 Phase::Taken(combiner, seen) => {
-                    if !self.live.is_held(combiner)? {
+                    let combiner_lives = match self.live.is_held(combiner) {
+                        Ok(lives) => lives,
+                        // Its combiner cannot be tested: given up on, as at the deadline (the
+                        // outcome is unknown), so that the slot is not left taken for as long
+                        // as this process lives.
+                        Err(err) => {
+                            if shared.ring().abandon(&posted) {
+                                shared.ring().done_with(&posted);
+                                return Err(err.into());
+                            }
+                            continue;
+                        }
+                    };
+                    if !combiner_lives {
                         // Its combiner died: it is run again.
                         reposted |= shared.ring().repost(&posted);
                         continue;
