@@ -1064,8 +1064,12 @@ impl Ring {
     pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &Liveness) {
         let header = self.header();
         if header.overflow_sleepers.load(Ordering::SeqCst) != 0 {
+            // One sleeper: a release frees at most one place in the queue (its holder's, if
+            // it was granted from the queue), and waking every sleeper at every release would
+            // cost each of them a look at the queue for nothing. The others look again within
+            // their poll.
             header.overflow.fetch_add(1, Ordering::SeqCst);
-            futex_wake(&header.overflow);
+            futex_wake_some(&header.overflow, 1);
         }
         if let Some((index, _)) = self.oldest(lock, now, live) {
             let entry = self.waiter(index);
@@ -1213,13 +1217,18 @@ fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
 }
 
 fn futex_wake(word: &AtomicU32) {
+    futex_wake_some(word, i32::MAX);
+}
+
+/// Wakes at most `count` sleepers on `word`.
+fn futex_wake_some(word: &AtomicU32, count: i32) {
     // SAFETY: a futex wake on a 4-byte aligned word of a shared mapping.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE,
-            i32::MAX,
+            count,
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
             0,

@@ -168,7 +168,13 @@ impl Place<'_> {
                     return Ok(());
                 }
                 let end = lease.map_or(until, |lease| until.min(lease.expires_ns));
-                let slice = Duration::from_nanos(end.saturating_sub(now)).min(OVERFLOW_POLL);
+                // Behind queued waiters of the lock, the first of them watches the holder.
+                let poll = if ring.waits_before(self.lock, None, now, self.live) {
+                    OVERFLOW_BEHIND_QUEUE
+                } else {
+                    OVERFLOW_POLL
+                };
+                let slice = Duration::from_nanos(end.saturating_sub(now)).min(poll);
                 let woken = ring.wait_overflow(slice, || blocked(now).unwrap_or(false));
                 if woken {
                     self.waiter = ring.enqueue_if_free(self.lock, self.member.id, clock::now_ns());
@@ -176,10 +182,21 @@ impl Place<'_> {
                 continue;
             };
             let seen = ring.still_waiting(waiter, now);
-            if !held(now)? && !ring.waits_before(self.lock, Some(waiter.ticket), now, self.live) {
+            let first = !ring.waits_before(self.lock, Some(waiter.ticket), now, self.live);
+            if first && !held(now)? {
                 return Ok(());
             }
-            let slice = Duration::from_nanos(until - now).min(crate::base::cancel::POLL);
+            // Only the first waiter watches the holder every millisecond: a holder's death lets
+            // it in, not the others. They sleep until a release, or the waiter before them
+            // leaving, wakes them, and show now and then that they still wait; so that with
+            // many waiters the wait costs little CPU. A wait that may be cancelled looks at
+            // its handle every millisecond.
+            let poll = if first || cancel.is_some() {
+                crate::base::cancel::POLL
+            } else {
+                QUEUED_SLICE
+            };
+            let slice = Duration::from_nanos(until - now).min(poll);
             ring.wait_turn(waiter, seen, slice);
         }
     }
@@ -187,6 +204,13 @@ impl Place<'_> {
 
 /// How often a waiter without a place in the queue tests whether the lock's holder died.
 const OVERFLOW_POLL: Duration = Duration::from_millis(10);
+/// As [`OVERFLOW_POLL`], while queued waiters of the lock wait before it: the first of them
+/// watches the holder, and a release wakes a sleeper as a place in the queue frees.
+const OVERFLOW_BEHIND_QUEUE: Duration = Duration::from_millis(40);
+/// How long a queued waiter behind another one of its lock sleeps at most: inside the time
+/// after which a waiter that has not shown it still waits is passed over
+/// (`ring::WAITER_STALE_NS`, 50 ms), with room for a loaded machine's scheduling delays.
+const QUEUED_SLICE: Duration = Duration::from_millis(20);
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
