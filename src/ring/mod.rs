@@ -415,8 +415,12 @@ impl Ring {
     fn map(file: File, path: &Path) -> io::Result<Ring> {
         // A ring of another size is another version's (or was cut short): mapping beyond its
         // end would fault.
-        if file.metadata()?.len() != RING_SIZE as u64 {
-            return Err(refused("the ring is of another size than this version's"));
+        let len = file.metadata()?.len();
+        if len != RING_SIZE as u64 {
+            return Err(io::Error::other(format!(
+                "the ring is {len} bytes long, not {RING_SIZE}: another version's, or cut short \
+                 while in use"
+            )));
         }
         // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
         let ptr = unsafe {
