@@ -1,6 +1,6 @@
 //! The leases of a multi-process store live in its shared memory: what holds when that memory
-//! is not shared by luck, is removed under its users, or when a process stops anywhere in its
-//! lease operations.
+//! is not shared by luck, is removed or cut short under its users, or when a process stops
+//! anywhere in its lease operations.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
 //! then plays the role and reports on stdout in lines marked with `@@ `.
@@ -77,7 +77,82 @@ fn child() {
             say(format!("token {}", holder.token()));
             std::process::exit(0);
         }
+        // Holds "job" until told the ring was cut short, then reports how each kind of
+        // operation fares: an acquire, a holder's write, a listing, a release.
+        "cut" => cut_short_under(&path, say),
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// What the role "cut" does (see `child`).
+fn cut_short_under(path: &str, say: impl Fn(String)) {
+    let store = Store::open(path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+    say(format!("held {}", holder.token()));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let outcome = |what: &str, result: Result<(), Error>| match result {
+        Ok(()) => say(format!("{what} ok")),
+        Err(err) => say(format!("{what} error {err}")),
+    };
+    outcome(
+        "acquire",
+        store.acquire("other", Duration::from_secs(60)).map(drop),
+    );
+    outcome("put", holder.put(b"key", b"value"));
+    outcome("locks", store.locks().map(drop));
+    outcome("release", holder.release());
+    drop(holder);
+    drop(store);
+    say("alive".into());
+}
+
+/// The token of the lock a child playing "cut" took.
+fn held(victim: &mut Kid) -> u64 {
+    let report = victim.report().expect("the child reported its lock");
+    report.strip_prefix("held ").unwrap().parse().unwrap()
+}
+
+/// The reports of a child playing "cut" after it was told its ring was cut, up to its end.
+fn after_the_cut(victim: &mut Kid) -> Vec<String> {
+    writeln!(victim.stdin, "cut").unwrap();
+    std::iter::from_fn(|| victim.report()).collect()
+}
+
+/// Cuts the ring of the store at `path` to nothing, as anyone who may write it can.
+fn cut_ring(path: &std::path::Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring_of(path))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
+/// How a child ended, for a failure message.
+fn ended(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(libc::SIGBUS) => "killed by SIGBUS".into(),
+        Some(signal) => format!("killed by signal {signal}"),
+        None => format!("exited with {status}"),
+    }
+}
+
+/// The message an operation on a ring cut short fails with.
+const CUT: &str =
+    "was cut short while in use: its leases are lost to this process; reopen the store";
+
+fn assert_each_operation_failed_on_the_cut(seen: &[String]) {
+    for what in ["acquire", "put", "locks", "release"] {
+        let report = seen
+            .iter()
+            .find(|report| report.starts_with(&format!("{what} ")))
+            .unwrap_or_else(|| panic!("no report of the {what}: {seen:?}"));
+        assert!(
+            report.starts_with(&format!("{what} error ")) && report.contains(CUT),
+            "{report}"
+        );
     }
 }
 
@@ -366,4 +441,33 @@ fn stores_opened_while_the_last_user_closes_are_never_refused() {
         }
         drop(give);
     });
+}
+
+#[test]
+fn a_ring_cut_short_under_its_users_fails_their_operations_and_kills_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut victim = Kid::spawn("cut", &path);
+    let token = held(&mut victim);
+    cut_ring(&path);
+    // A store opened now does not map the short file, and says why.
+    let mut late = Kid::spawn("try", &path);
+    let seen = late.report().unwrap();
+    assert!(
+        seen.starts_with("refused") && seen.contains("cut short"),
+        "{seen}"
+    );
+    assert!(late.child.wait().unwrap().success());
+    let seen = after_the_cut(&mut victim);
+    let status = victim.child.wait().unwrap();
+    assert!(status.success(), "the victim {}: {seen:?}", ended(status));
+    assert_each_operation_failed_on_the_cut(&seen);
+    assert_eq!(seen.last().map(String::as_str), Some("alive"));
+    // Its last user gone, the store opens on a new ring, and its tokens go on.
+    let store = Store::open(&path).unwrap();
+    let next = store
+        .acquire("job", Duration::from_secs(1))
+        .unwrap()
+        .token();
+    assert!(next > token, "tokens went back: {next} after {token}");
 }
