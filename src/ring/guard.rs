@@ -97,8 +97,9 @@ fn install() -> io::Result<()> {
         // SAFETY: sigaction with valid pointers: first the current action is read into
         // PREVIOUS (nobody reads it yet: the handler is not installed), then the handler is
         // installed. SA_ONSTACK, because Go's runtime requires it of handlers that C code
-        // installs in a cgo program (a fault on a goroutine's small stack); SA_RESTART, so
-        // that the handler interrupts no system call of the host program.
+        // installs in a cgo program (a signal taken on a goroutine's small stack must run on
+        // the thread's signal stack); SA_RESTART, so that a system call a sent SIGBUS
+        // interrupts is restarted rather than failing with EINTR.
         let failed = unsafe {
             let previous = (*PREVIOUS.0.get()).as_mut_ptr();
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -128,8 +129,9 @@ extern "C" fn on_sigbus(
 ) {
     // SAFETY: errno is this thread's; the handler gives back the value it interrupted.
     let errno = unsafe { *libc::__errno_location() };
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    if !unsafe { cut_ring(&*info) } {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler (a handler that
+    // chains to this one without it passes NULL, and gets what the earlier action does).
+    if info.is_null() || !unsafe { cut_ring(&*info) } {
         // SAFETY: the arguments this handler was called with.
         unsafe { chain(signal, info, context) };
     }
@@ -192,8 +194,8 @@ unsafe fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut l
     // SAFETY: written before the handler was installed (see `Previous`).
     let previous = unsafe { (*PREVIOUS.0.get()).assume_init_ref() };
     let handler = previous.sa_sigaction;
-    // SAFETY: `info` is the kernel's siginfo.
-    let fault = unsafe { (*info).si_code } > 0;
+    // SAFETY: `info` is the kernel's siginfo, when there is one.
+    let fault = !info.is_null() && unsafe { (*info).si_code } > 0;
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
         if handler == libc::SIG_IGN && !fault {
             return;
