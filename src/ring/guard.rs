@@ -12,6 +12,12 @@
 //!
 //! The handler only loads and stores atomics and makes system calls (mmap, sigaction,
 //! sigprocmask, raise): no allocation and no lock, so it is safe whatever thread it interrupts.
+//!
+//! A handler installed after the first ring was mapped sees every SIGBUS first. Go's runtime
+//! installs its own at start, so it comes before (and gets Go's faults, its context intact,
+//! `debug.SetPanicOnFault` included); so does Python's faulthandler when enabled at start (`-X
+//! faulthandler`, pytest). One enabled later dumps a traceback for a cut ring and raises the
+//! signal again, which is then no fault, and the process dies as it did without this guard.
 
 use std::cell::UnsafeCell;
 use std::io;
