@@ -1,6 +1,6 @@
 //! The leases of a multi-process store live in its shared memory: what holds when that memory
-//! is not shared by luck, is removed under its users, or when a process stops anywhere in its
-//! lease operations.
+//! is not shared by luck, is removed or cut short under its users, or when a process stops
+//! anywhere in its lease operations.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
 //! then plays the role and reports on stdout in lines marked with `@@ `.
@@ -77,7 +77,146 @@ fn child() {
             say(format!("token {}", holder.token()));
             std::process::exit(0);
         }
+        // Holds "job" until told the ring was cut short, then reports how each kind of
+        // operation fares: an acquire, a holder's write, a listing, a release.
+        "cut" => cut_short_under(&path, say),
+        // As "cut", with a SIGBUS handler of the host program's installed before the store is
+        // opened (as Python's faulthandler or a language runtime does); then faults on a
+        // mapping of its own, which must reach that handler.
+        "cut-with-handler" => {
+            install_host_handler();
+            cut_short_under(&path, say);
+            fault_outside_the_ring();
+        }
+        // Opens the store (its ring mapped) and faults on a mapping of its own: the process
+        // must die of that SIGBUS, as it would without the library.
+        "foreign-fault" => {
+            let store = Store::open(&path).unwrap();
+            let _holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+            say("faulting".into());
+            fault_outside_the_ring();
+            say("survived".into());
+        }
         other => panic!("unknown role {other}"),
+    }
+}
+
+/// What the role "cut" does (see `child`).
+fn cut_short_under(path: &str, say: impl Fn(String)) {
+    let store = Store::open(path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
+    say(format!("held {}", holder.token()));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let outcome = |what: &str, result: Result<(), Error>| match result {
+        Ok(()) => say(format!("{what} ok")),
+        Err(err) => say(format!("{what} error {err}")),
+    };
+    outcome(
+        "acquire",
+        store.acquire("other", Duration::from_secs(60)).map(drop),
+    );
+    outcome("put", holder.put(b"key", b"value"));
+    outcome("locks", store.locks().map(drop));
+    outcome("release", holder.release());
+    drop(holder);
+    drop(store);
+    say("alive".into());
+}
+
+/// The exit status of the host program's own SIGBUS handler (`install_host_handler`).
+const HOST_HANDLER_EXIT: i32 = 3;
+
+extern "C" fn host_handler(_signal: libc::c_int) {
+    // SAFETY: write(2) and _exit(2) are async-signal-safe.
+    unsafe {
+        let line = b"@@ host handler\n";
+        libc::write(1, line.as_ptr().cast(), line.len());
+        libc::_exit(HOST_HANDLER_EXIT);
+    }
+}
+
+/// Installs a plain (not SA_SIGINFO) SIGBUS handler, as a host program might.
+fn install_host_handler() {
+    // SAFETY: a zeroed sigaction with a handler and an empty mask is valid.
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = host_handler as *const () as libc::sighandler_t;
+        libc::sigemptyset(&raw mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &raw const action, std::ptr::null_mut())
+    };
+    assert_eq!(rc, 0);
+}
+
+/// Reads a page of a mapping of a file cut short: SIGBUS, in no ring.
+fn fault_outside_the_ring() {
+    use std::os::fd::AsRawFd;
+    let file = tempfile::tempfile().unwrap();
+    file.set_len(4096).unwrap();
+    // SAFETY: a fresh shared read-only mapping of one page of a file of that length.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED);
+    file.set_len(0).unwrap();
+    // SAFETY: inside the mapping; the read faults, which is the point.
+    let byte = unsafe { std::ptr::read_volatile(page.cast::<u8>()) };
+    println!("read {byte}");
+}
+
+/// The token of the lock a child playing "cut" took.
+fn held(victim: &mut Kid) -> u64 {
+    let report = victim.report().expect("the child reported its lock");
+    report.strip_prefix("held ").unwrap().parse().unwrap()
+}
+
+/// The reports of a child playing "cut" after it was told its ring was cut, up to its end.
+fn after_the_cut(victim: &mut Kid) -> Vec<String> {
+    writeln!(victim.stdin, "cut").unwrap();
+    std::iter::from_fn(|| victim.report()).collect()
+}
+
+/// Cuts the ring of the store at `path` to nothing, as anyone who may write it can.
+fn cut_ring(path: &std::path::Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring_of(path))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
+/// How a child ended, for a failure message.
+fn ended(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(libc::SIGBUS) => "killed by SIGBUS".into(),
+        Some(signal) => format!("killed by signal {signal}"),
+        None => format!("exited with {status}"),
+    }
+}
+
+/// The message an operation on a ring cut short fails with.
+const CUT: &str =
+    "was cut short while in use: its leases are lost to this process; reopen the store";
+
+fn assert_each_operation_failed_on_the_cut(seen: &[String]) {
+    for what in ["acquire", "put", "locks", "release"] {
+        let report = seen
+            .iter()
+            .find(|report| report.starts_with(&format!("{what} ")))
+            .unwrap_or_else(|| panic!("no report of the {what}: {seen:?}"));
+        assert!(
+            report.starts_with(&format!("{what} error ")) && report.contains(CUT),
+            "{report}"
+        );
     }
 }
 
@@ -366,4 +505,74 @@ fn stores_opened_while_the_last_user_closes_are_never_refused() {
         }
         drop(give);
     });
+}
+
+#[test]
+fn a_ring_cut_short_under_its_users_fails_their_operations_and_kills_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut victim = Kid::spawn("cut", &path);
+    let token = held(&mut victim);
+    cut_ring(&path);
+    // A store opened now does not map the short file, and says why.
+    let mut late = Kid::spawn("try", &path);
+    let seen = late.report().unwrap();
+    assert!(
+        seen.starts_with("refused") && seen.contains("cut short"),
+        "{seen}"
+    );
+    assert!(late.child.wait().unwrap().success());
+    let seen = after_the_cut(&mut victim);
+    let status = victim.child.wait().unwrap();
+    assert!(status.success(), "the victim {}: {seen:?}", ended(status));
+    assert_each_operation_failed_on_the_cut(&seen);
+    assert_eq!(seen.last().map(String::as_str), Some("alive"));
+    // Its last user gone, the store opens on a new ring, and its tokens go on.
+    let store = Store::open(&path).unwrap();
+    let next = store
+        .acquire("job", Duration::from_secs(1))
+        .unwrap()
+        .token();
+    assert!(next > token, "tokens went back: {next} after {token}");
+}
+
+#[test]
+fn a_sigbus_in_no_ring_still_kills_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut child = Kid::spawn("foreign-fault", &path);
+    assert_eq!(child.report().as_deref(), Some("faulting"));
+    let status = child.child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGBUS),
+        "the child {}",
+        ended(status)
+    );
+}
+
+#[test]
+fn a_sigbus_handler_of_the_host_program_still_gets_faults_outside_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut victim = Kid::spawn("cut-with-handler", &path);
+    held(&mut victim);
+    cut_ring(&path);
+    let seen = after_the_cut(&mut victim);
+    let status = victim.child.wait().unwrap();
+    // The ring's fault is the library's (the host's handler is not called for it); the
+    // mapping of the program's own is the host's.
+    assert_each_operation_failed_on_the_cut(&seen);
+    assert_eq!(
+        &seen[seen.len() - 2..],
+        ["alive", "host handler"],
+        "{seen:?}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(HOST_HANDLER_EXIT),
+        "the child {}",
+        ended(status)
+    );
 }

@@ -210,6 +210,8 @@ impl LeaseHandle for LocalLease {
         // lock is gone.
         state.signal.end();
         drop(self.keeper.lock().take());
+        // Let go of as ever; but a lease kept in shared memory cut short was lost with it.
+        self.inner.map_intact()?;
         lost.map_or(Ok(()), Err)
     }
 

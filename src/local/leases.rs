@@ -56,6 +56,12 @@ impl LocalEngine {
         self.shared.as_deref().filter(|_| self.leases_shared)
     }
 
+    /// Fails when the lease map holding this store's leases was cut short under it (see
+    /// `Ring::intact`).
+    pub(crate) fn map_intact(&self) -> Result<()> {
+        self.map().map_or(Ok(()), |member| member.ring().intact())
+    }
+
     /// Sets the map up from the store file the first time a process of this map's lifetime
     /// opens it: the token counter (every token up to the file's counter or reservation may
     /// have been handed out), and the live leases the file's leases table holds (granted by a
@@ -118,6 +124,8 @@ impl LocalEngine {
     fn take_tokens(&self, member: &RingMember, count: u64) -> Result<u64> {
         let header = member.ring().map_header();
         loop {
+            // Zeros would have a reservation made from them, and tokens handed out again.
+            member.ring().intact()?;
             let last = header.last_token.load(Ordering::Acquire);
             let end = last
                 .checked_add(count)

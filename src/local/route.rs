@@ -195,6 +195,7 @@ impl LocalEngine {
         waiting: Waiting<'_>,
     ) -> Result<Option<Posted>> {
         loop {
+            shared.ring().intact()?;
             if let Some(posted) = shared.ring().post(shared.id(), request, &self.live) {
                 return Ok(Some(posted));
             }
@@ -223,9 +224,15 @@ impl LocalEngine {
         // run again only as a re-run (through the ring), never withdrawn to run as a first run.
         let mut reposted = false;
         loop {
+            // A cut ring's slots are zeros: the request is gone, and no reply will come.
+            shared.ring().intact()?;
             let now = clock::now_ns();
             match shared.ring().phase(&posted) {
-                Phase::Done => return Ok(Some(shared.ring().reply(posted))),
+                Phase::Done => {
+                    let reply = shared.ring().reply(posted);
+                    shared.ring().intact()?;
+                    return Ok(Some(reply));
+                }
                 Phase::Lost => {
                     shared.ring().done_with(&posted);
                     return Err(Error::Storage(

@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use crate::storage::liveness::Liveness;
 
+mod guard;
 pub(crate) mod map;
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
@@ -214,6 +215,8 @@ pub(crate) struct Taken {
 
 pub(crate) struct Ring {
     map: NonNull<u8>,
+    /// The mapping's record with the SIGBUS guard, which marks it cut if its file is cut short.
+    guarded: guard::Guarded,
     /// Held with a shared `flock` while the ring is mapped, so that a process sets it up, or
     /// removes it, only when nobody else uses it.
     file: File,
@@ -231,6 +234,8 @@ unsafe impl Sync for Ring {}
 
 impl Drop for Ring {
     fn drop(&mut self) {
+        // Forgotten first: once unmapped, the addresses may be another mapping's.
+        guard::unregister(&self.guarded);
         // SAFETY: the mapping of RING_SIZE bytes made in `open`, unmapped once.
         unsafe { libc::munmap(self.map.as_ptr().cast(), RING_SIZE) };
         // The last user removes the ring, so that rings do not pile up in /dev/shm. One that
@@ -423,8 +428,12 @@ impl Ring {
     fn map(file: File, path: &Path) -> io::Result<Ring> {
         // A ring of another size is another version's (or was cut short): mapping beyond its
         // end would fault.
-        if file.metadata()?.len() != RING_SIZE as u64 {
-            return Err(refused("the ring is of another size than this version's"));
+        let len = file.metadata()?.len();
+        if len != RING_SIZE as u64 {
+            return Err(io::Error::other(format!(
+                "the ring is {len} bytes long, not {RING_SIZE}: another version's, or cut short \
+                 while in use"
+            )));
         }
         // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
         let ptr = unsafe {
@@ -440,8 +449,18 @@ impl Ring {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        let map = NonNull::new(ptr.cast()).ok_or_else(|| refused("mmap returned NULL"))?;
+        let guarded = match guard::register(map.as_ptr(), RING_SIZE) {
+            Ok(guarded) => guarded,
+            Err(err) => {
+                // SAFETY: the mapping just made, used by nothing yet.
+                unsafe { libc::munmap(ptr, RING_SIZE) };
+                return Err(err);
+            }
+        };
         Ok(Ring {
-            map: NonNull::new(ptr.cast()).ok_or_else(|| refused("mmap returned NULL"))?,
+            map,
+            guarded,
             file,
             path: path.to_path_buf(),
             opener: std::process::id(),
@@ -450,6 +469,20 @@ impl Ring {
 
     fn file(&self) -> &File {
         &self.file
+    }
+
+    /// Fails once the ring file was found cut short under this mapping (`guard.rs`): the
+    /// mapping then holds zeros, and nothing read from it since may be acted on. Asked after
+    /// every read whose result is used, and in every loop that waits for the ring to change.
+    pub(crate) fn intact(&self) -> crate::base::error::Result<()> {
+        if self.guarded.cut() {
+            return Err(crate::base::error::Error::Storage(format!(
+                "the store's shared memory ({}) was cut short while in use: its leases are \
+                 lost to this process; reopen the store",
+                self.path.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Whether this process is the ring's last user, taking it alone if so: until the ring

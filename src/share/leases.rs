@@ -107,6 +107,7 @@ fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
 /// The entry of `name` as the map holds it now, if any.
 pub(crate) fn entry_of(ring: &Ring, name: &str) -> Result<Option<Entry>> {
     let snapshot = ring.read_bucket(bucket_of(lock_hash(name)));
+    ring.intact()?;
     Ok(decode(&snapshot.blob)?
         .into_iter()
         .find(|entry| entry.name == name))
@@ -120,6 +121,7 @@ pub(crate) fn entries(ring: &Ring) -> Result<Vec<Entry>> {
     for bucket in 0..crate::ring::map::BUCKETS {
         all.extend(decode(&ring.read_bucket(bucket).blob)?);
     }
+    ring.intact()?;
     all.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(all)
 }
@@ -148,6 +150,7 @@ pub(crate) fn update<T>(
     let bucket = bucket_of(lock_hash(name));
     loop {
         let snapshot = ring.read_bucket(bucket);
+        ring.intact()?;
         let mut entries = decode(&snapshot.blob)?;
         let at = entries.iter().position(|entry| entry.name == name);
         let (change, value) = decide(at.map(|i| &entries[i]))?;
@@ -166,6 +169,8 @@ pub(crate) fn update<T>(
         }
         entries.retain(|entry| entry.record.is_some() || !entry.tail.is_empty());
         if publish(ring, live, owner, bucket, snapshot.word, &entries)? {
+            // Published into zero pages, or into a file cut short since: no grant.
+            ring.intact()?;
             return Ok((value, settled));
         }
     }
@@ -210,6 +215,7 @@ pub(crate) fn rewrite(
 ) -> Result<Ends> {
     loop {
         let snapshot = ring.read_bucket(bucket);
+        ring.intact()?;
         let entries = decode(&snapshot.blob)?;
         let mut settled = entries.clone();
         let mut ends = Ends::default();
@@ -221,6 +227,7 @@ pub(crate) fn rewrite(
             return Ok(Ends::default());
         }
         if publish(ring, live, owner, bucket, snapshot.word, &settled)? {
+            ring.intact()?;
             return Ok(ends);
         }
     }
@@ -228,7 +235,9 @@ pub(crate) fn rewrite(
 
 /// The entries of bucket `bucket` (for a sweep that visits the map a bucket at a time).
 pub(crate) fn bucket_entries(ring: &Ring, bucket: usize) -> Result<Vec<Entry>> {
-    decode(&ring.read_bucket(bucket).blob)
+    let snapshot = ring.read_bucket(bucket);
+    ring.intact()?;
+    decode(&snapshot.blob)
 }
 
 #[cfg(test)]
