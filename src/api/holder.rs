@@ -9,6 +9,9 @@ use crate::base::cancel::Cancel;
 use crate::base::error::Result;
 use crate::engine::LeaseHandle;
 use crate::rules::kind::Kind;
+// What the docs link to.
+#[cfg(doc)]
+use crate::base::error::Error;
 
 /// A granted lease. Its [`token`](Holder::token) is higher than that of every earlier grant of
 /// any lock of the store. Dropping the holder releases the lease.

@@ -16,6 +16,9 @@ use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::Metrics;
+// What the docs link to.
+#[cfg(doc)]
+use crate::{base::error::Error, rules::history::HISTORY_PER_LOCK, rules::kind::MAX_HOLDERS};
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -155,6 +158,17 @@ impl Store {
     ///     Err(Error::InvalidArgument(_))
     /// ));
     /// assert_eq!(reader.info()?.last_token, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// With the cargo feature `etcd`, a store on an etcd cluster (not run here: it needs one):
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fencelock::{Options, Store};
+    /// let urls = "etcd://10.0.0.1:2379,10.0.0.2:2379/jobs";
+    /// let store = Store::open_with(urls, &Options::default())?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {

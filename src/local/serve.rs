@@ -32,6 +32,9 @@ use crate::share::member::RingMember;
 use crate::storage::carved::open_carved;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
+// What the docs link to.
+#[cfg(doc)]
+use crate::api::store::Store;
 
 /// How a server runs.
 ///
