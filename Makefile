@@ -5,6 +5,7 @@
 #                first `make setup`, which installs the tools the tests need and this machine lacks
 #   make test-etcd-cluster   only the three-node etcd cluster with members killed and stopped
 #   make crash   the long run of the power-loss crash images
+#   make check-publish   cargo publish --dry-run: the crate as crates.io would build it
 #   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
 #                                    DESTDIR too); make uninstall with the same variables
 #   make install CLI=1               the command too, with its man pages and completions
@@ -30,7 +31,7 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -95,6 +96,14 @@ test-packaging:
 	bash tests/packaging/python.sh
 	bash tests/packaging/go.sh
 	CARGO=$(CARGO) bash tests/packaging/rust.sh
+
+# The crate as crates.io would take it: `cargo publish --dry-run` packages it, resolves its
+# dependencies from the crates.io index and builds the package apart from the repository
+# (on 2 shared cores: 1 min 25 s with the dependencies built already, 3 min 27 s from cold).
+# Not part of make test: it needs the network, and test-packaging checks the package's file
+# list (cargo package --list, under a second).
+check-publish:
+	$(CARGO) publish --dry-run --allow-dirty
 
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s

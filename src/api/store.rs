@@ -16,6 +16,9 @@ use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::Metrics;
+// What the docs link to.
+#[cfg(doc)]
+use crate::{base::error::Error, rules::history::HISTORY_PER_LOCK, rules::kind::MAX_HOLDERS};
 
 /// A fencelock store. Cheap to clone; every clone shares one open database, and a store is
 /// `Send + Sync`.
@@ -24,6 +27,25 @@ use crate::rules::metrics::Metrics;
 /// last of its holders, whichever is later), it records the releases this process made in the
 /// grant history ([`Store::history`]; a release itself writes nothing): one write, which waits
 /// at most half a second for the store and is skipped with [`Options::history`] off.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let store = fencelock::Store::open(&path)?;
+/// let worker = store.clone();
+/// let token = std::thread::spawn(move || {
+///     let holder = worker.acquire("nightly", Duration::from_secs(30))?;
+///     holder.put(b"nightly/status", b"done")?;
+///     Ok::<u64, fencelock::Error>(holder.token())
+/// })
+/// .join()
+/// .unwrap()?;
+/// assert_eq!(store.get(b"nightly/status")?.map(|f| f.token), Some(token));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Store {
     engine: Arc<dyn Engine>,
 }
@@ -73,6 +95,30 @@ impl Store {
     }
 
     /// Opens the store at `path`, creating it if it does not exist, with default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::open_with`] with default options: [`Error::NotAStore`] for another program's
+    /// file, [`Error::IncompatibleVersion`] for a store of a newer schema, [`Error::Corrupt`] for a
+    /// damaged one (none of them is modified); [`Error::Timeout`] behind a process that holds the
+    /// store past [`DEFAULT_BUSY_TIMEOUT`](crate::DEFAULT_BUSY_TIMEOUT); [`Error::InUse`] while a
+    /// process holds it in [`Mode::SingleProcess`](crate::Mode::SingleProcess); [`Error::Io`] when
+    /// the file cannot be created or read.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// assert_eq!(store.path(), path);
+    ///
+    /// let notes = dir.path().join("notes.txt");
+    /// std::fs::write(&notes, "not a store")?;
+    /// assert!(matches!(Store::open(&notes), Err(Error::NotAStore(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(path, &Options::default())
     }
@@ -87,6 +133,44 @@ impl Store {
     /// `path` may instead be an etcd store string, `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`:
     /// with the cargo feature `etcd` it opens the store on that etcd cluster (README: "Beyond
     /// one host: etcd"); without it the open fails with [`Error::InvalidArgument`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotAStore`], [`Error::IncompatibleVersion`] or [`Error::Corrupt`] for a file
+    /// that is not a store this library can use; [`Error::Timeout`] past
+    /// `options.busy_timeout` and [`Error::Cancelled`] once `options.cancel` fires, behind a
+    /// process that holds the store; [`Error::InUse`] when the store is open in another
+    /// [`Mode`](crate::Mode) elsewhere, or in single-process mode; [`Error::InvalidArgument`]
+    /// for options out of range or an etcd string without the `etcd` feature; [`Error::Io`]
+    /// when the file cannot be opened (a read-only open of a missing store).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Error, Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// Store::open(&path)?; // creates it
+    /// let reader = Store::open_with(&path, &Options { read_only: true, ..Options::default() })?;
+    /// assert!(matches!(
+    ///     reader.acquire("nightly", Duration::from_secs(30)),
+    ///     Err(Error::InvalidArgument(_))
+    /// ));
+    /// assert_eq!(reader.info()?.last_token, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// With the cargo feature `etcd`, a store on an etcd cluster (not run here: it needs one):
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use fencelock::{Options, Store};
+    /// let urls = "etcd://10.0.0.1:2379,10.0.0.2:2379/jobs";
+    /// let store = Store::open_with(urls, &Options::default())?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_with(path: impl AsRef<Path>, options: &Options) -> Result<Store> {
         let path = path.as_ref();
         let engine: Arc<dyn Engine> = match etcd_string(path) {
@@ -97,6 +181,16 @@ impl Store {
     }
 
     /// The store file (an etcd store's string).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// assert_eq!(store.path(), path);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn path(&self) -> &Path {
         self.engine.path()
@@ -104,6 +198,24 @@ impl Store {
 
     /// The process id of the server ([`crate::Server`]) that this store's operations go
     /// through now, or `None` when the store uses the file itself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{Cancel, ServeOptions, Server, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// assert_eq!(Store::open(&path)?.server(), None);
+    ///
+    /// let cancel = Cancel::new();
+    /// let options = ServeOptions { cancel: Some(cancel.clone()), ..ServeOptions::default() };
+    /// let server = Server::start(&path, &options)?;
+    /// let serving = std::thread::spawn(move || server.run(&options));
+    /// assert_eq!(Store::open(&path)?.server(), Some(std::process::id()));
+    /// cancel.cancel();
+    /// serving.join().unwrap()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn server(&self) -> Option<u32> {
         self.engine.server()
@@ -147,8 +259,31 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire`], but
-    /// never [`Error::Locked`].
+    /// [`Error::Timeout`] when `timeout` passes first; [`Error::WouldDeadlock`] at once when a
+    /// holder this thread was granted through this store holds the lock
+    /// ([`Options::refuse_own_waits`]); otherwise as [`Store::acquire`], but never
+    /// [`Error::Locked`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let other = Store::open(&path)?; // as another process would
+    /// let paused = other.acquire("nightly", Duration::from_millis(100))?;
+    /// // Granted once the paused holder's lease runs out, with a higher token.
+    /// let (ttl, timeout) = (Duration::from_secs(30), Duration::from_secs(10));
+    /// let holder = store.acquire_wait("nightly", ttl, timeout)?;
+    /// assert!(holder.token() > paused.token());
+    /// assert!(matches!(
+    ///     other.acquire_wait("nightly", Duration::from_secs(30), Duration::from_millis(10)),
+    ///     Err(Error::Timeout)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
         self.acquire_one(
             &Acquire::new(Locks::One(name), Kind::Exclusive, ttl).waiting(timeout, None),
@@ -157,6 +292,32 @@ impl Store {
 
     /// Like [`Store::acquire_wait`], and ends within about a millisecond with
     /// [`Error::Cancelled`], changing nothing, once `cancel` fires (from any thread).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; otherwise as [`Store::acquire_wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let _held = Store::open(&path)?.acquire("nightly", Duration::from_secs(30))?;
+    /// let cancel = Cancel::new();
+    /// let waiter = {
+    ///     let (store, cancel) = (store.clone(), cancel.clone());
+    ///     let (ttl, timeout) = (Duration::from_secs(30), Duration::from_secs(600));
+    ///     std::thread::spawn(move || {
+    ///         store.acquire_wait_cancellable("nightly", ttl, timeout, &cancel)
+    ///     })
+    /// };
+    /// cancel.cancel(); // from a signal handler, say
+    /// assert!(matches!(waiter.join().unwrap(), Err(Error::Cancelled)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_wait_cancellable(
         &self,
         name: &str,
@@ -175,6 +336,21 @@ impl Store {
     ///
     /// As [`Store::acquire`], and [`Error::InvalidArgument`] for an empty or too long key or a
     /// value over the store's limit; nothing is written when the grant is refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let holder = store.acquire_and_put("nightly", ttl, b"nightly/owner", b"host-a")?;
+    /// let owner = store.get(b"nightly/owner")?.expect("written with the grant");
+    /// assert_eq!(owner.value, b"host-a");
+    /// assert_eq!(owner.token, holder.token());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_and_put(
         &self,
         name: &str,
@@ -238,6 +414,29 @@ impl Store {
     ///
     /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire_kind`],
     /// but never [`Error::Locked`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Error, Kind, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let reader = store.acquire_kind("config", Kind::Shared, ttl)?;
+    /// let writers = Store::open(&path)?;
+    /// let quick = Duration::from_millis(10);
+    /// assert!(matches!(
+    ///     writers.acquire_kind_wait("config", Kind::Exclusive, ttl, quick),
+    ///     Err(Error::Timeout)
+    /// ));
+    /// reader.release()?;
+    /// let timeout = Duration::from_secs(10);
+    /// let writer = writers.acquire_kind_wait("config", Kind::Exclusive, ttl, timeout)?;
+    /// assert_eq!(writer.kind(), Kind::Exclusive);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_kind_wait(
         &self,
         name: &str,
@@ -250,6 +449,30 @@ impl Store {
 
     /// Like [`Store::acquire_kind_wait`], and ends with [`Error::Cancelled`], changing
     /// nothing, once `cancel` fires.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; otherwise as [`Store::acquire_kind_wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Kind, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let _writer = Store::open(&path)?.acquire("config", ttl)?;
+    /// let cancel = Cancel::new();
+    /// cancel.cancel(); // before the wait: it ends at its first look
+    /// let timeout = Duration::from_secs(600);
+    /// assert!(matches!(
+    ///     store.acquire_kind_wait_cancellable("config", Kind::Shared, ttl, timeout, &cancel),
+    ///     Err(Error::Cancelled)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_kind_wait_cancellable(
         &self,
         name: &str,
@@ -307,6 +530,23 @@ impl Store {
     ///
     /// [`Error::Timeout`] when `timeout` passes first; otherwise as [`Store::acquire_all`],
     /// but never [`Error::Locked`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Store;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let b = Store::open(&path)?.acquire("b", Duration::from_millis(100))?;
+    /// // Both at once, when b's lease has run out.
+    /// let both = store.acquire_all_wait(&["a", "b"], ttl, Duration::from_secs(10))?;
+    /// assert_eq!([both[0].name(), both[1].name()], ["a", "b"]);
+    /// assert!(both[1].token() > b.token());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_all_wait(
         &self,
         names: &[&str],
@@ -320,6 +560,31 @@ impl Store {
 
     /// Like [`Store::acquire_all_wait`], and ends with [`Error::Cancelled`], changing nothing,
     /// once `cancel` fires.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; otherwise as [`Store::acquire_all_wait`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let _b = Store::open(&path)?.acquire("b", ttl)?;
+    /// let cancel = Cancel::new();
+    /// cancel.cancel();
+    /// let timeout = Duration::from_secs(600);
+    /// assert!(matches!(
+    ///     store.acquire_all_wait_cancellable(&["a", "b"], ttl, timeout, &cancel),
+    ///     Err(Error::Cancelled)
+    /// ));
+    /// assert!(store.lock("a")?.is_none(), "nothing was granted");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_all_wait_cancellable(
         &self,
         names: &[&str],
@@ -342,6 +607,26 @@ impl Store {
     /// limit; [`Error::Timeout`] behind a process that holds the store past the busy timeout
     /// (the write may still land if that process had taken it into its commit); and the
     /// storage errors of [`Store::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Error;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let old = store.acquire("nightly", ttl)?.token(); // a holder that paused and lost it
+    /// let new = store.acquire("nightly", ttl)?;
+    /// store.put(b"nightly/report", b"fresh", new.token())?;
+    /// assert!(matches!(
+    ///     store.put(b"nightly/report", b"stale", old),
+    ///     Err(Error::StaleToken { highest, .. }) if highest == new.token()
+    /// ));
+    /// assert_eq!(store.get(b"nightly/report")?.unwrap().value, b"fresh");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
         self.engine.write(key, Some(value), token).map(|_| ())
     }
@@ -352,6 +637,21 @@ impl Store {
     /// # Errors
     ///
     /// As [`Store::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// store.put(b"nightly/report", b"done", holder.token())?;
+    /// assert!(store.delete(b"nightly/report", holder.token())?);
+    /// assert!(!store.delete(b"nightly/report", holder.token())?, "nothing left to delete");
+    /// assert_eq!(store.get(b"nightly/report")?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
         self.engine.write(key, None, token)
     }
@@ -363,11 +663,47 @@ impl Store {
     /// [`Error::InvalidArgument`] for an empty or too long key; [`Error::Timeout`] while another
     /// process stays paused in the middle of writing the file's header; [`Error::Io`] or
     /// [`Error::Corrupt`] from the file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Fenced;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// assert_eq!(store.get(b"nightly/report")?, None);
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// holder.put(b"nightly/report", b"done")?;
+    /// let fenced = Fenced { value: b"done".to_vec(), token: holder.token() };
+    /// assert_eq!(store.get(b"nightly/report")?, Some(fenced));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         self.engine.get(key)
     }
 
     /// The keys holding a value that start with `prefix`, in byte order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a prefix longer than a key may be; otherwise as
+    /// [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// for key in [&b"jobs/2"[..], b"jobs/1", b"other"] {
+    ///     holder.put(key, b"queued")?;
+    /// }
+    /// assert_eq!(store.keys(b"jobs/")?, [b"jobs/1".to_vec(), b"jobs/2".to_vec()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.engine.keys(prefix)
     }
@@ -380,22 +716,101 @@ impl Store {
     ///
     /// [`Error::StaleToken`] when the resource accepted a higher token; otherwise as
     /// [`Store::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Error;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let old = store.acquire("upload", ttl)?.token(); // a holder that paused and lost it
+    /// let new = store.acquire("upload", ttl)?;
+    /// store.fence("s3://bucket/report.csv", new.token())?; // then upload
+    /// assert!(matches!(
+    ///     store.fence("s3://bucket/report.csv", old),
+    ///     Err(Error::StaleToken { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
         self.engine.fence(resource, token)
     }
 
     /// The highest token the external fence `resource` has accepted, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty or too long resource name; otherwise as
+    /// [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// assert_eq!(store.fence_token("s3://bucket/report.csv")?, None);
+    /// let holder = store.acquire("upload", Duration::from_secs(30))?;
+    /// store.fence("s3://bucket/report.csv", holder.token())?;
+    /// assert_eq!(store.fence_token("s3://bucket/report.csv")?, Some(holder.token()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         self.engine.fence_token(resource)
     }
 
     /// Every lock record with its state, in name order.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::LockState;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let _a = store.acquire("a", ttl)?;
+    /// store.acquire("b", ttl)?.release()?;
+    /// let locks = store.locks()?;
+    /// let states: Vec<_> = locks.iter().map(|l| (l.name.as_str(), l.state)).collect();
+    /// assert_eq!(states, [("a", LockState::Held), ("b", LockState::Released)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn locks(&self) -> Result<Vec<LockInfo>> {
         self.engine.locks()
     }
 
     /// What the store records of the lock `name`, if anything: its latest grant. For a
     /// semaphore or shared lock, [`Store::lock_holders`] lists every grant.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad lock name; otherwise as [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::LockState;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// assert_eq!(store.lock("nightly")?, None);
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let info = store.lock("nightly")?.expect("just granted");
+    /// assert_eq!((info.token, info.pid), (holder.token(), std::process::id()));
+    /// assert_eq!(info.state, LockState::Held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
         Ok(self.lock_holders(name)?.into_iter().next())
     }
@@ -403,17 +818,73 @@ impl Store {
     /// Every grant the record of the lock `name` holds, latest first (one for an exclusive
     /// lock; the permits of a semaphore or the shared holders of a lock, live or not yet
     /// cleared). Empty when the store records nothing of it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Kind;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let first = store.acquire_kind("config", Kind::Shared, ttl)?;
+    /// let second = store.acquire_kind("config", Kind::Shared, ttl)?;
+    /// let tokens: Vec<u64> = store.lock_holders("config")?.iter().map(|l| l.token).collect();
+    /// assert_eq!(tokens, [second.token(), first.token()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
         self.engine.lock_holders(name)
     }
 
     /// Counts and settings of the store.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// holder.put(b"nightly/report", b"done")?;
+    /// let info = store.info()?;
+    /// assert_eq!((info.last_token, info.lock_records, info.keys), (holder.token(), 1, 1));
+    /// assert_eq!(info.schema_version, fencelock::SCHEMA_VERSION);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn info(&self) -> Result<StoreInfo> {
         self.engine.info()
     }
 
     /// Checks the store's own invariants: every record decodes, and no lease, value or fence
     /// carries a token above the counter. Returns the first violation as [`Error::Corrupt`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] naming the first violation; otherwise as [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// holder.put(b"nightly/report", b"done")?;
+    /// assert!(store.verify().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn verify(&self) -> Result<()> {
         self.engine.verify()
     }
@@ -426,6 +897,24 @@ impl Store {
     ///
     /// [`Error::InvalidArgument`] for a bad lock name, and on an etcd store; otherwise the
     /// storage errors of [`crate::Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Ending;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let ttl = Duration::from_secs(30);
+    /// let first = store.acquire("nightly", ttl)?;
+    /// first.release()?;
+    /// let second = store.acquire("nightly", ttl)?;
+    /// let history = store.history("nightly")?;
+    /// let endings: Vec<_> = history.iter().map(|e| (e.token, e.ending)).collect();
+    /// assert_eq!(endings, [(first.token(), Ending::Released), (second.token(), Ending::Held)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
         self.engine.history(name)
     }
@@ -437,6 +926,21 @@ impl Store {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] on an etcd store (etcd exports metrics of its own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// assert!(store.acquire("nightly", Duration::from_secs(30)).is_err());
+    /// let metrics = store.metrics()?;
+    /// assert_eq!((metrics.grants, metrics.refused_locked), (1, 1));
+    /// assert_eq!(metrics.live_exclusive, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn metrics(&self) -> Result<Metrics> {
         self.engine.metrics()
     }
@@ -450,6 +954,31 @@ impl Store {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] on an etcd store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use fencelock::{Event, Observer};
+    /// #[derive(Default)]
+    /// struct Grants(Mutex<Vec<u64>>);
+    /// impl Observer for Grants {
+    ///     fn observe(&self, event: &Event<'_>) {
+    ///         if let Event::Acquire { result: Ok(token), .. } = event {
+    ///             self.0.lock().unwrap().push(*token);
+    ///         }
+    ///     }
+    /// }
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let grants = Arc::new(Grants::default());
+    /// store.set_observer(Some(grants.clone()))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// assert_eq!(*grants.0.lock().unwrap(), [holder.token()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {
         self.engine.set_observer(observer)
     }

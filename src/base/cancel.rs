@@ -24,6 +24,26 @@ pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_mill
 /// A handle that ends the waits it is passed to, once [`Cancel::cancel`] is called from any
 /// thread. Cheap to clone; clones share one state. Once cancelled it stays cancelled: use a new
 /// one for the next wait.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{Cancel, Error, Store};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let store = Store::open(&path)?;
+/// let _held = Store::open(&path)?.acquire("nightly", Duration::from_secs(30))?;
+/// let cancel = Cancel::new();
+/// let stop = cancel.clone(); // for a signal thread, say
+/// let (ttl, timeout) = (Duration::from_secs(30), Duration::from_secs(600));
+/// let waiter = std::thread::spawn(move || {
+///     store.acquire_wait_cancellable("nightly", ttl, timeout, &cancel)
+/// });
+/// stop.cancel();
+/// assert!(matches!(waiter.join().unwrap(), Err(Error::Cancelled)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct Cancel {
     fired: Arc<AtomicBool>,
@@ -39,6 +59,13 @@ impl std::fmt::Debug for Cancel {
 
 impl Cancel {
     /// A handle not yet cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let cancel = fencelock::Cancel::new();
+    /// assert!(!cancel.is_cancelled());
+    /// ```
     #[must_use]
     pub fn new() -> Cancel {
         Cancel::default()
@@ -46,11 +73,29 @@ impl Cancel {
 
     /// Ends every wait given this handle (or a clone of it), now and later. Lock-free and
     /// async-signal-safe: one atomic store.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let cancel = fencelock::Cancel::new();
+    /// let clone = cancel.clone();
+    /// clone.cancel();
+    /// assert!(cancel.is_cancelled(), "clones share one state");
+    /// ```
     pub fn cancel(&self) {
         self.fired.store(true, Ordering::Release);
     }
 
     /// Whether [`Cancel::cancel`] was called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let cancel = fencelock::Cancel::new();
+    /// assert!(!cancel.is_cancelled());
+    /// cancel.cancel();
+    /// assert!(cancel.is_cancelled());
+    /// ```
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
         self.fired.load(Ordering::Acquire)

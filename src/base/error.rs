@@ -9,6 +9,24 @@ use std::time::Duration;
 /// Errors that describe a refusal (`Locked`, `StaleToken`, `LockLost`, `Timeout`,
 /// `InvalidArgument`) never change the store. Errors from the storage (`Io`, `Corrupt`,
 /// `Storage`) abort the transaction they happened in, so nothing of it is applied either.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::Error;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// match store.acquire("nightly", Duration::from_secs(30)) {
+///     Err(Error::Locked { token, pid, .. }) => {
+///         assert_eq!((token, pid), (holder.token(), std::process::id()));
+///     }
+///     other => panic!("expected Locked, got {other:?}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -94,6 +112,14 @@ pub enum Error {
 }
 
 /// Stable status codes of the C ABI. A retired code is never reused.
+///
+/// # Examples
+///
+/// ```
+/// use fencelock::{Error, Status};
+/// assert_eq!(Error::Timeout.status(), Status::Timeout);
+/// assert_eq!(Status::Timeout as i32, 4); // FENCELOCK_TIMEOUT in the C header
+/// ```
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -141,6 +167,13 @@ pub enum Status {
 
 impl Status {
     /// A static, human-readable description of the status.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::Status;
+    /// assert_eq!(Status::Locked.description(), "the lock is held by another live lease");
+    /// ```
     #[must_use]
     pub fn description(self) -> &'static str {
         match self {
@@ -176,6 +209,20 @@ impl Status {
 
 impl Error {
     /// The status code this error maps to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Status;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// # let store = fencelock::Store::open(&path)?;
+    /// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let err = store.acquire("nightly", Duration::from_secs(30)).unwrap_err();
+    /// assert_eq!(err.status(), Status::Locked);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn status(&self) -> Status {
         match self {
@@ -263,6 +310,20 @@ impl Error {
     /// an [`Error::Io`] the system reported, as [`io::Error::raw_os_error`] gives it, kept
     /// when fencelock adds context to the message or hands the error to another operation or
     /// process. `None` for every other error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{Error, Options, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let missing = dir.path().join("missing.db");
+    /// let read_only = Options { read_only: true, ..Options::default() };
+    /// let err = Store::open_with(&missing, &read_only).unwrap_err();
+    /// assert!(matches!(err, Error::Io(_)));
+    /// assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    /// assert_eq!(Error::Timeout.raw_os_error(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
@@ -423,6 +484,22 @@ from_redb!(
 );
 
 /// The result type of fencelock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// fn export(store: &fencelock::Store) -> fencelock::Result<u64> {
+///     let holder = store.acquire("nightly", Duration::from_secs(30))?;
+///     holder.put(b"nightly/report", b"done")?;
+///     Ok(holder.token())
+/// }
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// assert_eq!(export(&store)?, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]

@@ -6,6 +6,21 @@ use crate::base::cancel::Cancel;
 use crate::base::limits::DEFAULT_MAX_VALUE_LEN;
 
 /// How processes share the store file.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{Mode, Options, Store};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// assert_eq!(Mode::default(), Mode::MultiProcess);
+/// let options = Options { mode: Mode::SingleProcess, ..Options::default() };
+/// let store = Store::open_with(&path, &options)?; // this process alone: commits without an fsync
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// assert_eq!(holder.token(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Mode {
@@ -22,6 +37,25 @@ pub enum Mode {
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Options for opening a store.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{Options, Store};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let options = Options {
+///     busy_timeout: Duration::from_secs(2),
+///     max_value_len: 1 << 10,
+///     ..Options::default()
+/// };
+/// let store = Store::open_with(&path, &options)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// assert!(holder.put(b"nightly/report", &[0; 1 << 10]).is_ok());
+/// assert!(holder.put(b"nightly/report", &[0; 1 << 11]).is_err(), "over max_value_len");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How processes share the file.

@@ -6,7 +6,7 @@
 //! This layer holds no logic. Each exported function checks its pointers, converts its
 //! arguments, calls the engine and maps the result. Every exported body runs inside [`guard`]
 //! (fallible functions) or [`guard_value`] (infallible ones), the one panic boundary: a panic
-//! never unwinds into C. Outputs are written only on success, through [`Out`].
+//! never unwinds into C. Outputs are written only on success, through `Out`.
 //!
 //! The header `include/fencelock.h` is generated from these files by cbindgen (see `build.rs`).
 #![allow(non_camel_case_types)]

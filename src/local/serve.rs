@@ -32,8 +32,27 @@ use crate::share::member::RingMember;
 use crate::storage::carved::open_carved;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
+// What the docs link to.
+#[cfg(doc)]
+use crate::api::store::Store;
 
 /// How a server runs.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{ServeOptions, Server};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let options = ServeOptions {
+///     idle_exit: Some(Duration::from_millis(50)),
+///     ..ServeOptions::default()
+/// };
+/// let server = Server::start(&path, &options)?;
+/// server.run(&options)?; // returns after 50 ms without a request
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// How long [`Server::start`] waits for the processes that have the store open to move
@@ -67,6 +86,30 @@ impl Default for ServeOptions {
 /// `every` has passed since its last call (or since `run` began): every `every` while batches
 /// end in time, within the 10 ms the loop sleeps when idle, and not at all while a batch is stuck
 /// (a commit that hangs on the disk). It should return at once: the loop waits for it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use fencelock::{Heartbeat, ServeOptions, Server};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let beats = Arc::new(AtomicU64::new(0));
+/// let counter = Arc::clone(&beats);
+/// let options = ServeOptions {
+///     idle_exit: Some(Duration::from_millis(200)),
+///     heartbeat: Some(Heartbeat {
+///         every: Duration::from_millis(1),
+///         beat: Arc::new(move || { counter.fetch_add(1, Ordering::Relaxed); }),
+///     }),
+///     ..ServeOptions::default()
+/// };
+/// Server::start(&path, &options)?.run(&options)?;
+/// assert!(beats.load(Ordering::Relaxed) > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Heartbeat {
     /// How often to call it: half a watchdog's period, say.
@@ -85,6 +128,27 @@ impl std::fmt::Debug for Heartbeat {
 
 /// A running server of one store file. Dropping it stops serving: stores then open the file
 /// themselves again.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{Cancel, ServeOptions, Server, Store};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// let cancel = Cancel::new();
+/// let options = ServeOptions { cancel: Some(cancel.clone()), ..ServeOptions::default() };
+/// let server = Server::start(&path, &options)?;
+/// let serving = std::thread::spawn(move || server.run(&options));
+/// // Stores of every process now commit through the server.
+/// let store = Store::open(&path)?;
+/// let ttl = Duration::from_secs(30);
+/// let holder = store.acquire_and_put("nightly", ttl, b"nightly/report", b"done")?;
+/// assert_eq!(store.get(b"nightly/report")?.map(|f| f.token), Some(holder.token()));
+/// cancel.cancel();
+/// serving.join().unwrap()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Server {
     engine: Arc<LocalEngine>,
     shared: Arc<RingMember>,
@@ -113,6 +177,18 @@ impl Server {
     /// [`Error::Cancelled`]; [`Error::Storage`] when the store's shared request ring cannot be
     /// used (another user's, in `/dev/shm`); [`Error::InvalidArgument`] for an etcd store
     /// string; otherwise as [`Store::open`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{Error, ServeOptions, Server};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let server = Server::start(&path, &ServeOptions::default())?;
+    /// assert!(matches!(Server::start(&path, &ServeOptions::default()), Err(Error::InUse)));
+    /// drop(server);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn start(path: impl AsRef<Path>, options: &ServeOptions) -> Result<Server> {
         if let Some(text) = crate::engine::etcd_string(path.as_ref()) {
             return Err(Error::invalid(format!(
@@ -170,6 +246,17 @@ impl Server {
     }
 
     /// The store file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{ServeOptions, Server};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let server = Server::start(&path, &ServeOptions::default())?;
+    /// assert_eq!(server.path(), path);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.engine.path
@@ -177,6 +264,18 @@ impl Server {
 
     /// The processes other than this one that have the file `path` open (as `/proc` shows
     /// them): those a server waits for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{Server, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let _store = Store::open(&path)?;
+    /// // Only other processes count: a server started here would wait for nobody.
+    /// assert_eq!(Server::holders(&path), Vec::<u32>::new());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn holders(path: &Path) -> Vec<u32> {
         let Ok(target) = std::fs::canonicalize(path) else {
@@ -216,6 +315,22 @@ impl Server {
     ///
     /// [`Error::Io`] or [`Error::Storage`] when the store fails (a commit's failure is each
     /// request's error, not the server's).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{ServeOptions, Server};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let options = ServeOptions {
+    ///     idle_exit: Some(Duration::from_millis(50)),
+    ///     ..ServeOptions::default()
+    /// };
+    /// let server = Server::start(&path, &options)?;
+    /// server.run(&options)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn run(&self, options: &ServeOptions) -> Result<()> {
         let inner = &self.engine;
         let ring = self.shared.ring();

@@ -33,6 +33,21 @@ pub const HISTORY_PER_LOCK: usize = 32;
 pub const HISTORY_LOCKS: u64 = 10_000;
 
 /// How a lease ended, or that it has not.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::Ending;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// store.acquire("nightly", Duration::from_secs(30))?.release()?;
+/// let _next = store.acquire("nightly", Duration::from_secs(30))?;
+/// let endings: Vec<Ending> = store.history("nightly")?.iter().map(|e| e.ending).collect();
+/// assert_eq!(endings, [Ending::Released, Ending::Held]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Ending {
@@ -51,6 +66,12 @@ pub enum Ending {
 
 impl Ending {
     /// `held`, `released`, `expired`, `taken-over` or `holder-died`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(fencelock::Ending::TakenOver.as_str(), "taken-over");
+    /// ```
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -84,6 +105,22 @@ impl Ending {
 }
 
 /// One grant of a lock, as [`crate::Store::history`] tells it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::Kind;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// let entry = store.history("nightly")?.pop().expect("the current grant");
+/// assert_eq!((entry.token, entry.kind), (holder.token(), Kind::Exclusive));
+/// assert_eq!(entry.pid, std::process::id());
+/// assert!(entry.granted.is_some() && entry.ended.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HistoryEntry {

@@ -4,6 +4,20 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 /// A fenced value and the token of the write that stored it.
+///
+/// # Examples
+///
+/// ```
+/// # use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// holder.put(b"nightly/report", b"done")?;
+/// let fenced = store.get(b"nightly/report")?.expect("just written");
+/// assert_eq!((fenced.value.as_slice(), fenced.token), (&b"done"[..], holder.token()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fenced {
     /// The value.
@@ -13,6 +27,21 @@ pub struct Fenced {
 }
 
 /// The state of a lock record.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::LockState;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Held));
+/// holder.release()?;
+/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Released));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockState {
@@ -28,6 +57,12 @@ pub enum LockState {
 
 impl LockState {
     /// A lower-case name: `held`, `expired`, `released`, `holder-dead`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(fencelock::LockState::HolderDead.as_str(), "holder-dead");
+    /// ```
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -40,6 +75,21 @@ impl LockState {
 }
 
 /// What the store records of one lock.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::Kind;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let _holder = store.acquire_kind("gpu", Kind::Semaphore(2), Duration::from_secs(30))?;
+/// let info = store.lock("gpu")?.expect("just granted");
+/// assert_eq!((info.name.as_str(), info.kind), ("gpu", Kind::Semaphore(2)));
+/// assert!(info.expires_at > info.granted_at);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     /// The lock's name.
@@ -62,6 +112,20 @@ pub struct LockInfo {
 }
 
 /// Counts and settings of a store.
+///
+/// # Examples
+///
+/// ```
+/// # use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// let info = store.info()?;
+/// assert_eq!((info.last_token, info.lock_records, info.keys, info.fences), (1, 1, 0, 0));
+/// assert!(info.file_size > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreInfo {
     /// The store file.

@@ -4,6 +4,21 @@
 use crate::base::error::{Error, Result};
 
 /// How a name is held.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::{Error, Kind};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let ttl = Duration::from_secs(30);
+/// let _a = store.acquire_kind("config", Kind::Shared, ttl)?;
+/// let _b = store.acquire_kind("config", Kind::Shared, ttl)?;
+/// assert!(matches!(store.acquire("config", ttl), Err(Error::Locked { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
@@ -22,6 +37,14 @@ pub enum Kind {
 
 impl Kind {
     /// `exclusive`, `shared` or `semaphore(N)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::Kind;
+    /// assert_eq!(Kind::Semaphore(4).describe(), "semaphore(4)");
+    /// assert_eq!(Kind::Shared.describe(), "shared");
+    /// ```
     #[must_use]
     pub fn describe(self) -> String {
         match self {

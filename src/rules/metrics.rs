@@ -244,6 +244,17 @@ pub(crate) fn unix_ns_at(boot_ns: u64) -> u64 {
 }
 
 /// Whose operations a [`Metrics`] snapshot counts.
+///
+/// # Examples
+///
+/// ```
+/// use fencelock::Scope;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// assert_eq!(store.metrics()?.scope, Scope::Store);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scope {
@@ -257,6 +268,12 @@ pub enum Scope {
 
 impl Scope {
     /// `"store"` or `"process"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(fencelock::Scope::Process.as_str(), "process");
+    /// ```
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -269,6 +286,20 @@ impl Scope {
 /// A snapshot of the store's counters ([`crate::Store::metrics`]). Counters only grow; they
 /// start again from zero when the shared area is set up anew (after every process closed the
 /// store, or a reboot), as [`Metrics::since`] tells, which Prometheus treats as a counter reset.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// holder.release()?;
+/// let metrics = store.metrics()?;
+/// assert_eq!((metrics.grants, metrics.releases), (1, 1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Metrics {
@@ -341,6 +372,22 @@ impl Metrics {
     }
 
     /// Leases that ended other than by a release: expired, taken over, or of a dead holder.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Store;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let _paused = store.acquire("nightly", Duration::from_millis(100))?;
+    /// let (ttl, timeout) = (Duration::from_secs(30), Duration::from_secs(10));
+    /// let _next = Store::open(&path)?.acquire_wait("nightly", ttl, timeout)?;
+    /// let metrics = store.metrics()?;
+    /// assert_eq!((metrics.ended_taken_over, metrics.leases_lost()), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn leases_lost(&self) -> u64 {
         self.ended_expired + self.ended_taken_over + self.ended_holder_died
@@ -352,6 +399,19 @@ impl Metrics {
     /// `lease_ends_total{how}`, `commits_total`, `committed_operations_total`; the gauges
     /// `start_time_seconds` (when counting started), `live_leases{kind}`, `queued_waiters`,
     /// `file_size_bytes`, `build_info{version}` (1); the histogram `wait_seconds`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// # let store = fencelock::Store::open(&path)?;
+    /// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let text = store.metrics()?.prometheus("locks.db");
+    /// assert!(text.contains("fencelock_grants_total{store=\"locks.db\",scope=\"store\"} 1\n"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn prometheus(&self, store: &str) -> String {
         let store = escape_label(store);

@@ -2,8 +2,10 @@
 # What a Rust user does, outside the repository: a fresh crate that depends on fencelock by path
 # with the default features, whose dependency tree must hold only what the library needs (not
 # the command-line tool's clap and serde_json, nor the etcd feature's client, tokio and tonic),
-# builds and runs the seed walkthrough (rust-user/main.rs); and `cargo install --path .
-# --features cli` installs a working command.
+# builds and runs the seed walkthrough (rust-user/main.rs); `cargo install --path .
+# --features cli` installs a working command; and the crate `cargo package` makes (what
+# crates.io would carry) holds the library's and the command's sources, their build and the
+# header, and nothing else (`make check-publish` builds it as `cargo publish` would).
 # Usage: tests/packaging/rust.sh      (`make test-packaging` runs it)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +19,15 @@ fail() {
 cargo=${CARGO:-cargo}
 # Builds share one target directory of their own, so the dependencies are compiled once.
 export CARGO_TARGET_DIR=${FENCELOCK_PACKAGING_TARGET:-$root/target/packaging}
+
+# The package's files: Cargo's own, the build, the header, the sources; no tests, benches,
+# bindings or fuzz targets.
+files=$("$cargo" package --list --allow-dirty --manifest-path "$root/Cargo.toml" 2>"$work/package.log") ||
+    fail "cargo package --list: $(cat "$work/package.log")"
+stray=$(grep -vE '^(\.cargo_vcs_info\.json|Cargo\.(toml|toml\.orig|lock)|README\.md|build\.rs|cbindgen\.toml|include/fencelock\.h|src/.+\.rs)$' <<<"$files" || true)
+[ -z "$stray" ] || fail "cargo package carries files the crate does not need: $stray"
+grep -qx 'src/lib.rs' <<<"$files" || fail "cargo package --list lacks src/lib.rs: $files"
+packaged=$(wc -l <<<"$files")
 
 user=$work/user
 mkdir -p "$user/src"
@@ -58,6 +69,6 @@ FENCELOCK_DB=$db "$work/installed/bin/fencelock" run --lock payment-export -- \
 got=$(FENCELOCK_DB=$db "$work/installed/bin/fencelock" get payments/today.csv)
 [ "$got" = "from the command" ] || fail "fencelock get printed '$got'"
 
-echo "packaging/rust: ok ($count packages in the default dependency tree, fencelock included; no clap," \
+echo "packaging/rust: ok ($packaged files in the crate, none stray; $count packages in the default dependency tree, fencelock included; no clap," \
     "serde_json, clap_mangen, clap_complete, etcd-client, tokio or tonic; the walkthrough ran;" \
     "cargo install --features cli installs the command)"
