@@ -283,3 +283,43 @@ fn a_new_store_and_its_shared_memory_are_readable_only_by_those_who_may_write_th
     assert_eq!(ring_mode, mode);
     drop(store);
 }
+
+/// The child's half of the next test: a user of the store's group, which may write it.
+#[test]
+fn writer_of_the_stores_group_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_GROUP_WRITER") else {
+        return;
+    };
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"from the group").unwrap();
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_user_of_the_stores_group_shares_its_shared_memory_with_the_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        // Only root can give the store to a group the child is in.
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    // The store's group (nogroup, the child's) may write it; the owner (root) is in no such
+    // group, and keeps the store open, so that the ring is the owner's.
+    std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let store = Store::open(&path).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    let ring = format!("/dev/shm/fencelock-{:x}-{:x}.ring", meta.dev(), meta.ino());
+    assert_eq!(std::fs::metadata(&ring).unwrap().gid(), 65534);
+    assert_success(&as_reader(
+        "writer_of_the_stores_group_child",
+        &[("FENCELOCK_TEST_GROUP_WRITER", &path)],
+    ));
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"from the group");
+}

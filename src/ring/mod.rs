@@ -377,10 +377,19 @@ impl Ring {
                 store.uid()
             )));
         }
+        // The group's permissions are for the store's group: a new ring has the owner's.
+        let mut mode = mode;
+        if owner && meta.gid() != store.gid() && mode & 0o070 != 0 {
+            if std::os::unix::fs::fchown(&file, None, Some(store.gid())).is_err() {
+                // The owner is not in the store's group: the ring is the owner's alone.
+                mode &= !0o070;
+            }
+        }
+        let same_group = file.metadata()?.gid() == store.gid();
         if owner && meta.mode() & 0o666 != mode {
             // The umask narrowed the mode of a new ring, or the store's mode changed since.
             file.set_permissions(std::fs::Permissions::from_mode(mode))?;
-        } else if meta.mode() & 0o066 & !mode != 0 {
+        } else if meta.mode() & 0o066 & !mode != 0 || (!same_group && meta.mode() & 0o060 != 0) {
             return Err(refused(
                 "the ring can be opened by users who cannot write the store",
             ));
@@ -806,7 +815,8 @@ impl Ring {
     ) -> io::Result<()> {
         use std::io::Write;
         let path = self.bulk_path(index, generation, kind);
-        let mode = self.file.metadata()?.mode() & 0o666;
+        let ring = self.file.metadata()?;
+        let mode = ring.mode() & 0o666;
         let create = || {
             OpenOptions::new()
                 .write(true)
@@ -823,7 +833,11 @@ impl Ring {
             }
             other => other?,
         };
-        // The umask may have narrowed the mode: the other side must read it.
+        // The umask may have narrowed the mode, and the file has this user's group rather
+        // than the ring's: the other side, of the store's group, must read it.
+        if file.metadata()?.gid() != ring.gid() {
+            std::os::unix::fs::fchown(&file, None, Some(ring.gid()))?;
+        }
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         file.write_all(bytes)
     }
