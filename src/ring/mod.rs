@@ -379,11 +379,13 @@ impl Ring {
         }
         // The group's permissions are for the store's group: a new ring has the owner's.
         let mut mode = mode;
-        if owner && meta.gid() != store.gid() && mode & 0o070 != 0 {
-            if std::os::unix::fs::fchown(&file, None, Some(store.gid())).is_err() {
-                // The owner is not in the store's group: the ring is the owner's alone.
-                mode &= !0o070;
-            }
+        // An owner outside the store's group cannot give it the group: the ring is its alone.
+        if owner
+            && meta.gid() != store.gid()
+            && mode & 0o070 != 0
+            && std::os::unix::fs::fchown(&file, None, Some(store.gid())).is_err()
+        {
+            mode &= !0o070;
         }
         let same_group = file.metadata()?.gid() == store.gid();
         if owner && meta.mode() & 0o666 != mode {
