@@ -272,7 +272,7 @@ fn a_new_store_and_its_shared_memory_are_readable_only_by_those_who_may_write_th
     let path = dir.path().join("locks.db");
     let store = Store::open(&path).unwrap();
     let meta = std::fs::metadata(&path).unwrap();
-    let ring = format!("/dev/shm/fencelock-{:x}-{:x}.ring", meta.dev(), meta.ino());
+    let ring = common::ring_of(&path);
     let ring_mode = std::fs::metadata(&ring).unwrap().mode() & 0o777;
     let mode = meta.mode() & 0o777;
     // Whatever the umask: no class of users may read what it may not write.
@@ -314,12 +314,69 @@ fn a_user_of_the_stores_group_shares_its_shared_memory_with_the_owner() {
     std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
     let store = Store::open(&path).unwrap();
-    let meta = std::fs::metadata(&path).unwrap();
-    let ring = format!("/dev/shm/fencelock-{:x}-{:x}.ring", meta.dev(), meta.ino());
+    let ring = common::ring_of(&path);
     assert_eq!(std::fs::metadata(&ring).unwrap().gid(), 65534);
     assert_success(&as_reader(
         "writer_of_the_stores_group_child",
         &[("FENCELOCK_TEST_GROUP_WRITER", &path)],
     ));
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"from the group");
+}
+
+/// The child's half of the next test: another user, who may not read the store, plants files
+/// in /dev/shm where its ring could be named, while the store is closed.
+#[test]
+fn planter_child() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_PLANTER") else {
+        return;
+    };
+    // What anyone may learn of the store: its device and inode (stat needs no permission on
+    // the file). Its nonce is in an attribute that only its readers may read.
+    let meta = std::fs::metadata(&path).unwrap();
+    let name = format!("/dev/shm/fencelock-{:x}-{:x}", meta.dev(), meta.ino());
+    for planted in [
+        format!("{name}.ring"),
+        format!("{name}-0000000000000000.ring"),
+    ] {
+        std::fs::write(&planted, b"").unwrap();
+    }
+    assert!(
+        std::fs::read(&path).is_err(),
+        "this user may not read the store"
+    );
+}
+
+#[test]
+fn a_file_planted_in_dev_shm_by_another_user_never_keeps_a_closed_store_from_opening() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to be another user than the planter");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(
+        Store::open(&path)
+            .unwrap()
+            .acquire("job", Duration::from_secs(1))
+            .unwrap(),
+    );
+    assert_success(&as_reader(
+        "planter_child",
+        &[("FENCELOCK_TEST_PLANTER", &path)],
+    ));
+    let meta = std::fs::metadata(&path).unwrap();
+    let name = format!("/dev/shm/fencelock-{:x}-{:x}", meta.dev(), meta.ino());
+    let opened = Store::open(&path);
+    for planted in [
+        format!("{name}.ring"),
+        format!("{name}-0000000000000000.ring"),
+    ] {
+        let _ = std::fs::remove_file(planted);
+    }
+    let store = opened.unwrap();
+    drop(store.acquire("job", Duration::from_secs(1)).unwrap());
 }

@@ -8,14 +8,13 @@
 mod common;
 
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use fencelock::{Error, Options, Store};
 
-use common::{Kid, DB, ROLE};
+use common::{ring_of, Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -218,16 +217,6 @@ fn assert_each_operation_failed_on_the_cut(seen: &[String]) {
             "{report}"
         );
     }
-}
-
-/// The ring of the store file at `path` in /dev/shm.
-fn ring_of(path: &std::path::Path) -> std::path::PathBuf {
-    let meta = std::fs::metadata(path).unwrap();
-    std::path::PathBuf::from(format!(
-        "/dev/shm/fencelock-{:x}-{:x}.ring",
-        meta.dev(),
-        meta.ino()
-    ))
 }
 
 /// This test binary, run in a mount namespace of its own with a /dev/shm of its own (an empty

@@ -342,7 +342,7 @@ mod tests {
         let live = Liveness::shared(&path).unwrap();
         assert!(live.lock(1 << 50).unwrap());
         let meta = std::fs::metadata(&path).unwrap();
-        (Ring::open(dir, &meta, STAMP).unwrap(), live)
+        (Ring::open(dir, &meta, None, STAMP).unwrap(), live)
     }
 
     #[test]

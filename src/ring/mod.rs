@@ -334,12 +334,26 @@ impl Ring {
     /// lets users open it who cannot write the store: whoever writes the ring has its requests
     /// committed into the store, and whoever can open it can lock it (`flock`) and read the
     /// liveness ids of holders and of the server.
-    pub(crate) fn open(dir: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
-        let path = dir.join(format!(
-            "fencelock-{:x}-{:x}.ring",
-            store.dev(),
-            store.ino()
-        ));
+    ///
+    /// The ring's name holds the store file's device and inode and, where its file system keeps
+    /// extended attributes, the store's `nonce` (`storage::file::ring_nonce`), which only those
+    /// who may read the store can learn: so that nobody else can create a file at the name
+    /// before the store's owner does, and keep the store from opening.
+    pub(crate) fn open(
+        dir: &Path,
+        store: &std::fs::Metadata,
+        nonce: Option<u64>,
+        stamp: Stamp,
+    ) -> io::Result<Ring> {
+        let name = match nonce {
+            Some(nonce) => format!(
+                "fencelock-{:x}-{:x}-{nonce:016x}.ring",
+                store.dev(),
+                store.ino()
+            ),
+            None => format!("fencelock-{:x}-{:x}.ring", store.dev(), store.ino()),
+        };
+        let path = dir.join(name);
         // A ring unlinked by its last user between this open and this lock is not the one
         // the path names any more: open again.
         for _ in 0..3 {
@@ -1317,7 +1331,7 @@ mod tests {
         assert!(live.lock(1 << 50).unwrap());
         let rings: Vec<Ring> = std::thread::scope(|scope| {
             let opening: Vec<_> = (0..8)
-                .map(|_| scope.spawn(|| Ring::open(dir.path(), &meta, BOOT).unwrap()))
+                .map(|_| scope.spawn(|| Ring::open(dir.path(), &meta, None, BOOT).unwrap()))
                 .collect();
             opening.into_iter().map(|t| t.join().unwrap()).collect()
         });
@@ -1345,18 +1359,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (_, meta) = store(dir.path());
         let ring_file = ring_path(dir.path(), &meta);
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let old = std::fs::read(&ring_file).unwrap();
         // Used by a process of this boot, it cannot be taken for another boot's.
-        assert!(Ring::open(dir.path(), &meta, NEXT_BOOT).is_err());
+        assert!(Ring::open(dir.path(), &meta, None, NEXT_BOOT).is_err());
         drop(ring);
         std::fs::write(&ring_file, &old).unwrap();
-        let ring = Ring::open(dir.path(), &meta, NEXT_BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, NEXT_BOOT).unwrap();
         assert!(ring.valid(NEXT_BOOT));
         drop(ring);
         // Another program's file of that name is set up again too (nobody uses it).
         std::fs::write(&ring_file, b"something else").unwrap();
-        assert!(Ring::open(dir.path(), &meta, BOOT).unwrap().valid(BOOT));
+        assert!(Ring::open(dir.path(), &meta, None, BOOT)
+            .unwrap()
+            .valid(BOOT));
     }
 
     #[test]
@@ -1370,7 +1386,7 @@ mod tests {
         flock(&user, libc::LOCK_SH).unwrap();
         let other = dir.path().join("unrelated");
         std::fs::write(&other, b"").unwrap();
-        let _ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let _ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         assert!(!left.exists());
         assert!(used.exists(), "a ring in use stays");
         assert!(other.exists());
@@ -1384,7 +1400,7 @@ mod tests {
         let other = Liveness::shared(&path).unwrap();
         assert!(live.lock(1 << 50).unwrap());
         assert!(other.lock(1 << 51).unwrap());
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let lock = lock_hash("hot");
         let now = 1_000_000_000_000;
         let first = ring.enqueue(lock, 1 << 50, now, &live).unwrap();
@@ -1416,7 +1432,7 @@ mod tests {
         let (path, meta) = store(dir.path());
         let live = Liveness::shared(&path).unwrap();
         assert!(live.lock(1 << 50).unwrap());
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let posted = ring.post(1 << 50, b"request", &live).unwrap();
         let taken = ring.take_posted(1 << 51, &live);
         assert!(matches!(ring.phase(&posted), Phase::Taken(id, _) if id == 1 << 51));
@@ -1450,7 +1466,7 @@ mod tests {
         let dead = Liveness::shared(&path).unwrap();
         assert!(live.lock(1 << 50).unwrap());
         assert!(dead.lock(1 << 52).unwrap());
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let posted = ring
             .post(1 << 52, b"of a requester that dies", &live)
             .unwrap();
@@ -1480,7 +1496,7 @@ mod tests {
         assert!(live.lock(1 << 50).unwrap());
         assert!(live.lock(1 << 51).unwrap());
         assert!(opener.lock(1 << 52).unwrap());
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         // A short-lived process posts, a combiner takes it and is paused inside its commit; the
         // requester times out, gives up and exits.
         let posted = ring.post(1 << 52, b"of an opener", &live).unwrap();
@@ -1507,7 +1523,7 @@ mod tests {
         let dead = Liveness::shared(&path).unwrap();
         assert!(live.lock(1 << 50).unwrap());
         assert!(dead.lock(1 << 52).unwrap());
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         // Claimed, its owner written, killed before it showed the request POSTED.
         let current = ring.head(0).state.load(Ordering::Acquire);
         assert!(ring.own(0, current));
@@ -1527,7 +1543,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (path, meta) = store(dir.path());
         let live = Liveness::shared(&path).unwrap();
-        let ring = Ring::open(dir.path(), &meta, BOOT).unwrap();
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let stop = AtomicBool::new(false);
         let lost = AtomicUsize::new(0);
         let posts = AtomicUsize::new(0);

@@ -87,7 +87,7 @@ impl RingMember {
         claim: Option<Waiting<'_>>,
     ) -> Result<RingMember> {
         let store = fs::metadata(path)?;
-        let ring = open_ring(&store, boot_id).map_err(|err| {
+        let ring = open_ring(path, &store, boot_id).map_err(|err| {
             Error::Storage(format!(
                 "the shared memory of {} (its ring in /dev/shm) cannot be used: {err}",
                 path.display()
@@ -226,14 +226,19 @@ impl Drop for Place<'_> {
     }
 }
 
-/// The ring of the store file with metadata `store`, in `/dev/shm`, for this boot and this
-/// library's wire format.
-pub(crate) fn open_ring(store: &fs::Metadata, boot_id: [u8; 16]) -> std::io::Result<Ring> {
+/// The ring of the store file at `path`, with metadata `store`, in `/dev/shm`, for this boot
+/// and this library's wire format.
+pub(crate) fn open_ring(
+    path: &Path,
+    store: &fs::Metadata,
+    boot_id: [u8; 16],
+) -> std::io::Result<Ring> {
     let stamp = Stamp {
         boot_id,
         version: WIRE_VERSION,
     };
-    Ring::open(Path::new("/dev/shm"), store, stamp)
+    let nonce = crate::storage::file::ring_nonce(path)?;
+    Ring::open(Path::new("/dev/shm"), store, nonce, stamp)
 }
 
 impl RingMember {

@@ -49,6 +49,86 @@ pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
     }
 }
 
+/// The extended attribute of a store file that holds its ring's nonce.
+const RING_NONCE: &std::ffi::CStr = c"user.fencelock.ring";
+
+/// The nonce in the name of the ring of the store file at `path` (`ring::Ring::open`): 8 random
+/// bytes in the file's extended attribute `user.fencelock.ring`, set by the first process that
+/// asks (`XATTR_CREATE`: of two at once, one sets it and the other reads it). Reading it needs
+/// read permission on the file, so only the store's writers and readers can name its ring.
+/// `None` where the file system keeps no user extended attributes: the ring's name is then
+/// the file's device and inode alone, as before there was a nonce.
+pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    let unsupported = |err: &io::Error| err.raw_os_error() == Some(libc::EOPNOTSUPP);
+    for _ in 0..2 {
+        let mut bytes = [0u8; 8];
+        // SAFETY: NUL-terminated strings and a buffer valid for 8 bytes of writes.
+        let read = unsafe {
+            libc::getxattr(
+                name.as_ptr(),
+                RING_NONCE.as_ptr(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+            )
+        };
+        if read == 8 {
+            return Ok(Some(u64::from_le_bytes(bytes)));
+        }
+        let err = io::Error::last_os_error();
+        if read >= 0 || err.raw_os_error() == Some(libc::ERANGE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: its extended attribute user.fencelock.ring is not fencelock's (8 bytes)",
+                    path.display()
+                ),
+            ));
+        }
+        if unsupported(&err) {
+            return Ok(None);
+        }
+        if err.raw_os_error() != Some(libc::ENODATA) {
+            return Err(err);
+        }
+        let nonce = crate::storage::liveness::fresh_id()?.to_le_bytes();
+        // SAFETY: NUL-terminated strings and a value of 8 bytes.
+        let set = unsafe {
+            libc::setxattr(
+                name.as_ptr(),
+                RING_NONCE.as_ptr(),
+                nonce.as_ptr().cast(),
+                nonce.len(),
+                libc::XATTR_CREATE,
+            )
+        };
+        if set == 0 {
+            return Ok(Some(u64::from_le_bytes(nonce)));
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // Another process set it first: read again.
+            Some(libc::EEXIST) => continue,
+            _ if unsupported(&err) => return Ok(None),
+            // In a sticky directory (/tmp) only the file's owner may set it.
+            Some(libc::EPERM) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} has no ring nonce yet (a store made by an earlier version), and \
+                         only its owner may set it here: open it once as its owner",
+                        path.display()
+                    ),
+                ))
+            }
+            _ => return Err(err),
+        }
+    }
+    Err(io::Error::other("the ring nonce changed while it was read"))
+}
+
 /// `mode` without the read permission of each class of users that has no write permission.
 pub(crate) fn readable_only_by_writers(mode: u32) -> u32 {
     let writers_read = (mode & 0o222) << 1;

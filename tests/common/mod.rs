@@ -144,3 +144,25 @@ pub fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'st
         .recv_timeout(std::time::Duration::from_secs(120))
         .unwrap_or_else(|_| panic!("{what} never ended while another process was paused"))
 }
+
+/// The ring of the store file at `path` in /dev/shm, which a store open on it has set up: its
+/// name holds the file's device and inode, then (where the file system keeps extended
+/// attributes) the store's nonce.
+pub fn ring_of(path: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    let prefix = format!("fencelock-{:x}-{:x}", meta.dev(), meta.ino());
+    let rings: Vec<PathBuf> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)
+                .and_then(|rest| rest.strip_suffix(".ring"))
+                .is_some_and(|rest| rest.is_empty() || rest.len() == 17 && rest.starts_with('-'))
+        })
+        .map(|entry| entry.path())
+        .collect();
+    assert_eq!(rings.len(), 1, "the rings of {}: {rings:?}", path.display());
+    rings.into_iter().next().unwrap()
+}
