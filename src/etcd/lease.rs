@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::pool::secs_ns;
 use super::records::{client_error, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, EtcdEngine};
@@ -27,6 +29,8 @@ pub(crate) struct EtcdLease {
     /// Wakes the keep-alive task when the lease is released.
     stop: Arc<Notify>,
     keeping: AtomicBool,
+    /// The keep-alive stream the grant renewed a pooled lease on, for the keep-alive task.
+    stream: Mutex<Option<KeepAlive>>,
 }
 
 impl EtcdLease {
@@ -34,19 +38,19 @@ impl EtcdLease {
         remote: Arc<EtcdEngine>,
         name: String,
         token: u64,
-        lease: i64,
-        ttl: i64,
+        (lease, ttl): (i64, i64),
         asked_ns: u64,
+        stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
-        let expires_ns = asked_ns.saturating_add(secs_ns(ttl));
         remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
-            state: LeaseState::new(name, Kind::Exclusive, token, expires_ns),
+            state: LeaseState::new(name, Kind::Exclusive, token, deadline(asked_ns, ttl)),
             lease: AtomicI64::new(lease),
             ttl: AtomicI64::new(ttl),
             stop: Arc::new(Notify::new()),
             keeping: AtomicBool::new(false),
+            stream: Mutex::new(stream),
         })
     }
 
@@ -137,7 +141,7 @@ impl EtcdLease {
         }
         self.state
             .expires_ns
-            .store(asked.saturating_add(secs_ns(ttl)), Ordering::Release);
+            .store(deadline(asked, ttl), Ordering::Release);
         Ok(())
     }
 
@@ -179,7 +183,7 @@ impl EtcdLease {
         self.ttl.store(secs, Ordering::Release);
         self.state
             .expires_ns
-            .store(asked.saturating_add(secs_ns(secs)), Ordering::Release);
+            .store(deadline(asked, secs), Ordering::Release);
         Ok(())
     }
 
@@ -263,8 +267,8 @@ impl EtcdLease {
         // cluster unreachable) stops being renewed, and its lease ends at its TTL.
         let weak = Arc::downgrade(&self);
         let stop = Arc::clone(&self.stop);
+        let mut stream = self.stream.lock().take();
         runtime::spawn(async move {
-            let mut stream = None;
             loop {
                 tokio::select! {
                     () = stop.notified() => return,
@@ -306,12 +310,11 @@ impl Drop for EtcdLease {
     }
 }
 
-type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+pub(crate) type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
-fn secs_ns(secs: i64) -> u64 {
-    u64::try_from(secs)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
+/// When a lease of `secs` asked for or renewed at `asked_ns` ends on the holder's side.
+fn deadline(asked_ns: u64, secs: i64) -> u64 {
+    asked_ns.saturating_add(secs_ns(secs))
 }
 
 impl LeaseHandle for EtcdLease {

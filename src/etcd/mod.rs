@@ -18,6 +18,7 @@
 //! rules and the engine layer; nothing of the local engine.
 
 mod lease;
+mod pool;
 mod records;
 mod runtime;
 pub(crate) mod url;
@@ -49,6 +50,8 @@ use records::{
 use runtime::block_for;
 
 pub(crate) use lease::EtcdLease;
+use lease::KeepAlive;
+use pool::{Pool, Pooled};
 
 /// The shortest TTL etcd keeps as asked: with its default timing (100 ms heartbeat, 1 s
 /// election timeout) etcd raises every lease below 1.5 s, and TTLs are whole seconds.
@@ -72,6 +75,8 @@ pub(crate) struct EtcdEngine {
     timeout: Duration,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
+    /// Leases obtained ahead of need (`pool.rs`).
+    pool: Pool,
 }
 
 /// A grant's transaction: granted with its token, or refused while `holder` holds the lock.
@@ -80,6 +85,10 @@ enum Grant {
         token: u64,
         lease: i64,
         ttl: i64,
+        /// `CLOCK_BOOTTIME` ns before the lease was asked for or renewed.
+        asked_ns: u64,
+        /// The keep-alive stream a pooled lease was renewed on.
+        stream: Option<KeepAlive>,
     },
     Refused {
         holder: Option<KeyValue>,
@@ -140,6 +149,7 @@ impl EtcdEngine {
             this: this.clone(),
             text: PathBuf::from(text),
             root: url.root(),
+            pool: Pool::new(client.clone(), timeout),
             client,
             read_only: options.read_only,
             max_value_len: options.max_value_len,
@@ -208,15 +218,27 @@ impl EtcdEngine {
         }
         let Some(waiting) = request.wait else {
             return match self.grant(name, ttl, request.write)? {
-                Grant::Granted { token, lease, ttl } => Ok(self.holder(name, token, lease, ttl)),
+                Grant::Granted {
+                    token,
+                    lease,
+                    ttl,
+                    asked_ns,
+                    stream,
+                } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
                 Grant::Refused { holder, .. } => Err(self.locked(holder)),
             };
         };
         crate::base::cancel::check(waiting.cancel)?;
         loop {
             match self.grant(name, ttl, None)? {
-                Grant::Granted { token, lease, ttl } => {
-                    return Ok(self.holder(name, token, lease, ttl));
+                Grant::Granted {
+                    token,
+                    lease,
+                    ttl,
+                    asked_ns,
+                    stream,
+                } => {
+                    return Ok(self.holder(name, token, lease, ttl, asked_ns, stream));
                 }
                 Grant::Refused { revision, holder } => {
                     waiting.step()?;
@@ -235,15 +257,24 @@ impl EtcdEngine {
         }
     }
 
-    fn holder(&self, name: &str, token: u64, lease: i64, ttl: i64) -> Arc<EtcdLease> {
+    fn holder(
+        &self,
+        name: &str,
+        token: u64,
+        lease: i64,
+        ttl: i64,
+        asked_ns: u64,
+        stream: Option<KeepAlive>,
+    ) -> Arc<EtcdLease> {
+        // Counted from before the lease was asked for or renewed: never later than etcd's own
+        // expiry, which counts from when etcd handled the request.
         EtcdLease::new(
             self.arc(),
             name.to_owned(),
             token,
-            lease,
-            ttl,
-            // Counted from before the lease was asked for: never later than etcd's own expiry.
-            clock::now_ns(),
+            (lease, ttl),
+            asked_ns,
+            stream,
         )
     }
 
@@ -268,39 +299,29 @@ impl EtcdEngine {
         Ok((granted.id(), secs))
     }
 
-    /// One grant attempt: a new lease, then one transaction that puts the lock key with it
-    /// only while the key is absent (and the acquire-and-put's value with the same token).
+    /// One grant attempt: one transaction that puts the lock key with a lease only while the
+    /// key is absent (and the acquire-and-put's value with the same token). The lease is a
+    /// pooled one, renewed by a keep-alive sent with the transaction (one round trip,
+    /// `pool.rs`), or else a new one asked for first.
     fn grant(&self, name: &str, ttl: Duration, write: Option<(&[u8], &[u8])>) -> Result<Grant> {
         check_name("lock name", name)?;
-        etcd_ttl(ttl)?;
+        let secs = etcd_ttl(ttl)?;
         self.writable()?;
-        let lock_key = self.lock_key(name);
-        let record = LockRecord::now().encode();
-        let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
-        if let Some((key, value)) = write {
-            then.push(TxnOp::put(
-                self.key("value", key),
-                encode_value(None, Some(value)),
-                None,
-            ));
+        // A pooled lease that etcd ended all the same (revoked by hand) is passed over.
+        for _ in 0..3 {
+            let Some(pooled) = self.pool.take(secs) else {
+                break;
+            };
+            let txn = self.grant_txn(name, write, pooled.id);
+            if let Some(grant) = block_for(self.timeout, self.grant_pooled(txn, pooled))? {
+                return Ok(grant);
+            }
         }
         let mut client = self.client();
         block_for(self.timeout, async move {
+            let asked_ns = clock::now_ns();
             let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
-            then.push(TxnOp::put(
-                lock_key.clone(),
-                record,
-                Some(PutOptions::new().with_lease(lease)),
-            ));
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    lock_key.clone(),
-                    CompareOp::Equal,
-                    0,
-                )])
-                .and_then(then)
-                .or_else([TxnOp::get(lock_key, None)]);
-            let response = match client.txn(txn).await {
+            let response = match client.txn(self.grant_txn(name, write, lease)).await {
                 Ok(response) => response,
                 Err(err) => {
                     // The grant may have landed; its lease then ends at its TTL if not here.
@@ -314,6 +335,8 @@ impl EtcdEngine {
                     token: token(revision),
                     lease,
                     ttl: secs,
+                    asked_ns,
+                    stream: None,
                 });
             }
             let _ = client.lease_revoke(lease).await;
@@ -322,6 +345,87 @@ impl EtcdEngine {
                 revision,
             })
         })
+    }
+
+    /// The grant's transaction with `lease`: the lock key put with it while absent, the last
+    /// grant rewritten, the acquire-and-put's value; or the key read.
+    fn grant_txn(&self, name: &str, write: Option<(&[u8], &[u8])>, lease: i64) -> Txn {
+        let lock_key = self.lock_key(name);
+        let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
+        if let Some((key, value)) = write {
+            then.push(TxnOp::put(
+                self.key("value", key),
+                encode_value(None, Some(value)),
+                None,
+            ));
+        }
+        then.push(TxnOp::put(
+            lock_key.clone(),
+            LockRecord::now().encode(),
+            Some(PutOptions::new().with_lease(lease)),
+        ));
+        Txn::new()
+            .when([Compare::create_revision(
+                lock_key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then(then)
+            .or_else([TxnOp::get(lock_key, None)])
+    }
+
+    /// A grant's transaction with the pooled lease `pooled`, and a keep-alive of that lease sent
+    /// at the same time: the holder's lease counts from before both were sent. `None` when etcd
+    /// had ended the lease (the grant tries again); a refused grant puts the lease back.
+    async fn grant_pooled(&self, txn: Txn, pooled: Pooled) -> Result<Option<Grant>> {
+        let (mut client, mut keeper) = (self.client(), self.client());
+        let asked_ns = clock::now_ns();
+        let (renewed, response) = tokio::join!(keeper.lease_keep_alive(pooled.id), client.txn(txn));
+        let response = match response {
+            Ok(response) => response,
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::NotFound =>
+            {
+                return Ok(None);
+            }
+            Err(err) => {
+                // The grant may have landed; its lease then ends at its TTL if not here.
+                let _ = client.lease_revoke(pooled.id).await;
+                return Err(client_error(err));
+            }
+        };
+        let revision = header_revision(&response);
+        if !response.succeeded() {
+            // Renewed, the lease goes back for the next grant; else it ends at its TTL.
+            match renewed {
+                Ok(_) => self.pool.put_back(pooled, asked_ns),
+                Err(_) => self.pool.discard(pooled),
+            }
+            return Ok(Some(Grant::Refused {
+                holder: first_kv(&response.op_responses()),
+                revision,
+            }));
+        }
+        match renewed {
+            Ok(stream) => Ok(Some(Grant::Granted {
+                token: token(revision),
+                lease: pooled.id,
+                ttl: pooled.secs,
+                asked_ns,
+                stream: Some(stream),
+            })),
+            // Ended after the transaction put the lock key with it, and the key with it.
+            Err(etcd_client::Error::LeaseKeepAliveError(message))
+                if message == "lease not found" =>
+            {
+                Ok(None)
+            }
+            Err(err) => {
+                // Not renewed: the lease may have less time left than asked; undone.
+                let _ = client.lease_revoke(pooled.id).await;
+                Err(client_error(err))
+            }
+        }
     }
 
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
@@ -812,6 +916,14 @@ impl Engine for EtcdEngine {
 
     fn verify(&self) -> Result<()> {
         self.check_records()
+    }
+
+    fn handle_opened(&self) {
+        self.pool.handle_opened();
+    }
+
+    fn handle_dropped(&self) {
+        self.pool.handle_dropped();
     }
 }
 
