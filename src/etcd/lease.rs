@@ -1,6 +1,14 @@
 //! A lease granted by an etcd store: the holder's side of an etcd lease that carries the lock
 //! key. The lease, not this process, decides: etcd deletes the lock key when the lease ends,
 //! and a keep-alive answered with TTL 0 says it has.
+//!
+//! The holder learns of a loss before anyone else can be granted the lock: it counts its lease
+//! from when the grant, keep-alive or extend that set it was *sent* (plus the TTL that request
+//! was granted, minus [`margin`]), never from when the answer came. etcd counts the same lease
+//! from when it handled the request, which is later, so etcd's expiry, and with it every later
+//! grant of the lock, comes after the holder's. An answer late or never (a partition) therefore
+//! moves nothing: the lease ends on this side at its deadline, the keep-alive task ends it
+//! there even while a renewal is still unanswered, and a lease known to be lost stays lost.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -277,12 +285,18 @@ impl EtcdLease {
                 let Some(state) = weak.upgrade() else {
                     return;
                 };
-                if state.state.signal.is_ended() {
+                if state.state.is_lost() {
+                    state.end();
                     return;
                 }
-                let renewed =
-                    tokio::time::timeout(state.remote.timeout, state.refresh_async(&mut stream))
-                        .await;
+                // Waited for until the lease's deadline at most: an answer after it moves
+                // nothing, so the lease ends on this side then, answered or not.
+                let left = state.state.remaining();
+                let renewed = tokio::time::timeout(
+                    state.remote.timeout.min(left),
+                    state.refresh_async(&mut stream),
+                )
+                .await;
                 match renewed {
                     Ok(Ok(())) => {}
                     Ok(Err(Error::LockLost { .. })) => {
@@ -312,9 +326,18 @@ impl Drop for EtcdLease {
 
 pub(crate) type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
+/// How much sooner than etcd a holder ends its lease, beyond counting from the request's send:
+/// 100 ms for the holder to act on the loss, and a thousandth of the TTL for a clock of
+/// etcd's that runs faster than this host's.
+fn margin(secs: i64) -> u64 {
+    100_000_000 + secs_ns(secs) / 1000
+}
+
 /// When a lease of `secs` asked for or renewed at `asked_ns` ends on the holder's side.
 fn deadline(asked_ns: u64, secs: i64) -> u64 {
-    asked_ns.saturating_add(secs_ns(secs))
+    asked_ns
+        .saturating_add(secs_ns(secs))
+        .saturating_sub(margin(secs))
 }
 
 impl LeaseHandle for EtcdLease {
