@@ -18,7 +18,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::pool::secs_ns;
+use super::pool::{secs_ns, Pooled};
 use super::records::{client_error, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, EtcdEngine};
@@ -223,7 +223,8 @@ impl EtcdLease {
             .map_err(|err| self.note(err))
     }
 
-    /// Revokes the etcd lease, which deletes the lock key at once if it is still this grant's.
+    /// Deletes the lock key while it is still this grant's, in one transaction, and gives the
+    /// etcd lease, which then carries nothing, back to the engine's pool (`pool.rs`).
     /// [`Error::LockLost`] when the lease was lost before: known lost, run out by this holder's
     /// clock (a lease known to be lost stays lost, as for an extend), or ended in etcd already.
     fn release_now(&self) -> Result<()> {
@@ -232,26 +233,42 @@ impl EtcdLease {
         }
         let known_lost = self.state.is_lost();
         let lease = self.lease.load(Ordering::Acquire);
+        let secs = self.ttl.load(Ordering::Acquire);
+        let key = self.remote.lock_key(&self.state.name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision(self.state.token),
+            )])
+            .and_then([TxnOp::delete(key, None)]);
         let mut client = self.remote.client();
-        let revoked = block_for(self.remote.timeout, async move {
-            match client.lease_revoke(lease).await {
-                Ok(_) => Ok(true),
-                // Ended already, at its TTL.
-                Err(etcd_client::Error::GRpcStatus(status))
-                    if status.code() == tonic::Code::NotFound =>
-                {
-                    Ok(false)
-                }
-                Err(err) => Err(client_error(err)),
-            }
+        let deleted = block_for(self.remote.timeout, async move {
+            let response = client.txn(txn).await.map_err(client_error)?;
+            Ok(response.succeeded())
         });
-        let lost = match revoked {
-            Ok(revoked) => known_lost || !revoked,
+        let lost = match deleted {
+            Ok(deleted) => known_lost || !deleted,
             Err(err) => {
                 self.state.released.store(false, Ordering::Release);
                 return Err(err);
             }
         };
+        // Renewed last at least a TTL before the holder's deadline (lease.rs counts it so).
+        let pooled = Pooled {
+            id: lease,
+            secs,
+            asked_ns: self
+                .state
+                .expires_ns
+                .load(Ordering::Acquire)
+                .saturating_sub(secs_ns(secs)),
+        };
+        if lost {
+            self.remote.pool.discard(pooled);
+        } else {
+            self.remote.pool.put_back(pooled);
+        }
         self.remote.holds.let_go(self.state.token);
         let refusal = lost.then(|| self.lost_now());
         self.end();

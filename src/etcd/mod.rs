@@ -374,13 +374,20 @@ impl EtcdEngine {
             .or_else([TxnOp::get(lock_key, None)])
     }
 
-    /// A grant's transaction with the pooled lease `pooled`, and a keep-alive of that lease sent
-    /// at the same time: the holder's lease counts from before both were sent. `None` when etcd
-    /// had ended the lease (the grant tries again); a refused grant puts the lease back.
-    async fn grant_pooled(&self, txn: Txn, pooled: Pooled) -> Result<Option<Grant>> {
+    /// A grant's transaction with the pooled lease `pooled`, alone while the lease is young,
+    /// else with a keep-alive of the lease sent at the same time, so that the holder's lease
+    /// counts from before both were sent (`pool.rs`). `None` when etcd had ended the lease (the
+    /// grant tries again); a refused grant puts the lease back.
+    async fn grant_pooled(&self, txn: Txn, mut pooled: Pooled) -> Result<Option<Grant>> {
         let (mut client, mut keeper) = (self.client(), self.client());
         let asked_ns = clock::now_ns();
-        let (renewed, response) = tokio::join!(keeper.lease_keep_alive(pooled.id), client.txn(txn));
+        let (renewed, response) = if pooled.is_young(asked_ns) {
+            (None, client.txn(txn).await)
+        } else {
+            let (renewed, response) =
+                tokio::join!(keeper.lease_keep_alive(pooled.id), client.txn(txn));
+            (Some(renewed), response)
+        };
         let response = match response {
             Ok(response) => response,
             Err(etcd_client::Error::GRpcStatus(status))
@@ -396,36 +403,42 @@ impl EtcdEngine {
         };
         let revision = header_revision(&response);
         if !response.succeeded() {
-            // Renewed, the lease goes back for the next grant; else it ends at its TTL.
+            // Renewed or young, the lease goes back for the next grant; else it is revoked.
             match renewed {
-                Ok(_) => self.pool.put_back(pooled, asked_ns),
-                Err(_) => self.pool.discard(pooled),
+                None => self.pool.put_back(pooled),
+                Some(Ok(_)) => {
+                    pooled.asked_ns = asked_ns;
+                    self.pool.put_back(pooled);
+                }
+                Some(Err(_)) => self.pool.discard(pooled),
             }
             return Ok(Some(Grant::Refused {
                 holder: first_kv(&response.op_responses()),
                 revision,
             }));
         }
-        match renewed {
-            Ok(stream) => Ok(Some(Grant::Granted {
-                token: token(revision),
-                lease: pooled.id,
-                ttl: pooled.secs,
-                asked_ns,
-                stream: Some(stream),
-            })),
+        let (asked_ns, stream) = match renewed {
+            None => (pooled.asked_ns, None),
+            Some(Ok(stream)) => (asked_ns, Some(stream)),
             // Ended after the transaction put the lock key with it, and the key with it.
-            Err(etcd_client::Error::LeaseKeepAliveError(message))
+            Some(Err(etcd_client::Error::LeaseKeepAliveError(message)))
                 if message == "lease not found" =>
             {
-                Ok(None)
+                return Ok(None);
             }
-            Err(err) => {
+            Some(Err(err)) => {
                 // Not renewed: the lease may have less time left than asked; undone.
                 let _ = client.lease_revoke(pooled.id).await;
-                Err(client_error(err))
+                return Err(client_error(err));
             }
-        }
+        };
+        Ok(Some(Grant::Granted {
+            token: token(revision),
+            lease: pooled.id,
+            ttl: pooled.secs,
+            asked_ns,
+            stream,
+        }))
     }
 
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.

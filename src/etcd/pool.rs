@@ -3,16 +3,22 @@
 //! a LeaseGrant first and the transaction after it.
 //!
 //! etcd counts a lease's TTL from its LeaseGrant or its last keep-alive, not from the put that
-//! attaches a key to it, so a lease that waited in the pool has less than its TTL left. A grant
-//! with a pooled lease therefore sends a keep-alive of that lease together with its transaction
-//! (two requests in flight, one round trip of waiting), and its holder counts the lease from
-//! when the keep-alive was sent, before the transaction was: etcd renews a lease for its whole
-//! TTL when the keep-alive arrives, which is after it was sent. So the lease a grant carries
-//! runs for its TTL counted from before the grant's transaction was sent, as a lease granted
-//! just before the transaction does (there a round trip earlier still). A grant whose
-//! transaction landed but whose keep-alive was not answered undoes itself (revokes the lease)
-//! and fails, rather than carry a lease of less time than asked.
+//! attaches a key to it, so a lease that waited in the pool has less than its TTL left:
 //!
+//! - A lease asked for less than a twentieth of its TTL ago (and less than a second) is used
+//!   as it is: the holder counts it from before its LeaseGrant or last keep-alive was sent, so
+//!   the lease a grant carries has at least its TTL left counted from before the grant's
+//!   transaction was sent, less that twentieth (at most 1 s). Under a steady stream of grants
+//!   every grant is of this kind: one transaction and nothing else.
+//! - An older one is renewed by a keep-alive sent together with the transaction (two requests
+//!   in flight, still one round trip of waiting): etcd renews the lease for its whole TTL when
+//!   the keep-alive arrives, after it was sent, so the holder counts its lease from before
+//!   both were sent and the grant carries its whole TTL. A grant whose transaction landed but
+//!   whose keep-alive was not answered undoes itself (revokes the lease) and fails, rather
+//!   than carry a lease of less time than asked.
+//! - A release deletes the lock key in one transaction (while it is still the grant's) and puts
+//!   the lease, which then carries nothing, back here, so that a store granting and releasing
+//!   in a loop reuses its few leases instead of asking for one per grant.
 //! - A pooled lease is used only while at least half its TTL is left by this process's clock,
 //!   counted from before its LeaseGrant was sent: its keep-alive then lands long before etcd
 //!   could end it. An older one is dropped (revoked, unless it has ended anyway) and the next
@@ -21,12 +27,13 @@
 //!   (`lease not found`) and the grant tries again.
 //! - Nothing renews a lease while it waits here: a lease this process forgets (a refill landing
 //!   after the store closed and failing to revoke, the process killed) ends at its TTL, and no
-//!   lock key is ever put with it, since the only put with a pooled lease is the grant's, which
-//!   first takes the lease out of the pool.
+//!   lock key is put with it while it is here: the only put with a pooled lease is the grant's,
+//!   which first takes the lease out of the pool, and a lease comes back only with its key
+//!   deleted (a released holder's) or never put (a refused grant's).
 //! - One pool per TTL in use, started by the first grant of that TTL, at most [`DEPTH`] leases
-//!   each, refilled in the background on the etcd runtime whenever a grant takes one; at most
+//!   each, refilled in the background on the etcd runtime when grants took half; at most
 //!   [`TTLS`] TTLs, the least recently used pool is dropped for a new one. A refused grant puts
-//!   its lease back (renewed by the grant's keep-alive), so waiting acquires take no leases.
+//!   its lease back, so waiting acquires take no leases.
 //! - While the engine has no [`crate::Store`] handle (the last one closed), the pool holds
 //!   nothing: closing revokes what it held, and refills landing after that revoke theirs.
 
@@ -55,6 +62,12 @@ pub(crate) struct Pooled {
 }
 
 impl Pooled {
+    /// Whether it is young enough at `now_ns` for a grant to carry it unrenewed: asked for less
+    /// than a twentieth of its TTL ago, and less than a second.
+    pub(crate) fn is_young(&self, now_ns: u64) -> bool {
+        now_ns.saturating_sub(self.asked_ns) < (secs_ns(self.secs) / 20).min(1_000_000_000)
+    }
+
     /// Whether at least half its TTL is left at `now_ns`.
     fn is_fresh(&self, now_ns: u64) -> bool {
         now_ns.saturating_sub(self.asked_ns) < secs_ns(self.secs) / 2
@@ -185,7 +198,10 @@ impl Pool {
                 }
                 stale.push(lease);
             }
-            let refills = DEPTH.saturating_sub(ready.leases.len() + ready.filling);
+            // Refilled below half the depth only, so that one taken and given back by its
+            // release (a grant-and-release loop) starts no refill.
+            let have = ready.leases.len() + ready.filling;
+            let refills = if have < DEPTH / 2 { DEPTH - have } else { 0 };
             ready.filling += refills;
             (found, refills)
         };
@@ -196,9 +212,9 @@ impl Pool {
         found
     }
 
-    /// Puts back a lease a refused grant renewed at `asked_ns`, or revokes it.
-    pub(crate) fn put_back(&self, mut lease: Pooled, asked_ns: u64) {
-        lease.asked_ns = asked_ns;
+    /// Puts back a lease that carries no key (a refused grant's, a released holder's), or
+    /// revokes it when the pool is closed or full.
+    pub(crate) fn put_back(&self, lease: Pooled) {
         let refused = {
             let mut state = self.shared.state.lock();
             let open = state.handles > 0;
@@ -213,7 +229,7 @@ impl Pool {
         self.revoke_later(refused);
     }
 
-    /// Revokes a lease that a refused grant could not renew.
+    /// Revokes a lease that is not put back.
     pub(crate) fn discard(&self, lease: Pooled) {
         self.revoke_later(Some(lease));
     }
@@ -240,7 +256,7 @@ impl Pool {
                 let open = state.handles > 0;
                 let ready = state.ttls.iter_mut().find(|ready| ready.secs == secs);
                 match (ready, id) {
-                    (Some(ready), Some(id)) if open => {
+                    (Some(ready), Some(id)) if open && ready.leases.len() < DEPTH => {
                         ready.filling = ready.filling.saturating_sub(1);
                         ready.leases.push_back(Pooled { id, secs, asked_ns });
                         None
