@@ -7,8 +7,10 @@
 //! - A fenced write is one transaction that compares the key's recorded token with the
 //!   writer's; a holder's write compares, in the same transaction, the lock key's create
 //!   revision with the holder's token. An acquire-and-put is the grant's transaction.
-//! - A waiting acquire watches the lock key for its delete; extend and keep-alive are etcd
-//!   keep-alives, and a keep-alive answered with TTL 0 tells the holder its lease is lost.
+//! - A waiting acquire queues behind the earlier ones, as etcd's `concurrency.Mutex` does
+//!   (`queue.rs`), and watches for the delete of the key just ahead of it; extend and
+//!   keep-alive are etcd keep-alives, and a keep-alive answered with TTL 0 tells the holder its
+//!   lease is lost.
 //!
 //! Every call is refused or applied as a whole: the checks are compares of the transaction that
 //! writes. An answer lost with the connection leaves the outcome unknown, as on any network
@@ -19,6 +21,7 @@
 
 mod lease;
 mod pool;
+mod queue;
 mod records;
 mod runtime;
 pub(crate) mod url;
@@ -92,7 +95,6 @@ enum Grant {
     },
     Refused {
         holder: Option<KeyValue>,
-        revision: i64,
     },
 }
 
@@ -229,32 +231,29 @@ impl EtcdEngine {
             };
         };
         crate::base::cancel::check(waiting.cancel)?;
-        loop {
-            match self.grant(name, ttl, None)? {
-                Grant::Granted {
-                    token,
-                    lease,
-                    ttl,
-                    asked_ns,
-                    stream,
-                } => {
-                    return Ok(self.holder(name, token, lease, ttl, asked_ns, stream));
-                }
-                Grant::Refused { revision, holder } => {
-                    waiting.step()?;
-                    // A lock key of a lease this thread holds through this engine ends only
-                    // with that lease.
-                    let held = holder.map(|kv| token(kv.create_revision()));
-                    if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
-                        return Err(Error::WouldDeadlock {
-                            name: name.to_owned(),
-                            token,
-                        });
-                    }
-                    self.wait_deleted(name, revision + 1, waiting)?;
+        // A first try, behind whoever is queued; then the queue (queue.rs).
+        match self.grant(name, ttl, None)? {
+            Grant::Granted {
+                token,
+                lease,
+                ttl,
+                asked_ns,
+                stream,
+            } => return Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
+            Grant::Refused { holder, .. } => {
+                waiting.step()?;
+                // A lock key of a lease this thread holds through this engine ends only
+                // with that lease.
+                let held = holder.map(|kv| token(kv.create_revision()));
+                if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
+                    return Err(Error::WouldDeadlock {
+                        name: name.to_owned(),
+                        token,
+                    });
                 }
             }
         }
+        self.wait_in_queue(name, ttl, waiting)
     }
 
     fn holder(
@@ -342,7 +341,6 @@ impl EtcdEngine {
             let _ = client.lease_revoke(lease).await;
             Ok(Grant::Refused {
                 holder: first_kv(&response.op_responses()),
-                revision,
             })
         })
     }
@@ -365,11 +363,10 @@ impl EtcdEngine {
             Some(PutOptions::new().with_lease(lease)),
         ));
         Txn::new()
-            .when([Compare::create_revision(
-                lock_key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
+            .when([
+                Compare::create_revision(lock_key.clone(), CompareOp::Equal, 0),
+                self.none_waiting(name),
+            ])
             .and_then(then)
             .or_else([TxnOp::get(lock_key, None)])
     }
@@ -414,7 +411,6 @@ impl EtcdEngine {
             }
             return Ok(Some(Grant::Refused {
                 holder: first_kv(&response.op_responses()),
-                revision,
             }));
         }
         let (asked_ns, stream) = match renewed {
@@ -444,7 +440,7 @@ impl EtcdEngine {
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
     fn locked(&self, holder: Option<KeyValue>) -> Error {
         let Some(kv) = holder else {
-            // Not reached: the refused transaction reads the key its compare found.
+            // Free, but waiters are queued for it (queue.rs): the first of them takes it next.
             return Error::Locked {
                 token: 0,
                 pid: 0,
@@ -466,10 +462,9 @@ impl EtcdEngine {
         Ok(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
     }
 
-    /// Waits until the lock `name` is deleted at or after revision `from`: released, or its
-    /// lease ended.
-    fn wait_deleted(&self, name: &str, from: i64, waiting: Waiting<'_>) -> Result<()> {
-        let key = self.lock_key(name);
+    /// Waits until `key` (a lock key, or a waiter's) is deleted at or after revision `from`:
+    /// released, or its lease ended.
+    fn wait_deleted(&self, key: Vec<u8>, from: i64, waiting: Waiting<'_>) -> Result<()> {
         let mut client = self.client();
         runtime::block(async move {
             let options = WatchOptions::new()

@@ -70,3 +70,40 @@ fn a_cut_off_holder_reports_its_loss_before_another_is_granted_the_lock() {
         second.release().unwrap();
     });
 }
+
+/// A queued waiter cut off past its TTL loses its place: etcd ends its lease and its waiter key
+/// with it, and the waiter queued behind it is granted the lock at the holder's release.
+#[test]
+fn a_queued_waiter_whose_lease_ended_is_passed_over() {
+    let etcd = Cluster::single();
+    let proxy = Proxy::start(etcd.members[0].client_port);
+    let options = Options {
+        busy_timeout: Duration::from_secs(10),
+        ..Options::default()
+    };
+    let cut = Store::open_with(format!("etcd://127.0.0.1:{}/queue", proxy.port), &options)
+        .expect("open through the proxy");
+    let direct = etcd.open("queue");
+    let holder = direct.acquire("job", Duration::from_secs(30)).unwrap();
+    thread::scope(|scope| {
+        let first = scope.spawn(|| cut.acquire_wait("job", ETCD_MIN_TTL, Duration::from_secs(60)));
+        // Time for each waiter to join the queue before the next step.
+        thread::sleep(Duration::from_millis(500));
+        proxy.freeze();
+        let behind =
+            scope.spawn(|| direct.acquire_wait("job", ETCD_MIN_TTL, Duration::from_secs(60)));
+        thread::sleep(Duration::from_millis(500));
+        // Past the cut-off waiter's TTL, and etcd's half-second look at expired leases.
+        thread::sleep(ETCD_MIN_TTL + Duration::from_secs(1));
+        holder.release().unwrap();
+        let second = behind
+            .join()
+            .unwrap()
+            .expect("the waiter behind the cut-off one is granted the lock");
+        proxy.thaw();
+        let first = first.join().unwrap();
+        assert!(first.is_err(), "the cut-off waiter was granted: {first:?}");
+        assert!(second.is_held().unwrap());
+        second.release().unwrap();
+    });
+}
