@@ -16,7 +16,9 @@
 //! same program, started again with `FENCELOCK_COMPARE_WORKER` set. Redis runs only when
 //! `redis-server` is on PATH; it listens on a free loopback port, in a temporary directory, and
 //! is killed at exit. The etcd rows run when the bench is built with `--features etcd` and
-//! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`).
+//! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`);
+//! `etcd-get` is one plain Get a cycle, the round trip a grant on etcd is measured against
+//! (`-- --only etcd-get,etcd-1 --workloads one-thread`).
 
 #[path = "compare/clients.rs"]
 mod clients;
@@ -276,6 +278,9 @@ fn run_cell(
     let (workers, processes) = workload.workers();
     if processes && !system.multi_process() {
         return (Outcome::Skipped("one process only"), None);
+    }
+    if system == System::EtcdGet && workload != Workload::OneThread {
+        return (Outcome::Skipped("the round trip, one thread only"), None);
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let target = if system.is_redis() {

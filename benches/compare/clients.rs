@@ -49,10 +49,13 @@ pub enum System {
     EtcdOne,
     /// fencelock on a three-node etcd cluster on loopback.
     EtcdThree,
+    /// One plain etcd Get a cycle on a node of its own like `EtcdOne`'s: the round trip a
+    /// grant on etcd is measured against (one thread only).
+    EtcdGet,
 }
 
 impl System {
-    pub const ALL: [System; 12] = [
+    pub const ALL: [System; 13] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
@@ -63,6 +66,7 @@ impl System {
         System::Flock,
         System::Ofd,
         System::OfdDurable,
+        System::EtcdGet,
         System::EtcdOne,
         System::EtcdThree,
     ];
@@ -82,6 +86,7 @@ impl System {
             System::OfdDurable => "kernel: OFD lock + durable token (pwrite+fdatasync)",
             System::EtcdOne => "fencelock on etcd (1 node, loopback)",
             System::EtcdThree => "fencelock on etcd (3 nodes, loopback)",
+            System::EtcdGet => "etcd alone: one Get (1 node, loopback)",
         }
     }
 
@@ -100,6 +105,7 @@ impl System {
             System::OfdDurable => "ofd-durable",
             System::EtcdOne => "etcd-1",
             System::EtcdThree => "etcd-3",
+            System::EtcdGet => "etcd-get",
         }
     }
 
@@ -109,7 +115,7 @@ impl System {
 
     /// Whether several processes can share it.
     pub fn multi_process(self) -> bool {
-        self != System::FencelockSingle
+        !matches!(self, System::FencelockSingle | System::EtcdGet)
     }
 
     pub fn is_fencelock(self) -> bool {
@@ -129,7 +135,7 @@ impl System {
     /// The etcd members it needs, if it is an etcd system.
     pub fn etcd_members(self) -> Option<usize> {
         match self {
-            System::EtcdOne => Some(1),
+            System::EtcdOne | System::EtcdGet => Some(1),
             System::EtcdThree => Some(3),
             _ => None,
         }
@@ -282,7 +288,8 @@ impl Shared {
             | System::RedisEverysec
             | System::Flock
             | System::Ofd
-            | System::OfdDurable => None,
+            | System::OfdDurable
+            | System::EtcdGet => None,
         };
         Shared {
             system,
@@ -314,6 +321,12 @@ impl Shared {
                 store: self.store.clone().expect("the store opened in prepare"),
             }),
             System::Sqlite => Box::new(SqliteClient::connect(self.target.dir())),
+            System::EtcdGet => {
+                let Target::Etcd(url) = &self.target else {
+                    panic!("etcd without a store string")
+                };
+                etcd_get_client(url)
+            }
             System::RedisAlways | System::RedisEverysec => {
                 let Target::Redis(port) = self.target else {
                     panic!("Redis without a port")
@@ -819,6 +832,53 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A plain etcd client doing one Get a cycle (`try_acquire` reads the key, `release` does
+/// nothing), waited on from this thread as fencelock waits on its runtime.
+#[cfg(feature = "etcd")]
+struct EtcdGetClient {
+    runtime: tokio::runtime::Runtime,
+    client: etcd_client::Client,
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_get_client(url: &str) -> Box<dyn Client> {
+    let endpoint = url
+        .strip_prefix("etcd://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an etcd store string");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let client = runtime
+        .block_on(etcd_client::Client::connect([endpoint], None))
+        .expect("connect to etcd");
+    Box::new(EtcdGetClient { runtime, client })
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_get_client(_url: &str) -> Box<dyn Client> {
+    unreachable!("the etcd rows are skipped without the etcd feature")
+}
+
+#[cfg(feature = "etcd")]
+impl Client for EtcdGetClient {
+    fn try_acquire(&mut self, name: &str) -> Option<Lease> {
+        let mut client = self.client.clone();
+        self.runtime
+            .block_on(client.get(name, None))
+            .expect("etcd get");
+        Some(Lease::File(name.to_owned()))
+    }
+
+    fn write(&mut self, _lease: &Lease, _key: &str, _value: &[u8]) {
+        unreachable!("the Get row runs one thread's acquire+release only")
+    }
+
+    fn release(&mut self, _lease: Lease) {}
 }
 
 #[path = "../../tests/etcd/cluster.rs"]

@@ -345,7 +345,7 @@ fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
     out
 }
 
-const COLORS: [(System, &str); 12] = [
+const COLORS: [(System, &str); 13] = [
     (System::FencelockMulti, "#1f6feb"),
     (System::FencelockAlone, "#a5b4fc"),
     (System::FencelockSingle, "#79b8ff"),
@@ -356,6 +356,7 @@ const COLORS: [(System, &str); 12] = [
     (System::Flock, "#9ca3af"),
     (System::Ofd, "#6b7280"),
     (System::OfdDurable, "#374151"),
+    (System::EtcdGet, "#14532d"),
     (System::EtcdOne, "#16a34a"),
     (System::EtcdThree, "#86efac"),
 ];

@@ -1,14 +1,24 @@
 //! A lease granted by an etcd store: the holder's side of an etcd lease that carries the lock
 //! key. The lease, not this process, decides: etcd deletes the lock key when the lease ends,
 //! and a keep-alive answered with TTL 0 says it has.
+//!
+//! The holder learns of a loss before anyone else can be granted the lock: it counts its lease
+//! from when the grant, keep-alive or extend that set it was *sent* (plus the TTL that request
+//! was granted, minus [`margin`]), never from when the answer came. etcd counts the same lease
+//! from when it handled the request, which is later, so etcd's expiry, and with it every later
+//! grant of the lock, comes after the holder's. An answer late or never (a partition) therefore
+//! moves nothing: the lease ends on this side at its deadline, the keep-alive task ends it
+//! there even while a renewal is still unanswered, and a lease known to be lost stays lost.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::pool::{secs_ns, Pooled};
 use super::records::{client_error, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, EtcdEngine};
@@ -27,6 +37,8 @@ pub(crate) struct EtcdLease {
     /// Wakes the keep-alive task when the lease is released.
     stop: Arc<Notify>,
     keeping: AtomicBool,
+    /// The keep-alive stream the grant renewed a pooled lease on, for the keep-alive task.
+    stream: Mutex<Option<KeepAlive>>,
 }
 
 impl EtcdLease {
@@ -34,19 +46,19 @@ impl EtcdLease {
         remote: Arc<EtcdEngine>,
         name: String,
         token: u64,
-        lease: i64,
-        ttl: i64,
+        (lease, ttl): (i64, i64),
         asked_ns: u64,
+        stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
-        let expires_ns = asked_ns.saturating_add(secs_ns(ttl));
         remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
-            state: LeaseState::new(name, Kind::Exclusive, token, expires_ns),
+            state: LeaseState::new(name, Kind::Exclusive, token, deadline(asked_ns, ttl)),
             lease: AtomicI64::new(lease),
             ttl: AtomicI64::new(ttl),
             stop: Arc::new(Notify::new()),
             keeping: AtomicBool::new(false),
+            stream: Mutex::new(stream),
         })
     }
 
@@ -137,7 +149,7 @@ impl EtcdLease {
         }
         self.state
             .expires_ns
-            .store(asked.saturating_add(secs_ns(ttl)), Ordering::Release);
+            .store(deadline(asked, ttl), Ordering::Release);
         Ok(())
     }
 
@@ -179,7 +191,7 @@ impl EtcdLease {
         self.ttl.store(secs, Ordering::Release);
         self.state
             .expires_ns
-            .store(asked.saturating_add(secs_ns(secs)), Ordering::Release);
+            .store(deadline(asked, secs), Ordering::Release);
         Ok(())
     }
 
@@ -211,7 +223,8 @@ impl EtcdLease {
             .map_err(|err| self.note(err))
     }
 
-    /// Revokes the etcd lease, which deletes the lock key at once if it is still this grant's.
+    /// Deletes the lock key while it is still this grant's, in one transaction, and gives the
+    /// etcd lease, which then carries nothing, back to the engine's pool (`pool.rs`).
     /// [`Error::LockLost`] when the lease was lost before: known lost, run out by this holder's
     /// clock (a lease known to be lost stays lost, as for an extend), or ended in etcd already.
     fn release_now(&self) -> Result<()> {
@@ -220,26 +233,42 @@ impl EtcdLease {
         }
         let known_lost = self.state.is_lost();
         let lease = self.lease.load(Ordering::Acquire);
+        let secs = self.ttl.load(Ordering::Acquire);
+        let key = self.remote.lock_key(&self.state.name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision(self.state.token),
+            )])
+            .and_then([TxnOp::delete(key, None)]);
         let mut client = self.remote.client();
-        let revoked = block_for(self.remote.timeout, async move {
-            match client.lease_revoke(lease).await {
-                Ok(_) => Ok(true),
-                // Ended already, at its TTL.
-                Err(etcd_client::Error::GRpcStatus(status))
-                    if status.code() == tonic::Code::NotFound =>
-                {
-                    Ok(false)
-                }
-                Err(err) => Err(client_error(err)),
-            }
+        let deleted = block_for(self.remote.timeout, async move {
+            let response = client.txn(txn).await.map_err(client_error)?;
+            Ok(response.succeeded())
         });
-        let lost = match revoked {
-            Ok(revoked) => known_lost || !revoked,
+        let lost = match deleted {
+            Ok(deleted) => known_lost || !deleted,
             Err(err) => {
                 self.state.released.store(false, Ordering::Release);
                 return Err(err);
             }
         };
+        // Renewed last at least a TTL before the holder's deadline (lease.rs counts it so).
+        let pooled = Pooled {
+            id: lease,
+            secs,
+            asked_ns: self
+                .state
+                .expires_ns
+                .load(Ordering::Acquire)
+                .saturating_sub(secs_ns(secs)),
+        };
+        if lost {
+            self.remote.pool.discard(pooled);
+        } else {
+            self.remote.pool.put_back(pooled);
+        }
         self.remote.holds.let_go(self.state.token);
         let refusal = lost.then(|| self.lost_now());
         self.end();
@@ -263,8 +292,8 @@ impl EtcdLease {
         // cluster unreachable) stops being renewed, and its lease ends at its TTL.
         let weak = Arc::downgrade(&self);
         let stop = Arc::clone(&self.stop);
+        let mut stream = self.stream.lock().take();
         runtime::spawn(async move {
-            let mut stream = None;
             loop {
                 tokio::select! {
                     () = stop.notified() => return,
@@ -273,12 +302,18 @@ impl EtcdLease {
                 let Some(state) = weak.upgrade() else {
                     return;
                 };
-                if state.state.signal.is_ended() {
+                if state.state.is_lost() {
+                    state.end();
                     return;
                 }
-                let renewed =
-                    tokio::time::timeout(state.remote.timeout, state.refresh_async(&mut stream))
-                        .await;
+                // Waited for until the lease's deadline at most: an answer after it moves
+                // nothing, so the lease ends on this side then, answered or not.
+                let left = state.state.remaining();
+                let renewed = tokio::time::timeout(
+                    state.remote.timeout.min(left),
+                    state.refresh_async(&mut stream),
+                )
+                .await;
                 match renewed {
                     Ok(Ok(())) => {}
                     Ok(Err(Error::LockLost { .. })) => {
@@ -306,12 +341,20 @@ impl Drop for EtcdLease {
     }
 }
 
-type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+pub(crate) type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
 
-fn secs_ns(secs: i64) -> u64 {
-    u64::try_from(secs)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
+/// How much sooner than etcd a holder ends its lease, beyond counting from the request's send:
+/// 100 ms for the holder to act on the loss, and a thousandth of the TTL for a clock of
+/// etcd's that runs faster than this host's.
+fn margin(secs: i64) -> u64 {
+    100_000_000 + secs_ns(secs) / 1000
+}
+
+/// When a lease of `secs` asked for or renewed at `asked_ns` ends on the holder's side.
+fn deadline(asked_ns: u64, secs: i64) -> u64 {
+    asked_ns
+        .saturating_add(secs_ns(secs))
+        .saturating_sub(margin(secs))
 }
 
 impl LeaseHandle for EtcdLease {

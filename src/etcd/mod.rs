@@ -7,8 +7,10 @@
 //! - A fenced write is one transaction that compares the key's recorded token with the
 //!   writer's; a holder's write compares, in the same transaction, the lock key's create
 //!   revision with the holder's token. An acquire-and-put is the grant's transaction.
-//! - A waiting acquire watches the lock key for its delete; extend and keep-alive are etcd
-//!   keep-alives, and a keep-alive answered with TTL 0 tells the holder its lease is lost.
+//! - A waiting acquire queues behind the earlier ones, as etcd's `concurrency.Mutex` does
+//!   (`queue.rs`), and watches for the delete of the key just ahead of it; extend and
+//!   keep-alive are etcd keep-alives, and a keep-alive answered with TTL 0 tells the holder its
+//!   lease is lost.
 //!
 //! Every call is refused or applied as a whole: the checks are compares of the transaction that
 //! writes. An answer lost with the connection leaves the outcome unknown, as on any network
@@ -18,6 +20,8 @@
 //! rules and the engine layer; nothing of the local engine.
 
 mod lease;
+mod pool;
+mod queue;
 mod records;
 mod runtime;
 pub(crate) mod url;
@@ -49,6 +53,8 @@ use records::{
 use runtime::block_for;
 
 pub(crate) use lease::EtcdLease;
+use lease::KeepAlive;
+use pool::{Pool, Pooled};
 
 /// The shortest TTL etcd keeps as asked: with its default timing (100 ms heartbeat, 1 s
 /// election timeout) etcd raises every lease below 1.5 s, and TTLs are whole seconds.
@@ -72,6 +78,8 @@ pub(crate) struct EtcdEngine {
     timeout: Duration,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
+    /// Leases obtained ahead of need (`pool.rs`).
+    pool: Pool,
 }
 
 /// A grant's transaction: granted with its token, or refused while `holder` holds the lock.
@@ -80,10 +88,13 @@ enum Grant {
         token: u64,
         lease: i64,
         ttl: i64,
+        /// `CLOCK_BOOTTIME` ns before the lease was asked for or renewed.
+        asked_ns: u64,
+        /// The keep-alive stream a pooled lease was renewed on.
+        stream: Option<KeepAlive>,
     },
     Refused {
         holder: Option<KeyValue>,
-        revision: i64,
     },
 }
 
@@ -140,6 +151,7 @@ impl EtcdEngine {
             this: this.clone(),
             text: PathBuf::from(text),
             root: url.root(),
+            pool: Pool::new(client.clone(), timeout),
             client,
             read_only: options.read_only,
             max_value_len: options.max_value_len,
@@ -208,42 +220,60 @@ impl EtcdEngine {
         }
         let Some(waiting) = request.wait else {
             return match self.grant(name, ttl, request.write)? {
-                Grant::Granted { token, lease, ttl } => Ok(self.holder(name, token, lease, ttl)),
+                Grant::Granted {
+                    token,
+                    lease,
+                    ttl,
+                    asked_ns,
+                    stream,
+                } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
                 Grant::Refused { holder, .. } => Err(self.locked(holder)),
             };
         };
         crate::base::cancel::check(waiting.cancel)?;
-        loop {
-            match self.grant(name, ttl, None)? {
-                Grant::Granted { token, lease, ttl } => {
-                    return Ok(self.holder(name, token, lease, ttl));
-                }
-                Grant::Refused { revision, holder } => {
-                    waiting.step()?;
-                    // A lock key of a lease this thread holds through this engine ends only
-                    // with that lease.
-                    let held = holder.map(|kv| token(kv.create_revision()));
-                    if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
-                        return Err(Error::WouldDeadlock {
-                            name: name.to_owned(),
-                            token,
-                        });
-                    }
-                    self.wait_deleted(name, revision + 1, waiting)?;
+        // A first try, behind whoever is queued; then the queue (queue.rs).
+        match self.grant(name, ttl, None)? {
+            Grant::Granted {
+                token,
+                lease,
+                ttl,
+                asked_ns,
+                stream,
+            } => return Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
+            Grant::Refused { holder, .. } => {
+                waiting.step()?;
+                // A lock key of a lease this thread holds through this engine ends only
+                // with that lease.
+                let held = holder.map(|kv| token(kv.create_revision()));
+                if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
+                    return Err(Error::WouldDeadlock {
+                        name: name.to_owned(),
+                        token,
+                    });
                 }
             }
         }
+        self.wait_in_queue(name, ttl, waiting)
     }
 
-    fn holder(&self, name: &str, token: u64, lease: i64, ttl: i64) -> Arc<EtcdLease> {
+    fn holder(
+        &self,
+        name: &str,
+        token: u64,
+        lease: i64,
+        ttl: i64,
+        asked_ns: u64,
+        stream: Option<KeepAlive>,
+    ) -> Arc<EtcdLease> {
+        // Counted from before the lease was asked for or renewed: never later than etcd's own
+        // expiry, which counts from when etcd handled the request.
         EtcdLease::new(
             self.arc(),
             name.to_owned(),
             token,
-            lease,
-            ttl,
-            // Counted from before the lease was asked for: never later than etcd's own expiry.
-            clock::now_ns(),
+            (lease, ttl),
+            asked_ns,
+            stream,
         )
     }
 
@@ -268,39 +298,29 @@ impl EtcdEngine {
         Ok((granted.id(), secs))
     }
 
-    /// One grant attempt: a new lease, then one transaction that puts the lock key with it
-    /// only while the key is absent (and the acquire-and-put's value with the same token).
+    /// One grant attempt: one transaction that puts the lock key with a lease only while the
+    /// key is absent (and the acquire-and-put's value with the same token). The lease is a
+    /// pooled one, renewed by a keep-alive sent with the transaction (one round trip,
+    /// `pool.rs`), or else a new one asked for first.
     fn grant(&self, name: &str, ttl: Duration, write: Option<(&[u8], &[u8])>) -> Result<Grant> {
         check_name("lock name", name)?;
-        etcd_ttl(ttl)?;
+        let secs = etcd_ttl(ttl)?;
         self.writable()?;
-        let lock_key = self.lock_key(name);
-        let record = LockRecord::now().encode();
-        let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
-        if let Some((key, value)) = write {
-            then.push(TxnOp::put(
-                self.key("value", key),
-                encode_value(None, Some(value)),
-                None,
-            ));
+        // A pooled lease that etcd ended all the same (revoked by hand) is passed over.
+        for _ in 0..3 {
+            let Some(pooled) = self.pool.take(secs) else {
+                break;
+            };
+            let txn = self.grant_txn(name, write, pooled.id);
+            if let Some(grant) = block_for(self.timeout, self.grant_pooled(txn, pooled))? {
+                return Ok(grant);
+            }
         }
         let mut client = self.client();
         block_for(self.timeout, async move {
+            let asked_ns = clock::now_ns();
             let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
-            then.push(TxnOp::put(
-                lock_key.clone(),
-                record,
-                Some(PutOptions::new().with_lease(lease)),
-            ));
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    lock_key.clone(),
-                    CompareOp::Equal,
-                    0,
-                )])
-                .and_then(then)
-                .or_else([TxnOp::get(lock_key, None)]);
-            let response = match client.txn(txn).await {
+            let response = match client.txn(self.grant_txn(name, write, lease)).await {
                 Ok(response) => response,
                 Err(err) => {
                     // The grant may have landed; its lease then ends at its TTL if not here.
@@ -314,20 +334,113 @@ impl EtcdEngine {
                     token: token(revision),
                     lease,
                     ttl: secs,
+                    asked_ns,
+                    stream: None,
                 });
             }
             let _ = client.lease_revoke(lease).await;
             Ok(Grant::Refused {
                 holder: first_kv(&response.op_responses()),
-                revision,
             })
         })
+    }
+
+    /// The grant's transaction with `lease`: the lock key put with it while absent, the last
+    /// grant rewritten, the acquire-and-put's value; or the key read.
+    fn grant_txn(&self, name: &str, write: Option<(&[u8], &[u8])>, lease: i64) -> Txn {
+        let lock_key = self.lock_key(name);
+        let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
+        if let Some((key, value)) = write {
+            then.push(TxnOp::put(
+                self.key("value", key),
+                encode_value(None, Some(value)),
+                None,
+            ));
+        }
+        then.push(TxnOp::put(
+            lock_key.clone(),
+            LockRecord::now().encode(),
+            Some(PutOptions::new().with_lease(lease)),
+        ));
+        Txn::new()
+            .when([
+                Compare::create_revision(lock_key.clone(), CompareOp::Equal, 0),
+                self.none_waiting(name),
+            ])
+            .and_then(then)
+            .or_else([TxnOp::get(lock_key, None)])
+    }
+
+    /// A grant's transaction with the pooled lease `pooled`, alone while the lease is young,
+    /// else with a keep-alive of the lease sent at the same time, so that the holder's lease
+    /// counts from before both were sent (`pool.rs`). `None` when etcd had ended the lease (the
+    /// grant tries again); a refused grant puts the lease back.
+    async fn grant_pooled(&self, txn: Txn, mut pooled: Pooled) -> Result<Option<Grant>> {
+        let (mut client, mut keeper) = (self.client(), self.client());
+        let asked_ns = clock::now_ns();
+        let (renewed, response) = if pooled.is_young(asked_ns) {
+            (None, client.txn(txn).await)
+        } else {
+            let (renewed, response) =
+                tokio::join!(keeper.lease_keep_alive(pooled.id), client.txn(txn));
+            (Some(renewed), response)
+        };
+        let response = match response {
+            Ok(response) => response,
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.code() == tonic::Code::NotFound =>
+            {
+                return Ok(None);
+            }
+            Err(err) => {
+                // The grant may have landed; its lease then ends at its TTL if not here.
+                let _ = client.lease_revoke(pooled.id).await;
+                return Err(client_error(err));
+            }
+        };
+        let revision = header_revision(&response);
+        if !response.succeeded() {
+            // Renewed or young, the lease goes back for the next grant; else it is revoked.
+            match renewed {
+                None => self.pool.put_back(pooled),
+                Some(Ok(_)) => {
+                    pooled.asked_ns = asked_ns;
+                    self.pool.put_back(pooled);
+                }
+                Some(Err(_)) => self.pool.discard(pooled),
+            }
+            return Ok(Some(Grant::Refused {
+                holder: first_kv(&response.op_responses()),
+            }));
+        }
+        let (asked_ns, stream) = match renewed {
+            None => (pooled.asked_ns, None),
+            Some(Ok(stream)) => (asked_ns, Some(stream)),
+            // Ended after the transaction put the lock key with it, and the key with it.
+            Some(Err(etcd_client::Error::LeaseKeepAliveError(message)))
+                if message == "lease not found" =>
+            {
+                return Ok(None);
+            }
+            Some(Err(err)) => {
+                // Not renewed: the lease may have less time left than asked; undone.
+                let _ = client.lease_revoke(pooled.id).await;
+                return Err(client_error(err));
+            }
+        };
+        Ok(Some(Grant::Granted {
+            token: token(revision),
+            lease: pooled.id,
+            ttl: pooled.secs,
+            asked_ns,
+            stream,
+        }))
     }
 
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
     fn locked(&self, holder: Option<KeyValue>) -> Error {
         let Some(kv) = holder else {
-            // Not reached: the refused transaction reads the key its compare found.
+            // Free, but waiters are queued for it (queue.rs): the first of them takes it next.
             return Error::Locked {
                 token: 0,
                 pid: 0,
@@ -349,10 +462,9 @@ impl EtcdEngine {
         Ok(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
     }
 
-    /// Waits until the lock `name` is deleted at or after revision `from`: released, or its
-    /// lease ended.
-    fn wait_deleted(&self, name: &str, from: i64, waiting: Waiting<'_>) -> Result<()> {
-        let key = self.lock_key(name);
+    /// Waits until `key` (a lock key, or a waiter's) is deleted at or after revision `from`:
+    /// released, or its lease ended.
+    fn wait_deleted(&self, key: Vec<u8>, from: i64, waiting: Waiting<'_>) -> Result<()> {
         let mut client = self.client();
         runtime::block(async move {
             let options = WatchOptions::new()
@@ -812,6 +924,14 @@ impl Engine for EtcdEngine {
 
     fn verify(&self) -> Result<()> {
         self.check_records()
+    }
+
+    fn handle_opened(&self) {
+        self.pool.handle_opened();
+    }
+
+    fn handle_dropped(&self) {
+        self.pool.handle_dropped();
     }
 }
 

@@ -10,6 +10,9 @@
 //!   token is this write's own revision": the write of an acquire-and-put, whose token is not
 //!   known before its transaction commits.
 //! - `P/@/fence/<resource>`: the highest token an external fence accepted, 8 big-endian bytes.
+//! - `P/@/waiters/<name>\0<lease>`: a waiting acquire of the lock `name` in its queue, put with
+//!   the etcd lease (16 hex digits) it will hold the lock with; its create revision is its
+//!   place (queue.rs). Value: empty.
 //!
 //! The segment `@` makes nested prefixes separate stores: `etcd://h/app` and
 //! `etcd://h/app/lock` must not share a key, as they did when the keys were `P/lock/<name>`

@@ -1,8 +1,12 @@
 //! etcd's own tests: a three-node cluster whose members are killed and stopped under load, a
-//! node that stops answering a holder, and nested prefixes that are separate stores. Every test
-//! starts its own etcd. The rules, on etcd as on every other backend, are tests/rules (`cargo
-//! test --features etcd --test rules -- ::etcd::`).
+//! node that stops answering a holder, a holder cut off by a proxy, the leases pooled ahead of
+//! grants, and nested prefixes that are separate stores. Every test starts its own etcd. The
+//! rules, on etcd as on every other backend, are tests/rules (`cargo test --features etcd
+//! --test rules -- ::etcd::`).
 
 mod cluster;
 mod failures;
+mod partition;
+mod pool;
 mod prefixes;
+mod proxy;

@@ -34,6 +34,7 @@ crate::on_every_backend! {
         a_waiting_acquire_wakes_when_the_holder_releases,
         a_waiting_acquire_times_out_and_waits_out_an_expiring_lease,
         threads_contending_on_one_lock_hold_it_one_at_a_time_in_token_order,
+        waiting_acquires_are_granted_in_the_order_they_began_to_wait,
         concurrent_writes_of_many_threads_each_keep_their_result,
         keep_alive_renews_until_released_and_reports_the_end,
         keep_alive_reports_a_lease_taken_over,
@@ -519,6 +520,37 @@ fn a_waiting_acquire_times_out_and_waits_out_an_expiring_lease(h: &Harness) {
     .join()
     .unwrap();
     assert!(next.token() > short.token());
+}
+
+/// Needs the fair queue (not in single-process mode): the waiters of one lock are granted in
+/// the order they began to wait, whatever order their wake-ups land in.
+fn waiting_acquires_are_granted_in_the_order_they_began_to_wait(h: &Harness) {
+    if !h.supports(Capability::FairQueue) {
+        return;
+    }
+    let store = h.store();
+    let holder = store.acquire("fifo", LONG).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let (store, order) = (store.clone(), order.clone());
+            let waiter = thread::spawn(move || {
+                let holder = store
+                    .acquire_wait("fifo", LONG, Duration::from_secs(120))
+                    .unwrap();
+                order.lock().unwrap().push(i);
+                holder.release().unwrap();
+            });
+            // Time for this waiter to begin its wait before the next one starts.
+            thread::sleep(Duration::from_millis(300));
+            waiter
+        })
+        .collect();
+    drop(holder);
+    for waiter in waiters {
+        waiter.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
 }
 
 fn threads_contending_on_one_lock_hold_it_one_at_a_time_in_token_order(h: &Harness) {

@@ -37,8 +37,8 @@ pub enum Capability {
     /// a lock's key with its lease).
     EndedRecords,
     /// Waiting acquires of a name are granted oldest first, so later grants that would join
-    /// live holders stand behind a queued waiter (the request ring of a shared file; not in
-    /// single-process mode, not on etcd).
+    /// live holders stand behind a queued waiter (the request ring of a shared file, the
+    /// waiter keys of etcd; not in single-process mode).
     FairQueue,
     /// Another open of the store in this process is a store of its own (single-process mode
     /// refuses it with `InUse`).
@@ -146,6 +146,7 @@ impl Harness {
         use Capability::*;
         match (self.backend, capability) {
             #[cfg(feature = "etcd")]
+            (Backend::Etcd, FairQueue) => true,
             (Backend::Etcd, _) => false,
             (Backend::SingleProcess, FairQueue | SecondOpen) => false,
             _ => true,
