@@ -147,6 +147,7 @@ impl Harness {
         match (self.backend, capability) {
             #[cfg(feature = "etcd")]
             (Backend::Etcd, FairQueue) => true,
+            #[cfg(feature = "etcd")]
             (Backend::Etcd, _) => false,
             (Backend::SingleProcess, FairQueue | SecondOpen) => false,
             _ => true,
