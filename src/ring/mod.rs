@@ -368,7 +368,7 @@ impl Ring {
     }
 
     fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
-        let mode = crate::storage::file::readable_only_by_writers(store.mode() & 0o666);
+        let mode = crate::storage::mode::readable_only_by_writers(store.mode() & 0o666);
         // SAFETY: geteuid has no preconditions.
         let owner = unsafe { libc::geteuid() } == store.uid();
         // Only the store's owner creates its ring, so that the ring is the owner's too.

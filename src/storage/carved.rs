@@ -17,7 +17,7 @@ pub(crate) fn open_carved(path: &Path) -> Result<Db> {
     let existing = crate::storage::file::is_existing_database(path, true)?;
     let builder = redb_builder(ConcurrencyMode::ExclusiveWriter);
     let backend = || -> std::result::Result<Carved, redb::DatabaseError> {
-        let file = crate::storage::file::open_or_create(path)?;
+        let file = crate::storage::mode::open_or_create(path)?;
         Ok(Carved(FileBackend::new(file)?))
     };
     crate::base::quiet::catch(|| {

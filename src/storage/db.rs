@@ -72,7 +72,7 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
     if !read_only {
         if !existing {
             // Created here rather than by redb, with the mode of `open_or_create`.
-            drop(crate::storage::file::open_or_create(path)?);
+            drop(crate::storage::mode::open_or_create(path)?);
         }
         return crate::base::quiet::catch(|| {
             open_database(

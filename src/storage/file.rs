@@ -1,9 +1,9 @@
 //! What is at the store's path before redb opens it: nothing, a redb database, the remnant of a
 //! creation that was cut short, or another program's file.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::base::error::{Error, Result};
@@ -13,41 +13,6 @@ const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0
 const REDB_HEADER_LEN: u64 = 320;
 /// Larger than redb's first size of a new file (about 80 KiB with 4 KiB pages).
 const MAX_CREATION_REMNANT: u64 = 1 << 20;
-
-/// The store file at `path`, opened for reading and writing, created if it is missing. A new
-/// file gets the mode the umask gives, less the read permission of every class of users (group,
-/// others) the mode does not let write (0600 under umask 022, 0660 under 002): anyone who can
-/// open a file can lock bytes of it, and redb's commits and fencelock's liveness use such
-/// locks, so a user who may only read the store could stall or mislead its writers. A store
-/// that should be readable by others is made so by its owner (`chmod`), knowing what that lets
-/// them do (README, "Who may read, who may write").
-pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
-    let created = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .open(path);
-    match created {
-        Ok(file) => {
-            let mode = file.metadata()?.mode() & 0o777;
-            let narrowed = readable_only_by_writers(mode);
-            if narrowed != mode {
-                file.set_permissions(fs::Permissions::from_mode(narrowed))?;
-            }
-            Ok(file)
-        }
-        // An existing file, or a symbolic link (a dangling one names the file to create, with
-        // the umask's mode: the link's owner chose where it points).
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path),
-        Err(err) => Err(err),
-    }
-}
 
 /// The extended attribute of a store file that holds its ring's nonce.
 const RING_NONCE: &std::ffi::CStr = c"user.fencelock.ring";
@@ -93,7 +58,11 @@ pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
         if err.raw_os_error() != Some(libc::ENODATA) {
             return Err(err);
         }
-        let nonce = crate::storage::liveness::fresh_id()?.to_le_bytes();
+        let mut nonce = [0u8; 8];
+        // SAFETY: the buffer is valid for 8 bytes of writes.
+        if unsafe { libc::getrandom(nonce.as_mut_ptr().cast(), nonce.len(), 0) } != 8 {
+            return Err(io::Error::last_os_error());
+        }
         // SAFETY: NUL-terminated strings and a value of 8 bytes.
         let set = unsafe {
             libc::setxattr(
@@ -127,12 +96,6 @@ pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
         }
     }
     Err(io::Error::other("the ring nonce changed while it was read"))
-}
-
-/// `mode` without the read permission of each class of users that has no write permission.
-pub(crate) fn readable_only_by_writers(mode: u32) -> u32 {
-    let writers_read = (mode & 0o222) << 1;
-    mode & !(0o444 & !writers_read)
 }
 
 /// Whether `path` holds a redb database (`false` for a missing or empty file, which becomes a

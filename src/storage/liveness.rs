@@ -73,7 +73,7 @@ pub(crate) struct Liveness {
 /// Opens (creating it if needed, readable only by its writers) the store file for its locks.
 /// `File` opens with `O_CLOEXEC`, so a child process started with exec does not inherit them.
 fn open(path: &Path) -> io::Result<File> {
-    crate::storage::file::open_or_create(path)
+    crate::storage::mode::open_or_create(path)
 }
 
 impl Liveness {
@@ -380,11 +380,11 @@ mod tests {
         // Whatever the umask, no class reads the file that may not write it.
         assert_eq!(mode & 0o444 & !((mode & 0o222) << 1), 0, "mode {mode:o}");
         assert_eq!(mode & 0o600, 0o600, "mode {mode:o}");
-        assert_eq!(crate::storage::file::readable_only_by_writers(0o644), 0o600);
-        assert_eq!(crate::storage::file::readable_only_by_writers(0o664), 0o660);
-        assert_eq!(crate::storage::file::readable_only_by_writers(0o666), 0o666);
-        assert_eq!(crate::storage::file::readable_only_by_writers(0o604), 0o600);
-        assert_eq!(crate::storage::file::readable_only_by_writers(0o640), 0o600);
+        assert_eq!(crate::storage::mode::readable_only_by_writers(0o644), 0o600);
+        assert_eq!(crate::storage::mode::readable_only_by_writers(0o664), 0o660);
+        assert_eq!(crate::storage::mode::readable_only_by_writers(0o666), 0o666);
+        assert_eq!(crate::storage::mode::readable_only_by_writers(0o604), 0o600);
+        assert_eq!(crate::storage::mode::readable_only_by_writers(0o640), 0o600);
     }
 
     #[test]

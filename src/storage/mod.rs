@@ -9,3 +9,4 @@ pub(crate) mod commit;
 pub(crate) mod db;
 pub(crate) mod file;
 pub(crate) mod liveness;
+pub(crate) mod mode;
