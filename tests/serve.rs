@@ -40,6 +40,40 @@ fn child() {
             let _ = store.acquire("orphan", Duration::from_secs(600));
             say("granted");
         }
+        // Through the server with no file descriptor left: a value too large for a ring slot
+        // needs a file beside the ring, which cannot be opened.
+        "put-without-descriptors" => {
+            let options = Options {
+                busy_timeout: Duration::from_secs(5),
+                ..Options::default()
+            };
+            let store = Store::open_with(&path, &options).unwrap();
+            until_served(&store);
+            let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+            let highest = std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .flatten()
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<u64>().ok())
+                .max()
+                .unwrap();
+            // SAFETY: getrlimit and setrlimit write and read only the struct given.
+            unsafe {
+                let mut limit: libc::rlimit = std::mem::zeroed();
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+                limit.rlim_cur = highest + 1;
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+            }
+            // And the numbers below the highest that are free are taken.
+            let mut filler = Vec::new();
+            while let Ok(file) = std::fs::File::open("/dev/null") {
+                filler.push(file);
+            }
+            let result = holder.put(b"big", &vec![1u8; 200_000]);
+            say(&match result {
+                Err(Error::Io(err)) => format!("io {err}"),
+                other => format!("other {other:?}"),
+            });
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -380,4 +414,17 @@ fn the_heartbeat_beats_from_the_serving_loop_while_it_works_and_while_it_idles()
     }
     stop.cancel();
     serving.join().unwrap();
+}
+
+#[test]
+fn a_request_that_cannot_travel_to_the_server_fails_at_once_with_the_io_error() {
+    let (_dir, path, store) = common::temp_store();
+    let mut server = Kid::spawn("serve", &path);
+    until_served(&store);
+    assert_eq!(server.report().as_deref(), Some("serving"));
+    let mut client = Kid::spawn("put-without-descriptors", &path);
+    let report = client.report().expect("the client reported its put");
+    // Nothing was posted: not a Timeout after the busy timeout, whose outcome is unknown.
+    assert!(report.starts_with("io "), "{report}");
+    assert_eq!(store.get(b"big").unwrap(), None);
 }

@@ -196,8 +196,13 @@ impl LocalEngine {
     ) -> Result<Option<Posted>> {
         loop {
             shared.ring().intact()?;
-            if let Some(posted) = shared.ring().post(shared.id(), request, &self.live) {
-                return Ok(Some(posted));
+            match shared.ring().try_post(shared.id(), request, &self.live) {
+                Ok(Some(posted)) => return Ok(Some(posted)),
+                Ok(None) => {}
+                // Its bulk file could not be written: nothing was posted. A store that may
+                // commit itself does; one that a server serves says why at once.
+                Err(_) if !self.served() => return Ok(None),
+                Err(err) => return Err(err.into()),
             }
             if !self.served() {
                 return Ok(None);

@@ -643,9 +643,22 @@ impl Ring {
             .is_ok()
     }
 
-    /// Posts `request` for the requester with liveness id `owner`. `None` when it does not fit
-    /// or every slot is in use (the caller commits directly).
+    /// As [`Ring::try_post`], with a bulk file that cannot be written taken as no slot.
+    #[cfg(test)]
     pub(crate) fn post(&self, owner: u64, request: &[u8], live: &Liveness) -> Option<Posted> {
+        self.try_post(owner, request, live).ok().flatten()
+    }
+
+    /// Posts `request` for the requester with liveness id `owner`. `None` when every slot is in
+    /// use (the caller commits directly, or waits for a slot); the error of a request too large
+    /// for a slot whose bulk file cannot be written (no descriptor left, a full /dev/shm), so
+    /// that the caller says so at once, nothing having been posted.
+    pub(crate) fn try_post(
+        &self,
+        owner: u64,
+        request: &[u8],
+        live: &Liveness,
+    ) -> io::Result<Option<Posted>> {
         for pass in 0..2 {
             for index in 0..SLOTS {
                 let head = self.head(index);
@@ -656,9 +669,9 @@ impl Ring {
                 let generation = generation(current);
                 let bulk = request.len() > PAYLOAD;
                 if bulk {
-                    if self.write_bulk(index, generation, "req", request).is_err() {
+                    if let Err(err) = self.write_bulk(index, generation, "req", request) {
                         self.free(index, generation);
-                        return None;
+                        return Err(err);
                     }
                     head.len.store(BULK, Ordering::Relaxed);
                 } else {
@@ -678,17 +691,17 @@ impl Ring {
                 head.combiner.store(0, Ordering::Relaxed);
                 head.state.store(word(generation, POSTED), Ordering::SeqCst);
                 self.ring_doorbell();
-                return Some(Posted {
+                return Ok(Some(Posted {
                     index,
                     generation,
                     bulk,
-                });
+                }));
             }
             if pass == 0 {
                 self.reclaim(live);
             }
         }
-        None
+        Ok(None)
     }
 
     /// Frees the slots of requesters that died, unless a live combiner has them.
