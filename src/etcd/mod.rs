@@ -219,28 +219,17 @@ impl EtcdEngine {
             check_key(key)?;
         }
         let Some(waiting) = request.wait else {
-            return match self.grant(name, ttl, request.write)? {
-                Grant::Granted {
-                    token,
-                    lease,
-                    ttl,
-                    asked_ns,
-                    stream,
-                } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
-                Grant::Refused { holder, .. } => Err(self.locked(holder)),
-            };
+            let grant = self.grant(name, ttl, request.write)?;
+            return self
+                .granted(name, grant)
+                .map_err(|holder| self.locked(holder));
         };
         crate::base::cancel::check(waiting.cancel)?;
         // A first try, behind whoever is queued; then the queue (queue.rs).
-        match self.grant(name, ttl, None)? {
-            Grant::Granted {
-                token,
-                lease,
-                ttl,
-                asked_ns,
-                stream,
-            } => return Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
-            Grant::Refused { holder, .. } => {
+        let grant = self.grant(name, ttl, None)?;
+        match self.granted(name, grant) {
+            Ok(lease) => return Ok(lease),
+            Err(holder) => {
                 waiting.step()?;
                 // A lock key of a lease this thread holds through this engine ends only
                 // with that lease.
@@ -254,6 +243,24 @@ impl EtcdEngine {
             }
         }
         self.wait_in_queue(name, ttl, waiting)
+    }
+
+    /// The holder of a grant that went through; the lock key that refused it otherwise.
+    fn granted(
+        &self,
+        name: &str,
+        grant: Grant,
+    ) -> std::result::Result<Arc<EtcdLease>, Option<KeyValue>> {
+        match grant {
+            Grant::Granted {
+                token,
+                lease,
+                ttl,
+                asked_ns,
+                stream,
+            } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
+            Grant::Refused { holder } => Err(holder),
+        }
     }
 
     fn holder(
