@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::store::Store;
 use crate::base::cancel::Cancel;
 use crate::base::error::Result;
-use crate::engine::LeaseHandle;
+use crate::engine::{Engine, LeaseHandle};
 use crate::rules::kind::Kind;
 // What the docs link to.
 #[cfg(doc)]
@@ -47,6 +46,11 @@ impl std::fmt::Debug for Holder {
 }
 
 impl Holder {
+    /// The engine that granted the lease (the store's, for [`Holder::store`]).
+    pub(crate) fn engine(&self) -> Arc<dyn Engine> {
+        self.lease.engine()
+    }
+
     pub(crate) fn new(lease: Arc<dyn LeaseHandle>) -> Holder {
         Holder { lease }
     }
@@ -109,25 +113,6 @@ impl Holder {
         self.lease.state().kind
     }
 
-    /// The store that granted the lease.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// # let dir = tempfile::tempdir()?;
-    /// # let path = dir.path().join("locks.db");
-    /// let holder = fencelock::Store::open(&path)?.acquire("nightly", Duration::from_secs(30))?;
-    /// let store = holder.store();
-    /// store.put(b"nightly/report", b"done", holder.token())?;
-    /// assert_eq!(store.path(), path);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[must_use]
-    pub fn store(&self) -> Store {
-        Store::new(self.lease.engine())
-    }
-
     /// Time left on the lease as this holder last set it; zero once it ran out. Whether another
     /// holder took over is answered by [`Holder::is_held`].
     ///
@@ -155,7 +140,7 @@ impl Holder {
     ///
     /// [`Error::LockLost`] when the lease expired, was taken over or was released;
     /// [`Error::InvalidArgument`] for a TTL out of range; [`Error::Timeout`] behind a process
-    /// that holds the store past the busy timeout; storage errors as [`Store::acquire`].
+    /// that holds the store past the busy timeout; storage errors as [`Store::acquire`](crate::Store::acquire).
     ///
     /// # Examples
     ///
@@ -181,7 +166,7 @@ impl Holder {
     ///
     /// # Errors
     ///
-    /// As [`Store::get`].
+    /// As [`Store::get`](crate::Store::get).
     ///
     /// # Examples
     ///
@@ -214,7 +199,7 @@ impl Holder {
     ///
     /// [`Error::LockLost`] when the lease is no longer this holder's; [`Error::StaleToken`] when
     /// the key accepted a higher token; [`Error::InvalidArgument`] for a shared holder;
-    /// otherwise as [`Store::put`].
+    /// otherwise as [`Store::put`](crate::Store::put).
     ///
     /// # Examples
     ///

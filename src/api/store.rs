@@ -50,6 +50,29 @@ pub struct Store {
     engine: Arc<dyn Engine>,
 }
 
+// Here rather than in holder.rs: a store makes holders, and a holder needs to know only the
+// engine that granted it, so the holder's module does not import the store's.
+impl Holder {
+    /// The store that granted the lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let holder = fencelock::Store::open(&path)?.acquire("nightly", Duration::from_secs(30))?;
+    /// let store = holder.store();
+    /// store.put(b"nightly/report", b"done", holder.token())?;
+    /// assert_eq!(store.path(), path);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn store(&self) -> Store {
+        Store::new(self.engine())
+    }
+}
+
 impl Clone for Store {
     fn clone(&self) -> Store {
         Store::new(Arc::clone(&self.engine))
