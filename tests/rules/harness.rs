@@ -29,8 +29,10 @@ pub enum Backend {
 /// What not every backend has (README: "Guarantees", "Beyond one host: etcd").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
-    /// Semaphores, shared locks and `acquire_all` (etcd refuses them with `InvalidArgument`).
+    /// Semaphores and `acquire_all`.
     Kinds,
+    /// Shared locks (etcd refuses them with `InvalidArgument`).
+    Shared,
     /// Each grant's token is the one before plus one (etcd's tokens are revisions).
     ConsecutiveTokens,
     /// `locks()` and `lock()` keep the records of expired and released leases (etcd deletes
@@ -146,7 +148,7 @@ impl Harness {
         use Capability::*;
         match (self.backend, capability) {
             #[cfg(feature = "etcd")]
-            (Backend::Etcd, FairQueue) => true,
+            (Backend::Etcd, FairQueue | Kinds) => true,
             #[cfg(feature = "etcd")]
             (Backend::Etcd, _) => false,
             (Backend::SingleProcess, FairQueue | SecondOpen) => false,
