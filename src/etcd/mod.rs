@@ -1,12 +1,16 @@
 //! The store on an etcd v3 cluster: the same [`Store`] and [`Holder`] as on a local file, on
 //! etcd's leases, revisions and transactions (`records.rs` lists the keys).
 //!
-//! - A grant is one transaction that finds the lock key absent and puts it with a new etcd
+//! - A grant is one transaction that finds the lock key absent and puts it with an etcd
 //!   lease of the TTL; the token is that transaction's revision (the key's create revision):
 //!   strictly increasing across the cluster, never reused.
 //! - A fenced write is one transaction that compares the key's recorded token with the
 //!   writer's; a holder's write compares, in the same transaction, the lock key's create
 //!   revision with the holder's token. An acquire-and-put is the grant's transaction.
+//! - A semaphore's permits are keys of their own under the name, and an `acquire_all` is one
+//!   transaction for every lock, whose later locks then take tokens of their own (`kinds.rs`).
+//!   Every grant compares the whole range of the name's holder keys, so the kinds exclude each
+//!   other. Shared locks are refused with [`Error::InvalidArgument`] so far.
 //! - A waiting acquire queues behind the earlier ones, as etcd's `concurrency.Mutex` does
 //!   (`queue.rs`), and watches for the delete of the key just ahead of it; extend and
 //!   keep-alive are etcd keep-alives, and a keep-alive answered with TTL 0 tells the holder its
