@@ -1,4 +1,4 @@
-//! Semaphores and multi-lock acquires on etcd, with the rules of a local file
+//! Semaphores, shared locks and multi-lock acquires on etcd, with the rules of a local file
 //! (`rules/kind.rs`).
 //!
 //! - A semaphore of N keeps its permits under its name, one key a permit,
@@ -13,6 +13,11 @@
 //!   transaction's reads) and picks again. Its token is the transaction's revision, as for an
 //!   exclusive grant. The count is in every permit's key, so it lives exactly as long as a
 //!   permit does; holders of another count refuse the grant with [`Error::PermitsMismatch`].
+//! - Shared holders are slots the same way, `P/@/lock/<name>\0shared/<slot>`, up to
+//!   [`MAX_HOLDERS`]: a shared grant is a permit grant of a semaphore of that many, which
+//!   refuses every other kind of holder as `Locked`. Refused while a waiter is queued, it never
+//!   overtakes a queued exclusive waiter (`queue.rs`), whose turn compares the whole range
+//!   empty.
 //! - An `acquire_all` is one transaction: every name's range empty and no waiter queued for
 //!   it, then every lock key put with a lease of its own; refused, it puts nothing. A
 //!   transaction has one revision, so the first lock's token is that revision and each later
@@ -21,9 +26,9 @@
 //!   transaction created: tokens distinct and increasing in list order, as on a file, each
 //!   the revision of a transaction that wrote its lock's key. Until that transaction the
 //!   lock's record carries the first lock's token.
-//! - A waiting permit or `acquire_all` tries again after a delete of a key that refused it (a
-//!   holder's key, or a queued waiter's); one that only this thread's leases block is refused
-//!   with [`Error::WouldDeadlock`].
+//! - A waiting permit, shared or `acquire_all` acquire tries again after a delete of a key
+//!   that refused it (a holder's key, or a queued waiter's), outside the queue; one that only
+//!   this thread could unblock is refused with [`Error::WouldDeadlock`].
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -40,7 +45,7 @@ use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_key, check_name};
 use crate::engine::Acquire;
-use crate::rules::kind::{check_kind, Kind};
+use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
 
 /// The most locks one `acquire_all` names on etcd: its transaction makes two compares a lock,
 /// and etcd refuses a transaction of more than 128 (`--max-txn-ops`, by default).
@@ -50,6 +55,9 @@ pub(crate) const MAX_ALL: usize = 64;
 struct Blocked {
     /// The holder keys that refused it (empty when only queued waiters did).
     holders: Vec<KeyValue>,
+    /// Whether every one of them must go for the grant (holders of another kind), or one
+    /// (the permits of a full semaphore).
+    every: bool,
     /// The key, or range `[key, end)`, whose delete may let it through.
     watch: (Vec<u8>, Option<Vec<u8>>),
     /// The revision the refusal read at.
@@ -57,11 +65,17 @@ struct Blocked {
 }
 
 impl EtcdEngine {
-    /// `P/@/lock/<name>\0permits/<N>/`: what the keys of a semaphore of N permits start with.
-    fn permits_prefix(&self, name: &str, permits: u32) -> Vec<u8> {
+    /// What the holder keys of `kind` start with, and how many there are at most:
+    /// `P/@/lock/<name>\0permits/<N>/` for a semaphore of N permits, `P/@/lock/<name>\0shared/`
+    /// for up to [`MAX_HOLDERS`] shared holders.
+    fn slots(&self, name: &str, kind: Kind) -> (Vec<u8>, u32) {
         let mut key = self.lock_key(name);
-        key.extend_from_slice(format!("\0permits/{permits:04}/").as_bytes());
-        key
+        let (tail, slots) = match kind {
+            Kind::Semaphore(permits) => (format!("\0permits/{permits:04}/"), permits),
+            _ => ("\0shared/".to_owned(), MAX_HOLDERS),
+        };
+        key.extend_from_slice(tail.as_bytes());
+        (key, slots)
     }
 
     /// The lock name and kind of the holder key `key`.
@@ -71,10 +85,13 @@ impl EtcdEngine {
             Some(at) => (&rest[..at], &rest[at + 1..]),
             None => (rest, &[][..]),
         };
-        let kind = tail
-            .strip_prefix(b"permits/")
-            .and_then(|count| std::str::from_utf8(count.get(..4)?).ok()?.parse().ok())
-            .map_or(Kind::Exclusive, Kind::Semaphore);
+        let kind = if tail.starts_with(b"shared/") {
+            Kind::Shared
+        } else {
+            tail.strip_prefix(b"permits/")
+                .and_then(|count| std::str::from_utf8(count.get(..4)?).ok()?.parse().ok())
+                .map_or(Kind::Exclusive, Kind::Semaphore)
+        };
         (String::from_utf8_lossy(name).into_owned(), kind)
     }
 
@@ -93,6 +110,26 @@ impl EtcdEngine {
         Ok((response.take_kvs(), revision))
     }
 
+    /// The token of a holder of `name` that this thread holds, if one does: `first` (the
+    /// holder that refused an exclusive grant), or with holders of other kinds any of them.
+    pub(super) fn own_holder(&self, name: &str, first: Option<&KeyValue>) -> Result<Option<u64>> {
+        let Some(first) = first else {
+            return Ok(None);
+        };
+        if self.holds.is_mine(holder_token(first)) {
+            return Ok(Some(holder_token(first)));
+        }
+        if first.key() == self.lock_key(name).as_slice() {
+            return Ok(None);
+        }
+        Ok(self
+            .read_holders(name)?
+            .0
+            .iter()
+            .map(holder_token)
+            .find(|&token| self.holds.is_mine(token)))
+    }
+
     /// Every grant of `name`, latest first.
     pub(super) fn holders_of(&self, name: &str) -> Result<Vec<KeyValue>> {
         check_name("lock name", name)?;
@@ -101,15 +138,16 @@ impl EtcdEngine {
         Ok(kvs)
     }
 
-    /// Grants a permit of a semaphore of `permits`, tried once or waited for.
-    pub(super) fn acquire_permit(
+    /// Grants a permit of a semaphore, or a shared hold, of `name` (`kind`), tried once or
+    /// waited for.
+    pub(super) fn acquire_slot(
         &self,
         name: &str,
-        permits: u32,
+        kind: Kind,
         request: &Acquire<'_>,
     ) -> Result<Arc<EtcdLease>> {
         check_name("lock name", name)?;
-        check_kind(Kind::Semaphore(permits))?;
+        check_kind(kind)?;
         etcd_ttl(request.ttl)?;
         if let Some((key, value)) = request.write {
             self.check_value(value)?;
@@ -120,7 +158,7 @@ impl EtcdEngine {
             crate::base::cancel::check(waiting.cancel)?;
         }
         loop {
-            let blocked = match self.try_permit(name, permits, request)? {
+            let blocked = match self.try_slot(name, kind, request)? {
                 Ok(lease) => return Ok(lease),
                 Err(blocked) => blocked,
             };
@@ -131,16 +169,16 @@ impl EtcdEngine {
         }
     }
 
-    /// One permit grant: granted, refused by the holders and waiters it names, or refused for
-    /// another count.
-    fn try_permit(
+    /// One permit or shared grant: granted, refused by the holders and waiters it names, or
+    /// refused for another count.
+    fn try_slot(
         &self,
         name: &str,
-        permits: u32,
+        kind: Kind,
         request: &Acquire<'_>,
     ) -> Result<std::result::Result<Arc<EtcdLease>, Blocked>> {
         let (start, end) = self.holders(name);
-        let prefix = self.permits_prefix(name, permits);
+        let (prefix, permits) = self.slots(name, kind);
         let mut after = prefix.clone();
         *after.last_mut().expect("not empty") += 1;
         let (mut kvs, mut revision) = self.read_holders(name)?;
@@ -151,17 +189,21 @@ impl EtcdEngine {
                 .cloned()
                 .collect();
             for kv in &others {
-                if let (_, Kind::Semaphore(stored)) = self.holder_of_key(kv.key()) {
+                if let (Kind::Semaphore(requested), (_, Kind::Semaphore(stored))) =
+                    (kind, self.holder_of_key(kv.key()))
+                {
                     return Err(Error::PermitsMismatch {
                         permits: stored,
-                        requested: permits,
+                        requested,
                     });
                 }
             }
             if !others.is_empty() || kvs.len() >= permits as usize {
-                let holders = if others.is_empty() { kvs } else { others };
+                let every = !others.is_empty();
+                let holders = if every { others } else { kvs };
                 return Ok(Err(Blocked {
                     holders,
+                    every,
                     watch: (start, Some(end)),
                     revision,
                 }));
@@ -225,7 +267,7 @@ impl EtcdEngine {
                 } => {
                     let grantee = Grantee {
                         name: name.to_owned(),
-                        kind: Kind::Semaphore(permits),
+                        kind,
                         key: slot,
                         token,
                         created: super::records::revision(token),
@@ -239,6 +281,7 @@ impl EtcdEngine {
                     if kvs_of(ops.get(1)).next().is_some() {
                         return Ok(Err(Blocked {
                             holders: Vec::new(),
+                            every: true,
                             watch: (waiters, Some(waiters_end)),
                             revision: read_at,
                         }));
@@ -252,7 +295,8 @@ impl EtcdEngine {
     }
 
     /// Waits (within `waiting`) for a delete that may let a refused grant through; refused with
-    /// [`Error::WouldDeadlock`] when only this thread's leases hold what refused it.
+    /// [`Error::WouldDeadlock`] when only this thread could let go of what refused it: one of
+    /// the holders that must all go, or every permit of a full semaphore.
     fn wait_blocked(&self, blocked: Blocked, waiting: Waiting<'_>) -> Result<()> {
         let mine: Vec<u64> = blocked
             .holders
@@ -260,9 +304,19 @@ impl EtcdEngine {
             .map(holder_token)
             .filter(|&token| self.holds.is_mine(token))
             .collect();
-        if !blocked.holders.is_empty() && mine.len() == blocked.holders.len() {
+        let deadlock = if blocked.every {
+            !mine.is_empty()
+        } else {
+            !blocked.holders.is_empty() && mine.len() == blocked.holders.len()
+        };
+        if deadlock {
+            let kv = blocked
+                .holders
+                .iter()
+                .find(|kv| holder_token(kv) == mine[0])
+                .expect("one of them");
             return Err(Error::WouldDeadlock {
-                name: self.holder_of_key(blocked.holders[0].key()).0,
+                name: self.holder_of_key(kv.key()).0,
                 token: mine[0],
             });
         }
@@ -303,17 +357,6 @@ impl EtcdEngine {
             let Some(waiting) = request.wait else {
                 return Err(self.locked(blocked.holders.into_iter().next()));
             };
-            // One lock held by this thread is enough to wait forever.
-            if let Some(kv) = blocked
-                .holders
-                .iter()
-                .find(|kv| self.holds.is_mine(holder_token(kv)))
-            {
-                return Err(Error::WouldDeadlock {
-                    name: self.holder_of_key(kv.key()).0,
-                    token: holder_token(kv),
-                });
-            }
             self.wait_blocked(blocked, waiting)?;
         }
     }
@@ -432,6 +475,7 @@ impl EtcdEngine {
                 };
                 return Ok(Err(Blocked {
                     holders,
+                    every: true,
                     watch,
                     revision,
                 }));

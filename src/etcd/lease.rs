@@ -240,6 +240,12 @@ impl EtcdLease {
     }
 
     fn write_now(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.state.kind == Kind::Shared {
+            return Err(Error::invalid(format!(
+                "a shared holder of {} does not write: acquire it exclusively to write",
+                self.state.name
+            )));
+        }
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
         }

@@ -7,10 +7,10 @@
 //! - A fenced write is one transaction that compares the key's recorded token with the
 //!   writer's; a holder's write compares, in the same transaction, the lock key's create
 //!   revision with the holder's token. An acquire-and-put is the grant's transaction.
-//! - A semaphore's permits are keys of their own under the name, and an `acquire_all` is one
-//!   transaction for every lock, whose later locks then take tokens of their own (`kinds.rs`).
-//!   Every grant compares the whole range of the name's holder keys, so the kinds exclude each
-//!   other. Shared locks are refused with [`Error::InvalidArgument`] so far.
+//! - A semaphore's permits and a lock's shared holders are keys of their own under the name,
+//!   and an `acquire_all` is one transaction for every lock, whose later locks then take tokens
+//!   of their own (`kinds.rs`). Every grant compares the range of the name's holder keys, so
+//!   the kinds exclude each other.
 //! - A waiting acquire queues behind the earlier ones, as etcd's `concurrency.Mutex` does
 //!   (`queue.rs`), and watches for the delete of the key just ahead of it; extend and
 //!   keep-alive are etcd keep-alives, and a keep-alive answered with TTL 0 tells the holder its
@@ -241,10 +241,7 @@ impl EtcdEngine {
     }
 
     /// Grants `request`: one exclusive lock, tried once (with its write) or waited for.
-    fn acquire_one(&self, request: &Acquire<'_>) -> Result<Arc<EtcdLease>> {
-        let (Locks::One(name), Kind::Exclusive) = (request.locks, request.kind) else {
-            return Err(not_on_etcd());
-        };
+    fn acquire_one(&self, name: &str, request: &Acquire<'_>) -> Result<Arc<EtcdLease>> {
         let ttl = request.ttl;
         if let Some((key, value)) = request.write {
             self.check_value(value)?;
@@ -265,8 +262,7 @@ impl EtcdEngine {
                 waiting.step()?;
                 // A lock key of a lease this thread holds through this engine ends only
                 // with that lease.
-                let held = holder.map(|kv| holder_token(&kv));
-                if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
+                if let Some(token) = self.own_holder(name, holder.as_ref())? {
                     return Err(Error::WouldDeadlock {
                         name: name.to_owned(),
                         token,
@@ -941,11 +937,11 @@ impl Engine for EtcdEngine {
 
     fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
         let leases = match (request.locks, request.kind) {
-            (Locks::One(name), Kind::Semaphore(permits)) => {
-                vec![self.acquire_permit(name, permits, request)?]
+            (Locks::One(name), kind @ (Kind::Semaphore(_) | Kind::Shared)) => {
+                vec![self.acquire_slot(name, kind, request)?]
             }
             (Locks::All(names), _) => self.acquire_all_of(names, request)?,
-            _ => vec![self.acquire_one(request)?],
+            (Locks::One(name), Kind::Exclusive) => vec![self.acquire_one(name, request)?],
         };
         Ok(leases
             .into_iter()
@@ -1001,13 +997,4 @@ impl Engine for EtcdEngine {
     fn handle_dropped(&self) {
         self.pool.handle_dropped();
     }
-}
-
-/// The refusal of a shared lock on an etcd store, which has exclusive locks, semaphores and
-/// `acquire_all` so far.
-fn not_on_etcd() -> Error {
-    Error::invalid(
-        "shared locks are not available on an etcd store yet: exclusive locks, semaphores and \
-         acquire_all are",
-    )
 }

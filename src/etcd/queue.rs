@@ -26,7 +26,7 @@ use etcd_client::{
 use tokio::sync::Notify;
 
 use super::pool::secs_ns;
-use super::records::{client_error, holder_token, token};
+use super::records::{client_error, token};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, header_revision, EtcdEngine, EtcdLease};
 use crate::base::cancel::Waiting;
@@ -156,11 +156,7 @@ impl EtcdEngine {
             }
             let ops = response.op_responses();
             let (holder, ahead) = (kv_of(ops.first()), kv_of(ops.get(1)));
-            if let Some(token) = holder
-                .as_ref()
-                .map(holder_token)
-                .filter(|&token| self.holds.is_mine(token))
-            {
+            if let Some(token) = self.own_holder(name, holder.as_ref())? {
                 return Err(Error::WouldDeadlock {
                     name: name.to_owned(),
                     token,

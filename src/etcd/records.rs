@@ -6,8 +6,13 @@
 //!   later lock of an `acquire_all` (kinds.rs) the record carries the token itself.
 //! - `P/@/lock/<name>\0permits/<N>/<slot>`: a permit of the semaphore `name` of N permits held
 //!   now, N and the slot (0 to N - 1) as four decimal digits, put with its holder's etcd lease;
-//!   its create revision is its token. Value: [`LockRecord`]. Every holder key of a name is in
-//!   `[P/@/lock/<name>, P/@/lock/<name>\1)`: no name holds a NUL.
+//!   its create revision is its token. Value: [`LockRecord`].
+//! - `P/@/lock/<name>\0shared/<slot>`: a shared holder of `name`, the slot (0 to
+//!   [`crate::MAX_HOLDERS`] - 1) as four decimal digits, as a permit's.
+//!
+//! Every holder key of a name is in `[P/@/lock/<name>, P/@/lock/<name>\1)`: no name holds a
+//! NUL (kinds.rs).
+//!
 //! - `P/@/last`: rewritten by every grant, so its mod revision is the highest token granted.
 //! - `P/@/value/<key>`: a fenced value. Value: the token as 8 big-endian bytes, then 1 and the
 //!   value, or 0 for a delete (the key keeps the delete's token). Big-endian, so that etcd's

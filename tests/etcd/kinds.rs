@@ -73,7 +73,7 @@ fn a_permit_whose_lease_ends_frees_its_place() {
         theirs.acquire_kind("pool", kind, TTL),
         Err(Error::Locked { .. })
     ));
-    let key = format!("kinds/@/lock/pool\0permits/0002/");
+    let key = "kinds/@/lock/pool\0permits/0002/";
     let lease = raw.runtime.block_on(async {
         let options = etcd_client::GetOptions::new().with_prefix();
         let answer = raw.client.get(key, Some(options)).await.unwrap();
@@ -144,4 +144,54 @@ fn acquire_all_gives_each_lock_a_token_of_its_own() {
     all[1].release().unwrap();
     assert!(store.lock("b").unwrap().is_none());
     assert!(store.acquire("b", TTL).unwrap().token() > tokens[2]);
+}
+
+/// Shared holders and an exclusive one from stores of their own never hold a name together,
+/// and an exclusive wait that one of this thread's shared holds blocks is refused at once,
+/// although the first shared key is another thread's.
+#[test]
+fn shared_and_exclusive_holders_of_stores_of_their_own_never_overlap() {
+    let etcd = Cluster::single();
+    let stores: Vec<Store> = (0..4).map(|_| etcd.open("kinds")).collect();
+    for round in 0..10 {
+        let start = Arc::new(Barrier::new(stores.len()));
+        let racers: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| {
+                let (store, start) = (store.clone(), Arc::clone(&start));
+                let kind = if i == round % 4 {
+                    Kind::Exclusive
+                } else {
+                    Kind::Shared
+                };
+                thread::spawn(move || {
+                    start.wait();
+                    store.acquire_kind("config", kind, TTL)
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let held: Vec<&Holder> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let exclusive = held.iter().filter(|h| h.kind() == Kind::Exclusive).count();
+        assert!(!held.is_empty(), "{results:?}");
+        assert!(exclusive == 0 || held.len() == 1, "{results:?}");
+        assert_eq!(stores[0].lock_holders("config").unwrap().len(), held.len());
+    }
+    let theirs = {
+        let store = stores[1].clone();
+        thread::spawn(move || store.acquire_kind("reader", Kind::Shared, TTL).unwrap())
+            .join()
+            .unwrap()
+    };
+    let mine = stores[0].acquire_kind("reader", Kind::Shared, TTL).unwrap();
+    assert!(matches!(
+        mine.put(b"k", b"v"),
+        Err(Error::InvalidArgument(_))
+    ));
+    match stores[0].acquire_wait("reader", TTL, Duration::from_secs(10)) {
+        Err(Error::WouldDeadlock { token, .. }) => assert_eq!(token, mine.token()),
+        other => panic!("an exclusive wait behind this thread's shared hold: {other:?}"),
+    }
+    drop(theirs);
 }

@@ -492,7 +492,7 @@ fn a_waiting_acquire_of_a_free_lock_is_granted_with_no_time_left(h: &Harness) {
     let job = store.acquire_wait("job", LONG, Duration::ZERO).unwrap();
     assert!(job.is_held().unwrap());
     let shared = store.acquire_kind_wait("config", fencelock::Kind::Shared, LONG, Duration::ZERO);
-    drop(h.if_supported(Capability::Shared, shared));
+    drop(h.if_supported(Capability::Kinds, shared));
     let both = store.acquire_all_wait(&["a", "b"], LONG, Duration::ZERO);
     drop(h.if_supported(Capability::Kinds, both));
 }

@@ -29,10 +29,9 @@ pub enum Backend {
 /// What not every backend has (README: "Guarantees", "Beyond one host: etcd").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
-    /// Semaphores and `acquire_all`.
+    /// Semaphores, shared locks and `acquire_all` (every backend has them; one without them
+    /// would refuse each with `InvalidArgument`).
     Kinds,
-    /// Shared locks (etcd refuses them with `InvalidArgument`).
-    Shared,
     /// Each grant's token is the one before plus one (etcd's tokens are revisions).
     ConsecutiveTokens,
     /// `locks()` and `lock()` keep the records of expired and released leases (etcd deletes

@@ -1,7 +1,6 @@
 //! Semaphores, shared locks and atomic multi-lock acquires, within one process. A backend
-//! without a kind (etcd, shared locks) refuses it with `InvalidArgument`, which the first
-//! acquire of that kind in each body checks; the rules across real processes are in
-//! tests/processes.rs.
+//! without them would refuse each with `InvalidArgument`, which the first acquire of a kind in
+//! each body checks; the rules across real processes are in tests/processes.rs.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,9 +9,7 @@ use std::time::Duration;
 use fencelock::{Cancel, Error, Holder, Kind, LockState, Store, MAX_HOLDERS};
 
 use crate::common;
-use crate::harness::{
-    assert_held_by, Capability::FairQueue, Capability::Kinds, Capability::Shared, Harness,
-};
+use crate::harness::{assert_held_by, Capability::FairQueue, Capability::Kinds, Harness};
 
 const TTL: Duration = Duration::from_secs(60);
 const LONG: Duration = Duration::from_secs(60);
@@ -239,34 +236,25 @@ fn many_threads_never_hold_more_than_n_permits(h: &Harness) {
 fn kinds_exclude_each_other_on_one_name(h: &Harness) {
     let store = h.store();
     let exclusive = store.acquire("name", TTL).unwrap();
-    for (kind, capability) in [(Kind::Shared, Shared), (sem(4), Kinds)] {
+    for kind in [Kind::Shared, sem(4)] {
         match store.acquire_kind("name", kind, TTL) {
             Err(Error::Locked { token, .. }) if token == exclusive.token() => {}
-            Err(Error::InvalidArgument(_)) if !h.supports(capability) => {}
+            Err(Error::InvalidArgument(_)) if !h.supports(Kinds) => return,
             other => panic!("{kind:?} beside an exclusive holder: {other:?}"),
         }
-    }
-    if !h.supports(Kinds) {
-        return;
     }
     drop(exclusive);
     let permit = store.acquire_kind("name", sem(4), TTL).unwrap();
     assert_held_by(store.acquire("name", TTL), permit.token());
-    match store.acquire_kind("name", Kind::Shared, TTL) {
-        Err(Error::Locked { token, .. }) if token == permit.token() => {}
-        Err(Error::InvalidArgument(_)) if !h.supports(Shared) => {}
-        other => panic!("shared beside a permit: {other:?}"),
-    }
+    assert!(matches!(
+        store.acquire_kind("name", Kind::Shared, TTL),
+        Err(Error::Locked { .. })
+    ));
     drop(permit);
     // A name whose holders are all gone is free for any kind.
-    if h.supports(Shared) {
-        let shared = store.acquire_kind("name", Kind::Shared, TTL).unwrap();
-        assert_eq!(store.lock("name").unwrap().unwrap().kind, Kind::Shared);
-        drop(shared);
-    }
-    let permit = store.acquire_kind("name", sem(2), TTL).unwrap();
-    assert_eq!(store.lock("name").unwrap().unwrap().kind, sem(2));
-    drop(permit);
+    let shared = store.acquire_kind("name", Kind::Shared, TTL).unwrap();
+    assert_eq!(store.lock("name").unwrap().unwrap().kind, Kind::Shared);
+    drop(shared);
     let exclusive = store.acquire_kind("name", Kind::Exclusive, TTL).unwrap();
     assert_eq!(exclusive.kind(), Kind::Exclusive);
     assert_eq!(store.lock("name").unwrap().unwrap().kind, Kind::Exclusive);
@@ -276,8 +264,7 @@ fn kinds_exclude_each_other_on_one_name(h: &Harness) {
 
 fn shared_holders_share_and_exclude_an_exclusive_holder(h: &Harness) {
     let store = h.store();
-    let Some(first) = h.if_supported(Shared, store.acquire_kind("config", Kind::Shared, TTL))
-    else {
+    let Some(first) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL)) else {
         return;
     };
     let readers: Vec<_> = std::iter::once(first)
@@ -306,7 +293,7 @@ fn shared_holders_share_and_exclude_an_exclusive_holder(h: &Harness) {
 
 fn a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences(h: &Harness) {
     let store = h.store();
-    let Some(reader) = h.if_supported(Shared, store.acquire_kind("config", Kind::Shared, TTL))
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
     else {
         return;
     };
@@ -330,7 +317,7 @@ fn a_shared_holder_is_refused_holder_checked_writes_but_its_token_fences(h: &Har
 /// keep joining while the exclusive one waits.
 fn a_waiting_exclusive_acquire_is_not_starved_by_a_stream_of_shared_ones(h: &Harness) {
     let store = h.store();
-    let Some(reader) = h.if_supported(Shared, store.acquire_kind("config", Kind::Shared, TTL))
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
     else {
         return;
     };
@@ -460,26 +447,27 @@ fn waiting_multi_lock_acquires_in_opposite_orders_never_deadlock(h: &Harness) {
 
 fn only_a_wait_that_this_threads_own_leases_block_is_refused(h: &Harness) {
     let store = h.store();
+    let Some(reader) = h.if_supported(Kinds, store.acquire_kind("config", Kind::Shared, TTL))
+    else {
+        return;
+    };
     let own = |result: fencelock::Result<Holder>, tokens: &[u64]| match result {
         Err(Error::WouldDeadlock { token, .. }) if tokens.contains(&token) => {}
         other => panic!("expected WouldDeadlock by one of {tokens:?}, got {other:?}"),
     };
-    if let Some(reader) = h.if_supported(Shared, store.acquire_kind("config", Kind::Shared, TTL)) {
-        // A shared wait while this thread holds the lock shared is granted: it does not wait.
-        let second = store
-            .acquire_kind_wait("config", Kind::Shared, TTL, LONG)
-            .unwrap();
-        // An exclusive one would wait for both, and a permit for a lock of another kind too.
-        let readers = [reader.token(), second.token()];
-        own(store.acquire_wait("config", TTL, LONG), &readers);
-        own(
-            store.acquire_kind_wait("config", sem(2), TTL, LONG),
-            &readers,
-        );
-    }
-    if !h.supports(Kinds) {
-        return;
-    }
+    // A shared wait while this thread holds the lock shared is granted: it does not wait.
+    let second = store
+        .acquire_kind_wait("config", Kind::Shared, TTL, LONG)
+        .unwrap();
+    // An exclusive one would wait for both, and a permit for a lock of another kind too.
+    let readers = [reader.token(), second.token()];
+    own(store.acquire_wait("config", TTL, LONG), &readers);
+    own(
+        store.acquire_kind_wait("config", sem(2), TTL, LONG),
+        &readers,
+    );
+
+    drop((reader, second));
     // A permit wait for a lock this thread holds exclusively would wait for it.
     let exclusive = store.acquire("config", TTL).unwrap();
     own(
