@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::pool::{secs_ns, Pooled};
-use super::records::{client_error, revision, LockRecord};
+use super::records::{client_error, holder_token, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, EtcdEngine};
 use crate::base::clock;
@@ -27,9 +27,25 @@ use crate::base::error::{Error, Result};
 use crate::engine::{Engine, LeaseHandle, LeaseState};
 use crate::rules::kind::Kind;
 
+/// What a grant gave one holder: the lock, its kind, the key it holds and its token.
+pub(crate) struct Grantee {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    /// The holder key: `P/@/lock/<name>`, or a permit's key (records.rs).
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: u64,
+    /// The revision that created the key: the token, but for the later locks of an
+    /// `acquire_all`, whose keys its first revision created (records.rs).
+    pub(crate) created: i64,
+}
+
 pub(crate) struct EtcdLease {
     remote: Arc<EtcdEngine>,
     state: LeaseState,
+    /// The holder key and the revision that created it, which every check of this grant
+    /// compares.
+    key: Vec<u8>,
+    created: i64,
     /// The etcd lease carrying the lock key; a new one after an extend to another TTL.
     lease: AtomicI64,
     /// Its TTL, in seconds.
@@ -44,16 +60,18 @@ pub(crate) struct EtcdLease {
 impl EtcdLease {
     pub(crate) fn new(
         remote: Arc<EtcdEngine>,
-        name: String,
-        token: u64,
+        grantee: Grantee,
         (lease, ttl): (i64, i64),
         asked_ns: u64,
         stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
+        let token = grantee.token;
         remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
-            state: LeaseState::new(name, Kind::Exclusive, token, deadline(asked_ns, ttl)),
+            state: LeaseState::new(grantee.name, grantee.kind, token, deadline(asked_ns, ttl)),
+            key: grantee.key,
+            created: grantee.created,
             lease: AtomicI64::new(lease),
             ttl: AtomicI64::new(ttl),
             stop: Arc::new(Notify::new()),
@@ -67,12 +85,16 @@ impl EtcdLease {
     /// lease runs from after this holder's clock started, and etcd looks twice a second).
     /// `current` names the holder that took the lock over, if one did.
     fn lost_now(&self) -> Error {
-        let current = self.remote.lock_record(&self.state.name).ok().flatten();
+        let key = self.key.clone();
+        let mut client = self.remote.client();
+        let current = self
+            .remote
+            .call(async move { client.get(key, None).await })
+            .ok()
+            .and_then(|response| response.kvs().first().map(holder_token));
         self.note(Error::LockLost {
             token: self.state.token,
-            current: current
-                .map(|record| record.token)
-                .filter(|&token| token != self.state.token),
+            current: current.filter(|&token| token != self.state.token),
         })
     }
 
@@ -155,9 +177,16 @@ impl EtcdLease {
 
     fn move_to_new_lease(&self, ttl: Duration) -> Result<()> {
         let asked = clock::now_ns();
-        let key = self.remote.lock_key(&self.state.name);
-        let record = LockRecord::now().encode();
+        let key = self.key.clone();
         let token = self.state.token;
+        let created = self.created;
+        // A token that is not the key's create revision stays written in the record.
+        let record = if revision(token) == created {
+            LockRecord::now()
+        } else {
+            LockRecord::with_token(token.to_be_bytes())
+        }
+        .encode();
         let old = self.lease.load(Ordering::Acquire);
         let mut client = self.remote.client();
         let (lease, secs) = block_for(self.remote.timeout, async move {
@@ -166,7 +195,7 @@ impl EtcdLease {
                 .when([Compare::create_revision(
                     key.clone(),
                     CompareOp::Equal,
-                    revision(token),
+                    created,
                 )])
                 .and_then([TxnOp::put(
                     key.clone(),
@@ -199,7 +228,7 @@ impl EtcdLease {
         if self.state.released.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let key = self.remote.lock_key(&self.state.name);
+        let key = self.key.clone();
         let mut client = self.remote.client();
         let response = self
             .remote
@@ -207,10 +236,16 @@ impl EtcdLease {
         Ok(response
             .kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == revision(self.state.token)))
+            .is_some_and(|kv| kv.create_revision() == self.created))
     }
 
     fn write_now(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+        if self.state.kind == Kind::Shared {
+            return Err(Error::invalid(format!(
+                "a shared holder of {} does not write: acquire it exclusively to write",
+                self.state.name
+            )));
+        }
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
         }
@@ -219,7 +254,7 @@ impl EtcdLease {
             return Err(self.lost_now());
         }
         self.remote
-            .holder_write(&self.state.name, self.state.token, key, value)
+            .holder_write(&self.key, self.created, self.state.token, key, value)
             .map_err(|err| self.note(err))
     }
 
@@ -234,12 +269,12 @@ impl EtcdLease {
         let known_lost = self.state.is_lost();
         let lease = self.lease.load(Ordering::Acquire);
         let secs = self.ttl.load(Ordering::Acquire);
-        let key = self.remote.lock_key(&self.state.name);
+        let key = self.key.clone();
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.clone(),
                 CompareOp::Equal,
-                revision(self.state.token),
+                self.created,
             )])
             .and_then([TxnOp::delete(key, None)]);
         let mut client = self.remote.client();

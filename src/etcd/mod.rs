@@ -1,12 +1,16 @@
 //! The store on an etcd v3 cluster: the same [`Store`] and [`Holder`] as on a local file, on
 //! etcd's leases, revisions and transactions (`records.rs` lists the keys).
 //!
-//! - A grant is one transaction that finds the lock key absent and puts it with a new etcd
+//! - A grant is one transaction that finds the lock key absent and puts it with an etcd
 //!   lease of the TTL; the token is that transaction's revision (the key's create revision):
 //!   strictly increasing across the cluster, never reused.
 //! - A fenced write is one transaction that compares the key's recorded token with the
 //!   writer's; a holder's write compares, in the same transaction, the lock key's create
 //!   revision with the holder's token. An acquire-and-put is the grant's transaction.
+//! - A semaphore's permits and a lock's shared holders are keys of their own under the name,
+//!   and an `acquire_all` is one transaction for every lock, whose later locks then take tokens
+//!   of their own (`kinds.rs`). Every grant compares the range of the name's holder keys, so
+//!   the kinds exclude each other.
 //! - A waiting acquire queues behind the earlier ones, as etcd's `concurrency.Mutex` does
 //!   (`queue.rs`), and watches for the delete of the key just ahead of it; extend and
 //!   keep-alive are etcd keep-alives, and a keep-alive answered with TTL 0 tells the holder its
@@ -19,6 +23,7 @@
 //! Layer 6: an engine ([`crate::engine::Engine`]) beside the local one. Imports the base, the
 //! rules and the engine layer; nothing of the local engine.
 
+mod kinds;
 mod lease;
 mod pool;
 mod queue;
@@ -48,11 +53,13 @@ use crate::rules::info::{Fenced, LockInfo, LockState, StoreInfo};
 use crate::rules::kind::Kind;
 use crate::rules::tokens::admit;
 use records::{
-    client_error, decode_fence, decode_value, encode_value, revision, token, LockRecord,
+    client_error, decode_fence, decode_value, encode_value, holder_token, revision, token,
+    LockRecord,
 };
 use runtime::block_for;
 
 pub(crate) use lease::EtcdLease;
+use lease::Grantee;
 use lease::KeepAlive;
 use pool::{Pool, Pooled};
 
@@ -82,7 +89,8 @@ pub(crate) struct EtcdEngine {
     pool: Pool,
 }
 
-/// A grant's transaction: granted with its token, or refused while `holder` holds the lock.
+/// A grant's transaction: granted with its token, or refused with what it read.
+#[allow(clippy::large_enum_variant)] // one lives for one call; the stream is moved on at once
 enum Grant {
     Granted {
         token: u64,
@@ -93,8 +101,11 @@ enum Grant {
         /// The keep-alive stream a pooled lease was renewed on.
         stream: Option<KeepAlive>,
     },
+    /// Refused: what the transaction's `or_else` branch read.
     Refused {
-        holder: Option<KeyValue>,
+        ops: Vec<TxnOpResponse>,
+        /// The revision the transaction read at.
+        revision: i64,
     },
 }
 
@@ -172,6 +183,27 @@ impl EtcdEngine {
         self.key("lock", name.as_bytes())
     }
 
+    /// The range of every holder key of `name`, `[start, end)`: the exclusive holder's
+    /// `P/@/lock/<name>` and the keys under `P/@/lock/<name>\0` (no name holds a NUL).
+    fn holders(&self, name: &str) -> (Vec<u8>, Vec<u8>) {
+        let start = self.lock_key(name);
+        let mut end = start.clone();
+        end.push(1);
+        (start, end)
+    }
+
+    /// The compare that no key of `name` is held, of any kind.
+    fn none_held(&self, name: &str) -> Compare {
+        let (start, end) = self.holders(name);
+        Compare::version(start, CompareOp::Equal, 0).with_range(end)
+    }
+
+    /// A read of the first holder key of `name`, for a refusal.
+    fn first_holder(&self, name: &str) -> TxnOp {
+        let (start, end) = self.holders(name);
+        TxnOp::get(start, Some(GetOptions::new().with_range(end).with_limit(1)))
+    }
+
     fn last_key(&self) -> Vec<u8> {
         let mut key = self.root.clone();
         key.extend_from_slice(b"last");
@@ -209,10 +241,7 @@ impl EtcdEngine {
     }
 
     /// Grants `request`: one exclusive lock, tried once (with its write) or waited for.
-    fn acquire_one(&self, request: &Acquire<'_>) -> Result<Arc<EtcdLease>> {
-        let (Locks::One(name), Kind::Exclusive) = (request.locks, request.kind) else {
-            return Err(not_on_etcd());
-        };
+    fn acquire_one(&self, name: &str, request: &Acquire<'_>) -> Result<Arc<EtcdLease>> {
         let ttl = request.ttl;
         if let Some((key, value)) = request.write {
             self.check_value(value)?;
@@ -233,8 +262,7 @@ impl EtcdEngine {
                 waiting.step()?;
                 // A lock key of a lease this thread holds through this engine ends only
                 // with that lease.
-                let held = holder.map(|kv| token(kv.create_revision()));
-                if let Some(token) = held.filter(|&token| self.holds.is_mine(token)) {
+                if let Some(token) = self.own_holder(name, holder.as_ref())? {
                     return Err(Error::WouldDeadlock {
                         name: name.to_owned(),
                         token,
@@ -259,7 +287,7 @@ impl EtcdEngine {
                 asked_ns,
                 stream,
             } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
-            Grant::Refused { holder } => Err(holder),
+            Grant::Refused { ops, .. } => Err(first_kv(&ops)),
         }
     }
 
@@ -272,16 +300,26 @@ impl EtcdEngine {
         asked_ns: u64,
         stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
+        let grantee = Grantee {
+            name: name.to_owned(),
+            kind: Kind::Exclusive,
+            key: self.lock_key(name),
+            token,
+            created: revision(token),
+        };
+        self.holder_of(grantee, (lease, ttl), asked_ns, stream)
+    }
+
+    fn holder_of(
+        &self,
+        grantee: Grantee,
+        (lease, ttl): (i64, i64),
+        asked_ns: u64,
+        stream: Option<KeepAlive>,
+    ) -> Arc<EtcdLease> {
         // Counted from before the lease was asked for or renewed: never later than etcd's own
         // expiry, which counts from when etcd handled the request.
-        EtcdLease::new(
-            self.arc(),
-            name.to_owned(),
-            token,
-            (lease, ttl),
-            asked_ns,
-            stream,
-        )
+        EtcdLease::new(self.arc(), grantee, (lease, ttl), asked_ns, stream)
     }
 
     fn arc(&self) -> Arc<EtcdEngine> {
@@ -311,6 +349,12 @@ impl EtcdEngine {
     /// `pool.rs`), or else a new one asked for first.
     fn grant(&self, name: &str, ttl: Duration, write: Option<(&[u8], &[u8])>) -> Result<Grant> {
         check_name("lock name", name)?;
+        self.grant_with(ttl, &|lease| self.grant_txn(name, write, lease))
+    }
+
+    /// One grant attempt of the transaction `txn` makes with a lease: a pooled one, or else a
+    /// new one asked for first (as [`EtcdEngine::grant`]).
+    fn grant_with(&self, ttl: Duration, txn: &(dyn Fn(i64) -> Txn + Sync)) -> Result<Grant> {
         let secs = etcd_ttl(ttl)?;
         self.writable()?;
         // A pooled lease that etcd ended all the same (revoked by hand) is passed over.
@@ -318,7 +362,7 @@ impl EtcdEngine {
             let Some(pooled) = self.pool.take(secs) else {
                 break;
             };
-            let txn = self.grant_txn(name, write, pooled.id);
+            let txn = txn(pooled.id);
             if let Some(grant) = block_for(self.timeout, self.grant_pooled(txn, pooled))? {
                 return Ok(grant);
             }
@@ -327,7 +371,7 @@ impl EtcdEngine {
         block_for(self.timeout, async move {
             let asked_ns = clock::now_ns();
             let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
-            let response = match client.txn(self.grant_txn(name, write, lease)).await {
+            let response = match client.txn(txn(lease)).await {
                 Ok(response) => response,
                 Err(err) => {
                     // The grant may have landed; its lease then ends at its TTL if not here.
@@ -347,7 +391,8 @@ impl EtcdEngine {
             }
             let _ = client.lease_revoke(lease).await;
             Ok(Grant::Refused {
-                holder: first_kv(&response.op_responses()),
+                ops: response.op_responses(),
+                revision,
             })
         })
     }
@@ -370,12 +415,9 @@ impl EtcdEngine {
             Some(PutOptions::new().with_lease(lease)),
         ));
         Txn::new()
-            .when([
-                Compare::create_revision(lock_key.clone(), CompareOp::Equal, 0),
-                self.none_waiting(name),
-            ])
+            .when([self.none_held(name), self.none_waiting(name)])
             .and_then(then)
-            .or_else([TxnOp::get(lock_key, None)])
+            .or_else([self.first_holder(name)])
     }
 
     /// A grant's transaction with the pooled lease `pooled`, alone while the lease is young,
@@ -417,7 +459,8 @@ impl EtcdEngine {
                 Some(Err(_)) => self.pool.discard(pooled),
             }
             return Ok(Some(Grant::Refused {
-                holder: first_kv(&response.op_responses()),
+                ops: response.op_responses(),
+                revision,
             }));
         }
         let (asked_ns, stream) = match renewed {
@@ -456,7 +499,7 @@ impl EtcdEngine {
         };
         let pid = LockRecord::decode(&kv).map_or(0, |record| record.pid);
         Error::Locked {
-            token: token(kv.create_revision()),
+            token: holder_token(&kv),
             pid,
             remaining: self.remaining(kv.lease()).unwrap_or(Duration::ZERO),
         }
@@ -469,14 +512,23 @@ impl EtcdEngine {
         Ok(Duration::from_secs(u64::try_from(ttl.ttl()).unwrap_or(0)))
     }
 
-    /// Waits until `key` (a lock key, or a waiter's) is deleted at or after revision `from`:
-    /// released, or its lease ended.
-    fn wait_deleted(&self, key: Vec<u8>, from: i64, waiting: Waiting<'_>) -> Result<()> {
+    /// Waits until `key` (a lock key, or a waiter's), or with `end` a key of `[key, end)`, is
+    /// deleted at or after revision `from`: released, or its lease ended.
+    fn wait_deleted(
+        &self,
+        key: Vec<u8>,
+        end: Option<Vec<u8>>,
+        from: i64,
+        waiting: Waiting<'_>,
+    ) -> Result<()> {
         let mut client = self.client();
         runtime::block(async move {
-            let options = WatchOptions::new()
+            let mut options = WatchOptions::new()
                 .with_start_revision(from)
                 .with_filters([WatchFilterType::NoPut]);
+            if let Some(end) = end {
+                options = options.with_range(end);
+            }
             // Created and followed within the wait's deadline and cancel handle.
             let watch = client.watch(key, Some(options));
             tokio::pin!(watch);
@@ -578,18 +630,19 @@ impl EtcdEngine {
     /// A holder's write: `value_txn`, only while the lock key's create revision is `token`.
     pub(crate) fn holder_write(
         &self,
-        name: &str,
+        lock_key: &[u8],
+        created: i64,
         token: u64,
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<bool> {
         self.check_write(key, value)?;
-        let lock_key = self.lock_key(name);
+        let lock_key = lock_key.to_vec();
         let txn = Txn::new()
             .when([Compare::create_revision(
                 lock_key.clone(),
                 CompareOp::Equal,
-                revision(token),
+                created,
             )])
             .and_then([TxnOp::txn(self.value_txn(key, value, token))])
             .or_else([TxnOp::get(lock_key, None)]);
@@ -693,38 +746,32 @@ impl EtcdEngine {
         response.kvs().first().map(decode_fence).transpose()
     }
 
+    /// Every holder key, in name order (a name's permits in slot order).
     fn list_locks(&self) -> Result<Vec<LockInfo>> {
-        let strip = self.key("lock", b"").len();
         self.range(self.key("lock", b""))?
             .iter()
-            .map(|kv| {
-                let name = String::from_utf8_lossy(&kv.key()[strip..]).into_owned();
-                self.describe(name, kv)
-            })
+            .map(|kv| self.describe(kv))
             .collect()
     }
 
-    fn lock_record(&self, name: &str) -> Result<Option<LockInfo>> {
-        check_name("lock name", name)?;
-        let key = self.lock_key(name);
-        let mut client = self.client();
-        let response = self.call(async move { client.get(key, None).await })?;
-        response
-            .kvs()
-            .first()
-            .map(|kv| self.describe(name.to_owned(), kv))
-            .transpose()
+    /// Every holder of `name`, latest first.
+    fn lock_grants(&self, name: &str) -> Result<Vec<LockInfo>> {
+        self.holders_of(name)?
+            .iter()
+            .map(|kv| self.describe(kv))
+            .collect()
     }
 
-    /// A lock key as [`LockInfo`]: etcd keeps a lock's key only while its lease lives, so
+    /// A holder key as [`LockInfo`]: etcd keeps a holder's key only while its lease lives, so
     /// every record is held, or expired in the moment before etcd deletes it.
-    fn describe(&self, name: String, kv: &KeyValue) -> Result<LockInfo> {
+    fn describe(&self, kv: &KeyValue) -> Result<LockInfo> {
+        let (name, kind) = self.holder_of_key(kv.key());
         let record = LockRecord::decode(kv)?;
         let remaining = self.remaining(kv.lease())?;
         let now = SystemTime::now();
         Ok(LockInfo {
             name,
-            token: token(kv.create_revision()),
+            token: holder_token(kv),
             pid: record.pid,
             granted_at: UNIX_EPOCH + Duration::from_nanos(record.granted_unix_ns),
             expires_at: now + remaining,
@@ -734,7 +781,7 @@ impl EtcdEngine {
             } else {
                 LockState::Held
             },
-            kind: crate::rules::kind::Kind::Exclusive,
+            kind,
         })
     }
 
@@ -771,8 +818,8 @@ impl EtcdEngine {
         };
         for kv in self.range(self.key("lock", b""))? {
             LockRecord::decode(&kv)?;
-            if token(kv.create_revision()) > last {
-                return Err(above("lock", &kv, token(kv.create_revision())));
+            if holder_token(&kv) > last {
+                return Err(above("lock", &kv, holder_token(&kv)));
             }
         }
         for kv in self.range(self.key("value", b""))? {
@@ -879,7 +926,7 @@ fn value_outcome(outcome: Outcome, token: u64) -> Result<bool> {
 fn lost(token: u64, now: Option<&KeyValue>) -> Error {
     Error::LockLost {
         token,
-        current: now.map(|kv| records::token(kv.create_revision())),
+        current: now.map(holder_token),
     }
 }
 
@@ -889,7 +936,17 @@ impl Engine for EtcdEngine {
     }
 
     fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
-        Ok(vec![self.acquire_one(request)? as Arc<dyn LeaseHandle>])
+        let leases = match (request.locks, request.kind) {
+            (Locks::One(name), kind @ (Kind::Semaphore(_) | Kind::Shared)) => {
+                vec![self.acquire_slot(name, kind, request)?]
+            }
+            (Locks::All(names), _) => self.acquire_all_of(names, request)?,
+            (Locks::One(name), Kind::Exclusive) => vec![self.acquire_one(name, request)?],
+        };
+        Ok(leases
+            .into_iter()
+            .map(|lease| lease as Arc<dyn LeaseHandle>)
+            .collect())
     }
 
     fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
@@ -922,7 +979,7 @@ impl Engine for EtcdEngine {
     }
 
     fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
-        Ok(self.lock_record(name)?.into_iter().collect())
+        self.lock_grants(name)
     }
 
     fn info(&self) -> Result<StoreInfo> {
@@ -940,13 +997,4 @@ impl Engine for EtcdEngine {
     fn handle_dropped(&self) {
         self.pool.handle_dropped();
     }
-}
-
-/// The refusal of a semaphore, a shared lock or a multi-lock acquire on an etcd store, which
-/// has only exclusive locks so far.
-fn not_on_etcd() -> Error {
-    Error::invalid(
-        "semaphores, shared locks and acquire_all are not available on an etcd store yet: \
-         only exclusive locks are",
-    )
 }

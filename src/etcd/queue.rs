@@ -35,7 +35,7 @@ use crate::base::error::{Error, Result};
 
 impl EtcdEngine {
     /// The range of the waiter keys of `name`: `[start, end)`.
-    fn waiters(&self, name: &str) -> (Vec<u8>, Vec<u8>) {
+    pub(super) fn waiters(&self, name: &str) -> (Vec<u8>, Vec<u8>) {
         let mut start = self.key("waiters", name.as_bytes());
         start.push(0);
         let mut end = start.clone();
@@ -104,7 +104,7 @@ impl EtcdEngine {
             waiting.step()?;
             let txn = Txn::new()
                 .when([
-                    Compare::create_revision(lock_key.clone(), CompareOp::Equal, 0),
+                    self.none_held(name),
                     Compare::create_revision(start.clone(), CompareOp::Greater, place - 1)
                         .with_range(end.clone()),
                 ])
@@ -118,7 +118,7 @@ impl EtcdEngine {
                     TxnOp::delete(me.clone(), None),
                 ])
                 .or_else([
-                    TxnOp::get(lock_key.clone(), None),
+                    self.first_holder(name),
                     TxnOp::get(
                         start.clone(),
                         Some(
@@ -156,17 +156,17 @@ impl EtcdEngine {
             }
             let ops = response.op_responses();
             let (holder, ahead) = (kv_of(ops.first()), kv_of(ops.get(1)));
-            if let Some(token) = holder
-                .map(|kv| token(kv.create_revision()))
-                .filter(|&token| self.holds.is_mine(token))
-            {
+            if let Some(token) = self.own_holder(name, holder.as_ref())? {
                 return Err(Error::WouldDeadlock {
                     name: name.to_owned(),
                     token,
                 });
             }
-            let watched = ahead.map_or_else(|| lock_key.clone(), |kv| kv.key().to_vec());
-            self.wait_deleted(watched, revision + 1, waiting)?;
+            // The waiter just ahead; with none ahead, the holder key that refused the grant.
+            let watched = ahead
+                .or(holder)
+                .map_or_else(|| lock_key.clone(), |kv| kv.key().to_vec());
+            self.wait_deleted(watched, None, revision + 1, waiting)?;
         }
     }
 

@@ -2,7 +2,17 @@
 //! store string (`etcd://host:port/P`):
 //!
 //! - `P/@/lock/<name>`: a lock held now, put with the holder's etcd lease (etcd deletes it when
-//!   the lease ends). Its create revision is the grant's token. Value: [`LockRecord`].
+//!   the lease ends). Its create revision is the grant's token. Value: [`LockRecord`]; for a
+//!   later lock of an `acquire_all` (kinds.rs) the record carries the token itself.
+//! - `P/@/lock/<name>\0permits/<N>/<slot>`: a permit of the semaphore `name` of N permits held
+//!   now, N and the slot (0 to N - 1) as four decimal digits, put with its holder's etcd lease;
+//!   its create revision is its token. Value: [`LockRecord`].
+//! - `P/@/lock/<name>\0shared/<slot>`: a shared holder of `name`, the slot (0 to
+//!   [`crate::MAX_HOLDERS`] - 1) as four decimal digits, as a permit's.
+//!
+//! Every holder key of a name is in `[P/@/lock/<name>, P/@/lock/<name>\1)`: no name holds a
+//! NUL (kinds.rs).
+//!
 //! - `P/@/last`: rewritten by every grant, so its mod revision is the highest token granted.
 //! - `P/@/value/<key>`: a fenced value. Value: the token as 8 big-endian bytes, then 1 and the
 //!   value, or 0 for a delete (the key keeps the delete's token). Big-endian, so that etcd's
@@ -92,10 +102,14 @@ pub(crate) fn decode_fence(kv: &KeyValue) -> Result<u64> {
         .map_err(|_| corrupt(kv, "a fence record"))
 }
 
-/// Who holds a lock: the process id and the wall-clock time of the grant.
+/// Who holds a lock: the process id and the wall-clock time of the grant, and the token when
+/// it is not the key's create revision (a later lock of an `acquire_all`, `mod.rs`).
 pub(crate) struct LockRecord {
     pub(crate) pid: u32,
     pub(crate) granted_unix_ns: u64,
+    /// `None`: the token is the key's create revision (12 bytes, every other grant's record).
+    /// [`SAME_REVISION`] stands for the key's mod revision, as in a value record.
+    pub(crate) token: Option<[u8; 8]>,
 }
 
 impl LockRecord {
@@ -105,24 +119,46 @@ impl LockRecord {
             granted_unix_ns: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            token: None,
+        }
+    }
+
+    /// The record of a grant whose token is `token` (its mod revision for `SAME_REVISION`).
+    pub(crate) fn with_token(token: [u8; 8]) -> LockRecord {
+        LockRecord {
+            token: Some(token),
+            ..LockRecord::now()
         }
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut record = self.pid.to_le_bytes().to_vec();
         record.extend_from_slice(&self.granted_unix_ns.to_le_bytes());
+        if let Some(token) = self.token {
+            record.extend_from_slice(&token);
+        }
         record
     }
 
     pub(crate) fn decode(kv: &KeyValue) -> Result<LockRecord> {
         let record = kv.value();
-        if record.len() != 12 {
+        if record.len() != 12 && record.len() != 20 {
             return Err(corrupt(kv, "a lock record"));
         }
         Ok(LockRecord {
             pid: u32::from_le_bytes(record[..4].try_into().expect("4 bytes")),
-            granted_unix_ns: u64::from_le_bytes(record[4..].try_into().expect("8 bytes")),
+            granted_unix_ns: u64::from_le_bytes(record[4..12].try_into().expect("8 bytes")),
+            token: record.get(12..).and_then(|t| t.try_into().ok()),
         })
+    }
+}
+
+/// The token of the grant a lock key records: its create revision, or the record's own.
+pub(crate) fn holder_token(kv: &KeyValue) -> u64 {
+    match LockRecord::decode(kv).ok().and_then(|record| record.token) {
+        None => token(kv.create_revision()),
+        Some(SAME_REVISION) => token(kv.mod_revision()),
+        Some(explicit) => u64::from_be_bytes(explicit),
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod cluster;
 mod failures;
+mod kinds;
 mod partition;
 mod pool;
 mod prefixes;

@@ -11,13 +11,13 @@ use fencelock::{Store, ETCD_MIN_TTL};
 use crate::cluster::Cluster;
 
 /// A plain etcd client of the member `port`, with a runtime of its own.
-struct Raw {
-    runtime: tokio::runtime::Runtime,
-    client: Client,
+pub(crate) struct Raw {
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) client: Client,
 }
 
 impl Raw {
-    fn connect(cluster: &Cluster) -> Raw {
+    pub(crate) fn connect(cluster: &Cluster) -> Raw {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -34,7 +34,7 @@ impl Raw {
     }
 
     /// The keys attached to `lease` and its time left in whole seconds; `None` once it ended.
-    fn lease(&mut self, lease: i64) -> Option<(usize, i64)> {
+    pub(crate) fn lease(&mut self, lease: i64) -> Option<(usize, i64)> {
         let options = LeaseTimeToLiveOptions::new().with_keys();
         let answer = self
             .runtime

@@ -29,7 +29,8 @@ pub enum Backend {
 /// What not every backend has (README: "Guarantees", "Beyond one host: etcd").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
-    /// Semaphores, shared locks and `acquire_all` (etcd refuses them with `InvalidArgument`).
+    /// Semaphores, shared locks and `acquire_all` (every backend has them; one without them
+    /// would refuse each with `InvalidArgument`).
     Kinds,
     /// Each grant's token is the one before plus one (etcd's tokens are revisions).
     ConsecutiveTokens,
@@ -146,7 +147,7 @@ impl Harness {
         use Capability::*;
         match (self.backend, capability) {
             #[cfg(feature = "etcd")]
-            (Backend::Etcd, FairQueue) => true,
+            (Backend::Etcd, FairQueue | Kinds) => true,
             #[cfg(feature = "etcd")]
             (Backend::Etcd, _) => false,
             (Backend::SingleProcess, FairQueue | SecondOpen) => false,

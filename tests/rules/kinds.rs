@@ -1,6 +1,6 @@
 //! Semaphores, shared locks and atomic multi-lock acquires, within one process. A backend
-//! without them (etcd) refuses each with `InvalidArgument`, which the first acquire of a kind
-//! in each body checks; the rules across real processes are in tests/processes.rs.
+//! without them would refuse each with `InvalidArgument`, which the first acquire of a kind in
+//! each body checks; the rules across real processes are in tests/processes.rs.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,7 +49,9 @@ fn a_semaphore_grants_n_permits_each_with_its_own_higher_token_and_refuses_the_n
         .chain((1..3).map(|_| store.acquire_kind("pool", sem(3), TTL).unwrap()))
         .collect();
     let tokens: Vec<u64> = permits.iter().map(Holder::token).collect();
-    assert_eq!(tokens, vec![before + 1, before + 2, before + 3]);
+    h.assert_next(before, tokens[0]);
+    h.assert_next(tokens[0], tokens[1]);
+    h.assert_next(tokens[1], tokens[2]);
     assert!(permits.iter().all(|p| p.kind() == sem(3)));
     match store.acquire_kind("pool", sem(3), TTL) {
         Err(Error::Locked { token, .. }) => assert!(tokens.contains(&token)),
@@ -130,7 +132,9 @@ fn each_permit_expires_extends_and_writes_on_its_own(h: &Harness) {
     let long = store.acquire_kind("pool", sem(2), TTL).unwrap();
     long.put(b"k", b"long").unwrap();
     assert!(short.wait_lost(LONG));
-    // The expired permit's place is free; the live one is untouched.
+    // The expired permit's place is free (on etcd once etcd ended the lease, a moment after
+    // the holder's own clock did); the live one is untouched.
+    h.expire(&short);
     let third = store.acquire_kind("pool", sem(2), TTL).unwrap();
     assert!(long.is_held().unwrap());
     assert!(matches!(short.extend(TTL), Err(Error::LockLost { .. })));
@@ -361,9 +365,10 @@ fn an_acquire_of_several_locks_is_all_or_none(h: &Harness) {
     let all = store.acquire_all(&["a", "b", "c"], TTL).unwrap();
     let names: Vec<_> = all.iter().map(|h| h.name().to_owned()).collect();
     assert_eq!(names, ["a", "b", "c"]);
-    assert_eq!(all[0].token(), before + 1);
-    assert_eq!(all[1].token(), before + 2);
-    assert_eq!(all[2].token(), before + 3);
+    // A token each, in list order.
+    h.assert_next(before, all[0].token());
+    h.assert_next(all[0].token(), all[1].token());
+    h.assert_next(all[1].token(), all[2].token());
     // Each is a lease of its own.
     all[1].release().unwrap();
     assert!(all[0].is_held().unwrap() && all[2].is_held().unwrap());
@@ -461,6 +466,15 @@ fn only_a_wait_that_this_threads_own_leases_block_is_refused(h: &Harness) {
         store.acquire_kind_wait("config", sem(2), TTL, LONG),
         &readers,
     );
+
+    drop((reader, second));
+    // A permit wait for a lock this thread holds exclusively would wait for it.
+    let exclusive = store.acquire("config", TTL).unwrap();
+    own(
+        store.acquire_kind_wait("config", sem(2), TTL, LONG),
+        &[exclusive.token()],
+    );
+    drop(exclusive);
 
     // A permit wait with a free permit is granted; with every permit this thread's, refused.
     let first = store.acquire_kind("pool", sem(2), TTL).unwrap();
