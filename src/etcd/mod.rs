@@ -63,6 +63,10 @@ use lease::Grantee;
 use lease::KeepAlive;
 use pool::{Pool, Pooled};
 
+/// How often an etcd connection with open streams is pinged: twice etcd's default
+/// `--grpc-keepalive-min-time` of 5 s, the least it accepts before it closes the connection.
+const KEEP_ALIVE_PING: Duration = Duration::from_secs(10);
+
 /// The shortest TTL etcd keeps as asked: with its default timing (100 ms heartbeat, 1 s
 /// election timeout) etcd raises every lease below 1.5 s, and TTLs are whole seconds.
 pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
@@ -127,10 +131,14 @@ impl EtcdEngine {
         }
         crate::base::cancel::check(options.cancel.as_ref())?;
         let timeout = options.busy_timeout;
+        // HTTP/2 pings no more often than etcd accepts: a server closes a connection that
+        // pings more often than its --grpc-keepalive-min-time (5 s by default), or at all while
+        // no stream is open, and a wait's watch then ended with an error after about 9 s. A
+        // call's own limit is the busy timeout; the pings only find a dead connection sooner.
         let connect = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive(KEEP_ALIVE_PING, Duration::from_secs(5))
+            .with_keep_alive_while_idle(false);
         let mut client = block_for(timeout, async {
             Client::connect(&url.endpoints, Some(connect))
                 .await

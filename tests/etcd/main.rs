@@ -11,3 +11,4 @@ mod partition;
 mod pool;
 mod prefixes;
 mod proxy;
+mod waits;
