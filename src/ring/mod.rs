@@ -39,7 +39,6 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -47,6 +46,7 @@ use crate::storage::liveness::Liveness;
 
 mod guard;
 pub(crate) mod map;
+mod view;
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
 const SLOTS: usize = 64;
@@ -214,7 +214,8 @@ pub(crate) struct Taken {
 }
 
 pub(crate) struct Ring {
-    map: NonNull<u8>,
+    /// The mapping, unmapped when the ring is dropped (after `Drop for Ring` unregistered it).
+    view: view::View,
     /// The mapping's record with the SIGBUS guard, which marks it cut if its file is cut short.
     guarded: guard::Guarded,
     /// Held with a shared `flock` while the ring is mapped, so that a process sets it up, or
@@ -226,18 +227,11 @@ pub(crate) struct Ring {
     opener: u32,
 }
 
-// SAFETY: the mapping is shared memory accessed only through atomics and through payload copies
-// that the slot protocol gives to one owner at a time.
-unsafe impl Send for Ring {}
-// SAFETY: as above.
-unsafe impl Sync for Ring {}
-
 impl Drop for Ring {
     fn drop(&mut self) {
-        // Forgotten first: once unmapped, the addresses may be another mapping's.
+        // Forgotten first: once unmapped (when `view` is dropped, after this), the addresses
+        // may be another mapping's.
         guard::unregister(&self.guarded);
-        // SAFETY: the mapping of RING_SIZE bytes made in `open`, unmapped once.
-        unsafe { libc::munmap(self.map.as_ptr().cast(), RING_SIZE) };
         // The last user removes the ring, so that rings do not pile up in /dev/shm. One that
         // opens it meanwhile finds the path gone once it holds its lock, and opens again.
         if std::process::id() == self.opener
@@ -460,31 +454,12 @@ impl Ring {
                  while in use"
             )));
         }
-        // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                RING_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let map = NonNull::new(ptr.cast()).ok_or_else(|| refused("mmap returned NULL"))?;
-        let guarded = match guard::register(map.as_ptr(), RING_SIZE) {
-            Ok(guarded) => guarded,
-            Err(err) => {
-                // SAFETY: the mapping just made, used by nothing yet.
-                unsafe { libc::munmap(ptr, RING_SIZE) };
-                return Err(err);
-            }
-        };
+        let view = view::View::map(&file)?;
+        let (start, len) = view.span();
+        // A view dropped on failure unmaps itself.
+        let guarded = guard::register(start, len)?;
         Ok(Ring {
-            map,
+            view,
             guarded,
             file,
             path: path.to_path_buf(),
@@ -525,38 +500,12 @@ impl Ring {
         false
     }
 
-    /// The byte at `offset` of the mapping.
-    fn at(&self, offset: usize) -> *mut u8 {
-        debug_assert!(offset < RING_SIZE);
-        // SAFETY: inside the mapping of RING_SIZE bytes.
-        unsafe { self.map.as_ptr().add(offset) }
-    }
-
     fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header's worth of bytes, page-aligned; its fields
-        // are atomics, valid for any bit pattern.
-        unsafe { &*self.map.as_ptr().cast::<Header>() }
+        self.view.header()
     }
 
     fn head(&self, index: usize) -> &SlotHead {
-        debug_assert!(index < SLOTS);
-        // SAFETY: slot `index` lies inside the mapping, 4096-aligned; its head is atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(HEADER_SIZE + index * SLOT_SIZE)
-                .cast::<SlotHead>()
-        }
-    }
-
-    fn payload(&self, index: usize) -> *mut u8 {
-        // SAFETY: inside the mapping (see `head`).
-        unsafe {
-            self.map
-                .as_ptr()
-                .add(HEADER_SIZE + index * SLOT_SIZE + SLOT_HEAD)
-        }
+        &self.view.slot(index).head
     }
 
     fn boot_words(boot_id: [u8; 16]) -> [u64; 2] {
@@ -592,15 +541,7 @@ impl Ring {
 
     /// The store's activity page: its counters and recent releases.
     pub(crate) fn activity(&self) -> &crate::rules::metrics::Activity {
-        // SAFETY: the page lies inside the mapping, 4096-aligned, ACTIVITY_SIZE bytes long;
-        // its fields are atomics, valid for any bit pattern.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(ACTIVITY_OFFSET)
-                .cast::<crate::rules::metrics::Activity>()
-        }
+        self.view.activity()
     }
 
     /// Frees a slot this process owns (its phase is CLAIMED or DONE as its requester's, or
@@ -675,15 +616,8 @@ impl Ring {
                     }
                     head.len.store(BULK, Ordering::Relaxed);
                 } else {
-                    // SAFETY: the slot is this process's (CLAIMED); the payload holds PAYLOAD
-                    // bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            request.as_ptr(),
-                            self.payload(index),
-                            request.len(),
-                        );
-                    }
+                    // The slot is this process's (CLAIMED); the request fits its payload.
+                    view::copy_in(&self.view.slot(index).payload, request);
                     head.len.store(request.len() as u32, Ordering::Relaxed);
                 }
                 head.owner.store(owner, Ordering::Relaxed);
@@ -819,10 +753,9 @@ impl Ring {
             return std::fs::read(self.bulk_path(index, generation, kind)).unwrap_or_default();
         }
         let len = (len as usize).min(PAYLOAD);
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the caller owns the slot (DONE for its requester, TAKEN for its combiner);
-        // the payload holds PAYLOAD bytes.
-        unsafe { std::ptr::copy_nonoverlapping(self.payload(index), bytes.as_mut_ptr(), len) };
+        // The caller owns the slot (DONE for its requester, TAKEN for its combiner).
+        let mut bytes = Vec::new();
+        view::copy_out(&self.view.slot(index).payload, len, &mut bytes);
         bytes
     }
 
@@ -939,14 +872,8 @@ impl Ring {
             self.write_bulk(taken.index, taken.generation, "rep", reply)?;
             head.len.store(BULK, Ordering::Relaxed);
         } else {
-            // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    reply.as_ptr(),
-                    self.payload(taken.index),
-                    reply.len(),
-                );
-            };
+            // The slot is this combiner's while TAKEN or ABANDONED at its generation.
+            view::copy_in(&self.view.slot(taken.index).payload, reply);
             head.len.store(reply.len() as u32, Ordering::Relaxed);
         }
         fence(Ordering::Release);
@@ -974,16 +901,7 @@ impl Ring {
     }
 
     fn waiter(&self, index: usize) -> &WaiterEntry {
-        debug_assert!(index < WAITERS);
-        // SAFETY: the queue lies inside the header page, 8-aligned; entries are atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(QUEUE_OFFSET)
-                .cast::<WaiterEntry>()
-                .add(index)
-        }
+        self.view.waiter(index)
     }
 
     /// Queues a waiting acquire of `lock` by the store with liveness id `owner`, with the next
