@@ -36,11 +36,12 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
+
+use rustix::fs::FlockOperation as Flock;
 
 use crate::storage::liveness::Liveness;
 
@@ -235,7 +236,7 @@ impl Drop for Ring {
         // The last user removes the ring, so that rings do not pile up in /dev/shm. One that
         // opens it meanwhile finds the path gone once it holds its lock, and opens again.
         if std::process::id() == self.opener
-            && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+            && flock(&self.file, Flock::NonBlockingLockExclusive).is_ok()
             && names(&self.path, &self.file).unwrap_or(false)
         {
             remove_ring(&self.path);
@@ -281,7 +282,7 @@ fn sweep(dir: &Path, keep: &Path) {
         else {
             continue;
         };
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+        if flock(&file, Flock::NonBlockingLockExclusive).is_ok()
             && names(&path, &file).unwrap_or(false)
         {
             remove_ring(&path);
@@ -299,22 +300,25 @@ fn names(path: &Path, file: &File) -> io::Result<bool> {
     Ok(named.dev() == open.dev() && named.ino() == open.ino())
 }
 
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid descriptor and flock operation.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+fn flock(file: &File, op: rustix::fs::FlockOperation) -> io::Result<()> {
+    Ok(rustix::fs::flock(file, op)?)
 }
 
 /// Allocates every page of the ring file, so that touching the mapping never faults for want
 /// of memory (tmpfs gives pages on first touch, and a full one answers with SIGBUS).
 fn allocate(file: &File) -> io::Result<()> {
-    // SAFETY: a valid descriptor; posix_fallocate reads nothing of ours.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, RING_SIZE as libc::off_t) } {
-        0 => Ok(()),
-        err => Err(io::Error::from_raw_os_error(err)),
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, RING_SIZE as u64) {
+        Ok(()) => Ok(()),
+        // A file system without fallocate: its pages are allocated by writing them (as
+        // posix_fallocate does).
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            use std::os::unix::fs::FileExt;
+            let page = [0u8; 4096];
+            (0..RING_SIZE)
+                .step_by(page.len())
+                .try_for_each(|at| file.write_all_at(&page, at as u64))
+        }
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -363,8 +367,7 @@ impl Ring {
 
     fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let mode = crate::storage::mode::readable_only_by_writers(store.mode() & 0o666);
-        // SAFETY: geteuid has no preconditions.
-        let owner = unsafe { libc::geteuid() } == store.uid();
+        let owner = rustix::process::geteuid().as_raw() == store.uid();
         // Only the store's owner creates its ring, so that the ring is the owner's too.
         let file = OpenOptions::new()
             .read(true)
@@ -404,7 +407,7 @@ impl Ring {
                 "the ring can be opened by users who cannot write the store",
             ));
         }
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+        if flock(&file, Flock::NonBlockingLockExclusive).is_ok() {
             // Nobody else uses it, so whatever it holds is of processes that are gone: a new
             // ring, one its last user left behind (it died, or exited before its store was
             // dropped), one of another boot or version, or one of a store file deleted since
@@ -421,7 +424,7 @@ impl Ring {
             if let Some(dir) = path.parent() {
                 sweep(dir, path);
             }
-            flock(ring.file(), libc::LOCK_SH)?;
+            flock(ring.file(), Flock::LockShared)?;
             return if ring.valid(stamp) {
                 Ok(ring)
             } else {
@@ -431,7 +434,7 @@ impl Ring {
         // Others use it; wait briefly for one that is setting it up, or that is its last user
         // closing it (`take_alone`).
         for _ in 0..5000 {
-            if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+            if flock(&file, Flock::NonBlockingLockShared).is_ok() {
                 let ring = Ring::map(file, path)?;
                 return if ring.valid(stamp) {
                     Ok(ring)
@@ -492,11 +495,11 @@ impl Ring {
         if std::process::id() != self.opener {
             return false;
         }
-        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+        if flock(&self.file, Flock::NonBlockingLockExclusive).is_ok() {
             return true;
         }
         // A conversion that failed gave up the shared lock: taken again.
-        let _ = flock(&self.file, libc::LOCK_SH);
+        let _ = flock(&self.file, Flock::LockShared);
         false
     }
 
@@ -1190,44 +1193,26 @@ impl Ring {
     }
 }
 
+/// Sleeps while `word` holds `seen`, for at most `timeout`. Shared futexes (the word is in a
+/// mapping other processes share). Interruptions, timeouts and a changed word all just return;
+/// the caller looks again.
 fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: a futex wait on a 4-byte aligned word of a shared mapping, with a valid timeout.
-    // Interruptions, timeouts and a changed word all just return; the caller looks again.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            seen,
-            &raw const timeout,
-            std::ptr::null::<u32>(),
-            0,
-        );
-    }
+    use rustix::thread::futex;
+    let timeout = rustix::time::Timespec::try_from(timeout).unwrap_or(rustix::time::Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 0,
+    });
+    let _ = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
 }
 
 fn futex_wake(word: &AtomicU32) {
-    futex_wake_some(word, i32::MAX);
+    futex_wake_some(word, i32::MAX as u32);
 }
 
 /// Wakes at most `count` sleepers on `word`.
-fn futex_wake_some(word: &AtomicU32, count: i32) {
-    // SAFETY: a futex wake on a 4-byte aligned word of a shared mapping.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            count,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0,
-        );
-    }
+fn futex_wake_some(word: &AtomicU32, count: u32) {
+    use rustix::thread::futex;
+    let _ = futex::wake(word, futex::Flags::empty(), count);
 }
 
 #[cfg(test)]
@@ -1314,7 +1299,7 @@ mod tests {
         std::fs::write(&left, b"left by a killed process").unwrap();
         let used = dir.path().join("fencelock-3-4.ring");
         let user = File::create(&used).unwrap();
-        flock(&user, libc::LOCK_SH).unwrap();
+        flock(&user, Flock::LockShared).unwrap();
         let other = dir.path().join("unrelated");
         std::fs::write(&other, b"").unwrap();
         let _ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
