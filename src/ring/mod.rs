@@ -307,7 +307,12 @@ fn flock(file: &File, op: rustix::fs::FlockOperation) -> io::Result<()> {
 /// Allocates every page of the ring file, so that touching the mapping never faults for want
 /// of memory (tmpfs gives pages on first touch, and a full one answers with SIGBUS).
 fn allocate(file: &File) -> io::Result<()> {
-    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, RING_SIZE as u64) {
+    match rustix::fs::fallocate(
+        file,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        RING_SIZE as u64,
+    ) {
         Ok(()) => Ok(()),
         // A file system without fallocate: its pages are allocated by writing them (as
         // posix_fallocate does).
@@ -1364,6 +1369,48 @@ mod tests {
             "freed for the next request"
         );
         assert!(ring.post(1 << 50, b"next", &live).is_some());
+    }
+
+    #[test]
+    fn requests_and_replies_of_any_length_up_to_a_slot_come_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
+        let bytes = |len: usize, seed: u8| -> Vec<u8> {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+                .collect()
+        };
+        // Longest first, then shorter ones in the same slots: a short request or reply never
+        // carries bytes of the longer one before it.
+        let lengths = [
+            PAYLOAD,
+            PAYLOAD - 1,
+            4000,
+            17,
+            16,
+            15,
+            9,
+            8,
+            7,
+            1,
+            0,
+            12,
+            PAYLOAD,
+        ];
+        for (round, &len) in lengths.iter().enumerate() {
+            let request = bytes(len, round as u8);
+            let posted = ring.post(1 << 50, &request, &live).unwrap();
+            let taken = ring.take_posted(1 << 51, &live);
+            assert_eq!(taken.len(), 1);
+            assert_eq!(taken[0].request, request, "request of {len} bytes");
+            let reply = bytes(len, round as u8 ^ 0x80);
+            ring.publish(&taken[0], &reply).unwrap();
+            assert_eq!(ring.phase(&posted), Phase::Done);
+            assert_eq!(ring.reply(posted), reply, "reply of {len} bytes");
+        }
     }
 
     /// A paused freer: what `take_posted` or `reclaim` does with the slot of a dead requester,

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::map::{MapHeader, BLOCKS, BLOCK_PAYLOAD, BLOCK_SIZE, BUCKETS, HEADER_AREA};
 use super::{
-    Header, SlotHead, WaiterEntry, ACTIVITY_OFFSET, HEADER_SIZE, MAP_OFFSET, PAYLOAD,
-    QUEUE_OFFSET, RING_SIZE, SLOTS, SLOT_HEAD, SLOT_SIZE, WAITERS,
+    Header, SlotHead, WaiterEntry, ACTIVITY_OFFSET, HEADER_SIZE, MAP_OFFSET, PAYLOAD, QUEUE_OFFSET,
+    RING_SIZE, SLOTS, SLOT_HEAD, SLOT_SIZE, WAITERS,
 };
 use crate::rules::metrics::Activity;
 
