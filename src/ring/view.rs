@@ -160,20 +160,38 @@ impl Drop for View {
 /// the end of `bytes` become zeros.
 pub(super) fn copy_in(words: &[AtomicU64], bytes: &[u8]) {
     debug_assert!(bytes.len() <= words.len() * 8);
-    for (word, chunk) in words.iter().zip(bytes.chunks(8)) {
-        let mut eight = [0u8; 8];
-        eight[..chunk.len()].copy_from_slice(chunk);
+    let whole = bytes.chunks_exact(8);
+    let tail = whole.remainder();
+    let mut words = words.iter();
+    // The chunks first: `zip` then stops without taking the word the tail goes to.
+    for (chunk, word) in whole.zip(words.by_ref()) {
+        let eight: [u8; 8] = chunk.try_into().expect("8 bytes");
         word.store(u64::from_ne_bytes(eight), Ordering::Relaxed);
+    }
+    if !tail.is_empty() {
+        let mut eight = [0u8; 8];
+        eight[..tail.len()].copy_from_slice(tail);
+        if let Some(word) = words.next() {
+            word.store(u64::from_ne_bytes(eight), Ordering::Relaxed);
+        }
     }
 }
 
 /// Appends the first `len` bytes of `words` (at most all of them) to `out`.
 pub(super) fn copy_out(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
     let len = len.min(words.len() * 8);
-    let end = out.len() + len;
-    out.reserve(len.next_multiple_of(8));
-    for word in &words[..len.div_ceil(8)] {
-        out.extend_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    let start = out.len();
+    out.resize(start + len, 0);
+    let bytes = &mut out[start..];
+    let mut chunks = bytes.chunks_exact_mut(8);
+    let mut words = words.iter();
+    // The chunks first: `zip` then stops without taking the word the tail comes from.
+    for (chunk, word) in chunks.by_ref().zip(words.by_ref()) {
+        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
     }
-    out.truncate(end);
+    let tail = chunks.into_remainder();
+    if let Some(word) = words.next() {
+        let n = tail.len();
+        tail.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes()[..n]);
+    }
 }
