@@ -41,13 +41,8 @@ fn parse_boottime_offset(text: &str) -> Option<i128> {
 /// is in.
 #[must_use]
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux since 2.6.39.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
+    // CLOCK_BOOTTIME exists on every Linux since 2.6.39.
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
     let raw = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
     u64::try_from(raw - boottime_offset_ns()).unwrap_or(0)
 }
@@ -120,8 +115,7 @@ fn start_time(pid: u32) -> io::Result<Option<u64>> {
         .and_then(|field| field.parse().ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc stat"))?;
     // Shown shifted by the reader's time namespace, in clock ticks: read back to the host's.
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_s = i128::from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1));
+    let ticks_per_s = i128::from(rustix::param::clock_ticks_per_second().max(1));
     let offset_ticks = boottime_offset_ns() * ticks_per_s / 1_000_000_000;
     Ok(Some(
         u64::try_from(i128::from(start) - offset_ticks).unwrap_or(0),

@@ -114,41 +114,21 @@ pub(crate) fn bucket_of(hash: u64) -> usize {
 
 impl Ring {
     pub(crate) fn map_header(&self) -> &MapHeader {
-        // SAFETY: the map area lies inside the mapping, 4096-aligned; the header is atomics.
-        unsafe { &*self.at(super::MAP_OFFSET).cast::<MapHeader>() }
+        self.view.map_header()
     }
 
     fn bucket(&self, index: usize) -> &AtomicU64 {
-        debug_assert!(index < BUCKETS);
-        // SAFETY: the buckets lie inside the map area, 8-aligned; each is an atomic.
-        unsafe {
-            &*self
-                .at(super::MAP_OFFSET + HEADER_AREA)
-                .cast::<AtomicU64>()
-                .add(index)
-        }
-    }
-
-    fn block_start(index: usize) -> usize {
-        super::MAP_OFFSET + HEADER_AREA + BUCKETS * 8 + index * BLOCK_SIZE
+        self.view.bucket(index)
     }
 
     /// The state word of block `index`: FREE, PUBLIC or the liveness id of its writer.
     fn block_state(&self, index: usize) -> &AtomicU64 {
-        debug_assert!(index < BLOCKS);
-        // SAFETY: the block lies inside the map area, 16-aligned; its first 8 bytes are the
-        // state atomic.
-        unsafe { &*self.at(Ring::block_start(index)).cast::<AtomicU64>() }
+        &self.view.block(index).state
     }
 
     /// The block's link and length word: next (index + 1) in the high half, bytes in the low.
     fn block_link(&self, index: usize) -> &AtomicU64 {
-        // SAFETY: as `block_state`, the next 8 bytes.
-        unsafe { &*self.at(Ring::block_start(index) + 8).cast::<AtomicU64>() }
-    }
-
-    fn block_payload(&self, index: usize) -> *mut u8 {
-        self.at(Ring::block_start(index) + BLOCK_HEAD)
+        &self.view.block(index).link
     }
 
     /// Whether bucket `index` holds nothing (one load).
@@ -182,17 +162,9 @@ impl Ring {
             }
             let link = self.block_link(index).load(Ordering::Acquire);
             let len = ((link & 0xffff) as usize).min(BLOCK_PAYLOAD);
-            let at = blob.len();
-            blob.resize(at + len, 0);
-            // SAFETY: the payload holds BLOCK_PAYLOAD bytes inside the mapping; a concurrent
-            // writer may change them, which the caller's second look at the word detects.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.block_payload(index),
-                    blob.as_mut_ptr().add(at),
-                    len,
-                );
-            }
+            // A concurrent writer may change the payload under this copy, which the caller's
+            // second look at the word detects.
+            super::view::copy_out(&self.view.block(index).payload, len, &mut blob);
             next = (link >> 32) as usize;
         }
         Some(blob)
@@ -215,14 +187,8 @@ impl Ring {
         };
         for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
             let next = blocks.get(i + 1).map_or(0, |&b| b as u64 + 1);
-            // SAFETY: the block is this writer's (PRIVATE); the chunk fits the payload.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    chunk.as_ptr(),
-                    self.block_payload(block),
-                    chunk.len(),
-                );
-            }
+            // The block is this writer's (PRIVATE); the chunk fits the payload.
+            super::view::copy_in(&self.view.block(block).payload, chunk);
             self.block_link(block)
                 .store((next << 32) | chunk.len() as u64, Ordering::Release);
         }

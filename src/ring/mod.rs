@@ -36,17 +36,18 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
+
+use rustix::fs::FlockOperation as Flock;
 
 use crate::storage::liveness::Liveness;
 
 mod guard;
 pub(crate) mod map;
+mod view;
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
 const SLOTS: usize = 64;
@@ -214,7 +215,8 @@ pub(crate) struct Taken {
 }
 
 pub(crate) struct Ring {
-    map: NonNull<u8>,
+    /// The mapping, unmapped when the ring is dropped (after `Drop for Ring` unregistered it).
+    view: view::View,
     /// The mapping's record with the SIGBUS guard, which marks it cut if its file is cut short.
     guarded: guard::Guarded,
     /// Held with a shared `flock` while the ring is mapped, so that a process sets it up, or
@@ -226,22 +228,15 @@ pub(crate) struct Ring {
     opener: u32,
 }
 
-// SAFETY: the mapping is shared memory accessed only through atomics and through payload copies
-// that the slot protocol gives to one owner at a time.
-unsafe impl Send for Ring {}
-// SAFETY: as above.
-unsafe impl Sync for Ring {}
-
 impl Drop for Ring {
     fn drop(&mut self) {
-        // Forgotten first: once unmapped, the addresses may be another mapping's.
+        // Forgotten first: once unmapped (when `view` is dropped, after this), the addresses
+        // may be another mapping's.
         guard::unregister(&self.guarded);
-        // SAFETY: the mapping of RING_SIZE bytes made in `open`, unmapped once.
-        unsafe { libc::munmap(self.map.as_ptr().cast(), RING_SIZE) };
         // The last user removes the ring, so that rings do not pile up in /dev/shm. One that
         // opens it meanwhile finds the path gone once it holds its lock, and opens again.
         if std::process::id() == self.opener
-            && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+            && flock(&self.file, Flock::NonBlockingLockExclusive).is_ok()
             && names(&self.path, &self.file).unwrap_or(false)
         {
             remove_ring(&self.path);
@@ -287,7 +282,7 @@ fn sweep(dir: &Path, keep: &Path) {
         else {
             continue;
         };
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
+        if flock(&file, Flock::NonBlockingLockExclusive).is_ok()
             && names(&path, &file).unwrap_or(false)
         {
             remove_ring(&path);
@@ -305,22 +300,30 @@ fn names(path: &Path, file: &File) -> io::Result<bool> {
     Ok(named.dev() == open.dev() && named.ino() == open.ino())
 }
 
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid descriptor and flock operation.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+fn flock(file: &File, op: rustix::fs::FlockOperation) -> io::Result<()> {
+    Ok(rustix::fs::flock(file, op)?)
 }
 
 /// Allocates every page of the ring file, so that touching the mapping never faults for want
 /// of memory (tmpfs gives pages on first touch, and a full one answers with SIGBUS).
 fn allocate(file: &File) -> io::Result<()> {
-    // SAFETY: a valid descriptor; posix_fallocate reads nothing of ours.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, RING_SIZE as libc::off_t) } {
-        0 => Ok(()),
-        err => Err(io::Error::from_raw_os_error(err)),
+    match rustix::fs::fallocate(
+        file,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        RING_SIZE as u64,
+    ) {
+        Ok(()) => Ok(()),
+        // A file system without fallocate: its pages are allocated by writing them (as
+        // posix_fallocate does).
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            use std::os::unix::fs::FileExt;
+            let page = [0u8; 4096];
+            (0..RING_SIZE)
+                .step_by(page.len())
+                .try_for_each(|at| file.write_all_at(&page, at as u64))
+        }
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -369,8 +372,7 @@ impl Ring {
 
     fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let mode = crate::storage::mode::readable_only_by_writers(store.mode() & 0o666);
-        // SAFETY: geteuid has no preconditions.
-        let owner = unsafe { libc::geteuid() } == store.uid();
+        let owner = rustix::process::geteuid().as_raw() == store.uid();
         // Only the store's owner creates its ring, so that the ring is the owner's too.
         let file = OpenOptions::new()
             .read(true)
@@ -410,7 +412,7 @@ impl Ring {
                 "the ring can be opened by users who cannot write the store",
             ));
         }
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+        if flock(&file, Flock::NonBlockingLockExclusive).is_ok() {
             // Nobody else uses it, so whatever it holds is of processes that are gone: a new
             // ring, one its last user left behind (it died, or exited before its store was
             // dropped), one of another boot or version, or one of a store file deleted since
@@ -427,7 +429,7 @@ impl Ring {
             if let Some(dir) = path.parent() {
                 sweep(dir, path);
             }
-            flock(ring.file(), libc::LOCK_SH)?;
+            flock(ring.file(), Flock::LockShared)?;
             return if ring.valid(stamp) {
                 Ok(ring)
             } else {
@@ -437,7 +439,7 @@ impl Ring {
         // Others use it; wait briefly for one that is setting it up, or that is its last user
         // closing it (`take_alone`).
         for _ in 0..5000 {
-            if flock(&file, libc::LOCK_SH | libc::LOCK_NB).is_ok() {
+            if flock(&file, Flock::NonBlockingLockShared).is_ok() {
                 let ring = Ring::map(file, path)?;
                 return if ring.valid(stamp) {
                     Ok(ring)
@@ -460,31 +462,12 @@ impl Ring {
                  while in use"
             )));
         }
-        // SAFETY: a fresh shared mapping of a file at least RING_SIZE bytes long.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                RING_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let map = NonNull::new(ptr.cast()).ok_or_else(|| refused("mmap returned NULL"))?;
-        let guarded = match guard::register(map.as_ptr(), RING_SIZE) {
-            Ok(guarded) => guarded,
-            Err(err) => {
-                // SAFETY: the mapping just made, used by nothing yet.
-                unsafe { libc::munmap(ptr, RING_SIZE) };
-                return Err(err);
-            }
-        };
+        let view = view::View::map(&file)?;
+        let (start, len) = view.span();
+        // A view dropped on failure unmaps itself.
+        let guarded = guard::register(start, len)?;
         Ok(Ring {
-            map,
+            view,
             guarded,
             file,
             path: path.to_path_buf(),
@@ -517,46 +500,20 @@ impl Ring {
         if std::process::id() != self.opener {
             return false;
         }
-        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+        if flock(&self.file, Flock::NonBlockingLockExclusive).is_ok() {
             return true;
         }
         // A conversion that failed gave up the shared lock: taken again.
-        let _ = flock(&self.file, libc::LOCK_SH);
+        let _ = flock(&self.file, Flock::LockShared);
         false
     }
 
-    /// The byte at `offset` of the mapping.
-    fn at(&self, offset: usize) -> *mut u8 {
-        debug_assert!(offset < RING_SIZE);
-        // SAFETY: inside the mapping of RING_SIZE bytes.
-        unsafe { self.map.as_ptr().add(offset) }
-    }
-
     fn header(&self) -> &Header {
-        // SAFETY: the mapping starts with a Header's worth of bytes, page-aligned; its fields
-        // are atomics, valid for any bit pattern.
-        unsafe { &*self.map.as_ptr().cast::<Header>() }
+        self.view.header()
     }
 
     fn head(&self, index: usize) -> &SlotHead {
-        debug_assert!(index < SLOTS);
-        // SAFETY: slot `index` lies inside the mapping, 4096-aligned; its head is atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(HEADER_SIZE + index * SLOT_SIZE)
-                .cast::<SlotHead>()
-        }
-    }
-
-    fn payload(&self, index: usize) -> *mut u8 {
-        // SAFETY: inside the mapping (see `head`).
-        unsafe {
-            self.map
-                .as_ptr()
-                .add(HEADER_SIZE + index * SLOT_SIZE + SLOT_HEAD)
-        }
+        &self.view.slot(index).head
     }
 
     fn boot_words(boot_id: [u8; 16]) -> [u64; 2] {
@@ -592,15 +549,7 @@ impl Ring {
 
     /// The store's activity page: its counters and recent releases.
     pub(crate) fn activity(&self) -> &crate::rules::metrics::Activity {
-        // SAFETY: the page lies inside the mapping, 4096-aligned, ACTIVITY_SIZE bytes long;
-        // its fields are atomics, valid for any bit pattern.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(ACTIVITY_OFFSET)
-                .cast::<crate::rules::metrics::Activity>()
-        }
+        self.view.activity()
     }
 
     /// Frees a slot this process owns (its phase is CLAIMED or DONE as its requester's, or
@@ -675,15 +624,8 @@ impl Ring {
                     }
                     head.len.store(BULK, Ordering::Relaxed);
                 } else {
-                    // SAFETY: the slot is this process's (CLAIMED); the payload holds PAYLOAD
-                    // bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            request.as_ptr(),
-                            self.payload(index),
-                            request.len(),
-                        );
-                    }
+                    // The slot is this process's (CLAIMED); the request fits its payload.
+                    view::copy_in(&self.view.slot(index).payload, request);
                     head.len.store(request.len() as u32, Ordering::Relaxed);
                 }
                 head.owner.store(owner, Ordering::Relaxed);
@@ -819,10 +761,9 @@ impl Ring {
             return std::fs::read(self.bulk_path(index, generation, kind)).unwrap_or_default();
         }
         let len = (len as usize).min(PAYLOAD);
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the caller owns the slot (DONE for its requester, TAKEN for its combiner);
-        // the payload holds PAYLOAD bytes.
-        unsafe { std::ptr::copy_nonoverlapping(self.payload(index), bytes.as_mut_ptr(), len) };
+        // The caller owns the slot (DONE for its requester, TAKEN for its combiner).
+        let mut bytes = Vec::new();
+        view::copy_out(&self.view.slot(index).payload, len, &mut bytes);
         bytes
     }
 
@@ -939,14 +880,8 @@ impl Ring {
             self.write_bulk(taken.index, taken.generation, "rep", reply)?;
             head.len.store(BULK, Ordering::Relaxed);
         } else {
-            // SAFETY: the slot is this combiner's while TAKEN or ABANDONED at its generation.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    reply.as_ptr(),
-                    self.payload(taken.index),
-                    reply.len(),
-                );
-            };
+            // The slot is this combiner's while TAKEN or ABANDONED at its generation.
+            view::copy_in(&self.view.slot(taken.index).payload, reply);
             head.len.store(reply.len() as u32, Ordering::Relaxed);
         }
         fence(Ordering::Release);
@@ -974,16 +909,7 @@ impl Ring {
     }
 
     fn waiter(&self, index: usize) -> &WaiterEntry {
-        debug_assert!(index < WAITERS);
-        // SAFETY: the queue lies inside the header page, 8-aligned; entries are atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(QUEUE_OFFSET)
-                .cast::<WaiterEntry>()
-                .add(index)
-        }
+        self.view.waiter(index)
     }
 
     /// Queues a waiting acquire of `lock` by the store with liveness id `owner`, with the next
@@ -1272,44 +1198,26 @@ impl Ring {
     }
 }
 
+/// Sleeps while `word` holds `seen`, for at most `timeout`. Shared futexes (the word is in a
+/// mapping other processes share). Interruptions, timeouts and a changed word all just return;
+/// the caller looks again.
 fn futex_wait(word: &AtomicU32, seen: u32, timeout: Duration) {
-    let timeout = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: a futex wait on a 4-byte aligned word of a shared mapping, with a valid timeout.
-    // Interruptions, timeouts and a changed word all just return; the caller looks again.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            seen,
-            &raw const timeout,
-            std::ptr::null::<u32>(),
-            0,
-        );
-    }
+    use rustix::thread::futex;
+    let timeout = rustix::time::Timespec::try_from(timeout).unwrap_or(rustix::time::Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 0,
+    });
+    let _ = futex::wait(word, futex::Flags::empty(), seen, Some(&timeout));
 }
 
 fn futex_wake(word: &AtomicU32) {
-    futex_wake_some(word, i32::MAX);
+    futex_wake_some(word, i32::MAX as u32);
 }
 
 /// Wakes at most `count` sleepers on `word`.
-fn futex_wake_some(word: &AtomicU32, count: i32) {
-    // SAFETY: a futex wake on a 4-byte aligned word of a shared mapping.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            count,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0,
-        );
-    }
+fn futex_wake_some(word: &AtomicU32, count: u32) {
+    use rustix::thread::futex;
+    let _ = futex::wake(word, futex::Flags::empty(), count);
 }
 
 #[cfg(test)]
@@ -1396,7 +1304,7 @@ mod tests {
         std::fs::write(&left, b"left by a killed process").unwrap();
         let used = dir.path().join("fencelock-3-4.ring");
         let user = File::create(&used).unwrap();
-        flock(&user, libc::LOCK_SH).unwrap();
+        flock(&user, Flock::LockShared).unwrap();
         let other = dir.path().join("unrelated");
         std::fs::write(&other, b"").unwrap();
         let _ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
@@ -1461,6 +1369,48 @@ mod tests {
             "freed for the next request"
         );
         assert!(ring.post(1 << 50, b"next", &live).is_some());
+    }
+
+    #[test]
+    fn requests_and_replies_of_any_length_up_to_a_slot_come_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, meta) = store(dir.path());
+        let live = Liveness::shared(&path).unwrap();
+        assert!(live.lock(1 << 50).unwrap());
+        let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
+        let bytes = |len: usize, seed: u8| -> Vec<u8> {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+                .collect()
+        };
+        // Longest first, then shorter ones in the same slots: a short request or reply never
+        // carries bytes of the longer one before it.
+        let lengths = [
+            PAYLOAD,
+            PAYLOAD - 1,
+            4000,
+            17,
+            16,
+            15,
+            9,
+            8,
+            7,
+            1,
+            0,
+            12,
+            PAYLOAD,
+        ];
+        for (round, &len) in lengths.iter().enumerate() {
+            let request = bytes(len, round as u8);
+            let posted = ring.post(1 << 50, &request, &live).unwrap();
+            let taken = ring.take_posted(1 << 51, &live);
+            assert_eq!(taken.len(), 1);
+            assert_eq!(taken[0].request, request, "request of {len} bytes");
+            let reply = bytes(len, round as u8 ^ 0x80);
+            ring.publish(&taken[0], &reply).unwrap();
+            assert_eq!(ring.phase(&posted), Phase::Done);
+            assert_eq!(ring.reply(posted), reply, "reply of {len} bytes");
+        }
     }
 
     /// A paused freer: what `take_posted` or `reclaim` does with the slot of a dead requester,

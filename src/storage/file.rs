@@ -24,34 +24,23 @@ const RING_NONCE: &std::ffi::CStr = c"user.fencelock.ring";
 /// `None` where the file system keeps no user extended attributes: the ring's name is then
 /// the file's device and inode alone, as before there was a nonce.
 pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
     let unsupported = |err: &io::Error| err.raw_os_error() == Some(libc::EOPNOTSUPP);
     for _ in 0..2 {
         let mut bytes = [0u8; 8];
-        // SAFETY: NUL-terminated strings and a buffer valid for 8 bytes of writes.
-        let read = unsafe {
-            libc::getxattr(
-                name.as_ptr(),
-                RING_NONCE.as_ptr(),
-                bytes.as_mut_ptr().cast(),
-                bytes.len(),
-            )
+        let err = match rustix::fs::getxattr(path, RING_NONCE, &mut bytes) {
+            Ok(8) => return Ok(Some(u64::from_le_bytes(bytes))),
+            Ok(_) | Err(rustix::io::Errno::RANGE) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: its extended attribute user.fencelock.ring is not fencelock's (8 \
+                         bytes)",
+                        path.display()
+                    ),
+                ))
+            }
+            Err(err) => io::Error::from(err),
         };
-        if read == 8 {
-            return Ok(Some(u64::from_le_bytes(bytes)));
-        }
-        let err = io::Error::last_os_error();
-        if read >= 0 || err.raw_os_error() == Some(libc::ERANGE) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: its extended attribute user.fencelock.ring is not fencelock's (8 bytes)",
-                    path.display()
-                ),
-            ));
-        }
         if unsupported(&err) {
             return Ok(None);
         }
@@ -59,24 +48,14 @@ pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
             return Err(err);
         }
         let mut nonce = [0u8; 8];
-        // SAFETY: the buffer is valid for 8 bytes of writes.
-        if unsafe { libc::getrandom(nonce.as_mut_ptr().cast(), nonce.len(), 0) } != 8 {
-            return Err(io::Error::last_os_error());
+        if rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())? != 8 {
+            return Err(io::Error::other("getrandom gave fewer than 8 bytes"));
         }
-        // SAFETY: NUL-terminated strings and a value of 8 bytes.
-        let set = unsafe {
-            libc::setxattr(
-                name.as_ptr(),
-                RING_NONCE.as_ptr(),
-                nonce.as_ptr().cast(),
-                nonce.len(),
-                libc::XATTR_CREATE,
-            )
-        };
-        if set == 0 {
+        let create = rustix::fs::XattrFlags::CREATE;
+        let Err(err) = rustix::fs::setxattr(path, RING_NONCE, &nonce, create) else {
             return Ok(Some(u64::from_le_bytes(nonce)));
-        }
-        let err = io::Error::last_os_error();
+        };
+        let err = io::Error::from(err);
         match err.raw_os_error() {
             // Another process set it first: read again.
             Some(libc::EEXIST) => continue,

@@ -21,7 +21,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The offset of liveness id 0's byte. Bytes of the file beyond its end can be locked, and redb
@@ -48,10 +48,8 @@ pub(crate) fn fresh_id() -> io::Result<u64> {
     let pid = u64::from(std::process::id());
     if SEEDED_BY.load(Ordering::Acquire) != pid {
         let mut bytes = [0u8; 8];
-        // SAFETY: the buffer is valid for 8 bytes of writes.
-        let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-        if n != 8 {
-            return Err(io::Error::last_os_error());
+        if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())? != 8 {
+            return Err(io::Error::other("getrandom gave fewer than 8 bytes"));
         }
         STATE.store(u64::from_le_bytes(bytes), Ordering::Release);
         SEEDED_BY.store(pid, Ordering::Release);
@@ -97,15 +95,10 @@ impl Liveness {
     /// Liveness private to this process, for single-process mode, where redb holds a lock over
     /// the whole store file: an anonymous in-memory file, opened twice.
     pub(crate) fn private() -> io::Result<Liveness> {
-        // SAFETY: a NUL-terminated name and valid flags; the new descriptor is owned below.
-        let fd = unsafe { libc::memfd_create(c"fencelock-liveness".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd == -1 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let hold = unsafe { File::from_raw_fd(fd) };
+        let flags = rustix::fs::MemfdFlags::CLOEXEC;
+        let hold = File::from(rustix::fs::memfd_create(c"fencelock-liveness", flags)?);
         // Opening the /proc link makes a second open file description of the same file.
-        let probe = open(Path::new(&format!("/proc/self/fd/{fd}")))?;
+        let probe = open(Path::new(&format!("/proc/self/fd/{}", hold.as_raw_fd())))?;
         Ok(Liveness { hold, probe })
     }
 

@@ -126,9 +126,12 @@ impl Shared {
             Phase::Running { pid } => {
                 // The terminal sends Ctrl-C and friends to its whole foreground process group;
                 // when the command is in ours, it got the signal already.
-                // SAFETY: plain syscalls on a pid that is not reaped yet (phase is Running).
-                let from_terminal =
-                    code == libc::SI_KERNEL && unsafe { libc::getpgid(*pid) == libc::getpgrp() };
+                // The pid is not reaped yet (phase is Running): it is still the command's.
+                let from_terminal = code == libc::SI_KERNEL
+                    && rustix::process::Pid::from_raw(*pid).is_some_and(|pid| {
+                        rustix::process::getpgid(Some(pid))
+                            .is_ok_and(|group| group == rustix::process::getpgrp())
+                    });
                 if !from_terminal {
                     send(*pid, signal);
                 }
@@ -649,25 +652,17 @@ fn kill_later(
 
 /// Waits until the child exited, leaving it unreaped (`WNOWAIT`).
 fn wait_exited(pid: u32) -> io::Result<()> {
-    let pid = libc::id_t::from(pid);
+    use rustix::process::{Pid, WaitId, WaitIdOptions};
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ECHILD))?;
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
     loop {
-        // SAFETY: an all-zero siginfo_t is valid; waitid fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is valid for the call.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid,
-                &raw mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        match rustix::process::waitid(WaitId::Pid(pid), options) {
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
         }
     }
 }

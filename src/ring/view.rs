@@ -1,0 +1,197 @@
+//! The ring's mapping as typed shared memory: the one place that maps the ring file, turns its
+//! bytes into references to the header, the waiting queue, the slots, the activity page and the
+//! lease map, and unmaps it. Everything else in the ring reads and writes the mapping through
+//! these references, in safe code.
+//!
+//! Every type laid over the mapping is made of atomics (and of reserved words nobody writes),
+//! valid for any bit pattern, so that bytes other processes write at any moment are always a
+//! valid value. Payloads are words too: a copy in or out of one is word by word, so that a copy
+//! racing a writer of another process reads torn bytes (which the protocol detects and throws
+//! away) rather than being a data race.
+
+use std::fs::File;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::map::{MapHeader, BLOCKS, BLOCK_PAYLOAD, BLOCK_SIZE, BUCKETS, HEADER_AREA};
+use super::{
+    Header, SlotHead, WaiterEntry, ACTIVITY_OFFSET, HEADER_SIZE, MAP_OFFSET, PAYLOAD, QUEUE_OFFSET,
+    RING_SIZE, SLOTS, SLOT_HEAD, SLOT_SIZE, WAITERS,
+};
+use crate::rules::metrics::Activity;
+
+/// One slot: its head, then its payload.
+#[repr(C)]
+pub(super) struct Slot {
+    pub(super) head: SlotHead,
+    _reserved: [u64; (SLOT_HEAD - std::mem::size_of::<SlotHead>()) / 8],
+    pub(super) payload: [AtomicU64; PAYLOAD / 8],
+}
+
+/// One block of the lease map: its state word, its link and length word, then its payload.
+#[repr(C)]
+pub(super) struct Block {
+    /// FREE, PUBLIC or the liveness id of its writer.
+    pub(super) state: AtomicU64,
+    /// Next block (index + 1) in the high half, bytes in the low.
+    pub(super) link: AtomicU64,
+    pub(super) payload: [AtomicU64; BLOCK_PAYLOAD / 8],
+}
+
+// The layout the references below are laid over: every part where the offsets say, aligned,
+// and inside the mapping.
+const _: () = {
+    assert!(std::mem::size_of::<Slot>() == SLOT_SIZE);
+    assert!(std::mem::offset_of!(Slot, payload) == SLOT_HEAD);
+    assert!(std::mem::size_of::<Block>() == BLOCK_SIZE);
+    assert!(PAYLOAD % 8 == 0 && BLOCK_PAYLOAD % 8 == 0);
+    assert!(QUEUE_OFFSET >= std::mem::size_of::<Header>());
+    assert!(QUEUE_OFFSET + WAITERS * std::mem::size_of::<WaiterEntry>() <= HEADER_SIZE);
+    assert!(HEADER_SIZE + SLOTS * SLOT_SIZE <= ACTIVITY_OFFSET);
+    assert!(ACTIVITY_OFFSET + std::mem::size_of::<Activity>() <= MAP_OFFSET);
+    assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
+    assert!(MAP_OFFSET + HEADER_AREA + BUCKETS * 8 + BLOCKS * BLOCK_SIZE <= RING_SIZE);
+    assert!(QUEUE_OFFSET % std::mem::align_of::<WaiterEntry>() == 0);
+    assert!(HEADER_SIZE % std::mem::align_of::<Slot>() == 0);
+    assert!(ACTIVITY_OFFSET % std::mem::align_of::<Activity>() == 0);
+    assert!(MAP_OFFSET % std::mem::align_of::<MapHeader>() == 0);
+    assert!((MAP_OFFSET + HEADER_AREA + BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
+    // The mapping is page-aligned: no part needs more.
+    assert!(std::mem::align_of::<Header>() <= 4096);
+    assert!(std::mem::align_of::<Activity>() <= 4096);
+};
+
+/// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
+/// are valid for as long as the view lives: they are handed out only for the life of a borrow
+/// of it, never as `'static`.
+pub(super) struct View {
+    header: &'static Header,
+    queue: &'static [WaiterEntry; WAITERS],
+    slots: &'static [Slot; SLOTS],
+    activity: &'static Activity,
+    map_header: &'static MapHeader,
+    buckets: &'static [AtomicU64; BUCKETS],
+    blocks: &'static [Block; BLOCKS],
+}
+
+impl View {
+    /// Maps the first RING_SIZE bytes of `file`, which the caller found to be RING_SIZE bytes
+    /// long (a mapping past the end of a file faults).
+    pub(super) fn map(file: &File) -> io::Result<View> {
+        // SAFETY: a new shared mapping, at an address the kernel picks, aliases no Rust object.
+        let base = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                RING_SIZE,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                file,
+                0,
+            )?
+        }
+        .cast::<u8>();
+        // SAFETY: `base` starts a readable and writable mapping of RING_SIZE bytes, page-aligned,
+        // that lives until this view is dropped (it unmaps it, and nothing else does). Each
+        // reference below covers bytes inside it at an offset aligned for its type (the
+        // assertions above), and every type is atomics or words nobody writes, valid for any bit
+        // pattern and shared between threads and processes by design. The parts do not
+        // overlap, and no `&mut` to any of it is ever made.
+        Ok(unsafe {
+            View {
+                header: &*base.cast::<Header>(),
+                queue: &*base.add(QUEUE_OFFSET).cast::<[WaiterEntry; WAITERS]>(),
+                slots: &*base.add(HEADER_SIZE).cast::<[Slot; SLOTS]>(),
+                activity: &*base.add(ACTIVITY_OFFSET).cast::<Activity>(),
+                map_header: &*base.add(MAP_OFFSET).cast::<MapHeader>(),
+                buckets: &*base
+                    .add(MAP_OFFSET + HEADER_AREA)
+                    .cast::<[AtomicU64; BUCKETS]>(),
+                blocks: &*base
+                    .add(MAP_OFFSET + HEADER_AREA + BUCKETS * 8)
+                    .cast::<[Block; BLOCKS]>(),
+            }
+        })
+    }
+
+    /// Where the mapping starts, and its length (for the SIGBUS guard).
+    pub(super) fn span(&self) -> (*mut u8, usize) {
+        (std::ptr::from_ref(self.header).cast_mut().cast(), RING_SIZE)
+    }
+
+    pub(super) fn header(&self) -> &Header {
+        self.header
+    }
+
+    pub(super) fn waiter(&self, index: usize) -> &WaiterEntry {
+        &self.queue[index]
+    }
+
+    pub(super) fn slot(&self, index: usize) -> &Slot {
+        &self.slots[index]
+    }
+
+    pub(super) fn activity(&self) -> &Activity {
+        self.activity
+    }
+
+    pub(super) fn map_header(&self) -> &MapHeader {
+        self.map_header
+    }
+
+    pub(super) fn bucket(&self, index: usize) -> &AtomicU64 {
+        &self.buckets[index]
+    }
+
+    pub(super) fn block(&self, index: usize) -> &Block {
+        &self.blocks[index]
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        let (base, len) = self.span();
+        // SAFETY: the mapping made in `map`, unmapped once; the references into it end with
+        // this view, and none outlives a borrow of it.
+        let _ = unsafe { rustix::mm::munmap(base.cast(), len) };
+    }
+}
+
+/// Copies `bytes` into `words`, which hold at least as many; the bytes of the last word past
+/// the end of `bytes` become zeros.
+pub(super) fn copy_in(words: &[AtomicU64], bytes: &[u8]) {
+    debug_assert!(bytes.len() <= words.len() * 8);
+    let whole = bytes.chunks_exact(8);
+    let tail = whole.remainder();
+    let mut words = words.iter();
+    // The chunks first: `zip` then stops without taking the word the tail goes to.
+    for (chunk, word) in whole.zip(words.by_ref()) {
+        let eight: [u8; 8] = chunk.try_into().expect("8 bytes");
+        word.store(u64::from_ne_bytes(eight), Ordering::Relaxed);
+    }
+    if !tail.is_empty() {
+        let mut eight = [0u8; 8];
+        eight[..tail.len()].copy_from_slice(tail);
+        if let Some(word) = words.next() {
+            word.store(u64::from_ne_bytes(eight), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Appends the first `len` bytes of `words` (at most all of them) to `out`.
+pub(super) fn copy_out(words: &[AtomicU64], len: usize, out: &mut Vec<u8>) {
+    let len = len.min(words.len() * 8);
+    let start = out.len();
+    out.resize(start + len, 0);
+    let bytes = &mut out[start..];
+    let mut chunks = bytes.chunks_exact_mut(8);
+    let mut words = words.iter();
+    // The chunks first: `zip` then stops without taking the word the tail comes from.
+    for (chunk, word) in chunks.by_ref().zip(words.by_ref()) {
+        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    let tail = chunks.into_remainder();
+    if let Some(word) = words.next() {
+        let n = tail.len();
+        tail.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes()[..n]);
+    }
+}
