@@ -6,7 +6,9 @@
 
 mod cluster;
 mod failures;
+mod members;
 mod partition;
+mod peers;
 mod pool;
 mod prefixes;
 mod proxy;
