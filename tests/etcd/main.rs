@@ -1,6 +1,7 @@
 //! etcd's own tests: a three-node cluster whose members are killed and stopped under load, a
-//! node that stops answering a holder, a holder cut off by a proxy, the leases pooled ahead of
-//! grants, and nested prefixes that are separate stores. Every test starts its own etcd. The
+//! node that stops answering a holder, a holder cut off by a proxy, a leader cut off from its
+//! followers and slow links between members (members.rs), the leases pooled ahead of grants,
+//! and nested prefixes that are separate stores. Every test starts its own etcd. The
 //! rules, on etcd as on every other backend, are tests/rules (`cargo test --features etcd
 //! --test rules -- ::etcd::`).
 

@@ -4,12 +4,14 @@
 //! come too late knows it lost the lease before anyone else is granted it, and a write with a
 //! token from before the fault is refused once the cluster is whole again.
 
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use fencelock::{Error, Options, Store, ETCD_MIN_TTL};
 
 use crate::peers::Peers;
+use crate::proxy::Proxy;
 
 /// Each call's limit: long enough for an election, short enough to give up on a minority.
 fn options() -> Options {
@@ -95,4 +97,180 @@ fn a_leader_cut_off_from_the_others_grants_nothing_and_its_old_token_is_refused(
     }
     assert!(second.is_held().unwrap());
     second.release().unwrap();
+}
+
+/// How long one client held the lock as it saw it: from the grant's answer to the call of its
+/// release, or to the moment it learned that the lease was lost.
+#[derive(Debug)]
+struct Window {
+    client: &'static str,
+    token: u64,
+    start: Instant,
+    end: Instant,
+    lost: bool,
+    /// Whether its write of its token to `k` was acknowledged.
+    wrote: bool,
+}
+
+/// The phase of the slow-link test that ends in a holder's loss: it tells the others when it
+/// holds the lock with its keep-alives running, then waits until they are slowed past its TTL.
+struct Handoff {
+    holding: mpsc::Sender<()>,
+    slowed: mpsc::Receiver<()>,
+}
+
+/// One grant of `job` to `client`, held for `work` with its lease kept alive (or, with a
+/// handoff, until its keep-alives are slowed and it learns its loss); `None` when the waiting
+/// acquire gave up.
+fn hold(
+    store: &Store,
+    client: &'static str,
+    work: Duration,
+    handoff: Option<Handoff>,
+) -> Option<Window> {
+    let holder = store
+        .acquire_wait("job", ETCD_MIN_TTL, Duration::from_secs(20))
+        .ok()?;
+    let start = Instant::now();
+    let token = holder.token();
+    thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let _ = holder.wait_lost(Duration::from_secs(60));
+            Instant::now()
+        });
+        let _ = holder.keep_alive(ETCD_MIN_TTL);
+        match handoff {
+            Some(handoff) => {
+                handoff.holding.send(()).unwrap();
+                handoff.slowed.recv().unwrap();
+                assert!(
+                    holder.wait_lost(Duration::from_secs(30)),
+                    "{client}: renewals slowed past the TTL, and the lease still looks live"
+                );
+            }
+            None => thread::sleep(work),
+        }
+        let wrote = holder.put(b"k", &token.to_be_bytes()).is_ok();
+        let released = Instant::now();
+        let _ = holder.release();
+        let lost_at = watcher.join().unwrap();
+        Some(Window {
+            client,
+            token,
+            start,
+            end: lost_at.min(released),
+            lost: lost_at < released,
+            wrote,
+        })
+    })
+}
+
+/// A slow link between the leader and a follower (2 s each way) and a client whose link to its
+/// member is slow (300 ms, then 3 s): grants carry strictly increasing tokens, no two holders'
+/// windows overlap, and the client whose keep-alives come later than its TTL knows it lost the
+/// lease before another client is granted it.
+#[test]
+fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
+    let peers = Peers::start(3);
+    let leader = peers
+        .leader_among(&[0, 1, 2], Duration::from_secs(30))
+        .expect("the cluster has a leader");
+    let (follower, other) = match leader {
+        0 => (1, 2),
+        1 => (2, 0),
+        _ => (0, 1),
+    };
+    let proxy = Proxy::start(peers.cluster.members[other].client_port);
+    let options = Options {
+        busy_timeout: Duration::from_secs(10),
+        ..Options::default()
+    };
+    let open = |url: String| Store::open_with(url, &options).expect("open the store");
+    let slow = open(format!("etcd://127.0.0.1:{}/slow", proxy.port));
+    let direct = [
+        open(peers.url_of(&[0, 1, 2], "slow")),
+        open(peers.url_of(&[0, 1, 2], "slow")),
+    ];
+    peers.slow(leader, follower, Duration::from_secs(2));
+    proxy.delay(Duration::from_millis(300));
+
+    let windows = std::sync::Mutex::new(Vec::new());
+    let work = Duration::from_millis(200);
+    // Three clients take turns: grants go on while the links are slow.
+    thread::scope(|scope| {
+        for (client, store) in [("slow", &slow), ("a", &direct[0]), ("b", &direct[1])] {
+            let windows = &windows;
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    if let Some(window) = hold(store, client, work, None) {
+                        windows.lock().unwrap().push(window);
+                    }
+                }
+            });
+        }
+    });
+    // The slow client holds the lock; then its link slows past its TTL while the others wait.
+    let (holding_tx, holding_rx) = mpsc::channel();
+    let (slowed_tx, slowed_rx) = mpsc::channel();
+    thread::scope(|scope| {
+        let windows = &windows;
+        let slow = &slow;
+        scope.spawn(move || {
+            let handoff = Handoff {
+                holding: holding_tx,
+                slowed: slowed_rx,
+            };
+            let window = hold(slow, "slow", work, Some(handoff)).expect("the slow client waits");
+            assert!(
+                window.lost,
+                "the slow client's lease did not end by its loss"
+            );
+            windows.lock().unwrap().push(window);
+        });
+        holding_rx.recv().unwrap();
+        proxy.delay(Duration::from_secs(3));
+        slowed_tx.send(()).unwrap();
+        for (client, store) in [("a", &direct[0]), ("b", &direct[1])] {
+            scope.spawn(move || {
+                let window = hold(store, client, work, None).expect("granted after the loss");
+                windows.lock().unwrap().push(window);
+            });
+        }
+    });
+    proxy.delay(Duration::ZERO);
+
+    let mut windows = windows.into_inner().unwrap();
+    windows.sort_by_key(|w| w.start);
+    eprintln!(
+        "{} grants, {} ended by a loss",
+        windows.len(),
+        windows.iter().filter(|w| w.lost).count()
+    );
+    assert!(
+        windows.len() >= 6,
+        "too few grants went through: {windows:?}"
+    );
+    for pair in windows.windows(2) {
+        let (earlier, later) = (&pair[0], &pair[1]);
+        assert!(
+            earlier.token < later.token,
+            "token {} was granted after token {}: {windows:?}",
+            later.token,
+            earlier.token
+        );
+        assert!(
+            earlier.end <= later.start,
+            "{} (token {}) was granted {:?} before {} (token {}) let go or knew it lost",
+            later.client,
+            later.token,
+            earlier.end - later.start,
+            earlier.client,
+            earlier.token
+        );
+    }
+    // The key holds the write of the highest token that wrote: no late write went over it.
+    let last = direct[0].get(b"k").unwrap().unwrap();
+    let highest = windows.iter().filter(|w| w.wrote).map(|w| w.token).max();
+    assert_eq!(Some(last.token), highest);
+    assert_eq!(last.value, last.token.to_be_bytes());
 }
