@@ -29,17 +29,16 @@ impl Peers {
     /// `size` members on loopback with a link between each pair, answering once the cluster
     /// has a leader.
     pub fn start(size: usize) -> Peers {
-        let mut links: Vec<Vec<Shared>> = vec![Vec::new(); size];
-        for a in 0..size {
-            for b in 0..size {
-                let link = if b < a {
-                    Arc::clone(&links[b][a])
-                } else {
-                    Arc::new((Mutex::new(Link::default()), Condvar::new()))
-                };
-                links[a].push(link);
-            }
-        }
+        let pairs: Vec<Shared> = (0..size * size)
+            .map(|_| Arc::new((Mutex::new(Link::default()), Condvar::new())))
+            .collect();
+        let links: Vec<Vec<Shared>> = (0..size)
+            .map(|a| {
+                (0..size)
+                    .map(|b| Arc::clone(&pairs[a.min(b) * size + a.max(b)]))
+                    .collect()
+            })
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let cluster = Cluster::start_advertising(size, |member, peer_port| {
             listen(member, peer_port, links[member].clone(), Arc::clone(&stop))
