@@ -168,9 +168,9 @@ fn hold(
 }
 
 /// A slow link between the leader and a follower (2 s each way) and a client whose link to its
-/// member is slow (300 ms, then 3 s): grants carry strictly increasing tokens, no two holders'
-/// windows overlap, and the client whose keep-alives come later than its TTL knows it lost the
-/// lease before another client is granted it.
+/// member is slow (100 ms), then that client's link alone slowed to 3 s: grants carry strictly
+/// increasing tokens, no two holders' windows overlap, and the client whose keep-alives come
+/// later than its TTL knows it lost the lease before another client is granted it.
 #[test]
 fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
     let peers = Peers::start(3);
@@ -194,7 +194,7 @@ fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
         open(peers.url_of(&[0, 1, 2], "slow")),
     ];
     peers.slow(leader, follower, Duration::from_secs(2));
-    proxy.delay(Duration::from_millis(300));
+    proxy.delay(Duration::from_millis(100));
 
     let windows = std::sync::Mutex::new(Vec::new());
     let work = Duration::from_millis(200);
@@ -211,7 +211,13 @@ fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
             });
         }
     });
-    // The slow client holds the lock; then its link slows past its TTL while the others wait.
+    // The member link heals, so that only the slow client's link can end its lease: it holds
+    // the lock, then its link slows past its TTL while the others wait.
+    peers.heal();
+    peers
+        .leader_among(&[0, 1, 2], Duration::from_secs(30))
+        .expect("the cluster has a leader after the heal");
+    proxy.delay(Duration::from_millis(100));
     let (holding_tx, holding_rx) = mpsc::channel();
     let (slowed_tx, slowed_rx) = mpsc::channel();
     thread::scope(|scope| {
