@@ -282,3 +282,41 @@ fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
     assert_eq!(Some(last.token), highest);
     assert_eq!(last.value, last.token.to_be_bytes());
 }
+
+/// A client of the old leader, cut off from the others while its calls time out and the
+/// majority grants the lock, is answered by its first call after the heal (a refusal of its
+/// old token), not a transport error.
+///
+/// Fails today (2 of 2 runs): the first call fails with a transport error (broken pipe). The
+/// store's HTTP/2 keep-alive pings every 2 s (src/etcd/mod.rs, `open`), more often than etcd's
+/// default `--grpc-keepalive-min-time` of 5 s allows, and etcd closes a connection pinged too
+/// often (GOAWAY `too_many_pings`); with the members started with `--grpc-keepalive-min-time
+/// 1s` the call is answered (2 of 2 runs). Ignored until the store pings no more often than
+/// etcd's default allows (`-- --ignored` runs it).
+#[test]
+#[ignore = "src/etcd/mod.rs pings every 2 s; etcd closes a connection pinged more often than every 5 s"]
+fn a_client_of_the_cut_off_leader_is_answered_after_the_heal() {
+    let peers = Peers::start(3);
+    let old = peers
+        .leader_among(&[0, 1, 2], Duration::from_secs(30))
+        .expect("the cluster has a leader");
+    let others: Vec<usize> = (0..3).filter(|&m| m != old).collect();
+    let minority = Store::open_with(peers.url_of(&[old], "goaway"), &options()).unwrap();
+    let before = minority.acquire("job", ETCD_MIN_TTL).unwrap();
+    before.keep_alive(ETCD_MIN_TTL).unwrap();
+    peers.cut_off(old);
+    for _ in 0..3 {
+        assert!(minority.acquire("free", ETCD_MIN_TTL).is_err());
+    }
+    let majority = Store::open_with(peers.url_of(&others, "goaway"), &options()).unwrap();
+    let second = majority
+        .acquire_wait("job", Duration::from_secs(15), Duration::from_secs(40))
+        .expect("the majority grants the lock");
+    second.put(b"k", b"majority").unwrap();
+    peers.heal();
+    let answer = minority.put(b"k", b"late", before.token());
+    assert!(
+        !matches!(&answer, Err(Error::Storage(text)) if text.contains("transport")),
+        "the first call after the heal: {answer:?}"
+    );
+}
