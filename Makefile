@@ -60,7 +60,8 @@ test-rust:
 	$(CARGO) run --quiet --example gc_pause
 
 # The etcd backend (cargo feature etcd): its unit tests, the three-node cluster under kills and
-# stops (about 30 s), the command-line tool, the rules and bad input on one etcd node (the etcd
+# stops (about 30 s) and with its leader cut off or its member links slowed (tests/etcd/members.rs,
+# about 40 s beside it), the command-line tool, the rules and bad input on one etcd node (the etcd
 # part of tests/rules; test-rust ran its other backends), and the GC-pause example on a node of
 # scripts/with-etcd.sh.
 test-etcd:

@@ -18,7 +18,11 @@
 //! is killed at exit. The etcd rows run when the bench is built with `--features etcd` and
 //! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`);
 //! `etcd-get` is one plain Get a cycle, the round trip a grant on etcd is measured against
-//! (`-- --only etcd-get,etcd-1 --workloads one-thread`).
+//! (`-- --only etcd-get,etcd-1 --workloads one-thread`). `etcd-mutex` is etcd's own Go
+//! `concurrency.Mutex` with a Put guarded by its ownership, the anchor a grant, fenced write and
+//! release on etcd is measured against (`-- --only etcd-mutex,etcd-1 --workloads
+//! one-thread,acquire-write`); it needs `go`, and builds benches/compare/mutex into
+//! target/compare-mutex/.
 
 #[path = "compare/clients.rs"]
 mod clients;
@@ -157,6 +161,23 @@ fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant
             }
         }
         histogram.record(start.elapsed());
+    }
+}
+
+/// The Mutex row's cell: the Go program times its own cycles, into the same histogram.
+fn run_mutex(url: &str, workload: Workload, secs: Duration) -> Outcome {
+    match clients::run_mutex(url, workload.key(), secs) {
+        Ok((window, latencies)) => {
+            let mut histogram = Histogram::default();
+            for latency in latencies {
+                histogram.record(latency);
+            }
+            outcome(&histogram, window)
+        }
+        Err(why) => {
+            eprintln!("etcd-mutex: {why}");
+            Outcome::Skipped("go or the Mutex program's build is missing (see above)")
+        }
     }
 }
 
@@ -300,6 +321,12 @@ fn run_cell(
     } else {
         Target::Dir(dir.path().to_path_buf())
     };
+    if system == System::EtcdMutex {
+        let Target::Etcd(url) = &target else {
+            panic!("etcd without a store string")
+        };
+        return (run_mutex(url, workload, secs), None);
+    }
     let shared = Shared::prepare(system, target, true);
     let before = shared.commits_and_grants();
     let outcome = if processes {

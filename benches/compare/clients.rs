@@ -52,10 +52,14 @@ pub enum System {
     /// One plain etcd Get a cycle on a node of its own like `EtcdOne`'s: the round trip a
     /// grant on etcd is measured against (one thread only).
     EtcdGet,
+    /// etcd's own Go `concurrency.Mutex` on a node of its own like `EtcdOne`'s, with a Put
+    /// guarded by the mutex's ownership as the fenced write: the anchor of the etcd rows
+    /// (`benches/compare/mutex`, built with `go`; threads of one process only).
+    EtcdMutex,
 }
 
 impl System {
-    pub const ALL: [System; 13] = [
+    pub const ALL: [System; 14] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
@@ -67,6 +71,7 @@ impl System {
         System::Ofd,
         System::OfdDurable,
         System::EtcdGet,
+        System::EtcdMutex,
         System::EtcdOne,
         System::EtcdThree,
     ];
@@ -87,6 +92,7 @@ impl System {
             System::EtcdOne => "fencelock on etcd (1 node, loopback)",
             System::EtcdThree => "fencelock on etcd (3 nodes, loopback)",
             System::EtcdGet => "etcd alone: one Get (1 node, loopback)",
+            System::EtcdMutex => "etcd alone: Go concurrency.Mutex (1 node, loopback)",
         }
     }
 
@@ -106,6 +112,7 @@ impl System {
             System::EtcdOne => "etcd-1",
             System::EtcdThree => "etcd-3",
             System::EtcdGet => "etcd-get",
+            System::EtcdMutex => "etcd-mutex",
         }
     }
 
@@ -115,7 +122,10 @@ impl System {
 
     /// Whether several processes can share it.
     pub fn multi_process(self) -> bool {
-        !matches!(self, System::FencelockSingle | System::EtcdGet)
+        !matches!(
+            self,
+            System::FencelockSingle | System::EtcdGet | System::EtcdMutex
+        )
     }
 
     pub fn is_fencelock(self) -> bool {
@@ -135,7 +145,7 @@ impl System {
     /// The etcd members it needs, if it is an etcd system.
     pub fn etcd_members(self) -> Option<usize> {
         match self {
-            System::EtcdOne | System::EtcdGet => Some(1),
+            System::EtcdOne | System::EtcdGet | System::EtcdMutex => Some(1),
             System::EtcdThree => Some(3),
             _ => None,
         }
@@ -289,7 +299,8 @@ impl Shared {
             | System::Flock
             | System::Ofd
             | System::OfdDurable
-            | System::EtcdGet => None,
+            | System::EtcdGet
+            | System::EtcdMutex => None,
         };
         Shared {
             system,
@@ -327,6 +338,7 @@ impl Shared {
                 };
                 etcd_get_client(url)
             }
+            System::EtcdMutex => unreachable!("the Go program is the Mutex row's client"),
             System::RedisAlways | System::RedisEverysec => {
                 let Target::Redis(port) = self.target else {
                     panic!("Redis without a port")
@@ -910,4 +922,70 @@ impl EtcdServer {
         self.cells.set(self.cells.get() + 1);
         Target::Etcd(self.cluster.url(&format!("cell-{}", self.cells.get())))
     }
+}
+
+/// The Go program of the Mutex row, built (once a run; Go's own cache makes a rebuild quick)
+/// into `target/compare-mutex/`; `Err` says why it cannot be (no `go`, or the build failed).
+fn mutex_program() -> Result<PathBuf, String> {
+    static PROGRAM: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), PathBuf::from);
+            let program = target.join("compare-mutex").join("mutex");
+            let built = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&program)
+                .arg(".")
+                .current_dir(root.join("benches/compare/mutex"))
+                .stdout(Stdio::null())
+                .output();
+            match built {
+                Ok(output) if output.status.success() => Ok(program),
+                Ok(output) => Err(format!(
+                    "go build of benches/compare/mutex failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                )),
+                Err(err) => Err(format!("cannot run go ({err})")),
+            }
+        })
+        .clone()
+}
+
+/// Runs the Mutex row's Go program against the etcd store string `url` for `secs`, on
+/// `workload` (`one-thread`, `acquire-write` or `eight-threads`); returns the time it
+/// measured for and the latency of every cycle, or why it could not run.
+pub fn run_mutex(
+    url: &str,
+    workload: &str,
+    secs: Duration,
+) -> Result<(Duration, Vec<Duration>), String> {
+    let program = mutex_program()?;
+    let rest = url.strip_prefix("etcd://").expect("an etcd store string");
+    let (endpoint, prefix) = rest.split_once('/').expect("an endpoint and a prefix");
+    let output = Command::new(program)
+        .args([
+            "-endpoint",
+            endpoint,
+            "-prefix",
+            prefix,
+            "-workload",
+            workload,
+        ])
+        .arg("-secs")
+        .arg(secs.as_secs_f64().to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|err| format!("cannot start the Mutex program: {err}"))?;
+    if !output.status.success() {
+        return Err(format!("the Mutex program failed ({})", output.status));
+    }
+    let text = String::from_utf8(output.stdout).expect("the Mutex program prints text");
+    let mut lines = text
+        .lines()
+        .map(|line| Duration::from_nanos(line.trim().parse().expect("nanoseconds, one a line")));
+    let elapsed = lines.next().expect("the time measured for");
+    Ok((elapsed, lines.collect()))
 }

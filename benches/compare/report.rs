@@ -345,7 +345,7 @@ fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
     out
 }
 
-const COLORS: [(System, &str); 13] = [
+const COLORS: [(System, &str); 14] = [
     (System::FencelockMulti, "#1f6feb"),
     (System::FencelockAlone, "#a5b4fc"),
     (System::FencelockSingle, "#79b8ff"),
@@ -357,6 +357,7 @@ const COLORS: [(System, &str); 13] = [
     (System::Ofd, "#6b7280"),
     (System::OfdDurable, "#374151"),
     (System::EtcdGet, "#14532d"),
+    (System::EtcdMutex, "#4d7c0f"),
     (System::EtcdOne, "#16a34a"),
     (System::EtcdThree, "#86efac"),
 ];

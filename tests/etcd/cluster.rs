@@ -19,7 +19,10 @@ use fencelock::{Options, Store};
 pub struct Member {
     pub name: String,
     pub client_port: u16,
+    /// Where the member listens for its peers.
     peer_port: u16,
+    /// Where its peers reach it: `peer_port`, or a proxy in front of it.
+    advertised_peer_port: u16,
     dir: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -49,23 +52,30 @@ impl Cluster {
 
     /// `size` members on loopback, answering once the cluster has a leader.
     pub fn start(size: usize) -> Cluster {
+        Cluster::start_advertising(size, |_, peer_port| peer_port)
+    }
+
+    /// Like [`Cluster::start`], with the peers of member `i` reaching it at the port
+    /// `advertise(i, peer_port)` returns for the port it listens on (a proxy in front of it,
+    /// started before the member).
+    pub fn start_advertising(size: usize, mut advertise: impl FnMut(usize, u16) -> u16) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let members: Vec<Member> = (0..size)
-            .map(|i| Member {
-                name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
-                dir: dir.path().join(format!("m{i}.etcd")),
-                log: dir.path().join(format!("m{i}.log")),
-                child: None,
+            .map(|i| {
+                let peer_port = free_port();
+                Member {
+                    name: format!("m{i}"),
+                    client_port: free_port(),
+                    peer_port,
+                    advertised_peer_port: advertise(i, peer_port),
+                    dir: dir.path().join(format!("m{i}.etcd")),
+                    log: dir.path().join(format!("m{i}.log")),
+                    child: None,
+                }
             })
             .collect();
-        let initial = members
-            .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
         let mut cluster = Cluster { members, dir };
+        let initial = cluster.initial();
         for i in 0..size {
             cluster.members[i].spawn(&initial);
         }
@@ -133,6 +143,7 @@ impl Member {
     fn spawn(&mut self, initial: &str) {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let advertised = format!("http://127.0.0.1:{}", self.advertised_peer_port);
         let log = std::fs::File::create(&self.log).expect("etcd log file");
         let mut command = Command::new(binary());
         // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
@@ -160,7 +171,7 @@ impl Member {
                 "--listen-peer-urls",
                 &peer,
                 "--initial-advertise-peer-urls",
-                &peer,
+                &advertised,
             ])
             .args([
                 "--initial-cluster",
@@ -227,7 +238,7 @@ impl Cluster {
     pub fn initial(&self) -> String {
         self.members
             .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.advertised_peer_port))
             .collect::<Vec<_>>()
             .join(",")
     }

@@ -10,10 +10,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// What one proxied link does to the bytes it forwards.
 #[derive(Default)]
-struct Link {
-    frozen: bool,
-    delay: Duration,
+pub struct Link {
+    pub frozen: bool,
+    pub delay: Duration,
 }
 
 pub struct Proxy {
@@ -75,7 +76,7 @@ impl Drop for Proxy {
 }
 
 /// Forwards `from` to `to` through a queue, so that reading goes on while a chunk waits.
-fn pump(
+pub fn pump(
     from: &TcpStream,
     to: &TcpStream,
     link: &Arc<(Mutex<Link>, Condvar)>,
