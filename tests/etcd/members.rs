@@ -287,14 +287,10 @@ fn on_slow_links_tokens_increase_and_no_two_holders_overlap() {
 /// majority grants the lock, is answered by its first call after the heal (a refusal of its
 /// old token), not a transport error.
 ///
-/// Fails today (2 of 2 runs): the first call fails with a transport error (broken pipe). The
-/// store's HTTP/2 keep-alive pings every 2 s (src/etcd/mod.rs, `open`), more often than etcd's
-/// default `--grpc-keepalive-min-time` of 5 s allows, and etcd closes a connection pinged too
-/// often (GOAWAY `too_many_pings`); with the members started with `--grpc-keepalive-min-time
-/// 1s` the call is answered (2 of 2 runs). Ignored until the store pings no more often than
-/// etcd's default allows (`-- --ignored` runs it).
+/// Failed (2 of 2 runs) while the store pinged its HTTP/2 connection every 2 s, more often than
+/// etcd's default `--grpc-keepalive-min-time` of 5 s allows: etcd closed the connection, and
+/// the first call after the heal failed with a transport error (broken pipe).
 #[test]
-#[ignore = "src/etcd/mod.rs pings every 2 s; etcd closes a connection pinged more often than every 5 s"]
 fn a_client_of_the_cut_off_leader_is_answered_after_the_heal() {
     let peers = Peers::start(3);
     let old = peers
