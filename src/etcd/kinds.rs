@@ -219,19 +219,7 @@ impl EtcdEngine {
                 .expect("fewer holders than permits");
             let (waiters, waiters_end) = self.waiters(name);
             let txn = |lease: i64| {
-                let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
-                if let Some((key, value)) = request.write {
-                    then.push(TxnOp::put(
-                        self.key("value", key),
-                        super::records::encode_value(None, Some(value)),
-                        None,
-                    ));
-                }
-                then.push(TxnOp::put(
-                    slot.clone(),
-                    LockRecord::now().encode(),
-                    Some(PutOptions::new().with_lease(lease)),
-                ));
+                let then = self.grant_ops(slot.clone(), request.write, lease);
                 Txn::new()
                     .when([
                         Compare::version(start.clone(), CompareOp::Equal, 0)

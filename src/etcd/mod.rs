@@ -408,7 +408,15 @@ impl EtcdEngine {
     /// The grant's transaction with `lease`: the lock key put with it while absent, the last
     /// grant rewritten, the acquire-and-put's value; or the key read.
     fn grant_txn(&self, name: &str, write: Option<(&[u8], &[u8])>, lease: i64) -> Txn {
-        let lock_key = self.lock_key(name);
+        Txn::new()
+            .when([self.none_held(name), self.none_waiting(name)])
+            .and_then(self.grant_ops(self.lock_key(name), write, lease))
+            .or_else([self.first_holder(name)])
+    }
+
+    /// What a grant of every kind writes: the last grant rewritten, the acquire-and-put's
+    /// value, and the holder key `holder` put with `lease`.
+    fn grant_ops(&self, holder: Vec<u8>, write: Option<(&[u8], &[u8])>, lease: i64) -> Vec<TxnOp> {
         let mut then = vec![TxnOp::put(self.last_key(), Vec::new(), None)];
         if let Some((key, value)) = write {
             then.push(TxnOp::put(
@@ -418,14 +426,11 @@ impl EtcdEngine {
             ));
         }
         then.push(TxnOp::put(
-            lock_key.clone(),
+            holder,
             LockRecord::now().encode(),
             Some(PutOptions::new().with_lease(lease)),
         ));
-        Txn::new()
-            .when([self.none_held(name), self.none_waiting(name)])
-            .and_then(then)
-            .or_else([self.first_holder(name)])
+        then
     }
 
     /// A grant's transaction with the pooled lease `pooled`, alone while the lease is young,
