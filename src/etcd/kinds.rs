@@ -246,21 +246,8 @@ impl EtcdEngine {
                     ])
             };
             match self.grant_with(request.ttl, &txn)? {
-                Grant::Granted {
-                    token,
-                    lease,
-                    ttl,
-                    asked_ns,
-                    stream,
-                } => {
-                    let grantee = Grantee {
-                        name: name.to_owned(),
-                        kind,
-                        key: slot,
-                        token,
-                        created: super::records::revision(token),
-                    };
-                    return Ok(Ok(self.holder_of(grantee, (lease, ttl), asked_ns, stream)));
+                Grant::Granted(granted) => {
+                    return Ok(Ok(self.slot_holder(name, kind, slot, granted)));
                 }
                 Grant::Refused {
                     ops,

@@ -93,18 +93,21 @@ pub(crate) struct EtcdEngine {
     pool: Pool,
 }
 
+/// A grant that went through: its token, and its lease as last asked for or renewed.
+struct Granted {
+    token: u64,
+    lease: i64,
+    ttl: i64,
+    /// `CLOCK_BOOTTIME` ns before the lease was asked for or renewed.
+    asked_ns: u64,
+    /// The keep-alive stream a pooled lease was renewed on.
+    stream: Option<KeepAlive>,
+}
+
 /// A grant's transaction: granted with its token, or refused with what it read.
 #[allow(clippy::large_enum_variant)] // one lives for one call; the stream is moved on at once
 enum Grant {
-    Granted {
-        token: u64,
-        lease: i64,
-        ttl: i64,
-        /// `CLOCK_BOOTTIME` ns before the lease was asked for or renewed.
-        asked_ns: u64,
-        /// The keep-alive stream a pooled lease was renewed on.
-        stream: Option<KeepAlive>,
-    },
+    Granted(Granted),
     /// Refused: what the transaction's `or_else` branch read.
     Refused {
         ops: Vec<TxnOpResponse>,
@@ -288,34 +291,33 @@ impl EtcdEngine {
         grant: Grant,
     ) -> std::result::Result<Arc<EtcdLease>, Option<KeyValue>> {
         match grant {
-            Grant::Granted {
-                token,
-                lease,
-                ttl,
-                asked_ns,
-                stream,
-            } => Ok(self.holder(name, token, lease, ttl, asked_ns, stream)),
+            Grant::Granted(granted) => Ok(self.holder(name, granted)),
             Grant::Refused { ops, .. } => Err(first_kv(&ops)),
         }
     }
 
-    fn holder(
+    /// The exclusive holder of `name` a grant made.
+    fn holder(&self, name: &str, granted: Granted) -> Arc<EtcdLease> {
+        self.slot_holder(name, Kind::Exclusive, self.lock_key(name), granted)
+    }
+
+    /// The holder of `kind` whose key `key` (the lock key, or a slot's) a grant put.
+    fn slot_holder(
         &self,
         name: &str,
-        token: u64,
-        lease: i64,
-        ttl: i64,
-        asked_ns: u64,
-        stream: Option<KeepAlive>,
+        kind: Kind,
+        key: Vec<u8>,
+        granted: Granted,
     ) -> Arc<EtcdLease> {
         let grantee = Grantee {
             name: name.to_owned(),
-            kind: Kind::Exclusive,
-            key: self.lock_key(name),
-            token,
-            created: revision(token),
+            kind,
+            key,
+            token: granted.token,
+            created: revision(granted.token),
         };
-        self.holder_of(grantee, (lease, ttl), asked_ns, stream)
+        let lease = (granted.lease, granted.ttl);
+        self.holder_of(grantee, lease, granted.asked_ns, granted.stream)
     }
 
     fn holder_of(
@@ -389,13 +391,13 @@ impl EtcdEngine {
             };
             let revision = header_revision(&response);
             if response.succeeded() {
-                return Ok(Grant::Granted {
+                return Ok(Grant::Granted(Granted {
                     token: token(revision),
                     lease,
                     ttl: secs,
                     asked_ns,
                     stream: None,
-                });
+                }));
             }
             let _ = client.lease_revoke(lease).await;
             Ok(Grant::Refused {
@@ -491,13 +493,13 @@ impl EtcdEngine {
                 return Err(client_error(err));
             }
         };
-        Ok(Some(Grant::Granted {
+        Ok(Some(Grant::Granted(Granted {
             token: token(revision),
             lease: pooled.id,
             ttl: pooled.secs,
             asked_ns,
             stream,
-        }))
+        })))
     }
 
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.

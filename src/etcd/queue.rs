@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use super::pool::secs_ns;
 use super::records::{client_error, token};
 use super::runtime::{self, block_for};
-use super::{etcd_ttl, header_revision, EtcdEngine, EtcdLease};
+use super::{etcd_ttl, header_revision, EtcdEngine, EtcdLease, Granted};
 use crate::base::cancel::Waiting;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
@@ -152,7 +152,14 @@ impl EtcdEngine {
             };
             let revision = header_revision(&response);
             if response.succeeded() {
-                return Ok(self.holder(name, token(revision), lease, secs, asked_ns, Some(stream)));
+                let granted = Granted {
+                    token: token(revision),
+                    lease,
+                    ttl: secs,
+                    asked_ns,
+                    stream: Some(stream),
+                };
+                return Ok(self.holder(name, granted));
             }
             let ops = response.op_responses();
             let (holder, ahead) = (kv_of(ops.first()), kv_of(ops.get(1)));
