@@ -289,15 +289,10 @@ impl EtcdLease {
                 return Err(err);
             }
         };
-        // Renewed last at least a TTL before the holder's deadline (lease.rs counts it so).
         let pooled = Pooled {
             id: lease,
             secs,
-            asked_ns: self
-                .state
-                .expires_ns
-                .load(Ordering::Acquire)
-                .saturating_sub(secs_ns(secs)),
+            asked_ns: asked_at(self.state.expires_ns.load(Ordering::Acquire), secs),
         };
         if lost {
             self.remote.pool.discard(pooled);
@@ -392,6 +387,16 @@ fn deadline(asked_ns: u64, secs: i64) -> u64 {
         .saturating_sub(margin(secs))
 }
 
+/// When a lease of `secs` whose holder's side ends at `deadline_ns` was last asked for or
+/// renewed: [`deadline`] undone, so that a released lease goes back to the pool as old as it
+/// is, and not a margin older at each grant (it was then renewed every few grants, each time
+/// on a keep-alive stream of its own).
+fn asked_at(deadline_ns: u64, secs: i64) -> u64 {
+    deadline_ns
+        .saturating_add(margin(secs))
+        .saturating_sub(secs_ns(secs))
+}
+
 impl LeaseHandle for EtcdLease {
     fn state(&self) -> &LeaseState {
         &self.state
@@ -419,5 +424,18 @@ impl LeaseHandle for EtcdLease {
 
     fn keep_alive(self: Arc<Self>, ttl: Duration) -> Result<()> {
         self.keep_alive_now(ttl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{asked_at, deadline};
+
+    #[test]
+    fn a_released_lease_goes_back_to_the_pool_as_old_as_it_is() {
+        for secs in [2, 30, 3600] {
+            let asked = 5_000_000_000_000;
+            assert_eq!(asked_at(deadline(asked, secs), secs), asked);
+        }
     }
 }
