@@ -148,7 +148,7 @@ impl EtcdLease {
                 }
             }
             // Opening the stream sends the first keep-alive and reads its answer.
-            _ => match self.remote.client().lease_keep_alive(lease).await {
+            _ => match self.remote.background().lease_keep_alive(lease).await {
                 Ok(opened) => {
                     *stream = Some(opened);
                     self.ttl.load(Ordering::Acquire)
@@ -305,7 +305,7 @@ impl EtcdLease {
         refusal.map_or(Ok(()), Err)
     }
 
-    /// Keeps the lease alive on the shared runtime: a keep-alive every third of `ttl` until the
+    /// Keeps the lease alive on the background runtime (`runtime.rs`): a keep-alive every third of `ttl` until the
     /// lease is released or lost. A TTL other than the lease's is set by an extend first.
     fn keep_alive_now(self: Arc<Self>, ttl: Duration) -> Result<()> {
         let secs = etcd_ttl(ttl)?;

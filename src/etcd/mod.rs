@@ -56,7 +56,7 @@ use records::{
     client_error, decode_fence, decode_value, encode_value, holder_token, revision, token,
     LockRecord,
 };
-use runtime::block_for;
+use runtime::{block_for, Conn};
 
 pub(crate) use lease::EtcdLease;
 use lease::Grantee;
@@ -82,7 +82,10 @@ pub(crate) struct EtcdEngine {
     text: PathBuf,
     /// What every key of the store starts with, `PREFIX/@/` (records.rs).
     root: Vec<u8>,
+    /// The connection of the engine's calls, which their callers drive (`runtime.rs`).
     client: Client,
+    /// The connection of its streams and background tasks: keep-alives, watches, the pool.
+    background: Client,
     read_only: bool,
     max_value_len: usize,
     /// Each call's limit, the store's busy timeout.
@@ -142,12 +145,17 @@ impl EtcdEngine {
             .with_connect_timeout(timeout)
             .with_keep_alive(KEEP_ALIVE_PING, Duration::from_secs(5))
             .with_keep_alive_while_idle(false);
-        let mut client = block_for(timeout, async {
-            Client::connect(&url.endpoints, Some(connect))
-                .await
-                .map_err(client_error)
-        })
-        .map_err(|err| unreachable(text, &err))?;
+        let open = |on| {
+            let connect = connect.clone();
+            let endpoints = &url.endpoints;
+            runtime::block_on(on, async move {
+                tokio::time::timeout(timeout, Client::connect(endpoints, Some(connect)))
+                    .await
+                    .map_or(Err(Error::Timeout), |client| client.map_err(client_error))
+            })?
+            .map_err(|err| unreachable(text, &err))
+        };
+        let mut client = open(Conn::Callers)?;
         // A first read: an open that returns has reached the cluster, and found no store of
         // the first layout under the prefix, whose locks it would grant a second time.
         let first_layout = records::first_layout_last(&url.prefix);
@@ -169,12 +177,14 @@ impl EtcdEngine {
                 String::from_utf8_lossy(&url.root()),
             )));
         }
+        let background = open(Conn::Background)?;
         Ok(Arc::new_cyclic(|this| EtcdEngine {
             this: this.clone(),
             text: PathBuf::from(text),
             root: url.root(),
-            pool: Pool::new(client.clone(), timeout),
+            pool: Pool::new(background.clone(), timeout),
             client,
+            background,
             read_only: options.read_only,
             max_value_len: options.max_value_len,
             timeout,
@@ -221,8 +231,14 @@ impl EtcdEngine {
         key
     }
 
+    /// The connection for a call, answered while its caller waits.
     fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The connection for a stream, or for a task that runs while no caller waits.
+    fn background(&self) -> Client {
+        self.background.clone()
     }
 
     /// Runs one etcd call within the busy timeout.
@@ -440,7 +456,7 @@ impl EtcdEngine {
     /// counts from before both were sent (`pool.rs`). `None` when etcd had ended the lease (the
     /// grant tries again); a refused grant puts the lease back.
     async fn grant_pooled(&self, txn: Txn, mut pooled: Pooled) -> Result<Option<Grant>> {
-        let (mut client, mut keeper) = (self.client(), self.client());
+        let (mut client, mut keeper) = (self.client(), self.background());
         let asked_ns = clock::now_ns();
         let (renewed, response) = if pooled.is_young(asked_ns) {
             (None, client.txn(txn).await)
@@ -536,7 +552,7 @@ impl EtcdEngine {
         from: i64,
         waiting: Waiting<'_>,
     ) -> Result<()> {
-        let mut client = self.client();
+        let mut client = self.background();
         runtime::block(async move {
             let mut options = WatchOptions::new()
                 .with_start_revision(from)

@@ -130,7 +130,7 @@ impl EtcdEngine {
                         ),
                     ),
                 ]);
-            let (mut client, mut keeper) = (self.client(), self.client());
+            let (mut client, mut keeper) = (self.client(), self.background());
             let asked_ns = clock::now_ns();
             let (renewed, response) = block_for(self.timeout, async move {
                 Ok(tokio::join!(
@@ -181,7 +181,7 @@ impl EtcdEngine {
     fn keep_waiting(&self, lease: i64, secs: i64) -> Arc<Notify> {
         let stop = Arc::new(Notify::new());
         let stopped = Arc::clone(&stop);
-        let mut client = self.client();
+        let mut client = self.background();
         let every = Duration::from_nanos(secs_ns(secs) / 3);
         let _ = runtime::spawn(async move {
             let renewing = async {

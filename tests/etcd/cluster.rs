@@ -25,6 +25,8 @@ pub struct Member {
     advertised_peer_port: u16,
     dir: PathBuf,
     log: PathBuf,
+    /// Flags it starts with beside the cluster's own.
+    flags: Vec<String>,
     child: Option<Child>,
 }
 
@@ -55,10 +57,23 @@ impl Cluster {
         Cluster::start_advertising(size, |_, peer_port| peer_port)
     }
 
+    /// One node started with `flags` as well (etcd's own, such as its keep-alive timing).
+    pub fn single_with(flags: &[&str]) -> Cluster {
+        Cluster::start_with(1, |_, peer_port| peer_port, flags)
+    }
+
     /// Like [`Cluster::start`], with the peers of member `i` reaching it at the port
     /// `advertise(i, peer_port)` returns for the port it listens on (a proxy in front of it,
     /// started before the member).
-    pub fn start_advertising(size: usize, mut advertise: impl FnMut(usize, u16) -> u16) -> Cluster {
+    pub fn start_advertising(size: usize, advertise: impl FnMut(usize, u16) -> u16) -> Cluster {
+        Cluster::start_with(size, advertise, &[])
+    }
+
+    fn start_with(
+        size: usize,
+        mut advertise: impl FnMut(usize, u16) -> u16,
+        flags: &[&str],
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let members: Vec<Member> = (0..size)
             .map(|i| {
@@ -70,6 +85,7 @@ impl Cluster {
                     advertised_peer_port: advertise(i, peer_port),
                     dir: dir.path().join(format!("m{i}.etcd")),
                     log: dir.path().join(format!("m{i}.log")),
+                    flags: flags.iter().map(|flag| flag.to_string()).collect(),
                     child: None,
                 }
             })
@@ -180,6 +196,7 @@ impl Member {
                 "new",
             ])
             .args(["--initial-cluster-token", "fencelock-test"])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -33,3 +33,37 @@ fn a_wait_of_many_seconds_is_granted_the_lock_at_its_release() {
         Err(other) => panic!("a waiter of 12 s: {other:?}"),
     }
 }
+
+/// A store left idle while etcd pings its connections every second and closes one whose ping
+/// goes unanswered for a second is answered at its next calls, and its holder's lease is kept
+/// alive meanwhile. The connection of a store's calls is driven by the threads that call (its
+/// runtime has no thread of its own), so only the ticker answers etcd's pings between calls;
+/// without it etcd closed that connection while idle (`--grpc-keepalive-interval 1s
+/// --grpc-keepalive-timeout 1s`, etcd's defaults being 2 h and 20 s).
+#[test]
+fn an_idle_store_is_answered_after_etcd_pinged_its_connection() {
+    let etcd = Cluster::single_with(&[
+        "--grpc-keepalive-interval",
+        "1s",
+        "--grpc-keepalive-timeout",
+        "1s",
+    ]);
+    let store = etcd.open("idle");
+    let first = store.acquire("job", Duration::from_secs(60)).unwrap();
+    first.release().unwrap();
+    let kept = store.acquire("kept", Duration::from_secs(3)).unwrap();
+    kept.keep_alive(Duration::from_secs(3)).unwrap();
+    thread::sleep(Duration::from_secs(12));
+    assert!(
+        !kept.is_lost(),
+        "the kept-alive holder lost its lease while the store was idle"
+    );
+    let next = store
+        .acquire("job", Duration::from_secs(60))
+        .expect("a grant after 12 s idle");
+    assert!(next.token() > first.token());
+    next.put(b"after-idle", b"v").unwrap();
+    next.release().unwrap();
+    assert!(kept.is_held().unwrap());
+    kept.release().unwrap();
+}
