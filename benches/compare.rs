@@ -10,13 +10,21 @@
 //! cargo bench --bench compare -- --write-docs # also docs/benchmarks.md and docs/compare.svg
 //! cargo bench --bench compare -- --secs 3 --only sqlite,fencelock-mp
 //! cargo bench --bench compare -- --only fencelock-mp --workloads four-processes
+//! cargo bench --bench compare -- --rounds 5    # each cell 5 times, in turn; medians
 //! ```
+//!
+//! The systems of one server run beside each other: with `--rounds N` every one of them runs
+//! each workload once a round, in an order reversed every other round, and the tables give the
+//! medians; the "Ratios, round by round" table divides each system by its anchor in the same
+//! round (fencelock on a file by SQLite, fencelock on etcd by etcd's own Mutex on the same node)
+//! and gives the median of those ratios, which a noisy machine moves far less than either side.
 //!
 //! Writes `target/compare/results.md` and `target/compare/chart.svg`. Worker processes are this
 //! same program, started again with `FENCELOCK_COMPARE_WORKER` set. Redis runs only when
 //! `redis-server` is on PATH; it listens on a free loopback port, in a temporary directory, and
 //! is killed at exit. The etcd rows run when the bench is built with `--features etcd` and
 //! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`);
+//! The etcd rows of one member count share one node (each cell under a key prefix of its own).
 //! `etcd-get` is one plain Get a cycle, the round trip a grant on etcd is measured against
 //! (`-- --only etcd-get,etcd-1 --workloads one-thread`). `etcd-mutex` is etcd's own Go
 //! `concurrency.Mutex` with a Put guarded by its ownership, the anchor a grant, fenced write and
@@ -37,7 +45,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clients::{Client, EtcdServer, RedisServer, Shared, System, Target};
+use clients::{Client, EtcdServer, RedisServer, Server, Shared, System, Target};
 use stats::Histogram;
 
 const WORKER_ENV: &str = "FENCELOCK_COMPARE_WORKER";
@@ -344,6 +352,8 @@ fn run_cell(
 
 struct Args {
     secs: Duration,
+    /// Each cell this many times, the systems of a server in turn (medians in the tables).
+    rounds: usize,
     write_docs: bool,
     only: Option<Vec<String>>,
     /// Only these workloads (keys such as `four-processes`), for example under strace.
@@ -354,6 +364,7 @@ struct Args {
 fn parse_args() -> Args {
     let mut args = Args {
         secs: Duration::from_secs(2),
+        rounds: 1,
         write_docs: false,
         only: None,
         workloads: None,
@@ -377,6 +388,13 @@ fn parse_args() -> Args {
                 flags.push(format!("--secs {value}"));
                 continue;
             }
+            "--rounds" => {
+                let value = iter.next().expect("--rounds needs a number");
+                args.rounds = value.parse().expect("--rounds needs a number");
+                assert!(args.rounds > 0, "--rounds needs a number above 0");
+                flags.push(format!("--rounds {value}"));
+                continue;
+            }
             "--only" => {
                 let value = iter.next().expect("--only needs system keys");
                 args.only = Some(value.split(',').map(str::to_owned).collect());
@@ -391,7 +409,7 @@ fn parse_args() -> Args {
             }
             other if other.starts_with("--") => {
                 eprintln!(
-                    "unknown flag {other}; flags: --quick, --secs N, --only KEYS, \
+                    "unknown flag {other}; flags: --quick, --secs N, --rounds N, --only KEYS, \
                      --workloads KEYS, --write-docs"
                 );
                 std::process::exit(2);
@@ -404,6 +422,21 @@ fn parse_args() -> Args {
         args.command = format!("{} -- {}", args.command, flags.join(" "));
     }
     args
+}
+
+/// `systems` by the server they run on, each group in the order of `systems`.
+fn groups(systems: &[System]) -> Vec<(Server, Vec<System>)> {
+    let mut groups: Vec<(Server, Vec<System>)> = Vec::new();
+    for &system in systems {
+        match groups
+            .iter_mut()
+            .find(|(server, _)| *server == system.server())
+        {
+            Some((_, group)) => group.push(system),
+            None => groups.push((system.server(), vec![system])),
+        }
+    }
+    groups
 }
 
 fn main() {
@@ -435,34 +468,48 @@ fn main() {
         workloads.len()
     );
 
+    // The systems of one server run beside each other: in each round every one of them runs
+    // each workload, one after the other, in an order reversed every other round, so that a
+    // ratio of two of them compares cells of the same round on the same server.
     let mut cells = Vec::new();
-    for system in &systems {
-        let server = if system.is_redis() {
-            let fsync = if *system == System::RedisAlways {
-                "always"
-            } else {
-                "everysec"
-            };
-            RedisServer::start(fsync)
-        } else {
-            None
+    for (server, group) in groups(&systems) {
+        let redis = match server {
+            Server::Redis(fsync) => RedisServer::start(fsync),
+            Server::Files | Server::Etcd(_) => None,
         };
-        let etcd = system.etcd_members().and_then(EtcdServer::start);
-        for &workload in &workloads {
-            let (outcome, commits_per_grant) =
-                run_cell(*system, workload, args.secs, server.as_ref(), etcd.as_ref());
-            eprintln!(
-                "  {:<45} {:<42} {}",
-                system.label(),
-                workload.label(),
-                report::describe(&outcome)
-            );
-            cells.push(report::Cell {
-                system: *system,
-                workload,
-                outcome,
-                commits_per_grant,
-            });
+        let etcd = match server {
+            Server::Etcd(members) => EtcdServer::start(members),
+            Server::Files | Server::Redis(_) => None,
+        };
+        for round in 0..args.rounds {
+            for &workload in &workloads {
+                let mut order = group.clone();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for system in order {
+                    let (outcome, commits_per_grant) =
+                        run_cell(system, workload, args.secs, redis.as_ref(), etcd.as_ref());
+                    eprintln!(
+                        "  {}{:<45} {:<42} {}",
+                        if args.rounds > 1 {
+                            format!("round {:>2}  ", round + 1)
+                        } else {
+                            String::new()
+                        },
+                        system.label(),
+                        workload.label(),
+                        report::describe(&outcome)
+                    );
+                    cells.push(report::Cell {
+                        system,
+                        workload,
+                        round,
+                        outcome,
+                        commits_per_grant,
+                    });
+                }
+            }
         }
     }
     let singles = if systems.iter().any(|s| s.is_fencelock()) {

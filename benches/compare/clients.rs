@@ -49,10 +49,10 @@ pub enum System {
     EtcdOne,
     /// fencelock on a three-node etcd cluster on loopback.
     EtcdThree,
-    /// One plain etcd Get a cycle on a node of its own like `EtcdOne`'s: the round trip a
+    /// One plain etcd Get a cycle on `EtcdOne`'s node: the round trip a
     /// grant on etcd is measured against (one thread only).
     EtcdGet,
-    /// etcd's own Go `concurrency.Mutex` on a node of its own like `EtcdOne`'s, with a Put
+    /// etcd's own Go `concurrency.Mutex` on `EtcdOne`'s node, with a Put
     /// guarded by the mutex's ownership as the fenced write: the anchor of the etcd rows
     /// (`benches/compare/mutex`, built with `go`; threads of one process only).
     EtcdMutex,
@@ -142,6 +142,25 @@ impl System {
         matches!(self, System::RedisAlways | System::RedisEverysec)
     }
 
+    /// The system its ratios are taken against, round by round, when both ran: SQLite for
+    /// fencelock on a file, etcd's own `concurrency.Mutex` for fencelock on the same etcd node.
+    pub fn anchor(self) -> Option<System> {
+        if self.is_fencelock() {
+            return Some(System::Sqlite);
+        }
+        (self == System::EtcdOne).then_some(System::EtcdMutex)
+    }
+
+    /// The server it runs on: the systems of one server run beside each other, round by round
+    /// (the etcd rows of one member count on the very same node).
+    pub fn server(self) -> Server {
+        match self {
+            System::RedisAlways => Server::Redis("always"),
+            System::RedisEverysec => Server::Redis("everysec"),
+            _ => self.etcd_members().map_or(Server::Files, Server::Etcd),
+        }
+    }
+
     /// The etcd members it needs, if it is an etcd system.
     pub fn etcd_members(self) -> Option<usize> {
         match self {
@@ -150,6 +169,17 @@ impl System {
             _ => None,
         }
     }
+}
+
+/// What a group of systems runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// Files in a directory of each cell's own: nothing to start.
+    Files,
+    /// A Redis server with this `appendfsync`.
+    Redis(&'static str),
+    /// An etcd cluster of this many members.
+    Etcd(usize),
 }
 
 /// Where a client connects: the directory of the file-based systems, a Redis port, or an etcd

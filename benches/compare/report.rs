@@ -9,12 +9,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use fencelock::{Mode, Options, Store};
 
 use crate::clients::{RedisServer, System};
-use crate::stats::Histogram;
+use crate::stats::{median, Histogram};
 use crate::{Outcome, Workload};
 
 pub struct Cell {
     pub system: System,
     pub workload: Workload,
+    /// The round it ran in, from 0 (`--rounds`).
+    pub round: usize,
     pub outcome: Outcome,
     /// The store file's commits per grant during the cell (fencelock only, from its metrics).
     pub commits_per_grant: Option<f64>,
@@ -117,6 +119,138 @@ fn table(cells: &[Cell]) -> String {
                 cell.system.label()
             );
         }
+    }
+    out
+}
+
+/// One cell per system and workload, in the order they first ran: the median throughput, p50
+/// and p99 of its rounds (skipped when a round was), and the median commits per grant.
+pub fn summarize(rounds: &[Cell]) -> Vec<Cell> {
+    let mut cells: Vec<Cell> = Vec::new();
+    for first in rounds.iter().filter(|cell| cell.round == 0) {
+        let same: Vec<&Cell> = rounds
+            .iter()
+            .filter(|cell| cell.system == first.system && cell.workload == first.workload)
+            .collect();
+        let measured: Vec<(f64, Duration, Duration)> = same
+            .iter()
+            .filter_map(|cell| match cell.outcome {
+                Outcome::Measured {
+                    ops_per_sec,
+                    p50,
+                    p99,
+                } => Some((ops_per_sec, p50, p99)),
+                Outcome::Skipped(_) => None,
+            })
+            .collect();
+        let outcome = match (&first.outcome, measured.len() == same.len()) {
+            (Outcome::Measured { .. }, true) => {
+                let of = |pick: fn(&(f64, Duration, Duration)) -> f64| {
+                    median(measured.iter().map(pick).collect()).expect("measured")
+                };
+                Outcome::Measured {
+                    ops_per_sec: of(|m| m.0),
+                    p50: Duration::from_secs_f64(of(|m| m.1.as_secs_f64())),
+                    p99: Duration::from_secs_f64(of(|m| m.2.as_secs_f64())),
+                }
+            }
+            (Outcome::Skipped(why), _) => Outcome::Skipped(why),
+            (Outcome::Measured { .. }, false) => Outcome::Skipped("skipped in a later round"),
+        };
+        cells.push(Cell {
+            system: first.system,
+            workload: first.workload,
+            round: 0,
+            outcome,
+            commits_per_grant: median(same.iter().filter_map(|c| c.commits_per_grant).collect()),
+        });
+    }
+    cells
+}
+
+/// A system against its anchor ([`System::anchor`]) in one workload, round by round.
+struct Paired {
+    system: System,
+    anchor: System,
+    workload: Workload,
+    /// The system's throughput over the anchor's, one a round.
+    throughput: Vec<f64>,
+    /// The system's p50 over the anchor's, one a round.
+    p50: Vec<f64>,
+}
+
+/// Every system whose anchor ran beside it, in the rounds where both were measured.
+fn paired(rounds: &[Cell]) -> Vec<Paired> {
+    let measured = |cell: &Cell| match cell.outcome {
+        Outcome::Measured {
+            ops_per_sec, p50, ..
+        } => Some((ops_per_sec, p50.as_secs_f64())),
+        Outcome::Skipped(_) => None,
+    };
+    let mut out: Vec<Paired> = Vec::new();
+    for cell in rounds {
+        let Some(anchor) = cell.system.anchor() else {
+            continue;
+        };
+        let Some((ours, our_p50)) = measured(cell) else {
+            continue;
+        };
+        let Some((theirs, their_p50)) = rounds
+            .iter()
+            .find(|c| c.system == anchor && c.workload == cell.workload && c.round == cell.round)
+            .and_then(measured)
+        else {
+            continue;
+        };
+        let index = match out
+            .iter()
+            .position(|p| p.system == cell.system && p.workload == cell.workload)
+        {
+            Some(index) => index,
+            None => {
+                out.push(Paired {
+                    system: cell.system,
+                    anchor,
+                    workload: cell.workload,
+                    throughput: Vec::new(),
+                    p50: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[index].throughput.push(ours / theirs);
+        out[index].p50.push(our_p50 / their_p50.max(1e-12));
+    }
+    out
+}
+
+/// A list of ratios as its median, with the least and the most when there are several.
+fn spread(ratios: &[f64]) -> String {
+    let middle = median(ratios.to_vec()).unwrap_or(f64::NAN);
+    if ratios.len() < 2 {
+        return format!("{middle:.2}x");
+    }
+    let least = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let most = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{middle:.2}x ({least:.2} to {most:.2})")
+}
+
+fn paired_table(rounds: &[Cell]) -> String {
+    let mut out = String::from(
+        "| workload | system | against | throughput ratio, median of rounds | p50 ratio, median of rounds | rounds |\n\
+         |---|---|---|---:|---:|---:|\n",
+    );
+    for pair in paired(rounds) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            pair.workload.label(),
+            pair.system.label(),
+            pair.anchor.label(),
+            spread(&pair.throughput),
+            spread(&pair.p50),
+            pair.throughput.len()
+        );
     }
     out
 }
@@ -232,7 +366,7 @@ fn p99(cells: &[Cell], system: System, workload: Workload) -> Option<Duration> {
 
 /// The project's performance goals (those of leases in shared memory, issue 24), checked
 /// against this run.
-fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
+fn goals(cells: &[Cell], rounds: &[Cell], singles: &[SingleOp]) -> String {
     let mut out = String::from("| goal | measured | met |\n|---|---|---|\n");
     let mut row = |goal: &str, measured: Option<(String, bool)>| {
         let (text, met) = measured.unwrap_or_else(|| ("not measured".into(), false));
@@ -332,6 +466,24 @@ fn goals(cells: &[Cell], singles: &[SingleOp]) -> String {
             commits.map(|ratio| (format!("{ratio:.4}"), ratio < 0.01)),
         );
     }
+    let mutex = paired(rounds)
+        .into_iter()
+        .find(|pair| pair.system == System::EtcdOne && pair.workload == Workload::AcquireWrite);
+    row(
+        "on etcd, acquire + fenced write + release: at least etcd's Go concurrency.Mutex's \
+         throughput, at most its p50 (medians of the rounds' ratios, the same node)",
+        mutex.map(|pair| {
+            let throughput = median(pair.throughput.clone()).unwrap_or(0.0);
+            let p50 = median(pair.p50.clone()).unwrap_or(f64::INFINITY);
+            (
+                format!(
+                    "{throughput:.2}x its throughput, {p50:.2}x its p50 ({} rounds)",
+                    pair.throughput.len()
+                ),
+                throughput >= 1.0 && p50 <= 1.0,
+            )
+        }),
+    );
     for op in ["get", "fence check"] {
         let worst = ["multi-process", "single-process"]
             .iter()
@@ -563,7 +715,8 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target"))
 }
 
-pub fn write_all(cells: &[Cell], singles: &[SingleOp], command: &str, write_docs: bool) {
+pub fn write_all(rounds: &[Cell], singles: &[SingleOp], command: &str, write_docs: bool) {
+    let cells = &summarize(rounds);
     let date = today();
     let machine = machine();
     let versions = format!(
@@ -573,7 +726,20 @@ pub fn write_all(cells: &[Cell], singles: &[SingleOp], command: &str, write_docs
         RedisServer::version().unwrap_or_else(|| "not installed".into())
     );
     let table = table(cells);
-    let goals = goals(cells, singles);
+    let goals = goals(cells, rounds, singles);
+    let pairs = paired_table(rounds);
+    let count = rounds.iter().map(|cell| cell.round + 1).max().unwrap_or(1);
+    let table = format!(
+        "{}{table}\n## Ratios, round by round\n\n\
+         Each system against the one it is measured beside, in the same round on the same server \
+         (fencelock on a file against SQLite, fencelock on etcd against etcd's own Mutex on the \
+         same node); the median of the rounds' ratios, with the least and the most.\n\n{pairs}",
+        if count > 1 {
+            format!("Medians of {count} rounds: each cell ran once a round, the systems of one server in turn.\n\n")
+        } else {
+            String::new()
+        }
+    );
     let singles = single_table(singles);
     let results = format!(
         "# fencelock compared\n\n\

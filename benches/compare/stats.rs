@@ -97,3 +97,17 @@ impl Histogram {
         histogram
     }
 }
+
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    Some(if values.len() % 2 == 0 {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    })
+}
