@@ -23,14 +23,15 @@
 //! same program, started again with `FENCELOCK_COMPARE_WORKER` set. Redis runs only when
 //! `redis-server` is on PATH; it listens on a free loopback port, in a temporary directory, and
 //! is killed at exit. The etcd rows run when the bench is built with `--features etcd` and
-//! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`);
+//! `etcd` is on PATH (`cargo bench --features etcd --bench compare -- --only etcd-1,etcd-3`).
 //! The etcd rows of one member count share one node (each cell under a key prefix of its own).
 //! `etcd-get` is one plain Get a cycle, the round trip a grant on etcd is measured against
 //! (`-- --only etcd-get,etcd-1 --workloads one-thread`). `etcd-mutex` is etcd's own Go
 //! `concurrency.Mutex` with a Put guarded by its ownership, the anchor a grant, fenced write and
-//! release on etcd is measured against (`-- --only etcd-mutex,etcd-1 --workloads
-//! one-thread,acquire-write`); it needs `go`, and builds benches/compare/mutex into
-//! target/compare-mutex/.
+//! release on etcd is measured against (`-- --rounds 10 --only etcd-mutex,etcd-1 --workloads
+//! one-thread,acquire-write`), in every workload: a process workload runs one Go program a
+//! process, and in the hot-lock one their Locks wait in the Mutex's own queue. It needs `go`,
+//! and builds benches/compare/mutex into target/compare-mutex/.
 
 #[path = "compare/clients.rs"]
 mod clients;
@@ -43,7 +44,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Barrier;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clients::{Client, EtcdServer, RedisServer, Server, Shared, System, Target};
 use stats::Histogram;
@@ -174,7 +175,29 @@ fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant
 
 /// The Mutex row's cell: the Go program times its own cycles, into the same histogram.
 fn run_mutex(url: &str, workload: Workload, secs: Duration) -> Outcome {
-    match clients::run_mutex(url, workload.key(), secs) {
+    let (workers, processes) = workload.workers();
+    let runs: Vec<(&str, Option<String>)> = if processes {
+        (0..workers)
+            .map(|index| ("one-thread", Some(workload.lock(index))))
+            .collect()
+    } else {
+        vec![(workload.key(), None)]
+    };
+    let start = processes.then(|| {
+        (SystemTime::now() + PROCESS_START)
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_nanos()
+    });
+    let runs: Vec<clients::MutexRun<'_>> = runs
+        .iter()
+        .map(|(workload, lock)| clients::MutexRun {
+            workload,
+            lock: lock.as_deref(),
+            start_unix_ns: start,
+        })
+        .collect();
+    match clients::run_mutex(url, &runs, secs) {
         Ok((window, latencies)) => {
             let mut histogram = Histogram::default();
             for latency in latencies {

@@ -54,7 +54,7 @@ pub enum System {
     EtcdGet,
     /// etcd's own Go `concurrency.Mutex` on `EtcdOne`'s node, with a Put
     /// guarded by the mutex's ownership as the fenced write: the anchor of the etcd rows
-    /// (`benches/compare/mutex`, built with `go`; threads of one process only).
+    /// (`benches/compare/mutex`, built with `go`; a program a process).
     EtcdMutex,
 }
 
@@ -122,10 +122,7 @@ impl System {
 
     /// Whether several processes can share it.
     pub fn multi_process(self) -> bool {
-        !matches!(
-            self,
-            System::FencelockSingle | System::EtcdGet | System::EtcdMutex
-        )
+        !matches!(self, System::FencelockSingle | System::EtcdGet)
     }
 
     pub fn is_fencelock(self) -> bool {
@@ -983,39 +980,64 @@ fn mutex_program() -> Result<PathBuf, String> {
         .clone()
 }
 
-/// Runs the Mutex row's Go program against the etcd store string `url` for `secs`, on
-/// `workload` (`one-thread`, `acquire-write` or `eight-threads`); returns the time it
-/// measured for and the latency of every cycle, or why it could not run.
+/// How one Mutex program runs: its workload (`one-thread`, `acquire-write` or
+/// `eight-threads`), and for a process workload its lock and the wall-clock start every
+/// process waits for.
+pub struct MutexRun<'a> {
+    pub workload: &'a str,
+    pub lock: Option<&'a str>,
+    pub start_unix_ns: Option<u128>,
+}
+
+/// Runs the Mutex row's Go program once per entry of `runs`, at the same time, against the
+/// etcd store string `url` for `secs`; returns the longest time one measured for and the
+/// latency of every cycle of all of them, or why they could not run.
 pub fn run_mutex(
     url: &str,
-    workload: &str,
+    runs: &[MutexRun<'_>],
     secs: Duration,
 ) -> Result<(Duration, Vec<Duration>), String> {
     let program = mutex_program()?;
     let rest = url.strip_prefix("etcd://").expect("an etcd store string");
     let (endpoint, prefix) = rest.split_once('/').expect("an endpoint and a prefix");
-    let output = Command::new(program)
-        .args([
-            "-endpoint",
-            endpoint,
-            "-prefix",
-            prefix,
-            "-workload",
-            workload,
-        ])
-        .arg("-secs")
-        .arg(secs.as_secs_f64().to_string())
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|err| format!("cannot start the Mutex program: {err}"))?;
-    if !output.status.success() {
-        return Err(format!("the Mutex program failed ({})", output.status));
+    let children = runs
+        .iter()
+        .map(|run| {
+            let mut command = Command::new(&program);
+            command
+                .args(["-endpoint", endpoint, "-prefix", prefix])
+                .args(["-workload", run.workload])
+                .arg("-secs")
+                .arg(secs.as_secs_f64().to_string());
+            if let Some(lock) = run.lock {
+                command.args(["-lock", lock]);
+            }
+            if let Some(start) = run.start_unix_ns {
+                command.arg("-start-unix-ns").arg(start.to_string());
+            }
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|err| format!("cannot start the Mutex program: {err}"))
+        })
+        .collect::<Result<Vec<Child>, String>>()?;
+    let mut window = Duration::ZERO;
+    let mut latencies = Vec::new();
+    for child in children {
+        let output = child
+            .wait_with_output()
+            .map_err(|err| format!("the Mutex program: {err}"))?;
+        if !output.status.success() {
+            return Err(format!("the Mutex program failed ({})", output.status));
+        }
+        let text = String::from_utf8(output.stdout).expect("the Mutex program prints text");
+        let mut lines = text.lines().map(|line| {
+            Duration::from_nanos(line.trim().parse().expect("nanoseconds, one a line"))
+        });
+        window = window.max(lines.next().expect("the time measured for"));
+        latencies.extend(lines);
     }
-    let text = String::from_utf8(output.stdout).expect("the Mutex program prints text");
-    let mut lines = text
-        .lines()
-        .map(|line| Duration::from_nanos(line.trim().parse().expect("nanoseconds, one a line")));
-    let elapsed = lines.next().expect("the time measured for");
-    Ok((elapsed, lines.collect()))
+    Ok((window, latencies))
 }

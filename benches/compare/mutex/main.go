@@ -4,11 +4,15 @@
 // and unlocks.
 //
 //	mutex -endpoint 127.0.0.1:2379 -prefix cell-1 -workload acquire-write -secs 2
+//	mutex -endpoint 127.0.0.1:2379 -prefix cell-2 -lock hot -start-unix-ns 1764000000000000000
 //
 // Prints the nanoseconds it measured for, then the nanoseconds of every cycle, one a line.
 // Workloads: one-thread (lock+unlock), acquire-write (lock+guarded put+unlock), eight-threads
 // (eight goroutines, each on a lock of its own, lock+unlock); all share one client and one
 // session (one lease, kept alive), as the threads of one fencelock process share its store.
+// The process workloads start one program a process: -lock names its lock (hot for the
+// processes taking turns on one lock, whose Lock waits in the Mutex's queue), and
+// -start-unix-ns the wall-clock time at which every process starts to measure.
 package main
 
 import (
@@ -33,6 +37,8 @@ func main() {
 	prefix := flag.String("prefix", "mutex", "the key prefix of this run")
 	workload := flag.String("workload", "one-thread", "one-thread, acquire-write or eight-threads")
 	secs := flag.Float64("secs", 2, "how long to measure")
+	lock := flag.String("lock", "", "the one worker's lock (default lock-0, lock-1, ...)")
+	startAt := flag.Int64("start-unix-ns", 0, "when to start measuring (default at once)")
 	flag.Parse()
 	workers, write := 1, false
 	switch *workload {
@@ -63,14 +69,21 @@ func main() {
 	ctx := context.Background()
 	latencies := make([][]time.Duration, workers)
 	var group sync.WaitGroup
+	if *startAt > 0 {
+		time.Sleep(time.Until(time.Unix(0, *startAt)))
+	}
 	start := time.Now()
 	until := start.Add(time.Duration(*secs * float64(time.Second)))
 	for w := 0; w < workers; w++ {
 		group.Add(1)
 		go func(w int) {
 			defer group.Done()
-			name := fmt.Sprintf("/%s/lock-%d", *prefix, w)
-			key := fmt.Sprintf("/%s/key-lock-%d", *prefix, w)
+			lockName := fmt.Sprintf("lock-%d", w)
+			if *lock != "" {
+				lockName = *lock
+			}
+			name := fmt.Sprintf("/%s/%s", *prefix, lockName)
+			key := fmt.Sprintf("/%s/key-%s", *prefix, lockName)
 			for {
 				begin := time.Now()
 				if !begin.Before(until) {
