@@ -297,7 +297,7 @@ impl EtcdEngine {
         }
         waiting.step()?;
         let (key, end) = blocked.watch;
-        self.wait_deleted(key, end, blocked.revision + 1, waiting)
+        self.wait_deleted(key, end, (blocked.revision + 1, None), waiting)
     }
 
     /// Grants every lock of `names` exclusively, all or none, tried once or waited for.

@@ -545,23 +545,31 @@ impl EtcdEngine {
 
     /// Waits until `key` (a lock key, or a waiter's), or with `end` a key of `[key, end)`, is
     /// deleted at or after revision `from`: released, or its lease ended.
+    ///
+    /// etcd answers a watch that starts in the past only when it next catches up such watchers,
+    /// every 100 ms, so a wait that hands a busy lock over would take that long. A single key
+    /// whose create revision `seen` the caller read at `from - 1` is therefore watched from now,
+    /// which etcd answers at once, and read once after the watch exists if anything was written
+    /// since `from - 1`: gone, or created again, it was deleted meanwhile.
     fn wait_deleted(
         &self,
         key: Vec<u8>,
         end: Option<Vec<u8>>,
-        from: i64,
+        (from, seen): (i64, Option<i64>),
         waiting: Waiting<'_>,
     ) -> Result<()> {
-        let mut client = self.background();
+        let seen = seen.filter(|_| end.is_none());
+        let (mut client, mut reader) = (self.background(), self.client());
         runtime::block(async move {
-            let mut options = WatchOptions::new()
-                .with_start_revision(from)
-                .with_filters([WatchFilterType::NoPut]);
+            let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+            if seen.is_none() {
+                options = options.with_start_revision(from);
+            }
             if let Some(end) = end {
                 options = options.with_range(end);
             }
             // Created and followed within the wait's deadline and cancel handle.
-            let watch = client.watch(key, Some(options));
+            let watch = client.watch(key.clone(), Some(options));
             tokio::pin!(watch);
             let mut stream = loop {
                 tokio::select! {
@@ -580,6 +588,15 @@ impl EtcdEngine {
                             || response.events().iter().any(|e| e.event_type() == EventType::Delete)
                         {
                             return Ok(());
+                        }
+                        let at = response.header().map_or(i64::MAX, |h| h.revision());
+                        if let (true, Some(created)) = (response.created(), seen) {
+                            if at >= from {
+                                let now = reader.get(key.clone(), None).await.map_err(client_error)?;
+                                if now.kvs().first().map(KeyValue::create_revision) != Some(created) {
+                                    return Ok(());
+                                }
+                            }
                         }
                     }
                     () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,

@@ -170,10 +170,11 @@ impl EtcdEngine {
                 });
             }
             // The waiter just ahead; with none ahead, the holder key that refused the grant.
-            let watched = ahead
-                .or(holder)
-                .map_or_else(|| lock_key.clone(), |kv| kv.key().to_vec());
-            self.wait_deleted(watched, None, revision + 1, waiting)?;
+            let (watched, seen) = ahead.or(holder).map_or_else(
+                || (lock_key.clone(), None),
+                |kv| (kv.key().to_vec(), Some(kv.create_revision())),
+            );
+            self.wait_deleted(watched, None, (revision + 1, seen), waiting)?;
         }
     }
 
