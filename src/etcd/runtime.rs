@@ -103,6 +103,9 @@ where
     F::Output: Send,
 {
     let runtime = runtime(on)?;
+    // On the heap once: a call's future (etcd-client's, in ours) is large, and each move of it
+    // inline was a copy.
+    let future = Box::pin(future);
     if Handle::try_current().is_err() {
         return Ok(runtime.block_on(future));
     }
@@ -129,6 +132,7 @@ where
     F: Future<Output = Result<T>> + Send,
     T: Send,
 {
+    let future = Box::pin(future);
     block(async move {
         tokio::time::timeout(timeout, future)
             .await
