@@ -686,18 +686,39 @@ impl EtcdEngine {
     ) -> Result<bool> {
         self.check_write(key, value)?;
         let lock_key = lock_key.to_vec();
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                lock_key.clone(),
-                CompareOp::Equal,
-                created,
-            )])
+        let held = || Compare::create_revision(lock_key.clone(), CompareOp::Equal, created);
+        let full = Txn::new()
+            .when([held()])
             .and_then([TxnOp::txn(self.value_txn(key, value, token))])
-            .or_else([TxnOp::get(lock_key, None)]);
+            .or_else([TxnOp::get(lock_key.clone(), None)]);
+        // A key's usual case first, in one level: still held, and the key's record of a lower
+        // token (a value compare fails on an absent key); every other case is `full`.
+        let value_key = self.key("value", key);
+        let lower = (token.saturating_add(1)).to_be_bytes().to_vec();
+        let txn = Txn::new()
+            .when([
+                held(),
+                Compare::value(value_key.clone(), CompareOp::Less, lower),
+            ])
+            .and_then([TxnOp::put(
+                value_key,
+                encode_value(Some(token), value),
+                Some(PutOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::txn(full)]);
         let mut client = self.client();
         let response = self.call(async move { client.txn(txn).await })?;
         let ops = response.op_responses();
-        if !response.succeeded() {
+        if response.succeeded() {
+            return value_outcome(nested(&ops)?, token);
+        }
+        let Some(TxnOpResponse::Txn(full)) = ops.first() else {
+            return Err(Error::Storage(
+                "etcd answered a holder's write without its outcome".into(),
+            ));
+        };
+        let ops = full.op_responses();
+        if !full.succeeded() {
             return Err(lost(token, first_kv(&ops).as_ref()));
         }
         value_outcome(nested(&ops)?, token)
