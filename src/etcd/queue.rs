@@ -8,7 +8,9 @@
 //! - Its grant is one transaction: the lock key absent and no waiter key of the name created
 //!   before its own, then the lock key put with its lease and its waiter key deleted. Refused,
 //!   it watches for the delete of the key just ahead of it: the waiter with the next lower
-//!   create revision, or the lock key when none is ahead.
+//!   create revision, or the lock key when none is ahead. The watch starts when it is made
+//!   (which etcd answers at once) and the key is read once after that, in case it went in
+//!   between (`EtcdEngine::wait_deleted`).
 //! - A waiter whose lease ended (its process died, or was cut off past the TTL) loses its key
 //!   with it, and the one behind it moves up. A wait that is cancelled or runs out revokes its
 //!   lease, which deletes its key. While it waits its lease is kept alive every third of the
