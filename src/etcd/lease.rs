@@ -305,8 +305,9 @@ impl EtcdLease {
         refusal.map_or(Ok(()), Err)
     }
 
-    /// Keeps the lease alive on the background runtime (`runtime.rs`): a keep-alive every third of `ttl` until the
-    /// lease is released or lost. A TTL other than the lease's is set by an extend first.
+    /// Keeps the lease alive on the background runtime (`runtime.rs`): a keep-alive every third
+    /// of `ttl` until the lease is released or lost. A TTL other than the lease's is set by an
+    /// extend first.
     fn keep_alive_now(self: Arc<Self>, ttl: Duration) -> Result<()> {
         let secs = etcd_ttl(ttl)?;
         if self.state.is_lost() || self.keeping.swap(true, Ordering::AcqRel) {

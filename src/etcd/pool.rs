@@ -31,7 +31,7 @@
 //!   which first takes the lease out of the pool, and a lease comes back only with its key
 //!   deleted (a released holder's) or never put (a refused grant's).
 //! - One pool per TTL in use, started by the first grant of that TTL, at most [`DEPTH`] leases
-//!   each, refilled in the background on the background runtime when grants took half; at most
+//!   each, refilled on the background runtime (`runtime.rs`) when grants took half; at most
 //!   [`TTLS`] TTLs, the least recently used pool is dropped for a new one. A refused grant puts
 //!   its lease back, so waiting acquires take no leases.
 //! - While the engine has no [`crate::Store`] handle (the last one closed), the pool holds
