@@ -589,8 +589,8 @@ impl EtcdEngine {
                         {
                             return Ok(());
                         }
-                        let at = response.header().map_or(i64::MAX, |h| h.revision());
                         if let (true, Some(created)) = (response.created(), seen) {
+                            let at = response.header().map_or(i64::MAX, |h| h.revision());
                             if at >= from {
                                 let now = reader.get(key.clone(), None).await.map_err(client_error)?;
                                 if now.kvs().first().map(KeyValue::create_revision) != Some(created) {
@@ -631,16 +631,8 @@ impl EtcdEngine {
     /// absent, or its token is below `token + 1`, or the record's token is its own revision
     /// (an acquire-and-put's) and that is below `token + 1`. Otherwise it reads the record.
     fn value_txn(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Txn {
+        let (put, lower) = self.value_put(key, value, token);
         let key = self.key("value", key);
-        let record = encode_value(Some(token), value);
-        let put = || {
-            TxnOp::put(
-                key.clone(),
-                record.clone(),
-                Some(PutOptions::new().with_prev_key()),
-            )
-        };
-        let next = token.saturating_add(1).to_be_bytes().to_vec();
         let same_revision = Txn::new()
             .when([
                 Compare::value(
@@ -654,16 +646,28 @@ impl EtcdEngine {
                     revision(token).saturating_add(1),
                 ),
             ])
-            .and_then([put()])
+            .and_then([put.clone()])
             .or_else([TxnOp::get(key.clone(), None)]);
         let lower = Txn::new()
-            .when([Compare::value(key.clone(), CompareOp::Less, next)])
-            .and_then([put()])
+            .when([lower])
+            .and_then([put.clone()])
             .or_else([TxnOp::txn(same_revision)]);
         Txn::new()
-            .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([put()])
+            .when([Compare::version(key, CompareOp::Equal, 0)])
+            .and_then([put])
             .or_else([TxnOp::txn(lower)])
+    }
+
+    /// A fenced write's put of `key`'s record with `token`, answered with the record it
+    /// replaced, and the compare that the key's record is of a lower token (false for an absent
+    /// key, as a value compare is).
+    fn value_put(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> (TxnOp, Compare) {
+        let key = self.key("value", key);
+        let next = token.saturating_add(1).to_be_bytes().to_vec();
+        let lower = Compare::value(key.clone(), CompareOp::Less, next);
+        let record = encode_value(Some(token), value);
+        let put = TxnOp::put(key, record, Some(PutOptions::new().with_prev_key()));
+        (put, lower)
     }
 
     /// The checks of a holder's write before its transaction.
@@ -692,19 +696,11 @@ impl EtcdEngine {
             .and_then([TxnOp::txn(self.value_txn(key, value, token))])
             .or_else([TxnOp::get(lock_key.clone(), None)]);
         // A key's usual case first, in one level: still held, and the key's record of a lower
-        // token (a value compare fails on an absent key); every other case is `full`.
-        let value_key = self.key("value", key);
-        let lower = (token.saturating_add(1)).to_be_bytes().to_vec();
+        // token; every other case (an absent key among them) is `full`.
+        let (put, lower) = self.value_put(key, value, token);
         let txn = Txn::new()
-            .when([
-                held(),
-                Compare::value(value_key.clone(), CompareOp::Less, lower),
-            ])
-            .and_then([TxnOp::put(
-                value_key,
-                encode_value(Some(token), value),
-                Some(PutOptions::new().with_prev_key()),
-            )])
+            .when([held(), lower])
+            .and_then([put])
             .or_else([TxnOp::txn(full)]);
         let mut client = self.client();
         let response = self.call(async move { client.txn(txn).await })?;
