@@ -176,27 +176,25 @@ fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant
 /// The Mutex row's cell: the Go program times its own cycles, into the same histogram.
 fn run_mutex(url: &str, workload: Workload, secs: Duration) -> Outcome {
     let (workers, processes) = workload.workers();
-    let runs: Vec<(&str, Option<String>)> = if processes {
-        (0..workers)
-            .map(|index| ("one-thread", Some(workload.lock(index))))
-            .collect()
-    } else {
-        vec![(workload.key(), None)]
-    };
-    let start = processes.then(|| {
-        (SystemTime::now() + PROCESS_START)
+    let runs: Vec<clients::MutexRun> = if processes {
+        let start = (SystemTime::now() + PROCESS_START)
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
-            .as_nanos()
-    });
-    let runs: Vec<clients::MutexRun<'_>> = runs
-        .iter()
-        .map(|(workload, lock)| clients::MutexRun {
-            workload,
-            lock: lock.as_deref(),
-            start_unix_ns: start,
-        })
-        .collect();
+            .as_nanos();
+        (0..workers)
+            .map(|index| clients::MutexRun {
+                workload: "one-thread",
+                lock: Some(workload.lock(index)),
+                start_unix_ns: Some(start),
+            })
+            .collect()
+    } else {
+        vec![clients::MutexRun {
+            workload: workload.key(),
+            lock: None,
+            start_unix_ns: None,
+        }]
+    };
     match clients::run_mutex(url, &runs, secs) {
         Ok((window, latencies)) => {
             let mut histogram = Histogram::default();

@@ -983,9 +983,9 @@ fn mutex_program() -> Result<PathBuf, String> {
 /// How one Mutex program runs: its workload (`one-thread`, `acquire-write` or
 /// `eight-threads`), and for a process workload its lock and the wall-clock start every
 /// process waits for.
-pub struct MutexRun<'a> {
-    pub workload: &'a str,
-    pub lock: Option<&'a str>,
+pub struct MutexRun {
+    pub workload: &'static str,
+    pub lock: Option<String>,
     pub start_unix_ns: Option<u128>,
 }
 
@@ -994,7 +994,7 @@ pub struct MutexRun<'a> {
 /// latency of every cycle of all of them, or why they could not run.
 pub fn run_mutex(
     url: &str,
-    runs: &[MutexRun<'_>],
+    runs: &[MutexRun],
     secs: Duration,
 ) -> Result<(Duration, Vec<Duration>), String> {
     let program = mutex_program()?;
@@ -1009,7 +1009,7 @@ pub fn run_mutex(
                 .args(["-workload", run.workload])
                 .arg("-secs")
                 .arg(secs.as_secs_f64().to_string());
-            if let Some(lock) = run.lock {
+            if let Some(lock) = &run.lock {
                 command.args(["-lock", lock]);
             }
             if let Some(start) = run.start_unix_ns {

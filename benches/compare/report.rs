@@ -235,12 +235,12 @@ fn spread(ratios: &[f64]) -> String {
     format!("{middle:.2}x ({least:.2} to {most:.2})")
 }
 
-fn paired_table(rounds: &[Cell]) -> String {
+fn paired_table(pairs: &[Paired]) -> String {
     let mut out = String::from(
         "| workload | system | against | throughput ratio, median of rounds | p50 ratio, median of rounds | rounds |\n\
          |---|---|---|---:|---:|---:|\n",
     );
-    for pair in paired(rounds) {
+    for pair in pairs {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} |",
@@ -366,7 +366,7 @@ fn p99(cells: &[Cell], system: System, workload: Workload) -> Option<Duration> {
 
 /// The project's performance goals (those of leases in shared memory, issue 24), checked
 /// against this run.
-fn goals(cells: &[Cell], rounds: &[Cell], singles: &[SingleOp]) -> String {
+fn goals(cells: &[Cell], pairs: &[Paired], singles: &[SingleOp]) -> String {
     let mut out = String::from("| goal | measured | met |\n|---|---|---|\n");
     let mut row = |goal: &str, measured: Option<(String, bool)>| {
         let (text, met) = measured.unwrap_or_else(|| ("not measured".into(), false));
@@ -466,8 +466,8 @@ fn goals(cells: &[Cell], rounds: &[Cell], singles: &[SingleOp]) -> String {
             commits.map(|ratio| (format!("{ratio:.4}"), ratio < 0.01)),
         );
     }
-    let mutex = paired(rounds)
-        .into_iter()
+    let mutex = pairs
+        .iter()
         .find(|pair| pair.system == System::EtcdOne && pair.workload == Workload::AcquireWrite);
     row(
         "on etcd, acquire + fenced write + release: at least etcd's Go concurrency.Mutex's \
@@ -726,8 +726,9 @@ pub fn write_all(rounds: &[Cell], singles: &[SingleOp], command: &str, write_doc
         RedisServer::version().unwrap_or_else(|| "not installed".into())
     );
     let table = table(cells);
-    let goals = goals(cells, rounds, singles);
-    let pairs = paired_table(rounds);
+    let pairs = paired(rounds);
+    let goals = goals(cells, &pairs, singles);
+    let pairs = paired_table(&pairs);
     let count = rounds.iter().map(|cell| cell.round + 1).max().unwrap_or(1);
     let table = format!(
         "{}{table}\n## Ratios, round by round\n\n\
