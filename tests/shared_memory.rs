@@ -424,6 +424,58 @@ fn shared_memory_left_behind_by_its_last_user_is_set_up_anew_and_tokens_never_go
     );
 }
 
+/// Sets the store file's reservation (and the seal of it) to `bound`, as a store whose lease
+/// map refilled its reservation a few times (its block doubles at each refill, about every 2^19
+/// grants) leaves them when its last user closes it cleanly.
+fn seal_far_ahead(path: &std::path::Path, bound: u64) {
+    use redb::ReadableTable;
+    let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("fencelock.meta");
+    let mut builder = redb::Builder::new();
+    builder.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
+    let db = builder.open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut table = txn.open_table(meta).unwrap();
+        assert_eq!(
+            table.get("sealed_reservation").unwrap().map(|v| v.value()),
+            table.get("reserved_token").unwrap().map(|v| v.value()),
+            "the clean close sealed the reservation"
+        );
+        table.insert("reserved_token", bound).unwrap();
+        table.insert("sealed_reservation", bound).unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_token_is_never_handed_out_twice_after_a_clean_close_then_a_crash() {
+    let (_dir, path, store) = common::temp_store();
+    let first = store
+        .acquire("job", Duration::from_secs(60))
+        .unwrap()
+        .token();
+    // The last user closes cleanly: the counter is the last token, and the seal says that no
+    // token above it was handed out. Its reservation reaches far beyond the next block.
+    drop(store);
+    seal_far_ahead(&path, first + (1 << 24));
+    // The next map goes on from the counter; a process takes a lease and dies, and so does
+    // the map (a reboot, or /dev/shm cleaned).
+    let mut crashed = Kid::spawn("take-and-crash", &path);
+    let second = crashed.token();
+    assert!(crashed.child.wait().unwrap().success());
+    assert!(second > first);
+    let _ = std::fs::remove_file(ring_of(&path));
+    let store = Store::open(&path).unwrap();
+    let third = store
+        .acquire("job", Duration::from_secs(60))
+        .unwrap()
+        .token();
+    assert!(
+        third > second,
+        "token {third} after {second}: a token was handed out twice"
+    );
+}
+
 #[test]
 fn leases_commit_nothing_but_a_flush_of_their_history_now_and_then() {
     let (_dir, _path, store) = common::temp_store();

@@ -24,7 +24,7 @@ use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
 use crate::rules::tokens::admit;
-use crate::rules::tokens::{read_counter, reservation, reserved};
+use crate::rules::tokens::{read_counter, reservation, reserved, sealed};
 
 /// One write operation of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -649,11 +649,20 @@ impl Op {
                 Ok(plan)
             }
             Op::Reserve { at_least } => {
-                let reserved = reserved(tables.meta()?)?;
+                let meta = tables.meta()?;
+                let reserved = reserved(meta)?;
                 let bound = reserved.max(*at_least);
                 let mut plan = Plan::new(Done::Reserved { bound });
                 if bound > reserved {
                     plan.writes.push(Write::Reserve(bound));
+                }
+                // A map reserves before it hands out its first token (`local/leases.rs`), and
+                // from then on the seal's promise (no token above the counter was handed out)
+                // is false: it goes in the same commit, durably, whether or not the bound
+                // moved. Left in place, a crash of this map would leave the seal standing, and
+                // the next map would hand out this map's tokens again.
+                if sealed(meta)? != 0 {
+                    plan.writes.push(Write::Seal(0));
                 }
                 Ok(plan)
             }

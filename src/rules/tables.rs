@@ -18,7 +18,9 @@ pub(crate) const RESERVED_KEY: &str = "reserved_token";
 /// The reservation that the last user of a store's shared memory saw when it closed it, having
 /// written the last token it handed out into the counter: while the reservation is still that,
 /// no token above the counter was handed out, and the next shared memory goes on from the
-/// counter rather than from the reservation.
+/// counter rather than from the reservation. The next shared memory's first reservation breaks
+/// the seal (writes 0) before that memory hands out a token (`Op::Reserve`): a seal describes
+/// one closed map, never the one after it.
 pub(crate) const SEALED_KEY: &str = "sealed_reservation";
 
 /// The history of each lock, keyed by lock name: one value holding its latest entries, so

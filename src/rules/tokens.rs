@@ -6,7 +6,7 @@ use redb::ReadableTable;
 
 use crate::base::error::{Error, Result};
 use crate::rules::tables::COUNTER_KEY;
-use crate::rules::tables::RESERVED_KEY;
+use crate::rules::tables::{RESERVED_KEY, SEALED_KEY};
 
 /// How many tokens one durable reservation covers.
 const TOKEN_BLOCK: u64 = 4096;
@@ -25,6 +25,11 @@ pub(crate) fn reservation(
 /// none yet).
 pub(crate) fn reserved(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
     Ok(meta.get(RESERVED_KEY)?.map_or(0, |v| v.value()))
+}
+
+/// The reservation the last user of a store's shared memory sealed, 0 for none (`SEALED_KEY`).
+pub(crate) fn sealed(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+    Ok(meta.get(SEALED_KEY)?.map_or(0, |v| v.value()))
 }
 
 pub(crate) fn read_counter(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
