@@ -96,7 +96,7 @@ impl LocalEngine {
                 &self.live,
                 member.id(),
                 &name,
-                |entry| match entry {
+                |entry, _| match entry {
                     // Another process of this map's lifetime set it up first.
                     Some(_) => Ok((Change::Keep, ())),
                     None => Ok((
@@ -271,16 +271,15 @@ impl LocalEngine {
         live: u64,
     ) -> Result<(u64, u64)> {
         let mut ends = Ends::default();
-        // A token taken for an attempt that lost its swap serves the next attempt while it is
-        // still above every token of the record: a lock's tokens only grow, and it was taken
-        // after this grant began.
+        // A token taken for an attempt that lost its swap serves the next attempt while its
+        // bucket's floor admits it (`Floor`: a lock's tokens only grow).
         let mut taken: Option<u64> = None;
         let (granted, settled) = update(
             member.ring(),
             &self.live,
             member.id(),
             name,
-            |entry| {
+            |entry, floor| {
                 ends = Ends::default();
                 let now = clock::now_ns();
                 let current = entry.and_then(|entry| entry.record.as_ref());
@@ -293,14 +292,13 @@ impl LocalEngine {
                     return Ok((Change::Keep, (lease.token, lease.expires_ns)));
                 }
                 let joined = admit_grant(self, name, current, kind, ticket, now)?;
-                let latest = current
-                    .and_then(Record::latest)
-                    .map_or(0, |lease| lease.token);
                 let token = match taken {
-                    Some(token) if token > latest => token,
+                    Some(token) if floor.admits(token) => token,
                     _ => self.take_tokens(member, 1)?,
                 };
                 taken = Some(token);
+                #[cfg(test)]
+                hooks::after_token();
                 let lease = new_lease(self, token, holder, live, now, ttl);
                 let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
                 let before = current.map_or(Kind::Exclusive, Record::kind);
@@ -356,6 +354,8 @@ impl LocalEngine {
             }
             let count = names.len() as u64;
             let first = self.take_tokens(member, count)?;
+            #[cfg(test)]
+            hooks::after_token();
             let expires_ns = now + duration_ns(ttl);
             let mut granted = 0;
             let mut outcome = Ok(true);
@@ -386,8 +386,8 @@ impl LocalEngine {
     }
 
     /// One name of an acquire of several: granted with `token` unless held (the refusal), or
-    /// `false` when its record holds a token above `token` already (the caller takes newer
-    /// tokens: a lock's tokens only grow).
+    /// `false` when its bucket's floor does not admit `token` (a grant there took a newer
+    /// token: the caller takes newer tokens, see `Floor`).
     fn grant_one_of_all(
         &self,
         member: &RingMember,
@@ -403,14 +403,11 @@ impl LocalEngine {
             &self.live,
             member.id(),
             name,
-            |entry| {
+            |entry, floor| {
                 ends = Ends::default();
                 let current = entry.and_then(|entry| entry.record.as_ref());
                 check_join(self, current, Kind::Exclusive, clock::now_ns())?;
-                if current
-                    .and_then(Record::latest)
-                    .is_some_and(|latest| latest.token >= token)
-                {
+                if !floor.admits(token) {
                     return Ok((Change::Keep, false));
                 }
                 let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
@@ -456,7 +453,7 @@ impl LocalEngine {
             &self.live,
             member.id(),
             name,
-            |entry| {
+            |entry, _| {
                 let now = clock::now_ns();
                 let current = entry.and_then(|entry| entry.record.as_ref());
                 let mut lease = check_current(self, current, token, now)?;
@@ -493,7 +490,7 @@ impl LocalEngine {
             &self.live,
             member.id(),
             name,
-            |entry| {
+            |entry, _| {
                 let Some(mut entry) = entry.cloned() else {
                     return Ok((Change::Keep, ()));
                 };
@@ -531,7 +528,7 @@ impl LocalEngine {
                 &self.live,
                 member.id(),
                 name,
-                |entry| {
+                |entry, _| {
                     let Some(mut entry) = entry.cloned() else {
                         return Ok((Change::Keep, ()));
                     };
@@ -691,4 +688,124 @@ pub(crate) fn records(member: &RingMember) -> Result<Vec<(String, Record)>> {
         .into_iter()
         .filter_map(|entry| Some((entry.name, entry.record?)))
         .collect())
+}
+
+/// A pause of a grant between taking its token and publishing it (tests only): where a process
+/// stopped there (SIGSTOP, a page fault, preemption) lets others run.
+#[cfg(test)]
+pub(crate) mod hooks {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static AFTER_TOKEN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    /// Runs `f` once, in the next grant of this thread, right after it took its token.
+    pub(crate) fn pause_after_token(f: impl FnOnce() + 'static) {
+        AFTER_TOKEN.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Called by grants right after taking their tokens. Taken out before it runs, so that the
+    /// grants it makes itself run straight through.
+    pub(crate) fn after_token() {
+        if let Some(f) = AFTER_TOKEN.with(|hook| hook.borrow_mut().take()) {
+            f();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::hooks::pause_after_token;
+    use crate::api::store::Store;
+    use crate::local::LocalEngine;
+    use crate::ring::lock_hash;
+    use crate::ring::map::bucket_of;
+
+    fn open(path: &Path) -> Store {
+        let inner = LocalEngine::open(path, &crate::Options::default()).unwrap();
+        assert!(inner.map().is_some(), "the lease map is usable in tests");
+        Store::new(inner as Arc<dyn crate::engine::Engine>)
+    }
+
+    /// A name other than `name` in the same bucket of the map.
+    fn neighbour_of(name: &str) -> String {
+        let bucket = bucket_of(lock_hash(name));
+        (0..)
+            .map(|i| format!("neighbour-{i}"))
+            .find(|other| bucket_of(lock_hash(other)) == bucket)
+            .unwrap()
+    }
+
+    /// What another process does while a grant of `name` is stopped after taking its token:
+    /// it is granted `name` with a short lease, lets it expire, and a grant of another name of
+    /// the bucket then ends its record out of the bucket. The token it was granted.
+    fn granted_and_gone_meanwhile(other: &Store, name: &str) -> u64 {
+        let token = {
+            let holder = other.acquire(name, Duration::from_millis(20)).unwrap();
+            std::thread::sleep(Duration::from_millis(60));
+            let token = holder.token();
+            std::mem::forget(holder); // expired, not released
+            token
+        };
+        let neighbour = other
+            .acquire(&neighbour_of(name), Duration::from_secs(60))
+            .unwrap();
+        assert!(neighbour.token() > token);
+        std::mem::forget(neighbour);
+        token
+    }
+
+    #[test]
+    fn a_grant_stopped_after_taking_its_token_is_never_published_below_a_later_grant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (paused, other) = (open(&path), open(&path));
+        let meanwhile = Arc::new(std::sync::Mutex::new(0));
+        let seen = Arc::clone(&meanwhile);
+        pause_after_token(move || {
+            *seen.lock().unwrap() = granted_and_gone_meanwhile(&other, "lock-0")
+        });
+        let late = paused.acquire("lock-0", Duration::from_secs(60)).unwrap();
+        let meanwhile = *meanwhile.lock().unwrap();
+        assert!(
+            meanwhile > 0,
+            "the other grant ran while this one was paused"
+        );
+        assert!(
+            late.token() > meanwhile,
+            "lock-0 granted token {} after token {meanwhile}: its tokens went back",
+            late.token()
+        );
+    }
+
+    #[test]
+    fn an_acquire_of_several_stopped_after_taking_its_tokens_is_never_published_below_a_later_grant(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (paused, other) = (open(&path), open(&path));
+        let meanwhile = Arc::new(std::sync::Mutex::new(0));
+        let seen = Arc::clone(&meanwhile);
+        pause_after_token(move || {
+            *seen.lock().unwrap() = granted_and_gone_meanwhile(&other, "lock-0")
+        });
+        let late = paused
+            .acquire_all(&["lock-0", "lock-1"], Duration::from_secs(60))
+            .unwrap();
+        let meanwhile = *meanwhile.lock().unwrap();
+        assert!(
+            meanwhile > 0,
+            "the other grant ran while this one was paused"
+        );
+        let token = late.iter().find(|h| h.name() == "lock-0").unwrap().token();
+        assert!(
+            token > meanwhile,
+            "lock-0 granted token {token} after token {meanwhile}: its tokens went back"
+        );
+    }
 }

@@ -19,6 +19,16 @@
 //!   process killed between its swap and freeing the blob it replaced leaks that blob's blocks
 //!   until the ring is set up anew (once nobody uses it): the window is a few instructions.
 //!
+//! Each bucket has a *token floor* beside its word: the highest token of any record ever
+//! published in the bucket in this map's life. A record that leaves the bucket (its grants
+//! ended, its history flushed) leaves its tokens in the floor, which is how a grant that read
+//! the bucket knows them: it publishes only a token above the floor it read after its copy of
+//! the bucket (`share/leases.rs`, `Floor`). Why that is enough: a writer raises the floor
+//! *before* its swap, so a reader whose copy saw the swap (Acquire on the word) sees the floor
+//! raised; a swap its copy did not see makes its own swap fail. So a lock's tokens only grow,
+//! even for a grant stopped between taking its token and publishing it while the lock was
+//! granted again, and its record ended and left the bucket.
+//!
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
 //! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
 
@@ -67,7 +77,8 @@ pub(crate) struct MapHeader {
 
 pub(crate) const HEADER_AREA: usize = 4096;
 const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
-pub(crate) const MAP_SIZE: usize = HEADER_AREA + BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
+/// The header, the buckets' words, their token floors, the blocks.
+pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
 
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
@@ -129,6 +140,22 @@ impl Ring {
     /// The block's link and length word: next (index + 1) in the high half, bytes in the low.
     fn block_link(&self, index: usize) -> &AtomicU64 {
         &self.view.block(index).link
+    }
+
+    /// The token floor of bucket `index`: at least every token of a record published there in
+    /// this map's life. Read after a copy of the bucket: Acquire, pairing with the Release of
+    /// `raise_floor`, although the copy's Acquire of the word already orders it after every
+    /// raise made before a swap the copy saw; this load says so on its own.
+    pub(crate) fn floor(&self, index: usize) -> u64 {
+        self.view.floor(index).load(Ordering::Acquire)
+    }
+
+    /// Raises the token floor of bucket `index` to `token`, before a swap that publishes a
+    /// record holding it: the swap's Release then carries the raise to every reader that sees
+    /// the swap. A raise whose swap then fails is harmless (the token was taken, so every token
+    /// taken later is above it anyway).
+    pub(crate) fn raise_floor(&self, index: usize, token: u64) {
+        self.view.floor(index).fetch_max(token, Ordering::Release);
     }
 
     /// Whether bucket `index` holds nothing (one load).

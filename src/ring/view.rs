@@ -50,12 +50,12 @@ const _: () = {
     assert!(HEADER_SIZE + SLOTS * SLOT_SIZE <= ACTIVITY_OFFSET);
     assert!(ACTIVITY_OFFSET + std::mem::size_of::<Activity>() <= MAP_OFFSET);
     assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
-    assert!(MAP_OFFSET + HEADER_AREA + BUCKETS * 8 + BLOCKS * BLOCK_SIZE <= RING_SIZE);
+    assert!(MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE <= RING_SIZE);
     assert!(QUEUE_OFFSET % std::mem::align_of::<WaiterEntry>() == 0);
     assert!(HEADER_SIZE % std::mem::align_of::<Slot>() == 0);
     assert!(ACTIVITY_OFFSET % std::mem::align_of::<Activity>() == 0);
     assert!(MAP_OFFSET % std::mem::align_of::<MapHeader>() == 0);
-    assert!((MAP_OFFSET + HEADER_AREA + BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
+    assert!((MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
     // The mapping is page-aligned: no part needs more.
     assert!(std::mem::align_of::<Header>() <= 4096);
     assert!(std::mem::align_of::<Activity>() <= 4096);
@@ -71,6 +71,7 @@ pub(super) struct View {
     activity: &'static Activity,
     map_header: &'static MapHeader,
     buckets: &'static [AtomicU64; BUCKETS],
+    floors: &'static [AtomicU64; BUCKETS],
     blocks: &'static [Block; BLOCKS],
 }
 
@@ -106,8 +107,11 @@ impl View {
                 buckets: &*base
                     .add(MAP_OFFSET + HEADER_AREA)
                     .cast::<[AtomicU64; BUCKETS]>(),
-                blocks: &*base
+                floors: &*base
                     .add(MAP_OFFSET + HEADER_AREA + BUCKETS * 8)
+                    .cast::<[AtomicU64; BUCKETS]>(),
+                blocks: &*base
+                    .add(MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8)
                     .cast::<[Block; BLOCKS]>(),
             }
         })
@@ -140,6 +144,11 @@ impl View {
 
     pub(super) fn bucket(&self, index: usize) -> &AtomicU64 {
         &self.buckets[index]
+    }
+
+    /// The token floor of bucket `index` (`map.rs`).
+    pub(super) fn floor(&self, index: usize) -> &AtomicU64 {
+        &self.floors[index]
     }
 
     pub(super) fn block(&self, index: usize) -> &Block {

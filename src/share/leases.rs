@@ -134,29 +134,53 @@ pub(crate) enum Change {
     Put(Entry),
 }
 
+/// The one rule that keeps a lock's tokens growing in the lease map: a grant publishes a
+/// token only above the floor of its bucket as it read it after its copy of the bucket (see
+/// `ring/map.rs`: the floor holds every token published in the bucket, also of records that
+/// left it). A lock's record alone is not enough: it leaves the bucket once its grants ended,
+/// and a grant that took its token before another grant of the lock (and was stopped between
+/// the two) would otherwise be published below it. A token taken from the counter after the
+/// floor was read is always above it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Floor(u64);
+
+impl Floor {
+    /// Whether a grant may publish `token` over the copy this floor was read with.
+    pub(crate) fn admits(self, token: u64) -> bool {
+        token > self.0
+    }
+}
+
 /// Changes the entry of `name` as `decide` says, with one compare-and-swap of its bucket,
 /// retried (`decide` runs again, on what is there then) while other writers publish first.
-/// `settle` sees each other entry of the bucket first, and may end its record (whose grants
-/// are no longer live) into its tail; an entry with neither record nor tail leaves. `owner` is
-/// the writer's liveness id, which its unpublished blocks carry.
+/// `decide` gets the bucket's token [`Floor`], which a grant's token must clear. `settle` sees
+/// each other entry of the bucket first, and may end its record (whose grants are no longer
+/// live) into its tail; an entry with neither record nor tail leaves. `owner` is the writer's
+/// liveness id, which its unpublished blocks carry.
 pub(crate) fn update<T>(
     ring: &Ring,
     live: &Liveness,
     owner: u64,
     name: &str,
-    mut decide: impl FnMut(Option<&Entry>) -> Result<(Change, T)>,
+    mut decide: impl FnMut(Option<&Entry>, Floor) -> Result<(Change, T)>,
     mut settle: impl FnMut(&mut Entry) -> Result<Ends>,
 ) -> Result<(T, Ends)> {
     let bucket = bucket_of(lock_hash(name));
     loop {
         let snapshot = ring.read_bucket(bucket);
         ring.intact()?;
+        // After the copy: it holds every token of a swap the copy saw.
+        let floor = Floor(ring.floor(bucket));
         let mut entries = decode(&snapshot.blob)?;
         let at = entries.iter().position(|entry| entry.name == name);
-        let (change, value) = decide(at.map(|i| &entries[i]))?;
+        let (change, value) = decide(at.map(|i| &entries[i]), floor)?;
         let Change::Put(entry) = change else {
             return Ok((value, Ends::default()));
         };
+        // Before the swap (see `Floor`).
+        if let Some(latest) = entry.record.as_ref().and_then(Record::latest) {
+            ring.raise_floor(bucket, latest.token);
+        }
         match at {
             Some(i) => entries[i] = entry,
             None => entries.push(entry),
