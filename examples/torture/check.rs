@@ -121,6 +121,7 @@ pub fn check(history: &History) -> Vec<String> {
     }
     let leases = leases(&evs, &mut out);
     check_grant_order(&evs, &leases, &mut out);
+    check_tokens_of_each_lock(&evs, &leases, &mut out);
     check_overlaps(&evs, &leases, &mut out);
     check_locked(&evs, &leases, &mut out);
     check_takeovers(&evs, &leases, &mut out);
@@ -310,6 +311,36 @@ fn check_grant_order(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
             evs[earlier].name(),
             evs[later].name()
         ));
+    }
+}
+
+/// Each lock's tokens only grow: a grant that the store made after a lease of the same lock had
+/// certainly ended (its latest end before the grant's logged moment of grant, which is at or
+/// before the store's) carries a higher token. Unlike `check_grant_order`, this sees a grant
+/// whose acquire began before the other lease was granted, and whose token was taken then: a
+/// grant stopped between taking its token and publishing it.
+fn check_tokens_of_each_lock(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
+    let mut by_lock: BTreeMap<&str, Vec<(u64, u64, u64, usize)>> = BTreeMap::new();
+    for lease in leases {
+        let granted = evs[lease.ev].op.granted_ns;
+        if granted != 0 {
+            by_lock.entry(&lease.lock).or_default().push((
+                granted,
+                lease.latest_end,
+                lease.token,
+                lease.ev,
+            ));
+        }
+    }
+    for (lock, items) in by_lock {
+        for (earlier, later) in descents(&items, true) {
+            out.push(format!(
+                "{lock} granted a lower token after a higher one had ended: {} ended before \
+                 {} was granted",
+                evs[earlier].name(),
+                evs[later].name()
+            ));
+        }
     }
 }
 
@@ -1330,6 +1361,31 @@ mod tests {
         expect_violation(
             &b.history(&[("k", Some((2, "y")))]),
             "accepted a lower token",
+        );
+    }
+
+    #[test]
+    fn a_lock_granted_a_lower_token_after_a_higher_ones_lease_ended_is_reported() {
+        // The hostile round's case: worker 0 began its acquire at 0 and took token 3, was
+        // stopped, and was granted lock-0 at 200 (its moment of grant as logged), after worker
+        // 1's lease of token 4 (granted at 20, 10 ms) had ended. The acquires overlap in time, so
+        // the order of their ends and starts alone says nothing.
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 210), "lock-0", 100, 3)
+            .acquire(1, (10, 20), "lock-0", 10, 4);
+        b.workers[0].ops[0].granted_ns = 200 * MS;
+        b.workers[1].ops[0].granted_ns = 19 * MS;
+        expect_violation(&b.history(&[]), "granted a lower token after a higher one");
+        // Granted before the other lease ended (the moment as logged): no violation.
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 210), "lock-0", 100, 3)
+            .acquire(1, (10, 20), "lock-0", 10, 4);
+        b.workers[0].ops[0].granted_ns = 5 * MS;
+        b.workers[1].ops[0].granted_ns = 19 * MS;
+        let found = check(&b.history(&[]));
+        assert!(
+            !found.iter().any(|v| v.contains("granted a lower token")),
+            "{found:#?}"
         );
     }
 

@@ -10,6 +10,8 @@
 //! B <seq> <thread> <kind> <start_ns> <lock> <key> <token> <ttl_ms> <value>
 //! E <seq> <end_ns> <outcome...>
 //! ```
+//! A grant's outcome is `granted <token> [<granted_ns>]`: a moment at or before the store's
+//! moment of grant, from the lease's expiry less its TTL (0 or absent when not known).
 //! Fields are tab-separated; `-` stands for an absent field. Values are short ASCII strings
 //! naming the write that made them (`w<worker>.<thread>.<seq>`), so every value is unique.
 
@@ -230,6 +232,8 @@ pub struct Op {
     pub token: u64,
     pub ttl_ms: u64,
     pub value: Option<String>,
+    /// For a grant, a moment at or before the store's moment of grant; 0 when not known.
+    pub granted_ns: u64,
 }
 
 impl Op {
@@ -246,6 +250,7 @@ impl Op {
             token: 0,
             ttl_ms: 0,
             value: None,
+            granted_ns: 0,
         }
     }
 
@@ -327,6 +332,9 @@ pub fn parse_log(text: &str) -> Result<Vec<Op>, String> {
                     Some(&"error") => Outcome::Error(fields[4..].join(" ")),
                     _ => return Err(bad()),
                 };
+                if matches!(outcome, Outcome::Granted(_)) {
+                    ops[index].granted_ns = fields.get(5).and_then(|f| f.parse().ok()).unwrap_or(0);
+                }
                 ops[index].end = Some(num(2)?);
                 ops[index].outcome = Some(outcome);
             }

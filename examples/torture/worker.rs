@@ -101,6 +101,16 @@ impl Log {
         op
     }
 
+    /// The end of a grant, with a moment at or before the store's moment of grant (`granted`).
+    pub fn end_granted(&self, op: &Op, token: u64, granted: u64) {
+        let line = Op::end_line(op.seq, boottime_ns(), &Outcome::Granted(token));
+        let line = format!("{}\t{granted}\n", line.trim_end());
+        self.file
+            .lock()
+            .write_all(line.as_bytes())
+            .expect("write the worker log");
+    }
+
     pub fn end(&self, op: &Op, outcome: &Outcome) {
         let line = Op::end_line(op.seq, boottime_ns(), outcome);
         self.file
@@ -402,7 +412,17 @@ impl Thread {
 
     fn granted(&mut self, op: &Op, result: fencelock::Result<Holder>) {
         let logged = outcome(&result, |holder| Outcome::Granted(holder.token()));
-        self.log.end(op, &logged);
+        match &result {
+            // When the store granted it, at the latest: its expiry less its TTL, with the
+            // clock read before the time left (so never after the store's moment of grant).
+            Ok(holder) => {
+                let now = boottime_ns();
+                let expires = now + holder.remaining().as_nanos() as u64;
+                let granted = expires.saturating_sub(op.ttl_ms * 1_000_000);
+                self.log.end_granted(op, holder.token(), granted);
+            }
+            Err(_) => self.log.end(op, &logged),
+        }
         match (&logged, result) {
             (Outcome::Granted(token), Ok(holder)) => {
                 self.see(*token);
