@@ -119,9 +119,10 @@ func (c *leaseCore) released() error {
 	return &LockLostError{Token: c.token, Message: fmt.Sprintf("lease with token %d was lost: it expired or was released", c.token)}
 }
 
-// call runs fn with the live handle after checking ctx; a released holder gives released().
+// call runs fn with the live handle after checking ctx (ctxDone); a released holder gives
+// released().
 func (l *lease) call(ctx context.Context, fn func(h *C.fencelock_holder) error) error {
-	if err := ctx.Err(); err != nil {
+	if err := ctxDone(ctx); err != nil {
 		return err
 	}
 	c := l.core
@@ -172,7 +173,7 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 func (l *lease) Held(ctx context.Context) (bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxDone(ctx); err != nil {
 		return false, err
 	}
 	c := l.core

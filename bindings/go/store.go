@@ -22,8 +22,11 @@
 //
 // Keys are Go strings and binary-safe: any bytes, including NUL, passed to the library as
 // (pointer, length). Lock names and fence resources are C strings and cannot contain NUL.
-// Calls that do not wait check ctx before they start and then run to completion; only a
-// waiting Acquire (the Wait option) and Holder.Lost watch ctx or the lease while they block.
+// Calls that do not wait check ctx before they start (canceled, or its deadline passed) and
+// then run to completion: the library takes no timeout or cancel for a write, so a write behind
+// another process that holds the store waits up to the busy timeout (WithBusyTimeout), also
+// past ctx's deadline. Only a waiting Acquire (the Wait option) and Holder.Lost watch ctx or
+// the lease while they block.
 // Every type is safe for concurrent use.
 //
 // Errors match the sentinels (ErrLocked, ErrTimeout, ...) with errors.Is and the standard
@@ -92,9 +95,11 @@ func WithMode(mode Mode) OpenOption { return func(c *openConfig) { c.mode = mode
 // WithMaxValueLen sets the largest fenced value accepted, in bytes (default 16 MiB).
 func WithMaxValueLen(n uint64) OpenOption { return func(c *openConfig) { c.maxValueLen = n } }
 
-// WithBusyTimeout bounds how long Open, and each later write without a ctx deadline of its
-// own, waits behind another process that holds the store (one paused inside a commit or its
-// open) before giving up with ErrTimeout (default 10s; rounded up to whole milliseconds).
+// WithBusyTimeout bounds how long Open, and each later write, waits behind another process
+// that holds the store (one paused inside a commit or its open) before giving up with
+// ErrTimeout, having changed nothing (default 10s; rounded up to whole milliseconds). A write's
+// ctx does not shorten it: the write checks ctx before it starts, but the library takes no
+// timeout or cancel for a write.
 func WithBusyTimeout(d time.Duration) OpenOption { return func(c *openConfig) { c.busyTimeout = d } }
 
 // WithReadOnly opens an existing store for reading only: grants and writes fail with
@@ -206,9 +211,9 @@ func (c *storeCore) close() {
 	}
 }
 
-// call runs fn with the live handle, after checking ctx; ErrClosed after Close.
+// call runs fn with the live handle, after checking ctx (ctxDone); ErrClosed after Close.
 func (s *Store) call(ctx context.Context, fn func(h *C.fencelock_store) error) error {
-	if err := ctx.Err(); err != nil {
+	if err := ctxDone(ctx); err != nil {
 		return err
 	}
 	s.core.mu.RLock()
@@ -219,6 +224,19 @@ func (s *Store) call(ctx context.Context, fn func(h *C.fencelock_store) error) e
 	err := fn(s.core.h)
 	runtime.KeepAlive(s)
 	return err
+}
+
+// ctxDone is the error of a ctx a call must not start with: ctx.Err(), or
+// context.DeadlineExceeded once the deadline passed, before ctx's timer fired (ctx.Err() is
+// nil until then).
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // AcquireOption configures Acquire.

@@ -395,6 +395,64 @@ func TestWaitingAcquireHonoursDeadlineAndCancel(t *testing.T) {
 	}
 }
 
+// passedDeadline is a ctx whose deadline has passed but whose timer has not fired yet, as a
+// context.WithTimeout's is for a moment (longer on a loaded machine): Err is still nil.
+type passedDeadline struct{ context.Context }
+
+func (passedDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A call that does not wait, a write above all, refuses to start once its ctx is canceled or
+// its deadline passed, also before ctx's timer fired, and then writes nothing.
+func TestCallsRefuseToStartPastTheirDeadline(t *testing.T) {
+	store := openStore(t)
+	holder := acquire(t, store, "job")
+	if err := holder.Put(bg, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(bg)
+	cancel()
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"PutWithFence", func(ctx context.Context) error {
+			return store.PutWithFence(ctx, "k", []byte("late"), holder.Token())
+		}},
+		{"Delete", func(ctx context.Context) error { _, err := store.Delete(ctx, "k", holder.Token()); return err }},
+		{"Fence", func(ctx context.Context) error { return store.Fence(ctx, "printer", holder.Token()) }},
+		{"Acquire", func(ctx context.Context) error { _, err := store.Acquire(ctx, "other"); return err }},
+		{"AcquireAll", func(ctx context.Context) error { _, err := store.AcquireAll(ctx, []string{"other"}); return err }},
+		{"AcquireAndPut", func(ctx context.Context) error {
+			_, err := store.AcquireAndPut(ctx, "other", "k2", []byte("late"))
+			return err
+		}},
+		{"Holder.Put", func(ctx context.Context) error { return holder.Put(ctx, "k", []byte("late")) }},
+		{"Holder.Delete", func(ctx context.Context) error { _, err := holder.Delete(ctx, "k"); return err }},
+		{"Holder.Extend", func(ctx context.Context) error { return holder.Extend(ctx, time.Hour) }},
+		{"Get", func(ctx context.Context) error { _, _, err := store.Get(ctx, "k"); return err }},
+		{"Holder.Held", func(ctx context.Context) error { _, err := holder.Held(ctx); return err }},
+	}
+	for _, done := range []struct {
+		ctx  context.Context
+		want error
+	}{{passedDeadline{bg}, context.DeadlineExceeded}, {canceled, context.Canceled}} {
+		for _, c := range calls {
+			if err := c.call(done.ctx); !errors.Is(err, done.want) {
+				t.Errorf("%s with a ctx that is %v: %v", c.name, done.want, err)
+			}
+		}
+	}
+	if value, token, err := store.Get(bg, "k"); err != nil || string(value) != "v" || token != holder.Token() {
+		t.Errorf("Get = %q, %d, %v: want v at token %d", value, token, err, holder.Token())
+	}
+	if token, err := store.FenceToken(bg, "printer"); err != nil || token != 0 {
+		t.Errorf("FenceToken = %d, %v: want none", token, err)
+	}
+	if other := acquire(t, store, "other"); other.Token() != holder.Token()+1 {
+		t.Errorf("a grant was made: the next token is %d after %d", other.Token(), holder.Token())
+	}
+}
+
 // A deadline always gives an error that matches both ErrTimeout and context.DeadlineExceeded,
 // including when the C wait ends a hair before ctx's own timer fires (the sliced wait of an
 // earlier version then gave "%!w(<nil>)" about a third of the time).

@@ -9,11 +9,16 @@ import (
 
 // SyncLocker is a sync.Locker over one lock name of a Locker (a *Store), as etcd's
 // concurrency.NewLocker is over an etcd mutex: Lock waits until the lease is granted, Unlock
-// releases it. The lease excludes every other holder, in this process (goroutines sharing l
-// wait as any waiting Acquire does: one of them in the library, the others on a channel) and in
-// others. Each Lock takes a new lease, renewed in the background (KeepAlive) until
+// releases it. Each Lock takes a new lease, renewed in the background (KeepAlive) until
 // Unlock: a mutex has no time limit, and the TTL (WithTTL, default 30s) only bounds how long
 // the lock stays taken after this process pauses or dies.
+//
+// The goroutines sharing l take turns on a mutex of l before they take the lease: from Lock to
+// Unlock no other Lock of l runs, so each Unlock releases the lease of the Lock before it. The
+// lease excludes the holders of other processes (and of other SyncLockers). A lease can be
+// lost while l is locked (this process paused past the TTL): another process may then take the
+// lock, but a goroutine waiting in Lock of l still waits for the Unlock, as on a sync.Mutex, and
+// takes a new lease after it; the late Unlock releases only the lost lease.
 //
 // sync.Locker's methods return no error, so they panic with it, as etcd's do: Lock when the
 // lease cannot be acquired (a closed store, an I/O error; the panic value is the error, which
@@ -28,6 +33,10 @@ type SyncLocker struct {
 	locker Locker
 	name   string
 	opts   []AcquireOption
+
+	// turn is held from Lock to Unlock, so that a Lock never replaces the lease of a Lock not
+	// yet unlocked. Unlock may run on another goroutine than Lock, as sync.Mutex allows.
+	turn sync.Mutex
 
 	mu     sync.Mutex // guards holder, the lease of the current Lock
 	holder Holder
@@ -46,10 +55,13 @@ func NewSyncLocker(locker Locker, name string, opts ...AcquireOption) *SyncLocke
 	return &SyncLocker{locker: locker, name: name, opts: all}
 }
 
-// Lock blocks until the lease is granted. It panics with the error when the acquire fails.
+// Lock blocks until l is unlocked and a new lease is granted. It panics with the error when
+// the acquire fails, leaving l unlocked.
 func (l *SyncLocker) Lock() {
+	l.turn.Lock()
 	holder, err := l.locker.Acquire(context.Background(), l.name, l.opts...)
 	if err != nil {
+		l.turn.Unlock()
 		panic(err)
 	}
 	l.mu.Lock()
@@ -57,8 +69,9 @@ func (l *SyncLocker) Lock() {
 	l.mu.Unlock()
 }
 
-// Unlock releases the lease. It panics when l is not locked, and with the error when the
-// release fails; l is unlocked either way.
+// Unlock releases the lease of the Lock before it, then lets the next Lock of l go on. It
+// panics when l is not locked, and with the error when the release fails; l is unlocked
+// either way.
 func (l *SyncLocker) Unlock() {
 	l.mu.Lock()
 	holder := l.holder
@@ -67,6 +80,7 @@ func (l *SyncLocker) Unlock() {
 	if holder == nil {
 		panic(fmt.Sprintf("fencelock: Unlock of unlocked SyncLocker %q", l.name))
 	}
+	defer l.turn.Unlock()
 	if err := holder.Release(); err != nil && !errors.Is(err, ErrLockLost) {
 		panic(err)
 	}

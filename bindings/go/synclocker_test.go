@@ -1,6 +1,7 @@
 package fencelock_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -164,5 +165,75 @@ func TestSyncLockerWaitsAndKeepsAliveWithTheGivenTTL(t *testing.T) {
 	}
 	if !fake.holders[0].released {
 		t.Fatal("Unlock did not release the holder")
+	}
+}
+
+// pausedFirst is a Locker whose first grant is not renewed and lasts only ttl, as the lease of
+// a process paused past its TTL; later grants are the store's, as asked.
+type pausedFirst struct {
+	store   *fencelock.Store
+	ttl     time.Duration
+	granted atomic.Int32
+	grants  chan fencelock.Holder // every grant after the first
+}
+
+func (p *pausedFirst) Acquire(ctx context.Context, name string, opts ...fencelock.AcquireOption) (fencelock.Holder, error) {
+	if p.granted.Add(1) == 1 {
+		paused := func(s *fencelock.AcquireSettings) { s.KeepAlive, s.TTL = false, p.ttl }
+		return p.store.Acquire(ctx, name, append(opts, paused)...)
+	}
+	holder, err := p.store.Acquire(ctx, name, opts...)
+	if err == nil {
+		p.grants <- holder
+	}
+	return holder, err
+}
+
+// Goroutine A holds the lock and its lease runs out unrenewed (the process paused past the
+// TTL) while goroutine B waits in Lock. A's late Unlock must not release B's lease, and B's
+// own Unlock must work.
+func TestALateUnlockOfALostLeaseLeavesTheNextLockersLease(t *testing.T) {
+	store := openStore(t)
+	locks := &pausedFirst{store: store, ttl: 100 * time.Millisecond, grants: make(chan fencelock.Holder, 1)}
+	l := fencelock.NewSyncLocker(locks, "job", fencelock.WithTTL(time.Minute))
+	l.Lock()
+	a := l.Holder()
+
+	bLocked := make(chan fencelock.Holder)
+	bUnlock := make(chan struct{})
+	bUnlocked := make(chan any)
+	go func() {
+		l.Lock()
+		bLocked <- l.Holder()
+		<-bUnlock
+		defer func() { bUnlocked <- recover() }()
+		l.Unlock()
+	}()
+	<-a.Lost() // A's lease ran out: another process could take the lock over now
+	// Room for B to take the lock over first, were it to wait for the lease alone; a Lock that
+	// waits for A's Unlock is never granted here, and the test goes on after a second.
+	select {
+	case <-locks.grants:
+		waitFor(t, "B's Lock took the lock over", func() bool { return l.Holder() != a })
+	case <-time.After(time.Second):
+	}
+	l.Unlock() // A's, late
+
+	b := <-bLocked
+	if b == a {
+		t.Fatal("B locked with A's lease")
+	}
+	if held, err := b.Held(bg); err != nil || !held {
+		t.Fatalf("B's lease after A's late Unlock: held %v, %v", held, err)
+	}
+	if _, err := store.Acquire(bg, "job"); !errors.Is(err, fencelock.ErrLocked) {
+		t.Fatalf("another acquire while B is locked: %v", err)
+	}
+	close(bUnlock)
+	if value := <-bUnlocked; value != nil {
+		t.Fatalf("B's Unlock panicked: %v", value)
+	}
+	if held, err := b.Held(bg); err != nil || held {
+		t.Fatalf("B's lease after B's Unlock: held %v, %v", held, err)
 	}
 }

@@ -171,6 +171,27 @@ def test_a_wait_for_a_lock_this_thread_holds_is_refused_at_once(store):
     assert outcome == [(True, True, True)]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=fencelock.LockTimeoutError,
+    reason="issue 37 item 8: the main thread's waits run in a helper thread, which the library "
+    "takes for the waiting thread; the C ABI has no way to name the thread a wait is for",
+)
+def test_a_wait_on_the_main_thread_for_a_lock_it_holds_is_refused_at_once(store):
+    # Where most programs wait, and where filelock refuses too. Unfixed, the wait runs out its
+    # timeout (here 1 s, below the TTL; the refusal comes before any wait, whatever the timeout).
+    assert threading.current_thread() is threading.main_thread()
+    holder = store.acquire("job", ttl=60)
+    with pytest.raises(fencelock.WouldDeadlockError) as info:
+        store.acquire("job", ttl=60, timeout=1)
+    assert info.value.token == holder.token
+    holder.release()
+    waited = store.acquire("job", ttl=60, timeout=PATIENCE)  # granted to the main thread too
+    with pytest.raises(fencelock.WouldDeadlockError):
+        store.acquire_all(["other", "job"], ttl=60, timeout=PATIENCE)
+    waited.release()
+
+
 def test_a_block_that_let_go_itself_or_held_to_the_end_does_not_raise(store):
     with store.acquire("a", ttl=60) as holder:
         holder.release()

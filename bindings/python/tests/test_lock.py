@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 
@@ -219,3 +220,45 @@ def test_a_generator_function_is_refused_as_its_body_would_run_unlocked(store):
         with pytest.raises(TypeError, match="generator function"):
             lock(fn)
     assert repr(store.lock("x")).startswith("<fencelock.Lock 'x' of <fencelock.Store ")
+
+
+def test_an_async_callable_object_or_partial_runs_its_body_inside_the_entry(store):
+    # inspect.iscoroutinefunction is false for an object with `async def __call__` and for a
+    # partial of one: decorated as sync, the entry would end before the coroutine ran.
+    lock = store.lock("async-object")
+
+    class Job:
+        async def __call__(self, tag: str) -> tuple[int | None, str]:
+            with pytest.raises(fencelock.LockedError):
+                store.acquire("async-object")
+            return lock.token, tag
+
+    for decorated, args in ((lock(Job()), ("plain",)), (lock(functools.partial(Job(), "bound")), ())):
+        token, tag = asyncio.run(decorated(*args))
+        assert isinstance(token, int) and tag in ("plain", "bound")
+        assert lock.holder is None
+        store.acquire("async-object").close()  # released on return
+
+
+def test_a_generator_callable_object_is_refused_as_a_generator_function(store):
+    class Rows:
+        def __call__(self):
+            yield store.lock("gen-object").token
+
+    with pytest.raises(TypeError, match="generator function"):
+        store.lock("gen-object")(Rows())
+
+
+def test_a_sync_callable_that_returns_a_coroutine_is_refused_at_the_call(store):
+    # What no inspection up front can tell: its coroutine would run after the release.
+    lock = store.lock("returns-coroutine")
+    ran = []
+
+    async def body() -> None:
+        ran.append(lock.token)
+
+    decorated = lock(lambda: body())
+    with pytest.raises(TypeError, match="returned a coroutine"):
+        decorated()
+    assert ran == [] and lock.holder is None
+    store.acquire("returns-coroutine").close()  # released

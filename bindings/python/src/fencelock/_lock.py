@@ -131,17 +131,24 @@ class Lock:
 
     def __call__(self, fn: _F) -> _F:
         """Decorates ``fn`` so that each call runs inside an entry of this lock: ``async with``
-        for a coroutine function, ``with`` otherwise. A generator function is refused
-        (``TypeError``): its body runs only as the caller iterates, after the call returned."""
+        for an async callable, ``with`` otherwise. A generator function is refused
+        (``TypeError``): its body runs only as the caller iterates, after the call returned.
+
+        Which wrapper is decided here, from what ``fn`` is (``_code_kind``): a coroutine
+        function, or a partial of one or an object whose ``__call__`` is one, is async. What
+        inspection cannot see (a sync callable that returns a coroutine) is refused at the
+        call: the sync wrapper closes the coroutine unrun and raises ``TypeError``, as the
+        lease it would run under is released by then."""
         if not callable(fn):
             raise _type_error("the decorated object", "callable", fn)
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        kind = _code_kind(fn)
+        if kind == "generator":
             # Its body runs as the caller iterates, after the call (and the entry) returned.
             raise TypeError(
-                f"a Lock cannot decorate the generator function {fn.__qualname__}: its body would "
+                f"a Lock cannot decorate the generator function {_describe(fn)}: its body would "
                 "run after the lease was released; enter the lock inside it"
             )
-        if inspect.iscoroutinefunction(fn):
+        if kind == "coroutine":
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
@@ -153,7 +160,17 @@ class Lock:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with self:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                if inspect.iscoroutine(result):
+                    # Nothing of its body has run yet, and the entry ends here: refused loudly
+                    # rather than left to run unlocked.
+                    result.close()
+                    raise TypeError(
+                        f"{_describe(fn)}, decorated by a Lock as a sync function, returned a "
+                        "coroutine: its body would run after the lease was released; decorate "
+                        "the async def itself"
+                    )
+                return result
 
         return run  # type: ignore[return-value]
 
@@ -188,3 +205,25 @@ class Lock:
                 _ENTERED.set(entries[:index] + entries[index + 1 :])
                 return entries[index][1]
         raise RuntimeError(f"fencelock Lock {self._name!r} was not entered by this thread or task")
+
+
+def _code_kind(fn: Callable[..., Any]) -> str:
+    """``"coroutine"``, ``"generator"`` (sync or async) or ``"plain"``: what calling ``fn``
+    makes, seen through ``functools.partial`` and an object's ``__call__``, which
+    ``inspect.iscoroutinefunction`` alone does not look into for a callable object."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    candidates: list[Any] = [fn]
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn)):
+        candidates.append(getattr(fn, "__call__", None))  # noqa: B004 - the method, not callable()
+    for candidate in candidates:
+        if inspect.isgeneratorfunction(candidate) or inspect.isasyncgenfunction(candidate):
+            return "generator"
+        if inspect.iscoroutinefunction(candidate):
+            return "coroutine"
+    return "plain"
+
+
+def _describe(fn: Callable[..., Any]) -> str:
+    """A decorated callable's name for a message: a callable object or a partial has none."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
