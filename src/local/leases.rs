@@ -49,6 +49,10 @@ const PRUNE_PER_GRANT: usize = 2;
 const PRUNE_LOOKS: usize = 64;
 /// Ends pending in the map past which a grant starts a flush to the file.
 const FLUSH_AT: u64 = 512;
+/// Ends pending in the map past which later ones are counted and dropped, not kept: while no
+/// flush can commit (a process stopped inside a commit, a full disk), history gives way to
+/// grants. 2,048 ends of the longest names take about half the map's blocks.
+pub(crate) const PENDING_BOUND: u64 = 4 * FLUSH_AT;
 
 impl LocalEngine {
     /// The ring whose lease map holds this store's leases: in multi-process mode.
@@ -235,7 +239,7 @@ impl LocalEngine {
 
     /// Ends the record of `entry` into its tail when none of its grants is live any more, and
     /// counts how they ended: a dead record leaves the map this way.
-    fn settle(&self, entry: &mut Entry) -> Result<Ends> {
+    fn settle(&self, member: &RingMember, entry: &mut Entry) -> Result<Ends> {
         let mut ends = Ends::default();
         let now = clock::now_ns();
         let Some(record) = &entry.record else {
@@ -250,7 +254,7 @@ impl LocalEngine {
         for lease in record.holders() {
             let ended = judge(self, record.kind(), lease, now, false)?;
             ends.add(ended.ending());
-            self.keep_end(&mut entry.tail, lease.token, ended);
+            self.keep_end(member, &mut ends, &mut entry.tail, lease.token, ended);
         }
         Ok(ends)
     }
@@ -305,7 +309,7 @@ impl LocalEngine {
                 for old in dropped(current, &joined) {
                     let ended = judge(self, before, old, now, true)?;
                     ends.add(ended.ending());
-                    self.keep_end(&mut tail, old.token, ended);
+                    self.keep_end(member, &mut ends, &mut tail, old.token, ended);
                 }
                 let record = match kind {
                     Kind::Exclusive => Record::Exclusive(lease),
@@ -322,7 +326,7 @@ impl LocalEngine {
                 };
                 Ok((Change::Put(entry), (token, lease.expires_ns)))
             },
-            |other| self.settle(other),
+            |other| self.settle(member, other),
         )?;
         ends.merge(&settled);
         self.ended_in_map(member, &ends);
@@ -415,7 +419,7 @@ impl LocalEngine {
                     let kind = current.map_or(Kind::Exclusive, Record::kind);
                     let ended = judge(self, kind, old, now, true)?;
                     ends.add(ended.ending());
-                    self.keep_end(&mut tail, old.token, ended);
+                    self.keep_end(member, &mut ends, &mut tail, old.token, ended);
                 }
                 let entry = Entry {
                     name: name.to_owned(),
@@ -426,18 +430,37 @@ impl LocalEngine {
                 };
                 Ok((Change::Put(entry), true))
             },
-            |other| self.settle(other),
+            |other| self.settle(member, other),
         )?;
         ends.merge(&settled);
         self.ended_in_map(member, &ends);
         Ok(granted)
     }
 
-    /// Keeps the end of the lease `token` in a tail, unless this store keeps no history.
-    fn keep_end(&self, tail: &mut Vec<(u64, Ended)>, token: u64, ended: Ended) {
-        if self.history {
-            push_end(tail, token, ended);
+    /// Keeps the end of the lease `token` in a tail, unless this store keeps no history, or
+    /// the map holds [`PENDING_BOUND`] ends already (then `ends` counts it as unrecorded).
+    fn keep_end(
+        &self,
+        member: &RingMember,
+        ends: &mut Ends,
+        tail: &mut Vec<(u64, Ended)>,
+        token: u64,
+        ended: Ended,
+    ) {
+        if !self.history {
+            return;
         }
+        // Relaxed: a bound, not a protocol; a stale count keeps or drops one end more.
+        let pending = member
+            .ring()
+            .map_header()
+            .pending_ends
+            .load(Ordering::Relaxed);
+        if pending >= PENDING_BOUND && !tail.iter().any(|(held, _)| *held == token) {
+            ends.unrecorded();
+            return;
+        }
+        push_end(tail, token, ended);
     }
 
     /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
@@ -474,7 +497,7 @@ impl LocalEngine {
                 entry.record = Some(record);
                 Ok((Change::Put(entry), lease.expires_ns))
             },
-            |other| self.settle(other),
+            |other| self.settle(member, other),
         )?;
         self.ended_in_map(member, &settled);
         Ok(expires)
@@ -545,7 +568,8 @@ impl LocalEngine {
                     }
                     let (ending, at) = released_at(&lease, *at);
                     let ended = Ended::new(self, record.kind(), &lease, ending, at);
-                    self.keep_end(&mut entry.tail, *token, ended);
+                    // Counts nothing (see above), dropped or not.
+                    self.keep_end(member, &mut Ends::default(), &mut entry.tail, *token, ended);
                     Ok((Change::Put(entry), ()))
                 },
                 |_| Ok(Ends::default()),
@@ -557,11 +581,10 @@ impl LocalEngine {
     /// the file once many are pending.
     fn ended_in_map(&self, member: &RingMember, ends: &Ends) {
         let activity = self.activity();
-        let mut recorded = 0;
         for (counter, n) in ends.counts() {
             activity.add(counter, n);
-            recorded += n;
         }
+        let recorded = ends.total();
         if recorded == 0 || !self.history {
             return;
         }
@@ -587,7 +610,7 @@ impl LocalEngine {
                 continue;
             }
             if let Ok(settled) = rewrite(ring, &self.live, member.id(), bucket, |entry| {
-                self.settle(entry)
+                self.settle(member, entry)
             }) {
                 self.ended_in_map(member, &settled);
             }
@@ -727,9 +750,55 @@ mod tests {
     use crate::ring::map::bucket_of;
 
     fn open(path: &Path) -> Store {
+        open_engine(path).0
+    }
+
+    fn open_engine(path: &Path) -> (Store, Arc<LocalEngine>) {
         let inner = LocalEngine::open(path, &crate::Options::default()).unwrap();
         assert!(inner.map().is_some(), "the lease map is usable in tests");
-        Store::new(inner as Arc<dyn crate::engine::Engine>)
+        let store = Store::new(Arc::clone(&inner) as Arc<dyn crate::engine::Engine>);
+        (store, inner)
+    }
+
+    #[test]
+    fn ends_that_cannot_be_flushed_give_way_to_grants_and_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (store, engine) = open_engine(&path);
+        // Another process holds the map's flush and never ends it, as one stopped inside the
+        // flush's commit does: the ends of one-off names pile up in the map.
+        let (_stopped, flusher) = open_engine(&path);
+        let header = engine.map().unwrap().ring().map_header();
+        let stopped_id = flusher.map().unwrap().id();
+        header
+            .flushing
+            .store(stopped_id, std::sync::atomic::Ordering::Release);
+        // Names of 200 bytes: without the bound their ends fill the map's 16,384 blocks after
+        // about 13,000 of them.
+        for i in 0..20_000 {
+            let name = format!("{i:0>200}");
+            let holder = store
+                .acquire(&name, Duration::from_secs(60))
+                .unwrap_or_else(|err| panic!("grant {i} refused: {err}"));
+            holder.release().unwrap();
+        }
+        assert_eq!(
+            header.flushing.load(std::sync::atomic::Ordering::Acquire),
+            stopped_id,
+            "no flush ran"
+        );
+        let metrics = store.metrics().unwrap();
+        assert!(metrics.history_dropped > 0, "{metrics:?}");
+        assert!(metrics.ended_released + metrics.history_dropped > 0);
+        // Once a flush can commit, what was kept reaches the history.
+        header
+            .flushing
+            .store(0, std::sync::atomic::Ordering::Release);
+        engine
+            .flush_ends(engine.map().unwrap(), None, false)
+            .unwrap();
+        let first = store.history(&format!("{:0>200}", 0)).unwrap();
+        assert_eq!(first.len(), 1, "the first name's end was kept: {first:?}");
     }
 
     /// A name other than `name` in the same bucket of the map.

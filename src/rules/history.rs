@@ -454,6 +454,9 @@ pub(crate) struct Ends {
     expired: u64,
     taken_over: u64,
     holder_died: u64,
+    /// Ends counted but not kept for the history: the shared memory's pending ends were at
+    /// their bound (flushes could not commit), and history gives way to grants.
+    unrecorded: u64,
 }
 
 impl Ends {
@@ -467,21 +470,33 @@ impl Ends {
         }
     }
 
+    /// Counts an end that was not kept for the history.
+    pub(crate) fn unrecorded(&mut self) {
+        self.unrecorded += 1;
+    }
+
     /// Adds the counts of `other`.
     pub(crate) fn merge(&mut self, other: &Ends) {
         self.released += other.released;
         self.expired += other.expired;
         self.taken_over += other.taken_over;
         self.holder_died += other.holder_died;
+        self.unrecorded += other.unrecorded;
+    }
+
+    /// How many ends there were, of every way.
+    pub(crate) fn total(&self) -> u64 {
+        self.released + self.expired + self.taken_over + self.holder_died
     }
 
     /// Each count with the store counter it goes to.
-    pub(crate) fn counts(&self) -> [(Counter, u64); 4] {
+    pub(crate) fn counts(&self) -> [(Counter, u64); 5] {
         [
             (Counter::EndedReleased, self.released),
             (Counter::EndedExpired, self.expired),
             (Counter::EndedTakenOver, self.taken_over),
             (Counter::EndedHolderDied, self.holder_died),
+            (Counter::HistoryDropped, self.unrecorded),
         ]
     }
 }

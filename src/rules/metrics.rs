@@ -36,10 +36,11 @@ pub(crate) enum Counter {
     EndedHolderDied,
     Commits,
     CommittedOps,
+    HistoryDropped,
 }
 
 const COUNTERS: usize = 32;
-const _: () = assert!((Counter::CommittedOps as usize) < COUNTERS);
+const _: () = assert!((Counter::HistoryDropped as usize) < COUNTERS);
 
 /// Upper bounds of the wait-duration histogram's buckets; a last bucket counts the rest.
 pub(crate) const WAIT_BUCKETS: [Duration; 7] = [
@@ -215,6 +216,7 @@ impl Activity {
             ended_holder_died: self.get(Counter::EndedHolderDied),
             commits: self.get(Counter::Commits),
             committed_ops: self.get(Counter::CommittedOps),
+            history_dropped: self.get(Counter::HistoryDropped),
             live_exclusive: 0,
             live_shared: 0,
             live_permits: 0,
@@ -341,6 +343,10 @@ pub struct Metrics {
     /// operations per commit).
     pub commits: u64,
     pub committed_ops: u64,
+    /// Lease ends left out of the history: while the history could not be written to the
+    /// store file (a process stopped inside a commit, a full disk), the shared memory keeps at
+    /// most 2,048 pending ends, and drops later ones rather than refuse grants.
+    pub history_dropped: u64,
     /// Gauges, of the whole store whatever [`Metrics::scope`] says, taken with the snapshot.
     /// The live leases (granted, not expired, their holder's process alive) by kind: exclusive
     /// leases, shared holders, semaphore permits. Read from the store's lease records and their
@@ -416,7 +422,7 @@ impl Metrics {
     pub fn prometheus(&self, store: &str) -> String {
         let store = escape_label(store);
         let mut out = String::new();
-        let series: [Family; 11] = [
+        let series: [Family; 12] = [
             (
                 "grants_total",
                 "counter",
@@ -470,6 +476,12 @@ impl Metrics {
                 "counter",
                 "Operations carried by committed transactions.",
                 vec![(String::new(), self.committed_ops.to_string())],
+            ),
+            (
+                "history_dropped_total",
+                "counter",
+                "Lease ends left out of the history while it could not be written.",
+                vec![(String::new(), self.history_dropped.to_string())],
             ),
             (
                 "start_time_seconds",

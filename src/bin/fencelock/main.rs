@@ -246,7 +246,7 @@ With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \
 \"stale_writes\", \"lock_lost\", \"waits\", \"wait_ns\", \"wait_buckets\" (a list of {\"up_to_ms\",
 \"count\"}, not cumulative, the last one's bound null), \"ended_released\", \"ended_expired\",
 \"ended_taken_over\", \"ended_holder_died\", \"leases_lost\", \"commits\", \"committed_ops\",
-\"live_exclusive\", \"live_shared\", \"live_permits\", \"queued_waiters\", \"file_bytes\"}.
+\"history_dropped\", \"live_exclusive\", \"live_shared\", \"live_permits\", \"queued_waiters\", \"file_bytes\"}.
 Exit status: 0; 80 an etcd store (etcd exports metrics of its own); 81 database error; 86
 output error.
 

@@ -185,6 +185,7 @@ fn metrics_json(m: &Metrics, store: &str) -> Value {
         "leases_lost": m.leases_lost(),
         "commits": m.commits,
         "committed_ops": m.committed_ops,
+        "history_dropped": m.history_dropped,
         "live_exclusive": m.live_exclusive,
         "live_shared": m.live_shared,
         "live_permits": m.live_permits,
