@@ -760,6 +760,46 @@ mod tests {
         (store, inner)
     }
 
+    /// `count` names of 1,000 bytes in one bucket of the map, as anyone finds them in a second
+    /// (FNV-1a over a fixed prefix, then a varying tail).
+    fn names_of_one_bucket(count: usize) -> Vec<String> {
+        let prefix = "p".repeat(990);
+        let start = lock_hash(&prefix);
+        let fold = |hash: u64, tail: &str| {
+            tail.bytes().fold(hash, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let target = bucket_of(lock_hash(&format!("{prefix}{:010}", 0)));
+        let names: Vec<String> = (0u64..)
+            .map(|i| format!("{i:010}"))
+            .filter(|tail| bucket_of(fold(start, tail)) == target)
+            .take(count)
+            .map(|tail| format!("{prefix}{tail}"))
+            .collect();
+        assert!(names.iter().all(|n| bucket_of(lock_hash(n)) == target));
+        names
+    }
+
+    #[test]
+    fn many_long_names_of_one_bucket_are_all_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("store"));
+        // Past the 192 KiB a bucket once held (183 such names), far below the map's capacity.
+        let names = names_of_one_bucket(300);
+        let held: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                store
+                    .acquire(name, Duration::from_secs(60))
+                    .unwrap_or_else(|err| panic!("{i} names granted, then: {err}"))
+            })
+            .collect();
+        assert_eq!(held.len(), 300);
+        assert_eq!(store.locks().unwrap().len(), 300);
+    }
+
     #[test]
     fn ends_that_cannot_be_flushed_give_way_to_grants_and_are_counted() {
         let dir = tempfile::tempdir().unwrap();

@@ -12,12 +12,30 @@
 //! - A reader copies the blob and reads the word again: an unchanged word means an unchanged
 //!   blob (blocks are freed only after the word moved on, and the generation never repeats), so
 //!   a torn copy is thrown away, never trusted.
-//! - A block is FREE, PRIVATE (claimed by the process with that liveness id, being written) or
-//!   PUBLIC (the writer marks it so just before its swap; a PRIVATE block is therefore never in a
-//!   bucket). A failed swap frees the writer's blocks; a successful one frees the blob it
-//!   replaced. The PRIVATE blocks of a process that died are free again at the next sweep. A
-//!   process killed between its swap and freeing the blob it replaced leaks that blob's blocks
-//!   until the ring is set up anew (once nobody uses it): the window is a few instructions.
+//!
+//! A block's state word says who may change it:
+//!
+//! | state | meaning | who moves it on |
+//! |---|---|---|
+//! | FREE | nobody's | a writer claims it (FREE -> its id) |
+//! | a liveness id | its writer's: being written, or published by a swap a moment ago, or being freed | that process; a sweep once it died |
+//! | PUBLIC | in a blob that was published | the writer that replaced that blob, or a sweep, once no bucket reaches it |
+//!
+//! A writer marks its blocks PUBLIC only *after* its swap, so a PUBLIC block was in a bucket,
+//! and one that no bucket reaches any more is garbage: its blob was replaced. The writer that
+//! replaced it frees it; a writer killed before it did leaves it to the sweep. Each block's link
+//! word carries a generation that its writer raises: whoever frees a PUBLIC block claims it
+//! first (PUBLIC -> its id), checks that its generation is still the one seen in the replaced
+//! blob (else the block was freed and published again since, and goes back to PUBLIC), and only
+//! then frees it. So a writer stopped between its swap and its freeing, or a sweep that saw a
+//! block unreachable a while ago, can never free a block that is published now.
+//!
+//! The sweep, run when too few blocks are free: (1) notes the PUBLIC blocks and those of dead
+//! writers, with their generations, and which writers are dead (before anything else: a dead
+//! writer swaps nothing later); (2) walks every bucket's chain; (3) frees the noted PUBLIC blocks
+//! no bucket reached (claim, check, free), and the dead writers' blocks no bucket reached, and
+//! marks PUBLIC the dead writers' blocks a bucket reaches (killed between swap and marking).
+//! Nothing a kill leaves behind is lost for good.
 //!
 //! Each bucket has a *token floor* beside its word: the highest token of any record ever
 //! published in the bucket in this map's life. A record that leaves the bucket (its grants
@@ -46,8 +64,10 @@ pub(crate) const BLOCK_SIZE: usize = 256;
 /// last), and the bytes it carries.
 const BLOCK_HEAD: usize = 16;
 pub(crate) const BLOCK_PAYLOAD: usize = BLOCK_SIZE - BLOCK_HEAD;
-/// The longest blob: the record of a name with the most holders fits with room to spare.
-pub(crate) const MAX_BLOB: usize = 192 * 1024;
+/// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a bucket
+/// that many names share (by chance or by choice) is refused only when the map is full, as a
+/// storage error; a longer chain is a torn read.
+pub(crate) const MAX_BLOB: usize = BLOCKS * BLOCK_PAYLOAD;
 
 /// The map's header, at the start of its area.
 #[repr(C)]
@@ -83,6 +103,32 @@ pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOC
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
 
+/// A block's link word: its generation (raised by each writer of the block) in the high half,
+/// the next block of its blob (index + 1, 0 for the last) in bits 16-31, its bytes in the low
+/// 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link(u64);
+
+impl Link {
+    fn new(generation: u32, next: usize, len: usize) -> Link {
+        Link(u64::from(generation) << 32 | (next as u64 & 0xffff) << 16 | (len as u64 & 0xffff))
+    }
+
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    fn next(self) -> usize {
+        ((self.0 >> 16) & 0xffff) as usize
+    }
+
+    fn len(self) -> usize {
+        ((self.0 & 0xffff) as usize).min(BLOCK_PAYLOAD)
+    }
+}
+
+const _: () = assert!(BLOCKS < 0xffff && BLOCK_PAYLOAD < 0xffff);
+
 const GEN_SHIFT: u32 = 24;
 const HEAD_MASK: u64 = (1 << GEN_SHIFT) - 1;
 
@@ -100,11 +146,13 @@ impl Word {
     }
 }
 
-/// A consistent copy of a bucket: its word and its blob (empty for an empty bucket).
+/// A consistent copy of a bucket: its word and its blob (empty for an empty bucket), and the
+/// blob's blocks with their generations (what a writer that replaces the blob frees).
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     pub(crate) word: Word,
     pub(crate) blob: Vec<u8>,
+    chain: Vec<(usize, u32)>,
 }
 
 /// Why a blob could not be published.
@@ -168,42 +216,45 @@ impl Ring {
     pub(crate) fn read_bucket(&self, index: usize) -> Snapshot {
         loop {
             let word = Word(self.bucket(index).load(Ordering::Acquire));
-            if let Some(blob) = self.copy_blob(word.head()) {
+            if let Some((blob, chain)) = self.copy_blob(word.head()) {
                 if self.bucket(index).load(Ordering::Acquire) == word.0 {
-                    return Snapshot { word, blob };
+                    return Snapshot { word, blob, chain };
                 }
             }
             std::hint::spin_loop();
         }
     }
 
-    /// The bytes of the blob starting at block `head` (index + 1), or `None` when the chain
-    /// does not hold together (a block being reused under this read).
-    fn copy_blob(&self, head: usize) -> Option<Vec<u8>> {
+    /// The bytes of the blob starting at block `head` (index + 1), and its blocks with their
+    /// generations, or `None` when the chain does not hold together (a block being reused
+    /// under this read).
+    #[allow(clippy::type_complexity)]
+    fn copy_blob(&self, head: usize) -> Option<(Vec<u8>, Vec<(usize, u32)>)> {
         let mut blob = Vec::new();
+        let mut chain = Vec::new();
         let mut next = head;
         while next != 0 {
             let index = next - 1;
             if index >= BLOCKS || blob.len() > MAX_BLOB {
                 return None;
             }
-            let link = self.block_link(index).load(Ordering::Acquire);
-            let len = ((link & 0xffff) as usize).min(BLOCK_PAYLOAD);
+            let link = Link(self.block_link(index).load(Ordering::Acquire));
             // A concurrent writer may change the payload under this copy, which the caller's
             // second look at the word detects.
-            super::view::copy_out(&self.view.block(index).payload, len, &mut blob);
-            next = (link >> 32) as usize;
+            super::view::copy_out(&self.view.block(index).payload, link.len(), &mut blob);
+            chain.push((index, link.generation()));
+            next = link.next();
         }
-        Some(blob)
+        Some((blob, chain))
     }
 
-    /// Publishes `blob` as bucket `index`'s, if its word is still `expected`; `owner` is the
-    /// writer's liveness id (its blocks are PRIVATE to it until published). An empty blob
+    /// Publishes `blob` as bucket `index`'s, if its word is still the one `read` saw; `owner`
+    /// is the writer's liveness id (its blocks are its own until after the swap). An empty blob
     /// empties the bucket. On success the blocks of the blob it replaced are freed.
     pub(crate) fn publish_bucket(
         &self,
         index: usize,
-        expected: Word,
+        read: &Snapshot,
         blob: &[u8],
         owner: u64,
         live: &Liveness,
@@ -212,57 +263,98 @@ impl Ring {
         else {
             return Publish::Full;
         };
-        for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
-            let next = blocks.get(i + 1).map_or(0, |&b| b as u64 + 1);
-            // The block is this writer's (PRIVATE); the chunk fits the payload.
-            super::view::copy_in(&self.view.block(block).payload, chunk);
-            self.block_link(block)
-                .store((next << 32) | chunk.len() as u64, Ordering::Release);
+        self.write_blocks(&blocks, blob);
+        let head = blocks.first().map_or(0, |&b| b + 1);
+        if self.swap_bucket(index, read.word, head) {
+            self.mark_public(&blocks);
+            self.free_replaced(&read.chain, owner);
+            Publish::Done
+        } else {
+            // Still this writer's alone: nobody else moves a live writer's blocks.
+            for &block in &blocks {
+                self.block_state(block).store(FREE, Ordering::Release);
+            }
+            Publish::Raced
         }
-        // Marked before the swap, so that a block reachable from a bucket is never PRIVATE (a
-        // sweep frees the PRIVATE blocks of dead processes).
-        for &block in &blocks {
+    }
+
+    /// Writes `blob` into `blocks` (this writer's), chained in order, each with a generation
+    /// above its last.
+    fn write_blocks(&self, blocks: &[usize], blob: &[u8]) {
+        for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
+            let next = blocks.get(i + 1).map_or(0, |&b| b + 1);
+            let link = self.block_link(block);
+            // Relaxed: the block is this writer's, so the last store to its link was made
+            // before it was claimed, which the claim's Acquire ordered.
+            let generation = Link(link.load(Ordering::Relaxed))
+                .generation()
+                .wrapping_add(1);
+            super::view::copy_in(&self.view.block(block).payload, chunk);
+            // Release, and the swap's Release after it: a reader that sees the new word sees
+            // the payload and link.
+            link.store(
+                Link::new(generation, next, chunk.len()).0,
+                Ordering::Release,
+            );
+        }
+    }
+
+    /// Swaps bucket `index`'s word from `expected` to a new generation heading at `head`:
+    /// whether it was still `expected`. AcqRel: Release publishes the blocks written before it
+    /// (and the floor raised before it), Acquire orders the freeing of the replaced blob after
+    /// every read of it that the swap's predecessors made.
+    fn swap_bucket(&self, index: usize, expected: Word, head: usize) -> bool {
+        self.bucket(index)
+            .compare_exchange(
+                expected.0,
+                expected.next(head).0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Marks a just-published blob's blocks PUBLIC. Until then they are their writer's, which a
+    /// sweep leaves alone while it lives, and marks PUBLIC itself once it died (they are
+    /// reachable).
+    fn mark_public(&self, blocks: &[usize]) {
+        for &block in blocks {
             self.block_state(block).store(PUBLIC, Ordering::Release);
         }
-        let head = blocks.first().map_or(0, |&b| b + 1);
-        let new = expected.next(head);
-        match self.bucket(index).compare_exchange(
-            expected.0,
-            new.0,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                self.free_chain(expected.head());
-                Publish::Done
-            }
-            Err(_) => {
-                self.free_chain(head);
-                Publish::Raced
-            }
+    }
+
+    /// Frees the blocks of a replaced blob, `chain` as the replacing writer read it: each one
+    /// still PUBLIC and of the generation seen then (see `release_garbage`). A block that is not
+    /// PUBLIC is another's to deal with: a sweep's (the blob's writer died before marking it),
+    /// or freed already.
+    fn free_replaced(&self, chain: &[(usize, u32)], owner: u64) {
+        for &(block, generation) in chain {
+            self.release_garbage(block, generation, owner);
         }
     }
 
-    /// Frees the blocks of the chain starting at `head` (index + 1), all PUBLIC and reachable
-    /// from no bucket any more.
-    fn free_chain(&self, head: usize) {
-        let mut next = head;
-        let mut count = 0;
-        while next != 0 && next <= BLOCKS && count <= BLOCKS {
-            let index = next - 1;
-            next = (self.block_link(index).load(Ordering::Acquire) >> 32) as usize;
-            let _ = self.block_state(index).compare_exchange(
-                PUBLIC,
-                FREE,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-            count += 1;
+    /// Frees `block` if it is PUBLIC and still of `generation`, a blob that no bucket reaches
+    /// any more: claimed for `owner` first (Acquire: its link is read after the claim), its
+    /// generation checked, then freed, or given back as PUBLIC when it was freed and published
+    /// again since (a writer stopped before freeing what it replaced, a sweep's old look).
+    fn release_garbage(&self, block: usize, generation: u32, owner: u64) {
+        let state = self.block_state(block);
+        if state
+            .compare_exchange(PUBLIC, owner, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
         }
+        let now = Link(self.block_link(block).load(Ordering::Acquire)).generation();
+        // Release: a claim of the freed block (Acquire) comes after this writer's last look.
+        state.store(
+            if now == generation { FREE } else { PUBLIC },
+            Ordering::Release,
+        );
     }
 
-    /// Claims `count` free blocks for `owner`; sweeps the blocks of dead writers and tries
-    /// again when too few are free, and gives back what it claimed when that is not enough.
+    /// Claims `count` free blocks for `owner`; sweeps and tries again when too few are free,
+    /// and gives back what it claimed when that is not enough.
     fn claim_blocks(&self, count: usize, owner: u64, live: &Liveness) -> Option<Vec<usize>> {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
@@ -274,6 +366,8 @@ impl Ring {
                 }
                 let index = (start + offset) % BLOCKS;
                 let state = self.block_state(index);
+                // AcqRel: Acquire orders this writer's use after the freeing writer's last
+                // look (its Release).
                 if state.load(Ordering::Relaxed) == FREE
                     && state
                         .compare_exchange(FREE, owner, Ordering::AcqRel, Ordering::Relaxed)
@@ -289,25 +383,75 @@ impl Ring {
                 self.block_state(block).store(FREE, Ordering::Release);
             }
             if pass == 0 {
-                self.sweep_blocks(live);
+                self.sweep_blocks(owner, live);
             }
         }
         None
     }
 
-    /// Frees the PRIVATE blocks of writers that died before they published them.
-    fn sweep_blocks(&self, live: &Liveness) {
+    /// Recovers every block that no bucket reaches and nobody alive is writing: the PUBLIC
+    /// blocks of replaced blobs whose writer was killed before freeing them, and the blocks of
+    /// dead writers; marks PUBLIC the dead writers' blocks that a bucket reaches. `owner` (the
+    /// sweeping process) claims a PUBLIC block before freeing it. See the module's docs.
+    pub(crate) fn sweep_blocks(&self, owner: u64, live: &Liveness) {
+        // (1) Before the walk, so that nothing noted can become reachable unseen: a dead
+        // writer swaps no more, and a PUBLIC block is never published again under the
+        // generation noted (the generation is read before the state, so it is at most that of
+        // the blob the block was PUBLIC in).
+        let mut noted = Vec::new();
         for index in 0..BLOCKS {
+            let generation = Link(self.block_link(index).load(Ordering::Acquire)).generation();
             let state = self.block_state(index).load(Ordering::Acquire);
-            if state > PUBLIC && !live.is_held(state).unwrap_or(true) {
-                let _ = self.block_state(index).compare_exchange(
-                    state,
-                    FREE,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
+            if state == PUBLIC || (state > PUBLIC && !live.is_held(state).unwrap_or(true)) {
+                noted.push((index, state, generation));
             }
         }
+        if noted.is_empty() {
+            return;
+        }
+        // (2)
+        let reached = self.reachable();
+        // (3)
+        for (index, state, generation) in noted {
+            match (state, reached[index]) {
+                (PUBLIC, true) => {}
+                (PUBLIC, false) => self.release_garbage(index, generation, owner),
+                (dead, reachable) => {
+                    let now = if reachable { PUBLIC } else { FREE };
+                    let _ = self.block_state(index).compare_exchange(
+                        dead,
+                        now,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Which blocks a bucket reaches now: each bucket's chain, read between two equal loads of
+    /// its word (a reachable blob's links never change).
+    fn reachable(&self) -> Vec<bool> {
+        let mut reached = vec![false; BLOCKS];
+        let mut chain = Vec::new();
+        for bucket in 0..BUCKETS {
+            loop {
+                let word = Word(self.bucket(bucket).load(Ordering::Acquire));
+                chain.clear();
+                let mut next = word.head();
+                while next != 0 && next <= BLOCKS && chain.len() <= BLOCKS {
+                    chain.push(next - 1);
+                    next = Link(self.block_link(next - 1).load(Ordering::Acquire)).next();
+                }
+                if self.bucket(bucket).load(Ordering::Acquire) == word.0 {
+                    break;
+                }
+            }
+            for &block in &chain {
+                reached[block] = true;
+            }
+        }
+        reached
     }
 
     /// How many blocks are not free (for tests and the metrics).
@@ -346,7 +490,7 @@ mod tests {
         assert!(empty.blob.is_empty());
         let big: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
         assert_eq!(
-            ring.publish_bucket(7, empty.word, &big, 1 << 50, &live),
+            ring.publish_bucket(7, &empty, &big, 1 << 50, &live),
             Publish::Done
         );
         let read = ring.read_bucket(7);
@@ -354,19 +498,19 @@ mod tests {
         assert_eq!(ring.blocks_in_use(), big.len().div_ceil(BLOCK_PAYLOAD));
         // A writer that read the old word loses, and leaves nothing claimed.
         assert_eq!(
-            ring.publish_bucket(7, empty.word, b"late", 1 << 50, &live),
+            ring.publish_bucket(7, &empty, b"late", 1 << 50, &live),
             Publish::Raced
         );
         assert_eq!(ring.read_bucket(7).blob, big);
         assert_eq!(
-            ring.publish_bucket(7, read.word, b"small", 1 << 50, &live),
+            ring.publish_bucket(7, &read, b"small", 1 << 50, &live),
             Publish::Done
         );
         assert_eq!(ring.read_bucket(7).blob, b"small");
         assert_eq!(ring.blocks_in_use(), 1);
         let again = ring.read_bucket(7);
         assert_eq!(
-            ring.publish_bucket(7, again.word, b"", 1 << 50, &live),
+            ring.publish_bucket(7, &again, b"", 1 << 50, &live),
             Publish::Done
         );
         assert!(ring.read_bucket(7).blob.is_empty());
@@ -391,7 +535,7 @@ mod tests {
                             };
                             let mut blob = (n + 1).to_le_bytes().to_vec();
                             blob.resize(300, 0); // two blocks
-                            match ring.publish_bucket(1, read.word, &blob, 1 << 50, &live) {
+                            match ring.publish_bucket(1, &read, &blob, 1 << 50, &live) {
                                 Publish::Done => break,
                                 Publish::Raced => continue,
                                 Publish::Full => panic!("the map is full"),
@@ -406,6 +550,125 @@ mod tests {
         assert_eq!(ring.blocks_in_use(), 2, "every replaced blob was freed");
     }
 
+    /// A liveness id nobody holds: a writer that was killed.
+    const DEAD: u64 = 1 << 52;
+    const ALIVE: u64 = 1 << 50;
+
+    /// What a writer does up to its swap, and the swap: its blocks, or `None` when it lost.
+    fn write_and_swap(
+        ring: &Ring,
+        live: &Liveness,
+        bucket: usize,
+        owner: u64,
+        blob: &[u8],
+    ) -> Option<Vec<usize>> {
+        let read = ring.read_bucket(bucket);
+        let blocks = ring
+            .claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
+            .unwrap();
+        ring.write_blocks(&blocks, blob);
+        ring.swap_bucket(bucket, read.word, blocks[0] + 1)
+            .then_some(blocks)
+    }
+
+    fn states(ring: &Ring, blocks: &[usize]) -> Vec<u64> {
+        blocks
+            .iter()
+            .map(|&b| ring.block_state(b).load(Ordering::Relaxed))
+            .collect()
+    }
+
+    #[test]
+    fn a_sweep_recovers_every_block_a_kill_left_behind_and_keeps_every_published_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        let blob = |n: u8| vec![n; 1000]; // five blocks
+                                          // Killed between its swap and freeing the blob it replaced: that blob's blocks are
+                                          // PUBLIC, and no bucket reaches them.
+        let empty = ring.read_bucket(3);
+        assert_eq!(
+            ring.publish_bucket(3, &empty, &blob(1), ALIVE, &live),
+            Publish::Done
+        );
+        let replaced = ring.read_bucket(3);
+        let y = write_and_swap(&ring, &live, 3, DEAD, &blob(2)).unwrap();
+        ring.mark_public(&y);
+        // Killed between its swap and marking its blocks: a bucket reaches them.
+        let z = write_and_swap(&ring, &live, 4, DEAD, &blob(3)).unwrap();
+        // Killed before its swap: nothing reaches them.
+        let lost = ring.claim_blocks(2, DEAD, &live).unwrap();
+        ring.write_blocks(&lost, &[9; 300]);
+        let leaked: Vec<usize> = replaced.chain.iter().map(|&(b, _)| b).collect();
+        assert_eq!(states(&ring, &leaked), vec![PUBLIC; 5]);
+        assert_eq!(ring.blocks_in_use(), 5 + 5 + 5 + 2);
+
+        ring.sweep_blocks(ALIVE, &live);
+        assert_eq!(
+            ring.blocks_in_use(),
+            10,
+            "only the two published blobs' blocks are in use"
+        );
+        assert_eq!(states(&ring, &y), vec![PUBLIC; 5]);
+        assert_eq!(
+            states(&ring, &z),
+            vec![PUBLIC; 5],
+            "the dead writer's published blocks"
+        );
+        assert_eq!(ring.read_bucket(3).blob, blob(2));
+        assert_eq!(ring.read_bucket(4).blob, blob(3));
+        // And they are freed as any PUBLIC blocks when their blobs are replaced.
+        for bucket in [3, 4] {
+            let read = ring.read_bucket(bucket);
+            assert_eq!(
+                ring.publish_bucket(bucket, &read, b"", ALIVE, &live),
+                Publish::Done
+            );
+        }
+        assert_eq!(ring.blocks_in_use(), 0);
+    }
+
+    #[test]
+    fn a_writer_stopped_before_freeing_what_it_replaced_never_frees_a_block_published_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        let empty = ring.read_bucket(3);
+        assert_eq!(
+            ring.publish_bucket(3, &empty, &[1; 1000], ALIVE, &live),
+            Publish::Done
+        );
+        // The writer replaces the blob, marks its own blocks, and is stopped before it frees
+        // the blob it replaced.
+        let replaced = ring.read_bucket(3);
+        let stopped = 1 << 51;
+        assert!(live.lock(stopped).unwrap());
+        let y = write_and_swap(&ring, &live, 3, stopped, &[2; 1000]).unwrap();
+        ring.mark_public(&y);
+        // Meanwhile a sweep frees the replaced blob, and another writer publishes a blob of
+        // its own in those very blocks.
+        ring.sweep_blocks(ALIVE, &live);
+        let first = replaced.chain[0].0;
+        ring.map_header()
+            .alloc_hint
+            .store(first as u64, Ordering::Relaxed);
+        let empty = ring.read_bucket(5);
+        assert_eq!(
+            ring.publish_bucket(5, &empty, &[3; 1000], ALIVE, &live),
+            Publish::Done
+        );
+        let z: Vec<usize> = ring.read_bucket(5).chain.iter().map(|&(b, _)| b).collect();
+        assert_eq!(z[0], first, "the other writer reuses the freed blocks");
+        // The stopped writer resumes and frees what it replaced, as it read it.
+        ring.free_replaced(&replaced.chain, stopped);
+        assert_eq!(
+            states(&ring, &z),
+            vec![PUBLIC; 5],
+            "a published block was freed"
+        );
+        assert_eq!(ring.read_bucket(5).blob, vec![3; 1000]);
+        assert_eq!(ring.read_bucket(3).blob, vec![2; 1000]);
+        assert_eq!(ring.blocks_in_use(), 10);
+    }
+
     #[test]
     fn the_private_blocks_of_a_dead_writer_are_swept_when_the_map_runs_full() {
         let dir = tempfile::tempdir().unwrap();
@@ -416,7 +679,7 @@ mod tests {
         }
         let empty = ring.read_bucket(0);
         assert_eq!(
-            ring.publish_bucket(0, empty.word, b"x", 1 << 50, &live),
+            ring.publish_bucket(0, &empty, b"x", 1 << 50, &live),
             Publish::Done
         );
         assert_eq!(ring.blocks_in_use(), 1);
@@ -431,7 +694,7 @@ mod tests {
         }
         let read = ring.read_bucket(0);
         assert_eq!(
-            ring.publish_bucket(0, read.word, b"y", 1 << 50, &live),
+            ring.publish_bucket(0, &read, b"y", 1 << 50, &live),
             Publish::Full
         );
     }

@@ -13,7 +13,7 @@
 //! every length: a blob that does not decode is refused as damaged, never trusted.
 
 use crate::base::error::{Error, Result};
-use crate::ring::map::{bucket_of, Publish, Word};
+use crate::ring::map::{bucket_of, Publish, Snapshot};
 use crate::ring::{lock_hash, Ring};
 use crate::rules::history::{Ended, Ends, ENTRY_LEN};
 use crate::rules::record::Record;
@@ -192,7 +192,7 @@ pub(crate) fn update<T>(
             }
         }
         entries.retain(|entry| entry.record.is_some() || !entry.tail.is_empty());
-        if publish(ring, live, owner, bucket, snapshot.word, &entries)? {
+        if publish(ring, live, owner, bucket, &snapshot, &entries)? {
             // Published into zero pages, or into a file cut short since: no grant.
             ring.intact()?;
             return Ok((value, settled));
@@ -200,24 +200,27 @@ pub(crate) fn update<T>(
     }
 }
 
-/// Publishes `entries` as the blob of `bucket` if its word is still `word`: `false` when
-/// another writer published first.
+/// Publishes `entries` as the blob of `bucket` if its word is still the one `read` saw:
+/// `false` when another writer published first.
 fn publish(
     ring: &Ring,
     live: &Liveness,
     owner: u64,
     bucket: usize,
-    word: Word,
+    read: &Snapshot,
     entries: &[Entry],
 ) -> Result<bool> {
-    let blob = encode(entries);
-    if blob.len() > crate::ring::map::MAX_BLOB {
-        return Err(Error::invalid(
-            "the lease records of one name (and the names that share its place in the \
-             store's shared memory) exceed its bound",
+    // The blob counts its entries in 16 bits; more names than that in one bucket would need a
+    // map far larger than this one anyway.
+    if entries.len() > usize::from(u16::MAX) {
+        return Err(Error::Storage(
+            "the store's shared lease table is full: too many live lock records share one of \
+             its buckets"
+                .into(),
         ));
     }
-    match ring.publish_bucket(bucket, word, &blob, owner, live) {
+    let blob = encode(entries);
+    match ring.publish_bucket(bucket, read, &blob, owner, live) {
         Publish::Done => Ok(true),
         Publish::Raced => Ok(false),
         Publish::Full => Err(Error::Storage(
@@ -250,7 +253,7 @@ pub(crate) fn rewrite(
         if settled == entries {
             return Ok(Ends::default());
         }
-        if publish(ring, live, owner, bucket, snapshot.word, &settled)? {
+        if publish(ring, live, owner, bucket, &snapshot, &settled)? {
             ring.intact()?;
             return Ok(ends);
         }
