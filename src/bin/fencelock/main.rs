@@ -20,6 +20,10 @@
 //! One table, `exit::TABLE`, rendered by `--help` and copied into the README (a test checks
 //! the copy). Any other status of `run` is the command's own.
 
+// Messages go through `output::say` and results through `commands::write_stdout`: the print
+// macros panic when their stream cannot be written, and the tool would exit 101.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod commands;
 mod duration;
 mod exit;
@@ -600,10 +604,13 @@ fn main() -> ExitCode {
             commands::dispatch(cli.db, cli.busy_timeout, other).map(|()| ExitCode::from(exit::OK))
         }
     };
-    result.unwrap_or_else(|failure| {
-        if !failure.quiet {
-            eprintln!("fencelock: {}", failure.message);
-        }
-        ExitCode::from(failure.code)
-    })
+    result.unwrap_or_else(fail)
+}
+
+/// Tells `failure` (unless quiet) and gives its status.
+fn fail(failure: Failure) -> ExitCode {
+    if !failure.quiet {
+        output::say(&failure.message);
+    }
+    ExitCode::from(failure.code)
 }

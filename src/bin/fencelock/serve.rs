@@ -8,7 +8,7 @@ use std::sync::Arc;
 use fencelock::{Cancel, Error, Heartbeat, ServeOptions, Server};
 
 use crate::notify::{watchdog_period, Notifier};
-use crate::{exit, Failure, ServeArgs};
+use crate::{exit, output, Failure, ServeArgs};
 
 pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
     let stop = Cancel::new();
@@ -66,15 +66,15 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         }
         other => Failure::from_lib(&other),
     })?;
-    eprintln!(
-        "fencelock: serving {} (pid {})",
+    output::say(format_args!(
+        "serving {} (pid {})",
         server.path().display(),
         std::process::id()
-    );
+    ));
     let tell = |state: &str| {
         if let Some(notifier) = &notifier {
             if let Err(err) = notifier.notify(state) {
-                eprintln!("fencelock: telling systemd {state:?} failed: {err}");
+                output::say(format_args!("telling systemd {state:?} failed: {err}"));
             }
         }
     };
