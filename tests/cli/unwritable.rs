@@ -3,6 +3,7 @@
 //! work: a cron job's status must say what happened to the lock, not to its log.
 
 use std::fs::{self, OpenOptions};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
@@ -47,6 +48,43 @@ fn failures_exit_with_their_status_when_stderr_is_full() {
     // Stdout full as well: the value cannot be written (86), nor can the message saying so.
     assert_eq!(status(env.cmd(&["get", "k"]), true), IO);
     assert_eq!(status(env.cmd(&["keys"]), true), IO);
+    // Help and version that cannot be written are an output error, not a success.
+    assert_eq!(status(env.cmd(&["--help"]), true), IO);
+    assert_eq!(status(env.cmd(&["--version"]), true), IO);
+    assert_eq!(status(env.cmd(&["--help"]), false), 0);
+}
+
+/// The write end of a pipe whose reader is gone: every write fails with EPIPE.
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors, each then owned once.
+    let (read, write) = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+    };
+    drop(read);
+    write.into()
+}
+
+/// `fencelock keys | head`: the reader stopped reading, which the status says (86) and stderr
+/// does not (a cron job would mail it); a full disk is still told.
+#[test]
+fn a_closed_pipe_on_stdout_gives_86_quietly() {
+    let env = Env::new();
+    let token = env.grant();
+    assert_eq!(code(&env.put("k", b"v", token)), 0);
+    for args in [&["keys"][..], &["get", "k"], &["--help"]] {
+        let out = env.cmd(args).stdout(closed_pipe()).output().unwrap();
+        assert_eq!(code(&out), IO, "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+    let out = env.cmd(&["keys"]).stdout(full()).output().unwrap();
+    assert_eq!(code(&out), IO);
+    assert!(
+        stderr(&out).contains("cannot write standard output"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `--verbose` writes to stderr on a grant and on a conflict; neither changes the status.

@@ -581,13 +581,14 @@ pub(crate) fn lib_code(err: &fencelock::Error) -> u8 {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // A usage error whose message cannot be written is still a usage error; help or a
+        // version that cannot be written is an output error.
         Err(err) => {
-            let _ = err.print();
-            return ExitCode::from(if err.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return match (err.print(), err.use_stderr()) {
+                (_, true) => ExitCode::from(exit::USAGE),
+                (Ok(()), false) => ExitCode::from(exit::OK),
+                (Err(write), false) => fail(commands::stdout_failure(&write)),
+            };
         }
     };
     let result = match cli.command {
