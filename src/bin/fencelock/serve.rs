@@ -86,7 +86,7 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
     server
         .run(&options)
         .map_err(|err| Failure::from_lib(&err))?;
-    // Before the server's drop makes its leases durable and lets the file go.
+    // Before the server's drop lets the file go and clears its record in the ring.
     tell("STOPPING=1");
     Ok(())
 }
