@@ -342,19 +342,33 @@ impl Observer for CObserver {
             return;
         };
         let (kind, permits) = super::kinds::kind_code(kind);
-        let event = fencelock_event {
-            event: code,
-            name: name.as_ptr(),
-            kind,
-            permits,
-            token,
-            status,
-            waited_ns: ns(waited),
-            held_ns: ns(held),
-        };
+        let mut event = MaybeUninit::<fencelock_event>::zeroed();
+        write_fields!(
+            &mut event,
+            fencelock_event {
+                event: code,
+                name: name.as_ptr(),
+                kind,
+                permits,
+                token,
+                status,
+                waited_ns: ns(waited),
+                held_ns: ns(held),
+            },
+            fencelock_event {
+                event,
+                name,
+                kind,
+                permits,
+                token,
+                status,
+                waited_ns,
+                held_ns,
+            }
+        );
         // SAFETY: the callback and context as the caller of `fencelock_store_set_observer`
-        // gave them; the event lives through the call.
-        unsafe { (self.callback)(self.context, &raw const event) };
+        // gave them; the event, every field written, lives through the call.
+        unsafe { (self.callback)(self.context, event.as_ptr()) };
     }
 }
 

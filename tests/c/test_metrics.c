@@ -40,10 +40,35 @@ typedef struct heard {
     uint64_t tokens[16];
     fencelock_status statuses[16];
     int count;
+    int dirty_padding; /* events whose padding was not zero */
 } heard;
+
+/* Whether every byte of `event` outside its fields is zero: the padding after `event` and
+   after `status`, which a caller that copies or compares events reads. */
+static int event_padding_is_zero(const fencelock_event *event) {
+    unsigned char field[sizeof *event];
+    memset(field, 0, sizeof field);
+#define FIELD(name) memset(field + offsetof(fencelock_event, name), 1, sizeof event->name)
+    FIELD(event);
+    FIELD(name);
+    FIELD(kind);
+    FIELD(permits);
+    FIELD(token);
+    FIELD(status);
+    FIELD(waited_ns);
+    FIELD(held_ns);
+#undef FIELD
+    const unsigned char *bytes = (const unsigned char *)event;
+    int zero = 1;
+    for (size_t i = 0; i < sizeof *event; i++) {
+        zero &= field[i] || bytes[i] == 0;
+    }
+    return zero;
+}
 
 static void observe(void *context, const fencelock_event *event) {
     heard *h = context;
+    h->dirty_padding += !event_padding_is_zero(event);
     if (h->count < 16 && strcmp(event->name, "payment-export") == 0) {
         h->events[h->count] = event->event;
         h->tokens[h->count] = event->token;
@@ -303,6 +328,7 @@ int main(void) {
                  fencelock_store_acquire(store, "payment-export", 60000, &unheard, ERR));
     fencelock_holder_free(unheard);
     CHECK(h.count == 7); /* removed: nothing more was heard */
+    CHECK(h.dirty_padding == 0);
     a_killed_holder(store, s.path);
     metrics(store, &before);
     snapshots_have_no_undefined_bytes(store);
