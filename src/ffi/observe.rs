@@ -1,6 +1,7 @@
 //! A `fencelock_store`'s metrics and its observer callback.
 
 use std::ffi::{c_char, c_void, CString};
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,25 @@ use super::{fencelock_error, fencelock_status, guard, handle, Out, FENCELOCK_OK}
 use crate::Status;
 use crate::{Event, Observer};
 use crate::{Metrics, Scope};
+
+/// Writes every field of `$value`, a `$ty`, into `$out`, a `MaybeUninit<$ty>` made with
+/// `zeroed()`, one field at a time: its padding stays zero. A C struct passed out whole (a
+/// typed copy, a byte view of a local) carries padding that Rust leaves undefined: the
+/// library's stack, read by a caller that copies or compares the struct (valgrind reports it).
+/// The pattern names every field, so a field added to `$ty` and not here fails to compile.
+macro_rules! write_fields {
+    ($out:expr, $value:expr, $ty:ident { $($field:ident),* $(,)? }) => {{
+        let out: &mut MaybeUninit<$ty> = $out;
+        let ptr = out.as_mut_ptr();
+        let $ty { $($field),* } = $value;
+        // SAFETY: `ptr` points to `out`, valid for writes; each write fills one field in place
+        // and leaves the other bytes as they were.
+        #[allow(unused_unsafe)] // for a caller already in an unsafe block
+        unsafe {
+            $((&raw mut (*ptr).$field).write($field);)*
+        }
+    }};
+}
 
 /// Metrics scope: every process on this host that opened the store counts into them.
 pub const FENCELOCK_SCOPE_STORE: i32 = 0;
@@ -149,11 +169,41 @@ pub unsafe extern "C" fn fencelock_store_metrics(
                     ),
                 ));
             }
-            let metrics = fencelock_metrics::from(&store.store.metrics()?);
+            let mut metrics = MaybeUninit::<fencelock_metrics>::zeroed();
+            write_fields!(
+                &mut metrics,
+                fencelock_metrics::from(&store.store.metrics()?),
+                fencelock_metrics {
+                    scope,
+                    since_unix_ms,
+                    grants,
+                    releases,
+                    refused_locked,
+                    refused_timeout,
+                    refused_cancelled,
+                    refused_other,
+                    stale_writes,
+                    lock_lost,
+                    waits,
+                    wait_ns,
+                    wait_buckets,
+                    ended_released,
+                    ended_expired,
+                    ended_taken_over,
+                    ended_holder_died,
+                    commits,
+                    committed_ops,
+                    live_exclusive,
+                    live_shared,
+                    live_permits,
+                    queued_waiters,
+                    file_bytes,
+                }
+            );
             // The fields the caller's struct has room for; a larger one (of a newer header)
-            // gets zeros past them.
+            // gets zeros past them. Every byte is initialised: zeroed, then the fields written.
             let mut bytes = std::slice::from_raw_parts(
-                (&raw const metrics).cast::<u8>(),
+                metrics.as_ptr().cast::<u8>(),
                 std::mem::size_of::<fencelock_metrics>(),
             )
             .to_vec();
@@ -292,19 +342,33 @@ impl Observer for CObserver {
             return;
         };
         let (kind, permits) = super::kinds::kind_code(kind);
-        let event = fencelock_event {
-            event: code,
-            name: name.as_ptr(),
-            kind,
-            permits,
-            token,
-            status,
-            waited_ns: ns(waited),
-            held_ns: ns(held),
-        };
+        let mut event = MaybeUninit::<fencelock_event>::zeroed();
+        write_fields!(
+            &mut event,
+            fencelock_event {
+                event: code,
+                name: name.as_ptr(),
+                kind,
+                permits,
+                token,
+                status,
+                waited_ns: ns(waited),
+                held_ns: ns(held),
+            },
+            fencelock_event {
+                event,
+                name,
+                kind,
+                permits,
+                token,
+                status,
+                waited_ns,
+                held_ns,
+            }
+        );
         // SAFETY: the callback and context as the caller of `fencelock_store_set_observer`
-        // gave them; the event lives through the call.
-        unsafe { (self.callback)(self.context, &raw const event) };
+        // gave them; the event, every field written, lives through the call.
+        unsafe { (self.callback)(self.context, event.as_ptr()) };
     }
 }
 

@@ -17,5 +17,6 @@ mod serve;
 mod signals;
 mod status;
 mod store;
+mod unwritable;
 mod usage;
 mod values;

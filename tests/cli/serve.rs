@@ -257,4 +257,7 @@ fn the_example_unit_is_a_hardened_notify_service_that_shares_dev_shm() {
             "{unwanted}"
         );
     }
+    // A server holds no lease and keeps no journal of them: the unit must not tell its reader
+    // that a restart restores any.
+    assert!(!unit.contains("journal"), "{unit}");
 }

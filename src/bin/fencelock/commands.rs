@@ -224,12 +224,22 @@ fn read_value(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
     Ok(value)
 }
 
+/// Writes a command's output: every result the tool prints goes through here.
 pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
     let mut stdout = io::stdout().lock();
     stdout
         .write_all(bytes)
         .and_then(|()| stdout.flush())
-        .map_err(|err| Failure::new(exit::IO, format!("cannot write standard output: {err}")))
+        .map_err(|err| stdout_failure(&err))
+}
+
+/// A write to stdout that failed: status 86, said on stderr, but for a broken pipe: the reader
+/// stopped reading (`fencelock keys | head`), which is no news to mail from a cron job.
+pub(crate) fn stdout_failure(err: &io::Error) -> Failure {
+    Failure {
+        quiet: err.kind() == io::ErrorKind::BrokenPipe,
+        ..Failure::new(exit::IO, format!("cannot write standard output: {err}"))
+    }
 }
 
 pub(crate) fn print_json(value: &Value) -> Result<(), Failure> {

@@ -9,7 +9,7 @@
 //! (indented lines are commands, set unfilled), `Database:` the FILES.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
@@ -78,9 +78,7 @@ pub fn completion(shell: Shell) -> Result<(), Failure> {
     let mut cmd = visible_command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, "fencelock", &mut script);
-    io::stdout()
-        .write_all(&script)
-        .map_err(|err| Failure::new(exit::IO, format!("cannot write the script: {err}")))
+    crate::commands::write_stdout(&script)
 }
 
 /// A section of a help text's epilogue.

@@ -20,6 +20,10 @@
 //! One table, `exit::TABLE`, rendered by `--help` and copied into the README (a test checks
 //! the copy). Any other status of `run` is the command's own.
 
+// Messages go through `output::say` and results through `commands::write_stdout`: the print
+// macros panic when their stream cannot be written, and the tool would exit 101.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod commands;
 mod duration;
 mod exit;
@@ -577,13 +581,14 @@ pub(crate) fn lib_code(err: &fencelock::Error) -> u8 {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // A usage error whose message cannot be written is still a usage error; help or a
+        // version that cannot be written is an output error.
         Err(err) => {
-            let _ = err.print();
-            return ExitCode::from(if err.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return match (err.print(), err.use_stderr()) {
+                (_, true) => ExitCode::from(exit::USAGE),
+                (Ok(()), false) => ExitCode::from(exit::OK),
+                (Err(write), false) => fail(commands::stdout_failure(&write)),
+            };
         }
     };
     let result = match cli.command {
@@ -600,10 +605,13 @@ fn main() -> ExitCode {
             commands::dispatch(cli.db, cli.busy_timeout, other).map(|()| ExitCode::from(exit::OK))
         }
     };
-    result.unwrap_or_else(|failure| {
-        if !failure.quiet {
-            eprintln!("fencelock: {}", failure.message);
-        }
-        ExitCode::from(failure.code)
-    })
+    result.unwrap_or_else(fail)
+}
+
+/// Tells `failure` (unless quiet) and gives its status.
+fn fail(failure: Failure) -> ExitCode {
+    if !failure.quiet {
+        output::say(&failure.message);
+    }
+    ExitCode::from(failure.code)
 }

@@ -1,8 +1,8 @@
 //! Shaping output: aligned tables, colour on terminals only, names quoted for terminals, byte
 //! strings in JSON.
 
-use std::fmt::Write as _;
-use std::io::IsTerminal;
+use std::fmt::{self, Write as _};
+use std::io::{self, IsTerminal, Write as _};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -12,6 +12,14 @@ use serde_json::{Map, Value};
 /// a non-empty value (<https://no-color.org>).
 pub fn colour_stdout() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Writes `fencelock: MESSAGE` and a newline to stderr: every message of the tool goes through
+/// here. A failed write is ignored (`eprintln!` would panic, exit 101): a log on a full disk or
+/// a closed pipe must neither change the documented status nor stop the work at hand, such as
+/// a watcher that tells of a lost lease and then signals the command.
+pub fn say(message: impl fmt::Display) {
+    let _ = writeln!(io::stderr().lock(), "fencelock: {message}");
 }
 
 /// ANSI colours used for lock states.

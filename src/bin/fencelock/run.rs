@@ -26,7 +26,7 @@ use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
 
 use crate::commands::{is_etcd, open_store};
 use crate::duration::{format_duration, Wait};
-use crate::{exit, Failure, RunArgs};
+use crate::{exit, output, Failure, RunArgs};
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -221,12 +221,12 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         .collect();
     if args.verbose {
         let tokens: Vec<String> = holders.iter().map(|h| h.token().to_string()).collect();
-        eprintln!(
-            "fencelock: took {} with token {} after {}",
+        output::say(format_args!(
+            "took {} with token {} after {}",
             what(&lock, args.kind()),
             tokens.join(","),
             format_duration(started.elapsed())
-        );
+        ));
     }
     let release_all = || {
         for holder in &holders {
@@ -283,7 +283,7 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
     shared.ended.notify_all();
     let status = child.wait();
     if let Err(err) = &waited {
-        eprintln!("fencelock: waiting for the command failed: {err}");
+        output::say(format_args!("waiting for the command failed: {err}"));
     }
 
     let lost_noticed = shared.lost.load(Ordering::Acquire);
@@ -308,10 +308,10 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             // Whether the command ran under the lease was decided above, after it ended: a
             // loss it found is reported below, and a loss this release finds came after.
             Ok(()) | Err(Error::LockLost { .. }) => {}
-            Err(err) => eprintln!(
-                "fencelock: releasing lock {:?} failed: {err}",
+            Err(err) => output::say(format_args!(
+                "releasing lock {:?} failed: {err}",
                 holder.name()
-            ),
+            )),
         }
     }
     for watcher in watchers.into_iter().flatten() {
@@ -328,16 +328,16 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
         Ok(true) => Ok(command_code(status)),
         Ok(false) => {
             if let (false, Some(holder)) = (lost_noticed, lost_one) {
-                eprintln!(
-                    "fencelock: lost the lease of lock {:?} (token {}) while the command ran",
+                output::say(format_args!(
+                    "lost the lease of lock {:?} (token {}) while the command ran",
                     holder.name(),
                     holder.token()
-                );
+                ));
             }
-            eprintln!(
-                "fencelock: the command {} after the lease was lost",
+            output::say(format_args!(
+                "the command {} after the lease was lost",
                 describe(status)
-            );
+            ));
             Ok(exit::LOCK_LOST)
         }
         Err(err) => Err(Failure::new(
@@ -602,12 +602,12 @@ fn watch(
                 (&*phase, shared.lost.swap(true, Ordering::AcqRel))
             {
                 let pid = *pid;
-                eprintln!(
-                    "fencelock: lost the lease of lock {lock:?} (token {}): {successor}; \
+                output::say(format_args!(
+                    "lost the lease of lock {lock:?} (token {}): {successor}; \
                      sending {} to the command (pid {pid})",
                     holder.token(),
                     signal_name(signal)
-                );
+                ));
                 send(pid, signal);
                 if !kill_after.is_zero() {
                     kill_later(shared, phase, pid, signal, kill_after);
@@ -634,11 +634,11 @@ fn kill_later(
     while matches!(*phase, Phase::Running { .. }) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            eprintln!(
-                "fencelock: the command (pid {pid}) still runs {} after {}; sending SIGKILL",
+            output::say(format_args!(
+                "the command (pid {pid}) still runs {} after {}; sending SIGKILL",
                 format_duration(kill_after),
                 signal_name(signal)
-            );
+            ));
             send(pid, libc::SIGKILL);
             return;
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use fencelock::{Cancel, Error, Heartbeat, ServeOptions, Server};
 
 use crate::notify::{watchdog_period, Notifier};
-use crate::{exit, Failure, ServeArgs};
+use crate::{exit, output, Failure, ServeArgs};
 
 pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
     let stop = Cancel::new();
@@ -66,15 +66,15 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         }
         other => Failure::from_lib(&other),
     })?;
-    eprintln!(
-        "fencelock: serving {} (pid {})",
+    output::say(format_args!(
+        "serving {} (pid {})",
         server.path().display(),
         std::process::id()
-    );
+    ));
     let tell = |state: &str| {
         if let Some(notifier) = &notifier {
             if let Err(err) = notifier.notify(state) {
-                eprintln!("fencelock: telling systemd {state:?} failed: {err}");
+                output::say(format_args!("telling systemd {state:?} failed: {err}"));
             }
         }
     };
@@ -86,7 +86,7 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
     server
         .run(&options)
         .map_err(|err| Failure::from_lib(&err))?;
-    // Before the server's drop makes its leases durable and lets the file go.
+    // Before the server's drop lets the file go and clears its record in the ring.
     tell("STOPPING=1");
     Ok(())
 }
