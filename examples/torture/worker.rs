@@ -17,7 +17,10 @@ use crate::history::{Kind, Op, Outcome};
 use crate::rng::Rng;
 
 /// The locks, keys and fence resources of the workload: few, so that operations collide.
-pub const LOCKS: [&str; 3] = ["lock-a", "lock-b", "lock-c"];
+/// `lock-a` and `lock-b1` share a bucket of the lease map (FNV-1a modulo 4096), so that the
+/// grant of one settles the other's ended record out of the bucket while a grant of it may be
+/// stopped between taking its token and publishing it (`ring/map.rs`, the token floor).
+pub const LOCKS: [&str; 3] = ["lock-a", "lock-b1", "lock-c"];
 /// A semaphore of [`PERMITS`] permits, and a lock taken shared or exclusive.
 pub const SEMAPHORE: &str = "sem-a";
 pub const PERMITS: u32 = 2;
