@@ -371,6 +371,12 @@ typedef struct fencelock_metrics {
    * The store file's size in bytes.
    */
   uint64_t file_bytes;
+  /**
+   * Lease ends left out of the history: while it could not be written to the store file, the
+   * shared memory kept at most 2,048 pending ends and dropped later ones rather than refuse
+   * grants.
+   */
+  uint64_t history_dropped;
 } fencelock_metrics;
 
 /**

@@ -79,6 +79,10 @@ type Metrics struct {
 	// (0 without a shared ring, as for ScopeProcess).
 	QueuedWaiters uint64
 	FileBytes     uint64 // the store file's size
+	// HistoryDropped counts lease ends left out of the history: while it could not be written
+	// to the store file, the shared memory kept at most 2,048 pending ends and dropped later
+	// ones rather than refuse grants.
+	HistoryDropped uint64
 }
 
 // LeasesLost is the leases that ended other than by a release: expired, taken over, or whose
@@ -124,6 +128,7 @@ func (s *Store) Metrics() (Metrics, error) {
 		LivePermits:      uint64(m.live_permits),
 		QueuedWaiters:    uint64(m.queued_waiters),
 		FileBytes:        uint64(m.file_bytes),
+		HistoryDropped:   uint64(m.history_dropped),
 	}
 	for i := range out.WaitBuckets {
 		out.WaitBuckets[i] = uint64(m.wait_buckets[i])

@@ -86,6 +86,11 @@ pub struct fencelock_metrics {
     pub queued_waiters: u64,
     /// The store file's size in bytes.
     pub file_bytes: u64,
+    // The third version's field.
+    /// Lease ends left out of the history: while it could not be written to the store file, the
+    /// shared memory kept at most 2,048 pending ends and dropped later ones rather than refuse
+    /// grants.
+    pub history_dropped: u64,
 }
 
 impl From<&Metrics> for fencelock_metrics {
@@ -118,6 +123,7 @@ impl From<&Metrics> for fencelock_metrics {
             live_permits: m.live_permits,
             queued_waiters: m.queued_waiters,
             file_bytes: m.file_bytes,
+            history_dropped: m.history_dropped,
         }
     }
 }
@@ -125,8 +131,10 @@ impl From<&Metrics> for fencelock_metrics {
 /// The size of the first `fencelock_metrics`: what every caller has room for.
 const METRICS_V1_SIZE: usize = 208;
 const _: () = assert!(std::mem::offset_of!(fencelock_metrics, live_exclusive) == METRICS_V1_SIZE);
-/// The second, with the gauges.
-const _: () = assert!(std::mem::size_of::<fencelock_metrics>() == METRICS_V1_SIZE + 5 * 8);
+/// The second, with the gauges, and the third, with the dropped history.
+const _: () =
+    assert!(std::mem::offset_of!(fencelock_metrics, history_dropped) == METRICS_V1_SIZE + 5 * 8);
+const _: () = assert!(std::mem::size_of::<fencelock_metrics>() == METRICS_V1_SIZE + 6 * 8);
 
 fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -198,6 +206,7 @@ pub unsafe extern "C" fn fencelock_store_metrics(
                     live_permits,
                     queued_waiters,
                     file_bytes,
+                    history_dropped,
                 }
             );
             // The fields the caller's struct has room for; a larger one (of a newer header)

@@ -31,6 +31,17 @@ pub fn history(store: &Store, name: &str, json: bool) -> Result<(), Failure> {
             ),
         ));
     }
+    // Ends the store could not keep (its history could not be written for a while): said on
+    // standard error, so that the listing stays as scripts parse it.
+    if let Ok(metrics) = store.metrics() {
+        if metrics.history_dropped > 0 {
+            output::say(format!(
+                "{} lease ends of this store were left out of its history while it could not \
+                 be written to the store file (metrics: history_dropped)",
+                metrics.history_dropped
+            ));
+        }
+    }
     if json {
         return print_json(&Value::Array(entries.iter().map(entry_json).collect()));
     }

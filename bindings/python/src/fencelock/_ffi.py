@@ -180,6 +180,7 @@ class fencelock_metrics(Structure):
         ("live_permits", c_uint64),
         ("queued_waiters", c_uint64),
         ("file_bytes", c_uint64),
+        ("history_dropped", c_uint64),
     ]
 
 

@@ -479,6 +479,7 @@ class Store(Handle):
             live_permits=out.live_permits,
             queued_waiters=out.queued_waiters,
             file_bytes=out.file_bytes,
+            history_dropped=out.history_dropped,
         )
 
     def metrics_prometheus(self) -> str:

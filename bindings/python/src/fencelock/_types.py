@@ -102,6 +102,10 @@ class Metrics:
     ring, as for ``Scope.PROCESS``)."""
     file_bytes: int
     """The store file's size in bytes."""
+    history_dropped: int
+    """Lease ends left out of the history: while it could not be written to the store file,
+    the shared memory kept at most 2,048 pending ends and dropped later ones rather than
+    refuse grants."""
 
     @property
     def leases_lost(self) -> int:
