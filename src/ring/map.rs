@@ -40,8 +40,9 @@
 //! Each bucket has a *token floor* beside its word: the highest token of any record ever
 //! published in the bucket in this map's life. A record that leaves the bucket (its grants
 //! ended, its history flushed) leaves its tokens in the floor, which is how a grant that read
-//! the bucket knows them: it publishes only a token above the floor it read after its copy of
-//! the bucket (`share/leases.rs`, `Floor`). Why that is enough: a writer raises the floor
+//! the bucket knows them: it publishes only a token at or above the floor it read after its
+//! copy of the bucket (equal only where the floor is its own failed attempt's; `Floor` in
+//! `share/leases.rs`). Why that is enough: a writer raises the floor
 //! *before* its swap, so a reader whose copy saw the swap (Acquire on the word) sees the floor
 //! raised; a swap its copy did not see makes its own swap fail. So a lock's tokens only grow,
 //! even for a grant stopped between taking its token and publishing it while the lock was

@@ -135,9 +135,9 @@ pub(crate) enum Change {
 }
 
 /// The one rule that keeps a lock's tokens growing in the lease map: a grant publishes a
-/// token only above the floor of its bucket as it read it after its copy of the bucket (see
-/// `ring/map.rs`: the floor holds every token published in the bucket, also of records that
-/// left it). A lock's record alone is not enough: it leaves the bucket once its grants ended,
+/// token only at or above the floor of its bucket as it read it after its copy of the bucket
+/// (see `ring/map.rs`: the floor is at least every token published in the bucket, also of
+/// records that left it). A lock's record alone is not enough: it leaves the bucket once its grants ended,
 /// and a grant that took its token before another grant of the lock (and was stopped between
 /// the two) would otherwise be published below it. A token taken from the counter after the
 /// floor was read is always above it.
@@ -145,9 +145,11 @@ pub(crate) enum Change {
 pub(crate) struct Floor(u64);
 
 impl Floor {
-    /// Whether a grant may publish `token` over the copy this floor was read with.
+    /// Whether a grant may publish `token`, which it took, over the copy this floor was read
+    /// with. Equal passes: a token is taken once, so the floor reaches it only by its taker's
+    /// own raise before a swap that failed, which published nothing.
     pub(crate) fn admits(self, token: u64) -> bool {
-        token > self.0
+        token >= self.0
     }
 }
 
