@@ -35,6 +35,7 @@ use crate::rules::kind::Kind;
 use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::{Group, Record};
+use crate::rules::tokens::Durable;
 use crate::share::leases::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
 use crate::share::member::RingMember;
 
@@ -76,14 +77,12 @@ impl LocalEngine {
             return Ok(());
         }
         let counts = self.counts()?;
-        // Sealed by the last user of the shared memory before: no token above the counter
-        // was handed out. Otherwise any token up to the reservation may have been.
-        let sealed = counts.sealed != 0 && counts.sealed == counts.reserved;
-        let base = if sealed {
-            counts.last_token
-        } else {
-            counts.last_token.max(counts.reserved)
-        };
+        let base = Durable {
+            counter: counts.last_token,
+            reserved: counts.reserved,
+            sealed: counts.sealed,
+        }
+        .map_base();
         header.last_token.fetch_max(base, Ordering::AcqRel);
         header.reserved.fetch_max(base, Ordering::AcqRel);
         let now = clock::now_ns();

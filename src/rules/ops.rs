@@ -24,7 +24,7 @@ use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
 use crate::rules::tokens::admit;
-use crate::rules::tokens::{read_counter, reservation, reserved, sealed};
+use crate::rules::tokens::{read_counter, reservation, Durable};
 
 /// One write operation of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -626,15 +626,13 @@ impl Op {
             Op::RecordEnds { ends, seal } => {
                 let mut plan = Plan::new(Done::Recorded);
                 if let Some((last, seen)) = seal {
-                    // Sealed only as the reservation it saw: a reservation made since (by a
-                    // process that may have handed out tokens above `last`) leaves it open.
-                    let meta = tables.meta()?;
-                    if reserved(meta)? == *seen {
-                        let counter = read_counter(meta)?;
-                        if *last > counter {
-                            plan.writes.push(Write::Counter(*last));
-                        }
-                        plan.writes.push(Write::Seal(*seen));
+                    let before = Durable::read(tables.meta()?)?;
+                    let after = before.seal(*last, *seen);
+                    if after.counter != before.counter {
+                        plan.writes.push(Write::Counter(after.counter));
+                    }
+                    if after.sealed != before.sealed {
+                        plan.writes.push(Write::Seal(after.sealed));
                     }
                 }
                 // Durable, although a record of what happened rather than a write anyone was
@@ -649,20 +647,17 @@ impl Op {
                 Ok(plan)
             }
             Op::Reserve { at_least } => {
-                let meta = tables.meta()?;
-                let reserved = reserved(meta)?;
-                let bound = reserved.max(*at_least);
-                let mut plan = Plan::new(Done::Reserved { bound });
-                if bound > reserved {
-                    plan.writes.push(Write::Reserve(bound));
+                let before = Durable::read(tables.meta()?)?;
+                let after = before.reserve(*at_least);
+                let mut plan = Plan::new(Done::Reserved {
+                    bound: after.reserved,
+                });
+                if after.reserved != before.reserved {
+                    plan.writes.push(Write::Reserve(after.reserved));
                 }
-                // A map reserves before it hands out its first token (`local/leases.rs`), and
-                // from then on the seal's promise (no token above the counter was handed out)
-                // is false: it goes in the same commit, durably, whether or not the bound
-                // moved. Left in place, a crash of this map would leave the seal standing, and
-                // the next map would hand out this map's tokens again.
-                if sealed(meta)? != 0 {
-                    plan.writes.push(Write::Seal(0));
+                // Breaks a seal (`Durable::reserve`).
+                if after.sealed != before.sealed {
+                    plan.writes.push(Write::Seal(after.sealed));
                 }
                 Ok(plan)
             }
