@@ -17,7 +17,7 @@ use crate::rng::Rng;
 use crate::worker::{self, KEYS, TTL_MS};
 
 const USAGE: &str = "usage: torture [--processes N] [--threads N] [--duration 60s] [--seed N] \
-                     [--dir PATH] [--keep] [--racing-create] [--no-shim] [--server]";
+                     [--dir PATH] [--keep] [--racing-create] [--no-shim] [--server] [--storm]";
 /// Controller tick; fault probabilities below are per tick.
 const TICK: Duration = Duration::from_millis(20);
 const PAUSE_PERCENT_PER_TICK: u64 = 4;
@@ -68,6 +68,9 @@ struct Config {
     shim: bool,
     /// Run a server of the store (`fencelock serve`), killed, paused and replaced.
     server: bool,
+    /// The workers only grant two names of one bucket of the lease map, back to back, with
+    /// leases of a few milliseconds (`worker::Thread::storm`).
+    storm: bool,
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -95,6 +98,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         racing_create: false,
         shim: true,
         server: false,
+        storm: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -125,6 +129,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--racing-create" => config.racing_create = true,
             "--no-shim" => config.shim = false,
             "--server" => config.server = true,
+            "--storm" => config.storm = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
@@ -325,6 +330,7 @@ impl Run<'_> {
             deadline: self.deadline,
             seed: self.rng.next_u64(),
             busy_timeout_ms: self.rng.range(WORKER_BUSY_MS.0, WORKER_BUSY_MS.1),
+            storm: self.config.storm,
         };
         let mut command = self.command("worker", index, args.to_argv());
         let shimmed = self.shim.is_some() && self.rng.chance(SHIM_WORKER_PERCENT);

@@ -40,6 +40,8 @@ pub struct Args {
     pub seed: u64,
     /// `Options::busy_timeout` of the open and of every write without a timeout of its own.
     pub busy_timeout_ms: u64,
+    /// The storm workload (`Thread::storm`) rather than the mixed one.
+    pub storm: bool,
 }
 
 impl Args {
@@ -53,12 +55,13 @@ impl Args {
             self.deadline.to_string(),
             self.seed.to_string(),
             self.busy_timeout_ms.to_string(),
+            if self.storm { "storm" } else { "mixed" }.into(),
         ]
     }
 
     fn parse(argv: &[String]) -> Option<Args> {
         match argv {
-            [store, log, index, threads, deadline, seed, busy_timeout_ms] => Some(Args {
+            [store, log, index, threads, deadline, seed, busy_timeout_ms, workload] => Some(Args {
                 store: store.clone(),
                 log: log.clone(),
                 index: index.parse().ok()?,
@@ -66,6 +69,11 @@ impl Args {
                 deadline: deadline.parse().ok()?,
                 seed: seed.parse().ok()?,
                 busy_timeout_ms: busy_timeout_ms.parse().ok()?,
+                storm: match workload.as_str() {
+                    "storm" => true,
+                    "mixed" => false,
+                    _ => return None,
+                },
             }),
             _ => None,
         }
@@ -132,7 +140,10 @@ pub fn outcome<T>(result: &fencelock::Result<T>, ok: impl FnOnce(&T) -> Outcome)
 
 pub fn main(argv: &[String]) -> ExitCode {
     let Some(args) = Args::parse(argv) else {
-        eprintln!("usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED BUSY_TIMEOUT_MS");
+        eprintln!(
+            "usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED BUSY_TIMEOUT_MS \
+             mixed|storm"
+        );
         return ExitCode::from(2);
     };
     let log = Arc::new(Log::create(&args.log));
@@ -169,8 +180,14 @@ pub fn main(argv: &[String]) -> ExitCode {
                 seen: Vec::new(),
                 writes: 0,
             };
-            let deadline = args.deadline;
-            thread::spawn(move || worker.run(deadline))
+            let (deadline, storm) = (args.deadline, args.storm);
+            thread::spawn(move || {
+                if storm {
+                    worker.storm(deadline);
+                } else {
+                    worker.run(deadline);
+                }
+            })
         })
         .collect();
     let mut failed = false;
@@ -207,6 +224,53 @@ impl Thread {
             }
         }
         self.release();
+    }
+
+    /// The storm: try-once grants of the two names of the workload that share a bucket of the
+    /// lease map, back to back, with leases of 1-10 ms, each released, or left to expire, or
+    /// (a quarter of them) written with first: a stop between a grant's taking of its token
+    /// and its publishing is likely, and while it lasts the other name's grants settle this
+    /// one's ended records out of the bucket (the hostile round's second fencing break).
+    fn storm(&mut self, deadline: u64) {
+        const PAIR: [&str; 2] = [LOCKS[0], LOCKS[1]];
+        // Leases left to expire, released (and so logged) once their TTL passed.
+        let mut expiring: Vec<(Holder, u64)> = Vec::new();
+        while boottime_ns() < deadline {
+            let now = boottime_ns();
+            while let Some(i) = expiring.iter().position(|(_, at)| *at < now) {
+                self.held = Some(expiring.swap_remove(i).0);
+                self.release();
+            }
+            let lock = *self.rng.pick(&PAIR);
+            let ttl = self.rng.range(1, 10);
+            let op = self.log.begin(self.thread, Kind::Acquire, |op| {
+                op.lock = Some(lock.into());
+                op.ttl_ms = ttl;
+            });
+            let result = self.store.acquire(lock, Duration::from_millis(ttl));
+            self.granted(&op, result);
+            match self.rng.range(0, 3) {
+                0 => self.release(),
+                1 => {
+                    let key = *self.rng.pick(&KEYS);
+                    let token = self.held.as_ref().map_or(0, Holder::token);
+                    if token != 0 {
+                        self.put(key, token);
+                    }
+                    self.release();
+                }
+                // Left to expire.
+                _ => {
+                    if let Some(holder) = self.held.take() {
+                        expiring.push((holder, boottime_ns() + ttl * 1_000_000));
+                    }
+                }
+            }
+        }
+        for (holder, _) in expiring {
+            self.held = Some(holder);
+            self.release();
+        }
     }
 
     /// A value no other write of the run carries, so a value read names its write.
@@ -418,10 +482,15 @@ impl Thread {
         match &result {
             // When the store granted it, at the latest: its expiry less its TTL, with the
             // clock read before the time left (so never after the store's moment of grant).
+            // Unknown (0) once the lease ran out: the time left is then 0, not negative.
             Ok(holder) => {
                 let now = boottime_ns();
-                let expires = now + holder.remaining().as_nanos() as u64;
-                let granted = expires.saturating_sub(op.ttl_ms * 1_000_000);
+                let left = holder.remaining().as_nanos() as u64;
+                let granted = if left == 0 {
+                    0
+                } else {
+                    (now + left).saturating_sub(op.ttl_ms * 1_000_000)
+                };
                 self.log.end_granted(op, holder.token(), granted);
             }
             Err(_) => self.log.end(op, &logged),
