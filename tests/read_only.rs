@@ -380,3 +380,33 @@ fn a_file_planted_in_dev_shm_by_another_user_never_keeps_a_closed_store_from_ope
     let store = opened.unwrap();
     drop(store.acquire("job", Duration::from_secs(1)).unwrap());
 }
+
+#[test]
+fn a_symbolic_link_planted_at_the_rings_name_is_refused_naming_it_and_its_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = Store::open(&path).unwrap();
+    let ring = common::ring_of(&path);
+    drop(store);
+    assert!(
+        std::fs::symlink_metadata(&ring).is_err(),
+        "the last user removes the ring"
+    );
+    // Planted while the store is closed, by a user who knows the ring's name (one who may
+    // read the store); as root, another user's link.
+    std::os::unix::fs::symlink("/dev/shm/fencelock-elsewhere", &ring).unwrap();
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        std::os::unix::fs::lchown(&ring, Some(65534), Some(65534)).unwrap();
+    }
+    let owner = std::fs::symlink_metadata(&ring).unwrap().uid();
+    let opened = Store::open(&path);
+    std::fs::remove_file(&ring).unwrap();
+    let message = opened.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(
+        message.contains(&ring.display().to_string()) && message.contains(&format!("user {owner}")),
+        "{message}"
+    );
+    drop(Store::open(&path).unwrap());
+}

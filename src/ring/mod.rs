@@ -331,6 +331,37 @@ fn refused(why: &str) -> io::Error {
     io::Error::other(why.to_owned())
 }
 
+/// The refusal of a ring file at `path` (metadata `found`) that another user than the store's
+/// owner put there: it is never used, and stays until its owner or root removes it.
+fn planted(path: &Path, found: &std::fs::Metadata, store: &std::fs::Metadata) -> io::Error {
+    let what = if found.file_type().is_symlink() {
+        format!("is a symbolic link of user {}", found.uid())
+    } else {
+        format!(
+            "belongs to user {}, not to the store's owner {}",
+            found.uid(),
+            store.uid()
+        )
+    };
+    refused(&format!(
+        "{} {what}: another user put it there while the store was closed, and it is never \
+         used; remove it as root",
+        path.display()
+    ))
+}
+
+/// Why the ring file at `path` could not be opened (`err`): a symbolic link (refused with
+/// `ELOOP`, or `EACCES` where the kernel protects symbolic links in sticky directories) or a
+/// file of another user than the store's owner are named with their owner.
+fn not_opened(path: &Path, store: &std::fs::Metadata, err: io::Error) -> io::Error {
+    match std::fs::symlink_metadata(path) {
+        Ok(found) if found.file_type().is_symlink() || found.uid() != store.uid() => {
+            planted(path, &found, store)
+        }
+        _ => io::Error::new(err.kind(), format!("{}: {err}", path.display())),
+    }
+}
+
 impl Ring {
     /// Opens (creating it if needed) the ring of the store file with metadata `store`, in
     /// `dir` (`/dev/shm`). Refused when the ring belongs to another user than the store, or
@@ -381,17 +412,12 @@ impl Ring {
             .truncate(false)
             .mode(mode)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
+            .open(path)
+            .map_err(|err| not_opened(path, store, err))?;
         let meta = file.metadata()?;
         if meta.uid() != store.uid() {
             // Anyone may create files in /dev/shm, and only its owner or root may remove one.
-            return Err(refused(&format!(
-                "{} belongs to user {}, not to the store's owner {} (it was created by \
-                 another user while the store was closed: remove it as root)",
-                path.display(),
-                meta.uid(),
-                store.uid()
-            )));
+            return Err(planted(path, &meta, store));
         }
         // The group's permissions are for the store's group: a new ring has the owner's.
         let mut mode = mode;
