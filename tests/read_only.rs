@@ -158,6 +158,12 @@ fn a_read_only_open_needs_no_write_permission() {
 /// Runs this test binary's `test` as the user nobody when this one is root (for whom file
 /// modes do not hold), with `env` set.
 fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Output {
+    as_nobody(test, env).output().unwrap()
+}
+
+/// This test binary's `test`, with `env` set, to run as the user nobody (group nogroup, no
+/// other groups) when this one is root.
+fn as_nobody(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap());
     child.args(["--exact", test, "--nocapture"]);
@@ -179,7 +185,7 @@ fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Outp
             });
         }
     }
-    child.output().unwrap()
+    child
 }
 
 fn assert_success(out: &std::process::Output) {
@@ -409,4 +415,120 @@ fn a_symbolic_link_planted_at_the_rings_name_is_refused_naming_it_and_its_owner(
         "{message}"
     );
     drop(Store::open(&path).unwrap());
+}
+
+/// The child's half of the next test: a user of the store's group, which may write it, opens
+/// it while nobody has it open, and holds the lock `job` until its stdin closes.
+#[test]
+fn first_writer_of_the_stores_group_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_FIRST_GROUP_WRITER") else {
+        return;
+    };
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"from the group").unwrap();
+    println!("@@ held");
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new()).unwrap();
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_writer_of_the_stores_group_sets_up_the_shared_memory_of_a_closed_store() {
+    use std::io::BufRead;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::process::Stdio;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to give the store to a group the child is in");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    // The store's group (nogroup, the child's) may write it; its owner (root) has it closed.
+    std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let mut child = as_nobody(
+        "first_writer_of_the_stores_group_child",
+        &[("FENCELOCK_TEST_FIRST_GROUP_WRITER", &path)],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Read to its end, so that the child can write to it to the end.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let held = stdout
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("@@ held"));
+    if !held {
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the group's writer could not open the store: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The ring is the group's writer's, with the store's group and mode.
+    let ring = std::fs::metadata(common::ring_of(&path)).unwrap();
+    assert_eq!(
+        (ring.uid(), ring.gid(), ring.mode() & 0o777),
+        (65534, 65534, 0o660)
+    );
+    // The store's owner uses the same shared memory: it finds the lock held.
+    let store = Store::open(&path).unwrap();
+    let taken = store.acquire("job", Duration::from_secs(60));
+    assert!(matches!(taken, Err(Error::Locked { .. })), "{taken:?}");
+    drop(child.stdin.take());
+    let rest: Vec<String> = stdout.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{rest:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"from the group");
+}
+
+/// The child's half of the next test: the store's owner, while root, which is not, has it
+/// open and holds the lock `job`.
+#[test]
+fn owner_beside_root_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_OWNER_BESIDE_ROOT") else {
+        return;
+    };
+    let store = Store::open(&path).unwrap();
+    let taken = store.acquire("job", Duration::from_secs(60));
+    assert!(matches!(taken, Err(Error::Locked { .. })), "{taken:?}");
+}
+
+#[test]
+fn root_sets_up_the_shared_memory_of_a_closed_store_it_does_not_own() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // Root gave the ring to the store's owner and group, with the store's mode.
+    let ring = std::fs::metadata(common::ring_of(&path)).unwrap();
+    assert_eq!(
+        (ring.uid(), ring.gid(), ring.mode() & 0o777),
+        (65534, 65534, 0o600)
+    );
+    assert_success(&as_reader(
+        "owner_beside_root_child",
+        &[("FENCELOCK_TEST_OWNER_BESIDE_ROOT", &path)],
+    ));
+    holder.release().unwrap();
 }
