@@ -532,3 +532,58 @@ fn root_sets_up_the_shared_memory_of_a_closed_store_it_does_not_own() {
     ));
     holder.release().unwrap();
 }
+
+/// The bytes of the store file that fencelock locks (`storage/liveness.rs`): the byte that
+/// serializes opens, and the bytes through which processes claim the lease map they use.
+const OPEN_BYTE: u64 = 1 << 61;
+const MAP_CLAIMS: (u64, u64) = (OPEN_BYTE + (1 << 40), OPEN_BYTE + (1 << 41));
+
+/// The store file at `path` opened for reading only, as a user who may only read it opens it,
+/// holding a read lock on every byte from `start` to `end` that no other open file holds a
+/// write lock on: as much of the range as such a user can lock.
+fn read_locked(path: &std::path::Path, start: u64, end: u64) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let mut from = start;
+    while from < end {
+        // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
+        let held = unsafe {
+            let mut lock: libc::flock = std::mem::zeroed();
+            lock.l_type = libc::F_RDLCK as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_start = i64::try_from(from).unwrap();
+            lock.l_len = i64::try_from(end - from).unwrap();
+            assert_eq!(
+                libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock),
+                0
+            );
+            lock
+        };
+        if i32::from(held.l_type) == libc::F_UNLCK {
+            common::read_lock_bytes(&file, from, end - from);
+            break;
+        }
+        let (held_start, held_end) = (held.l_start as u64, (held.l_start + held.l_len) as u64);
+        if held_start > from {
+            common::read_lock_bytes(&file, from, held_start - from);
+        }
+        from = held_end;
+    }
+    file
+}
+
+#[test]
+fn a_readers_lock_on_a_byte_of_the_map_claims_refuses_no_writable_open() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let _reader = read_locked(&path, MAP_CLAIMS.0 + 12_345, MAP_CLAIMS.0 + 12_346);
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // A second open claims the same lease map: it sees the lease.
+    let other = Store::open(&path).unwrap();
+    assert!(matches!(
+        other.acquire("job", Duration::from_secs(60)),
+        Err(Error::Locked { .. })
+    ));
+    holder.release().unwrap();
+}

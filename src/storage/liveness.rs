@@ -165,10 +165,17 @@ impl Liveness {
     }
 }
 
-/// The liveness ids whose bytes name the lease maps in use (`ring/map.rs`): each process
-/// that uses a map holds a read lock on the byte of its map's id, `TABLE_IDS.0 + (id %
-/// span)`. Below the ids drawn at random, so never a holder's.
+/// The liveness ids whose bytes claim the lease maps in use (`ring/map.rs`), below the ids drawn
+/// at random, so never a holder's. The range is cut into regions of [`CLAIM_REGION`] bytes, one
+/// per map (`TABLE_IDS.0 + (table_id % regions) * CLAIM_REGION`): each process that uses a map
+/// holds a write lock on one byte of its map's region, drawn at random. Write locks, so that
+/// only those who may write the store can make a claim: a read lock in the range, which anyone
+/// who may read the file can take, is nobody's claim, and the test for claims of other maps asks
+/// for a read lock, which only write locks conflict with.
 const TABLE_IDS: (u64, u64) = (1 << 40, 1 << 41);
+/// The bytes of one map's region: room for as many processes as use one store, drawing their
+/// bytes at random.
+const CLAIM_REGION: u64 = 1 << 16;
 
 impl Liveness {
     /// Declares, for as long as the returned file stays open, that this process uses the lease
@@ -178,16 +185,16 @@ impl Liveness {
     /// ([`Liveness::lock_for_open`]), so that two new maps are never declared at once.
     pub(crate) fn claim_map(path: &Path, table_id: u64) -> crate::Result<File> {
         let file = open(path)?;
-        let span = TABLE_IDS.1 - TABLE_IDS.0;
-        let own = TABLE_IDS.0 + table_id % span;
-        for (start, end) in [(TABLE_IDS.0, own), (own + 1, TABLE_IDS.1)] {
+        let regions = (TABLE_IDS.1 - TABLE_IDS.0) / CLAIM_REGION;
+        let own = TABLE_IDS.0 + (table_id % regions) * CLAIM_REGION;
+        for (start, end) in [(TABLE_IDS.0, own), (own + CLAIM_REGION, TABLE_IDS.1)] {
             if start == end {
                 continue;
             }
             let lock = fcntl_range(
                 &file,
                 libc::F_OFD_GETLK,
-                libc::F_WRLCK,
+                libc::F_RDLCK,
                 BASE + start,
                 end - start,
             )?;
@@ -202,8 +209,20 @@ impl Liveness {
                 )));
             }
         }
-        fcntl(&file, libc::F_OFD_SETLK, libc::F_RDLCK, own)?;
-        Ok(file)
+        // A byte another process of this map claimed, or that a reader locked, is passed over.
+        for _ in 0..64 {
+            let byte = own + fresh_id()? % CLAIM_REGION;
+            match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, byte) {
+                Ok(_) => return Ok(file),
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(crate::Error::Storage(format!(
+            "{}: no byte to claim its lease map with could be locked: 64 random bytes of the \
+             map's claims were all held",
+            path.display()
+        )))
     }
 }
 
@@ -211,10 +230,11 @@ impl Liveness {
     /// Whether some process declares that it uses a lease map of this file
     /// ([`Liveness::claim_map`]): the store's leases then live in shared memory, not in the file.
     pub(crate) fn maps_in_use(&self) -> io::Result<bool> {
+        // A claim is a write lock: the test for a read lock sees claims only.
         let lock = fcntl_range(
             &self.probe,
             libc::F_OFD_GETLK,
-            libc::F_WRLCK,
+            libc::F_RDLCK,
             BASE + TABLE_IDS.0,
             TABLE_IDS.1 - TABLE_IDS.0,
         )?;
