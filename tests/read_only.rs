@@ -534,9 +534,11 @@ fn root_sets_up_the_shared_memory_of_a_closed_store_it_does_not_own() {
 }
 
 /// The bytes of the store file that fencelock locks (`storage/liveness.rs`): the byte that
-/// serializes opens, and the bytes through which processes claim the lease map they use.
+/// serializes opens, the bytes through which processes claim the lease map they use, and the
+/// bytes of the liveness ids drawn at random.
 const OPEN_BYTE: u64 = 1 << 61;
 const MAP_CLAIMS: (u64, u64) = (OPEN_BYTE + (1 << 40), OPEN_BYTE + (1 << 41));
+const RANDOM_IDS: (u64, u64) = (OPEN_BYTE + (1 << 48), 1 << 62);
 
 /// The store file at `path` opened for reading only, as a user who may only read it opens it,
 /// holding a read lock on every byte from `start` to `end` that no other open file holds a
@@ -572,6 +574,11 @@ fn read_locked(path: &std::path::Path, start: u64, end: u64) -> std::fs::File {
     file
 }
 
+/// Whether `result` is a refusal that says what refused it: a lock of a user who may only read.
+fn blames_a_reader<T: std::fmt::Debug>(result: &fencelock::Result<T>) -> bool {
+    matches!(result, Err(err) if err.to_string().contains("may only read"))
+}
+
 #[test]
 fn a_readers_lock_on_a_byte_of_the_map_claims_refuses_no_writable_open() {
     let (_dir, path, store) = common::temp_store();
@@ -586,4 +593,47 @@ fn a_readers_lock_on_a_byte_of_the_map_claims_refuses_no_writable_open() {
         Err(Error::Locked { .. })
     ));
     holder.release().unwrap();
+}
+
+#[test]
+fn a_readers_lock_over_the_byte_that_serializes_opens_makes_writable_opens_wait() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let options = Options {
+        busy_timeout: Duration::from_millis(200),
+        ..Options::default()
+    };
+    for (start, len) in [(OPEN_BYTE, 1), (OPEN_BYTE - 1, 2), (OPEN_BYTE, 2)] {
+        let reader = read_locked(&path, start, start + len);
+        let opened = Store::open_with(&path, &options);
+        assert!(
+            matches!(opened, Err(Error::Timeout)),
+            "a read lock on {len} bytes from {start}: {opened:?}"
+        );
+        drop(reader);
+        drop(Store::open_with(&path, &options).unwrap());
+    }
+}
+
+#[test]
+fn a_readers_locks_over_the_map_claims_or_the_liveness_ids_fail_writable_opens_saying_so() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    for (start, end) in [MAP_CLAIMS, RANDOM_IDS] {
+        let reader = read_locked(&path, start, end);
+        let opened = Store::open(&path);
+        assert!(
+            blames_a_reader(&opened),
+            "read locks from {start} to {end}: {opened:?}"
+        );
+        drop(reader);
+        drop(Store::open(&path).unwrap());
+    }
+    // And a grant of a store open already, which draws a liveness id for its lease.
+    let store = Store::open(&path).unwrap();
+    let reader = read_locked(&path, RANDOM_IDS.0, RANDOM_IDS.1);
+    let granted = store.acquire("job", Duration::from_secs(60));
+    assert!(blames_a_reader(&granted), "{granted:?}");
+    drop(reader);
+    drop(store.acquire("job", Duration::from_secs(60)).unwrap());
 }

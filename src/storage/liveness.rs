@@ -123,10 +123,11 @@ impl Liveness {
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
                 Err(err) => return Err(err.into()),
             }
-            // Another open locks exactly this byte; redb's single-process writer locks ranges
-            // that span it.
+            // Another open locks exactly this byte; redb's single-process writer write-locks
+            // ranges that span it. A read lock is a read-only open's, or that of a process
+            // that may only read the file, over whatever range: waited for, as for an open.
             let holder = fcntl(&file, libc::F_OFD_GETLK, kind, 0)?;
-            if i32::from(holder.l_type) != libc::F_UNLCK
+            if i32::from(holder.l_type) == libc::F_WRLCK
                 && (holder.l_start as u64, holder.l_len) != (BASE, 1)
             {
                 return Ok(None);
@@ -148,6 +149,27 @@ impl Liveness {
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Locks a liveness id drawn at random for this store, of the store file at `path`. An id
+    /// whose byte another open file holds is another lease's or store's: another is drawn.
+    pub(crate) fn lock_fresh(&self, path: &Path) -> crate::Result<u64> {
+        let mut reader = None;
+        for _ in 0..64 {
+            let id = fresh_id()?;
+            if self.lock(id)? {
+                return Ok(id);
+            }
+            if read_locked(&self.probe, id)? {
+                reader = Some(id);
+            }
+        }
+        Err(match reader {
+            Some(id) => reader_in_the_way(path, id, "the liveness ids of leases and stores"),
+            None => crate::Error::Storage(
+                "no free liveness id could be drawn: 64 random ids were all held".into(),
+            ),
+        })
     }
 
     /// Ends this store's hold on the liveness lock `id`. Takes effect at once, without an fsync.
@@ -210,6 +232,7 @@ impl Liveness {
             }
         }
         // A byte another process of this map claimed, or that a reader locked, is passed over.
+        let mut reader = None;
         for _ in 0..64 {
             let byte = own + fresh_id()? % CLAIM_REGION;
             match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, byte) {
@@ -217,12 +240,18 @@ impl Liveness {
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
                 Err(err) => return Err(err.into()),
             }
+            if read_locked(&file, byte)? {
+                reader = Some(byte);
+            }
         }
-        Err(crate::Error::Storage(format!(
-            "{}: no byte to claim its lease map with could be locked: 64 random bytes of the \
-             map's claims were all held",
-            path.display()
-        )))
+        Err(match reader {
+            Some(byte) => reader_in_the_way(path, byte, "the claims of the lease maps in use"),
+            None => crate::Error::Storage(format!(
+                "{}: no byte to claim its lease map with could be locked: 64 random bytes of \
+                 the map's claims were all held",
+                path.display()
+            )),
+        })
     }
 }
 
@@ -271,6 +300,29 @@ impl Liveness {
         )?;
         Ok(i32::from(lock.l_type) != libc::F_UNLCK)
     }
+}
+
+/// Whether the byte of liveness id `id` is read-locked by an open file other than `file`: a
+/// process that opened the store file for reading only (anyone who may read it can) holds it,
+/// since fencelock's own locks on the bytes of ids are write locks (but for the byte of id 0,
+/// which read-only opens share). A read lock and a write lock never share a byte, so the lock
+/// the kernel reports for the byte is a read lock only when nobody write-locks it.
+fn read_locked(file: &File, id: u64) -> io::Result<bool> {
+    let lock = fcntl(file, libc::F_OFD_GETLK, libc::F_WRLCK, id)?;
+    Ok(i32::from(lock.l_type) == libc::F_RDLCK)
+}
+
+/// The refusal of a writable open or a grant that a read lock on the byte of liveness id `id`
+/// (one of `bytes`) of the store file at `path` stops: a lock that only a process that may only
+/// read the file takes there (see [`read_locked`]).
+fn reader_in_the_way(path: &Path, id: u64, bytes: &str) -> crate::Error {
+    crate::Error::Storage(format!(
+        "a process that may only read {} holds a read lock on byte {} of it, among the bytes \
+         of {bytes}, where fencelock's own locks are write locks: no writable open or grant \
+         that needs that byte can go on until that process lets go of it",
+        path.display(),
+        BASE + id
+    ))
 }
 
 fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, id: u64) -> io::Result<libc::flock> {
