@@ -637,3 +637,21 @@ fn a_readers_locks_over_the_map_claims_or_the_liveness_ids_fail_writable_opens_s
     drop(reader);
     drop(store.acquire("job", Duration::from_secs(60)).unwrap());
 }
+
+#[test]
+fn the_readme_tells_readers_that_they_cannot_read_a_served_store() {
+    // What a reader of a served store is told (`a_reader_who_may_not_write_a_served_store_is_
+    // told_so`) is what the README promises readers.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap()
+        .replace('\n', " ");
+    let readers = readme
+        .split("- **Readers**")
+        .nth(1)
+        .and_then(|rest| rest.split("- **").next())
+        .unwrap();
+    assert!(
+        readers.contains("served by `fencelock serve`"),
+        "the README's promise to readers: {readers}"
+    );
+}
