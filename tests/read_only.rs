@@ -158,6 +158,12 @@ fn a_read_only_open_needs_no_write_permission() {
 /// Runs this test binary's `test` as the user nobody when this one is root (for whom file
 /// modes do not hold), with `env` set.
 fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Output {
+    as_nobody(test, env).output().unwrap()
+}
+
+/// This test binary's `test`, with `env` set, to run as the user nobody (group nogroup, no
+/// other groups) when this one is root.
+fn as_nobody(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap());
     child.args(["--exact", test, "--nocapture"]);
@@ -179,7 +185,7 @@ fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Outp
             });
         }
     }
-    child.output().unwrap()
+    child
 }
 
 fn assert_success(out: &std::process::Output) {
@@ -379,4 +385,273 @@ fn a_file_planted_in_dev_shm_by_another_user_never_keeps_a_closed_store_from_ope
     }
     let store = opened.unwrap();
     drop(store.acquire("job", Duration::from_secs(1)).unwrap());
+}
+
+#[test]
+fn a_symbolic_link_planted_at_the_rings_name_is_refused_naming_it_and_its_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = Store::open(&path).unwrap();
+    let ring = common::ring_of(&path);
+    drop(store);
+    assert!(
+        std::fs::symlink_metadata(&ring).is_err(),
+        "the last user removes the ring"
+    );
+    // Planted while the store is closed, by a user who knows the ring's name (one who may
+    // read the store); as root, another user's link.
+    std::os::unix::fs::symlink("/dev/shm/fencelock-elsewhere", &ring).unwrap();
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        std::os::unix::fs::lchown(&ring, Some(65534), Some(65534)).unwrap();
+    }
+    let owner = std::fs::symlink_metadata(&ring).unwrap().uid();
+    let opened = Store::open(&path);
+    std::fs::remove_file(&ring).unwrap();
+    let message = opened.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(
+        message.contains(&ring.display().to_string()) && message.contains(&format!("user {owner}")),
+        "{message}"
+    );
+    drop(Store::open(&path).unwrap());
+}
+
+/// The child's half of the next test: a user of the store's group, which may write it, opens
+/// it while nobody has it open, and holds the lock `job` until its stdin closes.
+#[test]
+fn first_writer_of_the_stores_group_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_FIRST_GROUP_WRITER") else {
+        return;
+    };
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"from the group").unwrap();
+    println!("@@ held");
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new()).unwrap();
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_writer_of_the_stores_group_sets_up_the_shared_memory_of_a_closed_store() {
+    use std::io::BufRead;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::process::Stdio;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to give the store to a group the child is in");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    // The store's group (nogroup, the child's) may write it; its owner (root) has it closed.
+    std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let mut child = as_nobody(
+        "first_writer_of_the_stores_group_child",
+        &[("FENCELOCK_TEST_FIRST_GROUP_WRITER", &path)],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Read to its end, so that the child can write to it to the end.
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let held = stdout
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("@@ held"));
+    if !held {
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the group's writer could not open the store: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The ring is the group's writer's, with the store's group and mode.
+    let ring = std::fs::metadata(common::ring_of(&path)).unwrap();
+    assert_eq!(
+        (ring.uid(), ring.gid(), ring.mode() & 0o777),
+        (65534, 65534, 0o660)
+    );
+    // The store's owner uses the same shared memory: it finds the lock held.
+    let store = Store::open(&path).unwrap();
+    let taken = store.acquire("job", Duration::from_secs(60));
+    assert!(matches!(taken, Err(Error::Locked { .. })), "{taken:?}");
+    drop(child.stdin.take());
+    let rest: Vec<String> = stdout.map_while(Result::ok).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{rest:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"from the group");
+}
+
+/// The child's half of the next test: the store's owner, while root, which is not, has it
+/// open and holds the lock `job`.
+#[test]
+fn owner_beside_root_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_OWNER_BESIDE_ROOT") else {
+        return;
+    };
+    let store = Store::open(&path).unwrap();
+    let taken = store.acquire("job", Duration::from_secs(60));
+    assert!(matches!(taken, Err(Error::Locked { .. })), "{taken:?}");
+}
+
+#[test]
+fn root_sets_up_the_shared_memory_of_a_closed_store_it_does_not_own() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // Root gave the ring to the store's owner and group, with the store's mode.
+    let ring = std::fs::metadata(common::ring_of(&path)).unwrap();
+    assert_eq!(
+        (ring.uid(), ring.gid(), ring.mode() & 0o777),
+        (65534, 65534, 0o600)
+    );
+    assert_success(&as_reader(
+        "owner_beside_root_child",
+        &[("FENCELOCK_TEST_OWNER_BESIDE_ROOT", &path)],
+    ));
+    holder.release().unwrap();
+}
+
+/// The bytes of the store file that fencelock locks (`storage/liveness.rs`): the byte that
+/// serializes opens, the bytes through which processes claim the lease map they use, and the
+/// bytes of the liveness ids drawn at random.
+const OPEN_BYTE: u64 = 1 << 61;
+const MAP_CLAIMS: (u64, u64) = (OPEN_BYTE + (1 << 40), OPEN_BYTE + (1 << 41));
+const RANDOM_IDS: (u64, u64) = (OPEN_BYTE + (1 << 48), 1 << 62);
+
+/// The store file at `path` opened for reading only, as a user who may only read it opens it,
+/// holding a read lock on every byte from `start` to `end` that no other open file holds a
+/// write lock on: as much of the range as such a user can lock.
+fn read_locked(path: &std::path::Path, start: u64, end: u64) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let mut from = start;
+    while from < end {
+        // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
+        let held = unsafe {
+            let mut lock: libc::flock = std::mem::zeroed();
+            lock.l_type = libc::F_RDLCK as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_start = i64::try_from(from).unwrap();
+            lock.l_len = i64::try_from(end - from).unwrap();
+            assert_eq!(
+                libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock),
+                0
+            );
+            lock
+        };
+        if i32::from(held.l_type) == libc::F_UNLCK {
+            common::read_lock_bytes(&file, from, end - from);
+            break;
+        }
+        let (held_start, held_end) = (held.l_start as u64, (held.l_start + held.l_len) as u64);
+        if held_start > from {
+            common::read_lock_bytes(&file, from, held_start - from);
+        }
+        from = held_end;
+    }
+    file
+}
+
+/// Whether `result` is a refusal that says what refused it: a lock of a user who may only read.
+fn blames_a_reader<T: std::fmt::Debug>(result: &fencelock::Result<T>) -> bool {
+    matches!(result, Err(err) if err.to_string().contains("may only read"))
+}
+
+#[test]
+fn a_readers_lock_on_a_byte_of_the_map_claims_refuses_no_writable_open() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let _reader = read_locked(&path, MAP_CLAIMS.0 + 12_345, MAP_CLAIMS.0 + 12_346);
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    // A second open claims the same lease map: it sees the lease.
+    let other = Store::open(&path).unwrap();
+    assert!(matches!(
+        other.acquire("job", Duration::from_secs(60)),
+        Err(Error::Locked { .. })
+    ));
+    holder.release().unwrap();
+}
+
+#[test]
+fn a_readers_lock_over_the_byte_that_serializes_opens_makes_writable_opens_wait() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    let options = Options {
+        busy_timeout: Duration::from_millis(200),
+        ..Options::default()
+    };
+    for (start, len) in [(OPEN_BYTE, 1), (OPEN_BYTE - 1, 2), (OPEN_BYTE, 2)] {
+        let reader = read_locked(&path, start, start + len);
+        let opened = Store::open_with(&path, &options);
+        assert!(
+            matches!(opened, Err(Error::Timeout)),
+            "a read lock on {len} bytes from {start}: {opened:?}"
+        );
+        drop(reader);
+        drop(Store::open_with(&path, &options).unwrap());
+    }
+}
+
+#[test]
+fn a_readers_locks_over_the_map_claims_or_the_liveness_ids_fail_writable_opens_saying_so() {
+    let (_dir, path, store) = common::temp_store();
+    drop(store);
+    for (start, end) in [MAP_CLAIMS, RANDOM_IDS] {
+        let reader = read_locked(&path, start, end);
+        let opened = Store::open(&path);
+        assert!(
+            blames_a_reader(&opened),
+            "read locks from {start} to {end}: {opened:?}"
+        );
+        drop(reader);
+        drop(Store::open(&path).unwrap());
+    }
+    // And a grant of a store open already, which draws a liveness id for its lease.
+    let store = Store::open(&path).unwrap();
+    let reader = read_locked(&path, RANDOM_IDS.0, RANDOM_IDS.1);
+    let granted = store.acquire("job", Duration::from_secs(60));
+    assert!(blames_a_reader(&granted), "{granted:?}");
+    drop(reader);
+    drop(store.acquire("job", Duration::from_secs(60)).unwrap());
+}
+
+#[test]
+fn the_readme_tells_readers_that_they_cannot_read_a_served_store() {
+    // What a reader of a served store is told (`a_reader_who_may_not_write_a_served_store_is_
+    // told_so`) is what the README promises readers.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap()
+        .replace('\n', " ");
+    let readers = readme
+        .split("- **Readers**")
+        .nth(1)
+        .and_then(|rest| rest.split("- **").next())
+        .unwrap();
+    assert!(
+        readers.contains("served by `fencelock serve`"),
+        "the README's promise to readers: {readers}"
+    );
 }

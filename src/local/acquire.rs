@@ -23,7 +23,6 @@ use crate::rules::leases::{admit_grant, blocker, check_join, own_blocker};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::share::member::Place;
-use crate::storage::liveness::fresh_id;
 
 impl LocalEngine {
     /// Grants `request` (see [`crate::engine::Engine::acquire`]), counted and told to the
@@ -411,22 +410,14 @@ pub(crate) struct Grant<'a> {
 }
 
 impl Grant<'_> {
-    /// Locks a fresh liveness id for this store. An id whose byte another open file holds is
-    /// another lease's: another is drawn.
+    /// Locks a fresh liveness id for this store
+    /// ([`Liveness::lock_fresh`](crate::storage::liveness::Liveness::lock_fresh)).
     pub(crate) fn take(inner: &LocalEngine) -> Result<Grant<'_>> {
-        for _ in 0..64 {
-            let live = fresh_id()?;
-            if inner.live.lock(live)? {
-                return Ok(Grant {
-                    inner,
-                    live,
-                    kept: false,
-                });
-            }
-        }
-        Err(Error::Storage(
-            "no free liveness id could be drawn: 64 random ids were all held".into(),
-        ))
+        Ok(Grant {
+            inner,
+            live: inner.live.lock_fresh(&inner.path)?,
+            kept: false,
+        })
     }
 
     /// The grant committed: the lock stays, for the holder to release.

@@ -331,17 +331,136 @@ fn refused(why: &str) -> io::Error {
     io::Error::other(why.to_owned())
 }
 
+/// Whether a ring file with metadata `ring` was set up by a user who may write the store
+/// (`store`), so that only such users can open or change it: its owner is the store's owner,
+/// root, or (where the store lets its group write) any user, if the ring has the store's group,
+/// which only a member of the group (or root) can give a file in `/dev/shm`; or the store lets
+/// every user write. A user who may only read the store, or not even that, cannot make one.
+fn set_up_by_a_writer(ring: &std::fs::Metadata, store: &std::fs::Metadata) -> bool {
+    ring.uid() == store.uid()
+        || ring.uid() == 0
+        || store.mode() & 0o002 != 0
+        || (ring.gid() == store.gid() && store.mode() & 0o020 != 0)
+}
+
+/// Whether this process may set up the ring of the store `store`: it may write the store, and
+/// the ring it sets up passes [`set_up_by_a_writer`] (it is root, the store's owner, a member
+/// of a group that may write it, or any user of a store that every user may write).
+fn may_set_up(store: &std::fs::Metadata) -> io::Result<bool> {
+    let uid = rustix::process::geteuid().as_raw();
+    if uid == 0 || uid == store.uid() || store.mode() & 0o002 != 0 {
+        return Ok(true);
+    }
+    let group = rustix::process::Gid::from_raw(store.gid());
+    let member =
+        rustix::process::getegid() == group || rustix::process::getgroups()?.contains(&group);
+    Ok(member && store.mode() & 0o020 != 0)
+}
+
+/// Sets up the ring file at `path` for this process, which may write the store `store`: made
+/// without a name, given the store's owner and group (root can; a member of the store's group
+/// gives it the group) and `mode` (the group's bits dropped when it could not be given the
+/// group), then linked at `path`, so that it never has another owner or mode under its name.
+/// `None` when another process linked one there first.
+fn create(path: &Path, store: &std::fs::Metadata, mode: u32) -> io::Result<Option<File>> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let unnamed = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir);
+    let (file, named) = match unnamed {
+        Ok(file) => (file, false),
+        // A file system without unnamed files (EISDIR from kernels that do not know the flag):
+        // made at its name, where it has this process's owner and group for a moment.
+        Err(err) if matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+            {
+                Ok(file) => (file, true),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
+                Err(err) => return Err(err),
+            }
+        }
+        Err(err) => return Err(err),
+    };
+    let mut mode = mode;
+    let group = Some(store.gid());
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::fchown(&file, Some(store.uid()), group)?;
+    } else if file.metadata()?.gid() != store.gid()
+        && std::os::unix::fs::fchown(&file, None, group).is_err()
+    {
+        mode &= !0o070;
+    }
+    // The umask narrowed the mode it was made with.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if named {
+        return Ok(Some(file));
+    }
+    use std::os::fd::AsRawFd;
+    let at = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let cwd = rustix::fs::CWD;
+    match rustix::fs::linkat(cwd, at, cwd, path, rustix::fs::AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => Ok(Some(file)),
+        Err(rustix::io::Errno::EXIST) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The refusal of a ring file at `path` (metadata `found`) that a user who may not write the
+/// store put there: it is never used, and stays until its owner or root removes it.
+fn planted(path: &Path, found: &std::fs::Metadata, store: &std::fs::Metadata) -> io::Error {
+    let what = if found.file_type().is_symlink() {
+        format!("is a symbolic link of user {}", found.uid())
+    } else {
+        format!(
+            "belongs to user {} and group {}, who may not write the store (its owner {}, \
+             group {}, mode {:o})",
+            found.uid(),
+            found.gid(),
+            store.uid(),
+            store.gid(),
+            store.mode() & 0o7777
+        )
+    };
+    refused(&format!(
+        "{} {what}: another user put it there while the store was closed, and it is never \
+         used; remove it as root",
+        path.display()
+    ))
+}
+
+/// Why the ring file at `path` could not be opened (`err`): a symbolic link (refused with
+/// `ELOOP`, or `EACCES` where the kernel protects symbolic links in sticky directories) or a
+/// file that a user who may not write the store put there are named with their owner.
+fn not_opened(path: &Path, store: &std::fs::Metadata, err: io::Error) -> io::Error {
+    match std::fs::symlink_metadata(path) {
+        Ok(found) if found.file_type().is_symlink() || !set_up_by_a_writer(&found, store) => {
+            planted(path, &found, store)
+        }
+        _ => io::Error::new(err.kind(), format!("{}: {err}", path.display())),
+    }
+}
+
 impl Ring {
-    /// Opens (creating it if needed) the ring of the store file with metadata `store`, in
-    /// `dir` (`/dev/shm`). Refused when the ring belongs to another user than the store, or
-    /// lets users open it who cannot write the store: whoever writes the ring has its requests
-    /// committed into the store, and whoever can open it can lock it (`flock`) and read the
-    /// liveness ids of holders and of the server.
+    /// Opens (creating it if needed, when this process may write the store) the ring of the
+    /// store file with metadata `store`, in `dir` (`/dev/shm`). Refused when the ring was set up
+    /// by a user who may not write the store, is a symbolic link, or lets users open it who
+    /// cannot write the store: whoever writes the ring has its requests committed into the
+    /// store, and whoever can open it can lock it (`flock`) and read the liveness ids of holders
+    /// and of the server.
     ///
     /// The ring's name holds the store file's device and inode and, where its file system keeps
     /// extended attributes, the store's `nonce` (`storage::file::ring_nonce`), which only those
     /// who may read the store can learn: so that nobody else can create a file at the name
-    /// before the store's owner does, and keep the store from opening.
+    /// before a writer of the store does, and keep the store from opening.
     pub(crate) fn open(
         dir: &Path,
         store: &std::fs::Metadata,
@@ -372,31 +491,43 @@ impl Ring {
 
     fn open_at(path: &Path, store: &std::fs::Metadata, stamp: Stamp) -> io::Result<Ring> {
         let mode = crate::storage::mode::readable_only_by_writers(store.mode() & 0o666);
-        let owner = rustix::process::geteuid().as_raw() == store.uid();
-        // Only the store's owner creates its ring, so that the ring is the owner's too.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(owner)
-            .truncate(false)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)?;
-        let meta = file.metadata()?;
-        if meta.uid() != store.uid() {
-            // Anyone may create files in /dev/shm, and only its owner or root may remove one.
-            return Err(refused(&format!(
-                "{} belongs to user {}, not to the store's owner {} (it was created by \
-                 another user while the store was closed: remove it as root)",
-                path.display(),
-                meta.uid(),
-                store.uid()
-            )));
+        let mut file = None;
+        // A ring removed by its last user between a failed open and a creation that found it
+        // made is looked for again.
+        for _ in 0..3 {
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+            {
+                Ok(opened) => file = Some(opened),
+                Err(err) if err.kind() == io::ErrorKind::NotFound && may_set_up(store)? => {
+                    file = create(path, store, mode)?;
+                }
+                Err(err) => return Err(not_opened(path, store, err)),
+            }
+            if file.is_some() {
+                break;
+            }
         }
-        // The group's permissions are for the store's group: a new ring has the owner's.
+        let Some(file) = file else {
+            return Err(refused(
+                "the ring was removed again and again while it was set up",
+            ));
+        };
+        let meta = file.metadata()?;
+        if !set_up_by_a_writer(&meta, store) {
+            // Anyone may create files in /dev/shm, and only its owner or root may remove one.
+            return Err(planted(path, &meta, store));
+        }
+        // The group's permissions are for the store's group: a new ring has it, if its maker
+        // could give it.
         let mut mode = mode;
-        // An owner outside the store's group cannot give it the group: the ring is its alone.
-        if owner
+        // The ring's owner may change its group and mode, as no other user but root may. An
+        // owner outside the store's group cannot give it the group: the ring is its alone.
+        let mine = rustix::process::geteuid().as_raw() == meta.uid();
+        if mine
             && meta.gid() != store.gid()
             && mode & 0o070 != 0
             && std::os::unix::fs::fchown(&file, None, Some(store.gid())).is_err()
@@ -404,8 +535,8 @@ impl Ring {
             mode &= !0o070;
         }
         let same_group = file.metadata()?.gid() == store.gid();
-        if owner && meta.mode() & 0o666 != mode {
-            // The umask narrowed the mode of a new ring, or the store's mode changed since.
+        if mine && meta.mode() & 0o666 != mode {
+            // The store's mode changed since the ring was set up.
             file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         } else if meta.mode() & 0o066 & !mode != 0 || (!same_group && meta.mode() & 0o060 != 0) {
             return Err(refused(

@@ -14,7 +14,7 @@ use crate::base::error::{Error, Result};
 use crate::ring::{lock_hash, Ring, Stamp, Taken, Waiter, PAYLOAD};
 use crate::rules::record::Lease;
 use crate::share::wire::{encode_answer, WIRE_VERSION};
-use crate::storage::liveness::{fresh_id, Liveness};
+use crate::storage::liveness::Liveness;
 use std::sync::atomic::Ordering;
 
 /// This process's use of the ring of its store.
@@ -104,19 +104,12 @@ impl RingMember {
             }
             None => None,
         };
-        for _ in 0..64 {
-            let id = fresh_id()?;
-            if live.lock(id)? {
-                return Ok(RingMember {
-                    _claim: claim,
-                    ring,
-                    id,
-                });
-            }
-        }
-        Err(Error::Storage(
-            "no free liveness id could be drawn: 64 random ids were all held".into(),
-        ))
+        let id = live.lock_fresh(path)?;
+        Ok(RingMember {
+            _claim: claim,
+            ring,
+            id,
+        })
     }
 }
 

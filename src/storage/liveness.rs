@@ -123,10 +123,11 @@ impl Liveness {
                 Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
                 Err(err) => return Err(err.into()),
             }
-            // Another open locks exactly this byte; redb's single-process writer locks ranges
-            // that span it.
+            // Another open locks exactly this byte; redb's single-process writer write-locks
+            // ranges that span it. A read lock is a read-only open's, or that of a process
+            // that may only read the file, over whatever range: waited for, as for an open.
             let holder = fcntl(&file, libc::F_OFD_GETLK, kind, 0)?;
-            if i32::from(holder.l_type) != libc::F_UNLCK
+            if i32::from(holder.l_type) == libc::F_WRLCK
                 && (holder.l_start as u64, holder.l_len) != (BASE, 1)
             {
                 return Ok(None);
@@ -150,6 +151,27 @@ impl Liveness {
         }
     }
 
+    /// Locks a liveness id drawn at random for this store, of the store file at `path`. An id
+    /// whose byte another open file holds is another lease's or store's: another is drawn.
+    pub(crate) fn lock_fresh(&self, path: &Path) -> crate::Result<u64> {
+        let mut reader = None;
+        for _ in 0..64 {
+            let id = fresh_id()?;
+            if self.lock(id)? {
+                return Ok(id);
+            }
+            if read_locked(&self.probe, id)? {
+                reader = Some(id);
+            }
+        }
+        Err(match reader {
+            Some(id) => reader_in_the_way(path, id, "the liveness ids of leases and stores"),
+            None => crate::Error::Storage(
+                "no free liveness id could be drawn: 64 random ids were all held".into(),
+            ),
+        })
+    }
+
     /// Ends this store's hold on the liveness lock `id`. Takes effect at once, without an fsync.
     pub(crate) fn unlock(&self, id: u64) -> io::Result<()> {
         fcntl(&self.hold, libc::F_OFD_SETLK, libc::F_UNLCK, id).map(|_| ())
@@ -165,10 +187,17 @@ impl Liveness {
     }
 }
 
-/// The liveness ids whose bytes name the lease maps in use (`ring/map.rs`): each process
-/// that uses a map holds a read lock on the byte of its map's id, `TABLE_IDS.0 + (id %
-/// span)`. Below the ids drawn at random, so never a holder's.
+/// The liveness ids whose bytes claim the lease maps in use (`ring/map.rs`), below the ids drawn
+/// at random, so never a holder's. The range is cut into regions of [`CLAIM_REGION`] bytes, one
+/// per map (`TABLE_IDS.0 + (table_id % regions) * CLAIM_REGION`): each process that uses a map
+/// holds a write lock on one byte of its map's region, drawn at random. Write locks, so that
+/// only those who may write the store can make a claim: a read lock in the range, which anyone
+/// who may read the file can take, is nobody's claim, and the test for claims of other maps asks
+/// for a read lock, which only write locks conflict with.
 const TABLE_IDS: (u64, u64) = (1 << 40, 1 << 41);
+/// The bytes of one map's region: room for as many processes as use one store, drawing their
+/// bytes at random.
+const CLAIM_REGION: u64 = 1 << 16;
 
 impl Liveness {
     /// Declares, for as long as the returned file stays open, that this process uses the lease
@@ -178,16 +207,16 @@ impl Liveness {
     /// ([`Liveness::lock_for_open`]), so that two new maps are never declared at once.
     pub(crate) fn claim_map(path: &Path, table_id: u64) -> crate::Result<File> {
         let file = open(path)?;
-        let span = TABLE_IDS.1 - TABLE_IDS.0;
-        let own = TABLE_IDS.0 + table_id % span;
-        for (start, end) in [(TABLE_IDS.0, own), (own + 1, TABLE_IDS.1)] {
+        let regions = (TABLE_IDS.1 - TABLE_IDS.0) / CLAIM_REGION;
+        let own = TABLE_IDS.0 + (table_id % regions) * CLAIM_REGION;
+        for (start, end) in [(TABLE_IDS.0, own), (own + CLAIM_REGION, TABLE_IDS.1)] {
             if start == end {
                 continue;
             }
             let lock = fcntl_range(
                 &file,
                 libc::F_OFD_GETLK,
-                libc::F_WRLCK,
+                libc::F_RDLCK,
                 BASE + start,
                 end - start,
             )?;
@@ -202,8 +231,27 @@ impl Liveness {
                 )));
             }
         }
-        fcntl(&file, libc::F_OFD_SETLK, libc::F_RDLCK, own)?;
-        Ok(file)
+        // A byte another process of this map claimed, or that a reader locked, is passed over.
+        let mut reader = None;
+        for _ in 0..64 {
+            let byte = own + fresh_id()? % CLAIM_REGION;
+            match fcntl(&file, libc::F_OFD_SETLK, libc::F_WRLCK, byte) {
+                Ok(_) => return Ok(file),
+                Err(err) if matches!(err.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+                Err(err) => return Err(err.into()),
+            }
+            if read_locked(&file, byte)? {
+                reader = Some(byte);
+            }
+        }
+        Err(match reader {
+            Some(byte) => reader_in_the_way(path, byte, "the claims of the lease maps in use"),
+            None => crate::Error::Storage(format!(
+                "{}: no byte to claim its lease map with could be locked: 64 random bytes of \
+                 the map's claims were all held",
+                path.display()
+            )),
+        })
     }
 }
 
@@ -211,10 +259,11 @@ impl Liveness {
     /// Whether some process declares that it uses a lease map of this file
     /// ([`Liveness::claim_map`]): the store's leases then live in shared memory, not in the file.
     pub(crate) fn maps_in_use(&self) -> io::Result<bool> {
+        // A claim is a write lock: the test for a read lock sees claims only.
         let lock = fcntl_range(
             &self.probe,
             libc::F_OFD_GETLK,
-            libc::F_WRLCK,
+            libc::F_RDLCK,
             BASE + TABLE_IDS.0,
             TABLE_IDS.1 - TABLE_IDS.0,
         )?;
@@ -251,6 +300,29 @@ impl Liveness {
         )?;
         Ok(i32::from(lock.l_type) != libc::F_UNLCK)
     }
+}
+
+/// Whether the byte of liveness id `id` is read-locked by an open file other than `file`: a
+/// process that opened the store file for reading only (anyone who may read it can) holds it,
+/// since fencelock's own locks on the bytes of ids are write locks (but for the byte of id 0,
+/// which read-only opens share). A read lock and a write lock never share a byte, so the lock
+/// the kernel reports for the byte is a read lock only when nobody write-locks it.
+fn read_locked(file: &File, id: u64) -> io::Result<bool> {
+    let lock = fcntl(file, libc::F_OFD_GETLK, libc::F_WRLCK, id)?;
+    Ok(i32::from(lock.l_type) == libc::F_RDLCK)
+}
+
+/// The refusal of a writable open or a grant that a read lock on the byte of liveness id `id`
+/// (one of `bytes`) of the store file at `path` stops: a lock that only a process that may only
+/// read the file takes there (see [`read_locked`]).
+fn reader_in_the_way(path: &Path, id: u64, bytes: &str) -> crate::Error {
+    crate::Error::Storage(format!(
+        "a process that may only read {} holds a read lock on byte {} of it, among the bytes \
+         of {bytes}, where fencelock's own locks are write locks: no writable open or grant \
+         that needs that byte can go on until that process lets go of it",
+        path.display(),
+        BASE + id
+    ))
 }
 
 fn fcntl(file: &File, cmd: libc::c_int, kind: libc::c_int, id: u64) -> io::Result<libc::flock> {

@@ -35,10 +35,26 @@ pub fn join_shared_until_refused(store: &Store, name: &str) {
 /// Takes an open-file-description write lock on `len` bytes of `file` from `start`, as another
 /// process's redb or fencelock would; it lasts until `file` is closed.
 pub fn lock_bytes(file: &std::fs::File, start: i64, len: i64) {
+    set_lock(file, libc::F_WRLCK, start, len);
+}
+
+/// Takes an open-file-description read lock on `len` bytes of `file` from `start`, as anyone
+/// who may read the file can (through a descriptor opened for reading only); it lasts until
+/// `file` is closed.
+pub fn read_lock_bytes(file: &std::fs::File, start: u64, len: u64) {
+    set_lock(
+        file,
+        libc::F_RDLCK,
+        i64::try_from(start).unwrap(),
+        i64::try_from(len).unwrap(),
+    );
+}
+
+fn set_lock(file: &std::fs::File, kind: libc::c_int, start: i64, len: i64) {
     // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
     let rc = unsafe {
         let mut lock: libc::flock = std::mem::zeroed();
-        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_type = kind as libc::c_short;
         lock.l_whence = libc::SEEK_SET as libc::c_short;
         lock.l_start = start;
         lock.l_len = len;
