@@ -106,13 +106,17 @@ test-packaging:
 check-publish:
 	$(CARGO) publish --dry-run --allow-dirty
 
+# The mixed workload, the same through a server, and the storm (grants of two names of one
+# bucket of the lease map, back to back, under the same stops and kills; examples/torture).
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
 	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --server
+	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --storm
 
 torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
+	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --storm
 
 # Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:

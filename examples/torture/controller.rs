@@ -40,6 +40,13 @@ const SHIM_OPEN_PPM: (u64, u64) = (100_000, 400_000);
 /// And its chance to stop inside a lease path of the shared lease map (after a liveness lock
 /// or test, before a futex call), in parts per million.
 const SHIM_LEASE_PPM: (u64, u64) = (200, 1_000);
+/// With `--storm`, far more often: a grant's liveness tests of its bucket's other records come
+/// between its taking of a token and its publishing, and a stop there is what the storm is for.
+const STORM_SHIM_LEASE_PPM: (u64, u64) = (2_000, 8_000);
+/// With `--storm`, as many workers load the shim, and kills are rarer, so that most stopped
+/// grants are resumed (a killed one publishes nothing).
+const STORM_SHIM_WORKER_PERCENT: u64 = 50;
+const STORM_KILL_PERMILLE_PER_TICK: u64 = 4;
 /// Openers started when the controller notices a worker stopped by the shim, each at a random
 /// moment of its pause (so that some still wait when it ends), at most `MAX_OPENERS` at a time,
 /// each with a busy timeout in `OPENER_BUSY_MS`.
@@ -333,7 +340,12 @@ impl Run<'_> {
             storm: self.config.storm,
         };
         let mut command = self.command("worker", index, args.to_argv());
-        let shimmed = self.shim.is_some() && self.rng.chance(SHIM_WORKER_PERCENT);
+        let shimmed = self.shim.is_some()
+            && self.rng.chance(if self.config.storm {
+                STORM_SHIM_WORKER_PERCENT
+            } else {
+                SHIM_WORKER_PERCENT
+            });
         if let (true, Some(shim)) = (shimmed, &self.shim) {
             self.shimmed_workers += 1;
             command
@@ -351,12 +363,14 @@ impl Run<'_> {
                     "FENCELOCK_SHIM_OPEN_PPM",
                     self.rng.range(SHIM_OPEN_PPM.0, SHIM_OPEN_PPM.1).to_string(),
                 )
-                .env(
-                    "FENCELOCK_SHIM_LEASE_PPM",
-                    self.rng
-                        .range(SHIM_LEASE_PPM.0, SHIM_LEASE_PPM.1)
-                        .to_string(),
-                );
+                .env("FENCELOCK_SHIM_LEASE_PPM", {
+                    let (low, high) = if self.config.storm {
+                        STORM_SHIM_LEASE_PPM
+                    } else {
+                        SHIM_LEASE_PPM
+                    };
+                    self.rng.range(low, high).to_string()
+                });
         }
         let child = command.spawn().expect("start a worker");
         self.running.push(Running {
@@ -535,7 +549,12 @@ impl Run<'_> {
                 self.faults.pauses += 1;
             }
         }
-        if self.rng.range(0, 999) < KILL_PERMILLE_PER_TICK {
+        let kill_permille = if self.config.storm {
+            STORM_KILL_PERMILLE_PER_TICK
+        } else {
+            KILL_PERMILLE_PER_TICK
+        };
+        if self.rng.range(0, 999) < kill_permille {
             let at = (self.rng.next_u64() % self.running.len() as u64) as usize;
             self.kill(at);
             self.spawn();

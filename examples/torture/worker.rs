@@ -149,6 +149,8 @@ pub fn main(argv: &[String]) -> ExitCode {
     let log = Arc::new(Log::create(&args.log));
     let options = Options {
         busy_timeout: Duration::from_millis(args.busy_timeout_ms),
+        // The storm leaves leases to expire and waits for their names: its own ones too.
+        refuse_own_waits: !args.storm,
         ..Options::default()
     };
     // An open refused with `Timeout` (another process held the store past the busy timeout:
@@ -226,11 +228,12 @@ impl Thread {
         self.release();
     }
 
-    /// The storm: try-once grants of the two names of the workload that share a bucket of the
-    /// lease map, back to back, with leases of 1-10 ms, each released, or left to expire, or
-    /// (a quarter of them) written with first: a stop between a grant's taking of its token
-    /// and its publishing is likely, and while it lasts the other name's grants settle this
-    /// one's ended records out of the bucket (the hostile round's second fencing break).
+    /// The storm: grants (try-once and waiting) of the two names of the workload that share a bucket of the
+    /// lease map, back to back, with leases of 1-10 ms, each released or left to expire (no
+    /// writes: their commits would take most of the time): a stop between a grant's taking of
+    /// its token and its publishing is likely, and while it lasts the other name's grants
+    /// settle this one's ended records out of the bucket (the hostile round's second fencing
+    /// break).
     fn storm(&mut self, deadline: u64) {
         const PAIR: [&str; 2] = [LOCKS[0], LOCKS[1]];
         // Leases left to expire, released (and so logged) once their TTL passed.
@@ -243,22 +246,31 @@ impl Thread {
             }
             let lock = *self.rng.pick(&PAIR);
             let ttl = self.rng.range(1, 10);
-            let op = self.log.begin(self.thread, Kind::Acquire, |op| {
+            // Even threads try once (the races of grants with releases and with the pruning of
+            // ended records), odd ones wait (so that attempts are grants, where stops land).
+            let wait = self.rng.range(1, 50);
+            let try_once = self.thread % 2 == 0;
+            let kind = if try_once {
+                Kind::Acquire
+            } else {
+                Kind::AcquireWait
+            };
+            let op = self.log.begin(self.thread, kind, |op| {
                 op.lock = Some(lock.into());
                 op.ttl_ms = ttl;
             });
-            let result = self.store.acquire(lock, Duration::from_millis(ttl));
+            let result = if try_once {
+                self.store.acquire(lock, Duration::from_millis(ttl))
+            } else {
+                self.store.acquire_wait(
+                    lock,
+                    Duration::from_millis(ttl),
+                    Duration::from_millis(wait),
+                )
+            };
             self.granted(&op, result);
-            match self.rng.range(0, 3) {
+            match self.rng.range(0, 1) {
                 0 => self.release(),
-                1 => {
-                    let key = *self.rng.pick(&KEYS);
-                    let token = self.held.as_ref().map_or(0, Holder::token);
-                    if token != 0 {
-                        self.put(key, token);
-                    }
-                    self.release();
-                }
                 // Left to expire.
                 _ => {
                     if let Some(holder) = self.held.take() {
