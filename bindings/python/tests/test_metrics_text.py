@@ -21,6 +21,7 @@ FAMILIES = {
     "fencelock_lease_ends": "counter",
     "fencelock_commits": "counter",
     "fencelock_committed_operations": "counter",
+    "fencelock_history_dropped": "counter",
     "fencelock_start_time_seconds": "gauge",
     "fencelock_live_leases": "gauge",
     "fencelock_queued_waiters": "gauge",
