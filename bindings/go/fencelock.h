@@ -171,8 +171,10 @@
 /**
  * A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
  * `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
- * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
- * stays fired: make a new one for the next call. Safe to use from many threads at once.
+ * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. It may also name the
+ * thread its waits are for (`fencelock_cancel_set_thread`). Created by
+ * `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it stays fired: make a
+ * new one for the next call. Safe to use from many threads at once.
  */
 typedef struct fencelock_cancel fencelock_cancel;
 
@@ -574,6 +576,36 @@ fencelock_status fencelock_cancel_new(struct fencelock_cancel **cancel_out,
  * `cancel` is NULL or a handle from `fencelock_cancel_new` not yet freed.
  */
 void fencelock_cancel_fire(const struct fencelock_cancel *cancel);
+
+/**
+ * The calling thread's identity as the library records the leases it was granted and judges
+ * the waits it makes (`FENCELOCK_WOULD_DEADLOCK`): non-zero, and never that of another thread
+ * of the process, even one that ended. For `fencelock_cancel_set_thread`.
+ *
+ * Thread-safe.
+ */
+uint64_t fencelock_thread_self(void);
+
+/**
+ * Makes every call given `cancel` `thread`'s (a number from `fencelock_thread_self`) instead
+ * of the calling thread's: a waiting acquire given it is refused with
+ * `FENCELOCK_WOULD_DEADLOCK` when `thread` holds the lease it would wait for through the same
+ * store, and the lease an acquire given it is granted is recorded as `thread`'s. For a wait
+ * made on another thread's behalf from a helper thread, which that thread watches so that a
+ * signal it handles ends the wait (`fencelock_cancel_fire`). The library keeps no state per
+ * thread: the handle carries the number.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`cancel`), `FENCELOCK_INVALID_ARGUMENT`
+ * (`thread` 0), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; set it before the call it is for begins.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_cancel_set_thread(const struct fencelock_cancel *cancel,
+                                             uint64_t thread,
+                                             struct fencelock_error **err_out);
 
 /**
  * Frees a cancel handle. NULL does nothing. No call may be waiting with it.

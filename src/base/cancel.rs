@@ -7,7 +7,7 @@
 //! thread that caught Ctrl-C or a Go goroutine watching a context can end it at once. A
 //! cancelled wait ends with [`Error::Cancelled`] and changes nothing in the store.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::duration_ns;
+use crate::base::thread::ThreadTag;
 
 /// The longest a wait for the store or a lock goes without looking at its cancel handle.
 pub(crate) const POLL: std::time::Duration = std::time::Duration::from_millis(1);
@@ -24,6 +25,9 @@ pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_mill
 /// A handle that ends the waits it is passed to, once [`Cancel::cancel`] is called from any
 /// thread. Cheap to clone; clones share one state. Once cancelled it stays cancelled: use a new
 /// one for the next wait.
+///
+/// It also says whose a wait is ([`Cancel::set_thread`]), for a wait made on another thread's
+/// behalf.
 ///
 /// # Examples
 ///
@@ -46,13 +50,23 @@ pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_mill
 /// ```
 #[derive(Clone, Default)]
 pub struct Cancel {
-    fired: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+/// The state clones share. Atomics, so that a handle is set and fired from any thread (the C
+/// ABI hands out one handle to many), each read on its own: no field orders another.
+#[derive(Default)]
+struct Shared {
+    fired: AtomicBool,
+    /// The [`ThreadTag`] the waits given this handle are judged as, 0 for the calling thread's.
+    thread: AtomicU64,
 }
 
 impl std::fmt::Debug for Cancel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cancel")
             .field("cancelled", &self.is_cancelled())
+            .field("thread", &self.thread())
             .finish()
     }
 }
@@ -83,7 +97,7 @@ impl Cancel {
     /// assert!(cancel.is_cancelled(), "clones share one state");
     /// ```
     pub fn cancel(&self) {
-        self.fired.store(true, Ordering::Release);
+        self.shared.fired.store(true, Ordering::Release);
     }
 
     /// Whether [`Cancel::cancel`] was called.
@@ -98,7 +112,43 @@ impl Cancel {
     /// ```
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        self.fired.load(Ordering::Acquire)
+        self.shared.fired.load(Ordering::Acquire)
+    }
+
+    /// Makes every wait given this handle (or a clone of it) `thread`'s, instead of the calling
+    /// thread's: a wait for a lease `thread` holds through the same store is refused with
+    /// [`Error::WouldDeadlock`] (see [`Options::refuse_own_waits`]), and the lease a wait or
+    /// acquire given this handle is granted is recorded as `thread`'s. For a wait made on
+    /// another thread's behalf, from a helper thread that the waiting thread watches (so that a
+    /// signal it handles, or a deadline, can end the wait).
+    ///
+    /// [`Options::refuse_own_waits`]: crate::Options::refuse_own_waits
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Store, ThreadTag};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// let held = store.acquire("nightly", ttl)?;
+    /// // A helper waits for this thread, which holds the lock: the wait could never end.
+    /// let cancel = Cancel::new();
+    /// cancel.set_thread(ThreadTag::current());
+    /// let helper = std::thread::spawn(move || {
+    ///     store.acquire_wait_cancellable("nightly", ttl, Duration::from_secs(600), &cancel)
+    /// });
+    /// assert!(matches!(helper.join().unwrap(), Err(Error::WouldDeadlock { token, .. }) if token == held.token()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_thread(&self, thread: ThreadTag) {
+        self.shared.thread.store(thread.get(), Ordering::Relaxed);
+    }
+
+    /// The thread [`Cancel::set_thread`] named, if it was called.
+    pub(crate) fn thread(&self) -> Option<ThreadTag> {
+        ThreadTag::from_u64(self.shared.thread.load(Ordering::Relaxed))
     }
 
     /// [`Error::Cancelled`] once cancelled.
@@ -140,6 +190,19 @@ impl<'a> Waiting<'a> {
     pub(crate) fn given_up(&self, now: u64) -> Option<Error> {
         ended(self.cancel, self.deadline, now)
     }
+
+    /// The thread the wait is for (see [`thread_of`]).
+    pub(crate) fn thread(&self) -> ThreadTag {
+        thread_of(self.cancel)
+    }
+}
+
+/// The thread a call given `cancel` is made for: the one [`Cancel::set_thread`] named, else
+/// the calling thread.
+pub(crate) fn thread_of(cancel: Option<&Cancel>) -> ThreadTag {
+    cancel
+        .and_then(Cancel::thread)
+        .unwrap_or_else(ThreadTag::current)
 }
 
 /// Why a wait with `cancel` and `deadline` (`CLOCK_BOOTTIME` ns) ends at `now`, if it does: a

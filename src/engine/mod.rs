@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::base::cancel::{Cancel, Waiting, LOST_POLL};
+use crate::base::cancel::{thread_of, Cancel, Waiting, LOST_POLL};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::duration_ns;
+use crate::base::thread::ThreadTag;
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
 use crate::rules::kind::Kind;
@@ -70,6 +71,11 @@ impl<'a> Acquire<'a> {
             wait: Some(Waiting::new(timeout, cancel)),
             ..self
         }
+    }
+
+    /// The thread whose leases its grants are (`engine/holds.rs`).
+    pub(crate) fn thread(&self) -> ThreadTag {
+        thread_of(self.wait.and_then(|wait| wait.cancel))
     }
 }
 

@@ -110,13 +110,20 @@ impl EtcdEngine {
         Ok((response.take_kvs(), revision))
     }
 
-    /// The token of a holder of `name` that this thread holds, if one does: `first` (the
-    /// holder that refused an exclusive grant), or with holders of other kinds any of them.
-    pub(super) fn own_holder(&self, name: &str, first: Option<&KeyValue>) -> Result<Option<u64>> {
+    /// The token of a holder of `name` that the waiting thread (`waiting.thread()`) holds, if
+    /// one does: `first` (the holder that refused an exclusive grant), or with holders of other
+    /// kinds any of them.
+    pub(super) fn own_holder(
+        &self,
+        name: &str,
+        first: Option<&KeyValue>,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<u64>> {
         let Some(first) = first else {
             return Ok(None);
         };
-        if self.holds.is_mine(holder_token(first)) {
+        let thread = waiting.thread();
+        if self.holds.is_mine(holder_token(first), thread) {
             return Ok(Some(holder_token(first)));
         }
         if first.key() == self.lock_key(name).as_slice() {
@@ -127,7 +134,7 @@ impl EtcdEngine {
             .0
             .iter()
             .map(holder_token)
-            .find(|&token| self.holds.is_mine(token)))
+            .find(|&token| self.holds.is_mine(token, thread)))
     }
 
     /// Every grant of `name`, latest first.
@@ -273,11 +280,12 @@ impl EtcdEngine {
     /// [`Error::WouldDeadlock`] when only this thread could let go of what refused it: one of
     /// the holders that must all go, or every permit of a full semaphore.
     fn wait_blocked(&self, blocked: Blocked, waiting: Waiting<'_>) -> Result<()> {
+        let thread = waiting.thread();
         let mine: Vec<u64> = blocked
             .holders
             .iter()
             .map(holder_token)
-            .filter(|&token| self.holds.is_mine(token))
+            .filter(|&token| self.holds.is_mine(token, thread))
             .collect();
         let deadlock = if blocked.every {
             !mine.is_empty()

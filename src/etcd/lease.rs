@@ -66,7 +66,6 @@ impl EtcdLease {
         stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
         let token = grantee.token;
-        remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
             state: LeaseState::new(grantee.name, grantee.kind, token, deadline(asked_ns, ttl)),

@@ -289,7 +289,7 @@ impl EtcdEngine {
                 waiting.step()?;
                 // A lock key of a lease this thread holds through this engine ends only
                 // with that lease.
-                if let Some(token) = self.own_holder(name, holder.as_ref())? {
+                if let Some(token) = self.own_holder(name, holder.as_ref(), waiting)? {
                     return Err(Error::WouldDeadlock {
                         name: name.to_owned(),
                         token,
@@ -1008,6 +1008,10 @@ impl Engine for EtcdEngine {
             (Locks::All(names), _) => self.acquire_all_of(names, request)?,
             (Locks::One(name), Kind::Exclusive) => vec![self.acquire_one(name, request)?],
         };
+        let thread = request.thread();
+        for lease in &leases {
+            self.holds.granted(lease.state().token, thread);
+        }
         Ok(leases
             .into_iter()
             .map(|lease| lease as Arc<dyn LeaseHandle>)

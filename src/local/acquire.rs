@@ -46,6 +46,10 @@ impl LocalEngine {
                 result?
             }
         };
+        let thread = request.thread();
+        for lease in &leases {
+            self.holds.granted(lease.state.token, thread);
+        }
         Ok(leases
             .into_iter()
             .map(|lease| lease as Arc<dyn LeaseHandle>)
@@ -77,7 +81,7 @@ impl LocalEngine {
                     // The holder's liveness lock, as the record names it now.
                     let record = self.lease_of(name)?;
                     let now = clock::now_ns();
-                    self.refuse_own_wait(name, request.kind, record.as_ref(), now)?;
+                    self.refuse_own_wait(name, request.kind, record.as_ref(), waiting, now)?;
                     let lease = blocker(self, record.as_ref(), now)?;
                     // A semaphore's waiter waits on one permit, but any permit let go is its
                     // turn: it looks again every millisecond.
@@ -354,15 +358,18 @@ impl LocalEngine {
     }
 
     /// [`Error::WouldDeadlock`] when a wait for `name` as `kind`, refused by `record`, could end
-    /// only with a lease this thread holds through this engine (`rules::leases::own_blocker`).
+    /// only with a lease the waiting thread (`waiting.thread()`) holds through this engine
+    /// (`rules::leases::own_blocker`).
     fn refuse_own_wait(
         &self,
         name: &str,
         kind: Kind,
         record: Option<&Record>,
+        waiting: Waiting<'_>,
         now: u64,
     ) -> Result<()> {
-        let mine = |token| self.holds.is_mine(token);
+        let thread = waiting.thread();
+        let mine = |token| self.holds.is_mine(token, thread);
         match own_blocker(self, record, kind, &mine, now)? {
             Some(token) => Err(Error::WouldDeadlock {
                 name: name.to_owned(),
@@ -379,7 +386,7 @@ impl LocalEngine {
         let mut held = None;
         for name in names {
             let record = self.lease_of(name)?;
-            self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), now)?;
+            self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), waiting, now)?;
             if check_join(self, record.as_ref(), Kind::Exclusive, now).is_err() {
                 held = blocker(self, record.as_ref(), now)?;
                 break;

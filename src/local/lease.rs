@@ -41,7 +41,6 @@ impl LocalLease {
         live: u64,
         expires_ns: u64,
     ) -> Arc<LocalLease> {
-        inner.holds.granted(token);
         Arc::new(LocalLease {
             inner,
             state: LeaseState::new(name, kind, token, expires_ns),

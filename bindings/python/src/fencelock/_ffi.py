@@ -219,6 +219,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     # cancel handle
     "fencelock_cancel_new": (fencelock_status, [POINTER(CancelP), POINTER(ErrorP)]),
     "fencelock_cancel_fire": (None, [CancelP]),
+    "fencelock_thread_self": (c_uint64, []),
+    "fencelock_cancel_set_thread": (fencelock_status, [CancelP, c_uint64, POINTER(ErrorP)]),
     "fencelock_cancel_free": (None, [CancelP]),
     # error object
     "fencelock_error_status": (fencelock_status, [ErrorP]),
