@@ -6,6 +6,9 @@
 //! every 10 ms (a watched holder then costs little CPU). So a signal thread, a Python main
 //! thread that caught Ctrl-C or a Go goroutine watching a context can end it at once. A
 //! cancelled wait ends with [`Error::Cancelled`] and changes nothing in the store.
+//!
+//! A handle may also carry a deadline ([`Cancel::set_timeout`]), which bounds every call given
+//! it, a write's wait for a busy store included, as a Go context's deadline bounds a call.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,8 +29,8 @@ pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_mill
 /// thread. Cheap to clone; clones share one state. Once cancelled it stays cancelled: use a new
 /// one for the next wait.
 ///
-/// It also says whose a wait is ([`Cancel::set_thread`]), for a wait made on another thread's
-/// behalf.
+/// It may also bound the calls given it by a deadline ([`Cancel::set_timeout`]), and say whose
+/// a wait is ([`Cancel::set_thread`]), for a wait made on another thread's behalf.
 ///
 /// # Examples
 ///
@@ -58,6 +61,8 @@ pub struct Cancel {
 #[derive(Default)]
 struct Shared {
     fired: AtomicBool,
+    /// The deadline of the calls given this handle, `CLOCK_BOOTTIME` ns; 0 for none.
+    deadline: AtomicU64,
     /// The [`ThreadTag`] the waits given this handle are judged as, 0 for the calling thread's.
     thread: AtomicU64,
 }
@@ -66,6 +71,7 @@ impl std::fmt::Debug for Cancel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cancel")
             .field("cancelled", &self.is_cancelled())
+            .field("deadline_ns", &self.deadline())
             .field("thread", &self.thread())
             .finish()
     }
@@ -113,6 +119,42 @@ impl Cancel {
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
         self.shared.fired.load(Ordering::Acquire)
+    }
+
+    /// Bounds every call given this handle (or a clone of it) from now on to `timeout` from now:
+    /// a call still waiting then (for a lock, for another process that holds the store, for a
+    /// server) ends with [`Error::Timeout`], as at a timeout of its own. A wait with a timeout of
+    /// its own ends at the earlier of the two; a write, an extend or a try-once acquire, which
+    /// otherwise wait for a busy store up to the store's busy timeout
+    /// ([`Options::busy_timeout`]), wait until this deadline instead, shorter or longer. A write
+    /// given up on waiting for the store was not posted or was withdrawn, so changed nothing,
+    /// unless a process had taken it into a commit of its own and was then paused: as with any
+    /// database, it may land when that process resumes. Setting it again moves the deadline.
+    ///
+    /// [`Options::busy_timeout`]: crate::Options::busy_timeout
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2)); // a request's deadline, say
+    /// store.put_cancellable(b"nightly/report", b"done", holder.token(), &cancel)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_timeout(&self, timeout: Duration) {
+        // Never 0, which means none: a deadline at boot would have passed long ago anyway.
+        let deadline = clock::now_ns().saturating_add(duration_ns(timeout)).max(1);
+        self.shared.deadline.store(deadline, Ordering::Relaxed);
+    }
+
+    /// The deadline [`Cancel::set_timeout`] set (`CLOCK_BOOTTIME` ns), if it was called.
+    pub(crate) fn deadline(&self) -> Option<u64> {
+        Some(self.shared.deadline.load(Ordering::Relaxed)).filter(|&ns| ns != 0)
     }
 
     /// Makes every wait given this handle (or a clone of it) `thread`'s, instead of the calling
@@ -174,9 +216,21 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
+    /// A wait of `timeout` from now, or less: to the deadline of `cancel`, if that is earlier.
     pub(crate) fn new(timeout: Duration, cancel: Option<&'a Cancel>) -> Self {
         Waiting {
-            deadline: clock::now_ns().saturating_add(duration_ns(timeout)),
+            deadline: deadline(timeout, cancel),
+            cancel,
+        }
+    }
+
+    /// The wait of a call with no timeout of its own (a write): to the deadline of `cancel`, or
+    /// else `busy_timeout` (the store's) from now.
+    pub(crate) fn bounded(busy_timeout: Duration, cancel: Option<&'a Cancel>) -> Self {
+        Waiting {
+            deadline: cancel
+                .and_then(Cancel::deadline)
+                .unwrap_or_else(|| clock::now_ns().saturating_add(duration_ns(busy_timeout))),
             cancel,
         }
     }
@@ -195,6 +249,15 @@ impl<'a> Waiting<'a> {
     pub(crate) fn thread(&self) -> ThreadTag {
         thread_of(self.cancel)
     }
+}
+
+/// The deadline (`CLOCK_BOOTTIME` ns) of a wait of `timeout` from now given `cancel`: the
+/// earlier of the two.
+pub(crate) fn deadline(timeout: Duration, cancel: Option<&Cancel>) -> u64 {
+    let own = clock::now_ns().saturating_add(duration_ns(timeout));
+    cancel
+        .and_then(Cancel::deadline)
+        .map_or(own, |bound| bound.min(own))
 }
 
 /// The thread a call given `cancel` is made for: the one [`Cancel::set_thread`] named, else

@@ -38,7 +38,6 @@ use etcd_client::{
 };
 
 use super::records::{client_error, holder_token, token, LockRecord, SAME_REVISION};
-use super::runtime::block_for;
 use super::{etcd_ttl, header_revision, EtcdEngine, EtcdLease, Grant, Grantee};
 use crate::base::cancel::Waiting;
 use crate::base::clock;
@@ -252,7 +251,7 @@ impl EtcdEngine {
                         ),
                     ])
             };
-            match self.grant_with(request.ttl, &txn)? {
+            match self.grant_with(request.ttl, &txn, request.cancel)? {
                 Grant::Granted(granted) => {
                     return Ok(Ok(self.slot_holder(name, kind, slot, granted)));
                 }
@@ -366,7 +365,7 @@ impl EtcdEngine {
         let keys: Vec<Vec<u8>> = names.iter().map(|name| self.lock_key(name)).collect();
         let mut client = self.client();
         let last = self.last_key();
-        let granted = block_for(self.timeout, async move {
+        let granted = self.bounded(request.cancel, async move {
             let mut leases = Vec::with_capacity(keys.len());
             for _ in &keys {
                 let asked_ns = clock::now_ns();

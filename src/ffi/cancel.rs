@@ -1,13 +1,16 @@
 //! `fencelock_cancel`: ends a waiting call from another thread.
 
-use super::{fencelock_error, fencelock_status, free_boxed, guard, guard_value, handle, Out};
+use super::{
+    fencelock_error, fencelock_status, free_boxed, guard, guard_value, handle, millis, Out,
+};
 use crate::Status;
 use crate::{Cancel, ThreadTag};
 
 /// A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
 /// `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
-/// ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. It may also name the
-/// thread its waits are for (`fencelock_cancel_set_thread`). Created by
+/// ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. It may also carry a
+/// deadline for the calls given it (`fencelock_cancel_set_timeout`) and name the thread its
+/// waits are for (`fencelock_cancel_set_thread`). Created by
 /// `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it stays fired: make a
 /// new one for the next call. Safe to use from many threads at once.
 pub struct fencelock_cancel {
@@ -56,6 +59,37 @@ pub unsafe extern "C" fn fencelock_cancel_fire(cancel: *const fencelock_cancel) 
             cancel.cancel.cancel();
         }
     });
+}
+
+/// Bounds every call given `cancel` from now on to `timeout_ms` milliseconds from now: a call
+/// still waiting then (for a lock, for another process that holds the store, for a server)
+/// ends with `FENCELOCK_TIMEOUT`, as at a timeout of its own. A wait with a timeout of its own
+/// ends at the earlier of the two; a write, an extend or a try-once acquire, which otherwise wait
+/// for a busy store up to the store's busy timeout, wait until this deadline instead, shorter
+/// or longer. A write given up on waiting for the store was not posted or was withdrawn, so
+/// changed nothing, unless a process had taken it into a commit of its own and was then
+/// paused: then it may land when that process resumes. Setting it again moves the deadline.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`cancel`), `FENCELOCK_PANIC`.
+///
+/// Thread-safe; set it before the call it bounds begins.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_cancel_set_timeout(
+    cancel: *const fencelock_cancel,
+    timeout_ms: u64,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let cancel = handle(cancel, "cancel")?;
+            cancel.cancel.set_timeout(millis(timeout_ms));
+            Ok(())
+        })
+    }
 }
 
 /// The calling thread's identity as the library records the leases it was granted and judges

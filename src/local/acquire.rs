@@ -8,7 +8,6 @@
 //! `acquire_all` is not queued and holds nothing while it waits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::base::cancel::{check, Waiting, POLL};
 use crate::base::clock;
@@ -29,8 +28,9 @@ impl LocalEngine {
     /// Grants `request` (see [`crate::engine::Engine::acquire`]), counted and told to the
     /// observer.
     pub(crate) fn grant_request(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        check(request.cancel)?;
         let leases = match request.locks {
-            Locks::All(names) => self.acquire_all(names, request.ttl, request.wait)?,
+            Locks::All(names) => self.acquire_all(names, request)?,
             Locks::One(name) => {
                 if let Some((key, value)) = request.write {
                     self.check_value(value)?;
@@ -39,7 +39,7 @@ impl LocalEngine {
                 let mut attempt = Attempt::start();
                 let result = match request.wait {
                     Some(waiting) => self.wait_in_turn(name, request, waiting, &mut attempt),
-                    None => self.grant(name, request, None, None),
+                    None => self.grant(name, request, None),
                 }
                 .map(|lease| vec![lease]);
                 self.acquired(&[name], request.kind, &attempt, tokens(&result));
@@ -71,7 +71,7 @@ impl LocalEngine {
         loop {
             // A waiting acquire not queued yet stands behind every queued waiter.
             let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
-            match self.grant(name, request, Some(waiting), ticket) {
+            match self.grant(name, request, ticket) {
                 Err(Error::Locked { remaining, .. }) => {
                     attempt.waited = true;
                     waiting.step()?;
@@ -117,7 +117,6 @@ impl LocalEngine {
         &self,
         name: &str,
         request: &Acquire<'_>,
-        waiting: Option<Waiting<'_>>,
         ticket: Option<u64>,
     ) -> Result<Arc<LocalLease>> {
         let (kind, ttl) = (request.kind, request.ttl);
@@ -125,7 +124,7 @@ impl LocalEngine {
         check_ttl(ttl)?;
         check_kind(kind)?;
         if let Some(member) = self.map() {
-            return self.grant_shared(member, name, request, waiting, ticket);
+            return self.grant_shared(member, name, request, ticket);
         }
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
@@ -163,7 +162,7 @@ impl LocalEngine {
                 ticket,
             },
         };
-        match self.submit(op, waiting)? {
+        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
             Done::Granted { token, expires_ns } => Ok(LocalLease::new(
                 self.arc(),
                 name.to_owned(),
@@ -184,7 +183,6 @@ impl LocalEngine {
         member: &crate::share::member::RingMember,
         name: &str,
         request: &Acquire<'_>,
-        waiting: Option<Waiting<'_>>,
         ticket: Option<u64>,
     ) -> Result<Arc<LocalLease>> {
         self.check_fork()?;
@@ -206,7 +204,7 @@ impl LocalEngine {
                     live: grant.live,
                     ticket,
                 };
-                match self.submit(op, waiting) {
+                match self.submit(op, Some(request.commit_wait(self.busy_timeout))) {
                     Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
                     result => {
                         self.withdraw_in_map(member, name, grant.live);
@@ -230,16 +228,11 @@ impl LocalEngine {
         ))
     }
 
-    /// Acquires every lock of `names` exclusively, all or none, trying once or (`waiting`)
-    /// until every lock is free at once; counted and told as one attempt.
-    fn acquire_all(
-        &self,
-        names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
-    ) -> Result<Vec<Arc<LocalLease>>> {
+    /// Acquires every lock of `names` exclusively for `request`, all or none, trying once or
+    /// (`request.wait`) until every lock is free at once; counted and told as one attempt.
+    fn acquire_all(&self, names: &[&str], request: &Acquire<'_>) -> Result<Vec<Arc<LocalLease>>> {
         let mut attempt = Attempt::start();
-        let result = self.acquire_all_checked(names, ttl, waiting, &mut attempt);
+        let result = self.acquire_all_checked(names, request, &mut attempt);
         self.acquired(names, Kind::Exclusive, &attempt, tokens(&result));
         result
     }
@@ -247,10 +240,10 @@ impl LocalEngine {
     fn acquire_all_checked(
         &self,
         names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
+        request: &Acquire<'_>,
         attempt: &mut Attempt,
     ) -> Result<Vec<Arc<LocalLease>>> {
+        let (ttl, waiting) = (request.ttl, request.wait);
         if names.is_empty() || names.len() > MAX_HOLDERS as usize {
             return Err(Error::invalid(format!(
                 "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {}",
@@ -268,7 +261,7 @@ impl LocalEngine {
             check(waiting.cancel)?;
         }
         loop {
-            match self.try_acquire_all(names, ttl, waiting) {
+            match self.try_acquire_all(names, request) {
                 Err(Error::Locked { .. }) if waiting.is_some() => {
                     attempt.waited = true;
                     let waiting = waiting.expect("checked");
@@ -283,9 +276,9 @@ impl LocalEngine {
     fn try_acquire_all(
         &self,
         names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
+        request: &Acquire<'_>,
     ) -> Result<Vec<Arc<LocalLease>>> {
+        let ttl = request.ttl;
         if let Some(member) = self.map() {
             self.check_fork()?;
             if self.read_only {
@@ -319,7 +312,7 @@ impl LocalEngine {
             holder: self.me,
             lives: grants.iter().map(|grant| grant.live).collect(),
         };
-        match self.submit(op, waiting)? {
+        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
             Done::GrantedAll {
                 first,
                 count,
