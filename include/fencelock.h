@@ -171,8 +171,11 @@
 /**
  * A cancel handle: passed to the `*_cancellable` functions, it ends their wait with
  * `FENCELOCK_CANCELLED` once `fencelock_cancel_fire` is called (within about a millisecond; 10
- * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. Created by `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it
- * stays fired: make a new one for the next call. Safe to use from many threads at once.
+ * ms for `fencelock_holder_wait_lost_cancellable`), changing nothing. It may also carry a
+ * deadline for the calls given it (`fencelock_cancel_set_timeout`) and name the thread its
+ * waits are for (`fencelock_cancel_set_thread`). Created by
+ * `fencelock_cancel_new`; freed with `fencelock_cancel_free`. Once fired it stays fired: make a
+ * new one for the next call. Safe to use from many threads at once.
  */
 typedef struct fencelock_cancel fencelock_cancel;
 
@@ -582,6 +585,57 @@ fencelock_status fencelock_cancel_new(struct fencelock_cancel **cancel_out,
 void fencelock_cancel_fire(const struct fencelock_cancel *cancel);
 
 /**
+ * Bounds every call given `cancel` from now on to `timeout_ms` milliseconds from now: a call
+ * still waiting then (for a lock, for another process that holds the store, for a server)
+ * ends with `FENCELOCK_TIMEOUT`, as at a timeout of its own. A wait with a timeout of its own
+ * ends at the earlier of the two; a write, an extend or a try-once acquire, which otherwise wait
+ * for a busy store up to the store's busy timeout, wait until this deadline instead, shorter
+ * or longer. A write given up on waiting for the store was not posted or was withdrawn, so
+ * changed nothing, unless a process had taken it into a commit of its own and was then
+ * paused: then it may land when that process resumes. Setting it again moves the deadline.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`cancel`), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; set it before the call it bounds begins.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_cancel_set_timeout(const struct fencelock_cancel *cancel,
+                                              uint64_t timeout_ms,
+                                              struct fencelock_error **err_out);
+
+/**
+ * The calling thread's identity as the library records the leases it was granted and judges
+ * the waits it makes (`FENCELOCK_WOULD_DEADLOCK`): non-zero, and never that of another thread
+ * of the process, even one that ended. For `fencelock_cancel_set_thread`.
+ *
+ * Thread-safe.
+ */
+uint64_t fencelock_thread_self(void);
+
+/**
+ * Makes every call given `cancel` `thread`'s (a number from `fencelock_thread_self`) instead
+ * of the calling thread's: a waiting acquire given it is refused with
+ * `FENCELOCK_WOULD_DEADLOCK` when `thread` holds the lease it would wait for through the same
+ * store, and the lease an acquire given it is granted is recorded as `thread`'s. For a wait
+ * made on another thread's behalf from a helper thread, which that thread watches so that a
+ * signal it handles ends the wait (`fencelock_cancel_fire`). The library keeps no state per
+ * thread: the handle carries the number.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`cancel`), `FENCELOCK_INVALID_ARGUMENT`
+ * (`thread` 0), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; set it before the call it is for begins.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_cancel_set_thread(const struct fencelock_cancel *cancel,
+                                             uint64_t thread,
+                                             struct fencelock_error **err_out);
+
+/**
  * Frees a cancel handle. NULL does nothing. No call may be waiting with it.
  *
  * # Safety
@@ -774,6 +828,24 @@ fencelock_status fencelock_holder_extend(const struct fencelock_holder *holder,
                                          struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_holder_extend`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_holder_extend`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_holder_extend_cancellable(const struct fencelock_holder *holder,
+                                                     uint64_t ttl_ms,
+                                                     const struct fencelock_cancel *cancel,
+                                                     struct fencelock_error **err_out);
+
+/**
  * Whether this holder still holds the lease: not released, not expired, not taken over.
  * Reads only. `*held_out` receives the answer.
  *
@@ -816,6 +888,28 @@ fencelock_status fencelock_holder_put(const struct fencelock_holder *holder,
                                       struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_holder_put`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_holder_put`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+ * `value_len` readable bytes.
+ */
+fencelock_status fencelock_holder_put_cancellable(const struct fencelock_holder *holder,
+                                                  const uint8_t *key,
+                                                  size_t key_len,
+                                                  const uint8_t *value,
+                                                  size_t value_len,
+                                                  const struct fencelock_cancel *cancel,
+                                                  struct fencelock_error **err_out);
+
+/**
  * Deletes `key` with this holder's token, checked like `fencelock_holder_put`.
  * `*existed_out` (optional, may be NULL) receives whether the key held a value.
  *
@@ -831,6 +925,26 @@ fencelock_status fencelock_holder_delete(const struct fencelock_holder *holder,
                                          size_t key_len,
                                          bool *existed_out,
                                          struct fencelock_error **err_out);
+
+/**
+ * Like `fencelock_holder_delete`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_holder_delete`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+ */
+fencelock_status fencelock_holder_delete_cancellable(const struct fencelock_holder *holder,
+                                                     const uint8_t *key,
+                                                     size_t key_len,
+                                                     const struct fencelock_cancel *cancel,
+                                                     bool *existed_out,
+                                                     struct fencelock_error **err_out);
 
 /**
  * Releases the lease, at once for every process. A stale holder's release never touches its
@@ -951,6 +1065,31 @@ fencelock_status fencelock_store_acquire_kind(const struct fencelock_store *stor
                                               struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_store_acquire_kind`: tries once, and its wait for another process that holds
+ * the store (or for its server) ends within about a millisecond with `FENCELOCK_CANCELLED`,
+ * changing nothing, once `cancel` fires (at once when it fired before), and is bounded by the
+ * deadline of `cancel` (`fencelock_cancel_set_timeout`) instead of the store's busy timeout.
+ * `cancel` may also name the thread the lease is for (`fencelock_cancel_set_thread`). NULL: no
+ * cancel handle. With `FENCELOCK_KIND_EXCLUSIVE` it is the cancellable form of
+ * `fencelock_store_acquire`.
+ *
+ * Returns the codes of `fencelock_store_acquire_kind`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_acquire_kind_cancellable(const struct fencelock_store *store,
+                                                          const char *name,
+                                                          int32_t kind,
+                                                          uint32_t permits,
+                                                          uint64_t ttl_ms,
+                                                          const struct fencelock_cancel *cancel,
+                                                          struct fencelock_holder **holder_out,
+                                                          struct fencelock_error **err_out);
+
+/**
  * Like `fencelock_store_acquire_kind`, waiting up to `timeout_ms` for its turn (waiting
  * acquires of a name, of every kind, are granted oldest first), and ending with
  * `FENCELOCK_CANCELLED`, changing nothing, once `cancel` fires (NULL: no cancel handle).
@@ -978,7 +1117,9 @@ fencelock_status fencelock_store_acquire_kind_wait(const struct fencelock_store 
  * name twice) exclusively for `ttl_ms`, all or none, in one transaction: deadlock-free by
  * construction, since it never holds some while it waits for others. With `timeout_ms` 0 it
  * tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
- * all are free at once (`FENCELOCK_TIMEOUT`), or until `cancel` fires (NULL: none).
+ * all are free at once (`FENCELOCK_TIMEOUT`). Either way `cancel` (NULL: none) ends the call
+ * once it fires, and bounds it by its deadline (`fencelock_cancel_set_timeout`): a try's wait
+ * for another process that holds the store too, instead of the store's busy timeout.
  *
  * On success `holders_out[0..count]` receive one new holder per name, in the order of
  * `names`, each with its own token (they follow each other), lease and TTL, each to be freed
@@ -1242,9 +1383,9 @@ fencelock_status fencelock_store_open_with(const char *path,
  * history (through a server, the server's setting decides). With
  * `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
  * through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
- * how long the open, and each later write that has no timeout of its own, waits for another
- * process that holds the store (one paused inside a commit or inside its open); 0 means the
- * default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
+ * how long the open, and each later write that has no deadline of its own (a cancel handle's,
+ * `fencelock_cancel_set_timeout`), waits for another process that holds the store (one paused
+ * inside a commit or inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
  *
  * Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
  * `FENCELOCK_CANCELLED`; `FENCELOCK_INVALID_ARGUMENT` also for unknown flags, and
@@ -1287,6 +1428,9 @@ void fencelock_store_close(struct fencelock_store *store);
  * `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
  * (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
  * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * `fencelock_store_acquire_kind_cancellable` with `FENCELOCK_KIND_EXCLUSIVE` is its form with a
+ * cancel handle.
  *
  * Thread-safe.
  *
@@ -1374,6 +1518,31 @@ fencelock_status fencelock_store_acquire_and_put(const struct fencelock_store *s
                                                  struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_store_acquire_and_put`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_store_acquire_and_put`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+ * `value_len` readable bytes.
+ */
+fencelock_status fencelock_store_acquire_and_put_cancellable(const struct fencelock_store *store,
+                                                             const char *name,
+                                                             uint64_t ttl_ms,
+                                                             const uint8_t *key,
+                                                             size_t key_len,
+                                                             const uint8_t *value,
+                                                             size_t value_len,
+                                                             const struct fencelock_cancel *cancel,
+                                                             struct fencelock_holder **holder_out,
+                                                             struct fencelock_error **err_out);
+
+/**
  * Stores `value` under `key` with `token`. Refused with `FENCELOCK_STALE_TOKEN` when the key
  * accepted a higher token before; an equal token is accepted. The token must have been
  * granted by this store.
@@ -1398,6 +1567,29 @@ fencelock_status fencelock_store_put(const struct fencelock_store *store,
                                      size_t value_len,
                                      uint64_t token,
                                      struct fencelock_error **err_out);
+
+/**
+ * Like `fencelock_store_put`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_store_put`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+ * `value_len` readable bytes.
+ */
+fencelock_status fencelock_store_put_cancellable(const struct fencelock_store *store,
+                                                 const uint8_t *key,
+                                                 size_t key_len,
+                                                 const uint8_t *value,
+                                                 size_t value_len,
+                                                 uint64_t token,
+                                                 const struct fencelock_cancel *cancel,
+                                                 struct fencelock_error **err_out);
 
 /**
  * Reads the value under `key` and the token of the write that stored it.
@@ -1448,6 +1640,27 @@ fencelock_status fencelock_store_delete(const struct fencelock_store *store,
                                         struct fencelock_error **err_out);
 
 /**
+ * Like `fencelock_store_delete`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_store_delete`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+ */
+fencelock_status fencelock_store_delete_cancellable(const struct fencelock_store *store,
+                                                    const uint8_t *key,
+                                                    size_t key_len,
+                                                    uint64_t token,
+                                                    const struct fencelock_cancel *cancel,
+                                                    bool *existed_out,
+                                                    struct fencelock_error **err_out);
+
+/**
  * Checks `token` against the external fence `resource` (NUL-terminated UTF-8) and records it
  * as the highest seen when it is higher. An equal token passes. For guarding storage of your
  * own with fencelock's tokens.
@@ -1467,6 +1680,25 @@ fencelock_status fencelock_store_fence(const struct fencelock_store *store,
                                        const char *resource,
                                        uint64_t token,
                                        struct fencelock_error **err_out);
+
+/**
+ * Like `fencelock_store_fence`, its wait for another process that holds the store (or for its
+ * server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+ * `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+ * (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+ *
+ * Returns the codes of `fencelock_store_fence`, and `FENCELOCK_CANCELLED`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_fence_cancellable(const struct fencelock_store *store,
+                                                   const char *resource,
+                                                   uint64_t token,
+                                                   const struct fencelock_cancel *cancel,
+                                                   struct fencelock_error **err_out);
 
 /**
  * The highest token the external fence `resource` has accepted. `*token_out` receives it, or

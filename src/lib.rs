@@ -62,6 +62,7 @@ pub use base::error::{Error, Result, Status};
 pub use base::limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
+pub use base::thread::ThreadTag;
 pub use engine::observe::{Event, Observer};
 pub use engine::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 #[cfg(feature = "etcd")]

@@ -203,6 +203,50 @@ fn behind_a_paused_server_deadlines_hold_and_releases_need_no_server() {
 }
 
 #[test]
+fn behind_a_paused_server_a_write_ends_at_its_cancel_handles_deadline_or_when_it_fires() {
+    let (_dir, path, store) = common::temp_store();
+    let mut kid = Kid::spawn("serve", &path);
+    until_served(&store);
+    assert_eq!(kid.report().as_deref(), Some("serving"));
+    // A busy timeout far beyond the deadline below: a write that waited it out would hang.
+    let options = Options {
+        busy_timeout: Duration::from_secs(600),
+        ..Options::default()
+    };
+    let client = Store::open_with(&path, &options).unwrap();
+    until_served(&client);
+    let holder = client.acquire("held", Duration::from_secs(600)).unwrap();
+    let token = holder.token();
+    kid.stop();
+
+    let at = client.clone();
+    let put = bounded("a put with a deadline", move || {
+        let cancel = Cancel::new();
+        cancel.set_timeout(Duration::from_millis(100));
+        at.put_cancellable(b"k", b"late", token, &cancel)
+    });
+    assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
+    let cancel = Cancel::new();
+    let fire = cancel.clone();
+    let put = bounded("a holder's put cancelled", move || {
+        let firer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            fire.cancel();
+        });
+        let put = holder.put_cancellable(b"h", b"late", &cancel);
+        firer.join().unwrap();
+        put
+    });
+    assert!(matches!(put, Err(Error::Cancelled)), "{put:?}");
+
+    // Neither was left posted for the server to run once it resumes.
+    kid.signal(libc::SIGCONT);
+    store.put(b"probe", b"after", token).unwrap();
+    assert_eq!(store.get(b"k").unwrap(), None);
+    assert_eq!(store.get(b"h").unwrap(), None);
+}
+
+#[test]
 fn a_client_killed_after_posting_gets_no_live_grant() {
     let (_dir, path, store) = common::temp_store();
     let mut kid = Kid::spawn("serve", &path);

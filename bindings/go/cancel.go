@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"time"
 )
 
 // forever is a C timeout with no limit (the library saturates it).
@@ -45,6 +46,40 @@ func newWaitCancel(ctx context.Context, ws *waits, deadlineIsTimeout bool) (*wai
 	})
 	ws.add(c)
 	return w, nil
+}
+
+// newBoundCancel is newWaitCancel for a call with no timeout of its own (a write, an Extend, a
+// try-once acquire): ctx's deadline, if it has one, is set on the cancel
+// (fencelock_cancel_set_timeout), so that the library ends the call there with StatusTimeout
+// instead of at the store's busy timeout; ctx's cancellation fires it.
+func newBoundCancel(ctx context.Context, ws *waits) (*waitCancel, error) {
+	deadline, hasDeadline := ctx.Deadline()
+	w, err := newWaitCancel(ctx, ws, hasDeadline)
+	if err != nil || !hasDeadline {
+		return w, err
+	}
+	ms, _ := millis("deadline", max(time.Until(deadline), 0))
+	if err := check(func(e errOut) C.fencelock_status { return C.fencelock_cancel_set_timeout(w.c, ms, e) }); err != nil {
+		w.free()
+		return nil, err
+	}
+	return w, nil
+}
+
+// boundError is the error of a call made with a newBoundCancel: ctx's own error when ctx ended
+// the call (its deadline, which the library reports as a timeout, or its cancellation), and
+// closed when closing the handle the call was made on did (it fired the cancel); else err.
+func boundError(ctx context.Context, ws *waits, closed, err error) error {
+	deadline, hasDeadline := ctx.Deadline()
+	switch {
+	case errors.Is(err, ErrTimeout) && hasDeadline && !time.Now().Before(deadline):
+		return context.DeadlineExceeded
+	case errors.Is(err, ErrCancelled) && ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrCancelled) && ws.isClosed():
+		return closed
+	}
+	return err
 }
 
 // free unregisters and frees the cancel, after a ctx callback already running has finished

@@ -81,6 +81,9 @@ type leaseCore struct {
 	lost      chan struct{}
 	closeLost sync.Once
 	watch     sync.Once
+
+	// waits ends the writes blocked on h at Release, so that Release does not wait for them.
+	waits waits
 }
 
 // newLease wraps a granted C holder.
@@ -136,6 +139,20 @@ func (l *lease) call(ctx context.Context, fn func(h *C.fencelock_holder) error) 
 	return err
 }
 
+// bounded runs fn, one C call with no timeout of its own, with the live handle and a cancel
+// that ends it with ctx, as Store.bounded does; a Release ends it with released().
+func (l *lease) bounded(ctx context.Context, fn func(h *C.fencelock_holder, cancel *C.fencelock_cancel) error) error {
+	c := l.core
+	return l.call(ctx, func(h *C.fencelock_holder) error {
+		cancel, err := newBoundCancel(ctx, &c.waits)
+		if err != nil {
+			return err
+		}
+		defer cancel.free()
+		return boundError(ctx, &c.waits, c.released(), fn(h, cancel.c))
+	})
+}
+
 func (l *lease) Release() error {
 	err := l.core.end()
 	runtime.KeepAlive(l)
@@ -144,8 +161,9 @@ func (l *lease) Release() error {
 
 // end releases the lease, frees the handle and closes the Lost channel. The release runs under
 // the read lock so that it also wakes the Lost goroutine out of its wait at once; the free
-// then waits for calls in progress.
+// then waits for calls in progress, whose waits for a busy store it ends first.
 func (c *leaseCore) end() error {
+	c.waits.closeAll()
 	var err error
 	c.mu.RLock()
 	if c.h != nil {
@@ -167,8 +185,8 @@ func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return l.call(ctx, func(h *C.fencelock_holder) error {
-		return check(func(e errOut) C.fencelock_status { return C.fencelock_holder_extend(h, ms, e) })
+	return l.bounded(ctx, func(h *C.fencelock_holder, cancel *C.fencelock_cancel) error {
+		return check(func(e errOut) C.fencelock_status { return C.fencelock_holder_extend_cancellable(h, ms, cancel, e) })
 	})
 }
 
@@ -192,9 +210,9 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 }
 
 func (l *lease) Put(ctx context.Context, key string, value []byte) error {
-	return l.call(ctx, func(h *C.fencelock_holder) error {
+	return l.bounded(ctx, func(h *C.fencelock_holder, cancel *C.fencelock_cancel) error {
 		err := check(func(e errOut) C.fencelock_status {
-			return C.fencelock_holder_put(h, stringPtr(key), C.size_t(len(key)), bytesPtr(value), C.size_t(len(value)), e)
+			return C.fencelock_holder_put_cancellable(h, stringPtr(key), C.size_t(len(key)), bytesPtr(value), C.size_t(len(value)), cancel, e)
 		})
 		runtime.KeepAlive(value)
 		return err
@@ -203,9 +221,9 @@ func (l *lease) Put(ctx context.Context, key string, value []byte) error {
 
 func (l *lease) Delete(ctx context.Context, key string) (bool, error) {
 	var existed C.bool
-	err := l.call(ctx, func(h *C.fencelock_holder) error {
+	err := l.bounded(ctx, func(h *C.fencelock_holder, cancel *C.fencelock_cancel) error {
 		return check(func(e errOut) C.fencelock_status {
-			return C.fencelock_holder_delete(h, stringPtr(key), C.size_t(len(key)), &existed, e)
+			return C.fencelock_holder_delete_cancellable(h, stringPtr(key), C.size_t(len(key)), cancel, &existed, e)
 		})
 	})
 	return bool(existed), err

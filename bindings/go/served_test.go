@@ -2,6 +2,7 @@ package fencelock_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -78,4 +79,110 @@ func TestAPausedHoldersWriteIsRefusedThroughAServer(t *testing.T) {
 	if err != nil || string(value) != "B" || token != b.Token() {
 		t.Fatalf("Get = %q, %d, %v", value, token, err)
 	}
+}
+
+// A write behind a server paused in the middle of its work (SIGSTOP) honours its ctx as a
+// waiting Acquire does: it ends with context.DeadlineExceeded at ctx's deadline, well before
+// the store's busy timeout, or with context.Canceled once ctx is cancelled, and changes nothing.
+func TestAWriteBehindAPausedServerEndsWithItsContextChangingNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	server := startServer(t, path)
+	// Far longer than the ctx deadlines below: a write that waits it out did not honour its ctx.
+	const busy = 30 * time.Second
+	store, err := fencelock.Open(path, fencelock.WithBusyTimeout(busy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	holder := acquire(t, store, "job")
+	if err := store.PutWithFence(bg, "probe", []byte("through the server"), holder.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if pid, ok := store.ServerPID(); !ok || pid != server.Process.Pid {
+		t.Fatalf("ServerPID = %d, %v; the server is %d", pid, ok, server.Process.Pid)
+	}
+	if err := server.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = server.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume) // before the server's own cleanup, which a stopped server would not obey
+
+	writes := []struct {
+		name  string
+		write func(ctx context.Context) error
+	}{
+		{"PutWithFence", func(ctx context.Context) error {
+			return store.PutWithFence(ctx, "put", []byte("late"), holder.Token())
+		}},
+		{"Delete", func(ctx context.Context) error {
+			_, err := store.Delete(ctx, "probe", holder.Token())
+			return err
+		}},
+		{"Fence", func(ctx context.Context) error { return store.Fence(ctx, "s3://bucket/x", holder.Token()) }},
+		{"Holder.Put", func(ctx context.Context) error { return holder.Put(ctx, "holder-put", []byte("late")) }},
+		{"Holder.Delete", func(ctx context.Context) error {
+			_, err := holder.Delete(ctx, "probe")
+			return err
+		}},
+		{"AcquireAndPut", func(ctx context.Context) error {
+			h, err := store.AcquireAndPut(ctx, "other", "acquire-and-put", []byte("late"))
+			if err == nil {
+				_ = h.Release()
+			}
+			return err
+		}},
+	}
+	// within runs write, failing the test when it is still waiting at half the busy timeout: a
+	// bound far above any ctx deadline here, and below the busy timeout that a write ignoring
+	// its ctx would wait out (its timeout would then come after the deadline, and be reported as
+	// the deadline's).
+	within := func(name string, write func() error) error {
+		done := make(chan error, 1)
+		go func() { done <- write() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(busy / 2):
+			t.Fatalf("%s still waits behind the paused server, past its ctx", name)
+			return nil
+		}
+	}
+	for _, w := range writes {
+		err := within(w.name, func() error {
+			ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+			defer cancel()
+			return w.write(ctx)
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s past its ctx deadline: %v, want context.DeadlineExceeded", w.name, err)
+		}
+		err = within(w.name, func() error {
+			ctx, cancel := context.WithCancel(bg)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return w.write(ctx)
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with its ctx cancelled: %v, want context.Canceled", w.name, err)
+		}
+	}
+
+	resume()
+	if value, _, err := store.Get(bg, "probe"); err != nil || string(value) != "through the server" {
+		t.Errorf("probe = %q, %v: a delete given up on was applied", value, err)
+	}
+	for _, key := range []string{"put", "holder-put", "acquire-and-put"} {
+		if _, _, err := store.Get(bg, key); !errors.Is(err, fencelock.ErrNotFound) {
+			t.Errorf("Get(%q) = %v: a write given up on was applied", key, err)
+		}
+	}
+	if token, err := store.FenceToken(bg, "s3://bucket/x"); err != nil || token != 0 {
+		t.Errorf("FenceToken = %d, %v: a fence given up on was applied", token, err)
+	}
+	acquire(t, store, "other") // no grant of AcquireAndPut was left behind
 }

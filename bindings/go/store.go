@@ -22,11 +22,13 @@
 //
 // Keys are Go strings and binary-safe: any bytes, including NUL, passed to the library as
 // (pointer, length). Lock names and fence resources are C strings and cannot contain NUL.
-// Calls that do not wait check ctx before they start (canceled, or its deadline passed) and
-// then run to completion: the library takes no timeout or cancel for a write, so a write behind
-// another process that holds the store waits up to the busy timeout (WithBusyTimeout), also
-// past ctx's deadline. Only a waiting Acquire (the Wait option) and Holder.Lost watch ctx or
-// the lease while they block.
+// Every call checks ctx before it starts (canceled, or its deadline passed). A write
+// (PutWithFence, Delete, Fence, AcquireAndPut, a try-once Acquire or AcquireAll, Holder.Put,
+// Holder.Delete, Holder.Extend) then honours ctx as a waiting Acquire does while it waits
+// behind another process that holds the store: it ends at ctx's deadline with
+// context.DeadlineExceeded (a ctx without a deadline leaves the busy timeout, WithBusyTimeout,
+// to bound it) and once ctx is canceled with context.Canceled, having changed nothing. Reads
+// run to completion.
 // Every type is safe for concurrent use.
 //
 // Errors match the sentinels (ErrLocked, ErrTimeout, ...) with errors.Is and the standard
@@ -95,11 +97,11 @@ func WithMode(mode Mode) OpenOption { return func(c *openConfig) { c.mode = mode
 // WithMaxValueLen sets the largest fenced value accepted, in bytes (default 16 MiB).
 func WithMaxValueLen(n uint64) OpenOption { return func(c *openConfig) { c.maxValueLen = n } }
 
-// WithBusyTimeout bounds how long Open, and each later write, waits behind another process
-// that holds the store (one paused inside a commit or its open) before giving up with
-// ErrTimeout, having changed nothing (default 10s; rounded up to whole milliseconds). A write's
-// ctx does not shorten it: the write checks ctx before it starts, but the library takes no
-// timeout or cancel for a write.
+// WithBusyTimeout bounds how long Open, and each later write whose ctx has no deadline, waits
+// behind another process that holds the store (one paused inside a commit or its open) before
+// giving up with ErrTimeout, having changed nothing (default 10s; rounded up to whole
+// milliseconds). A write whose ctx has a deadline waits until that deadline instead, shorter or
+// longer, and a canceled ctx ends it at once.
 func WithBusyTimeout(d time.Duration) OpenOption { return func(c *openConfig) { c.busyTimeout = d } }
 
 // WithReadOnly opens an existing store for reading only: grants and writes fail with
@@ -209,6 +211,21 @@ func (c *storeCore) close() {
 	if observer != 0 {
 		observer.Delete() // after the close: the library no longer has it
 	}
+}
+
+// bounded runs fn, one C call with no timeout of its own (a write, a try-once acquire), with
+// the live handle and a cancel that ends it with ctx (newBoundCancel): at ctx's deadline with
+// context.DeadlineExceeded, instead of at the busy timeout, and once ctx is canceled with
+// context.Canceled; a Close ends it with ErrClosed.
+func (s *Store) bounded(ctx context.Context, fn func(h *C.fencelock_store, cancel *C.fencelock_cancel) error) error {
+	return s.call(ctx, func(sh *C.fencelock_store) error {
+		cancel, err := newBoundCancel(ctx, &s.core.waits)
+		if err != nil {
+			return err
+		}
+		defer cancel.free()
+		return boundError(ctx, &s.core.waits, ErrClosed, fn(sh, cancel.c))
+	})
 }
 
 // call runs fn with the live handle, after checking ctx (ctxDone); ErrClosed after Close.
@@ -349,12 +366,9 @@ func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption)
 			})
 		}
 		var h *C.fencelock_holder
-		err := s.call(ctx, func(sh *C.fencelock_store) error {
-			if kind == C.FENCELOCK_KIND_EXCLUSIVE {
-				return check(func(e errOut) C.fencelock_status { return C.fencelock_store_acquire(sh, cname, ttl, &h, e) })
-			}
+		err := s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
 			return check(func(e errOut) C.fencelock_status {
-				return C.fencelock_store_acquire_kind(sh, cname, kind, permits, ttl, &h, e)
+				return C.fencelock_store_acquire_kind_cancellable(sh, cname, kind, permits, ttl, cancel, &h, e)
 			})
 		})
 		return h, err
@@ -405,8 +419,8 @@ func (s *Store) AcquireAll(ctx context.Context, names []string, opts ...AcquireO
 			return call(sh, timeout, cancel, e)
 		})
 	} else {
-		err = s.call(ctx, func(sh *C.fencelock_store) error {
-			return check(func(e errOut) C.fencelock_status { return call(sh, 0, nil, e) })
+		err = s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
+			return check(func(e errOut) C.fencelock_status { return call(sh, 0, cancel, e) })
 		})
 	}
 	if err != nil {
@@ -535,10 +549,10 @@ func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byt
 	}
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
 		var h *C.fencelock_holder
-		err := s.call(ctx, func(sh *C.fencelock_store) error {
+		err := s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
 			err := check(func(e errOut) C.fencelock_status {
-				return C.fencelock_store_acquire_and_put(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
-					bytesPtr(value), C.size_t(len(value)), &h, e)
+				return C.fencelock_store_acquire_and_put_cancellable(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
+					bytesPtr(value), C.size_t(len(value)), cancel, &h, e)
 			})
 			runtime.KeepAlive(value)
 			return err
@@ -551,9 +565,9 @@ func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byt
 // *StaleTokenError (matching ErrStaleToken), and writes nothing, when the key accepted a
 // higher token before; an equal token is accepted, so one holder can write many times.
 func (s *Store) PutWithFence(ctx context.Context, key string, data []byte, fence uint64) error {
-	return s.call(ctx, func(sh *C.fencelock_store) error {
+	return s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
 		err := check(func(e errOut) C.fencelock_status {
-			return C.fencelock_store_put(sh, stringPtr(key), C.size_t(len(key)), bytesPtr(data), C.size_t(len(data)), C.uint64_t(fence), e)
+			return C.fencelock_store_put_cancellable(sh, stringPtr(key), C.size_t(len(key)), bytesPtr(data), C.size_t(len(data)), C.uint64_t(fence), cancel, e)
 		})
 		runtime.KeepAlive(data)
 		return err
@@ -588,9 +602,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, uint64, error) {
 // whether the key held a value.
 func (s *Store) Delete(ctx context.Context, key string, fence uint64) (bool, error) {
 	var existed C.bool
-	err := s.call(ctx, func(sh *C.fencelock_store) error {
+	err := s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
 		return check(func(e errOut) C.fencelock_status {
-			return C.fencelock_store_delete(sh, stringPtr(key), C.size_t(len(key)), C.uint64_t(fence), &existed, e)
+			return C.fencelock_store_delete_cancellable(sh, stringPtr(key), C.size_t(len(key)), C.uint64_t(fence), cancel, &existed, e)
 		})
 	})
 	return bool(existed), err
@@ -604,8 +618,10 @@ func (s *Store) Fence(ctx context.Context, resource string, token uint64) error 
 		return err
 	}
 	defer C.free(unsafe.Pointer(cres))
-	return s.call(ctx, func(sh *C.fencelock_store) error {
-		return check(func(e errOut) C.fencelock_status { return C.fencelock_store_fence(sh, cres, C.uint64_t(token), e) })
+	return s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
+		return check(func(e errOut) C.fencelock_status {
+			return C.fencelock_store_fence_cancellable(sh, cres, C.uint64_t(token), cancel, e)
+		})
 	})
 }
 

@@ -158,7 +158,34 @@ impl Holder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn extend(&self, ttl: Duration) -> Result<()> {
-        self.lease.extend(ttl)
+        self.lease.extend(ttl, None)
+    }
+
+    /// Like [`Holder::extend`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Holder::extend`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Cancel;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(1))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// holder.extend_cancellable(Duration::from_secs(60), &cancel)?;
+    /// assert!(holder.remaining() > Duration::from_secs(30));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn extend_cancellable(&self, ttl: Duration, cancel: &Cancel) -> Result<()> {
+        self.lease.extend(ttl, Some(cancel))
     }
 
     /// Whether this holder still holds the lease: not released, not expired, not taken over.
@@ -220,7 +247,34 @@ impl Holder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.lease.write(key, Some(value)).map(|_| ())
+        self.lease.write(key, Some(value), None).map(|_| ())
+    }
+
+    /// Like [`Holder::put`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Holder::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Cancel;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// holder.put_cancellable(b"nightly/report", b"done", &cancel)?;
+    /// assert_eq!(store.get(b"nightly/report")?.unwrap().value, b"done");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_cancellable(&self, key: &[u8], value: &[u8], cancel: &Cancel) -> Result<()> {
+        self.lease.write(key, Some(value), Some(cancel)).map(|_| ())
     }
 
     /// Deletes `key` with this holder's token, checked like [`Holder::put`]. Returns whether the
@@ -244,7 +298,33 @@ impl Holder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.lease.write(key, None)
+        self.lease.write(key, None, None)
+    }
+
+    /// Like [`Holder::delete`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Holder::put_cancellable`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::Cancel;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// holder.put(b"nightly/report", b"draft")?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// assert!(holder.delete_cancellable(b"nightly/report", &cancel)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn delete_cancellable(&self, key: &[u8], cancel: &Cancel) -> Result<bool> {
+        self.lease.write(key, None, Some(cancel))
     }
 
     /// Releases the lease. Takes effect at once for every process, without an fsync. A stale

@@ -387,6 +387,44 @@ impl Store {
         })
     }
 
+    /// Like [`Store::acquire_and_put`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Store::acquire_and_put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// let ttl = Duration::from_secs(30);
+    /// let holder =
+    ///     store.acquire_and_put_cancellable("nightly", ttl, b"nightly/owner", b"host-a", &cancel)?;
+    /// assert_eq!(store.get(b"nightly/owner")?.unwrap().token, holder.token());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_and_put_cancellable(
+        &self,
+        name: &str,
+        ttl: Duration,
+        key: &[u8],
+        value: &[u8],
+        cancel: &Cancel,
+    ) -> Result<Holder> {
+        self.acquire_one(&Acquire {
+            write: Some((key, value)),
+            ..Acquire::new(Locks::One(name), Kind::Exclusive, ttl).cancellable(cancel)
+        })
+    }
+
     /// Tries once to acquire `name` as `kind` for `ttl`: exclusively (as [`Store::acquire`]),
     /// shared, or one permit of a semaphore of `N` permits. Each grant is a lease of its own,
     /// with its own token (higher than every earlier grant of the store), liveness and TTL, and
@@ -426,6 +464,44 @@ impl Store {
     /// ```
     pub fn acquire_kind(&self, name: &str, kind: Kind, ttl: Duration) -> Result<Holder> {
         self.acquire_one(&Acquire::new(Locks::One(name), kind, ttl))
+    }
+
+    /// Like [`Store::acquire_kind`] (which [`Store::acquire`] is with [`Kind::Exclusive`]): tries
+    /// once, and its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    /// `cancel` may also name the thread the lease is for ([`Cancel::set_thread`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Store::acquire_kind`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Kind, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let ttl = Duration::from_secs(30);
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// let holder = store.acquire_kind_cancellable("nightly", Kind::Exclusive, ttl, &cancel)?;
+    /// assert!(matches!(
+    ///     store.acquire_kind_cancellable("nightly", Kind::Exclusive, ttl, &cancel),
+    ///     Err(Error::Locked { token, .. }) if token == holder.token()
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_kind_cancellable(
+        &self,
+        name: &str,
+        kind: Kind,
+        ttl: Duration,
+        cancel: &Cancel,
+    ) -> Result<Holder> {
+        self.acquire_one(&Acquire::new(Locks::One(name), kind, ttl).cancellable(cancel))
     }
 
     /// Like [`Store::acquire_kind`], waiting up to `timeout` for its turn, as
@@ -545,6 +621,39 @@ impl Store {
         self.acquire_many(&Acquire::new(Locks::All(names), Kind::Exclusive, ttl))
     }
 
+    /// Like [`Store::acquire_all`]: tries once, and its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Store::acquire_all`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// let both = store.acquire_all_cancellable(&["a", "b"], Duration::from_secs(30), &cancel)?;
+    /// assert_eq!(both.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire_all_cancellable(
+        &self,
+        names: &[&str],
+        ttl: Duration,
+        cancel: &Cancel,
+    ) -> Result<Vec<Holder>> {
+        self.acquire_many(
+            &Acquire::new(Locks::All(names), Kind::Exclusive, ttl).cancellable(cancel),
+        )
+    }
+
     /// Like [`Store::acquire_all`], waiting up to `timeout` until every lock is free at once.
     /// Its waits are not queued behind other waiters of the locks (it takes them whenever all
     /// are free together), and it holds none of them while it waits.
@@ -651,7 +760,45 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn put(&self, key: &[u8], value: &[u8], token: u64) -> Result<()> {
-        self.engine.write(key, Some(value), token).map(|_| ())
+        self.engine.write(key, Some(value), token, None).map(|_| ())
+    }
+
+    /// Like [`Store::put`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Store::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// store.put_cancellable(b"nightly/report", b"done", holder.token(), &cancel)?;
+    /// cancel.cancel();
+    /// let late = store.put_cancellable(b"nightly/report", b"late", holder.token(), &cancel);
+    /// assert!(matches!(late, Err(Error::Cancelled)));
+    /// assert_eq!(store.get(b"nightly/report")?.unwrap().value, b"done");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put_cancellable(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        token: u64,
+        cancel: &Cancel,
+    ) -> Result<()> {
+        self.engine
+            .write(key, Some(value), token, Some(cancel))
+            .map(|_| ())
     }
 
     /// Deletes `key`, fenced like [`Store::put`]. The key keeps the delete's token, so a stale
@@ -676,7 +823,33 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn delete(&self, key: &[u8], token: u64) -> Result<bool> {
-        self.engine.write(key, None, token)
+        self.engine.write(key, None, token, None)
+    }
+
+    /// Like [`Store::delete`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::put_cancellable`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// store.put(b"nightly/report", b"draft", holder.token())?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// assert!(store.delete_cancellable(b"nightly/report", holder.token(), &cancel)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn delete_cancellable(&self, key: &[u8], token: u64, cancel: &Cancel) -> Result<bool> {
+        self.engine.write(key, None, token, Some(cancel))
     }
 
     /// The value under `key` and the token that wrote it, or `None` if there is none.
@@ -759,7 +932,34 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn fence(&self, resource: &str, token: u64) -> Result<()> {
-        self.engine.fence(resource, token)
+        self.engine.fence(resource, token, None)
+    }
+
+    /// Like [`Store::fence`], its wait for another process that holds the store ended by `cancel`
+    /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
+    /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; [`Error::Timeout`] at its deadline; otherwise
+    /// as [`Store::fence`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let holder = store.acquire("upload", Duration::from_secs(30))?;
+    /// let cancel = Cancel::new();
+    /// cancel.set_timeout(Duration::from_secs(2));
+    /// store.fence_cancellable("s3://bucket/report.csv", holder.token(), &cancel)?;
+    /// assert_eq!(store.fence_token("s3://bucket/report.csv")?, Some(holder.token()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fence_cancellable(&self, resource: &str, token: u64, cancel: &Cancel) -> Result<()> {
+        self.engine.fence(resource, token, Some(cancel))
     }
 
     /// The highest token the external fence `resource` has accepted, if any.

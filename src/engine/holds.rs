@@ -3,21 +3,26 @@
 //! instead of waiting out its timeout or taking its own lease over when the TTL runs out.
 //!
 //! A lease is the thread's that called the acquire which granted it, from the grant until its
-//! release (or its holder's drop). Only holders of this engine count: another open of the
-//! store, another process and another thread of this one wait as before.
+//! release (or its holder's drop), and a wait is the calling thread's; a [`Cancel`] given to
+//! either may name another thread instead ([`Cancel::set_thread`]), for a binding that waits on
+//! its caller's behalf from a helper thread. Only holders of this engine count: another open
+//! of the store, another process and another thread of this one wait as before.
 //!
 //! [`Error::WouldDeadlock`]: crate::Error::WouldDeadlock
+//! [`Cancel`]: crate::Cancel
+//! [`Cancel::set_thread`]: crate::Cancel::set_thread
 
 use std::collections::HashMap;
-use std::thread::{self, ThreadId};
 
 use parking_lot::Mutex;
+
+use crate::base::thread::ThreadTag;
 
 pub(crate) struct Holds {
     /// Off ([`crate::Options::refuse_own_waits`]), nothing is kept and no lease is anyone's.
     enabled: bool,
     /// The granting thread of each lease not yet released, by token (unique in a store).
-    owners: Mutex<HashMap<u64, ThreadId>>,
+    owners: Mutex<HashMap<u64, ThreadTag>>,
 }
 
 impl Holds {
@@ -28,10 +33,10 @@ impl Holds {
         }
     }
 
-    /// The lease `token` was granted to the calling thread.
-    pub(crate) fn granted(&self, token: u64) {
+    /// The lease `token` was granted to `thread`.
+    pub(crate) fn granted(&self, token: u64, thread: ThreadTag) {
         if self.enabled {
-            self.owners.lock().insert(token, thread::current().id());
+            self.owners.lock().insert(token, thread);
         }
     }
 
@@ -42,12 +47,8 @@ impl Holds {
         }
     }
 
-    /// Whether the lease `token` was granted to the calling thread and not let go since.
-    pub(crate) fn is_mine(&self, token: u64) -> bool {
-        if !self.enabled {
-            return false;
-        }
-        let me = thread::current().id();
-        self.owners.lock().get(&token) == Some(&me)
+    /// Whether the lease `token` was granted to `thread` and not let go since.
+    pub(crate) fn is_mine(&self, token: u64, thread: ThreadTag) -> bool {
+        self.enabled && self.owners.lock().get(&token) == Some(&thread)
     }
 }

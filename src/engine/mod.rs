@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::base::cancel::{Cancel, Waiting, LOST_POLL};
+use crate::base::cancel::{thread_of, Cancel, Waiting, LOST_POLL};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::base::limits::duration_ns;
+use crate::base::thread::ThreadTag;
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo};
 use crate::rules::kind::Kind;
@@ -48,8 +48,11 @@ pub(crate) struct Acquire<'a> {
     pub ttl: Duration,
     /// A value to write with the new token in the grant's transaction: `(key, value)`.
     pub write: Option<(&'a [u8], &'a [u8])>,
-    /// How long to wait, and the cancel handle; `None` tries once.
+    /// How long to wait for the locks; `None` tries once.
     pub wait: Option<Waiting<'a>>,
+    /// The cancel handle of the call, waiting or not: it ends the wait for the locks and for a
+    /// busy store, bounds both by its deadline, and may name the thread the call is for.
+    pub cancel: Option<&'a Cancel>,
 }
 
 impl<'a> Acquire<'a> {
@@ -61,6 +64,7 @@ impl<'a> Acquire<'a> {
             ttl,
             write: None,
             wait: None,
+            cancel: None,
         }
     }
 
@@ -68,8 +72,29 @@ impl<'a> Acquire<'a> {
     pub(crate) fn waiting(self, timeout: Duration, cancel: Option<&'a Cancel>) -> Acquire<'a> {
         Acquire {
             wait: Some(Waiting::new(timeout, cancel)),
+            cancel,
             ..self
         }
+    }
+
+    /// The same acquire, trying once, with `cancel` for its wait for a busy store.
+    pub(crate) fn cancellable(self, cancel: &'a Cancel) -> Acquire<'a> {
+        Acquire {
+            cancel: Some(cancel),
+            ..self
+        }
+    }
+
+    /// The wait of a commit of the grant: the wait for the locks, or for a try-once acquire
+    /// the wait of a write ([`Waiting::bounded`] by the store's `busy_timeout`).
+    pub(crate) fn commit_wait(&self, busy_timeout: Duration) -> Waiting<'a> {
+        self.wait
+            .unwrap_or_else(|| Waiting::bounded(busy_timeout, self.cancel))
+    }
+
+    /// The thread whose leases its grants are (`engine/holds.rs`).
+    pub(crate) fn thread(&self) -> ThreadTag {
+        thread_of(self.cancel)
     }
 }
 
@@ -87,14 +112,21 @@ pub(crate) trait Engine: Send + Sync {
     fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>>;
 
     /// Writes (`Some`) or deletes (`None`) the value of `key` fenced by `token`; whether the
-    /// key held a value before.
-    fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool>;
+    /// key held a value before. `cancel` ends its wait for a busy store, and bounds it.
+    fn write(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        token: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool>;
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>>;
 
     fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>>;
 
-    fn fence(&self, resource: &str, token: u64) -> Result<()>;
+    /// Checks and records `token` at the fence `resource`; `cancel` as for [`Engine::write`].
+    fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()>;
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>>;
 
@@ -150,15 +182,16 @@ pub(crate) trait LeaseHandle: Send + Sync {
     /// The engine that granted it.
     fn engine(&self) -> Arc<dyn Engine>;
 
-    /// Renews the lease for `ttl` from now, while it is still this holder's.
-    fn extend(&self, ttl: Duration) -> Result<()>;
+    /// Renews the lease for `ttl` from now, while it is still this holder's; `cancel` as for
+    /// [`Engine::write`].
+    fn extend(&self, ttl: Duration, cancel: Option<&Cancel>) -> Result<()>;
 
     /// Whether the lease is still this holder's: not released, not expired, not taken over.
     fn is_held(&self) -> Result<bool>;
 
     /// Writes (`Some`) or deletes (`None`) `key` with the lease's token, checked against the
-    /// lease in the same transaction.
-    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool>;
+    /// lease in the same transaction; `cancel` as for [`Engine::write`].
+    fn write(&self, key: &[u8], value: Option<&[u8]>, cancel: Option<&Cancel>) -> Result<bool>;
 
     /// Releases the lease; [`Error::LockLost`] (once the lease is let go) when it had been
     /// lost before this release; a second release changes nothing.
@@ -239,7 +272,7 @@ impl LeaseState {
     /// Waits until the lease is known to be lost or released, or ran out, or `timeout`
     /// passes; returns whether it ended. With `cancel`, looks at it every [`LOST_POLL`].
     pub(crate) fn wait_lost(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
-        let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
         let mut ended = self.signal.ended.lock();
         loop {
             // A renewal moves the expiry on, so the wait is in slices up to the current one.

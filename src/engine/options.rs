@@ -62,10 +62,11 @@ pub struct Options {
     pub mode: Mode,
     /// Largest fenced value accepted, in bytes (at most [`crate::MAX_VALUE_LEN_LIMIT`]).
     pub max_value_len: usize,
-    /// How long the open, and each later write that has no timeout of its own, waits for
-    /// another process that holds the store: one inside a commit or inside its own open, which
-    /// may be paused (a SIGSTOP, Ctrl-Z, a debugger). Past it they fail with [`Error::Timeout`](crate::Error::Timeout)
-    /// and change nothing. Like SQLite's `busy_timeout`.
+    /// How long the open, and each later write that has no deadline of its own (a
+    /// [`Cancel`]'s, [`Cancel::set_timeout`]), waits for another process that holds the store:
+    /// one inside a commit or inside its own open, which may be paused (a SIGSTOP, Ctrl-Z, a
+    /// debugger). Past it they fail with [`Error::Timeout`](crate::Error::Timeout) and change
+    /// nothing. Like SQLite's `busy_timeout`.
     pub busy_timeout: Duration,
     /// Ends a waiting open early with [`Error::Cancelled`](crate::Error::Cancelled).
     pub cancel: Option<Cancel>,

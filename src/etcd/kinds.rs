@@ -38,7 +38,6 @@ use etcd_client::{
 };
 
 use super::records::{client_error, holder_token, token, LockRecord, SAME_REVISION};
-use super::runtime::block_for;
 use super::{etcd_ttl, header_revision, EtcdEngine, EtcdLease, Grant, Grantee};
 use crate::base::cancel::Waiting;
 use crate::base::clock;
@@ -110,13 +109,20 @@ impl EtcdEngine {
         Ok((response.take_kvs(), revision))
     }
 
-    /// The token of a holder of `name` that this thread holds, if one does: `first` (the
-    /// holder that refused an exclusive grant), or with holders of other kinds any of them.
-    pub(super) fn own_holder(&self, name: &str, first: Option<&KeyValue>) -> Result<Option<u64>> {
+    /// The token of a holder of `name` that the waiting thread (`waiting.thread()`) holds, if
+    /// one does: `first` (the holder that refused an exclusive grant), or with holders of other
+    /// kinds any of them.
+    pub(super) fn own_holder(
+        &self,
+        name: &str,
+        first: Option<&KeyValue>,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<u64>> {
         let Some(first) = first else {
             return Ok(None);
         };
-        if self.holds.is_mine(holder_token(first)) {
+        let thread = waiting.thread();
+        if self.holds.is_mine(holder_token(first), thread) {
             return Ok(Some(holder_token(first)));
         }
         if first.key() == self.lock_key(name).as_slice() {
@@ -127,7 +133,7 @@ impl EtcdEngine {
             .0
             .iter()
             .map(holder_token)
-            .find(|&token| self.holds.is_mine(token)))
+            .find(|&token| self.holds.is_mine(token, thread)))
     }
 
     /// Every grant of `name`, latest first.
@@ -245,7 +251,7 @@ impl EtcdEngine {
                         ),
                     ])
             };
-            match self.grant_with(request.ttl, &txn)? {
+            match self.grant_with(request.ttl, &txn, request.cancel)? {
                 Grant::Granted(granted) => {
                     return Ok(Ok(self.slot_holder(name, kind, slot, granted)));
                 }
@@ -273,11 +279,12 @@ impl EtcdEngine {
     /// [`Error::WouldDeadlock`] when only this thread could let go of what refused it: one of
     /// the holders that must all go, or every permit of a full semaphore.
     fn wait_blocked(&self, blocked: Blocked, waiting: Waiting<'_>) -> Result<()> {
+        let thread = waiting.thread();
         let mine: Vec<u64> = blocked
             .holders
             .iter()
             .map(holder_token)
-            .filter(|&token| self.holds.is_mine(token))
+            .filter(|&token| self.holds.is_mine(token, thread))
             .collect();
         let deadlock = if blocked.every {
             !mine.is_empty()
@@ -358,7 +365,7 @@ impl EtcdEngine {
         let keys: Vec<Vec<u8>> = names.iter().map(|name| self.lock_key(name)).collect();
         let mut client = self.client();
         let last = self.last_key();
-        let granted = block_for(self.timeout, async move {
+        let granted = self.bounded(request.cancel, async move {
             let mut leases = Vec::with_capacity(keys.len());
             for _ in &keys {
                 let asked_ns = clock::now_ns();

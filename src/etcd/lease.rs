@@ -22,6 +22,7 @@ use super::pool::{secs_ns, Pooled};
 use super::records::{client_error, holder_token, revision, LockRecord};
 use super::runtime::{self, block_for};
 use super::{etcd_ttl, first_kv, lost, EtcdEngine};
+use crate::base::cancel::Cancel;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::engine::{Engine, LeaseHandle, LeaseState};
@@ -66,7 +67,6 @@ impl EtcdLease {
         stream: Option<KeepAlive>,
     ) -> Arc<EtcdLease> {
         let token = grantee.token;
-        remote.holds.granted(token);
         Arc::new(EtcdLease {
             remote,
             state: LeaseState::new(grantee.name, grantee.kind, token, deadline(asked_ns, ttl)),
@@ -113,7 +113,7 @@ impl EtcdLease {
     /// Renews the lease for `ttl` from now. The same TTL as the lease's is one etcd keep-alive;
     /// another TTL moves the lock key onto a new lease of that TTL, in one transaction that
     /// checks the key is still this grant's (its create revision, the token, stays).
-    fn extend_now(&self, ttl: Duration) -> Result<()> {
+    fn extend_now(&self, ttl: Duration, cancel: Option<&Cancel>) -> Result<()> {
         let secs = etcd_ttl(ttl)?;
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
@@ -122,16 +122,16 @@ impl EtcdLease {
             return Err(self.lost_now());
         }
         let result = if secs == self.ttl.load(Ordering::Acquire) {
-            self.refresh()
+            self.refresh(cancel)
         } else {
-            self.move_to_new_lease(ttl)
+            self.move_to_new_lease(ttl, cancel)
         };
         result.map_err(|err| self.note(err))
     }
 
-    /// One keep-alive of the current lease.
-    fn refresh(&self) -> Result<()> {
-        block_for(self.remote.timeout, self.refresh_async(&mut None))
+    /// One keep-alive of the current lease, bounded by `cancel` ([`EtcdEngine::bounded`]).
+    fn refresh(&self, cancel: Option<&Cancel>) -> Result<()> {
+        self.remote.bounded(cancel, self.refresh_async(&mut None))
     }
 
     /// One keep-alive of the current lease, on the stream in `stream` if it is the current
@@ -175,7 +175,7 @@ impl EtcdLease {
         Ok(())
     }
 
-    fn move_to_new_lease(&self, ttl: Duration) -> Result<()> {
+    fn move_to_new_lease(&self, ttl: Duration, cancel: Option<&Cancel>) -> Result<()> {
         let asked = clock::now_ns();
         let key = self.key.clone();
         let token = self.state.token;
@@ -189,7 +189,7 @@ impl EtcdLease {
         .encode();
         let old = self.lease.load(Ordering::Acquire);
         let mut client = self.remote.client();
-        let (lease, secs) = block_for(self.remote.timeout, async move {
+        let (lease, secs) = self.remote.bounded(cancel, async move {
             let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
             let txn = Txn::new()
                 .when([Compare::create_revision(
@@ -239,7 +239,7 @@ impl EtcdLease {
             .is_some_and(|kv| kv.create_revision() == self.created))
     }
 
-    fn write_now(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+    fn write_now(&self, key: &[u8], value: Option<&[u8]>, cancel: Option<&Cancel>) -> Result<bool> {
         if self.state.kind == Kind::Shared {
             return Err(Error::invalid(format!(
                 "a shared holder of {} does not write: acquire it exclusively to write",
@@ -254,7 +254,14 @@ impl EtcdLease {
             return Err(self.lost_now());
         }
         self.remote
-            .holder_write(&self.key, self.created, self.state.token, key, value)
+            .holder_write(
+                &self.key,
+                self.created,
+                self.state.token,
+                key,
+                value,
+                cancel,
+            )
             .map_err(|err| self.note(err))
     }
 
@@ -314,7 +321,7 @@ impl EtcdLease {
             return Ok(());
         }
         if secs != self.ttl.load(Ordering::Acquire) {
-            if let Err(err) = self.extend_now(ttl) {
+            if let Err(err) = self.extend_now(ttl, None) {
                 self.keeping.store(false, Ordering::Release);
                 return Err(err);
             }
@@ -407,16 +414,16 @@ impl LeaseHandle for EtcdLease {
         Arc::clone(&self.remote) as Arc<dyn Engine>
     }
 
-    fn extend(&self, ttl: Duration) -> Result<()> {
-        self.extend_now(ttl)
+    fn extend(&self, ttl: Duration, cancel: Option<&Cancel>) -> Result<()> {
+        self.extend_now(ttl, cancel)
     }
 
     fn is_held(&self) -> Result<bool> {
         self.is_held_now()
     }
 
-    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
-        self.write_now(key, value)
+    fn write(&self, key: &[u8], value: Option<&[u8]>, cancel: Option<&Cancel>) -> Result<bool> {
+        self.write_now(key, value, cancel)
     }
 
     fn release(&self) -> Result<()> {

@@ -40,7 +40,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
-use crate::base::cancel::Waiting;
+use crate::base::cancel::{Cancel, Waiting};
 use crate::base::clock;
 use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{
@@ -246,7 +246,40 @@ impl EtcdEngine {
         &self,
         f: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
     ) -> Result<T> {
-        block_for(self.timeout, async { f.await.map_err(client_error) })
+        self.call_bounded(None, f)
+    }
+
+    /// Runs one etcd call of a call given `cancel`, as [`EtcdEngine::bounded`].
+    fn call_bounded<T: Send>(
+        &self,
+        cancel: Option<&Cancel>,
+        f: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>> + Send,
+    ) -> Result<T> {
+        self.bounded(cancel, async { f.await.map_err(client_error) })
+    }
+
+    /// Runs `future` until the deadline of `cancel` (without one, the busy timeout), ended
+    /// within about a millisecond when `cancel` fires (at once, when it fired before). As at the
+    /// busy timeout, a request already sent may have been applied.
+    pub(crate) fn bounded<F, T>(&self, cancel: Option<&Cancel>, future: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>> + Send,
+        T: Send,
+    {
+        crate::base::cancel::check(cancel)?;
+        if cancel.is_none() {
+            return block_for(self.timeout, future);
+        }
+        let waiting = Waiting::bounded(self.timeout, cancel);
+        runtime::block(async move {
+            tokio::pin!(future);
+            loop {
+                tokio::select! {
+                    done = &mut future => return done,
+                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
+                }
+            }
+        })?
     }
 
     fn writable(&self) -> Result<()> {
@@ -275,21 +308,21 @@ impl EtcdEngine {
             check_key(key)?;
         }
         let Some(waiting) = request.wait else {
-            let grant = self.grant(name, ttl, request.write)?;
+            let grant = self.grant(name, ttl, request.write, request.cancel)?;
             return self
                 .granted(name, grant)
                 .map_err(|holder| self.locked(holder));
         };
         crate::base::cancel::check(waiting.cancel)?;
         // A first try, behind whoever is queued; then the queue (queue.rs).
-        let grant = self.grant(name, ttl, None)?;
+        let grant = self.grant(name, ttl, None, request.cancel)?;
         match self.granted(name, grant) {
             Ok(lease) => return Ok(lease),
             Err(holder) => {
                 waiting.step()?;
                 // A lock key of a lease this thread holds through this engine ends only
                 // with that lease.
-                if let Some(token) = self.own_holder(name, holder.as_ref())? {
+                if let Some(token) = self.own_holder(name, holder.as_ref(), waiting)? {
                     return Err(Error::WouldDeadlock {
                         name: name.to_owned(),
                         token,
@@ -373,14 +406,26 @@ impl EtcdEngine {
     /// key is absent (and the acquire-and-put's value with the same token). The lease is a
     /// pooled one, renewed by a keep-alive sent with the transaction (one round trip,
     /// `pool.rs`), or else a new one asked for first.
-    fn grant(&self, name: &str, ttl: Duration, write: Option<(&[u8], &[u8])>) -> Result<Grant> {
+    /// Its etcd calls are bounded by `cancel` (see [`EtcdEngine::bounded`]).
+    fn grant(
+        &self,
+        name: &str,
+        ttl: Duration,
+        write: Option<(&[u8], &[u8])>,
+        cancel: Option<&Cancel>,
+    ) -> Result<Grant> {
         check_name("lock name", name)?;
-        self.grant_with(ttl, &|lease| self.grant_txn(name, write, lease))
+        self.grant_with(ttl, &|lease| self.grant_txn(name, write, lease), cancel)
     }
 
     /// One grant attempt of the transaction `txn` makes with a lease: a pooled one, or else a
     /// new one asked for first (as [`EtcdEngine::grant`]).
-    fn grant_with(&self, ttl: Duration, txn: &(dyn Fn(i64) -> Txn + Sync)) -> Result<Grant> {
+    fn grant_with(
+        &self,
+        ttl: Duration,
+        txn: &(dyn Fn(i64) -> Txn + Sync),
+        cancel: Option<&Cancel>,
+    ) -> Result<Grant> {
         let secs = etcd_ttl(ttl)?;
         self.writable()?;
         // A pooled lease that etcd ended all the same (revoked by hand) is passed over.
@@ -389,12 +434,12 @@ impl EtcdEngine {
                 break;
             };
             let txn = txn(pooled.id);
-            if let Some(grant) = block_for(self.timeout, self.grant_pooled(txn, pooled))? {
+            if let Some(grant) = self.bounded(cancel, self.grant_pooled(txn, pooled))? {
                 return Ok(grant);
             }
         }
         let mut client = self.client();
-        block_for(self.timeout, async move {
+        self.bounded(cancel, async move {
             let asked_ns = clock::now_ns();
             let (lease, secs) = EtcdEngine::new_lease(&mut client, ttl).await?;
             let response = match client.txn(txn(lease)).await {
@@ -606,7 +651,13 @@ impl EtcdEngine {
     }
 
     /// A write fenced by `token` alone, which must not be above the store's last grant.
-    fn fenced_write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+    fn fenced_write(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        token: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
         self.writable()?;
         let last = self.last_key();
         let granted = Compare::mod_revision(last.clone(), CompareOp::Greater, revision(token) - 1);
@@ -615,7 +666,7 @@ impl EtcdEngine {
             .and_then([TxnOp::txn(self.value_txn(key, value, token))])
             .or_else([TxnOp::get(last, None)]);
         let mut client = self.client();
-        let response = self.call(async move { client.txn(txn).await })?;
+        let response = self.call_bounded(cancel, async move { client.txn(txn).await })?;
         let ops = response.op_responses();
         if !response.succeeded() {
             let highest = first_kv(&ops).map_or(0, |kv| records::token(kv.mod_revision()));
@@ -687,6 +738,7 @@ impl EtcdEngine {
         token: u64,
         key: &[u8],
         value: Option<&[u8]>,
+        cancel: Option<&Cancel>,
     ) -> Result<bool> {
         self.check_write(key, value)?;
         let lock_key = lock_key.to_vec();
@@ -703,7 +755,7 @@ impl EtcdEngine {
             .and_then([put])
             .or_else([TxnOp::txn(full)]);
         let mut client = self.client();
-        let response = self.call(async move { client.txn(txn).await })?;
+        let response = self.call_bounded(cancel, async move { client.txn(txn).await })?;
         let ops = response.op_responses();
         if response.succeeded() {
             return value_outcome(nested(&ops)?, token);
@@ -762,7 +814,7 @@ impl EtcdEngine {
         Ok(response.take_kvs())
     }
 
-    fn fence_checked(&self, resource: &str, token: u64) -> Result<()> {
+    fn fence_checked(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
         self.writable()?;
@@ -788,7 +840,7 @@ impl EtcdEngine {
             .and_then([TxnOp::txn(fenced)])
             .or_else([TxnOp::get(last, None)]);
         let mut client = self.client();
-        let response = self.call(async move { client.txn(txn).await })?;
+        let response = self.call_bounded(cancel, async move { client.txn(txn).await })?;
         let ops = response.op_responses();
         if !response.succeeded() {
             let highest = first_kv(&ops).map_or(0, |kv| records::token(kv.mod_revision()));
@@ -1001,6 +1053,7 @@ impl Engine for EtcdEngine {
     }
 
     fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        crate::base::cancel::check(request.cancel)?;
         let leases = match (request.locks, request.kind) {
             (Locks::One(name), kind @ (Kind::Semaphore(_) | Kind::Shared)) => {
                 vec![self.acquire_slot(name, kind, request)?]
@@ -1008,19 +1061,29 @@ impl Engine for EtcdEngine {
             (Locks::All(names), _) => self.acquire_all_of(names, request)?,
             (Locks::One(name), Kind::Exclusive) => vec![self.acquire_one(name, request)?],
         };
+        let thread = request.thread();
+        for lease in &leases {
+            self.holds.granted(lease.state().token, thread);
+        }
         Ok(leases
             .into_iter()
             .map(|lease| lease as Arc<dyn LeaseHandle>)
             .collect())
     }
 
-    fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+    fn write(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        token: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
         check_key(key)?;
         if let Some(value) = value {
             self.check_value(value)?;
         }
         check_token(token)?;
-        self.fenced_write(key, value, token)
+        self.fenced_write(key, value, token, cancel)
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
@@ -1031,8 +1094,8 @@ impl Engine for EtcdEngine {
         self.list_keys(prefix)
     }
 
-    fn fence(&self, resource: &str, token: u64) -> Result<()> {
-        self.fence_checked(resource, token)
+    fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
+        self.fence_checked(resource, token, cancel)
     }
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {

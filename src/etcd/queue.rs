@@ -165,7 +165,7 @@ impl EtcdEngine {
             }
             let ops = response.op_responses();
             let (holder, ahead) = (kv_of(ops.first()), kv_of(ops.get(1)));
-            if let Some(token) = self.own_holder(name, holder.as_ref())? {
+            if let Some(token) = self.own_holder(name, holder.as_ref(), waiting)? {
                 return Err(Error::WouldDeadlock {
                     name: name.to_owned(),
                     token,

@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, CString};
 
+use super::store::with_cancel;
 use super::{
     fencelock_cancel, fencelock_error, fencelock_status, free_boxed, guard, handle, key_bytes,
     millis, read_or, value_bytes, Out,
@@ -69,10 +70,37 @@ pub unsafe extern "C" fn fencelock_holder_extend(
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
+    unsafe { fencelock_holder_extend_cancellable(holder, ttl_ms, std::ptr::null(), err_out) }
+}
+
+/// Like `fencelock_holder_extend`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_holder_extend`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_extend_cancellable(
+    holder: *const fencelock_holder,
+    ttl_ms: u64,
+    cancel: *const fencelock_cancel,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
     unsafe {
         guard(err_out, || {
-            let holder = handle(holder, "holder")?;
-            holder.holder.extend(millis(ttl_ms))?;
+            let holder = &handle(holder, "holder")?.holder;
+            let ttl = millis(ttl_ms);
+            with_cancel(
+                cancel,
+                || holder.extend(ttl),
+                |cancel| holder.extend_cancellable(ttl, cancel),
+            )?;
             Ok(())
         })
     }
@@ -133,11 +161,51 @@ pub unsafe extern "C" fn fencelock_holder_put(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_holder_put_cancellable(
+            holder,
+            key,
+            key_len,
+            value,
+            value_len,
+            std::ptr::null(),
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_holder_put`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_holder_put`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+/// `value_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_put_cancellable(
+    holder: *const fencelock_holder,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    cancel: *const fencelock_cancel,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
-            let holder = handle(holder, "holder")?;
+            let holder = &handle(holder, "holder")?.holder;
             let key = key_bytes(key, key_len, "key")?;
             let value = value_bytes(value, value_len)?;
-            holder.holder.put(key, value)?;
+            with_cancel(
+                cancel,
+                || holder.put(key, value),
+                |cancel| holder.put_cancellable(key, value, cancel),
+            )?;
             Ok(())
         })
     }
@@ -162,11 +230,48 @@ pub unsafe extern "C" fn fencelock_holder_delete(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_holder_delete_cancellable(
+            holder,
+            key,
+            key_len,
+            std::ptr::null(),
+            existed_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_holder_delete`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_holder_delete`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_delete_cancellable(
+    holder: *const fencelock_holder,
+    key: *const u8,
+    key_len: usize,
+    cancel: *const fencelock_cancel,
+    existed_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
-            let holder = handle(holder, "holder")?;
+            let holder = &handle(holder, "holder")?.holder;
             let key = key_bytes(key, key_len, "key")?;
             let existed_out = Out::optional(existed_out);
-            let existed = holder.holder.delete(key)?;
+            let existed = with_cancel(
+                cancel,
+                || holder.delete(key),
+                |cancel| holder.delete_cancellable(key, cancel),
+            )?;
             if let Some(existed_out) = existed_out {
                 existed_out.set(existed);
             }

@@ -67,8 +67,53 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_acquire_kind_cancellable(
+            store,
+            name,
+            kind,
+            permits,
+            ttl_ms,
+            std::ptr::null(),
+            holder_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_store_acquire_kind`: tries once, and its wait for another process that holds
+/// the store (or for its server) ends within about a millisecond with `FENCELOCK_CANCELLED`,
+/// changing nothing, once `cancel` fires (at once when it fired before), and is bounded by the
+/// deadline of `cancel` (`fencelock_cancel_set_timeout`) instead of the store's busy timeout.
+/// `cancel` may also name the thread the lease is for (`fencelock_cancel_set_thread`). NULL: no
+/// cancel handle. With `FENCELOCK_KIND_EXCLUSIVE` it is the cancellable form of
+/// `fencelock_store_acquire`.
+///
+/// Returns the codes of `fencelock_store_acquire_kind`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_kind_cancellable(
+    store: *const fencelock_store,
+    name: *const c_char,
+    kind: i32,
+    permits: u32,
+    ttl_ms: u64,
+    cancel: *const fencelock_cancel,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         acquire_one(store, name, holder_out, err_out, |store, lock| {
-            Ok(store.acquire_kind(lock, kind_of(kind, permits)?, millis(ttl_ms))?)
+            let (kind, ttl) = (kind_of(kind, permits)?, millis(ttl_ms));
+            Ok(with_cancel(
+                cancel,
+                || store.acquire_kind(lock, kind, ttl),
+                |cancel| store.acquire_kind_cancellable(lock, kind, ttl, cancel),
+            )?)
         })
     }
 }
@@ -114,7 +159,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
 /// name twice) exclusively for `ttl_ms`, all or none, in one transaction: deadlock-free by
 /// construction, since it never holds some while it waits for others. With `timeout_ms` 0 it
 /// tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
-/// all are free at once (`FENCELOCK_TIMEOUT`), or until `cancel` fires (NULL: none).
+/// all are free at once (`FENCELOCK_TIMEOUT`). Either way `cancel` (NULL: none) ends the call
+/// once it fires, and bounds it by its deadline (`fencelock_cancel_set_timeout`): a try's wait
+/// for another process that holds the store too, instead of the store's busy timeout.
 ///
 /// On success `holders_out[0..count]` receive one new holder per name, in the order of
 /// `names`, each with its own token (they follow each other), lease and TTL, each to be freed
@@ -164,7 +211,11 @@ pub unsafe extern "C" fn fencelock_store_acquire_all(
                 .collect::<Result<Vec<_>, _>>()?;
             let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
             let holders = match timeout_ms {
-                0 => store.store.acquire_all(&names, ttl)?,
+                0 => with_cancel(
+                    cancel,
+                    || store.store.acquire_all(&names, ttl),
+                    |cancel| store.store.acquire_all_cancellable(&names, ttl, cancel),
+                )?,
                 _ => with_cancel(
                     cancel,
                     || store.store.acquire_all_wait(&names, ttl, timeout),

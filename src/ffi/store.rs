@@ -137,9 +137,9 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 /// history (through a server, the server's setting decides). With
 /// `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
 /// through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
-/// how long the open, and each later write that has no timeout of its own, waits for another
-/// process that holds the store (one paused inside a commit or inside its open); 0 means the
-/// default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
+/// how long the open, and each later write that has no deadline of its own (a cancel handle's,
+/// `fencelock_cancel_set_timeout`), waits for another process that holds the store (one paused
+/// inside a commit or inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
 ///
 /// Returns the codes of `fencelock_store_open_with`, and `FENCELOCK_TIMEOUT` and
 /// `FENCELOCK_CANCELLED`; `FENCELOCK_INVALID_ARGUMENT` also for unknown flags, and
@@ -236,6 +236,9 @@ pub unsafe extern "C" fn fencelock_store_close(store: *mut fencelock_store) {
 /// `FENCELOCK_TIMEOUT` (another process held the store past the busy timeout), `FENCELOCK_REPLACED`
 /// (the store file was replaced at its path), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
 /// `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+///
+/// `fencelock_store_acquire_kind_cancellable` with `FENCELOCK_KIND_EXCLUSIVE` is its form with a
+/// cancel handle.
 ///
 /// Thread-safe.
 ///
@@ -360,15 +363,60 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_acquire_and_put_cancellable(
+            store,
+            name,
+            ttl_ms,
+            key,
+            key_len,
+            value,
+            value_len,
+            std::ptr::null(),
+            holder_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_store_acquire_and_put`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_store_acquire_and_put`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+/// `value_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_acquire_and_put_cancellable(
+    store: *const fencelock_store,
+    name: *const c_char,
+    ttl_ms: u64,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    cancel: *const fencelock_cancel,
+    holder_out: *mut *mut fencelock_holder,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
-            let store = handle(store, "store")?;
+            let store = &handle(store, "store")?.store;
             let lock = super::name(name, "name")?;
             let key = key_bytes(key, key_len, "key")?;
             let value = value_bytes(value, value_len)?;
             let holder_out = Out::required(holder_out, "holder_out")?;
-            let holder = store
-                .store
-                .acquire_and_put(lock, millis(ttl_ms), key, value)?;
+            let ttl = millis(ttl_ms);
+            let holder = with_cancel(
+                cancel,
+                || store.acquire_and_put(lock, ttl, key, value),
+                |cancel| store.acquire_and_put_cancellable(lock, ttl, key, value, cancel),
+            )?;
             holder_out.set(fencelock_holder::into_raw(holder));
             Ok(())
         })
@@ -403,11 +451,53 @@ pub unsafe extern "C" fn fencelock_store_put(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_put_cancellable(
+            store,
+            key,
+            key_len,
+            value,
+            value_len,
+            token,
+            std::ptr::null(),
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_store_put`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_store_put`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+/// `value_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_put_cancellable(
+    store: *const fencelock_store,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    token: u64,
+    cancel: *const fencelock_cancel,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
-            let store = handle(store, "store")?;
+            let store = &handle(store, "store")?.store;
             let key = key_bytes(key, key_len, "key")?;
             let value = value_bytes(value, value_len)?;
-            store.store.put(key, value, token)?;
+            with_cancel(
+                cancel,
+                || store.put(key, value, token),
+                |cancel| store.put_cancellable(key, value, token, cancel),
+            )?;
             Ok(())
         })
     }
@@ -488,11 +578,50 @@ pub unsafe extern "C" fn fencelock_store_delete(
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
     unsafe {
+        fencelock_store_delete_cancellable(
+            store,
+            key,
+            key_len,
+            token,
+            std::ptr::null(),
+            existed_out,
+            err_out,
+        )
+    }
+}
+
+/// Like `fencelock_store_delete`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_store_delete`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_delete_cancellable(
+    store: *const fencelock_store,
+    key: *const u8,
+    key_len: usize,
+    token: u64,
+    cancel: *const fencelock_cancel,
+    existed_out: *mut bool,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
         guard(err_out, || {
-            let store = handle(store, "store")?;
+            let store = &handle(store, "store")?.store;
             let key = key_bytes(key, key_len, "key")?;
             let existed_out = Out::optional(existed_out);
-            let existed = store.store.delete(key, token)?;
+            let existed = with_cancel(
+                cancel,
+                || store.delete(key, token),
+                |cancel| store.delete_cancellable(key, token, cancel),
+            )?;
             if let Some(existed_out) = existed_out {
                 existed_out.set(existed);
             }
@@ -523,11 +652,38 @@ pub unsafe extern "C" fn fencelock_store_fence(
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
     // SAFETY: upheld by the caller.
+    unsafe { fencelock_store_fence_cancellable(store, resource, token, std::ptr::null(), err_out) }
+}
+
+/// Like `fencelock_store_fence`, its wait for another process that holds the store (or for its
+/// server) ended within about a millisecond with `FENCELOCK_CANCELLED`, changing nothing, once
+/// `cancel` fires (at once when it fired before), and bounded by the deadline of `cancel`
+/// (`fencelock_cancel_set_timeout`) instead of the store's busy timeout. NULL: no cancel handle.
+///
+/// Returns the codes of `fencelock_store_fence`, and `FENCELOCK_CANCELLED`.
+///
+/// Thread-safe; blocks the calling thread only.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_store_fence_cancellable(
+    store: *const fencelock_store,
+    resource: *const c_char,
+    token: u64,
+    cancel: *const fencelock_cancel,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
     unsafe {
         guard(err_out, || {
-            let store = handle(store, "store")?;
+            let store = &handle(store, "store")?.store;
             let resource = name(resource, "resource")?;
-            store.store.fence(resource, token)?;
+            with_cancel(
+                cancel,
+                || store.fence(resource, token),
+                |cancel| store.fence_cancellable(resource, token, cancel),
+            )?;
             Ok(())
         })
     }

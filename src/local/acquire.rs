@@ -8,7 +8,6 @@
 //! `acquire_all` is not queued and holds nothing while it waits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::base::cancel::{check, Waiting, POLL};
 use crate::base::clock;
@@ -28,8 +27,9 @@ impl LocalEngine {
     /// Grants `request` (see [`crate::engine::Engine::acquire`]), counted and told to the
     /// observer.
     pub(crate) fn grant_request(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>> {
+        check(request.cancel)?;
         let leases = match request.locks {
-            Locks::All(names) => self.acquire_all(names, request.ttl, request.wait)?,
+            Locks::All(names) => self.acquire_all(names, request)?,
             Locks::One(name) => {
                 if let Some((key, value)) = request.write {
                     self.check_value(value)?;
@@ -38,13 +38,17 @@ impl LocalEngine {
                 let mut attempt = Attempt::start();
                 let result = match request.wait {
                     Some(waiting) => self.wait_in_turn(name, request, waiting, &mut attempt),
-                    None => self.grant(name, request, None, None),
+                    None => self.grant(name, request, None),
                 }
                 .map(|lease| vec![lease]);
                 self.acquired(&[name], request.kind, &attempt, tokens(&result));
                 result?
             }
         };
+        let thread = request.thread();
+        for lease in &leases {
+            self.holds.granted(lease.state.token, thread);
+        }
         Ok(leases
             .into_iter()
             .map(|lease| lease as Arc<dyn LeaseHandle>)
@@ -66,7 +70,7 @@ impl LocalEngine {
         loop {
             // A waiting acquire not queued yet stands behind every queued waiter.
             let ticket = Some(place.as_ref().map_or(u64::MAX, Place::ticket));
-            match self.grant(name, request, Some(waiting), ticket) {
+            match self.grant(name, request, ticket) {
                 Err(Error::Locked { remaining, .. }) => {
                     attempt.waited = true;
                     waiting.step()?;
@@ -76,7 +80,7 @@ impl LocalEngine {
                     // The holder's liveness lock, as the record names it now.
                     let record = self.lease_of(name)?;
                     let now = clock::now_ns();
-                    self.refuse_own_wait(name, request.kind, record.as_ref(), now)?;
+                    self.refuse_own_wait(name, request.kind, record.as_ref(), waiting, now)?;
                     let lease = blocker(self, record.as_ref(), now)?;
                     // A semaphore's waiter waits on one permit, but any permit let go is its
                     // turn: it looks again every millisecond.
@@ -112,7 +116,6 @@ impl LocalEngine {
         &self,
         name: &str,
         request: &Acquire<'_>,
-        waiting: Option<Waiting<'_>>,
         ticket: Option<u64>,
     ) -> Result<Arc<LocalLease>> {
         let (kind, ttl) = (request.kind, request.ttl);
@@ -120,7 +123,7 @@ impl LocalEngine {
         check_ttl(ttl)?;
         check_kind(kind)?;
         if let Some(member) = self.map() {
-            return self.grant_shared(member, name, request, waiting, ticket);
+            return self.grant_shared(member, name, request, ticket);
         }
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
@@ -158,7 +161,7 @@ impl LocalEngine {
                 ticket,
             },
         };
-        match self.submit(op, waiting)? {
+        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
             Done::Granted { token, expires_ns } => Ok(LocalLease::new(
                 self.arc(),
                 name.to_owned(),
@@ -179,7 +182,6 @@ impl LocalEngine {
         member: &crate::share::member::RingMember,
         name: &str,
         request: &Acquire<'_>,
-        waiting: Option<Waiting<'_>>,
         ticket: Option<u64>,
     ) -> Result<Arc<LocalLease>> {
         self.check_fork()?;
@@ -201,7 +203,7 @@ impl LocalEngine {
                     live: grant.live,
                     ticket,
                 };
-                match self.submit(op, waiting) {
+                match self.submit(op, Some(request.commit_wait(self.busy_timeout))) {
                     Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
                     result => {
                         self.withdraw_in_map(member, name, grant.live);
@@ -225,16 +227,11 @@ impl LocalEngine {
         ))
     }
 
-    /// Acquires every lock of `names` exclusively, all or none, trying once or (`waiting`)
-    /// until every lock is free at once; counted and told as one attempt.
-    fn acquire_all(
-        &self,
-        names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
-    ) -> Result<Vec<Arc<LocalLease>>> {
+    /// Acquires every lock of `names` exclusively for `request`, all or none, trying once or
+    /// (`request.wait`) until every lock is free at once; counted and told as one attempt.
+    fn acquire_all(&self, names: &[&str], request: &Acquire<'_>) -> Result<Vec<Arc<LocalLease>>> {
         let mut attempt = Attempt::start();
-        let result = self.acquire_all_checked(names, ttl, waiting, &mut attempt);
+        let result = self.acquire_all_checked(names, request, &mut attempt);
         self.acquired(names, Kind::Exclusive, &attempt, tokens(&result));
         result
     }
@@ -242,10 +239,10 @@ impl LocalEngine {
     fn acquire_all_checked(
         &self,
         names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
+        request: &Acquire<'_>,
         attempt: &mut Attempt,
     ) -> Result<Vec<Arc<LocalLease>>> {
+        let (ttl, waiting) = (request.ttl, request.wait);
         if names.is_empty() || names.len() > MAX_HOLDERS as usize {
             return Err(Error::invalid(format!(
                 "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {}",
@@ -263,7 +260,7 @@ impl LocalEngine {
             check(waiting.cancel)?;
         }
         loop {
-            match self.try_acquire_all(names, ttl, waiting) {
+            match self.try_acquire_all(names, request) {
                 Err(Error::Locked { .. }) if waiting.is_some() => {
                     attempt.waited = true;
                     let waiting = waiting.expect("checked");
@@ -278,9 +275,9 @@ impl LocalEngine {
     fn try_acquire_all(
         &self,
         names: &[&str],
-        ttl: Duration,
-        waiting: Option<Waiting<'_>>,
+        request: &Acquire<'_>,
     ) -> Result<Vec<Arc<LocalLease>>> {
+        let ttl = request.ttl;
         if let Some(member) = self.map() {
             self.check_fork()?;
             if self.read_only {
@@ -314,7 +311,7 @@ impl LocalEngine {
             holder: self.me,
             lives: grants.iter().map(|grant| grant.live).collect(),
         };
-        match self.submit(op, waiting)? {
+        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
             Done::GrantedAll {
                 first,
                 count,
@@ -353,15 +350,18 @@ impl LocalEngine {
     }
 
     /// [`Error::WouldDeadlock`] when a wait for `name` as `kind`, refused by `record`, could end
-    /// only with a lease this thread holds through this engine (`rules::leases::own_blocker`).
+    /// only with a lease the waiting thread (`waiting.thread()`) holds through this engine
+    /// (`rules::leases::own_blocker`).
     fn refuse_own_wait(
         &self,
         name: &str,
         kind: Kind,
         record: Option<&Record>,
+        waiting: Waiting<'_>,
         now: u64,
     ) -> Result<()> {
-        let mine = |token| self.holds.is_mine(token);
+        let thread = waiting.thread();
+        let mine = |token| self.holds.is_mine(token, thread);
         match own_blocker(self, record, kind, &mine, now)? {
             Some(token) => Err(Error::WouldDeadlock {
                 name: name.to_owned(),
@@ -378,7 +378,7 @@ impl LocalEngine {
         let mut held = None;
         for name in names {
             let record = self.lease_of(name)?;
-            self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), now)?;
+            self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), waiting, now)?;
             if check_join(self, record.as_ref(), Kind::Exclusive, now).is_err() {
                 held = blocker(self, record.as_ref(), now)?;
                 break;

@@ -41,7 +41,6 @@ impl LocalLease {
         live: u64,
         expires_ns: u64,
     ) -> Arc<LocalLease> {
-        inner.holds.granted(token);
         Arc::new(LocalLease {
             inner,
             state: LeaseState::new(name, kind, token, expires_ns),
@@ -118,7 +117,7 @@ impl LocalLease {
             let Some(lease) = state.upgrade() else {
                 return;
             };
-            match lease.extend(ttl) {
+            match lease.extend(ttl, None) {
                 Ok(()) => {}
                 Err(Error::LockLost { .. } | Error::Replaced(_)) => return,
                 // A passing storage failure: try again until the lease runs out.
@@ -142,12 +141,12 @@ impl LeaseHandle for LocalLease {
         Arc::clone(&self.inner) as Arc<dyn Engine>
     }
 
-    fn extend(&self, ttl: Duration) -> Result<()> {
+    fn extend(&self, ttl: Duration, cancel: Option<&Cancel>) -> Result<()> {
         if self.state.released.load(Ordering::Acquire) {
             return Err(self.state.lost());
         }
         let inner = &self.inner;
-        match inner.counted(inner.extend(&self.state.name, self.state.token, ttl)) {
+        match inner.counted(inner.extend(&self.state.name, self.state.token, ttl, cancel)) {
             Ok(expires_ns) => {
                 self.state.expires_ns.store(expires_ns, Ordering::Release);
                 Ok(())
@@ -163,7 +162,7 @@ impl LeaseHandle for LocalLease {
         self.inner.is_current(&self.state.name, self.state.token)
     }
 
-    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+    fn write(&self, key: &[u8], value: Option<&[u8]>, cancel: Option<&Cancel>) -> Result<bool> {
         let state = &self.state;
         if state.kind == Kind::Shared {
             return Err(Error::invalid(format!(
@@ -175,7 +174,10 @@ impl LeaseHandle for LocalLease {
             return Err(state.lost());
         }
         self.inner
-            .counted(self.inner.holder_put(&state.name, state.token, key, value))
+            .counted(
+                self.inner
+                    .holder_put(&state.name, state.token, key, value, cancel),
+            )
             .map_err(|err| self.note(err))
     }
 
@@ -294,9 +296,16 @@ impl LocalEngine {
     }
 
     /// Sets a new expiry for the lease `token` of `name`, if it is still current.
-    fn extend(&self, name: &str, token: u64, ttl: Duration) -> Result<u64> {
+    fn extend(
+        &self,
+        name: &str,
+        token: u64,
+        ttl: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<u64> {
         check_ttl(ttl)?;
         if let Some(member) = self.map() {
+            crate::base::cancel::check(cancel)?;
             if self.read_only {
                 return Err(crate::storage::db::read_only());
             }
@@ -311,7 +320,7 @@ impl LocalEngine {
             token,
             ttl,
         };
-        match self.submit(op, None)? {
+        match self.submit(op, Some(self.bounded(cancel)))? {
             Done::Extended { expires_ns } => Ok(expires_ns),
             other => Err(unexpected(&other)),
         }
@@ -334,7 +343,14 @@ impl LocalEngine {
 
     /// Writes `value` under `key` with `token`, checking in the same transaction that the lease
     /// `token` of `name` is still current.
-    fn holder_put(&self, name: &str, token: u64, key: &[u8], value: Option<&[u8]>) -> Result<bool> {
+    fn holder_put(
+        &self,
+        name: &str,
+        token: u64,
+        key: &[u8],
+        value: Option<&[u8]>,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
         check_key(key)?;
         if let Some(value) = value {
             self.check_value(value)?;
@@ -345,7 +361,7 @@ impl LocalEngine {
             token,
             lease: Some(name.to_owned()),
         };
-        match self.submit(op, None)? {
+        match self.submit(op, Some(self.bounded(cancel)))? {
             Done::Put { existed } => Ok(existed),
             other => Err(unexpected(&other)),
         }

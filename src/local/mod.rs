@@ -29,7 +29,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 use redb::ConcurrencyMode;
 
-use crate::base::cancel::Waiting;
+use crate::base::cancel::{Cancel, Waiting};
 use crate::base::clock::{self, ProcessId};
 use crate::base::error::{io_error, Error, Result};
 use crate::base::limits::{check_key, check_name, check_token, MAX_NAME_LEN, MAX_VALUE_LEN_LIMIT};
@@ -303,25 +303,33 @@ impl LocalEngine {
     /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
     /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
+        self.read_within(self.bounded(None), f)
+    }
+
+    /// [`LocalEngine::read`], waiting for the file's header at most within `waiting`.
+    pub(crate) fn read_within<T>(
+        &self,
+        waiting: Waiting<'_>,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
+    ) -> Result<T> {
         self.check_fork()?;
         let db = self.database()?;
-        self.wait_for_header()?;
+        self.wait_for_header(waiting)?;
         let txn = crate::base::quiet::catch(|| db.begin_read()).unwrap_or_else(damaged);
         let result =
             txn.and_then(|txn| crate::base::quiet::catch(|| f(&txn)).unwrap_or_else(damaged));
         self.note_io_failure(result)
     }
 
-    /// In multi-process mode, waits (up to the busy timeout, then [`Error::Timeout`]) while a
-    /// commit of another open file holds redb's header lock: `begin_read` would block behind
-    /// it, without a timeout, for as long as a process stays paused inside that commit. A
-    /// process paused there in the moment between this test and the `begin_read` still blocks
-    /// the read until it resumes.
-    fn wait_for_header(&self) -> Result<()> {
+    /// In multi-process mode, waits (within `waiting`, by default the busy timeout, then
+    /// [`Error::Timeout`]) while a commit of another open file holds redb's header lock:
+    /// `begin_read` would block behind it, without a timeout, for as long as a process stays
+    /// paused inside that commit. A process paused there in the moment between this test and
+    /// the `begin_read` still blocks the read until it resumes.
+    fn wait_for_header(&self, waiting: Waiting<'_>) -> Result<()> {
         if self.mode != ConcurrencyMode::MultiWriter {
             return Ok(());
         }
-        let waiting = Waiting::new(self.busy_timeout, None);
         while self.live.header_busy()? {
             waiting.step()?;
             std::thread::sleep(Duration::from_micros(50));
@@ -550,7 +558,13 @@ impl Engine for LocalEngine {
         self.grant_request(request)
     }
 
-    fn write(&self, key: &[u8], value: Option<&[u8]>, token: u64) -> Result<bool> {
+    fn write(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        token: u64,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
         check_key(key)?;
         if let Some(value) = value {
             self.check_value(value)?;
@@ -562,7 +576,7 @@ impl Engine for LocalEngine {
             token,
             lease: None,
         };
-        self.counted(match self.submit(op, None) {
+        self.counted(match self.submit(op, Some(self.bounded(cancel))) {
             Ok(Done::Put { existed }) => Ok(existed),
             Ok(other) => Err(unexpected(&other)),
             Err(err) => Err(err),
@@ -584,13 +598,13 @@ impl Engine for LocalEngine {
         self.keys_of(prefix)
     }
 
-    fn fence(&self, resource: &str, token: u64) -> Result<()> {
-        self.counted(self.fence_checked(resource, token))
+    fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
+        self.counted(self.fence_checked(resource, token, cancel))
     }
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
-        self.fence_of(resource)
+        self.fence_of(resource, self.bounded(None))
     }
 
     fn locks(&self) -> Result<Vec<LockInfo>> {
@@ -666,11 +680,17 @@ impl Engine for LocalEngine {
 }
 
 impl LocalEngine {
-    fn fence_checked(&self, resource: &str, token: u64) -> Result<()> {
+    /// The wait of a write given `cancel`: to its deadline, or the busy timeout from now.
+    pub(crate) fn bounded<'a>(&self, cancel: Option<&'a Cancel>) -> Waiting<'a> {
+        Waiting::bounded(self.busy_timeout, cancel)
+    }
+
+    fn fence_checked(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
+        crate::base::cancel::check(cancel)?;
         // A token equal to the recorded one passes without a write.
-        let highest = self.fence_of(resource)?;
+        let highest = self.fence_of(resource, self.bounded(cancel))?;
         admit(token, highest)?;
         if highest == Some(token) {
             return Ok(());
@@ -679,7 +699,7 @@ impl LocalEngine {
             resource: resource.to_owned(),
             token,
         };
-        match self.submit(op, None)? {
+        match self.submit(op, Some(self.bounded(cancel)))? {
             Done::Fenced => Ok(()),
             other => Err(unexpected(&other)),
         }

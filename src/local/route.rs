@@ -76,13 +76,14 @@ impl LocalEngine {
     /// ring with every process's (`local/route.rs`), or else with this process's other threads'
     /// (group commit). Gives up with [`Error::Timeout`] if another process keeps the write lock
     /// past `waiting` (by default, the busy timeout), or with [`Error::Cancelled`] when its
-    /// handle fires.
+    /// handle fires (at once, when it fired before).
     pub(crate) fn submit(&self, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
         self.check_fork()?;
         if self.read_only {
             return Err(crate::storage::db::read_only());
         }
         let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        crate::base::cancel::check(waiting.cancel)?;
         let db = loop {
             // Through the ring: to a server, or to be committed with other processes' writes
             // (unless `share_commits` is off).
@@ -175,8 +176,8 @@ impl LocalEngine {
         &self,
         shared: &Arc<RingMember>,
         query: &Query,
+        waiting: Waiting<'_>,
     ) -> Result<Option<Answer>> {
-        let waiting = Waiting::new(self.busy_timeout, None);
         let Some(posted) = self.post(shared, &encode_query(query), waiting)? else {
             return Ok(None);
         };
@@ -415,10 +416,16 @@ impl LocalEngine {
 impl LocalEngine {
     /// Answers `query` from a read transaction of this store.
     pub(crate) fn query(&self, query: &Query) -> Result<Answer> {
+        self.query_within(query, self.bounded(None))
+    }
+
+    /// [`LocalEngine::query`] for a call that waits for the server or the file's header at
+    /// most within `waiting` (a write's, which reads first).
+    pub(crate) fn query_within(&self, query: &Query, waiting: Waiting<'_>) -> Result<Answer> {
         loop {
             if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
                 self.check_fork()?;
-                match self.ask_server(shared, query) {
+                match self.ask_server(shared, query, waiting) {
                     Ok(Some(answer)) => return Ok(answer),
                     // A process that took the request from the ring after the server was gone
                     // found the next server holding the file: asked again.
@@ -426,7 +433,7 @@ impl LocalEngine {
                     Err(err) => return Err(err),
                 }
             }
-            let answer = self.read(|txn| query.run(txn));
+            let answer = self.read_within(waiting, |txn| query.run(txn));
             self.make_way();
             match answer {
                 // A server took the file meanwhile: it answers.
@@ -512,8 +519,9 @@ impl LocalEngine {
         }
     }
 
-    pub(crate) fn fence_of(&self, resource: &str) -> Result<Option<u64>> {
-        match self.query(&Query::Fence(resource.to_owned()))? {
+    /// The highest token the fence `resource` accepted, read within `waiting`.
+    pub(crate) fn fence_of(&self, resource: &str, waiting: Waiting<'_>) -> Result<Option<u64>> {
+        match self.query_within(&Query::Fence(resource.to_owned()), waiting)? {
             Answer::Fence(token) => Ok(token),
             other => Err(mismatched(&other)),
         }

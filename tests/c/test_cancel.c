@@ -60,6 +60,50 @@ int main(void) {
     fencelock_cancel_free(NULL);
     fencelock_cancel_fire(NULL);
 
+    /* Writes with a cancel handle: NULL is the plain call; a deadline far off changes nothing;
+       a fired handle refuses at once, writing nothing. */
+    fencelock_holder *writer = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire_kind_cancellable(
+                                   store, "writer", FENCELOCK_KIND_EXCLUSIVE, 0, 60000, NULL,
+                                   &writer, ERR));
+    uint64_t token = fencelock_holder_token(writer);
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_cancel_set_timeout(NULL, 1000, ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_cancel_new(&cancel, ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_cancel_set_timeout(cancel, 60000, ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_put_cancellable(store, (const uint8_t *)"k", 1,
+                                                               (const uint8_t *)"v", 1, token,
+                                                               NULL, ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_put_cancellable(writer, (const uint8_t *)"h", 1,
+                                                                (const uint8_t *)"v", 1, cancel,
+                                                                ERR));
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_extend_cancellable(writer, 60000, cancel, ERR));
+    CHECK_STATUS(FENCELOCK_OK,
+                 fencelock_store_fence_cancellable(store, "s3://bucket/x", token, cancel, ERR));
+    fencelock_cancel_fire(cancel);
+    CHECK_STATUS(FENCELOCK_CANCELLED,
+                 fencelock_store_put_cancellable(store, (const uint8_t *)"late", 4,
+                                                 (const uint8_t *)"v", 1, token, cancel, ERR));
+    bool existed = false;
+    CHECK_STATUS(FENCELOCK_CANCELLED, fencelock_store_delete_cancellable(
+                                          store, (const uint8_t *)"k", 1, token, cancel, &existed,
+                                          ERR));
+    CHECK_STATUS(FENCELOCK_CANCELLED, fencelock_holder_delete_cancellable(
+                                          writer, (const uint8_t *)"h", 1, cancel, &existed, ERR));
+    fencelock_holder *late = NULL;
+    CHECK_STATUS(FENCELOCK_CANCELLED, fencelock_store_acquire_and_put_cancellable(
+                                          store, "late", 60000, (const uint8_t *)"late", 4,
+                                          (const uint8_t *)"v", 1, cancel, &late, ERR));
+    CHECK(late == NULL);
+    uint8_t *value = NULL;
+    size_t value_len = 0;
+    CHECK_STATUS(FENCELOCK_NOT_FOUND,
+                 fencelock_store_get(store, (const uint8_t *)"late", 4, &value, &value_len, NULL, ERR));
+    CHECK_STATUS(FENCELOCK_OK,
+                 fencelock_store_get(store, (const uint8_t *)"k", 1, &value, &value_len, NULL, ERR));
+    fencelock_buffer_free(value, value_len);
+    fencelock_cancel_free(cancel);
+    fencelock_holder_free(writer);
+
     fencelock_holder_free(holder);
     fencelock_store_close(owner);
     fencelock_store_close(store);

@@ -30,6 +30,14 @@ def store(store_path: Path) -> Iterator[fencelock.Store]:
         yield opened
 
 
+@pytest.fixture
+def other_store(store_path: Path) -> Iterator[fencelock.Store]:
+    """A second open of the store, as another process would have: a wait of this thread for a
+    lease held through it waits (for one held through ``store`` it is refused at once)."""
+    with fencelock.Store(store_path) as opened:
+        yield opened
+
+
 def spawn(code: str, *args: str, **kwargs) -> subprocess.Popen:
     """Starts `python -c code args...` with pipes for stdin/stdout, text mode."""
     return subprocess.Popen(

@@ -75,8 +75,8 @@ def test_locked_error_fields(store):
     assert str(holder.token) in str(info.value)
 
 
-def test_timeout_error(store):
-    holder = store.acquire("busy", ttl=60)
+def test_timeout_error(store, other_store):
+    holder = other_store.acquire("busy", ttl=60)
     with pytest.raises(fencelock.LockTimeoutError):
         store.acquire("busy", timeout=0.05)
     with pytest.raises(TimeoutError):  # also the builtin
@@ -87,8 +87,8 @@ def test_timeout_error(store):
     store.acquire("busy", timeout=0).close()  # free: a zero timeout still gets it
 
 
-def test_lock_lost_error_fields(store):
-    old = store.acquire("lost", ttl=0.05)
+def test_lock_lost_error_fields(store, other_store):
+    old = other_store.acquire("lost", ttl=0.05)
     # Wait (without a time limit on the test) until the lease ran out and another took over.
     new = store.acquire("lost", ttl=60, timeout=60)
     with pytest.raises(fencelock.LockLostError) as info:

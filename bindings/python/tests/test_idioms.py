@@ -38,8 +38,8 @@ def test_the_default_tries_once_and_zero_is_the_same(store):
     holder.release()
 
 
-def test_a_positive_timeout_waits_then_raises_a_timeout_error(store):
-    holder = store.acquire("busy", ttl=60)
+def test_a_positive_timeout_waits_then_raises_a_timeout_error(store, other_store):
+    holder = other_store.acquire("busy", ttl=60)
     with pytest.raises(fencelock.LockTimeoutError):
         store.acquire("busy", timeout=0.05)
     with pytest.raises(TimeoutError):  # the builtin, as the standard library's waits raise
@@ -118,9 +118,9 @@ def test_a_holder_still_held_at_exit_is_released_without_a_warning(store_path):
 # -- leaving a with block after the lease was lost ----------------------------------------------
 
 
-def test_leaving_the_block_after_the_lease_was_taken_over_raises(store):
+def test_leaving_the_block_after_the_lease_was_taken_over_raises(store, other_store):
     with pytest.raises(fencelock.LockLostError) as info, store.acquire("short", ttl=0.05) as holder:
-        successor = store.acquire("short", ttl=60, timeout=PATIENCE)
+        successor = other_store.acquire("short", ttl=60, timeout=PATIENCE)
     assert info.value.token == holder.token
     assert holder.closed
     # The successor's lease is untouched by the stale holder's exit.
@@ -150,8 +150,8 @@ def test_a_release_after_the_lease_was_taken_over_raises_once(store):
 
 
 def test_a_wait_for_a_lock_this_thread_holds_is_refused_at_once(store):
-    # From a thread of its own: the main thread's waits run in a helper thread (for Ctrl-C),
-    # which holds nothing.
+    # From a thread of its own, which calls C directly; the main thread's waits, which run in a
+    # helper thread (for Ctrl-C), are the next test's.
     outcome = []
 
     def work():
@@ -171,15 +171,10 @@ def test_a_wait_for_a_lock_this_thread_holds_is_refused_at_once(store):
     assert outcome == [(True, True, True)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=fencelock.LockTimeoutError,
-    reason="issue 37 item 8: the main thread's waits run in a helper thread, which the library "
-    "takes for the waiting thread; the C ABI has no way to name the thread a wait is for",
-)
 def test_a_wait_on_the_main_thread_for_a_lock_it_holds_is_refused_at_once(store):
-    # Where most programs wait, and where filelock refuses too. Unfixed, the wait runs out its
-    # timeout (here 1 s, below the TTL; the refusal comes before any wait, whatever the timeout).
+    # Where most programs wait, and where filelock refuses too. The wait runs in a helper thread,
+    # which the library must take for the main thread: else the wait runs out its timeout (here
+    # 1 s, below the TTL; the refusal comes before any wait, whatever the timeout).
     assert threading.current_thread() is threading.main_thread()
     holder = store.acquire("job", ttl=60)
     with pytest.raises(fencelock.WouldDeadlockError) as info:

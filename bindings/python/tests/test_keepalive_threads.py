@@ -84,8 +84,8 @@ def test_dropped_holder_with_watcher_is_collected_and_released(store):
         assert again.token > token
 
 
-def test_waiting_acquire_releases_the_gil(store):
-    holder = store.acquire("gil", ttl=60)
+def test_waiting_acquire_releases_the_gil(store, other_store):
+    holder = other_store.acquire("gil", ttl=60)
     entering = threading.Event()
     progress = []
 

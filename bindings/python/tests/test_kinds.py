@@ -119,8 +119,8 @@ def test_asyncio_acquires_every_kind(store):
     asyncio.run(main())
 
 
-def test_acquire_all_is_all_or_none_with_a_token_per_name(store):
-    with store.acquire("b"):
+def test_acquire_all_is_all_or_none_with_a_token_per_name(store, other_store):
+    with other_store.acquire("b"):
         with pytest.raises(fencelock.LockedError):
             store.acquire_all(["a", "b"])
         assert [i.name for i in store.locks()] == ["b"]

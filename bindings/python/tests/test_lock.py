@@ -30,9 +30,9 @@ def test_each_entry_acquires_a_new_lease_and_releases_it(store):
         assert second is not first
 
 
-def test_timeout_zero_tries_once_and_a_refusal_leaves_no_entry(store):
+def test_timeout_zero_tries_once_and_a_refusal_leaves_no_entry(store, other_store):
     lock = store.lock("busy")  # timeout=0 by default, as store.acquire
-    with store.acquire("busy", ttl=30) as other:
+    with other_store.acquire("busy", ttl=30) as other:
         with pytest.raises(fencelock.LockedError) as refused, lock:
             pass
         assert refused.value.token == other.token

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -69,11 +70,11 @@ def test_the_walkthrough_is_on_record_paused_holder_taken_over_then_released(sto
     c.close()
 
 
-def test_metrics_count_grants_refusals_waits_and_stale_writes(store):
+def test_metrics_count_grants_refusals_waits_and_stale_writes(store, other_store):
     start = store.metrics()
     assert start.scope is Scope.STORE and str(start.scope) == "store"
     assert start.since <= datetime.now(timezone.utc)
-    holder = store.acquire("m", ttl=60)
+    holder = other_store.acquire("m", ttl=60)  # counted too: the counters are the store's
     with pytest.raises(fencelock.LockedError):
         store.acquire("m")
     with pytest.raises(fencelock.LockTimeoutError):
@@ -187,7 +188,10 @@ def test_an_observer_hears_grants_refusals_losses_and_releases_in_order(store):
     a = store.acquire("o", ttl=0.1)
     with pytest.raises(fencelock.LockedError):
         store.acquire("o")
-    b = store.acquire("o", ttl=60, timeout=PATIENCE)  # waits out A's lease
+    # Waits out A's lease, from a thread of its own: this thread's wait for its own lease would
+    # be refused.
+    with ThreadPoolExecutor(1) as waiter:
+        b = waiter.submit(store.acquire, "o", ttl=60, timeout=PATIENCE).result()
     with pytest.raises(fencelock.LockLostError):
         a.put("k", b"v")
     a.close()  # a lease known to be lost is not told again as released

@@ -52,8 +52,8 @@ def test_the_prometheus_text_parses_with_its_types_labels_and_a_consistent_histo
     # A path whose label value needs escaping.
     directory = tmp_path / 'a "quoted" \\ dir'
     directory.mkdir()
-    with Store(directory / "locks.db") as store:
-        holder = store.acquire("m", ttl=60)
+    with Store(directory / "locks.db") as store, Store(directory / "locks.db") as other:
+        holder = other.acquire("m", ttl=60)  # another open's: a wait for it waits
         with pytest.raises(fencelock.LockTimeoutError):
             store.acquire("m", timeout=0.02)
         with pytest.raises(fencelock.LockedError):

@@ -220,6 +220,9 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     # cancel handle
     "fencelock_cancel_new": (fencelock_status, [POINTER(CancelP), POINTER(ErrorP)]),
     "fencelock_cancel_fire": (None, [CancelP]),
+    "fencelock_cancel_set_timeout": (fencelock_status, [CancelP, c_uint64, POINTER(ErrorP)]),
+    "fencelock_thread_self": (c_uint64, []),
+    "fencelock_cancel_set_thread": (fencelock_status, [CancelP, c_uint64, POINTER(ErrorP)]),
     "fencelock_cancel_free": (None, [CancelP]),
     # error object
     "fencelock_error_status": (fencelock_status, [ErrorP]),
@@ -256,6 +259,10 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_store_acquire_kind": (
         fencelock_status,
         [StoreP, c_char_p, c_int32, c_uint32, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
+    ),
+    "fencelock_store_acquire_kind_cancellable": (
+        fencelock_status,
+        [StoreP, c_char_p, c_int32, c_uint32, c_uint64, CancelP, POINTER(HolderP), POINTER(ErrorP)],
     ),
     "fencelock_store_acquire_kind_wait": (
         fencelock_status,
@@ -298,9 +305,28 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
             POINTER(ErrorP),
         ],
     ),
+    "fencelock_store_acquire_and_put_cancellable": (
+        fencelock_status,
+        [
+            StoreP,
+            c_char_p,
+            c_uint64,
+            c_char_p,
+            c_size_t,
+            c_char_p,
+            c_size_t,
+            CancelP,
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
     "fencelock_store_put": (
         fencelock_status,
         [StoreP, c_char_p, c_size_t, c_char_p, c_size_t, c_uint64, POINTER(ErrorP)],
+    ),
+    "fencelock_store_put_cancellable": (
+        fencelock_status,
+        [StoreP, c_char_p, c_size_t, c_char_p, c_size_t, c_uint64, CancelP, POINTER(ErrorP)],
     ),
     "fencelock_store_get": (
         fencelock_status,
@@ -318,7 +344,15 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         fencelock_status,
         [StoreP, c_char_p, c_size_t, c_uint64, POINTER(c_bool), POINTER(ErrorP)],
     ),
+    "fencelock_store_delete_cancellable": (
+        fencelock_status,
+        [StoreP, c_char_p, c_size_t, c_uint64, CancelP, POINTER(c_bool), POINTER(ErrorP)],
+    ),
     "fencelock_store_fence": (fencelock_status, [StoreP, c_char_p, c_uint64, POINTER(ErrorP)]),
+    "fencelock_store_fence_cancellable": (
+        fencelock_status,
+        [StoreP, c_char_p, c_uint64, CancelP, POINTER(ErrorP)],
+    ),
     "fencelock_store_fence_token": (
         fencelock_status,
         [StoreP, c_char_p, POINTER(c_uint64), POINTER(ErrorP)],
@@ -369,14 +403,26 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_holder_token": (c_uint64, [HolderP]),
     "fencelock_holder_name": (c_char_p, [HolderP]),
     "fencelock_holder_extend": (fencelock_status, [HolderP, c_uint64, POINTER(ErrorP)]),
+    "fencelock_holder_extend_cancellable": (
+        fencelock_status,
+        [HolderP, c_uint64, CancelP, POINTER(ErrorP)],
+    ),
     "fencelock_holder_is_held": (fencelock_status, [HolderP, POINTER(c_bool), POINTER(ErrorP)]),
     "fencelock_holder_put": (
         fencelock_status,
         [HolderP, c_char_p, c_size_t, c_char_p, c_size_t, POINTER(ErrorP)],
     ),
+    "fencelock_holder_put_cancellable": (
+        fencelock_status,
+        [HolderP, c_char_p, c_size_t, c_char_p, c_size_t, CancelP, POINTER(ErrorP)],
+    ),
     "fencelock_holder_delete": (
         fencelock_status,
         [HolderP, c_char_p, c_size_t, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_holder_delete_cancellable": (
+        fencelock_status,
+        [HolderP, c_char_p, c_size_t, CancelP, POINTER(c_bool), POINTER(ErrorP)],
     ),
     "fencelock_holder_release": (fencelock_status, [HolderP, POINTER(ErrorP)]),
     "fencelock_holder_keep_alive": (fencelock_status, [HolderP, c_uint64, POINTER(ErrorP)]),

@@ -209,6 +209,14 @@ class Cancel:
     def fire(self) -> None:
         lib.fencelock_cancel_fire(self.ptr)
 
+    def set_thread(self, thread: int) -> None:
+        """Makes the call given this cancel the wait of ``thread`` (``fencelock_thread_self()``
+        read on that thread), however many threads away it runs."""
+        err = ErrorP()
+        status = lib.fencelock_cancel_set_thread(self.ptr, thread, byref(err))
+        if status:
+            raise error_from(status, err)
+
 
 def call_waiting(
     fn: Callable[..., int], args: tuple[Any, ...], outs: tuple[Any, ...], cancel: Cancel, undo: Undo = None
@@ -222,7 +230,9 @@ def call_waiting(
     (``KeyboardInterrupt``, or whatever a signal handler raised) the cancel fires, the worker's
     call ends within about a millisecond with FENCELOCK_CANCELLED (nothing changed), what the
     call returned if it finished first anyway is undone (``undo``: a holder is freed, which
-    releases it; a store is closed), and the exception propagates. Other threads call directly.
+    releases it; a store is closed), and the exception propagates. The cancel names the main
+    thread as the one the call is for, so that the library judges the wait, and records what it
+    grants, as the main thread's, not the worker's. Other threads call directly.
     """
     err = ErrorP()
 
@@ -231,6 +241,7 @@ def call_waiting(
 
     if threading.current_thread() is not threading.main_thread():
         return invoke(), err
+    cancel.set_thread(lib.fencelock_thread_self())
     outcome: list[Any] = []
     done = threading.Event()
 
