@@ -31,7 +31,7 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -117,6 +117,13 @@ torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --storm
+
+# The floor of a durable write on this disk and cross-process group commit over it, the
+# prototype of docs/design/writes.md: 1, 4, 8 and 16 processes, 3 s each (quote quiet runs only).
+bench-floor:
+	mkdir -p target
+	$(CC) -O2 -Wall -Wextra -Werror -o target/group_commit benches/floor/group_commit.c
+	for n in 1 4 8 16; do target/group_commit target $$n 3; done
 
 # Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:
