@@ -23,7 +23,11 @@
 //!
 //! A writer marks its blocks PUBLIC only *after* its swap, so a PUBLIC block was in a bucket,
 //! and one that no bucket reaches any more is garbage: its blob was replaced. The writer that
-//! replaced it frees it; a writer killed before it did leaves it to the sweep. Each block's link
+//! replaced it frees it; a writer killed before it did leaves it to the sweep. A writer that
+//! replaced a blob before that blob's writer marked it finds its blocks not PUBLIC and leaves
+//! them: the blob's writer, which looks at its bucket's word after its marking, sees that its
+//! blob was replaced and frees them itself (a SeqCst handshake: at least one of the two sees
+//! the other). Each block's link
 //! word carries a generation that its writer raises: whoever frees a PUBLIC block claims it
 //! first (PUBLIC -> its id), checks that its generation is still the one seen in the replaced
 //! blob (else the block was freed and published again since, and goes back to PUBLIC), and only
@@ -264,10 +268,10 @@ impl Ring {
         else {
             return Publish::Full;
         };
-        self.write_blocks(&blocks, blob);
+        let generations = self.write_blocks(&blocks, blob);
         let head = blocks.first().map_or(0, |&b| b + 1);
         if self.swap_bucket(index, read.word, head) {
-            self.mark_public(&blocks);
+            self.after_swap(index, read.word.next(head), &blocks, &generations, owner);
             self.free_replaced(&read.chain, owner);
             Publish::Done
         } else {
@@ -280,8 +284,9 @@ impl Ring {
     }
 
     /// Writes `blob` into `blocks` (this writer's), chained in order, each with a generation
-    /// above its last.
-    fn write_blocks(&self, blocks: &[usize], blob: &[u8]) {
+    /// above its last: the generations.
+    fn write_blocks(&self, blocks: &[usize], blob: &[u8]) -> Vec<u32> {
+        let mut generations = Vec::with_capacity(blocks.len());
         for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
             let next = blocks.get(i + 1).map_or(0, |&b| b + 1);
             let link = self.block_link(block);
@@ -297,30 +302,55 @@ impl Ring {
                 Link::new(generation, next, chunk.len()).0,
                 Ordering::Release,
             );
+            generations.push(generation);
         }
+        generations
     }
 
     /// Swaps bucket `index`'s word from `expected` to a new generation heading at `head`:
-    /// whether it was still `expected`. AcqRel: Release publishes the blocks written before it
-    /// (and the floor raised before it), Acquire orders the freeing of the replaced blob after
-    /// every read of it that the swap's predecessors made.
+    /// whether it was still `expected`. Release publishes the blocks written before it (and the
+    /// floor raised before it); Acquire orders the freeing of the replaced blob after every
+    /// read of it that the swap's predecessors made; SeqCst for the handshake with the marking
+    /// of the replaced blob's blocks (`publish_bucket`).
     fn swap_bucket(&self, index: usize, expected: Word, head: usize) -> bool {
         self.bucket(index)
             .compare_exchange(
                 expected.0,
                 expected.next(head).0,
-                Ordering::AcqRel,
+                Ordering::SeqCst,
                 Ordering::Acquire,
             )
             .is_ok()
     }
 
+    /// What a writer does right after its swap published `blocks` (of `generations`) as bucket
+    /// `index`'s word `word`: marks them PUBLIC, then frees them itself if its blob was replaced
+    /// already. A writer that replaced it before the marking found the blocks still this
+    /// writer's and left them. SeqCst on both sides (the marking and the load of the word
+    /// here; the swap and the claim in `release_garbage` there): of the two, at least one sees
+    /// the other's store, so a block is never left behind.
+    fn after_swap(
+        &self,
+        index: usize,
+        word: Word,
+        blocks: &[usize],
+        generations: &[u32],
+        owner: u64,
+    ) {
+        self.mark_public(blocks);
+        if self.bucket(index).load(Ordering::SeqCst) != word.0 {
+            for (&block, &generation) in blocks.iter().zip(generations) {
+                self.release_garbage(block, generation, owner);
+            }
+        }
+    }
+
     /// Marks a just-published blob's blocks PUBLIC. Until then they are their writer's, which a
     /// sweep leaves alone while it lives, and marks PUBLIC itself once it died (they are
-    /// reachable).
+    /// reachable). SeqCst: the handshake of `publish_bucket`.
     fn mark_public(&self, blocks: &[usize]) {
         for &block in blocks {
-            self.block_state(block).store(PUBLIC, Ordering::Release);
+            self.block_state(block).store(PUBLIC, Ordering::SeqCst);
         }
     }
 
@@ -340,8 +370,9 @@ impl Ring {
     /// again since (a writer stopped before freeing what it replaced, a sweep's old look).
     fn release_garbage(&self, block: usize, generation: u32, owner: u64) {
         let state = self.block_state(block);
+        // SeqCst: the handshake of `publish_bucket` (a replacer's claim after its swap).
         if state
-            .compare_exchange(PUBLIC, owner, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(PUBLIC, owner, Ordering::SeqCst, Ordering::Relaxed)
             .is_err()
         {
             return;
@@ -563,13 +594,24 @@ mod tests {
         owner: u64,
         blob: &[u8],
     ) -> Option<Vec<usize>> {
+        write_and_swap_with_generations(ring, live, bucket, owner, blob).map(|(b, _, _)| b)
+    }
+
+    /// As `write_and_swap`, with the blocks' generations and the word published.
+    fn write_and_swap_with_generations(
+        ring: &Ring,
+        live: &Liveness,
+        bucket: usize,
+        owner: u64,
+        blob: &[u8],
+    ) -> Option<(Vec<usize>, Vec<u32>, Word)> {
         let read = ring.read_bucket(bucket);
         let blocks = ring
             .claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
             .unwrap();
-        ring.write_blocks(&blocks, blob);
+        let generations = ring.write_blocks(&blocks, blob);
         ring.swap_bucket(bucket, read.word, blocks[0] + 1)
-            .then_some(blocks)
+            .then(|| (blocks.clone(), generations, read.word.next(blocks[0] + 1)))
     }
 
     fn states(ring: &Ring, blocks: &[usize]) -> Vec<u64> {
@@ -668,6 +710,28 @@ mod tests {
         assert_eq!(ring.read_bucket(5).blob, vec![3; 1000]);
         assert_eq!(ring.read_bucket(3).blob, vec![2; 1000]);
         assert_eq!(ring.blocks_in_use(), 10);
+    }
+
+    #[test]
+    fn a_blob_replaced_before_its_writer_marked_it_is_freed_by_that_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        // The first writer swaps, and is preempted before it marks its blocks.
+        let (first, generations, word) =
+            write_and_swap_with_generations(&ring, &live, 6, ALIVE, &[1; 500]).unwrap();
+        // Another replaces its blob meanwhile: the first writer's blocks are not PUBLIC yet,
+        // so it leaves them.
+        let read = ring.read_bucket(6);
+        assert_eq!(
+            ring.publish_bucket(6, &read, &[2; 500], ALIVE, &live),
+            Publish::Done
+        );
+        assert_eq!(states(&ring, &first), vec![ALIVE; 3]);
+        // The first writer goes on: it marks, sees its blob replaced, and frees its blocks.
+        ring.after_swap(6, word, &first, &generations, ALIVE);
+        assert_eq!(states(&ring, &first), vec![FREE; 3], "blocks left behind");
+        assert_eq!(ring.blocks_in_use(), 3);
+        assert_eq!(ring.read_bucket(6).blob, vec![2; 500]);
     }
 
     #[test]
