@@ -41,6 +41,13 @@ pub struct ThreadTag(NonZeroU64);
 
 impl ThreadTag {
     /// The calling thread's tag.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let tag = fencelock::ThreadTag::current();
+    /// assert_eq!(tag, fencelock::ThreadTag::current());
+    /// ```
     #[must_use]
     pub fn current() -> ThreadTag {
         // A thread whose thread-locals are being torn down (a holder dropped by another
@@ -50,6 +57,12 @@ impl ThreadTag {
     }
 
     /// The tag as a number, for passing through C (`fencelock_thread_self`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_ne!(fencelock::ThreadTag::current().get(), 0);
+    /// ```
     #[must_use]
     pub fn get(self) -> u64 {
         self.0.get()
@@ -57,6 +70,15 @@ impl ThreadTag {
 
     /// The tag with number `n`; `None` for 0, which no thread has. A number no thread was given
     /// is a tag that holds no lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::ThreadTag;
+    /// let tag = ThreadTag::current();
+    /// assert_eq!(ThreadTag::from_u64(tag.get()), Some(tag));
+    /// assert_eq!(ThreadTag::from_u64(0), None);
+    /// ```
     #[must_use]
     pub fn from_u64(n: u64) -> Option<ThreadTag> {
         NonZeroU64::new(n).map(ThreadTag)
