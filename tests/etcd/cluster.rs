@@ -35,11 +35,30 @@ pub struct Cluster {
     dir: tempfile::TempDir,
 }
 
+/// A loopback port free now, never handed out before in this process, and below the kernel's
+/// range of ephemeral ports (`ip_local_port_range`, 32768 and up by default): a port the kernel
+/// picked for `bind(0)` could be picked again for another test's listener, or as the source port
+/// of any connection, between this test letting it go and etcd binding it (etcd then exits with
+/// "address already in use").
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0u64.. {
+        let mut hasher = random.build_hasher();
+        hasher.write_u64(attempt);
+        let port = 20_000 + (hasher.finish() % 12_000) as u16;
+        let mut given = GIVEN.lock().unwrap();
+        let given = given.get_or_insert_with(HashSet::new);
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+        assert!(attempt < 10_000, "no free loopback port in 20000-31999");
+    }
+    unreachable!()
 }
 
 fn binary() -> String {
