@@ -710,6 +710,14 @@ fn every_null_pointer_argument_is_refused() {
             Box::new(|e| unsafe { fencelock_holder_is_held(holder, null_mut(), e) }),
         ),
         (
+            "remaining_ms holder",
+            Box::new(|e| unsafe { fencelock_holder_remaining_ms(null(), nu, e) }),
+        ),
+        (
+            "remaining_ms remaining_ms_out",
+            Box::new(|e| unsafe { fencelock_holder_remaining_ms(holder, null_mut(), e) }),
+        ),
+        (
             "holder_put holder",
             Box::new(|e| unsafe { fencelock_holder_put(null(), k, 3, v, 3, e) }),
         ),

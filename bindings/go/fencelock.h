@@ -810,6 +810,23 @@ uint64_t fencelock_holder_token(const struct fencelock_holder *holder);
 const char *fencelock_holder_name(const struct fencelock_holder *holder);
 
 /**
+ * The time left on the lease as this holder last set it, in milliseconds (rounded down); 0
+ * once it ran out. Reads no storage: whether another holder took the lock over is answered by
+ * `fencelock_holder_is_held`. `*remaining_ms_out` receives the answer.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `remaining_ms_out`),
+ * `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_holder_remaining_ms(const struct fencelock_holder *holder,
+                                               uint64_t *remaining_ms_out,
+                                               struct fencelock_error **err_out);
+
+/**
  * Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
  *
  * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),

@@ -60,8 +60,20 @@ type KindHolder interface {
 	Permits() uint32
 }
 
+// RemainingHolder is a Holder that tells the time left on its lease. The holders a Store
+// returns implement it: left := holder.(fencelock.RemainingHolder).Remaining(). (It is apart
+// from Holder so that fakes written against Holder keep compiling.)
+type RemainingHolder interface {
+	Holder
+	// Remaining is the time left on the lease as this holder last set it (millisecond
+	// precision); zero once it ran out or was released. It reads no storage and cannot fail:
+	// whether another holder took the lock over is answered by Held.
+	Remaining() time.Duration
+}
+
 var _ Locker = (*Store)(nil)
 var _ KindHolder = (*lease)(nil)
+var _ RemainingHolder = (*lease)(nil)
 
 // lease is the Holder of a Store. The cleanup attached to it frees the C holder, which
 // releases the lease if it is still held.
@@ -207,6 +219,23 @@ func (l *lease) Held(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return bool(held), nil
+}
+
+func (l *lease) Remaining() time.Duration {
+	c := l.core
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.h == nil {
+		return 0
+	}
+	var ms C.uint64_t
+	err := check(func(e errOut) C.fencelock_status { return C.fencelock_holder_remaining_ms(c.h, &ms, e) })
+	runtime.KeepAlive(l)
+	if err != nil {
+		// Only a panic in the library: zero, the safe answer for code that must stop writing.
+		return 0
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 func (l *lease) Put(ctx context.Context, key string, value []byte) error {

@@ -288,6 +288,25 @@ func TestExtendMovesTheExpiry(t *testing.T) {
 	}
 }
 
+func TestRemainingIsTheTimeLeftOnTheLease(t *testing.T) {
+	store := openStore(t)
+	holder := acquire(t, store, "rem", fencelock.WithTTL(time.Minute)).(fencelock.RemainingHolder)
+	if left := holder.Remaining(); left <= 0 || left > time.Minute {
+		t.Fatalf("Remaining right after the acquire = %v, want in (0, 1m]", left)
+	}
+	brief := acquire(t, store, "rem-brief", fencelock.WithTTL(50*time.Millisecond)).(fencelock.RemainingHolder)
+	time.Sleep(150 * time.Millisecond) // the 50 ms lease runs out
+	if left := brief.Remaining(); left != 0 {
+		t.Fatalf("Remaining after expiry = %v, want 0", left)
+	}
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if left := holder.Remaining(); left != 0 {
+		t.Fatalf("Remaining after Release = %v, want 0", left)
+	}
+}
+
 func lockInfo(t testing.TB, store *fencelock.Store, name string) fencelock.LockInfo {
 	t.Helper()
 	locks, err := store.Locks(bg)

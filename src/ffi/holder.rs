@@ -51,6 +51,35 @@ pub unsafe extern "C" fn fencelock_holder_name(holder: *const fencelock_holder) 
     unsafe { read_or(holder, std::ptr::null(), |holder| holder.name.as_ptr()) }
 }
 
+/// The time left on the lease as this holder last set it, in milliseconds (rounded down); 0
+/// once it ran out. Reads no storage: whether another holder took the lock over is answered by
+/// `fencelock_holder_is_held`. `*remaining_ms_out` receives the answer.
+///
+/// Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`holder`, `remaining_ms_out`),
+/// `FENCELOCK_PANIC`.
+///
+/// Thread-safe.
+///
+/// # Safety
+/// Every pointer is NULL or valid as described.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_holder_remaining_ms(
+    holder: *const fencelock_holder,
+    remaining_ms_out: *mut u64,
+    err_out: *mut *mut fencelock_error,
+) -> fencelock_status {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        guard(err_out, || {
+            let holder = handle(holder, "holder")?;
+            let remaining_ms_out = Out::required(remaining_ms_out, "remaining_ms_out")?;
+            let remaining = holder.holder.remaining().as_millis();
+            remaining_ms_out.set(u64::try_from(remaining).unwrap_or(u64::MAX));
+            Ok(())
+        })
+    }
+}
+
 /// Renews the lease for `ttl_ms` milliseconds from now, only while this holder still owns it.
 ///
 /// Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (expired, taken over, or released),

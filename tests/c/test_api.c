@@ -192,6 +192,31 @@ static void expiry_and_takeover(const fencelock_store *store) {
     fencelock_holder_free(taker);
 }
 
+/* The time left on a lease: within its TTL right after the acquire, 0 once it ran out. */
+static void remaining_time(const fencelock_store *store) {
+    fencelock_holder *live = acquire(store, "remaining-live", 60000);
+    uint64_t ms = 0;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_remaining_ms(live, &ms, ERR));
+    CHECK(ms > 0 && ms <= 60000);
+    fencelock_holder_free(live);
+
+    fencelock_holder *brief = acquire(store, "remaining-brief", 50);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_remaining_ms(brief, &ms, ERR));
+    CHECK(ms <= 50);
+    usleep(150 * 1000); /* the 50 ms lease runs out */
+    ms = 77;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_holder_remaining_ms(brief, &ms, ERR));
+    CHECK(ms == 0);
+
+    /* NULL pointers are refused, and the output is written only on success. */
+    ms = 77;
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_holder_remaining_ms(NULL, &ms, ERR));
+    CHECK(ms == 77);
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_holder_remaining_ms(brief, NULL, ERR));
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_holder_remaining_ms(NULL, &ms, NULL));
+    fencelock_holder_free(brief);
+}
+
 static void fences_and_lists(const fencelock_store *store) {
     fencelock_holder *a = acquire(store, "list-a", 60000);
     fencelock_holder *b = acquire(store, "list-b", 60000);
@@ -493,6 +518,7 @@ int main(void) {
     version_and_status_strings();
     fenced_values(store);
     expiry_and_takeover(store);
+    remaining_time(store);
     fences_and_lists(store);
     null_pointers(store, sc.path);
     invalid_arguments(store, sc.path, sc.dir);

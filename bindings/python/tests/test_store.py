@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -110,6 +111,19 @@ def test_extend(store):
     holder.release()
     with pytest.raises(fencelock.LockLostError):
         holder.extend(5)
+
+
+def test_holder_remaining(store):
+    holder = store.acquire("rem", ttl=60)
+    assert 0 < holder.remaining <= 60
+    assert isinstance(holder.remaining, float)
+    brief = store.acquire("rem-brief", ttl=0.05)
+    assert brief.remaining <= 0.05
+    time.sleep(0.15)  # the 50 ms lease runs out
+    assert brief.remaining == 0.0
+    holder.close()
+    with pytest.raises(ValueError, match="closed"):
+        holder.remaining  # noqa: B018 - the property is the call under test
 
 
 def test_fence(store):

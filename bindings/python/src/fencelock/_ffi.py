@@ -408,6 +408,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [HolderP, c_uint64, CancelP, POINTER(ErrorP)],
     ),
     "fencelock_holder_is_held": (fencelock_status, [HolderP, POINTER(c_bool), POINTER(ErrorP)]),
+    "fencelock_holder_remaining_ms": (fencelock_status, [HolderP, POINTER(c_uint64), POINTER(ErrorP)]),
     "fencelock_holder_put": (
         fencelock_status,
         [HolderP, c_char_p, c_size_t, c_char_p, c_size_t, POINTER(ErrorP)],

@@ -9,7 +9,7 @@ import sys
 import threading
 import warnings
 import weakref
-from ctypes import byref, c_bool
+from ctypes import byref, c_bool, c_uint64
 from typing import Any, Callable
 
 from . import _ffi
@@ -198,6 +198,15 @@ class Holder(Handle):
         held = c_bool()
         self._res.check(lib.fencelock_holder_is_held, byref(held))
         return held.value
+
+    @property
+    def remaining(self) -> float:
+        """The time left on the lease as this holder last set it, in seconds (millisecond
+        precision); 0.0 once it ran out. Reads no storage; whether another holder took the lock
+        is answered by ``held()``."""
+        remaining_ms = c_uint64()
+        self._res.check(lib.fencelock_holder_remaining_ms, byref(remaining_ms))
+        return remaining_ms.value / 1000.0
 
     def put(self, key: Key, value: Value) -> None:
         """Writes ``value`` under ``key`` with this holder's token, checking in the same
