@@ -118,7 +118,7 @@ torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --storm
 
-# Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
+# Every fuzz target, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:
 	CARGO=$(CARGO) bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

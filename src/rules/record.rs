@@ -20,7 +20,7 @@ pub(crate) struct Lease {
 }
 
 /// Format 1 (schema 1) had no liveness id; format 2 appends it.
-const LEASE_FORMAT_1: u8 = 1;
+pub(crate) const LEASE_FORMAT_1: u8 = 1;
 const LEASE_FORMAT: u8 = 2;
 const LEASE_LEN_1: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
 const LEASE_LEN: usize = LEASE_LEN_1 + 8;
