@@ -125,7 +125,7 @@ bench-floor:
 	$(CC) -O2 -Wall -Wextra -Werror -o target/group_commit benches/floor/group_commit.c
 	for n in 1 4 8 16; do target/group_commit target $$n 3; done
 
-# Both fuzz targets, coverage-guided, built with the stable toolchain; see fuzz/README.md.
+# Every fuzz target, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:
 	CARGO=$(CARGO) bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

@@ -3,7 +3,7 @@
 # runs each, one after the other, for SECONDS. Fails on a crash (a panic, a failed assertion, an
 # input running over 10 s) or on a build without instrumentation. `make test-fuzz` and `make fuzz`
 # call it.
-# Usage: scripts/fuzz.sh SECONDS [TARGET...]      (default targets: ops c_abi)
+# Usage: scripts/fuzz.sh SECONDS [TARGET...]      (default targets: ops c_abi decoders)
 # Corpus: fuzz/target/corpus/TARGET (grows, never committed), read together with the committed
 # seeds in fuzz/seeds/TARGET. A crashing input is written to fuzz/target/artifacts/TARGET/.
 set -euo pipefail
@@ -15,7 +15,7 @@ fi
 seconds=$1
 shift
 targets=("$@")
-((${#targets[@]})) || targets=(ops c_abi)
+((${#targets[@]})) || targets=(ops c_abi decoders)
 cd "$(dirname "$0")/../fuzz"
 
 # What `cargo fuzz build --sanitizer none` passes; every flag is a stable codegen option, so no

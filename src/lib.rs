@@ -51,6 +51,13 @@ mod api;
 // of the Rust API (Rust users call the engine's types); it uses what this file exports.
 #[doc(hidden)]
 pub mod ffi;
+// 9: a check for each decoder of bytes another process or an older version wrote, for the fuzz
+// target `decoders` (scripts/fuzz.sh builds with `--cfg fuzzing`); not part of the API.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
+#[cfg(all(test, not(fuzzing)))]
+mod fuzzing;
 
 pub use api::holder::Holder;
 pub use api::store::Store;

@@ -274,7 +274,7 @@ const HISTORY_FORMAT: u8 = 1;
 const SLOT_LEN: usize = 8 + ENTRY_LEN;
 
 /// The entries of a stored history: (token, entry bytes), in the order they were recorded.
-fn slots(blob: &[u8]) -> Result<impl Iterator<Item = (u64, &[u8])>> {
+pub(crate) fn slots(blob: &[u8]) -> Result<impl Iterator<Item = (u64, &[u8])>> {
     if blob.first() != Some(&HISTORY_FORMAT) || (blob.len() - 1) % SLOT_LEN != 0 {
         return Err(Error::Corrupt("malformed lock history".into()));
     }

@@ -20,7 +20,7 @@ pub(crate) struct Lease {
 }
 
 /// Format 1 (schema 1) had no liveness id; format 2 appends it.
-const LEASE_FORMAT_1: u8 = 1;
+pub(crate) const LEASE_FORMAT_1: u8 = 1;
 const LEASE_FORMAT: u8 = 2;
 const LEASE_LEN_1: usize = 1 + 8 + 4 + 8 + 16 + 8 + 8;
 const LEASE_LEN: usize = LEASE_LEN_1 + 8;
@@ -194,12 +194,18 @@ pub(crate) fn encode_value(token: u64, value: Option<&[u8]>) -> Vec<u8> {
 
 /// The token and, unless the key was deleted, the value.
 pub(crate) fn decode_value(bytes: &[u8]) -> Result<(u64, Option<&[u8]>)> {
-    if bytes.len() < VALUE_HEADER_LEN || bytes[8] > PRESENT {
-        return Err(Error::Corrupt("malformed value record".into()));
+    let malformed = || Error::Corrupt("malformed value record".into());
+    if bytes.len() < VALUE_HEADER_LEN {
+        return Err(malformed());
     }
-    let token = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-    let body = (bytes[8] == PRESENT).then(|| &bytes[VALUE_HEADER_LEN..]);
-    Ok((token, body))
+    let (header, body) = bytes.split_at(VALUE_HEADER_LEN);
+    let token = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+    match header[8] {
+        PRESENT => Ok((token, Some(body))),
+        // A tombstone is its header alone.
+        0 if body.is_empty() => Ok((token, None)),
+        _ => Err(malformed()),
+    }
 }
 
 #[cfg(test)]
@@ -282,5 +288,14 @@ mod tests {
         let bytes = encode_value(7, None);
         assert_eq!(decode_value(&bytes).unwrap(), (7, None));
         assert!(decode_value(&bytes[..4]).is_err());
+    }
+
+    #[test]
+    fn a_tombstone_with_a_body_is_refused() {
+        // Found by the fuzz target `decoders`: a tombstone followed by bytes was read as a
+        // tombstone, the bytes ignored. No version writes one; it is damage.
+        let bytes = [2, 0x17, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0];
+        assert!(matches!(decode_value(&bytes), Err(Error::Corrupt(_))));
+        assert!(decode_value(&encode_value(5, None)).is_ok());
     }
 }

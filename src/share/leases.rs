@@ -35,7 +35,7 @@ fn damaged() -> Error {
     Error::Corrupt("a lease record in the store's shared memory is damaged".into())
 }
 
-fn encode(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
     if entries.is_empty() {
         return Vec::new();
     }
@@ -60,7 +60,7 @@ fn encode(entries: &[Entry]) -> Vec<u8> {
     out
 }
 
-fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
+pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
     if blob.is_empty() {
         return Ok(Vec::new());
     }

@@ -242,7 +242,7 @@ pub(crate) fn encode_op(op: &Op) -> Vec<u8> {
 }
 
 /// A request in the ring: a write, or a read (for a server, which alone can read the file).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Request {
     Op(Op),
     Query(Query),
