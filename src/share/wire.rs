@@ -578,7 +578,53 @@ pub(crate) fn decode_op(bytes: &[u8]) -> Result<Op> {
         _ => return Err(malformed()),
     };
     r.end()?;
+    within_limits(&op).map_err(|_| malformed())?;
     Ok(op)
+}
+
+/// Refuses a request whose arguments the library's own calls never pass: a requester checked
+/// them before it posted, so these are damage (or a writer of the ring that is not this
+/// library), and the combiner must not compute with them (an expiry of `now + ttl` overflows
+/// for a TTL of 2^64 ns).
+fn within_limits(op: &Op) -> Result<()> {
+    use crate::base::limits::{check_key, check_name, check_ttl};
+    match op {
+        Op::Acquire {
+            name, ttl, write, ..
+        } => {
+            check_name("lock name", name)?;
+            check_ttl(*ttl)?;
+            if let Some((key, _)) = write {
+                check_key(key)?;
+            }
+        }
+        Op::AcquireKind {
+            name, kind, ttl, ..
+        } => {
+            check_name("lock name", name)?;
+            crate::rules::kind::check_kind(*kind)?;
+            check_ttl(*ttl)?;
+        }
+        Op::AcquireAll {
+            names, ttl, lives, ..
+        } => {
+            if names.is_empty() || names.len() != lives.len() {
+                return Err(malformed());
+            }
+            for name in names {
+                check_name("lock name", name)?;
+            }
+            check_ttl(*ttl)?;
+        }
+        Op::Extend { name, ttl, .. } => {
+            check_name("lock name", name)?;
+            check_ttl(*ttl)?;
+        }
+        Op::Put { key, .. } => check_key(key)?,
+        Op::Fence { resource, .. } => check_name("fence resource", resource)?,
+        Op::RecordReleases { .. } | Op::RecordEnds { .. } | Op::Reserve { .. } => {}
+    }
+    Ok(())
 }
 
 const GRANTED: u8 = 1;
@@ -879,6 +925,58 @@ mod tests {
                 token: 12,
             },
         ]
+    }
+
+    #[test]
+    fn requests_with_arguments_no_call_of_the_library_passes_are_refused_as_damage() {
+        let holder = ProcessId {
+            pid: 1,
+            start_time: 2,
+        };
+        let acquire = |name: &str, ttl: Duration| Op::Acquire {
+            name: name.into(),
+            ttl,
+            write: None,
+            holder,
+            live: 3,
+            ticket: None,
+        };
+        let damaged = [
+            // An expiry of now + 2^64 - 1 ns overflows in the combiner that runs it.
+            acquire("n", Duration::from_nanos(u64::MAX)),
+            acquire("n", Duration::ZERO),
+            acquire("", Duration::from_secs(1)),
+            acquire(&"x".repeat(5000), Duration::from_secs(1)),
+            Op::AcquireKind {
+                name: "pool".into(),
+                kind: Kind::Semaphore(0),
+                ttl: Duration::from_secs(1),
+                holder,
+                live: 3,
+                ticket: None,
+            },
+            Op::AcquireAll {
+                names: vec!["a".into(), "b".into()],
+                ttl: Duration::from_secs(1),
+                holder,
+                lives: vec![5],
+            },
+            Op::Extend {
+                name: "n".into(),
+                token: 9,
+                ttl: Duration::from_nanos(u64::MAX),
+            },
+            Op::Put {
+                key: Vec::new(),
+                value: None,
+                token: 1,
+                lease: None,
+            },
+        ];
+        for op in damaged {
+            let err = decode_op(&encode_op(&op)).unwrap_err();
+            assert!(matches!(err, Error::Storage(_)), "{op:?}: {err:?}");
+        }
     }
 
     #[test]
