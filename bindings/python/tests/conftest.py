@@ -4,6 +4,7 @@ outside the source tree); test_install.py checks that."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -38,6 +39,14 @@ def other_store(store_path: Path) -> Iterator[fencelock.Store]:
         yield opened
 
 
+def _default_sigint() -> None:
+    # A process started in the background of a non-interactive shell (`cmd &`) has SIGINT
+    # ignored, its children too, and Python then installs no KeyboardInterrupt handler: the
+    # tests that send SIGINT to a child would see it ignored. The child starts with SIGINT's
+    # default, as from a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(code: str, *args: str, **kwargs) -> subprocess.Popen:
     """Starts `python -c code args...` with pipes for stdin/stdout, text mode."""
     return subprocess.Popen(
@@ -47,6 +56,7 @@ def spawn(code: str, *args: str, **kwargs) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_default_sigint,
         **kwargs,
     )
 
