@@ -179,9 +179,12 @@ pub(crate) fn update<T>(
         let Change::Put(entry) = change else {
             return Ok((value, Ends::default()));
         };
-        // Before the swap (see `Floor`).
+        // Before the swap (see `Floor`); only for a token the floor does not hold yet (a grant:
+        // an extend or a withdrawal publishes tokens the floor holds, and pays nothing).
         if let Some(latest) = entry.record.as_ref().and_then(Record::latest) {
-            ring.raise_floor(bucket, latest.token);
+            if latest.token > floor.0 {
+                ring.raise_floor(bucket, latest.token);
+            }
         }
         match at {
             Some(i) => entries[i] = entry,
