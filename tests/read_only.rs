@@ -302,23 +302,33 @@ fn writer_of_the_stores_group_child() {
     holder.release().unwrap();
 }
 
-#[test]
-fn a_user_of_the_stores_group_shares_its_shared_memory_with_the_owner() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+/// A closed store, made by root, that its group (nogroup, the group of the children run as
+/// nobody) may write: mode 0660. `None` (the test skipped) unless this runs as root, who alone
+/// can give the store to a group the child is in.
+fn store_of_nogroup() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
     // SAFETY: libc::getuid has no preconditions.
     if unsafe { libc::getuid() } != 0 {
-        // Only root can give the store to a group the child is in.
-        eprintln!("skipped: needs root");
-        return;
+        eprintln!("skipped: needs root, to give the store to a group the child is in");
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.path().join("locks.db");
     drop(Store::open(&path).unwrap());
-    // The store's group (nogroup, the child's) may write it; the owner (root) is in no such
-    // group, and keeps the store open, so that the ring is the owner's.
     std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    Some((dir, path))
+}
+
+#[test]
+fn a_user_of_the_stores_group_shares_its_shared_memory_with_the_owner() {
+    use std::os::unix::fs::MetadataExt;
+    let Some((_dir, path)) = store_of_nogroup() else {
+        return;
+    };
+    // The owner (root) is in no such group, and keeps the store open, so that the ring is
+    // the owner's.
     let store = Store::open(&path).unwrap();
     let ring = common::ring_of(&path);
     assert_eq!(std::fs::metadata(&ring).unwrap().gid(), 65534);
@@ -435,20 +445,12 @@ fn first_writer_of_the_stores_group_child() {
 #[test]
 fn a_writer_of_the_stores_group_sets_up_the_shared_memory_of_a_closed_store() {
     use std::io::BufRead;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     use std::process::Stdio;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to give the store to a group the child is in");
+    // Its owner (root) has it closed.
+    let Some((_dir, path)) = store_of_nogroup() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.path().join("locks.db");
-    drop(Store::open(&path).unwrap());
-    // The store's group (nogroup, the child's) may write it; its owner (root) has it closed.
-    std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    };
     let mut child = as_nobody(
         "first_writer_of_the_stores_group_child",
         &[("FENCELOCK_TEST_FIRST_GROUP_WRITER", &path)],

@@ -405,15 +405,20 @@ fn shared_memory_left_behind_by_its_last_user_is_set_up_anew_and_tokens_never_go
     drop(store);
     assert!(!ring.exists(), "the last user removes the shared memory");
     std::fs::write(&ring, &left).unwrap();
-    // The next process is alone with that memory; it takes a lease and crashes.
-    let mut crashed = Kid::spawn("take-and-crash", &path);
+    // The next process is alone with that memory.
+    crash_then_reboot(&path, first);
+}
+
+/// A process takes a lease after token `first` and crashes; then a reboot (or a cleaner of
+/// /dev/shm) ends the store's shared memory, and the file alone says which tokens may have been
+/// handed out: the next grant's token is above the crashed process's.
+fn crash_then_reboot(path: &std::path::Path, first: u64) {
+    let mut crashed = Kid::spawn("take-and-crash", path);
     let second = crashed.token();
     assert!(crashed.child.wait().unwrap().success());
     assert!(second > first);
-    // A reboot (or a cleaner of /dev/shm) ends the memory; the file alone says which tokens
-    // may have been handed out.
-    std::fs::remove_file(&ring).unwrap();
-    let store = Store::open(&path).unwrap();
+    std::fs::remove_file(ring_of(path)).unwrap();
+    let store = Store::open(path).unwrap();
     let third = store
         .acquire("job", Duration::from_secs(60))
         .unwrap()
@@ -460,20 +465,7 @@ fn a_token_is_never_handed_out_twice_after_a_clean_close_then_a_crash() {
     seal_far_ahead(&path, first + (1 << 24));
     // The next map goes on from the counter; a process takes a lease and dies, and so does
     // the map (a reboot, or /dev/shm cleaned).
-    let mut crashed = Kid::spawn("take-and-crash", &path);
-    let second = crashed.token();
-    assert!(crashed.child.wait().unwrap().success());
-    assert!(second > first);
-    let _ = std::fs::remove_file(ring_of(&path));
-    let store = Store::open(&path).unwrap();
-    let third = store
-        .acquire("job", Duration::from_secs(60))
-        .unwrap()
-        .token();
-    assert!(
-        third > second,
-        "token {third} after {second}: a token was handed out twice"
-    );
+    crash_then_reboot(&path, first);
 }
 
 #[test]

@@ -586,19 +586,9 @@ mod tests {
     const DEAD: u64 = 1 << 52;
     const ALIVE: u64 = 1 << 50;
 
-    /// What a writer does up to its swap, and the swap: its blocks, or `None` when it lost.
+    /// What a writer does up to its swap, and the swap: its blocks, their generations and the
+    /// word it published, or `None` when it lost.
     fn write_and_swap(
-        ring: &Ring,
-        live: &Liveness,
-        bucket: usize,
-        owner: u64,
-        blob: &[u8],
-    ) -> Option<Vec<usize>> {
-        write_and_swap_with_generations(ring, live, bucket, owner, blob).map(|(b, _, _)| b)
-    }
-
-    /// As `write_and_swap`, with the blocks' generations and the word published.
-    fn write_and_swap_with_generations(
         ring: &Ring,
         live: &Liveness,
         bucket: usize,
@@ -634,10 +624,10 @@ mod tests {
             Publish::Done
         );
         let replaced = ring.read_bucket(3);
-        let y = write_and_swap(&ring, &live, 3, DEAD, &blob(2)).unwrap();
+        let (y, _, _) = write_and_swap(&ring, &live, 3, DEAD, &blob(2)).unwrap();
         ring.mark_public(&y);
         // Killed between its swap and marking its blocks: a bucket reaches them.
-        let z = write_and_swap(&ring, &live, 4, DEAD, &blob(3)).unwrap();
+        let (z, _, _) = write_and_swap(&ring, &live, 4, DEAD, &blob(3)).unwrap();
         // Killed before its swap: nothing reaches them.
         let lost = ring.claim_blocks(2, DEAD, &live).unwrap();
         ring.write_blocks(&lost, &[9; 300]);
@@ -684,7 +674,7 @@ mod tests {
         let replaced = ring.read_bucket(3);
         let stopped = 1 << 51;
         assert!(live.lock(stopped).unwrap());
-        let y = write_and_swap(&ring, &live, 3, stopped, &[2; 1000]).unwrap();
+        let (y, _, _) = write_and_swap(&ring, &live, 3, stopped, &[2; 1000]).unwrap();
         ring.mark_public(&y);
         // Meanwhile a sweep frees the replaced blob, and another writer publishes a blob of
         // its own in those very blocks.
@@ -717,8 +707,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
         // The first writer swaps, and is preempted before it marks its blocks.
-        let (first, generations, word) =
-            write_and_swap_with_generations(&ring, &live, 6, ALIVE, &[1; 500]).unwrap();
+        let (first, generations, word) = write_and_swap(&ring, &live, 6, ALIVE, &[1; 500]).unwrap();
         // Another replaces its blob meanwhile: the first writer's blocks are not PUBLIC yet,
         // so it leaves them.
         let read = ring.read_bucket(6);
