@@ -531,13 +531,7 @@ impl Context for LocalEngine {
 
     fn shared_last_token(&self) -> Option<u64> {
         let member = self.map()?;
-        Some(
-            member
-                .ring()
-                .map_header()
-                .last_token
-                .load(Ordering::Acquire),
-        )
+        Some(member.ring().last_token())
     }
 }
 

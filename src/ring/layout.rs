@@ -148,18 +148,18 @@ pub(crate) struct MapHeader {
     /// A random id of this map, drawn when the ring is set up: the id that processes using it
     /// lock in the store file, so that a process that cannot see this map finds it in use.
     pub(crate) table_id: AtomicU64,
-    /// The last token handed out.
-    pub(crate) last_token: AtomicU64,
+    /// The last token handed out (this and the next three: `tokens.rs`).
+    pub(super) last_token: AtomicU64,
     /// The highest token the store file has reserved durably: no token above it is handed out.
-    pub(crate) reserved: AtomicU64,
+    pub(super) reserved: AtomicU64,
     /// How many tokens the last reservation took (they grow with the rate of grants).
-    pub(crate) block: AtomicU64,
+    pub(super) block: AtomicU64,
     /// The liveness id of the process refilling the reservation now, 0 for none.
     pub(crate) refilling: AtomicU64,
     /// Where the next claim of a block starts looking.
     pub(super) alloc_hint: AtomicU64,
     /// 1 once the map's tokens are set up from the store file (see `local/leases.rs`).
-    pub(crate) ready: AtomicU64,
+    pub(super) ready: AtomicU64,
     /// Ends of leases kept in the map and not yet in the store file's history (about).
     pub(crate) pending_ends: AtomicU64,
     /// The liveness id of the process writing those ends to the file now, 0 for none.

@@ -10,8 +10,8 @@
 //! Files, one protocol each, with its state table at its word: `layout.rs` (every type over the
 //! mapping), `sync.rs` (atomics and futexes), `view.rs` (the mapping), `file.rs` (setting up,
 //! permissions, removal), `slots.rs` (posting requests and replies), `queue.rs` (waiting
-//! acquires), `server.rs` (the server and doorbell words), `map.rs` (the lease map) and
-//! `guard.rs` (SIGBUS).
+//! acquires), `server.rs` (the server and doorbell words), `map.rs` (the lease map), `tokens.rs`
+//! (the token counter and its reservation) and `guard.rs` (SIGBUS).
 //!
 //! Layer 3: the ring owns the mapping and its bytes (the slots, the waiting queue, the server
 //! words, the activity page, the lease map) and the futexes; what the bytes mean it leaves to
@@ -30,6 +30,7 @@ mod queue;
 mod server;
 mod slots;
 mod sync;
+pub(crate) mod tokens;
 mod view;
 
 pub(crate) use layout::PAYLOAD;
