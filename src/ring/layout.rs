@@ -6,15 +6,15 @@
 //! Every type here is made of atomics (and of reserved words nobody writes), valid for any bit
 //! pattern, so that bytes other processes write at any moment are always a valid value.
 
+use super::activity::{Activity, ACTIVITY_SIZE};
 use super::sync::{AtomicU32, AtomicU64};
-use crate::rules::metrics::{Activity, ACTIVITY_SIZE};
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
 pub(super) const SLOTS: usize = 64;
 /// Bytes per slot, its header included.
 pub(super) const SLOT_SIZE: usize = 4096;
 pub(super) const HEADER_SIZE: usize = 4096;
-/// The store's activity page (`rules/metrics.rs`), after the slots.
+/// The store's activity page (`activity.rs`), after the slots.
 pub(super) const ACTIVITY_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 /// The lease map (map.rs), after the activity page.
 pub(super) const MAP_OFFSET: usize = ACTIVITY_OFFSET + ACTIVITY_SIZE;

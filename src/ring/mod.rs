@@ -8,7 +8,7 @@
 //! directly, only more slowly.
 //!
 //! Files, one protocol each, with its state table at its word: `layout.rs` (every type over the
-//! mapping), `sync.rs` (atomics and futexes), `view.rs` (the mapping), `file.rs` (setting up,
+//! mapping), `activity.rs` (the counters and recent releases), `sync.rs` (atomics and futexes), `view.rs` (the mapping), `file.rs` (setting up,
 //! permissions, removal), `slots.rs` (posting requests and replies), `queue.rs` (waiting
 //! acquires), `server.rs` (the server and doorbell words), `map.rs` (the lease map), `tokens.rs`
 //! (the token counter and its reservation) and `guard.rs` (SIGBUS).
@@ -22,6 +22,7 @@ use std::path::PathBuf;
 
 use layout::{Header, SlotHead};
 
+pub(crate) mod activity;
 mod file;
 mod guard;
 mod layout;
@@ -70,7 +71,7 @@ impl Ring {
     }
 
     /// The store's activity page: its counters and recent releases.
-    pub(crate) fn activity(&self) -> &crate::rules::metrics::Activity {
+    pub(crate) fn activity(&self) -> &activity::Activity {
         self.view.activity()
     }
 }

@@ -13,11 +13,11 @@ use super::sync::{AtomicU64, Ordering};
 use std::fs::File;
 use std::io;
 
+use super::activity::Activity;
 use super::layout::{
     Block, Header, MapHeader, Slot, WaiterEntry, ACTIVITY_OFFSET, BLOCKS, BUCKETS, HEADER_AREA,
     HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET, RING_SIZE, SLOTS, WAITERS,
 };
-use crate::rules::metrics::Activity;
 
 /// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
 /// are valid for as long as the view lives: they are handed out only for the life of a borrow
