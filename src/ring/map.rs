@@ -57,9 +57,8 @@
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};
-use super::sync::{AtomicU64, Ordering};
+use super::sync::{AtomicU64, Live, Ordering};
 use super::Ring;
-use crate::storage::liveness::Liveness;
 
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
@@ -182,7 +181,7 @@ impl Ring {
                     return Snapshot { word, blob, chain };
                 }
             }
-            std::hint::spin_loop();
+            super::sync::spin();
         }
     }
 
@@ -218,7 +217,7 @@ impl Ring {
         read: &Snapshot,
         blob: &[u8],
         owner: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> Publish {
         let Some(blocks) = self.claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
         else {
@@ -343,7 +342,7 @@ impl Ring {
 
     /// Claims `count` free blocks for `owner`; sweeps and tries again when too few are free,
     /// and gives back what it claimed when that is not enough.
-    fn claim_blocks(&self, count: usize, owner: u64, live: &Liveness) -> Option<Vec<usize>> {
+    fn claim_blocks(&self, count: usize, owner: u64, live: &impl Live) -> Option<Vec<usize>> {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
             let header = self.map_header();
@@ -381,7 +380,7 @@ impl Ring {
     /// blocks of replaced blobs whose writer was killed before freeing them, and the blocks of
     /// dead writers; marks PUBLIC the dead writers' blocks that a bucket reaches. `owner` (the
     /// sweeping process) claims a PUBLIC block before freeing it. See the module's docs.
-    pub(crate) fn sweep_blocks(&self, owner: u64, live: &Liveness) {
+    pub(crate) fn sweep_blocks(&self, owner: u64, live: &impl Live) {
         // (1) Before the walk, so that nothing noted can become reachable unseen: a dead
         // writer swaps no more, and a PUBLIC block is never published again under the
         // generation noted (the generation is read before the state, so it is at most that of
@@ -455,6 +454,7 @@ impl Ring {
 mod tests {
     use super::*;
     use crate::ring::Stamp;
+    use crate::storage::liveness::Liveness;
 
     const STAMP: Stamp = Stamp {
         boot_id: [3; 16],

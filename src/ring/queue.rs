@@ -13,9 +13,8 @@
 use std::time::Duration;
 
 use super::layout::{WaiterEntry, WAITERS};
-use super::sync::{futex_wait, futex_wake, futex_wake_some, Ordering};
+use super::sync::{futex_wait, futex_wake, futex_wake_some, Live, Ordering};
 use super::Ring;
-use crate::storage::liveness::Liveness;
 
 /// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
 /// over, so that a paused waiter cannot hold a lock up.
@@ -53,9 +52,9 @@ impl Ring {
         lock: u64,
         owner: u64,
         now: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> Option<Waiter> {
-        self.enqueue_in(lock, owner, now, Some(live))
+        self.enqueue_in(lock, owner, now, Some(live as &dyn Live))
     }
 
     /// As [`Ring::enqueue`], into a free entry only (dead waiters are not looked for, which
@@ -69,7 +68,7 @@ impl Ring {
         lock: u64,
         owner: u64,
         now: u64,
-        sweep: Option<&Liveness>,
+        sweep: Option<&dyn Live>,
     ) -> Option<Waiter> {
         for pass in 0..2 {
             for index in 0..WAITERS {
@@ -138,14 +137,14 @@ impl Ring {
         lock: u64,
         ticket: Option<u64>,
         now: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> bool {
         self.oldest(lock, now, live)
             .is_some_and(|(_, oldest)| ticket.is_none_or(|ticket| oldest < ticket))
     }
 
     /// The index and ticket of the oldest live, current waiter of `lock`.
-    fn oldest(&self, lock: u64, now: u64, live: &Liveness) -> Option<(usize, u64)> {
+    fn oldest(&self, lock: u64, now: u64, live: &impl Live) -> Option<(usize, u64)> {
         let mut oldest: Option<(usize, u64)> = None;
         for index in 0..WAITERS {
             let entry = self.waiter(index);
@@ -171,7 +170,7 @@ impl Ring {
 
     /// How many waiting acquires are queued, of any lock, by stores that are still open (a
     /// paused waiter counts; the entry of a dead one, not swept yet, does not).
-    pub(crate) fn queued_waiters(&self, live: &Liveness) -> usize {
+    pub(crate) fn queued_waiters(&self, live: &impl Live) -> usize {
         (0..WAITERS)
             .filter(|&i| {
                 let entry = self.waiter(i);
@@ -196,7 +195,7 @@ impl Ring {
     }
 
     /// Wakes the oldest waiter of `lock`, if there is one: its lock was released.
-    pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &Liveness) {
+    pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &impl Live) {
         let header = self.header();
         if header.overflow_sleepers.load(Ordering::SeqCst) != 0 {
             // One sleeper: a release frees at most one place in the queue (its holder's, if
