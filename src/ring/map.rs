@@ -57,7 +57,7 @@
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};
-use super::sync::{AtomicU64, Live, Ordering};
+use super::sync::{fence, AtomicU64, Live, Ordering};
 use super::Ring;
 
 const FREE: u64 = 0;
@@ -177,6 +177,14 @@ impl Ring {
         loop {
             let word = Word(self.bucket(index).load(Ordering::Acquire));
             if let Some((blob, chain)) = self.copy_blob(word.head()) {
+                // A seqlock's read: the copy's Relaxed loads, then this Acquire fence, then the
+                // word again. If the copy read any byte of a writer that reused a block of this
+                // blob, that writer's Release fence (`write_blocks`) pairs with this one, and
+                // everything before it (the swap that moved the word on, before the blob's blocks
+                // were freed) is seen by the load below: a torn copy is never accepted. Without
+                // the fences the load may still return the old word (the loom model of the map
+                // found such a copy trusted).
+                fence(Ordering::Acquire);
                 if self.bucket(index).load(Ordering::Acquire) == word.0 {
                     return Snapshot { word, blob, chain };
                 }
@@ -241,6 +249,9 @@ impl Ring {
     /// Writes `blob` into `blocks` (this writer's), chained in order, each with a generation
     /// above its last: the generations.
     fn write_blocks(&self, blocks: &[usize], blob: &[u8]) -> Vec<u32> {
+        // The writer's half of `read_bucket`'s seqlock: the claims of these blocks (which came
+        // after the swaps that freed them) before any byte written into them.
+        fence(Ordering::Release);
         let mut generations = Vec::with_capacity(blocks.len());
         for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
             let next = blocks.get(i + 1).map_or(0, |&b| b + 1);
