@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use super::layout::{WaiterEntry, WAITERS};
-use super::sync::{futex_wait, futex_wake, futex_wake_some, Live, Ordering};
+use super::sync::{fence, futex_wait, futex_wake, futex_wake_some, Live, Ordering};
 use super::Ring;
 
 /// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
@@ -116,11 +116,20 @@ impl Ring {
         None
     }
 
-    /// Shows that `waiter` still waits; returns the word to sleep on.
+    /// Shows that `waiter` still waits; returns the word to sleep on. Call it before each look
+    /// at whether the lock is free.
     pub(crate) fn still_waiting(&self, waiter: &Waiter, now: u64) -> u32 {
         let entry = self.waiter(waiter.index);
         entry.seen_ns.store(now, Ordering::Relaxed);
-        entry.wake.load(Ordering::Acquire)
+        let seen = entry.wake.load(Ordering::Acquire);
+        // The waiter's half of a store-then-load handshake with `wake_oldest`: its entry
+        // (stored WAITING at `enqueue`) before its look at the lock, against the releaser's
+        // release before its look at the queue. With a SeqCst fence on both sides, at least one
+        // sees the other: the waiter sees the release, or the releaser sees the entry and wakes
+        // it. With Release and Acquire alone both may miss, and the waiter sleeps through the
+        // release until its poll (the loom model of the queue found it: a deadlock there).
+        fence(Ordering::SeqCst);
+        seen
     }
 
     /// Leaves the queue.
@@ -196,6 +205,9 @@ impl Ring {
 
     /// Wakes the oldest waiter of `lock`, if there is one: its lock was released.
     pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &impl Live) {
+        // The releaser's half of the handshake of `still_waiting`: its release (made before
+        // this call) before its look at the queue.
+        fence(Ordering::SeqCst);
         let header = self.header();
         if header.overflow_sleepers.load(Ordering::SeqCst) != 0 {
             // One sleeper: a release frees at most one place in the queue (its holder's, if
