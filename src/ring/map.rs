@@ -452,6 +452,24 @@ impl Ring {
         reached
     }
 
+    /// Whether every block that bucket `index` reaches is in use (never FREE): what a sweep or
+    /// a freer must never break. Read between two equal loads of the word, as `reachable`.
+    #[cfg(all(test, fencelock_loom))]
+    pub(crate) fn reached_blocks_in_use(&self, index: usize) -> bool {
+        loop {
+            let word = Word(self.bucket(index).load(Ordering::SeqCst));
+            let mut in_use = true;
+            let mut next = word.head();
+            while next != 0 && next <= BLOCKS {
+                in_use &= self.block_state(next - 1).load(Ordering::SeqCst) != FREE;
+                next = Link(self.block_link(next - 1).load(Ordering::SeqCst)).next();
+            }
+            if self.bucket(index).load(Ordering::SeqCst) == word.0 {
+                return in_use;
+            }
+        }
+    }
+
     /// How many blocks are not free (for tests and the metrics).
     #[cfg(test)]
     pub(crate) fn blocks_in_use(&self) -> usize {

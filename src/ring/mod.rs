@@ -27,6 +27,8 @@ mod file;
 mod guard;
 mod layout;
 pub(crate) mod map;
+#[cfg(all(test, fencelock_loom))]
+mod models;
 mod queue;
 mod server;
 mod slots;

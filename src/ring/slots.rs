@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::layout::{PAYLOAD, SLOTS};
-use super::sync::{fence, futex_wait, futex_wake, Live, Ordering};
+use super::sync::{futex_wait, futex_wake, Live, Ordering};
 use super::{view, Ring};
 
 pub(super) const FREE: u32 = 0;
@@ -170,6 +170,10 @@ impl Ring {
                 head.owner.store(owner, Ordering::Relaxed);
                 // No combiner yet: one that takes it finds it a first run.
                 head.combiner.store(0, Ordering::Relaxed);
+                // Release publishes the payload, length and owner to the combiner that sees
+                // POSTED; SeqCst because it is also the requester's half of the doorbell's
+                // store-then-load handshake with a sleeping server (`server.rs`): this store,
+                // then the load of `server_sleeps` in `ring_doorbell`.
                 head.state.store(word(generation, POSTED), Ordering::SeqCst);
                 self.ring_doorbell();
                 return Ok(Some(Posted {
@@ -385,6 +389,10 @@ impl Ring {
             // A combiner before this one took it, and died before publishing (its requester
             // posted it again).
             let rerun = head.combiner.load(Ordering::Relaxed) != 0;
+            // A store into a slot this combiner does not own yet (the swap below takes it):
+            // safe because only the holder of the store's write lock takes posted requests, so
+            // no other combiner writes this word meanwhile, and the requester reads it only
+            // once it sees TAKEN (after the swap's Release).
             head.combiner.store(combiner, Ordering::Relaxed);
             if head
                 .state
@@ -423,7 +431,9 @@ impl Ring {
             view::copy_in(&self.view.slot(taken.index).payload, reply);
             head.len.store(reply.len() as u32, Ordering::Relaxed);
         }
-        fence(Ordering::Release);
+        // AcqRel: its Release half publishes the reply's payload and length to the requester,
+        // whose look at the word (Acquire, `phase`) comes before it reads them. (A Release fence
+        // stood here too; the swap's own Release makes it redundant.)
         match head.state.compare_exchange(
             word(taken.generation, TAKEN),
             word(taken.generation, DONE),
