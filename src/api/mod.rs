@@ -4,4 +4,5 @@
 //! Imports every layer below it; the C ABI (`ffi/`) above it uses only what `lib.rs` exports.
 
 pub(crate) mod holder;
+pub(crate) mod lock;
 pub(crate) mod store;
