@@ -126,7 +126,8 @@ impl<'a> Lock<'a> {
     /// # let dir = tempfile::tempdir()?;
     /// # let path = dir.path().join("locks.db");
     /// let store = fencelock::Store::open(&path)?;
-    /// let _held = fencelock::Store::open(&path)?.lock("nightly").try_acquire()?; // as another process
+    /// let other = fencelock::Store::open(&path)?; // as another process would
+    /// let _held = other.lock("nightly").try_acquire()?;
     /// let quick = store.lock("nightly").timeout(Duration::from_millis(10));
     /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -226,7 +227,8 @@ impl<'a> Lock<'a> {
     /// # let dir = tempfile::tempdir()?;
     /// # let path = dir.path().join("locks.db");
     /// let store = Store::open(&path)?;
-    /// let paused = Store::open(&path)?.lock("nightly").ttl(Duration::from_millis(100)).try_acquire()?;
+    /// let other = Store::open(&path)?; // as another process would
+    /// let paused = other.lock("nightly").ttl(Duration::from_millis(100)).try_acquire()?;
     /// // Granted once the paused holder's lease runs out, with a higher token.
     /// let holder = store.lock("nightly").timeout(Duration::from_secs(10)).acquire()?;
     /// assert!(holder.token() > paused.token());

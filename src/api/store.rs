@@ -364,7 +364,8 @@ impl Store {
     /// Like [`Store::acquire_wait`], and ends within about a millisecond with
     /// [`Error::Cancelled`], changing nothing, once `cancel` fires (from any thread).
     ///
-    /// Shorthand for `store.lock(name).ttl(ttl).timeout(timeout).cancel(cancel).acquire()` ([`Store::lock`]).
+    /// Shorthand for `store.lock(name).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -443,7 +444,8 @@ impl Store {
     /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
     ///
-    /// Shorthand for `store.lock(name).ttl(ttl).put(key, value).cancel(cancel).try_acquire()` ([`Store::lock`]).
+    /// Shorthand for `store.lock(name).ttl(ttl).put(key, value).cancel(cancel).try_acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -529,7 +531,8 @@ impl Store {
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
     /// `cancel` may also name the thread the lease is for ([`Cancel::set_thread`]).
     ///
-    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).cancel(cancel).try_acquire()` ([`Store::lock`]).
+    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).cancel(cancel).try_acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -572,7 +575,8 @@ impl Store {
     /// oldest first across processes. A waiter of a semaphore looks again at least every
     /// millisecond, since any permit let go is its turn.
     ///
-    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).acquire()` ([`Store::lock`]).
+    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -618,7 +622,9 @@ impl Store {
     /// Like [`Store::acquire_kind_wait`], and ends with [`Error::Cancelled`], changing
     /// nothing, once `cancel` fires.
     ///
-    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).cancel(cancel).acquire()` ([`Store::lock`]).
+    /// Shorthand for
+    /// `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -702,7 +708,8 @@ impl Store {
     /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
     ///
-    /// Shorthand for `store.lock_all(names).ttl(ttl).cancel(cancel).try_acquire()` ([`Store::lock_all`]).
+    /// Shorthand for `store.lock_all(names).ttl(ttl).cancel(cancel).try_acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -735,7 +742,8 @@ impl Store {
     /// Its waits are not queued behind other waiters of the locks (it takes them whenever all
     /// are free together), and it holds none of them while it waits.
     ///
-    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).acquire()` ([`Store::lock_all`]).
+    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -770,7 +778,8 @@ impl Store {
     /// Like [`Store::acquire_all_wait`], and ends with [`Error::Cancelled`], changing nothing,
     /// once `cancel` fires.
     ///
-    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).cancel(cancel).acquire()` ([`Store::lock_all`]).
+    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///

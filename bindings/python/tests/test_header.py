@@ -34,6 +34,7 @@ OPAQUE = {
     name: getattr(_ffi, name)
     for name in (
         "fencelock_store",
+        "fencelock_acquire_options",
         "fencelock_holder",
         "fencelock_cancel",
         "fencelock_error",
@@ -48,7 +49,7 @@ OPAQUE = {
 }
 CALLBACKS = {"fencelock_observer_fn": _ffi.ObserverFn}
 # The structs the binding lays out itself, field by field.
-STRUCTS = ("fencelock_lock_info", "fencelock_history_entry", "fencelock_metrics", "fencelock_event")
+STRUCTS = ("fencelock_acquire_options", "fencelock_lock_info", "fencelock_history_entry", "fencelock_metrics", "fencelock_event")
 
 
 def _pointer(base, stars: int):
@@ -199,6 +200,7 @@ def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
             (
                 "FENCELOCK_MODE_",
                 "FENCELOCK_OPEN_",
+                "FENCELOCK_ACQUIRE_",
                 "FENCELOCK_VERSION",
                 "FENCELOCK_KIND_",
                 "FENCELOCK_MAX_",
@@ -221,6 +223,8 @@ def test_constants_match(header):
         "MODE_SINGLE_PROCESS",
         "OPEN_READ_ONLY",
         "OPEN_NO_HISTORY",
+        "ACQUIRE_WAIT",
+        "ACQUIRE_PUT",
         "KIND_EXCLUSIVE",
         "KIND_SHARED",
         "KIND_SEMAPHORE",
