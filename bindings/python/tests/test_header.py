@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import re
 from ctypes import POINTER
+from pathlib import Path
 
 import pytest
 from conftest import HEADER
@@ -289,3 +290,12 @@ def test_parser_reads_a_known_prototype():
     assert ctypes_type(restype) is ctypes.c_int32
     assert [ctypes_type(a) for a in args] == list(_ffi.SIGNATURES["fencelock_store_get"][1])
     assert defines == {"FENCELOCK_OK": 0}
+
+
+def test_every_acquire_makes_the_one_acquire_call():
+    """The binding shapes its acquires into one C call, fencelock_store_acquire_opts, rather than
+    branching over the older entry points (kept in C for one release only)."""
+    package = Path(fencelock.__file__).parent
+    source = "".join(path.read_text() for path in package.glob("*.py") if path.name != "_ffi.py")
+    called = set(re.findall(r"\b(fencelock_store_acquire\w*)", source))
+    assert called == {"fencelock_store_acquire_opts"}, sorted(called)
