@@ -269,7 +269,7 @@ impl<'a> Lock<'a> {
     }
 
     /// The engine request, or the refusal of a combination no grant can be.
-    pub(crate) fn request(&self, wait: bool) -> Result<Acquire<'a>> {
+    fn request(&self, wait: bool) -> Result<Acquire<'a>> {
         if self.write.is_some() && self.kind != Kind::Exclusive {
             return Err(Error::invalid(format!(
                 "an acquire that writes a value takes the lock exclusively, not as {:?}",
@@ -430,7 +430,7 @@ impl<'a> LockAll<'a> {
         self.store.acquire_many(&self.request(false))
     }
 
-    pub(crate) fn request(&self, wait: bool) -> Acquire<'a> {
+    fn request(&self, wait: bool) -> Acquire<'a> {
         self.settings
             .request(Locks::All(self.names), Kind::Exclusive, wait)
     }
