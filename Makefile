@@ -52,13 +52,14 @@ test-setup:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --all-targets --features cli -- -D warnings
+	$(CARGO) clippy --all-targets --features "cli tokio" -- -D warnings
 	$(if $(ETCD),$(CARGO) clippy --all-targets --features "cli etcd" -- -D warnings)
 
 # The command-line tool is the `cli` feature (off by default, so that a crate depending on
-# fencelock gets only the library); its tests need it.
+# fencelock gets only the library); its tests need it, and the async API's (tests/tokio.rs)
+# the `tokio` feature.
 test-rust:
-	$(CARGO) test --features cli
+	$(CARGO) test --features "cli tokio"
 	$(CARGO) run --quiet --example gc_pause
 
 # The loom models of the ring's protocols (src/ring/models/): the slots, the queue, the lease map

@@ -60,6 +60,7 @@ pub mod fuzzing;
 mod fuzzing;
 
 pub use api::holder::Holder;
+pub use api::lock::{Lock, LockAll, DEFAULT_TTL};
 pub use api::store::Store;
 pub use base::cancel::Cancel;
 // The boot-time clock the leases use, for the benches and the torture checker only.

@@ -68,23 +68,6 @@ impl<'a> Acquire<'a> {
         }
     }
 
-    /// The same acquire, waiting up to `timeout` (from now), ended by `cancel`.
-    pub(crate) fn waiting(self, timeout: Duration, cancel: Option<&'a Cancel>) -> Acquire<'a> {
-        Acquire {
-            wait: Some(Waiting::new(timeout, cancel)),
-            cancel,
-            ..self
-        }
-    }
-
-    /// The same acquire, trying once, with `cancel` for its wait for a busy store.
-    pub(crate) fn cancellable(self, cancel: &'a Cancel) -> Acquire<'a> {
-        Acquire {
-            cancel: Some(cancel),
-            ..self
-        }
-    }
-
     /// The wait of a commit of the grant: the wait for the locks, or for a try-once acquire
     /// the wait of a write ([`Waiting::bounded`] by the store's `busy_timeout`).
     pub(crate) fn commit_wait(&self, busy_timeout: Duration) -> Waiting<'a> {

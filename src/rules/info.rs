@@ -37,9 +37,9 @@ pub struct Fenced {
 /// # let path = dir.path().join("locks.db");
 /// # let store = fencelock::Store::open(&path)?;
 /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
-/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Held));
+/// assert_eq!(store.lock_info("nightly")?.map(|l| l.state), Some(LockState::Held));
 /// holder.release()?;
-/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Released));
+/// assert_eq!(store.lock_info("nightly")?.map(|l| l.state), Some(LockState::Released));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl LockState {
 /// # let path = dir.path().join("locks.db");
 /// # let store = fencelock::Store::open(&path)?;
 /// let _holder = store.acquire_kind("gpu", Kind::Semaphore(2), Duration::from_secs(30))?;
-/// let info = store.lock("gpu")?.expect("just granted");
+/// let info = store.lock_info("gpu")?.expect("just granted");
 /// assert_eq!((info.name.as_str(), info.kind), ("gpu", Kind::Semaphore(2)));
 /// assert!(info.expires_at > info.granted_at);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

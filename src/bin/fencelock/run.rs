@@ -582,7 +582,7 @@ fn watch(
             // Read before taking the phase lock: this reads the store.
             // Another permit or shared holder is no successor: only an exclusive lock names one.
             let successor = store
-                .lock(lock)
+                .lock_info(lock)
                 .ok()
                 .flatten()
                 .filter(|info| info.token != holder.token() && holder.kind() == Kind::Exclusive)

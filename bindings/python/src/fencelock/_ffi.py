@@ -68,6 +68,9 @@ MODE_SINGLE_PROCESS = 1
 OPEN_READ_ONLY = 1
 OPEN_NO_HISTORY = 2
 
+ACQUIRE_WAIT = 1
+ACQUIRE_PUT = 2
+
 KIND_EXCLUSIVE = 0
 KIND_SHARED = 1
 KIND_SEMAPHORE = 2
@@ -108,6 +111,24 @@ class fencelock_cancel(Structure):
 
 class fencelock_error(Structure):
     """Opaque error object."""
+
+
+class fencelock_acquire_options(Structure):
+    """How ``fencelock_store_acquire_opts`` acquires; ``size`` is the struct's own size."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("ttl_ms", c_uint64),
+        ("timeout_ms", c_uint64),
+        ("flags", c_uint64),
+        ("kind", c_int32),
+        ("permits", c_uint32),
+        ("cancel", POINTER(fencelock_cancel)),
+        ("key", c_char_p),
+        ("key_len", c_size_t),
+        ("value", c_char_p),
+        ("value_len", c_size_t),
+    ]
 
 
 class fencelock_lock_list(Structure):
@@ -244,6 +265,17 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [c_char_p, c_int32, c_uint32, c_uint64, c_uint64, CancelP, POINTER(StoreP), POINTER(ErrorP)],
     ),
     "fencelock_store_close": (None, [StoreP]),
+    "fencelock_store_acquire_opts": (
+        fencelock_status,
+        [
+            StoreP,
+            POINTER(c_char_p),
+            c_size_t,
+            POINTER(fencelock_acquire_options),
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
     "fencelock_store_acquire": (
         fencelock_status,
         [StoreP, c_char_p, c_uint64, POINTER(HolderP), POINTER(ErrorP)],

@@ -74,6 +74,36 @@ def _event(ev: Any) -> Event:
     )
 
 
+
+def _options(
+    ttl_ms: int,
+    timeout_ms: int,
+    kind: LockKind = LockKind.EXCLUSIVE,
+    permits: int = 0,
+    *,
+    put: tuple[bytes, bytes] | None = None,
+) -> _ffi.fencelock_acquire_options:
+    """The options of one acquire: a timeout of 0 tries once, another waits (``_wait_ms``)."""
+    options = _ffi.fencelock_acquire_options(
+        size=ctypes.sizeof(_ffi.fencelock_acquire_options), ttl_ms=ttl_ms, kind=int(kind), permits=permits
+    )
+    if timeout_ms:
+        options.flags |= _ffi.ACQUIRE_WAIT
+        options.timeout_ms = timeout_ms
+    if put is not None:
+        key, value = put
+        options.flags |= _ffi.ACQUIRE_PUT
+        options.key, options.key_len, options.value, options.value_len = key, len(key), value, len(value)
+    return options
+
+
+def _acquire_opts(store: Any, names: Any, count: int, options: Any, cancel: Any, outs: Any, err: Any) -> int:
+    """``fencelock_store_acquire_opts`` in the shape of ``call_waiting``'s calls, whose cancel
+    handle travels in the options."""
+    options.cancel = cancel
+    return int(lib.fencelock_store_acquire_opts(store, names, count, byref(options), outs, err))
+
+
 class Store(Handle):
     """A fencelock store: leased locks with fencing tokens and fenced values in one file.
 
@@ -197,29 +227,7 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
-        out = HolderP()
-        if kind is not LockKind.EXCLUSIVE:
-            if timeout_ms == 0:
-                self._res.check(
-                    lib.fencelock_store_acquire_kind, raw_name, int(kind), count, ttl_ms, byref(out)
-                )
-            else:
-                self._res.check_wait(
-                    lib.fencelock_store_acquire_kind_wait,
-                    (raw_name, int(kind), count, ttl_ms, timeout_ms),
-                    (byref(out),),
-                    lambda: lib.fencelock_holder_free(out),
-                )
-        elif timeout_ms == 0:
-            self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
-        else:
-            self._res.check_wait(
-                lib.fencelock_store_acquire_wait_cancellable,
-                (raw_name, ttl_ms, timeout_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-            )
-        return Holder(out, ttl_ms, self._res.keep)
+        return self._acquire([raw_name], _options(ttl_ms, timeout_ms, kind, count))[0]
 
     def lock(
         self,
@@ -251,20 +259,7 @@ class Store(Handle):
         """
         raw = _names(names)
         ttl_ms, timeout_ms = _ms(ttl, "ttl"), _wait_ms(timeout)
-        array = (c_char_p * len(raw))(*raw)
-        outs = (HolderP * len(raw))()
-
-        def undo() -> None:
-            for out in outs:
-                lib.fencelock_holder_free(out)
-
-        if timeout_ms == 0:
-            self._res.check(lib.fencelock_store_acquire_all, array, len(raw), ttl_ms, 0, None, outs)
-        else:
-            self._res.check_wait(
-                lib.fencelock_store_acquire_all, (array, len(raw), ttl_ms, timeout_ms), (outs,), undo
-            )
-        return [Holder(out, ttl_ms, self._res.keep) for out in outs]
+        return self._acquire(raw, _options(ttl_ms, timeout_ms))
 
     def acquire_async(
         self,
@@ -287,33 +282,30 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
-        return _AsyncAcquire(self._acquire_async(raw_name, ttl_ms, timeout_ms, kind, count))
+        return _AsyncAcquire(self._acquire_async(raw_name, _options(ttl_ms, timeout_ms, kind, count)))
 
-    async def _acquire_async(
-        self, raw_name: bytes, ttl_ms: int, timeout_ms: int, kind: LockKind, count: int
-    ) -> Holder:
-        out = HolderP()
-        exclusive = kind is LockKind.EXCLUSIVE
-        if timeout_ms == 0:
-            await self._res.check_wait_async(
-                lib.fencelock_store_acquire if exclusive else lib.fencelock_store_acquire_kind,
-                (raw_name, ttl_ms) if exclusive else (raw_name, int(kind), count, ttl_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-                cancellable=False,
-            )
+    async def _acquire_async(self, raw_name: bytes, options: _ffi.fencelock_acquire_options) -> Holder:
+        names, outs = (c_char_p * 1)(raw_name), (HolderP * 1)()
+        await self._res.check_wait_async(
+            _acquire_opts, (names, 1, options), (outs,), lambda: lib.fencelock_holder_free(outs[0])
+        )
+        return Holder(outs[0], options.ttl_ms, self._res.keep)
+
+    def _acquire(self, raw_names: list[bytes], options: _ffi.fencelock_acquire_options) -> list[Holder]:
+        """The one C call of every acquire: tried once directly, or a wait that a signal, a
+        close or the store's cancel ends (``call_waiting``)."""
+        count = len(raw_names)
+        names, outs = (c_char_p * count)(*raw_names), (HolderP * count)()
+
+        def undo() -> None:
+            for out in outs:
+                lib.fencelock_holder_free(out)
+
+        if options.flags & _ffi.ACQUIRE_WAIT:
+            self._res.check_wait(_acquire_opts, (names, count, options), (outs,), undo)
         else:
-            await self._res.check_wait_async(
-                lib.fencelock_store_acquire_wait_cancellable
-                if exclusive
-                else lib.fencelock_store_acquire_kind_wait,
-                (raw_name, ttl_ms, timeout_ms)
-                if exclusive
-                else (raw_name, int(kind), count, ttl_ms, timeout_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-            )
-        return Holder(out, ttl_ms, self._res.keep)
+            self._res.check(lib.fencelock_store_acquire_opts, names, count, byref(options), outs)
+        return [Holder(out, options.ttl_ms, self._res.keep) for out in outs]
 
     def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> Holder:
         """Acquires the lock ``name`` and writes ``value`` under ``key`` with the new token, in one
@@ -321,19 +313,8 @@ class Store(Handle):
         raw_name = _name(name, "lock name")
         raw_key = _key(key)
         raw_value = _bytes(value, "value")
-        ttl_ms = _ms(ttl, "ttl")
-        out = HolderP()
-        self._res.check(
-            lib.fencelock_store_acquire_and_put,
-            raw_name,
-            ttl_ms,
-            raw_key,
-            len(raw_key),
-            raw_value,
-            len(raw_value),
-            byref(out),
-        )
-        return Holder(out, ttl_ms, self._res.keep)
+        options = _options(_ms(ttl, "ttl"), 0, put=(raw_key, raw_value))
+        return self._acquire([raw_name], options)[0]
 
     def locks(self) -> list[LockInfo]:
         """Every lock record with its state, in name order."""
