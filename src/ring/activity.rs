@@ -9,6 +9,8 @@
 //! before it was released (`rules/history.rs`). A note is written as a small seqlock: its token
 //! cleared first and written last (Release each), and read around its time (Acquire each), so a
 //! note being rewritten is never paired with another release's time.
+//!
+//! No model: its races only blur a count or miss a note (see above).
 
 use std::time::{Duration, SystemTime};
 

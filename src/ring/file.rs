@@ -1,6 +1,8 @@
 //! The ring file: its name in `/dev/shm`, who may set it up and open it (the store's writers
 //! only), setting it up, mapping it, and removing it (by its last user, or by the sweep of rings
 //! nobody uses).
+//!
+//! No model: set-up and removal are serialized by `flock`, not by atomics.
 
 use std::fs::{File, OpenOptions};
 use std::io;

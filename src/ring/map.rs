@@ -54,6 +54,9 @@
 //!
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
 //! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
+//!
+//! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
+//! grant stopped before publishing beside a later grant of its lock.
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};

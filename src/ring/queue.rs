@@ -9,6 +9,8 @@
 //! | FREE | nobody's | an enqueuer claims it (FREE -> CLAIMED) |
 //! | CLAIMED | being filled by its enqueuer | that enqueuer (-> WAITING, Release: its fields first) |
 //! | WAITING | a waiter of `lock` with `ticket` | the waiter when it leaves; an enqueuer that finds its owner dead or long gone |
+//!
+//! Model: `models/queue.rs` (make test-loom): releases and waiters, no wake-up lost.
 
 use std::time::Duration;
 

@@ -7,6 +7,8 @@
 //! then looks for posted slots (SeqCst loads). With SeqCst on both sides at least one sees the
 //! other: the requester wakes the server, or the server finds the request. A weaker order on
 //! either side lets both miss, and the request waits for the server's poll.
+//!
+//! No model yet: the handshake's two sides are one SeqCst store and one SeqCst load each.
 
 use std::time::Duration;
 

@@ -23,6 +23,8 @@
 //! requester and combiner is named by a liveness id whose lock it holds on the store file (see
 //! `storage/liveness.rs`): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
 //! slot of a dead combiner is posted again.
+//!
+//! Model: `models/slots.rs` (make test-loom): requests and replies, wake-ups, withdraw against take.
 
 use std::fs::OpenOptions;
 use std::io;

@@ -17,6 +17,9 @@
 //! `fetch_max`), so two grants never own overlapping ranges. Why none is handed out beyond the
 //! file's reservation: a grant loads `reserved` before its swap and swaps only to a value at most
 //! that; `reserved` is raised only after the reservation's commit.
+//!
+//! Model: `models/tokens.rs` (make test-loom): grants racing refills. The durable side across
+//! closes and crashes: the property test of `rules/tokens.rs`.
 
 use super::sync::Ordering;
 use super::Ring;
