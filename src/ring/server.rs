@@ -8,13 +8,13 @@
 //! other: the requester wakes the server, or the server finds the request. A weaker order on
 //! either side lets both miss, and the request waits for the server's poll.
 //!
-//! No model yet: the handshake's two sides are one SeqCst store and one SeqCst load each.
+//! Model: `models/server.rs` (make test-loom): a post beside a server going to sleep.
 
 use std::time::Duration;
 
 use super::layout::SLOTS;
 use super::slots::{phase, POSTED};
-use super::sync::{futex_wait, futex_wake, Ordering};
+use super::sync::{fence, futex_wait, futex_wake, Ordering};
 use super::Ring;
 
 impl Ring {
@@ -32,6 +32,11 @@ impl Ring {
     pub(super) fn ring_doorbell(&self) {
         let header = self.header();
         header.doorbell.fetch_add(1, Ordering::SeqCst);
+        // The requester's half of the handshake: its POSTED (stored before this call) and the
+        // bump, then this fence, then the look at `server_sleeps`. The fences (here and in
+        // `await_posted`) make the handshake hold by the fence rule, which the loom model
+        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).
+        fence(Ordering::SeqCst);
         if header.server_sleeps.load(Ordering::SeqCst) != 0 {
             futex_wake(&header.doorbell);
         }
@@ -47,6 +52,8 @@ impl Ring {
         let header = self.header();
         let seen = header.doorbell.load(Ordering::SeqCst);
         header.server_sleeps.store(1, Ordering::SeqCst);
+        // The server's half: `server_sleeps`, this fence, then the look at the slots.
+        fence(Ordering::SeqCst);
         // A post after this test changes the doorbell, so the wait returns at once; a post
         // before it is seen here.
         if !self.any_posted() {

@@ -16,6 +16,7 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 
 mod map;
 mod queue;
+mod server;
 mod slots;
 mod tokens;
 
