@@ -12,6 +12,7 @@ mod help;
 mod history;
 mod lost;
 mod metrics;
+mod notice;
 mod run;
 mod serve;
 mod signals;

@@ -28,9 +28,11 @@ mod commands;
 mod duration;
 mod exit;
 mod generate;
+mod notice;
 mod notify;
 mod observe;
 mod output;
+mod procs;
 mod run;
 mod serve;
 
@@ -366,6 +368,10 @@ pub struct ServeArgs {
     /// (the metrics still count how leases ended)
     #[arg(long)]
     pub no_history: bool,
+    /// Say nothing of the wait for processes to move over: without it, a wait on a terminal
+    /// says after a second which processes it waits for
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -411,6 +417,11 @@ pub struct RunArgs {
     /// once taken, how long that took; without it a conflict prints nothing, as in flock(1)
     #[arg(long)]
     pub verbose: bool,
+    /// Say nothing of a wait: without it, a wait on a terminal says after a second what it
+    /// waits for, who holds the lock and for how long more (nothing is said when standard
+    /// error is not a terminal)
+    #[arg(short = 'q', long, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// Run STRING with `sh -c` instead of a command and its arguments
     #[arg(
         short = 'c',

@@ -26,6 +26,7 @@ use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
 
 use crate::commands::{is_etcd, open_store};
 use crate::duration::{format_duration, Wait};
+use crate::notice::Notice;
 use crate::{exit, output, Failure, RunArgs};
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
@@ -390,12 +391,14 @@ fn acquire(
     };
     // The engine saturates its deadline, so the longest Duration is a wait without a limit.
     let left = limit.map_or(Duration::MAX, |wait| wait.saturating_sub(started.elapsed()));
+    let notice = Notice::for_lock(store, &args.locks, what(&lock, kind), args.quiet);
     let granted = match names.as_slice() {
         [name] => store
             .acquire_kind_wait_cancellable(name, kind, args.ttl, left, &shared.cancel)
             .map(|h| vec![h]),
         _ => store.acquire_all_wait_cancellable(&names, args.ttl, left, &shared.cancel),
     };
+    drop(notice);
     match granted {
         Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
             || Failure::from_lib(&Error::Cancelled),

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use fencelock::{Cancel, Error, Heartbeat, ServeOptions, Server};
 
+use crate::duration::format_duration;
+use crate::notice::{self, Notice};
 use crate::notify::{watchdog_period, Notifier};
+use crate::procs;
 use crate::{exit, output, Failure, ServeArgs};
 
 pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
@@ -38,7 +41,33 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
         history: !args.no_history,
         heartbeat,
     };
-    let server = Server::start(path, &options).map_err(|err| match err {
+    let notice = {
+        let (path, wait) = (path.to_path_buf(), args.wait);
+        Notice::start(notice::AFTER, args.quiet, move || {
+            let pids: Vec<String> = Server::holders(&path)
+                .into_iter()
+                .map(|pid| {
+                    format!(
+                        "pid {pid} ({})",
+                        output::quote_for_terminal(&procs::short(&procs::command(pid), 40))
+                    )
+                })
+                .collect();
+            format!(
+                "waiting up to {} for the processes that have {} open to move over: {}",
+                format_duration(wait),
+                path.display(),
+                if pids.is_empty() {
+                    "none left".to_owned()
+                } else {
+                    pids.join(", ")
+                }
+            )
+        })
+    };
+    let started = Server::start(path, &options);
+    drop(notice);
+    let server = started.map_err(|err| match err {
         Error::InUse => {
             let holders = Server::holders(path);
             let read_only = fencelock::Options {
