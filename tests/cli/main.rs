@@ -10,6 +10,7 @@ mod common;
 mod generate;
 mod help;
 mod history;
+mod hold;
 mod lost;
 mod metrics;
 mod notice;

@@ -173,7 +173,7 @@ pub fn dispatch(
         Command::Metrics(args) => {
             observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
         }
-        Command::Run(_) | Command::Serve(_) | Command::Generate { .. } => {
+        Command::Run(_) | Command::Hold(_) | Command::Serve(_) | Command::Generate { .. } => {
             unreachable!("dispatched by main")
         }
     }

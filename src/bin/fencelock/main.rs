@@ -28,6 +28,7 @@ mod commands;
 mod duration;
 mod exit;
 mod generate;
+mod hold;
 mod notice;
 mod notify;
 mod observe;
@@ -124,6 +125,26 @@ fn run_after_help() -> String {
         exit::help_run()
     )
 }
+
+const HOLD_AFTER_HELP: &str = "\
+A lock around a section of a shell script (flock(1)'s `exec 9>f; flock 9`, `etcdctl lock`):
+hold takes the lock as `run` does (the same options), prints the fencing token on a line of
+its own on stdout, renews the lease every third of --ttl, and holds until the first of: its
+standard input closes, SIGTERM, SIGINT, SIGHUP or SIGQUIT, or its parent exits. It then
+releases the lock and exits 0. Standard input must be a pipe the script keeps open (a bash
+coprocess, a FIFO): a script killed mid-way closes it, and the lock is let go at once; a hold
+killed with SIGKILL is a dead holder, whose lock the next grant takes; a hold that is paused
+loses the lease when --ttl runs out. A standard input that is /dev/null is refused (it would
+end the hold at once), unless --no-stdin says to hold until a signal or the parent's exit.
+Exit status: 0 held, then released; 85 the lease was lost while held (the token's fenced writes
+are refused from then on); 82, 83 as `run` (held, or the wait ran out); 80 bad argument; 81
+database error; 128+N a signal ended the wait for the lock.
+
+Example (bash): the section's writes are fenced by the printed token
+  coproc HOLD { fencelock hold --lock nightly-export -w 60; }
+  read -r token <&\"${HOLD[0]}\" || exit 1     # no token: the lock was not taken
+  make-report | fencelock put reports/today --token \"$token\"
+  exec {HOLD[1]}>&-; wait \"$HOLD_PID\"       # release; 85 if the lease was lost";
 
 const PUT_AFTER_HELP: &str = "\
 The token defaults to $FENCELOCK_TOKEN, which `fencelock run` sets for its command.
@@ -286,6 +307,10 @@ enum Command {
     /// Run a command while holding a lock; the command gets the fencing token
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+    /// Take a lock for a section of a shell script: print the token, hold until stdin closes,
+    /// a signal, or the parent's exit
+    #[command(after_help = HOLD_AFTER_HELP)]
+    Hold(HoldArgs),
     /// Store a value (from stdin or --file) under a key, fenced by a token
     #[command(after_help = PUT_AFTER_HELP)]
     Put(PutArgs),
@@ -374,8 +399,9 @@ pub struct ServeArgs {
     pub quiet: bool,
 }
 
+/// How a lock is taken: the options `run` and `hold` share.
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub struct LockArgs {
     /// Name of the lock; give it more than once to take several locks at once, all or none
     /// (exclusive only; deadlock-free)
     #[arg(long = "lock", value_name = "NAME", required = true)]
@@ -422,6 +448,12 @@ pub struct RunArgs {
     /// error is not a terminal)
     #[arg(short = 'q', long, conflicts_with = "verbose")]
     pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
     /// Run STRING with `sh -c` instead of a command and its arguments
     #[arg(
         short = 'c',
@@ -446,7 +478,7 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-impl RunArgs {
+impl LockArgs {
     /// How the lock is taken.
     pub fn kind(&self) -> fencelock::Kind {
         match (self.shared, self.permits) {
@@ -460,7 +492,18 @@ impl RunArgs {
     pub fn lock_names(&self) -> String {
         self.locks.join(",")
     }
+}
 
+// `run` reads the lock options as its own.
+impl std::ops::Deref for RunArgs {
+    type Target = LockArgs;
+
+    fn deref(&self) -> &LockArgs {
+        &self.lock
+    }
+}
+
+impl RunArgs {
     /// The program and its arguments: the command, or `sh -c STRING`.
     pub fn argv(&self) -> Vec<OsString> {
         match &self.shell_command {
@@ -468,6 +511,16 @@ impl RunArgs {
             None => self.command.clone(),
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Hold until a signal or the parent's exit only: standard input is not read (for a hold
+    /// started as `fencelock hold ... &`, whose input is /dev/null)
+    #[arg(long)]
+    pub no_stdin: bool,
 }
 
 #[derive(Args, Debug)]
@@ -605,6 +658,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::database_path(cli.db, true)
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        Command::Hold(args) => commands::database_path(cli.db, true)
+            .and_then(|db| hold::hold(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Serve(args) => commands::database_path(cli.db, true)
             .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
         Command::Generate { what } => match what {
