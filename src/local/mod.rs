@@ -87,8 +87,8 @@ pub(crate) struct LocalEngine {
     pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// The counters and recent releases of a store without a shared ring (`rules/metrics.rs`).
-    pub(crate) own_activity: Box<crate::rules::metrics::Activity>,
+    /// The counters and recent releases of a store without a shared ring (`ring/activity.rs`).
+    pub(crate) own_activity: Box<crate::ring::activity::Activity>,
     pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
     pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
@@ -252,7 +252,7 @@ impl LocalEngine {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            own_activity: crate::rules::metrics::Activity::private(),
+            own_activity: crate::ring::activity::Activity::private(),
             observer: RwLock::new(None),
             unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
@@ -531,13 +531,7 @@ impl Context for LocalEngine {
 
     fn shared_last_token(&self) -> Option<u64> {
         let member = self.map()?;
-        Some(
-            member
-                .ring()
-                .map_header()
-                .last_token
-                .load(Ordering::Acquire),
-        )
+        Some(member.ring().last_token())
     }
 }
 

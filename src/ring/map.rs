@@ -55,55 +55,11 @@
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
 //! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
+pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
+use super::layout::{BLOCKS, BLOCK_PAYLOAD};
+use super::sync::{AtomicU64, Ordering};
 use super::Ring;
 use crate::storage::liveness::Liveness;
-
-/// Buckets of the map: far more than the names held at once, so that names rarely share one.
-pub(crate) const BUCKETS: usize = 4096;
-/// Blocks of the map, and their size: 4 MiB in all.
-pub(crate) const BLOCKS: usize = 16384;
-pub(crate) const BLOCK_SIZE: usize = 256;
-/// The header of a block: its state word, the next block of its blob (index + 1, 0 for the
-/// last), and the bytes it carries.
-const BLOCK_HEAD: usize = 16;
-pub(crate) const BLOCK_PAYLOAD: usize = BLOCK_SIZE - BLOCK_HEAD;
-/// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a bucket
-/// that many names share (by chance or by choice) is refused only when the map is full, as a
-/// storage error; a longer chain is a torn read.
-pub(crate) const MAX_BLOB: usize = BLOCKS * BLOCK_PAYLOAD;
-
-/// The map's header, at the start of its area.
-#[repr(C)]
-pub(crate) struct MapHeader {
-    /// A random id of this map, drawn when the ring is set up: the id that processes using it
-    /// lock in the store file, so that a process that cannot see this map finds it in use.
-    pub(crate) table_id: AtomicU64,
-    /// The last token handed out.
-    pub(crate) last_token: AtomicU64,
-    /// The highest token the store file has reserved durably: no token above it is handed out.
-    pub(crate) reserved: AtomicU64,
-    /// How many tokens the last reservation took (they grow with the rate of grants).
-    pub(crate) block: AtomicU64,
-    /// The liveness id of the process refilling the reservation now, 0 for none.
-    pub(crate) refilling: AtomicU64,
-    /// Where the next claim of a block starts looking.
-    alloc_hint: AtomicU64,
-    /// 1 once the map's tokens are set up from the store file (see `local/leases.rs`).
-    pub(crate) ready: AtomicU64,
-    /// Ends of leases kept in the map and not yet in the store file's history (about).
-    pub(crate) pending_ends: AtomicU64,
-    /// The liveness id of the process writing those ends to the file now, 0 for none.
-    pub(crate) flushing: AtomicU64,
-    /// The bucket the pruning of dead records looks at next.
-    pub(crate) prune_cursor: AtomicU64,
-}
-
-pub(crate) const HEADER_AREA: usize = 4096;
-const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
-/// The header, the buckets' words, their token floors, the blocks.
-pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
 
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
