@@ -29,6 +29,7 @@ mod duration;
 mod exit;
 mod generate;
 mod hold;
+mod listing;
 mod notice;
 mod notify;
 mod observe;
@@ -203,12 +204,19 @@ go and its process still runs); holder-dead (the holder's process is gone, so on
 `fencelock run` has ended its lock shows this whether it released cleanly or died).
 EXPIRES is \"-\" for released and holder-dead locks. Records of locks no longer held are
 pruned a few at a time by later grants.
+After a lock's grants come the acquires queued waiting for it (state waiting), oldest first,
+the order they are served in, as lslocks(8) and pg_locks show waiters: the pid, WAITED (how
+long it has waited) and the COMMAND. COMMAND is the process's command line from /proc (as
+lslocks shows it; \"-\" for a holder that died, whose pid may be another's by now).
 A semaphore or shared lock shows one row per grant it holds, with its KIND (exclusive, shared,
 semaphore(N)). A name holding a control character, '\"' or '\\' is shown in double quotes with C
 escapes, as git quotes paths (\"\\033[31m\" for ESC [31m), so that it cannot drive the terminal;
 --json gives names as they are.
 With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
-\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\"}.
+\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\",
+\"command\" (null for a dead holder)}, and for each waiter {\"name\", \"state\": \"waiting\",
+\"pid\", \"command\", \"ticket\" (its place: lower is served first), \"waiting_since_ms\",
+\"waited_ms\"}.
 Exit status: 0; 1 --lock names a lock with no record; 81 database error.
 
 Examples:

@@ -83,7 +83,7 @@ pub fn lock_line(what: &str, holders: &[LockInfo]) -> String {
             format!(
                 "pid {} ({}) with token {} for {} more",
                 info.pid,
-                output::quote_for_terminal(&procs::short(&procs::command(info.pid), 40)),
+                output::quote_for_terminal(&procs::brief(info.pid, 40)),
                 info.token,
                 format_duration(info.remaining)
             )

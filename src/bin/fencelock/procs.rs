@@ -1,36 +1,51 @@
 //! What `/proc` says of a process, for the views that name one (`status`, `top`, the wait
 //! notice), as lslocks(8) does: its command line, else its name.
 
-/// The command of `pid`: its arguments joined by spaces (`/proc/PID/cmdline`), else its name
-/// (`/proc/PID/comm`: a process that has no arguments to show, as a zombie), else `?` (gone, or
+/// The arguments of `pid` (`/proc/PID/cmdline`); `None` when it shows none (gone, a zombie,
 /// hidden by `hidepid`).
-pub fn command(pid: u32) -> String {
+fn arguments(pid: u32) -> Option<Vec<String>> {
     if pid == 0 {
-        return "?".to_owned();
+        return None;
     }
-    if let Ok(bytes) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-        let args: Vec<String> = bytes
-            .split(|&b| b == 0)
-            .filter(|arg| !arg.is_empty())
-            .map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect();
-        if !args.is_empty() {
-            return args.join(" ");
-        }
-    }
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = bytes
+        .split(|&b| b == 0)
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect();
+    (!args.is_empty()).then_some(args)
+}
+
+/// The name of `pid` (`/proc/PID/comm`), else `?`.
+fn name(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|name| name.trim_end().to_owned())
         .ok()
-        .filter(|name| !name.is_empty())
+        .filter(|name| !name.is_empty() && pid != 0)
         .unwrap_or_else(|| "?".to_owned())
 }
 
-/// `command`, cut to `width` characters with a `…` at the end, for a table column.
-pub fn short(command: &str, width: usize) -> String {
-    if command.chars().count() <= width {
-        return command.to_owned();
+/// The command of `pid`: its arguments joined by spaces, else its name, else `?`.
+pub fn command(pid: u32) -> String {
+    arguments(pid).map_or_else(|| name(pid), |args| args.join(" "))
+}
+
+/// As [`command`], the program named without its directory, cut to `width` characters with a
+/// `…` at the end: for a table column or a line of a terminal.
+pub fn brief(pid: u32, width: usize) -> String {
+    let text = match arguments(pid) {
+        Some(mut args) => {
+            if let Some(base) = args[0].rsplit('/').next().map(str::to_owned) {
+                args[0] = base;
+            }
+            args.join(" ")
+        }
+        None => name(pid),
+    };
+    if text.chars().count() <= width {
+        return text;
     }
-    let mut cut: String = command.chars().take(width.saturating_sub(1)).collect();
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
     cut.push('…');
     cut
 }

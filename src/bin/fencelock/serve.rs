@@ -49,7 +49,7 @@ pub fn serve(path: &Path, args: &ServeArgs) -> Result<(), Failure> {
                 .map(|pid| {
                     format!(
                         "pid {pid} ({})",
-                        output::quote_for_terminal(&procs::short(&procs::command(pid), 40))
+                        output::quote_for_terminal(&procs::brief(pid, 40))
                     )
                 })
                 .collect();
