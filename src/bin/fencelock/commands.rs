@@ -171,7 +171,17 @@ pub fn dispatch(
             )
         }
         Command::Metrics(args) => {
-            observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
+            // A store that cannot be read is said at once, not at the first scrape.
+            let store = open_store(&path, false, busy_timeout, None)?;
+            let top = usize::try_from(args.locks).unwrap_or(usize::MAX);
+            match args.listen {
+                Some(addr) => {
+                    drop(store);
+                    let open = move || open_store(&path, false, busy_timeout, None);
+                    observe::listen(open, addr, top)
+                }
+                None => observe::metrics(&store, args.json, top),
+            }
         }
         Command::Run(_) | Command::Hold(_) | Command::Serve(_) | Command::Generate { .. } => {
             unreachable!("dispatched by main")

@@ -29,6 +29,7 @@ mod duration;
 mod exit;
 mod generate;
 mod hold;
+mod http;
 mod listing;
 mod notice;
 mod notify;
@@ -276,6 +277,15 @@ has closed it they start again from zero (fencelock_start_time_seconds says when
 Prometheus takes as a counter reset. Keep a long-running process on the store (a service, or
 `fencelock serve`) for counts that last. With scope \"process\" (this process could not use
 the shared memory, as for another user's store) the counts are this command's own: zeros.
+Per lock, for at most --locks N (default 10) locks, those held longest, so that the series stay
+bounded whatever the number of lock names: fencelock_lock_held_seconds (how long its oldest live
+grant has been held) and fencelock_lock_waiters (its queued waiters), labelled with lock.
+With --listen ADDR it serves /metrics over HTTP (GET or HEAD; text format 0.0.4) until SIGTERM
+or SIGINT, for Prometheus to scrape; a PORT or :PORT alone listens on 127.0.0.1 only. Each
+scrape opens the store and closes it again (a process that kept it open would keep a server
+from starting), so its counts are those described above: they start again once every process
+has closed the store. `fencelock serve --metrics-listen ADDR` serves the same page from the
+server, whose counts last as long as it runs, across its clients' closes.
 With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \"grants\",
 \"releases\", \"refused_locked\", \"refused_timeout\", \"refused_cancelled\", \"refused_other\",
 \"stale_writes\", \"lock_lost\", \"waits\", \"wait_ns\", \"wait_buckets\" (a list of {\"up_to_ms\",
@@ -285,7 +295,8 @@ With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \
 Exit status: 0; 80 an etcd store (etcd exports metrics of its own); 81 database error; 86
 output error.
 
-Example:
+Examples:
+  fencelock metrics --listen 9464   # http://127.0.0.1:9464/metrics
   dir=/var/lib/node_exporter/textfile
   fencelock metrics --db /var/lib/myapp/locks.db > $dir/fencelock.prom.tmp &&
       mv $dir/fencelock.prom.tmp $dir/fencelock.prom";
@@ -382,6 +393,10 @@ SIGTERM or SIGINT, finishing the batch at hand.
 Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once it serves, WATCHDOG=1 from
 its batch loop every half $WATCHDOG_USEC (WatchdogSec=), so that a hung server is restarted,
 and STOPPING=1 as it stops; examples/systemd/fencelock-serve@.service is a unit.
+With --metrics-listen ADDR it serves /metrics over HTTP (`fencelock metrics --help` says what
+the page holds; a PORT or :PORT alone listens on 127.0.0.1 only): the counters are kept in the
+store's shared memory, which the server keeps open, so they last as long as it runs.
+A wait of more than a second for processes to move over is said on a terminal (not with -q).
 Exit status: 0 stopped (signal or --idle-exit); 81 database error, or the store stayed in
 use by processes that did not move over within --wait (their pids are printed).
 
@@ -405,6 +420,15 @@ pub struct ServeArgs {
     /// says after a second which processes it waits for
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Serve /metrics over HTTP at ADDR while serving: PORT or :PORT listens on the loopback
+    /// address 127.0.0.1, HOST:PORT as given (0.0.0.0:9464 for every interface). The counters
+    /// last as long as the server runs, across its clients' closes
+    #[arg(long, value_name = "ADDR", value_parser = http::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Per-lock series of /metrics for at most the N locks held longest; 0 for none
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP_LOCKS,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_TOP_LOCKS))]
+    pub metrics_locks: u32,
 }
 
 /// How a lock is taken: the options `run` and `hold` share.
@@ -609,9 +633,24 @@ pub struct HistoryArgs {
 #[derive(Args, Debug)]
 pub struct MetricsArgs {
     /// Print JSON instead of Prometheus' text format
-    #[arg(long)]
+    #[arg(long, conflicts_with = "listen")]
     pub json: bool,
+    /// Serve /metrics over HTTP at ADDR until SIGTERM or SIGINT instead of printing once:
+    /// PORT or :PORT listens on the loopback address 127.0.0.1, HOST:PORT as given
+    /// (0.0.0.0:9464 for every interface)
+    #[arg(long, value_name = "ADDR", value_parser = http::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Per-lock series (fencelock_lock_held_seconds, fencelock_lock_waiters) for at most the N
+    /// locks held longest; 0 for none
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP_LOCKS,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_TOP_LOCKS))]
+    pub locks: u32,
 }
+
+/// The per-lock series of the metrics: for the 10 locks held longest by default, 1000 at most,
+/// so that the series Prometheus stores stay bounded whatever the number of lock names.
+pub const DEFAULT_TOP_LOCKS: u32 = 10;
+pub const MAX_TOP_LOCKS: i64 = 1000;
 
 /// A failure of the tool: what to print and the status to exit with.
 #[derive(Debug)]
