@@ -19,6 +19,7 @@ mod serve;
 mod signals;
 mod status;
 mod store;
+mod top;
 mod unwritable;
 mod usage;
 mod values;

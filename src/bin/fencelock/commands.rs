@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::duration::format_duration;
 use crate::output::{self, Cell, Colour};
-use crate::{exit, listing, observe, procs, Command, Failure};
+use crate::{exit, listing, observe, procs, top, Command, Failure};
 
 /// Where the store is: `--db`, else `$FENCELOCK_DB`, else the per-user default under
 /// `$XDG_STATE_HOME` or `~/.local/state`, whose directory is created when `create` is set.
@@ -156,6 +156,7 @@ pub fn dispatch(
             args.lock.as_deref(),
             args.json,
         ),
+        Command::Top(args) => top::top(&open_store(&path, false, busy_timeout, None)?, &args),
         Command::Keys(args) => keys(
             &open_store(&path, false, busy_timeout, None)?,
             args.prefix.as_deref().unwrap_or_default(),

@@ -38,6 +38,7 @@ mod output;
 mod procs;
 mod run;
 mod serve;
+mod top;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -240,6 +241,22 @@ Exit status: 0; 81 database error.
 Example:
   fencelock info --db /var/lib/myapp/locks.db";
 
+const TOP_AFTER_HELP: &str = "\
+On a terminal, a full-screen view (as top(1) and htop): the store, its server, and the grants,
+refusals and waits a second since the last refresh; then each lock's grants (STATE, TOKEN, PID,
+HELD for how long, LEFT on the lease, KIND, COMMAND from /proc) and its waiters, oldest first
+(WAITED for how long). Keys: s cycles the order (h held longest first, w longest waiter first,
+n by name); Up and Down (or k, j) pick a lock; Enter shows its grant history (`fencelock
+history`), Enter or Esc hides it; q, Esc or Ctrl-C quits.
+When standard output is not a terminal (a pipe, a log), or with -n N, the same listing as
+plain text, printed again every interval (N times with -n).
+Exit status: 0; 81 database error; 86 output error.
+
+Examples:
+  fencelock top
+  fencelock top --sort wait -d 500ms
+  fencelock top -n 1 | grep waiting";
+
 const HISTORY_AFTER_HELP: &str = "\
 One row per grant of the lock, oldest first: the latest ended grants the store recorded (up to
 32 a lock), then the current ones. GRANTED and ENDED are local times (TZ); ENDED is \"-\" for a
@@ -351,6 +368,10 @@ enum Command {
     /// Show the store's file, size, counts, schema version and token counter
     #[command(after_help = INFO_AFTER_HELP)]
     Info(InfoArgs),
+    /// A live view of the locks, their holders and waiters, and the grant, refusal and wait
+    /// rates, refreshed every interval
+    #[command(after_help = TOP_AFTER_HELP)]
+    Top(TopArgs),
     /// Show who held a lock, with which token, from when to when, and how each lease ended
     #[command(after_help = HISTORY_AFTER_HELP)]
     History(HistoryArgs),
@@ -618,6 +639,22 @@ pub struct InfoArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// How often to look at the store again (e.g. 1s, 500ms)
+    #[arg(short = 'd', long, value_name = "DURATION", default_value = "1s",
+          value_parser = duration::parse_interval)]
+    pub interval: Duration,
+    /// The order of the locks: held longest first, longest waiter first, or by name
+    #[arg(long, value_enum, default_value_t = top::Sort::Hold)]
+    pub sort: top::Sort,
+    /// Print the listing N times as plain text, then exit (plain text is also what a standard
+    /// output that is not a terminal gets, without an end)
+    #[arg(short = 'n', long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
 }
 
 #[derive(Args, Debug)]
