@@ -416,7 +416,11 @@ fn draw(frame: &mut Frame<'_>, head: &str, snapshot: &Snapshot, view: &View) {
         })
         .collect();
     let title = format!(" {} locks ", snapshot.locks.len());
-    let table = Table::new(table_rows, widths.map(Constraint::Length))
+    // Every column as wide as its widest cell, and COMMAND, the last, gets what is left: a
+    // narrow terminal cuts the command, never a name or a number.
+    let mut constraints = widths.map(Constraint::Length);
+    constraints[HEADERS.len() - 1] = Constraint::Fill(1);
+    let table = Table::new(table_rows, constraints)
         .header(Row::new(HEADERS).style(Style::new().add_modifier(Modifier::BOLD)))
         .block(Block::new().borders(Borders::TOP).title(title))
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
