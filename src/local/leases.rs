@@ -22,7 +22,7 @@
 //!   its lease here, inside its transaction.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::base::clock::{self, ProcessId};
@@ -31,6 +31,7 @@ use crate::base::limits::duration_ns;
 use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
 use crate::ring::tokens::Take;
+use crate::ring::SharedWord;
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
 use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
@@ -178,7 +179,7 @@ impl LocalEngine {
     fn in_background(
         &self,
         member: &RingMember,
-        slot: fn(&MapHeader) -> &AtomicU64,
+        slot: fn(&MapHeader) -> &SharedWord,
         take_over: bool,
         name: &str,
         job: fn(&LocalEngine, &RingMember),

@@ -12,8 +12,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::sync::{AtomicU64, Ordering};
+// std's atomics, not the models': the counters and release notes race only to blur a count
+// or to miss a note (which `rules/history.rs` allows), and no model needs them.
 use crate::rules::metrics::{unix_ns_now, Counter, Metrics, Scope, COUNTERS, WAIT_BUCKETS};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Releases the page remembers, the latest ones.
 const RELEASE_LOG: usize = 1024;

@@ -6,13 +6,22 @@
 //! Every type here is made of atomics (and of reserved words nobody writes), valid for any bit
 //! pattern, so that bytes other processes write at any moment are always a valid value.
 
-use super::activity::{Activity, ACTIVITY_SIZE};
+#[cfg(not(fencelock_loom))]
+use super::activity::Activity;
+use super::activity::ACTIVITY_SIZE;
 use super::sync::{AtomicU32, AtomicU64};
 
 /// Slots in a ring: more than the processes that commit at once on a host of this size.
+#[cfg(not(fencelock_loom))]
 pub(super) const SLOTS: usize = 64;
 /// Bytes per slot, its header included.
+#[cfg(not(fencelock_loom))]
 pub(super) const SLOT_SIZE: usize = 4096;
+// The models' ring (make test-loom) is small: a few slots, waiters, buckets and blocks.
+#[cfg(fencelock_loom)]
+pub(super) const SLOTS: usize = 2;
+#[cfg(fencelock_loom)]
+pub(super) const SLOT_SIZE: usize = 64;
 pub(super) const HEADER_SIZE: usize = 4096;
 /// The store's activity page (`activity.rs`), after the slots.
 pub(super) const ACTIVITY_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
@@ -55,9 +64,14 @@ pub(super) struct Header {
 }
 
 /// Where the waiting queue starts in the header page, and how many waiters it holds.
+#[cfg(not(fencelock_loom))]
 pub(super) const QUEUE_OFFSET: usize = 128;
+#[cfg(not(fencelock_loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= QUEUE_OFFSET);
+#[cfg(not(fencelock_loom))]
 pub(super) const WAITERS: usize = (HEADER_SIZE - QUEUE_OFFSET) / std::mem::size_of::<WaiterEntry>();
+#[cfg(fencelock_loom)]
+pub(super) const WAITERS: usize = 2;
 
 /// One waiting acquire in the queue.
 #[repr(C)]
@@ -81,7 +95,9 @@ pub(super) struct WaiterEntry {
 }
 
 // An entry is a cache line: the queue's size in the header page and every field's offset stay
-// as the ring format's version says (`WIRE_VERSION`, bumped when they change).
+// as the ring format's version says (`WIRE_VERSION`, bumped when they change). (The models'
+// atomics are loom's, of another size.)
+#[cfg(not(fencelock_loom))]
 const _: () = assert!(std::mem::size_of::<WaiterEntry>() == 64);
 
 /// A slot's header, at the start of each slot.
@@ -100,7 +116,7 @@ pub(super) struct SlotHead {
 #[repr(C)]
 pub(super) struct Slot {
     pub(super) head: SlotHead,
-    _reserved: [u64; (SLOT_HEAD - std::mem::size_of::<SlotHead>()) / 8],
+    _reserved: [u64; SLOT_HEAD.saturating_sub(std::mem::size_of::<SlotHead>()) / 8],
     pub(super) payload: [AtomicU64; PAYLOAD / 8],
 }
 
@@ -115,7 +131,8 @@ pub(super) struct Block {
 }
 
 // The layout the references below are laid over: every part where the offsets say, aligned,
-// and inside the mapping.
+// and inside the mapping. (Not for the models' atomics, which are larger, and never mapped.)
+#[cfg(not(fencelock_loom))]
 const _: () = {
     assert!(std::mem::size_of::<Slot>() == SLOT_SIZE);
     assert!(std::mem::offset_of!(Slot, payload) == SLOT_HEAD);
@@ -138,10 +155,19 @@ const _: () = {
 };
 
 /// Buckets of the map: far more than the names held at once, so that names rarely share one.
+#[cfg(not(fencelock_loom))]
 pub(crate) const BUCKETS: usize = 4096;
 /// Blocks of the map, and their size: 4 MiB in all.
+#[cfg(not(fencelock_loom))]
 pub(crate) const BLOCKS: usize = 16384;
+#[cfg(not(fencelock_loom))]
 pub(crate) const BLOCK_SIZE: usize = 256;
+#[cfg(fencelock_loom)]
+pub(crate) const BUCKETS: usize = 2;
+#[cfg(fencelock_loom)]
+pub(crate) const BLOCKS: usize = 4;
+#[cfg(fencelock_loom)]
+pub(crate) const BLOCK_SIZE: usize = 128;
 /// The header of a block: its state word, the next block of its blob (index + 1, 0 for the
 /// last), and the bytes it carries.
 pub(super) const BLOCK_HEAD: usize = 16;
@@ -178,6 +204,94 @@ pub(crate) struct MapHeader {
 }
 
 pub(crate) const HEADER_AREA: usize = 4096;
+#[cfg(not(fencelock_loom))]
 const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
 /// The header, the buckets' words, their token floors, the blocks.
 pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
+
+/// The models' ring is made of these, on the heap (`View::heap`): every word zero, as a new
+/// ring file's.
+#[cfg(fencelock_loom)]
+mod zeroed {
+    use super::*;
+
+    fn words<const N: usize>() -> [AtomicU64; N] {
+        std::array::from_fn(|_| AtomicU64::new(0))
+    }
+
+    impl Header {
+        pub(in crate::ring) fn zeroed() -> Header {
+            Header {
+                magic: AtomicU64::new(0),
+                version: AtomicU32::new(0),
+                slots: AtomicU32::new(0),
+                boot_id: words(),
+                tickets: AtomicU64::new(0),
+                last_batch: AtomicU64::new(0),
+                server: AtomicU64::new(0),
+                wanted: AtomicU64::new(0),
+                server_pid: AtomicU32::new(0),
+                doorbell: AtomicU32::new(0),
+                server_sleeps: AtomicU32::new(0),
+                overflow: AtomicU32::new(0),
+                overflow_sleepers: AtomicU32::new(0),
+            }
+        }
+    }
+
+    impl WaiterEntry {
+        pub(in crate::ring) fn zeroed() -> WaiterEntry {
+            WaiterEntry {
+                state: AtomicU32::new(0),
+                wake: AtomicU32::new(0),
+                lock: AtomicU64::new(0),
+                ticket: AtomicU64::new(0),
+                owner: AtomicU64::new(0),
+                seen_ns: AtomicU64::new(0),
+                _reserved: [0; 3],
+            }
+        }
+    }
+
+    impl Slot {
+        pub(in crate::ring) fn zeroed() -> Slot {
+            Slot {
+                head: SlotHead {
+                    state: AtomicU32::new(0),
+                    len: AtomicU32::new(0),
+                    owner: AtomicU64::new(0),
+                    combiner: AtomicU64::new(0),
+                },
+                _reserved: [0; SLOT_HEAD.saturating_sub(std::mem::size_of::<SlotHead>()) / 8],
+                payload: words(),
+            }
+        }
+    }
+
+    impl Block {
+        pub(in crate::ring) fn zeroed() -> Block {
+            Block {
+                state: AtomicU64::new(0),
+                link: AtomicU64::new(0),
+                payload: words(),
+            }
+        }
+    }
+
+    impl MapHeader {
+        pub(in crate::ring) fn zeroed() -> MapHeader {
+            MapHeader {
+                table_id: AtomicU64::new(0),
+                last_token: AtomicU64::new(0),
+                reserved: AtomicU64::new(0),
+                block: AtomicU64::new(0),
+                refilling: AtomicU64::new(0),
+                alloc_hint: AtomicU64::new(0),
+                ready: AtomicU64::new(0),
+                pending_ends: AtomicU64::new(0),
+                flushing: AtomicU64::new(0),
+                prune_cursor: AtomicU64::new(0),
+            }
+        }
+    }
+}

@@ -57,9 +57,8 @@
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};
-use super::sync::{AtomicU64, Ordering};
+use super::sync::{fence, AtomicU64, Live, Ordering};
 use super::Ring;
-use crate::storage::liveness::Liveness;
 
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
@@ -178,11 +177,19 @@ impl Ring {
         loop {
             let word = Word(self.bucket(index).load(Ordering::Acquire));
             if let Some((blob, chain)) = self.copy_blob(word.head()) {
+                // A seqlock's read: the copy's Relaxed loads, then this Acquire fence, then the
+                // word again. If the copy read any byte of a writer that reused a block of this
+                // blob, that writer's Release fence (`write_blocks`) pairs with this one, and
+                // everything before it (the swap that moved the word on, before the blob's blocks
+                // were freed) is seen by the load below: a torn copy is never accepted. Without
+                // the fences the load may still return the old word (the loom model of the map
+                // found such a copy trusted).
+                fence(Ordering::Acquire);
                 if self.bucket(index).load(Ordering::Acquire) == word.0 {
                     return Snapshot { word, blob, chain };
                 }
             }
-            std::hint::spin_loop();
+            super::sync::spin();
         }
     }
 
@@ -218,7 +225,7 @@ impl Ring {
         read: &Snapshot,
         blob: &[u8],
         owner: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> Publish {
         let Some(blocks) = self.claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
         else {
@@ -242,6 +249,9 @@ impl Ring {
     /// Writes `blob` into `blocks` (this writer's), chained in order, each with a generation
     /// above its last: the generations.
     fn write_blocks(&self, blocks: &[usize], blob: &[u8]) -> Vec<u32> {
+        // The writer's half of `read_bucket`'s seqlock: the claims of these blocks (which came
+        // after the swaps that freed them) before any byte written into them.
+        fence(Ordering::Release);
         let mut generations = Vec::with_capacity(blocks.len());
         for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
             let next = blocks.get(i + 1).map_or(0, |&b| b + 1);
@@ -343,7 +353,7 @@ impl Ring {
 
     /// Claims `count` free blocks for `owner`; sweeps and tries again when too few are free,
     /// and gives back what it claimed when that is not enough.
-    fn claim_blocks(&self, count: usize, owner: u64, live: &Liveness) -> Option<Vec<usize>> {
+    fn claim_blocks(&self, count: usize, owner: u64, live: &impl Live) -> Option<Vec<usize>> {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
             let header = self.map_header();
@@ -381,7 +391,7 @@ impl Ring {
     /// blocks of replaced blobs whose writer was killed before freeing them, and the blocks of
     /// dead writers; marks PUBLIC the dead writers' blocks that a bucket reaches. `owner` (the
     /// sweeping process) claims a PUBLIC block before freeing it. See the module's docs.
-    pub(crate) fn sweep_blocks(&self, owner: u64, live: &Liveness) {
+    pub(crate) fn sweep_blocks(&self, owner: u64, live: &impl Live) {
         // (1) Before the walk, so that nothing noted can become reachable unseen: a dead
         // writer swaps no more, and a PUBLIC block is never published again under the
         // generation noted (the generation is read before the state, so it is at most that of
@@ -455,6 +465,7 @@ impl Ring {
 mod tests {
     use super::*;
     use crate::ring::Stamp;
+    use crate::storage::liveness::Liveness;
 
     const STAMP: Stamp = Stamp {
         boot_id: [3; 16],

@@ -37,6 +37,11 @@ mod view;
 pub(crate) use layout::PAYLOAD;
 pub(crate) use queue::{lock_hash, Waiter};
 pub(crate) use slots::{Phase, Posted, Taken};
+pub(crate) use sync::Live;
+
+/// A word of the lease map's header that a layer above moves on its own (the refill and flush
+/// jobs' owner words, the count of pending ends): std's atomic, or loom's in the models.
+pub(crate) type SharedWord = sync::AtomicU64;
 
 /// What a ring must have been set up with to be used: this boot (a ring of an earlier one is
 /// set up again) and the version of the format of what travels through it (a ring of another
@@ -62,6 +67,18 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
+    /// A ring of the models (make test-loom): on the heap, with no file behind it.
+    #[cfg(fencelock_loom)]
+    pub(crate) fn heap() -> Ring {
+        Ring {
+            view: view::View::heap(),
+            guarded: guard::Guarded::unmapped(),
+            file: File::open("/dev/null").expect("/dev/null"),
+            path: PathBuf::new(),
+            opener: std::process::id(),
+        }
+    }
+
     fn header(&self) -> &Header {
         self.view.header()
     }

@@ -13,9 +13,8 @@
 use std::time::Duration;
 
 use super::layout::{WaiterEntry, WAITERS};
-use super::sync::{futex_wait, futex_wake, futex_wake_some, Ordering};
+use super::sync::{fence, futex_wait, futex_wake, futex_wake_some, Live, Ordering};
 use super::Ring;
-use crate::storage::liveness::Liveness;
 
 /// A waiter that has not shown it is still waiting for this long (it may be paused) is passed
 /// over, so that a paused waiter cannot hold a lock up.
@@ -64,9 +63,9 @@ impl Ring {
         lock: u64,
         owner: u64,
         now: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> Option<Waiter> {
-        self.enqueue_in(lock, owner, now, Some(live))
+        self.enqueue_in(lock, owner, now, Some(live as &dyn Live))
     }
 
     /// As [`Ring::enqueue`], into a free entry only (dead waiters are not looked for, which
@@ -80,7 +79,7 @@ impl Ring {
         lock: u64,
         owner: u64,
         now: u64,
-        sweep: Option<&Liveness>,
+        sweep: Option<&dyn Live>,
     ) -> Option<Waiter> {
         for pass in 0..2 {
             for index in 0..WAITERS {
@@ -132,11 +131,20 @@ impl Ring {
         None
     }
 
-    /// Shows that `waiter` still waits; returns the word to sleep on.
+    /// Shows that `waiter` still waits; returns the word to sleep on. Call it before each look
+    /// at whether the lock is free.
     pub(crate) fn still_waiting(&self, waiter: &Waiter, now: u64) -> u32 {
         let entry = self.waiter(waiter.index);
         entry.seen_ns.store(now, Ordering::Relaxed);
-        entry.wake.load(Ordering::Acquire)
+        let seen = entry.wake.load(Ordering::Acquire);
+        // The waiter's half of a store-then-load handshake with `wake_oldest`: its entry
+        // (stored WAITING at `enqueue`) before its look at the lock, against the releaser's
+        // release before its look at the queue. With a SeqCst fence on both sides, at least one
+        // sees the other: the waiter sees the release, or the releaser sees the entry and wakes
+        // it. With Release and Acquire alone both may miss, and the waiter sleeps through the
+        // release until its poll (the loom model of the queue found it: a deadlock there).
+        fence(Ordering::SeqCst);
+        seen
     }
 
     /// Leaves the queue.
@@ -153,14 +161,14 @@ impl Ring {
         lock: u64,
         ticket: Option<u64>,
         now: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> bool {
         self.oldest(lock, now, live)
             .is_some_and(|(_, oldest)| ticket.is_none_or(|ticket| oldest < ticket))
     }
 
     /// The index and ticket of the oldest live, current waiter of `lock`.
-    fn oldest(&self, lock: u64, now: u64, live: &Liveness) -> Option<(usize, u64)> {
+    fn oldest(&self, lock: u64, now: u64, live: &impl Live) -> Option<(usize, u64)> {
         let mut oldest: Option<(usize, u64)> = None;
         for index in 0..WAITERS {
             let entry = self.waiter(index);
@@ -186,7 +194,7 @@ impl Ring {
 
     /// How many waiting acquires are queued, of any lock, by stores that are still open (a
     /// paused waiter counts; the entry of a dead one, not swept yet, does not).
-    pub(crate) fn queued_waiters(&self, live: &Liveness) -> usize {
+    pub(crate) fn queued_waiters(&self, live: &impl Live) -> usize {
         (0..WAITERS)
             .filter(|&i| {
                 let entry = self.waiter(i);
@@ -204,7 +212,7 @@ impl Ring {
     /// the enqueuer's Release of WAITING): an entry freed and taken again meanwhile may show
     /// the next waiter's pid beside this one's ticket, which a view may show for one refresh;
     /// no grant reads these.
-    pub(crate) fn waiters_of(&self, lock: u64, live: &Liveness) -> Vec<Queued> {
+    pub(crate) fn waiters_of(&self, lock: u64, live: &impl Live) -> Vec<Queued> {
         let mut queued: Vec<Queued> = (0..WAITERS)
             .filter_map(|i| {
                 let entry = self.waiter(i);
@@ -237,7 +245,10 @@ impl Ring {
     }
 
     /// Wakes the oldest waiter of `lock`, if there is one: its lock was released.
-    pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &Liveness) {
+    pub(crate) fn wake_oldest(&self, lock: u64, now: u64, live: &impl Live) {
+        // The releaser's half of the handshake of `still_waiting`: its release (made before
+        // this call) before its look at the queue.
+        fence(Ordering::SeqCst);
         let header = self.header();
         if header.overflow_sleepers.load(Ordering::SeqCst) != 0 {
             // One sleeper: a release frees at most one place in the queue (its holder's, if

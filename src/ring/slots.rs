@@ -31,9 +31,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::layout::{PAYLOAD, SLOTS};
-use super::sync::{fence, futex_wait, futex_wake, Ordering};
+use super::sync::{fence, futex_wait, futex_wake, Live, Ordering};
 use super::{view, Ring};
-use crate::storage::liveness::Liveness;
 
 pub(super) const FREE: u32 = 0;
 const CLAIMED: u32 = 1;
@@ -134,7 +133,7 @@ impl Ring {
 
     /// As [`Ring::try_post`], with a bulk file that cannot be written taken as no slot.
     #[cfg(test)]
-    pub(crate) fn post(&self, owner: u64, request: &[u8], live: &Liveness) -> Option<Posted> {
+    pub(crate) fn post(&self, owner: u64, request: &[u8], live: &impl Live) -> Option<Posted> {
         self.try_post(owner, request, live).ok().flatten()
     }
 
@@ -146,7 +145,7 @@ impl Ring {
         &self,
         owner: u64,
         request: &[u8],
-        live: &Liveness,
+        live: &impl Live,
     ) -> io::Result<Option<Posted>> {
         for pass in 0..2 {
             for index in 0..SLOTS {
@@ -187,7 +186,7 @@ impl Ring {
     }
 
     /// Frees the slots of requesters that died, unless a live combiner has them.
-    pub(super) fn reclaim(&self, live: &Liveness) {
+    pub(super) fn reclaim(&self, live: &impl Live) {
         for index in 0..SLOTS {
             let head = self.head(index);
             let current = head.state.load(Ordering::Acquire);
@@ -367,7 +366,7 @@ impl Ring {
 
     /// Takes every posted request of a live requester, for the combiner with liveness id
     /// `combiner`, which holds the store's write lock. Requests of dead requesters are dropped.
-    pub(crate) fn take_posted(&self, combiner: u64, live: &Liveness) -> Vec<Taken> {
+    pub(crate) fn take_posted(&self, combiner: u64, live: &impl Live) -> Vec<Taken> {
         let mut taken = Vec::new();
         for index in 0..SLOTS {
             let head = self.head(index);

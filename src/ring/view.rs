@@ -15,9 +15,10 @@ use std::io;
 
 use super::activity::Activity;
 use super::layout::{
-    Block, Header, MapHeader, Slot, WaiterEntry, ACTIVITY_OFFSET, BLOCKS, BUCKETS, HEADER_AREA,
-    HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET, RING_SIZE, SLOTS, WAITERS,
+    Block, Header, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS, RING_SIZE, SLOTS, WAITERS,
 };
+#[cfg(not(fencelock_loom))]
+use super::layout::{ACTIVITY_OFFSET, HEADER_AREA, HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET};
 
 /// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
 /// are valid for as long as the view lives: they are handed out only for the life of a borrow
@@ -36,6 +37,7 @@ pub(super) struct View {
 impl View {
     /// Maps the first RING_SIZE bytes of `file`, which the caller found to be RING_SIZE bytes
     /// long (a mapping past the end of a file faults).
+    #[cfg(not(fencelock_loom))]
     pub(super) fn map(file: &File) -> io::Result<View> {
         // SAFETY: a new shared mapping, at an address the kernel picks, aliases no Rust object.
         let base = unsafe {
@@ -114,6 +116,52 @@ impl View {
     }
 }
 
+/// The models' rings are on the heap (`View::heap`); none is mapped.
+#[cfg(fencelock_loom)]
+impl View {
+    pub(super) fn map(_file: &File) -> io::Result<View> {
+        Err(io::Error::other("the loom models map no ring"))
+    }
+
+    /// A ring of the models (make test-loom), on the heap: every word zero, as a new ring
+    /// file's.
+    pub(super) fn heap() -> View {
+        fn leak<T>(value: T) -> &'static T {
+            Box::leak(Box::new(value))
+        }
+        View {
+            header: leak(Header::zeroed()),
+            queue: leak(std::array::from_fn(|_| WaiterEntry::zeroed())),
+            slots: leak(std::array::from_fn(|_| Slot::zeroed())),
+            activity: Box::leak(Activity::private()),
+            map_header: leak(MapHeader::zeroed()),
+            buckets: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            floors: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            blocks: leak(std::array::from_fn(|_| Block::zeroed())),
+        }
+    }
+}
+
+#[cfg(fencelock_loom)]
+impl Drop for View {
+    fn drop(&mut self) {
+        fn free<T>(part: &'static T) {
+            // SAFETY: every part was leaked from a box by `View::heap` and is freed once, here,
+            // when the view that holds the only references to it is dropped.
+            drop(unsafe { Box::from_raw(std::ptr::from_ref(part).cast_mut()) });
+        }
+        free(self.header);
+        free(self.queue);
+        free(self.slots);
+        free(self.activity);
+        free(self.map_header);
+        free(self.buckets);
+        free(self.floors);
+        free(self.blocks);
+    }
+}
+
+#[cfg(not(fencelock_loom))]
 impl Drop for View {
     fn drop(&mut self) {
         let (base, len) = self.span();
