@@ -248,7 +248,9 @@ mod zeroed {
                 ticket: AtomicU64::new(0),
                 owner: AtomicU64::new(0),
                 seen_ns: AtomicU64::new(0),
-                _reserved: [0; 3],
+                pid: AtomicU64::new(0),
+                since_ns: AtomicU64::new(0),
+                _reserved: [0; 1],
             }
         }
     }
