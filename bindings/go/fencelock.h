@@ -233,6 +233,12 @@ typedef struct fencelock_lock_list fencelock_lock_list;
 typedef struct fencelock_store fencelock_store;
 
 /**
+ * The waiters of a lock from `fencelock_store_waiters`, oldest first; freed with
+ * `fencelock_waiter_list_free`. Immutable, so safe to read from many threads at once.
+ */
+typedef struct fencelock_waiter_list fencelock_waiter_list;
+
+/**
  * A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.
  */
 typedef int32_t fencelock_status;
@@ -331,6 +337,32 @@ typedef struct fencelock_history_entry {
    */
   int64_t recorded_unix_ms;
 } fencelock_history_entry;
+
+/**
+ * An acquire queued waiting for a lock (`fencelock_store_waiters`).
+ */
+typedef struct fencelock_waiter_info {
+  /**
+   * The lock's name, NUL-terminated UTF-8; valid while the list lives.
+   */
+  const char *name;
+  /**
+   * The waiting process's id.
+   */
+  uint32_t pid;
+  /**
+   * Its place in the queue: a lower ticket waits longer and is served first.
+   */
+  uint64_t ticket;
+  /**
+   * When it took its place, in milliseconds since the Unix epoch (wall-clock estimate).
+   */
+  int64_t waiting_since_unix_ms;
+  /**
+   * How long it has waited, in milliseconds.
+   */
+  uint64_t waited_ms;
+} fencelock_waiter_info;
 
 /**
  * What the store records of one lock.
@@ -1315,6 +1347,62 @@ int32_t fencelock_holder_kind(const struct fencelock_holder *holder);
  * `holder` is NULL or a holder from this library not yet freed.
  */
 uint32_t fencelock_holder_permits(const struct fencelock_holder *holder);
+
+/**
+ * The acquires of any process of this host queued waiting for the lock `name`, oldest first
+ * (the order they are served in); empty for a store opened in single-process mode, whose
+ * waits are not queued. On success `*list_out` receives a new list, to be freed with
+ * `fencelock_waiter_list_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `name`, `list_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (a bad lock name, an etcd store), `FENCELOCK_FORKED`,
+ * `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `name` is NUL-terminated.
+ */
+fencelock_status fencelock_store_waiters(const struct fencelock_store *store,
+                                         const char *name,
+                                         struct fencelock_waiter_list **list_out,
+                                         struct fencelock_error **err_out);
+
+/**
+ * The number of entries of `list`; 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `list` is NULL or a list from this library not yet freed.
+ */
+size_t fencelock_waiter_list_len(const struct fencelock_waiter_list *list);
+
+/**
+ * Copies entry `index` of `list` to `*info_out`. Its `name` points into the list and is valid
+ * until `fencelock_waiter_list_free(list)`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `info_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_waiter_list_get(const struct fencelock_waiter_list *list,
+                                           size_t index,
+                                           struct fencelock_waiter_info *info_out);
+
+/**
+ * Frees a waiter list. NULL does nothing.
+ *
+ * No other thread may use `list` during or after this call.
+ *
+ * # Safety
+ * `list` is NULL or a list from this library not yet freed.
+ */
+void fencelock_waiter_list_free(struct fencelock_waiter_list *list);
 
 /**
  * The number of entries of `list`; 0 for NULL.

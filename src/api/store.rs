@@ -14,7 +14,7 @@ use crate::engine::options::Options;
 use crate::engine::{etcd_string, Acquire, Engine};
 use crate::local::LocalEngine;
 use crate::rules::history::HistoryEntry;
-use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::Metrics;
 // What the docs link to.
@@ -1154,6 +1154,31 @@ impl Store {
     /// ```
     pub fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
         self.engine.lock_holders(name)
+    }
+
+    /// The acquires of any process of this host queued waiting for the lock `name`, oldest
+    /// first (the order they are served in): pid, place and how long each has waited. A waiter
+    /// paused mid-wait is listed; one whose process died is not. Empty where waits are not
+    /// queued (a store opened in single-process mode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad lock name, or on an etcd store (etcd keeps its
+    /// waiters as keys of its own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// assert!(store.waiters("nightly")?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {
+        self.engine.waiters(name)
     }
 
     /// Counts and settings of the store.

@@ -40,7 +40,7 @@ use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::ring::lock_hash;
 use crate::rules::context::Context;
 use crate::rules::history::HistoryEntry;
-use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::leases::describe_record;
 use crate::rules::metrics::Metrics;
@@ -653,6 +653,32 @@ impl Engine for LocalEngine {
 
     fn metrics(&self) -> Result<Metrics> {
         self.snapshot()
+    }
+
+    fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {
+        check_name("lock name", name)?;
+        self.check_fork()?;
+        // Without a ring (single-process mode, a ring it may not use) waits are not queued.
+        let Some(shared) = &self.shared else {
+            return Ok(Vec::new());
+        };
+        let now = clock::now_ns();
+        let wall = std::time::SystemTime::now();
+        Ok(shared
+            .ring()
+            .waiters_of(crate::ring::lock_hash(name), &self.live)
+            .into_iter()
+            .map(|queued| {
+                let waited = Duration::from_nanos(now.saturating_sub(queued.since_ns));
+                WaiterInfo {
+                    name: name.to_owned(),
+                    pid: queued.pid,
+                    ticket: queued.ticket,
+                    waiting_since: wall - waited,
+                    waited,
+                }
+            })
+            .collect())
     }
 
     fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {

@@ -86,8 +86,19 @@ pub(super) struct WaiterEntry {
     pub(super) owner: AtomicU64,
     /// When the waiter last showed it still waits (`CLOCK_BOOTTIME` ns).
     pub(super) seen_ns: AtomicU64,
-    _reserved: [u64; 3],
+    /// The waiting process's id, for the views that list waiters (`Ring::waiters_of`); read
+    /// by nothing that decides a grant.
+    pub(super) pid: AtomicU64,
+    /// When the waiter took its place (`CLOCK_BOOTTIME` ns), for the same views.
+    pub(super) since_ns: AtomicU64,
+    _reserved: [u64; 1],
 }
+
+// An entry is a cache line: the queue's size in the header page and every field's offset stay
+// as the ring format's version says (`WIRE_VERSION`, bumped when they change). (The models'
+// atomics are loom's, of another size.)
+#[cfg(not(fencelock_loom))]
+const _: () = assert!(std::mem::size_of::<WaiterEntry>() == 64);
 
 /// A slot's header, at the start of each slot.
 #[repr(C)]
@@ -237,7 +248,9 @@ mod zeroed {
                 ticket: AtomicU64::new(0),
                 owner: AtomicU64::new(0),
                 seen_ns: AtomicU64::new(0),
-                _reserved: [0; 3],
+                pid: AtomicU64::new(0),
+                since_ns: AtomicU64::new(0),
+                _reserved: [0; 1],
             }
         }
     }

@@ -33,6 +33,17 @@ pub(crate) struct Waiter {
     pub(crate) ticket: u64,
 }
 
+/// A waiter as the views of the queue see it ([`Ring::waiters_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Queued {
+    /// Its place: a lower ticket was queued earlier.
+    pub(crate) ticket: u64,
+    /// The waiting process (0 for none recorded).
+    pub(crate) pid: u32,
+    /// When it took its place (`CLOCK_BOOTTIME` ns).
+    pub(crate) since_ns: u64,
+}
+
 /// The queue's name of a lock: a 64-bit FNV-1a hash of its name. Two locks that share a hash
 /// only share their queue's order, never a lease.
 pub(crate) fn lock_hash(name: &str) -> u64 {
@@ -92,6 +103,10 @@ impl Ring {
                 entry.ticket.store(ticket, Ordering::Relaxed);
                 entry.owner.store(owner, Ordering::Relaxed);
                 entry.seen_ns.store(now, Ordering::Relaxed);
+                entry
+                    .pid
+                    .store(u64::from(std::process::id()), Ordering::Relaxed);
+                entry.since_ns.store(now, Ordering::Relaxed);
                 entry.state.store(ENTRY_WAITING, Ordering::Release);
                 return Some(Waiter { index, ticket });
             }
@@ -191,6 +206,32 @@ impl Ring {
                         .unwrap_or(true)
             })
             .count()
+    }
+
+    /// The waiters of `lock` queued by stores that are still open (a paused waiter counts, as
+    /// in [`Ring::queued_waiters`]), oldest ticket first: what the views of the queue show.
+    /// Each entry is read field by field (Relaxed, after the state's Acquire, which pairs with
+    /// the enqueuer's Release of WAITING): an entry freed and taken again meanwhile may show
+    /// the next waiter's pid beside this one's ticket, which a view may show for one refresh;
+    /// no grant reads these.
+    pub(crate) fn waiters_of(&self, lock: u64, live: &impl Live) -> Vec<Queued> {
+        let mut queued: Vec<Queued> = (0..WAITERS)
+            .filter_map(|i| {
+                let entry = self.waiter(i);
+                let waiting = entry.state.load(Ordering::Acquire) == ENTRY_WAITING
+                    && entry.lock.load(Ordering::Relaxed) == lock
+                    && live
+                        .is_held(entry.owner.load(Ordering::Relaxed))
+                        .unwrap_or(true);
+                waiting.then(|| Queued {
+                    ticket: entry.ticket.load(Ordering::Relaxed),
+                    pid: u32::try_from(entry.pid.load(Ordering::Relaxed)).unwrap_or(0),
+                    since_ns: entry.since_ns.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        queued.sort_by_key(|waiter| waiter.ticket);
+        queued
     }
 
     /// How many waiters of `lock` are queued, current or not.

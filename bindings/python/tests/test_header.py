@@ -40,8 +40,10 @@ OPAQUE = {
         "fencelock_cancel",
         "fencelock_error",
         "fencelock_lock_list",
+        "fencelock_waiter_list",
         "fencelock_key_list",
         "fencelock_lock_info",
+        "fencelock_waiter_info",
         "fencelock_history",
         "fencelock_history_entry",
         "fencelock_metrics",
@@ -50,7 +52,14 @@ OPAQUE = {
 }
 CALLBACKS = {"fencelock_observer_fn": _ffi.ObserverFn}
 # The structs the binding lays out itself, field by field.
-STRUCTS = ("fencelock_acquire_options", "fencelock_lock_info", "fencelock_history_entry", "fencelock_metrics", "fencelock_event")
+STRUCTS = (
+    "fencelock_acquire_options",
+    "fencelock_lock_info",
+    "fencelock_waiter_info",
+    "fencelock_history_entry",
+    "fencelock_metrics",
+    "fencelock_event",
+)
 
 
 def _pointer(base, stars: int):

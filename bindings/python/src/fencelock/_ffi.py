@@ -153,6 +153,22 @@ class fencelock_lock_info(Structure):
     ]
 
 
+class fencelock_waiter_list(Structure):
+    """Opaque list of the waiters of a lock."""
+
+
+class fencelock_waiter_info(Structure):
+    """One waiter, as ``fencelock_waiter_list_get`` fills it."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("pid", c_uint32),
+        ("ticket", c_uint64),
+        ("waiting_since_unix_ms", c_int64),
+        ("waited_ms", c_uint64),
+    ]
+
+
 class fencelock_history(Structure):
     """Opaque grant history of one lock."""
 
@@ -229,6 +245,7 @@ HolderP = POINTER(fencelock_holder)
 CancelP = POINTER(fencelock_cancel)
 ErrorP = POINTER(fencelock_error)
 LockListP = POINTER(fencelock_lock_list)
+WaiterListP = POINTER(fencelock_waiter_list)
 KeyListP = POINTER(fencelock_key_list)
 BytesP = POINTER(c_uint8)
 HistoryP = POINTER(fencelock_history)
@@ -424,6 +441,17 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [LockListP, c_size_t, POINTER(c_int32), POINTER(c_uint32)],
     ),
     "fencelock_lock_list_free": (None, [LockListP]),
+    # waiter list
+    "fencelock_store_waiters": (
+        fencelock_status,
+        [StoreP, c_char_p, POINTER(WaiterListP), POINTER(ErrorP)],
+    ),
+    "fencelock_waiter_list_len": (c_size_t, [WaiterListP]),
+    "fencelock_waiter_list_get": (
+        fencelock_status,
+        [WaiterListP, c_size_t, POINTER(fencelock_waiter_info)],
+    ),
+    "fencelock_waiter_list_free": (None, [WaiterListP]),
     # key list
     "fencelock_key_list_len": (c_size_t, [KeyListP]),
     "fencelock_key_list_get": (

@@ -27,11 +27,11 @@ from ._args import (
 )
 from ._enums import Ending, EventKind, LockKind, Mode, Scope
 from ._errors import error_from
-from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, lib
+from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, WaiterListP, lib
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
 from ._lock import Lock
-from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value
+from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value, WaiterInfo
 
 __all__ = ["Store"]
 
@@ -346,6 +346,37 @@ class Store(Handle):
             return result
         finally:
             lib.fencelock_lock_list_free(out)
+
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        """The acquires of any process of this host queued waiting for the lock ``name``,
+        oldest first (the order they are served in); empty for a store opened in
+        single-process mode, whose waits are not queued. The library checks the name: an empty
+        one raises ``InvalidArgumentError``, as does an etcd store."""
+        if not isinstance(name, str):
+            raise _type_error("lock name", "str", name)
+        if "\0" in name:
+            raise ValueError("lock name contains a NUL character")
+        out = WaiterListP()
+        self._res.check(lib.fencelock_store_waiters, name.encode("utf-8"), byref(out))
+        try:
+            result = []
+            info = _ffi.fencelock_waiter_info()
+            for index in range(lib.fencelock_waiter_list_len(out)):
+                status = lib.fencelock_waiter_list_get(out, index, byref(info))
+                if status:
+                    raise error_from(status, None)
+                result.append(
+                    WaiterInfo(
+                        name=info.name.decode("utf-8"),
+                        pid=info.pid,
+                        ticket=info.ticket,
+                        waiting_since=_datetime(info.waiting_since_unix_ms),
+                        waited=info.waited_ms / 1000.0,
+                    )
+                )
+            return result
+        finally:
+            lib.fencelock_waiter_list_free(out)
 
     # -- fenced values ------------------------------------------------------------------------
 
