@@ -3,5 +3,6 @@
 //!
 //! Imports every layer below it; the C ABI (`ffi/`) above it uses only what `lib.rs` exports.
 
+pub(crate) mod election;
 pub(crate) mod holder;
 pub(crate) mod store;

@@ -84,7 +84,7 @@ impl ThreadTag {
         NonZeroU64::new(n).map(ThreadTag)
     }
 
-    fn fresh() -> ThreadTag {
+    pub(crate) fn fresh() -> ThreadTag {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         ThreadTag(NonZeroU64::new(n).expect("2^64 thread tags are never handed out"))
     }

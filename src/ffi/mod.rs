@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::Status;
 
 pub mod cancel;
+pub mod election;
 pub mod error;
 pub mod history;
 pub mod holder;
@@ -28,6 +29,7 @@ pub mod store;
 
 // Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
 pub use cancel::*;
+pub use election::*;
 pub use error::*;
 pub use history::*;
 pub use holder::*;
