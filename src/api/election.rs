@@ -11,12 +11,15 @@
 //!   with its lease checked in the same transaction ([`Holder::put`]): its value's version,
 //!   pid, start and value. A deposed leader cannot write it (nor anything else through its
 //!   holder). Each new leader deletes all but the latest [`TERMS_KEPT`] records;
-//! - two **bells**, the exclusive locks `fencelock.election/N/bell0` and `.../bell1`, which the
-//!   leader holds beside `N` while it leads. An observer that saw version `v` of a term waits
-//!   for bell `v % 2` with a shared acquire: a shared grant comes when the bell is let go,
-//!   which is when the leader dies, is paused past its lease, resigns, or proclaims (a
-//!   proclaim writes version `v + 1` and then rings bell `v % 2`: it releases and takes it
-//!   again, while still holding the other one, which observers of `v + 1` wait for).
+//! - four **bells**, the exclusive locks `fencelock.election/N/bell<g><v>`, of which the leader
+//!   holds one beside `N` while it leads: `g` the parity of the term's generation (one more
+//!   than the term before it's, so that a new leader never takes the bells the observers of
+//!   the term before wait for), `v` the parity of the value's version. An observer that saw
+//!   version `v` of generation `g` waits for that bell with a shared acquire: a shared grant
+//!   comes when the bell is let go, which is when the leader dies, is paused past its lease,
+//!   resigns, or proclaims (a proclaim takes the bell of `v + 1`, writes version `v + 1`, and
+//!   lets the bell of `v` go; it takes that one again only at the proclaim after, so that
+//!   observers have the time between two proclaims to see it free).
 //!
 //! A leadership ends for its holder a safety margin before its lease could be granted to
 //! another (client-go's renew deadline): a thread of its own watches the lease, and marks the
@@ -27,7 +30,10 @@
 //!
 //! What an observer cannot be woken for by a release is the start of a term after a time with
 //! no leader (no lock is held then whose release would tell it): in that state alone it looks
-//! again every [`VACANCY_POLL`].
+//! again every [`VACANCY_POLL`]. And a bell let go and taken again before an observer's shared
+//! acquire looked (two proclaims in a row; on etcd a shared waiter is not queued, and may
+//! lose the race) would leave it waiting for the next change: it looks again at least every
+//! [`RELOOK`], a safety net.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -53,6 +59,9 @@ pub const TERMS_KEPT: usize = 64;
 /// How often an observer looks for a new term while no leader leads.
 pub const VACANCY_POLL: Duration = Duration::from_millis(5);
 
+/// The longest an observer waits for a bell before it looks at the leader record again.
+pub const RELOOK: Duration = Duration::from_secs(1);
+
 /// The TTL of an observer's momentary shared grant of a bell (it releases it at once): the
 /// longest an observer paused inside that moment delays a proclaim or a new leader. Whole
 /// seconds of at least 2 s, as an etcd lease must be.
@@ -60,8 +69,8 @@ const BELL_TTL: Duration = Duration::from_secs(2);
 
 /// Marks a leader record, and its layout's version.
 const RECORD_MAGIC: &[u8; 4] = b"fle1";
-/// Magic, version, pid, start (Unix ms).
-const RECORD_HEADER: usize = 4 + 8 + 4 + 8;
+/// Magic, version, generation, pid, start (Unix ms).
+const RECORD_HEADER: usize = 4 + 8 + 8 + 4 + 8;
 
 /// A wait with no end of its own (a campaign or observation without a timeout).
 const FOREVER: Duration = MAX_TTL;
@@ -165,14 +174,19 @@ fn term_key(name: &str, term: u64) -> Vec<u8> {
     key
 }
 
-fn bell_name(name: &str, bell: u64) -> String {
-    format!("fencelock.election/{name}/bell{}", bell % 2)
+/// The bell of version `version` of a term of generation `generation`.
+fn bell_name(name: &str, generation: u64, version: u64) -> String {
+    format!(
+        "fencelock.election/{name}/bell{}{}",
+        generation % 2,
+        version % 2
+    )
 }
 
 /// Refuses an election name whose lock, keys or bells the store would refuse.
 fn check_election_name(name: &str) -> Result<()> {
     check_name("election name", name)?;
-    let longest = term_key(name, 0).len().max(bell_name(name, 0).len());
+    let longest = term_key(name, 0).len().max(bell_name(name, 0, 0).len());
     if longest > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
             "election name is {} bytes; the limit is {}",
@@ -183,21 +197,34 @@ fn check_election_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn encode_record(version: u64, pid: u32, since: SystemTime, value: &[u8]) -> Vec<u8> {
+/// What a leader record holds beside the leader: the generation of its term.
+struct Record {
+    leader: Leader,
+    generation: u64,
+}
+
+fn encode_record(
+    version: u64,
+    generation: u64,
+    pid: u32,
+    since: SystemTime,
+    value: &[u8],
+) -> Vec<u8> {
     let since_ms = since
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut bytes = Vec::with_capacity(RECORD_HEADER + value.len());
     bytes.extend_from_slice(RECORD_MAGIC);
     bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend_from_slice(&generation.to_le_bytes());
     bytes.extend_from_slice(&pid.to_le_bytes());
     bytes.extend_from_slice(&since_ms.to_le_bytes());
     bytes.extend_from_slice(value);
     bytes
 }
 
-/// The leader of term `term` of `name` from its record's bytes.
-fn decode_record(name: &str, term: u64, bytes: &[u8]) -> Result<Leader> {
+/// The record of term `term` of `name` from its bytes.
+fn decode_record(name: &str, term: u64, bytes: &[u8]) -> Result<Record> {
     let corrupt = || {
         Error::Corrupt(format!(
             "the leader record of term {term} of election {name:?} is not one ({} bytes)",
@@ -208,14 +235,17 @@ fn decode_record(name: &str, term: u64, bytes: &[u8]) -> Result<Leader> {
         return Err(corrupt());
     }
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
-    let pid = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"));
-    Ok(Leader {
-        name: name.to_owned(),
-        term,
-        version: u64_at(4),
-        value: bytes[RECORD_HEADER..].to_vec(),
-        pid,
-        since: UNIX_EPOCH + Duration::from_millis(u64_at(16)),
+    let pid = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
+    Ok(Record {
+        leader: Leader {
+            name: name.to_owned(),
+            term,
+            version: u64_at(4),
+            value: bytes[RECORD_HEADER..].to_vec(),
+            pid,
+            since: UNIX_EPOCH + Duration::from_millis(u64_at(24)),
+        },
+        generation: u64_at(12),
     })
 }
 
@@ -226,6 +256,22 @@ fn term_of_key(prefix: &[u8], key: &[u8]) -> Option<u64> {
         return None;
     }
     std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Takes the bell `lock` for the leader and keeps it alive: it may wait for the momentary
+/// shared grants of observers, and for a deposed leader's bell to run out (at most `ttl`).
+fn take_bell(
+    store: &Store,
+    lock: &str,
+    ttl: Duration,
+    own: &Cancel,
+    user: Option<&Cancel>,
+) -> Result<Holder> {
+    let timeout = ttl + BELL_TTL;
+    let bell = acquire_own(store, lock, Kind::Exclusive, ttl, timeout, own, user)?;
+    let bell = bell.ok_or(Error::Timeout)?;
+    bell.keep_alive(ttl)?;
+    Ok(bell)
 }
 
 /// A cancel handle whose waits are judged as a thread of their own: an observer or a leader's
@@ -326,27 +372,16 @@ impl Store {
         // From here every failure drops what it took, which releases it.
         holder.keep_alive(ttl)?;
         let own = own_waits();
-        let mut bells = [None, None];
-        for (index, bell) in bells.iter_mut().enumerate() {
-            let lock = bell_name(name, index as u64);
-            let taken = acquire_own(
-                self,
-                &lock,
-                Kind::Exclusive,
-                ttl,
-                ttl + BELL_TTL,
-                &own,
-                cancel,
-            )?
-            .ok_or(Error::Timeout)?;
-            taken.keep_alive(ttl)?;
-            *bell = Some(taken);
-        }
+        let generation = match self.latest_record(name)? {
+            Some(record) => record.generation + 1,
+            None => 1,
+        };
+        let bell = take_bell(self, &bell_name(name, generation, 1), ttl, &own, cancel)?;
         let since = SystemTime::now();
         let term = holder.token();
         holder.put(
             &term_key(name, term),
-            &encode_record(1, std::process::id(), since, value),
+            &encode_record(1, generation, std::process::id(), since, value),
         )?;
         self.prune_terms(name, &holder);
         Leadership::start(
@@ -355,13 +390,14 @@ impl Store {
             Current {
                 version: 1,
                 value: value.to_vec(),
-                bells,
+                bell: Some(bell),
             },
             Settings {
                 name: name.to_owned(),
                 ttl,
                 margin,
                 since,
+                generation,
                 own,
             },
         )
@@ -408,7 +444,17 @@ impl Store {
         let Some(term) = self.live_term(name)? else {
             return Ok(None);
         };
-        self.leader_record(name, term)
+        Ok(self.leader_record(name, term)?.map(|record| record.leader))
+    }
+
+    /// The record of the latest term of `name` the store keeps, if any.
+    fn latest_record(&self, name: &str) -> Result<Option<Record>> {
+        let prefix = term_prefix(name);
+        let keys = self.keys(&prefix)?;
+        match keys.iter().rev().find_map(|key| term_of_key(&prefix, key)) {
+            Some(term) => self.leader_record(name, term),
+            None => Ok(None),
+        }
     }
 
     /// The term of the live exclusive holder of the lock `name`, if one holds it.
@@ -420,7 +466,7 @@ impl Store {
     }
 
     /// The record of term `term` of `name`, if the store has it.
-    fn leader_record(&self, name: &str, term: u64) -> Result<Option<Leader>> {
+    fn leader_record(&self, name: &str, term: u64) -> Result<Option<Record>> {
         let Some(fenced) = self.get(&term_key(name, term))? else {
             return Ok(None);
         };
@@ -464,6 +510,7 @@ impl Store {
             name: name.to_owned(),
             prefix: term_prefix(name),
             seen: None,
+            generation: 0,
             started: false,
             pending: VecDeque::new(),
             own: own_waits(),
@@ -480,6 +527,8 @@ struct Settings {
     ttl: Duration,
     margin: Duration,
     since: SystemTime,
+    /// The term's generation: which bells it rings.
+    generation: u64,
     /// The cancel handle of the bells' waits, judged as a thread of their own.
     own: Cancel,
 }
@@ -488,8 +537,8 @@ struct Settings {
 struct Current {
     version: u64,
     value: Vec<u8>,
-    /// The bells, while held: `None` once let go (the leadership ended).
-    bells: [Option<Holder>; 2],
+    /// The bell of `version`, while held: `None` once let go (the leadership ended).
+    bell: Option<Holder>,
 }
 
 struct Shared {
@@ -516,16 +565,16 @@ impl Shared {
         false
     }
 
-    /// Marks the leadership ended, tells its waiters, and lets the bells go (so that
-    /// observers wake, and the next leader can take them).
+    /// Marks the leadership ended, tells its waiters, and lets the bell go (so that its
+    /// observers wake).
     fn end(&self) {
         {
             let mut ended = self.ended.lock();
             *ended = true;
             self.changed.notify_all();
         }
-        let bells = std::mem::take(&mut self.current.lock().bells);
-        for bell in bells.into_iter().flatten() {
+        let bell = self.current.lock().bell.take();
+        if let Some(bell) = bell {
             let _ = bell.release();
         }
     }
@@ -804,32 +853,24 @@ impl Leadership {
         let mut current = shared.current.lock();
         let version = current.version + 1;
         let term = self.term();
-        let record = encode_record(version, std::process::id(), settings.since, value);
+        // The bell of the new version first, so that an observer that reads it finds its bell
+        // held; the bell of the old version is let go once it is written.
+        let lock = bell_name(&settings.name, settings.generation, version);
+        let bell = take_bell(&shared.store, &lock, settings.ttl, &settings.own, None)?;
+        let record = encode_record(
+            version,
+            settings.generation,
+            std::process::id(),
+            settings.since,
+            value,
+        );
         shared
             .holder
             .put(&term_key(&settings.name, term), &record)?;
         current.version = version;
         current.value = value.to_vec();
-        // The bell observers of the version before wait for: rung by letting it go and taking
-        // it again (its observers' shared grants last a moment). The other bell stays held.
-        let index = usize::from(version % 2 == 0);
-        if let Some(bell) = current.bells[index].take() {
-            let _ = bell.release();
-            let lock = bell_name(&settings.name, index as u64);
-            let ttl = settings.ttl;
-            if let Ok(Some(bell)) = acquire_own(
-                &shared.store,
-                &lock,
-                Kind::Exclusive,
-                ttl,
-                ttl + BELL_TTL,
-                &settings.own,
-                None,
-            ) {
-                if bell.keep_alive(ttl).is_ok() {
-                    current.bells[index] = Some(bell);
-                }
-            }
+        if let Some(old) = current.bell.replace(bell) {
+            let _ = old.release();
         }
         Ok(())
     }
@@ -968,6 +1009,8 @@ pub struct LeaderWatch {
     prefix: Vec<u8>,
     /// The latest (term, version) told, or passed over at the start.
     seen: Option<(u64, u64)>,
+    /// The generation of the term of `seen`: which bells its leader rings.
+    generation: u64,
     started: bool,
     pending: VecDeque<Leader>,
     /// The handle of the bell waits, judged as a thread of their own.
@@ -1047,6 +1090,8 @@ impl LeaderWatch {
 
     fn next_inner(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<Option<Leader>> {
         let deadline = crate::base::cancel::deadline(timeout, cancel);
+        // Whether the last wait ended at a bell's grant.
+        let mut rung = false;
         loop {
             if let Some(leader) = self.pending.pop_front() {
                 return Ok(Some(leader));
@@ -1061,27 +1106,30 @@ impl LeaderWatch {
                 return Ok(None);
             }
             let left = Duration::from_nanos(deadline - now);
+            if std::mem::take(&mut rung) {
+                // A bell free with nothing new to read: its leader is between two steps (it
+                // died and the store does not know yet, or it is taking over): look again
+                // shortly rather than at once.
+                self.pause(left, cancel)?;
+                continue;
+            }
             let live = self.store.live_term(&self.name)?;
             match (self.seen, live) {
                 // The leader told last leads still: wait for its bell.
                 (Some((term, version)), Some(live)) if live == term => {
-                    let bell = bell_name(&self.name, version);
+                    let bell = bell_name(&self.name, self.generation, version);
                     let woken = acquire_own(
                         &self.store,
                         &bell,
                         Kind::Shared,
                         BELL_TTL,
-                        left,
+                        left.min(RELOOK),
                         &self.own,
                         cancel,
                     )?;
                     if let Some(grant) = woken {
                         let _ = grant.release();
-                        // A bell let go while its leader still leads unchanged (a proclaim or a
-                        // campaign in progress) is not yet a change: look again shortly.
-                        if self.store.live_term(&self.name)? == Some(term) {
-                            self.pause(left, cancel)?;
-                        }
+                        rung = true;
                     }
                 }
                 // No leader (or one whose record is not written yet): look again shortly.
@@ -1111,24 +1159,26 @@ impl LeaderWatch {
                 return Ok(());
             };
             self.seen = Some((latest, 0));
-            let Some(leader) = self.store.leader_record(&self.name, latest)? else {
+            let Some(record) = self.store.leader_record(&self.name, latest)? else {
                 return Ok(()); // pruned meanwhile: a newer term follows
             };
-            self.seen = Some((leader.term, leader.version));
+            self.seen = Some((latest, record.leader.version));
+            self.generation = record.generation;
             if self.store.live_term(&self.name)? == Some(latest) {
-                self.pending.push_back(leader);
+                self.pending.push_back(record.leader);
             }
             return Ok(());
         }
         let seen_term = self.seen.map_or(0, |(term, _)| term);
         for term in terms.into_iter().filter(|&term| term >= seen_term) {
-            let Some(leader) = self.store.leader_record(&self.name, term)? else {
+            let Some(record) = self.store.leader_record(&self.name, term)? else {
                 continue; // pruned meanwhile
             };
-            let at = (leader.term, leader.version);
+            let at = (term, record.leader.version);
             if self.seen.is_none_or(|seen| at > seen) {
                 self.seen = Some(at);
-                self.pending.push_back(leader);
+                self.generation = record.generation;
+                self.pending.push_back(record.leader);
             }
         }
         Ok(())
@@ -1142,10 +1192,11 @@ mod tests {
     #[test]
     fn a_record_decodes_as_it_was_encoded() {
         let since = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let bytes = encode_record(7, 4242, since, b"10.0.0.7:8080");
-        let leader = decode_record("jobs", 12, &bytes).unwrap();
+        let bytes = encode_record(7, 3, 4242, since, b"10.0.0.7:8080");
+        let record = decode_record("jobs", 12, &bytes).unwrap();
+        assert_eq!(record.generation, 3);
         assert_eq!(
-            leader,
+            record.leader,
             Leader {
                 name: "jobs".into(),
                 term: 12,
