@@ -173,7 +173,8 @@ pub fn dispatch(
         Command::Metrics(args) => {
             observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
         }
-        Command::Run(_) | Command::Serve(_) | Command::Generate { .. } => {
+        Command::Leader(args) => crate::elect::leader(&path, busy_timeout, &args),
+        Command::Run(_) | Command::Elect(_) | Command::Serve(_) | Command::Generate { .. } => {
             unreachable!("dispatched by main")
         }
     }

@@ -26,6 +26,7 @@
 
 mod commands;
 mod duration;
+mod elect;
 mod exit;
 mod generate;
 mod notify;
@@ -284,6 +285,12 @@ enum Command {
     /// Run a command while holding a lock; the command gets the fencing token
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+    /// Run a command while leading an election; the command gets the term as its token
+    #[command(after_help = elect::ELECT_AFTER_HELP)]
+    Elect(elect::ElectArgs),
+    /// Show the leader of an election, or each change of it
+    #[command(after_help = elect::LEADER_AFTER_HELP)]
+    Leader(elect::LeaderArgs),
     /// Store a value (from stdin or --file) under a key, fenced by a token
     #[command(after_help = PUT_AFTER_HELP)]
     Put(PutArgs),
@@ -594,6 +601,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::database_path(cli.db, true)
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        Command::Elect(args) => commands::database_path(cli.db, true)
+            .and_then(|db| run::elect(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Serve(args) => commands::database_path(cli.db, true)
             .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
         Command::Generate { what } => match what {
