@@ -1035,8 +1035,9 @@ impl LeaderWatch {
     ///
     /// # Errors
     ///
-    /// [`Error::Corrupt`] for a leader record that is not one; otherwise the storage errors of
-    /// [`Store::get`].
+    /// [`Error::Corrupt`] for a leader record that is not one; [`Error::InvalidArgument`] on a
+    /// read-only store, once a leader leads (a watch waits for its bell with a shared grant);
+    /// otherwise the storage errors of [`Store::get`].
     ///
     /// # Examples
     ///
