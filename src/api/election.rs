@@ -47,7 +47,7 @@ use crate::api::store::Store;
 use crate::base::cancel::{check, Cancel, LOST_POLL};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::base::limits::{check_name, duration_ns, MAX_NAME_LEN, MAX_TTL, MIN_KEEP_ALIVE_TTL};
+use crate::base::limits::{check_name, MAX_NAME_LEN, MAX_TTL, MIN_KEEP_ALIVE_TTL};
 use crate::base::thread::ThreadTag;
 use crate::rules::info::LockState;
 use crate::rules::kind::Kind;
@@ -264,7 +264,7 @@ fn take_bell(
     store: &Store,
     lock: &str,
     ttl: Duration,
-    own: &Cancel,
+    own: ThreadTag,
     user: Option<&Cancel>,
 ) -> Result<Holder> {
     let timeout = ttl + BELL_TTL;
@@ -274,41 +274,26 @@ fn take_bell(
     Ok(bell)
 }
 
-/// A cancel handle whose waits are judged as a thread of their own: an observer or a leader's
-/// bells never wait "for themselves" ([`Error::WouldDeadlock`]) because the same thread holds
-/// the lock through the same store.
-fn own_waits() -> Cancel {
-    let cancel = Cancel::new();
-    cancel.set_thread(ThreadTag::fresh());
-    cancel
-}
-
-/// Acquires `lock` as `kind`, waiting up to `timeout`; the wait is judged as `own`'s thread,
-/// and ended by `user` too, which it looks at every [`LOST_POLL`] (so that a user's handle is
-/// never changed). `Ok(None)` at the timeout.
+/// Acquires `lock` as `kind`, waiting up to `timeout`, ended by `user` (whose handle it does
+/// not change); `Ok(None)` at the timeout. The wait and the grant are `own`'s, a thread tag of
+/// the leadership's or the watch's own: an observer or a leader's bells never wait "for
+/// themselves" ([`Error::WouldDeadlock`]) because the same thread holds a lock through the
+/// same store.
 fn acquire_own(
     store: &Store,
     lock: &str,
     kind: Kind,
     ttl: Duration,
     timeout: Duration,
-    own: &Cancel,
+    own: ThreadTag,
     user: Option<&Cancel>,
 ) -> Result<Option<Holder>> {
-    let deadline = clock::now_ns().saturating_add(duration_ns(timeout));
-    loop {
-        check(user)?;
-        let now = clock::now_ns();
-        let mut slice = Duration::from_nanos(deadline.saturating_sub(now));
-        if user.is_some() {
-            slice = slice.min(LOST_POLL);
-        }
-        match store.acquire_kind_wait_cancellable(lock, kind, ttl, slice, own) {
-            Ok(holder) => return Ok(Some(holder)),
-            Err(Error::Timeout) if clock::now_ns() >= deadline => return Ok(None),
-            Err(Error::Timeout) => {}
-            Err(err) => return Err(err),
-        }
+    let cancel = Cancel::following(user);
+    cancel.set_thread(own);
+    match store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, &cancel) {
+        Ok(holder) => Ok(Some(holder)),
+        Err(Error::Timeout) => Ok(None),
+        Err(err) => Err(err),
     }
 }
 
@@ -371,12 +356,12 @@ impl Store {
         };
         // From here every failure drops what it took, which releases it.
         holder.keep_alive(ttl)?;
-        let own = own_waits();
+        let own = ThreadTag::fresh();
         let generation = match self.latest_record(name)? {
             Some(record) => record.generation + 1,
             None => 1,
         };
-        let bell = take_bell(self, &bell_name(name, generation, 1), ttl, &own, cancel)?;
+        let bell = take_bell(self, &bell_name(name, generation, 1), ttl, own, cancel)?;
         let since = SystemTime::now();
         let term = holder.token();
         holder.put(
@@ -513,7 +498,7 @@ impl Store {
             generation: 0,
             started: false,
             pending: VecDeque::new(),
-            own: own_waits(),
+            own: ThreadTag::fresh(),
         };
         // What leads now is decided now: every change after this call is told.
         watch.look()?;
@@ -529,8 +514,8 @@ struct Settings {
     since: SystemTime,
     /// The term's generation: which bells it rings.
     generation: u64,
-    /// The cancel handle of the bells' waits, judged as a thread of their own.
-    own: Cancel,
+    /// The thread the bells' waits and grants are judged as: one of their own.
+    own: ThreadTag,
 }
 
 /// What a proclaim changes.
@@ -856,7 +841,7 @@ impl Leadership {
         // The bell of the new version first, so that an observer that reads it finds its bell
         // held; the bell of the old version is let go once it is written.
         let lock = bell_name(&settings.name, settings.generation, version);
-        let bell = take_bell(&shared.store, &lock, settings.ttl, &settings.own, None)?;
+        let bell = take_bell(&shared.store, &lock, settings.ttl, settings.own, None)?;
         let record = encode_record(
             version,
             settings.generation,
@@ -1013,8 +998,8 @@ pub struct LeaderWatch {
     generation: u64,
     started: bool,
     pending: VecDeque<Leader>,
-    /// The handle of the bell waits, judged as a thread of their own.
-    own: Cancel,
+    /// The thread the bell waits are judged as: one of their own.
+    own: ThreadTag,
 }
 
 impl std::fmt::Debug for LeaderWatch {
@@ -1125,7 +1110,7 @@ impl LeaderWatch {
                         Kind::Shared,
                         BELL_TTL,
                         left.min(RELOOK),
-                        &self.own,
+                        self.own,
                         cancel,
                     )?;
                     if let Some(grant) = woken {
