@@ -37,6 +37,7 @@ export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
+	$(CARGO) run --quiet --example leader
 
 # In this order (make runs prerequisites left to right): the set-up step, its own test, the rest.
 test: setup test-setup lint test-rust test-loom $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
@@ -61,6 +62,7 @@ lint:
 test-rust:
 	$(CARGO) test --features "cli tokio"
 	$(CARGO) run --quiet --example gc_pause
+	$(CARGO) run --quiet --example leader
 
 # The loom models of the ring's protocols (src/ring/models/): the slots, the queue, the lease map
 # and the token counter, every interleaving of a few threads up to 2 preemptions, on loom's
@@ -125,16 +127,19 @@ check-publish:
 	$(CARGO) publish --dry-run --allow-dirty
 
 # The mixed workload, the same through a server, and the storm (grants of two names of one
-# bucket of the lease map, back to back, under the same stops and kills; examples/torture).
+# bucket of the lease map, back to back, under the same stops and kills; examples/torture);
+# then leader election under stops and kills, with its witness (examples/election_fire.rs).
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
 	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --server
 	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --storm
+	$(CARGO) run --release --example election_fire -- --duration 10s
 
 torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --storm
+	$(CARGO) run --release --example election_fire -- --duration 300s
 
 # The floor of a durable write on this disk and cross-process group commit over it, the
 # prototype of docs/design/writes.md: 1, 4, 8 and 16 processes, 3 s each (quote quiet runs only).

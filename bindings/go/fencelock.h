@@ -221,6 +221,26 @@ typedef struct fencelock_holder fencelock_holder;
 typedef struct fencelock_key_list fencelock_key_list;
 
 /**
+ * A leader of an election, as `fencelock_store_leader` and `fencelock_leader_watch_next` tell
+ * it: immutable, so safe to read from many threads at once. Freed with `fencelock_leader_free`.
+ */
+typedef struct fencelock_leader fencelock_leader;
+
+/**
+ * A watch of an election's leader from `fencelock_store_observe_leader`; freed with
+ * `fencelock_leader_watch_free`. Safe to use from many threads at once: calls of
+ * `fencelock_leader_watch_next` on one watch take turns, and each change is told once.
+ */
+typedef struct fencelock_leader_watch fencelock_leader_watch;
+
+/**
+ * A leadership won by `fencelock_store_campaign`: its lease is kept alive in the background
+ * until it is resigned or freed. Freed with `fencelock_leadership_free`, which resigns. Safe
+ * to use from many threads at once.
+ */
+typedef struct fencelock_leadership fencelock_leadership;
+
+/**
  * A list of lock records from `fencelock_store_locks`; freed with `fencelock_lock_list_free`.
  * Immutable, so safe to read from many threads at once.
  */
@@ -791,6 +811,350 @@ fencelock_status fencelock_cancel_set_thread(const struct fencelock_cancel *canc
  * `cancel` is NULL or a handle from `fencelock_cancel_new` not yet freed.
  */
 void fencelock_cancel_free(struct fencelock_cancel *cancel);
+
+/**
+ * Campaigns to lead the election `name` (NUL-terminated UTF-8) with `value` (the candidate's
+ * address, say; may be empty, then `value` may be NULL): waits, fairly (candidates are granted
+ * oldest first, across processes), to hold the lock `name` for `ttl_ms`, writes the leader
+ * record with the grant's token (the term), and keeps the lease alive in the background. The
+ * leadership ends for its holder `margin_ms` before its lease could be granted to another
+ * (0: a third of `ttl_ms`; at most half of it): see `fencelock_leadership_wait_lost`.
+ * `timeout_ms` bounds the wait (`UINT64_MAX`: no bound); `cancel` (NULL: none) ends it with
+ * `FENCELOCK_CANCELLED`. A campaign that ends while it waits leaves nothing behind.
+ *
+ * On success `*leadership_out` receives a new leadership, to be freed with
+ * `fencelock_leadership_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_TIMEOUT`, `FENCELOCK_CANCELLED`,
+ * `FENCELOCK_NULL_POINTER` (`store`, `name`, `leadership_out`, or `value` NULL with a non-zero
+ * length), `FENCELOCK_INVALID_ARGUMENT` (a bad name, TTL or margin, a value over the limit, a
+ * read-only store), `FENCELOCK_WOULD_DEADLOCK` (this thread leads the election already through
+ * this store), `FENCELOCK_REPLACED`, `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
+ * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `value` points to `value_len` readable bytes.
+ */
+fencelock_status fencelock_store_campaign(const struct fencelock_store *store,
+                                          const char *name,
+                                          const uint8_t *value,
+                                          size_t value_len,
+                                          uint64_t ttl_ms,
+                                          uint64_t margin_ms,
+                                          uint64_t timeout_ms,
+                                          const struct fencelock_cancel *cancel,
+                                          struct fencelock_leadership **leadership_out,
+                                          struct fencelock_error **err_out);
+
+/**
+ * The term of the leadership: the token of its grant, higher than every earlier term's, and
+ * the fencing token of its writes; 0 for NULL (0 is never granted).
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leadership` is NULL or a leadership from this library not yet freed.
+ */
+uint64_t fencelock_leadership_term(const struct fencelock_leadership *leadership);
+
+/**
+ * The election's name, NUL-terminated UTF-8; NULL for NULL. The string belongs to the
+ * leadership and is valid until `fencelock_leadership_free`; never free it yourself.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leadership` is NULL or a leadership from this library not yet freed.
+ */
+const char *fencelock_leadership_name(const struct fencelock_leadership *leadership);
+
+/**
+ * Whether the leadership ended for its holder: resigned, its lease lost, or less than the
+ * safety margin left on it; once true, always true. Reads no storage. True for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leadership` is NULL or a leadership from this library not yet freed.
+ */
+bool fencelock_leadership_is_lost(const struct fencelock_leadership *leadership);
+
+/**
+ * Blocks up to `timeout_ms` milliseconds until the leadership ends for its holder (as
+ * `fencelock_leadership_is_lost` tells), woken at once by the end; `cancel` (NULL: none) ends
+ * the wait within about 10 ms with `FENCELOCK_CANCELLED`. `*lost_out` receives whether it
+ * ended.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`leadership`, `lost_out`),
+ * `FENCELOCK_CANCELLED`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_leadership_wait_lost(const struct fencelock_leadership *leadership,
+                                                uint64_t timeout_ms,
+                                                const struct fencelock_cancel *cancel,
+                                                bool *lost_out,
+                                                struct fencelock_error **err_out);
+
+/**
+ * Changes the leader's value to `value` (may be empty, then `value` may be NULL): writes the
+ * next version of the leader record, fenced by the term with the lease checked in the same
+ * transaction, and wakes the observers.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST` (the leadership ended; nothing written),
+ * `FENCELOCK_NULL_POINTER` (`leadership`, or `value` NULL with a non-zero length),
+ * `FENCELOCK_INVALID_ARGUMENT` (a value over the limit), `FENCELOCK_TIMEOUT`,
+ * `FENCELOCK_REPLACED`, `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
+ * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `value` points to `value_len` readable bytes.
+ */
+fencelock_status fencelock_leadership_proclaim(const struct fencelock_leadership *leadership,
+                                               const uint8_t *value,
+                                               size_t value_len,
+                                               struct fencelock_error **err_out);
+
+/**
+ * Writes `value` under `key` (1 to 1024 bytes) fenced by the term, with the lease checked in
+ * the same transaction; refused once the leadership ended, even while its lease still has its
+ * safety margin left.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST`, `FENCELOCK_STALE_TOKEN` (the key accepted a
+ * higher token), `FENCELOCK_NULL_POINTER` (`leadership`, or `key`/`value` NULL with a non-zero
+ * length), `FENCELOCK_INVALID_ARGUMENT` (empty or long key, value over the limit),
+ * `FENCELOCK_TIMEOUT`, `FENCELOCK_REPLACED`, `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
+ * `value_len` readable bytes.
+ */
+fencelock_status fencelock_leadership_put(const struct fencelock_leadership *leadership,
+                                          const uint8_t *key,
+                                          size_t key_len,
+                                          const uint8_t *value,
+                                          size_t value_len,
+                                          struct fencelock_error **err_out);
+
+/**
+ * Deletes `key` fenced by the term, checked like `fencelock_leadership_put`. `*existed_out`
+ * (optional, may be NULL) receives whether the key held a value.
+ *
+ * Returns the codes of `fencelock_leadership_put`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `key` points to `key_len` readable bytes.
+ */
+fencelock_status fencelock_leadership_delete(const struct fencelock_leadership *leadership,
+                                             const uint8_t *key,
+                                             size_t key_len,
+                                             bool *existed_out,
+                                             struct fencelock_error **err_out);
+
+/**
+ * Checks the term at the external fence `resource` (NUL-terminated UTF-8), recording it as
+ * the highest seen, for storage of the caller's own; refused once the leadership ended.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST`, `FENCELOCK_STALE_TOKEN` (the resource
+ * accepted a higher token), `FENCELOCK_NULL_POINTER` (`leadership`, `resource`),
+ * `FENCELOCK_INVALID_ARGUMENT` (empty or long resource name), `FENCELOCK_TIMEOUT`,
+ * `FENCELOCK_REPLACED`, `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`,
+ * `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_leadership_fence(const struct fencelock_leadership *leadership,
+                                            const char *resource,
+                                            struct fencelock_error **err_out);
+
+/**
+ * Steps down at once: the next candidate is granted without waiting for the lease to run
+ * out. The first resign of a leadership whose lease was lost before it returns
+ * `FENCELOCK_LOCK_LOST` (its writes after the loss were refused); a later one returns
+ * `FENCELOCK_OK` and does nothing.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_LOCK_LOST`, `FENCELOCK_NULL_POINTER` (`leadership`),
+ * `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_leadership_resign(const struct fencelock_leadership *leadership,
+                                             struct fencelock_error **err_out);
+
+/**
+ * Frees a leadership, resigning it if it still leads (errors of that resign are ignored; call
+ * `fencelock_leadership_resign` first to see them). NULL does nothing.
+ *
+ * No other thread may use `leadership` during or after this call.
+ *
+ * # Safety
+ * `leadership` is NULL or a leadership from this library not yet freed.
+ */
+void fencelock_leadership_free(struct fencelock_leadership *leadership);
+
+/**
+ * The current leader of the election `name` (NUL-terminated UTF-8): the live holder of its
+ * lock, with its record. On success `*leader_out` receives a new leader, to be freed with
+ * `fencelock_leader_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NOT_FOUND` (nobody leads now, or a new leader has not yet
+ * written its record), `FENCELOCK_NULL_POINTER` (`store`, `name`, `leader_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (a bad name), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_leader(const struct fencelock_store *store,
+                                        const char *name,
+                                        struct fencelock_leader **leader_out,
+                                        struct fencelock_error **err_out);
+
+/**
+ * The leader's term (the token of its grant); 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed.
+ */
+uint64_t fencelock_leader_term(const struct fencelock_leader *leader);
+
+/**
+ * The version of the leader's value within its term: 1 at the start, one more at each
+ * proclaim; 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed.
+ */
+uint64_t fencelock_leader_version(const struct fencelock_leader *leader);
+
+/**
+ * The leader's process id; 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed.
+ */
+uint32_t fencelock_leader_pid(const struct fencelock_leader *leader);
+
+/**
+ * When the leader's term began, in milliseconds since the Unix epoch (the leader's wall
+ * clock); 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed.
+ */
+int64_t fencelock_leader_since_unix_ms(const struct fencelock_leader *leader);
+
+/**
+ * The leader's value: a pointer to its bytes (never NULL for a leader, even when empty), and
+ * its length in `*len_out` (optional, may be NULL); NULL (and a length of 0) for NULL. The
+ * bytes belong to the leader and are valid until `fencelock_leader_free`; never free them.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed; `len_out` is NULL or
+ * writable.
+ */
+const uint8_t *fencelock_leader_value(const struct fencelock_leader *leader, size_t *len_out);
+
+/**
+ * The election's name, NUL-terminated UTF-8; NULL for NULL. The string belongs to the leader
+ * and is valid until `fencelock_leader_free`; never free it yourself.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed.
+ */
+const char *fencelock_leader_name(const struct fencelock_leader *leader);
+
+/**
+ * Frees a leader. NULL does nothing.
+ *
+ * # Safety
+ * `leader` is NULL or a leader from this library not yet freed, and not used after this call.
+ */
+void fencelock_leader_free(struct fencelock_leader *leader);
+
+/**
+ * Watches the election `name` (NUL-terminated UTF-8): `fencelock_leader_watch_next` gives the
+ * leader of the time of this call first (if one led), then every later change (each new term,
+ * each proclaim) in order, never going back. An observer changes nothing the candidates see.
+ *
+ * On success `*watch_out` receives a new watch, to be freed with
+ * `fencelock_leader_watch_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `name`, `watch_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (a bad name), `FENCELOCK_FORKED`, `FENCELOCK_IO`,
+ * `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_store_observe_leader(const struct fencelock_store *store,
+                                                const char *name,
+                                                struct fencelock_leader_watch **watch_out,
+                                                struct fencelock_error **err_out);
+
+/**
+ * Blocks up to `timeout_ms` milliseconds for the next change of the leader; `cancel` (NULL:
+ * none) ends the wait within about 10 ms with `FENCELOCK_CANCELLED`. On success `*leader_out`
+ * receives the new leader, to be freed with `fencelock_leader_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_TIMEOUT` (no change within `timeout_ms`),
+ * `FENCELOCK_CANCELLED`, `FENCELOCK_NULL_POINTER` (`watch`, `leader_out`), `FENCELOCK_FORKED`,
+ * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe (calls on one watch take turns); blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_leader_watch_next(const struct fencelock_leader_watch *watch,
+                                             uint64_t timeout_ms,
+                                             const struct fencelock_cancel *cancel,
+                                             struct fencelock_leader **leader_out,
+                                             struct fencelock_error **err_out);
+
+/**
+ * Frees a watch. NULL does nothing.
+ *
+ * No other thread may use `watch` during or after this call.
+ *
+ * # Safety
+ * `watch` is NULL or a watch from this library not yet freed.
+ */
+void fencelock_leader_watch_free(struct fencelock_leader_watch *watch);
 
 /**
  * The status of `err`; `FENCELOCK_NULL_POINTER` when `err` is NULL.

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "tokio")]
 pub(crate) mod async_tokio;
+pub(crate) mod election;
 pub(crate) mod holder;
 pub(crate) mod lock;
 pub(crate) mod store;

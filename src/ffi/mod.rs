@@ -19,6 +19,7 @@ use crate::Status;
 
 pub mod acquire;
 pub mod cancel;
+pub mod election;
 pub mod error;
 pub mod history;
 pub mod holder;
@@ -30,6 +31,7 @@ pub mod store;
 // Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
 pub use acquire::*;
 pub use cancel::*;
+pub use election::*;
 pub use error::*;
 pub use history::*;
 pub use holder::*;

@@ -32,8 +32,8 @@ fn help_documents_exit_codes_database_and_examples() {
         );
     }
     for sub in [
-        "run", "put", "get", "delete", "fence", "status", "locks", "keys", "info", "history",
-        "metrics",
+        "run", "elect", "leader", "put", "get", "delete", "fence", "status", "locks", "keys",
+        "info", "history", "metrics",
     ] {
         let out = env.run(&[sub, "--help"]);
         assert_eq!(code(&out), 0, "{sub} --help");

@@ -7,6 +7,7 @@
 
 mod common;
 
+mod elect;
 mod generate;
 mod help;
 mod history;

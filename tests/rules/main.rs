@@ -63,6 +63,7 @@ macro_rules! backend_tests {
 
 mod bad_input;
 mod cancel;
+mod election;
 mod fencing;
 mod kinds;
 mod model;

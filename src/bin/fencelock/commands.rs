@@ -184,7 +184,12 @@ pub fn dispatch(
                 None => observe::metrics(&store, args.json, top),
             }
         }
-        Command::Run(_) | Command::Hold(_) | Command::Serve(_) | Command::Generate { .. } => {
+        Command::Leader(args) => crate::elect::leader(&path, busy_timeout, &args),
+        Command::Run(_)
+        | Command::Hold(_)
+        | Command::Elect(_)
+        | Command::Serve(_)
+        | Command::Generate { .. } => {
             unreachable!("dispatched by main")
         }
     }

@@ -26,6 +26,7 @@
 
 mod commands;
 mod duration;
+mod elect;
 mod exit;
 mod generate;
 mod hold;
@@ -347,6 +348,12 @@ enum Command {
     /// a signal, or the parent's exit
     #[command(after_help = HOLD_AFTER_HELP)]
     Hold(HoldArgs),
+    /// Run a command while leading an election; the command gets the term as its token
+    #[command(after_help = elect::ELECT_AFTER_HELP)]
+    Elect(elect::ElectArgs),
+    /// Show the leader of an election, or each change of it
+    #[command(after_help = elect::LEADER_AFTER_HELP)]
+    Leader(elect::LeaderArgs),
     /// Store a value (from stdin or --file) under a key, fenced by a token
     #[command(after_help = PUT_AFTER_HELP)]
     Put(PutArgs),
@@ -744,6 +751,8 @@ fn main() -> ExitCode {
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Hold(args) => commands::database_path(cli.db, true)
             .and_then(|db| hold::hold(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        Command::Elect(args) => commands::database_path(cli.db, true)
+            .and_then(|db| run::elect(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Serve(args) => commands::database_path(cli.db, true)
             .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
         Command::Generate { what } => match what {

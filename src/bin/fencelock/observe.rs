@@ -103,7 +103,7 @@ fn ending_colour(ending: Ending) -> Colour {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in the local time zone (`TZ`), to the second.
-fn local_time(at: SystemTime) -> String {
+pub(crate) fn local_time(at: SystemTime) -> String {
     let secs = unix_ms(at).div_euclid(1000);
     let Ok(time) = libc::time_t::try_from(u64::try_from(secs).unwrap_or(0)) else {
         return format!("@{secs}");

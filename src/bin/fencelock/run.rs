@@ -1,4 +1,6 @@
-//! `fencelock run`: hold a lock while a command runs.
+//! `fencelock run`: hold a lock while a command runs; `fencelock elect`: lead an election while
+//! a command runs. Both run the command under a [`Lease`]: the holders of `run`'s locks, or the
+//! leadership `elect` won (which ends a safety margin before its lease could run out).
 //!
 //! Threads: the main thread acquires, spawns the command and waits for it; a signal thread takes
 //! the forwarded signals with `sigwaitinfo` (they are blocked in every thread, so no handler
@@ -14,6 +16,7 @@
 //! a Ctrl-C that a blocked signal, unblocked in `spawn`, delivers with its default action.
 
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
@@ -22,12 +25,93 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
+use fencelock::{CampaignOptions, Cancel, Error, Holder, Kind, Leadership, LockState, Store};
 
 use crate::commands::{is_etcd, open_store};
 use crate::duration::{format_duration, Wait};
+use crate::elect::ElectArgs;
 use crate::notice::Notice;
 use crate::{exit, output, Failure, LockArgs, RunArgs};
+
+/// What the command runs under: a lease of `run`'s locks, or `elect`'s leadership.
+trait Lease: Send + Sync {
+    fn name(&self) -> &str;
+    fn token(&self) -> u64;
+    fn kind(&self) -> Kind;
+    /// Keeps it alive in the background (a leadership is kept alive since it was won).
+    fn keep_alive(&self, ttl: Duration) -> fencelock::Result<()>;
+    /// Waits up to `timeout` for its end; whether it ended.
+    fn wait_lost(&self, timeout: Duration) -> bool;
+    fn is_lost(&self) -> bool;
+    fn is_held(&self) -> fencelock::Result<bool>;
+    fn release(&self) -> fencelock::Result<()>;
+}
+
+impl Lease for Holder {
+    fn name(&self) -> &str {
+        Holder::name(self)
+    }
+    fn token(&self) -> u64 {
+        Holder::token(self)
+    }
+    fn kind(&self) -> Kind {
+        Holder::kind(self)
+    }
+    fn keep_alive(&self, ttl: Duration) -> fencelock::Result<()> {
+        Holder::keep_alive(self, ttl)
+    }
+    fn wait_lost(&self, timeout: Duration) -> bool {
+        Holder::wait_lost(self, timeout)
+    }
+    fn is_lost(&self) -> bool {
+        Holder::is_lost(self)
+    }
+    fn is_held(&self) -> fencelock::Result<bool> {
+        Holder::is_held(self)
+    }
+    fn release(&self) -> fencelock::Result<()> {
+        Holder::release(self)
+    }
+}
+
+impl Lease for Leadership {
+    fn name(&self) -> &str {
+        Leadership::name(self)
+    }
+    fn token(&self) -> u64 {
+        self.term()
+    }
+    fn kind(&self) -> Kind {
+        Kind::Exclusive
+    }
+    fn keep_alive(&self, _ttl: Duration) -> fencelock::Result<()> {
+        Ok(())
+    }
+    fn wait_lost(&self, timeout: Duration) -> bool {
+        Leadership::wait_lost(self, timeout)
+    }
+    /// Ended for its holder: its margin reached counts as lost, though the lease may live on.
+    fn is_lost(&self) -> bool {
+        Leadership::is_lost(self)
+    }
+    fn is_held(&self) -> fencelock::Result<bool> {
+        Ok(!self.is_lost() && self.holder().is_held()?)
+    }
+    fn release(&self) -> fencelock::Result<()> {
+        self.resign()
+    }
+}
+
+/// How the command's lease is taken.
+enum Take<'a> {
+    /// `run`: the locks, as the arguments say.
+    Locks,
+    /// `elect`: the leadership of the election the arguments' lock names, with this value.
+    Election {
+        value: &'a [u8],
+        margin: Option<Duration>,
+    },
+}
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -189,6 +273,26 @@ fn start_signal_thread(shared: Arc<Shared>) -> io::Result<()> {
 
 /// Runs `fencelock run`; returns the status to exit with.
 pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Failure> {
+    run_under(db, busy_timeout, args, &Take::Locks)
+}
+
+/// Runs `fencelock elect`: as `run`, under the leadership of the election; returns the status
+/// to exit with.
+pub fn elect(db: &Path, busy_timeout: Duration, args: &ElectArgs) -> Result<u8, Failure> {
+    args.check()?;
+    let take = Take::Election {
+        value: args.value.as_bytes(),
+        margin: args.margin,
+    };
+    run_under(db, busy_timeout, &args.as_run_args(), &take)
+}
+
+fn run_under(
+    db: &Path,
+    busy_timeout: Duration,
+    args: &RunArgs,
+    take: &Take<'_>,
+) -> Result<u8, Failure> {
     let shared = Arc::new(Shared {
         phase: Mutex::new(Phase::Acquiring { interrupted: None }),
         ended: Condvar::new(),
@@ -216,21 +320,31 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             None => failure,
         },
     )?;
-    let holders: Vec<Arc<Holder>> = acquire(
-        &store,
-        args,
-        &shared.cancel,
-        &|| shared.interrupted(),
-        started,
-    )?
-    .into_iter()
-    .map(Arc::new)
-    .collect();
+    let holders: Vec<Arc<dyn Lease>> = match take {
+        Take::Locks => acquire(
+            &store,
+            args,
+            &shared.cancel,
+            &|| shared.interrupted(),
+            started,
+        )?
+        .into_iter()
+        .map(|holder| Arc::new(holder) as Arc<dyn Lease>)
+        .collect(),
+        Take::Election { value, margin } => {
+            vec![Arc::new(campaign(
+                &store, args, value, *margin, &shared, started,
+            )?)]
+        }
+    };
     if args.verbose {
         let tokens: Vec<String> = holders.iter().map(|h| h.token().to_string()).collect();
         output::say(format_args!(
             "took {} with token {} after {}",
-            what(&lock, args.kind()),
+            match take {
+                Take::Locks => what(&lock, args.kind()),
+                Take::Election { .. } => format!("the lead of election {lock:?}"),
+            },
             tokens.join(","),
             format_duration(started.elapsed())
         ));
@@ -280,7 +394,7 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             let (store, signal, kill_after) = (store.clone(), args.lost_signal, args.kill_after);
             thread::Builder::new()
                 .name("fencelock-watcher".into())
-                .spawn(move || watch(&holder, &shared, &store, signal, kill_after))
+                .spawn(move || watch(holder.as_ref(), &shared, &store, signal, kill_after))
         })
         .collect();
 
@@ -436,6 +550,64 @@ pub fn acquire(
     }
 }
 
+/// Campaigns for the election the arguments' lock names, waiting as `-w` says (a limit counted
+/// from `started`; by default, and with `-w forever`, none); a forwarded signal ends the wait.
+fn campaign(
+    store: &Store,
+    args: &RunArgs,
+    value: &[u8],
+    margin: Option<Duration>,
+    shared: &Shared,
+    started: Instant,
+) -> Result<Leadership, Failure> {
+    let lock = args.lock_names();
+    let limit = match args.wait {
+        Some(Wait::Once) => Some(Duration::ZERO),
+        Some(Wait::For(wait)) => Some(wait),
+        None | Some(Wait::Forever) => None,
+    };
+    let options = CampaignOptions {
+        ttl: args.ttl,
+        margin,
+        timeout: limit.map(|wait| wait.saturating_sub(started.elapsed())),
+        cancel: Some(shared.cancel.clone()),
+    };
+    let notice = Notice::for_lock(
+        store,
+        &args.locks,
+        format!("leadership of election {lock:?}"),
+        args.quiet,
+    );
+    let campaigned = store.campaign(&lock, value, &options);
+    drop(notice);
+    match campaigned {
+        Ok(leadership) => Ok(leadership),
+        Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
+            || Failure::from_lib(&Error::Cancelled),
+            |signal| interrupted_failure(signal, &lock),
+        )),
+        Err(Error::Timeout) => {
+            let leader = store
+                .leader(&lock)
+                .ok()
+                .flatten()
+                .map_or_else(String::new, |l| {
+                    format!(" (pid {} leads with term {})", l.pid, l.term)
+                });
+            let mut failure = Failure::new(
+                exit::TIMEOUT,
+                format!(
+                    "timed out after {} waiting to lead election {lock:?}{leader}",
+                    format_duration(limit.unwrap_or_default())
+                ),
+            );
+            failure.quiet = !args.verbose;
+            Err(failure)
+        }
+        Err(err) => Err(Failure::from_lib(&err)),
+    }
+}
+
 /// `lock "x"`, `a permit of semaphore "x" (3 permits)`, `lock "x" shared`.
 pub fn what(lock: &str, kind: Kind) -> String {
     match kind {
@@ -482,7 +654,7 @@ pub fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
 
 /// `FENCELOCK_TOKENS`: `NAME=TOKEN` pairs joined by `,`, with `%`, `,` and `=` in a name
 /// percent-escaped (`%25`, `%2C`, `%3D`), so that any name splits back out unchanged.
-fn tokens_variable(holders: &[Arc<Holder>]) -> String {
+fn tokens_variable(holders: &[Arc<dyn Lease>]) -> String {
     let pairs: Vec<String> = holders
         .iter()
         .map(|h| format!("{}={}", escape_separators(h.name()), h.token()))
@@ -506,7 +678,7 @@ fn escape_separators(name: &str) -> String {
 fn spawn(
     db: &Path,
     args: &RunArgs,
-    holders: &[Arc<Holder>],
+    holders: &[Arc<dyn Lease>],
 ) -> Result<std::process::Child, Failure> {
     let argv = args.argv();
     let program = &argv[0];
@@ -577,7 +749,7 @@ fn spawn(
 /// The watcher: signals the command once the lease is known lost, and sends SIGKILL
 /// `kill_after` later (unless zero) if it still runs; ends as well when the command ended first.
 fn watch(
-    holder: &Holder,
+    holder: &dyn Lease,
     shared: &Shared,
     store: &Store,
     signal: libc::c_int,

@@ -1,0 +1,1216 @@
+//! Leader election, built on the store's public operations only, so that it runs on every
+//! backend (a file of this host, served or not, and etcd) with the same rules.
+//!
+//! An election of the name `N` is made of:
+//!
+//! - the lock `N`, exclusive: its holder is the leader, and the grant's token is the **term**.
+//!   Candidates wait for it in the lock's queue ([`Store::acquire_wait`]), so they are granted
+//!   oldest first, and a cancelled wait leaves nothing behind;
+//! - the **leader record** of each term, the fenced value `fencelock.election/N/term/<term>`
+//!   (the term in 20 decimal digits, so that byte order is term order), written by the leader
+//!   with its lease checked in the same transaction ([`Holder::put`]): its value's version,
+//!   pid, start and value. A deposed leader cannot write it (nor anything else through its
+//!   holder). Each new leader deletes all but the latest [`TERMS_KEPT`] records;
+//! - four **bells**, the exclusive locks `fencelock.election/N/bell<g><v>`, of which the leader
+//!   holds one beside `N` while it leads: `g` the parity of the term's generation (one more
+//!   than the term before it's, so that a new leader never takes the bells the observers of
+//!   the term before wait for), `v` the parity of the value's version. An observer that saw
+//!   version `v` of generation `g` waits for that bell with a shared acquire: a shared grant
+//!   comes when the bell is let go, which is when the leader dies, is paused past its lease,
+//!   resigns, or proclaims (a proclaim takes the bell of `v + 1`, writes version `v + 1`, and
+//!   lets the bell of `v` go; it takes that one again only at the proclaim after, so that
+//!   observers have the time between two proclaims to see it free).
+//!
+//! A leadership ends for its holder a safety margin before its lease could be granted to
+//! another (client-go's renew deadline): a thread of its own watches the lease, and marks the
+//! leadership lost once the lease is lost or less than the margin is left on it, whichever
+//! comes first; the leader learns of it at once from [`Leadership::wait_lost`]. Its writes
+//! through [`Leadership::put`] are refused from then on, and after the lease is taken over the
+//! store refuses them anyway (the term is the fencing token).
+//!
+//! What an observer cannot be woken for by a release is the start of a term after a time with
+//! no leader (no lock is held then whose release would tell it): in that state alone it looks
+//! again every [`VACANCY_POLL`]. And a bell let go and taken again before an observer's shared
+//! acquire looked (two proclaims in a row; on etcd a shared waiter is not queued, and may
+//! lose the race) would leave it waiting for the next change: it looks again at least every
+//! [`RELOOK`], a safety net.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::api::holder::Holder;
+use crate::api::store::Store;
+use crate::base::cancel::{check, Cancel, LOST_POLL};
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::{check_name, MAX_NAME_LEN, MAX_TTL, MIN_KEEP_ALIVE_TTL};
+use crate::base::thread::ThreadTag;
+use crate::rules::info::LockState;
+use crate::rules::kind::Kind;
+
+/// How many leader records (terms) of an election the store keeps: an observer that falls
+/// further behind than that misses the terms between.
+pub const TERMS_KEPT: usize = 64;
+
+/// How often an observer looks for a new term while no leader leads.
+pub const VACANCY_POLL: Duration = Duration::from_millis(5);
+
+/// The longest an observer waits for a bell before it looks at the leader record again.
+pub const RELOOK: Duration = Duration::from_secs(1);
+
+/// The TTL of an observer's momentary shared grant of a bell (it releases it at once): the
+/// longest an observer paused inside that moment delays a proclaim or a new leader. Whole
+/// seconds of at least 2 s, as an etcd lease must be.
+const BELL_TTL: Duration = Duration::from_secs(2);
+
+/// Marks a leader record, and its layout's version.
+const RECORD_MAGIC: &[u8; 4] = b"fle1";
+/// Magic, version, generation, pid, start (Unix ms).
+const RECORD_HEADER: usize = 4 + 8 + 8 + 4 + 8;
+
+/// A wait with no end of its own (a campaign or observation without a timeout).
+const FOREVER: Duration = MAX_TTL;
+
+/// How a candidate campaigns ([`Store::campaign`]).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::CampaignOptions;
+/// let options = CampaignOptions {
+///     ttl: Duration::from_secs(15),
+///     margin: Some(Duration::from_secs(5)), // client-go's 15 s lease, 10 s renew deadline
+///     ..CampaignOptions::default()
+/// };
+/// assert_eq!(options.timeout, None);
+/// ```
+#[derive(Debug, Clone)]
+pub struct CampaignOptions {
+    /// The leader's lease, renewed in the background every third of it. Default 15 s.
+    pub ttl: Duration,
+    /// How long before its lease could run out the leadership ends for its holder; `None` for a
+    /// third of `ttl`. At most half of `ttl`, and not zero.
+    pub margin: Option<Duration>,
+    /// How long to wait to become the leader; `None` waits until it does (or `cancel` fires).
+    pub timeout: Option<Duration>,
+    /// Ends the wait with [`Error::Cancelled`], leaving nothing behind, once it fires.
+    pub cancel: Option<Cancel>,
+}
+
+impl Default for CampaignOptions {
+    fn default() -> CampaignOptions {
+        CampaignOptions {
+            ttl: Duration::from_secs(15),
+            margin: None,
+            timeout: None,
+            cancel: None,
+        }
+    }
+}
+
+impl CampaignOptions {
+    /// The safety margin these options ask for, checked.
+    fn checked_margin(&self) -> Result<Duration> {
+        if self.ttl < MIN_KEEP_ALIVE_TTL || self.ttl > MAX_TTL {
+            return Err(Error::invalid(format!(
+                "ttl {:?} is outside {MIN_KEEP_ALIVE_TTL:?} to {MAX_TTL:?}",
+                self.ttl
+            )));
+        }
+        let margin = self.margin.unwrap_or(self.ttl / 3);
+        if margin.is_zero() || margin > self.ttl / 2 {
+            return Err(Error::invalid(format!(
+                "margin {margin:?} is outside (0, ttl / 2] (ttl {:?})",
+                self.ttl
+            )));
+        }
+        Ok(margin)
+    }
+}
+
+/// A leader of an election, as [`Store::leader`] and [`LeaderWatch`] tell it.
+///
+/// # Examples
+///
+/// ```
+/// use fencelock::{CampaignOptions, Store};
+/// # let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path().join("locks.db"))?;
+/// let leadership = store.campaign("scheduler", b"10.0.0.7:8080", &CampaignOptions::default())?;
+/// let leader = store.leader("scheduler")?.expect("it leads");
+/// assert_eq!((leader.term, leader.version), (leadership.term(), 1));
+/// assert_eq!((leader.value.as_slice(), leader.pid), (&b"10.0.0.7:8080"[..], std::process::id()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The election's name.
+    pub name: String,
+    /// The term: the token of the leader's grant, higher than every earlier term's.
+    pub term: u64,
+    /// The version of the value within the term: 1 at the start, one more at each proclaim.
+    pub version: u64,
+    /// The leader's value (its address, say).
+    pub value: Vec<u8>,
+    /// The leader's process id.
+    pub pid: u32,
+    /// When the term began (the leader's wall clock).
+    pub since: SystemTime,
+}
+
+/// The key prefix of an election's leader records.
+fn term_prefix(name: &str) -> Vec<u8> {
+    format!("fencelock.election/{name}/term/").into_bytes()
+}
+
+fn term_key(name: &str, term: u64) -> Vec<u8> {
+    let mut key = term_prefix(name);
+    key.extend_from_slice(format!("{term:020}").as_bytes());
+    key
+}
+
+/// The bell of version `version` of a term of generation `generation`.
+fn bell_name(name: &str, generation: u64, version: u64) -> String {
+    format!(
+        "fencelock.election/{name}/bell{}{}",
+        generation % 2,
+        version % 2
+    )
+}
+
+/// Refuses an election name whose lock, keys or bells the store would refuse.
+fn check_election_name(name: &str) -> Result<()> {
+    check_name("election name", name)?;
+    let longest = term_key(name, 0).len().max(bell_name(name, 0, 0).len());
+    if longest > MAX_NAME_LEN {
+        return Err(Error::invalid(format!(
+            "election name is {} bytes; the limit is {}",
+            name.len(),
+            MAX_NAME_LEN - (longest - name.len())
+        )));
+    }
+    Ok(())
+}
+
+/// What a leader record holds beside the leader: the generation of its term.
+struct Record {
+    leader: Leader,
+    generation: u64,
+}
+
+fn encode_record(
+    version: u64,
+    generation: u64,
+    pid: u32,
+    since: SystemTime,
+    value: &[u8],
+) -> Vec<u8> {
+    let since_ms = since
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut bytes = Vec::with_capacity(RECORD_HEADER + value.len());
+    bytes.extend_from_slice(RECORD_MAGIC);
+    bytes.extend_from_slice(&version.to_le_bytes());
+    bytes.extend_from_slice(&generation.to_le_bytes());
+    bytes.extend_from_slice(&pid.to_le_bytes());
+    bytes.extend_from_slice(&since_ms.to_le_bytes());
+    bytes.extend_from_slice(value);
+    bytes
+}
+
+/// The record of term `term` of `name` from its bytes.
+fn decode_record(name: &str, term: u64, bytes: &[u8]) -> Result<Record> {
+    let corrupt = || {
+        Error::Corrupt(format!(
+            "the leader record of term {term} of election {name:?} is not one ({} bytes)",
+            bytes.len()
+        ))
+    };
+    if bytes.len() < RECORD_HEADER || &bytes[..4] != RECORD_MAGIC {
+        return Err(corrupt());
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let pid = u32::from_le_bytes(bytes[20..24].try_into().expect("4 bytes"));
+    Ok(Record {
+        leader: Leader {
+            name: name.to_owned(),
+            term,
+            version: u64_at(4),
+            value: bytes[RECORD_HEADER..].to_vec(),
+            pid,
+            since: UNIX_EPOCH + Duration::from_millis(u64_at(24)),
+        },
+        generation: u64_at(12),
+    })
+}
+
+/// The term a leader record's key names.
+fn term_of_key(prefix: &[u8], key: &[u8]) -> Option<u64> {
+    let digits = key.strip_prefix(prefix)?;
+    if digits.len() != 20 {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Takes the bell `lock` for the leader and keeps it alive: it may wait for the momentary
+/// shared grants of observers, and for a deposed leader's bell to run out (at most `ttl`).
+fn take_bell(
+    store: &Store,
+    lock: &str,
+    ttl: Duration,
+    own: ThreadTag,
+    user: Option<&Cancel>,
+) -> Result<Holder> {
+    let timeout = ttl + BELL_TTL;
+    let bell = acquire_own(store, lock, Kind::Exclusive, ttl, timeout, own, user)?;
+    let bell = bell.ok_or(Error::Timeout)?;
+    bell.keep_alive(ttl)?;
+    Ok(bell)
+}
+
+/// Acquires `lock` as `kind`, waiting up to `timeout`, ended by `user` (whose handle it does
+/// not change); `Ok(None)` at the timeout. The wait and the grant are `own`'s, a thread tag of
+/// the leadership's or the watch's own: an observer or a leader's bells never wait "for
+/// themselves" ([`Error::WouldDeadlock`]) because the same thread holds a lock through the
+/// same store.
+fn acquire_own(
+    store: &Store,
+    lock: &str,
+    kind: Kind,
+    ttl: Duration,
+    timeout: Duration,
+    own: ThreadTag,
+    user: Option<&Cancel>,
+) -> Result<Option<Holder>> {
+    let cancel = Cancel::following(user);
+    cancel.set_thread(own);
+    match store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, &cancel) {
+        Ok(holder) => Ok(Some(holder)),
+        Err(Error::Timeout) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+impl Store {
+    /// Campaigns to lead the election `name` with `value` (the candidate's address, say):
+    /// waits, fairly (candidates are granted oldest first, across processes), to hold the lock
+    /// `name`, and returns the [`Leadership`], whose term is that grant's token. The leader
+    /// record is written with the term, with the lease checked in the same transaction; the
+    /// lease is kept alive in the background until the leadership is resigned or dropped.
+    ///
+    /// The leadership ends for its holder `options.margin` before its lease could be granted to
+    /// another ([`Leadership::wait_lost`]), as client-go's renew deadline. A campaign ended by
+    /// `options.cancel` or `options.timeout` while it waits leaves nothing behind. Once the lock
+    /// is granted, taking the election's bells may outlast the timeout by up to `ttl` (while a
+    /// deposed leader's bells run out).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when `options.timeout` passes first; [`Error::Cancelled`] once
+    /// `options.cancel` fires; [`Error::InvalidArgument`] for a bad name (empty, a NUL byte,
+    /// too long for the election's keys), a TTL or margin out of range, a value over the
+    /// store's limit, and on a read-only store; [`Error::WouldDeadlock`] when this thread
+    /// leads the election already through this store; otherwise as [`Store::acquire_wait`]
+    /// and [`Holder::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{CampaignOptions, Error, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let leadership = store.campaign("scheduler", b"node-a", &CampaignOptions::default())?;
+    /// // Another candidate (another process, say) waits its turn; here it gives up.
+    /// let other = Store::open(&path)?;
+    /// let quick = CampaignOptions {
+    ///     timeout: Some(Duration::from_millis(50)),
+    ///     ..CampaignOptions::default()
+    /// };
+    /// let waiter = std::thread::spawn(move || other.campaign("scheduler", b"node-b", &quick).err());
+    /// assert!(matches!(waiter.join().unwrap(), Some(Error::Timeout)));
+    /// leadership.put(b"schedule", b"made by the leader")?; // fenced by the term
+    /// assert_eq!(store.get(b"schedule")?.unwrap().token, leadership.term());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn campaign(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: &CampaignOptions,
+    ) -> Result<Leadership> {
+        check_election_name(name)?;
+        let margin = options.checked_margin()?;
+        let (ttl, cancel) = (options.ttl, options.cancel.as_ref());
+        let timeout = options.timeout.unwrap_or(FOREVER);
+        let holder = match cancel {
+            Some(cancel) => self.acquire_wait_cancellable(name, ttl, timeout, cancel)?,
+            None => self.acquire_wait(name, ttl, timeout)?,
+        };
+        // From here every failure drops what it took, which releases it.
+        holder.keep_alive(ttl)?;
+        let own = ThreadTag::fresh();
+        let generation = match self.latest_record(name)? {
+            Some(record) => record.generation + 1,
+            None => 1,
+        };
+        let bell = take_bell(self, &bell_name(name, generation, 1), ttl, own, cancel)?;
+        let since = SystemTime::now();
+        let term = holder.token();
+        holder.put(
+            &term_key(name, term),
+            &encode_record(1, generation, std::process::id(), since, value),
+        )?;
+        self.prune_terms(name, &holder);
+        Leadership::start(
+            self.clone(),
+            holder,
+            Current {
+                version: 1,
+                value: value.to_vec(),
+                bell: Some(bell),
+            },
+            Settings {
+                name: name.to_owned(),
+                ttl,
+                margin,
+                since,
+                generation,
+                own,
+            },
+        )
+    }
+
+    /// Deletes the leader records of `name` but the latest [`TERMS_KEPT`], with the new
+    /// leader's holder (its term is higher than theirs). Best effort: a record left over is
+    /// deleted by the next leader.
+    fn prune_terms(&self, name: &str, holder: &Holder) {
+        let Ok(keys) = self.keys(&term_prefix(name)) else {
+            return;
+        };
+        let excess = keys.len().saturating_sub(TERMS_KEPT);
+        for key in &keys[..excess] {
+            if holder.delete(key).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The current leader of the election `name`: the holder of its lock, live now, with its
+    /// record. `None` while nobody leads (or a new leader has not yet written its record).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; [`Error::Corrupt`] for a leader record that
+    /// is not one; otherwise as [`Store::lock`] and [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::{CampaignOptions, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// assert_eq!(store.leader("scheduler")?, None);
+    /// let leadership = store.campaign("scheduler", b"node-a", &CampaignOptions::default())?;
+    /// assert_eq!(store.leader("scheduler")?.map(|l| l.term), Some(leadership.term()));
+    /// leadership.resign()?;
+    /// assert_eq!(store.leader("scheduler")?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn leader(&self, name: &str) -> Result<Option<Leader>> {
+        check_election_name(name)?;
+        let Some(term) = self.live_term(name)? else {
+            return Ok(None);
+        };
+        Ok(self.leader_record(name, term)?.map(|record| record.leader))
+    }
+
+    /// The record of the latest term of `name` the store keeps, if any.
+    fn latest_record(&self, name: &str) -> Result<Option<Record>> {
+        let prefix = term_prefix(name);
+        let keys = self.keys(&prefix)?;
+        match keys.iter().rev().find_map(|key| term_of_key(&prefix, key)) {
+            Some(term) => self.leader_record(name, term),
+            None => Ok(None),
+        }
+    }
+
+    /// The term of the live exclusive holder of the lock `name`, if one holds it.
+    fn live_term(&self, name: &str) -> Result<Option<u64>> {
+        Ok(self
+            .lock_info(name)?
+            .filter(|info| info.state == LockState::Held && info.kind == Kind::Exclusive)
+            .map(|info| info.token))
+    }
+
+    /// The record of term `term` of `name`, if the store has it.
+    fn leader_record(&self, name: &str, term: u64) -> Result<Option<Record>> {
+        let Some(fenced) = self.get(&term_key(name, term))? else {
+            return Ok(None);
+        };
+        if fenced.token != term {
+            return Err(Error::Corrupt(format!(
+                "the leader record of term {term} of election {name:?} was written with token {}",
+                fenced.token
+            )));
+        }
+        decode_record(name, term, &fenced.value).map(Some)
+    }
+
+    /// Watches the election `name`: [`LeaderWatch::next_change`] gives the leader of the time
+    /// of this call first (if one led), then every later change, in order of terms and, within
+    /// a term, of versions, never going back. An observer changes nothing the candidates see.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad name; otherwise as [`LeaderWatch::next_change`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{CampaignOptions, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::open(dir.path().join("locks.db"))?;
+    /// let mut watch = store.observe_leader("scheduler")?;
+    /// let leadership = store.campaign("scheduler", b"node-a", &CampaignOptions::default())?;
+    /// let first = watch.next_change(Duration::from_secs(10))?.expect("a leader");
+    /// assert_eq!((first.term, first.value.as_slice()), (leadership.term(), &b"node-a"[..]));
+    /// leadership.proclaim(b"node-a, v2")?;
+    /// let second = watch.next_change(Duration::from_secs(10))?.expect("a change");
+    /// assert_eq!((second.term, second.version), (leadership.term(), 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn observe_leader(&self, name: &str) -> Result<LeaderWatch> {
+        check_election_name(name)?;
+        let mut watch = LeaderWatch {
+            store: self.clone(),
+            name: name.to_owned(),
+            prefix: term_prefix(name),
+            seen: None,
+            generation: 0,
+            started: false,
+            pending: VecDeque::new(),
+            own: ThreadTag::fresh(),
+        };
+        // What leads now is decided now: every change after this call is told.
+        watch.look()?;
+        Ok(watch)
+    }
+}
+
+/// What a leadership knows that does not change.
+struct Settings {
+    name: String,
+    ttl: Duration,
+    margin: Duration,
+    since: SystemTime,
+    /// The term's generation: which bells it rings.
+    generation: u64,
+    /// The thread the bells' waits and grants are judged as: one of their own.
+    own: ThreadTag,
+}
+
+/// What a proclaim changes.
+struct Current {
+    version: u64,
+    value: Vec<u8>,
+    /// The bell of `version`, while held: `None` once let go (the leadership ended).
+    bell: Option<Holder>,
+}
+
+struct Shared {
+    store: Store,
+    holder: Holder,
+    settings: Settings,
+    current: Mutex<Current>,
+    /// Set once the leadership ended for its holder; never unset.
+    ended: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Shared {
+    /// Whether the leadership ended: marked so, or found so now (the lease is lost, or less
+    /// than the margin is left on it), which marks it.
+    fn is_lost(&self) -> bool {
+        if *self.ended.lock() {
+            return true;
+        }
+        if self.holder.is_lost() || self.holder.remaining() <= self.settings.margin {
+            self.end();
+            return true;
+        }
+        false
+    }
+
+    /// Marks the leadership ended, tells its waiters, and lets the bell go (so that its
+    /// observers wake).
+    fn end(&self) {
+        {
+            let mut ended = self.ended.lock();
+            *ended = true;
+            self.changed.notify_all();
+        }
+        let bell = self.current.lock().bell.take();
+        if let Some(bell) = bell {
+            let _ = bell.release();
+        }
+    }
+
+    /// The watch of the lease, on a thread of its own: ends the leadership at the first of
+    /// the lease lost and the margin reached; woken by a loss, or at the margin's time.
+    fn watch(&self) {
+        while !self.is_lost() {
+            let left = self.holder.remaining().saturating_sub(self.settings.margin);
+            let _ = self.holder.wait_lost(left.max(Duration::from_millis(1)));
+        }
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::LockLost {
+            token: self.holder.token(),
+            current: None,
+        }
+    }
+}
+
+/// The leadership of an election that [`Store::campaign`] won. Its lease is kept alive in the
+/// background; dropping it resigns.
+///
+/// # Examples
+///
+/// ```
+/// use fencelock::{CampaignOptions, Store};
+/// # let dir = tempfile::tempdir()?;
+/// let store = Store::open(dir.path().join("locks.db"))?;
+/// {
+///     let leadership = store.campaign("scheduler", b"node-a", &CampaignOptions::default())?;
+///     leadership.put(b"schedule", b"v1")?;
+/// } // dropped: resigned
+/// assert_eq!(store.leader("scheduler")?, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "dropping the leadership resigns at once; keep it while leading"]
+pub struct Leadership {
+    shared: Arc<Shared>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("name", &self.name())
+            .field("term", &self.term())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leadership {
+    fn start(
+        store: Store,
+        holder: Holder,
+        current: Current,
+        settings: Settings,
+    ) -> Result<Leadership> {
+        let shared = Arc::new(Shared {
+            store,
+            holder,
+            settings,
+            current: Mutex::new(current),
+            ended: Mutex::new(false),
+            changed: Condvar::new(),
+        });
+        let watched = Arc::clone(&shared);
+        let watcher = std::thread::Builder::new()
+            .name("fencelock-leader".into())
+            .spawn(move || watched.watch())?;
+        Ok(Leadership {
+            shared,
+            watcher: Some(watcher),
+        })
+    }
+
+    /// The election's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// assert_eq!(leadership.name(), "scheduler");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.shared.settings.name
+    }
+
+    /// The term: the token of the grant, higher than every earlier term's, and the fencing
+    /// token of the leader's writes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let first = store.campaign("scheduler", b"", &Default::default())?;
+    /// let term = first.term();
+    /// first.resign()?;
+    /// assert!(store.campaign("scheduler", b"", &Default::default())?.term() > term);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn term(&self) -> u64 {
+        self.shared.holder.token()
+    }
+
+    /// The leader's value, as the last proclaim set it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"node-a", &Default::default())?;
+    /// leadership.proclaim(b"node-a:9090")?;
+    /// assert_eq!(leadership.value(), b"node-a:9090");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn value(&self) -> Vec<u8> {
+        self.shared.current.lock().value.clone()
+    }
+
+    /// When the term began (this process's wall clock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// assert!(leadership.since() <= std::time::SystemTime::now());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn since(&self) -> SystemTime {
+        self.shared.settings.since
+    }
+
+    /// The holder of the election's lock: for what [`Holder`] offers beyond the leadership's
+    /// own writes. Releasing it resigns.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// assert_eq!(leadership.holder().token(), leadership.term());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn holder(&self) -> &Holder {
+        &self.shared.holder
+    }
+
+    /// Whether the leadership ended for its holder: resigned, its lease lost, or less than the
+    /// safety margin left on it. Once it says so it always does. Reads no storage.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// assert!(!leadership.is_lost());
+    /// leadership.resign()?;
+    /// assert!(leadership.is_lost());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        self.shared.is_lost()
+    }
+
+    /// Blocks until the leadership ends for its holder (as [`Leadership::is_lost`] tells),
+    /// woken at once by the end, or until `timeout` passes. Returns whether it ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::CampaignOptions;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let options = CampaignOptions { ttl: Duration::from_millis(300), ..Default::default() };
+    /// let leadership = store.campaign("scheduler", b"", &options)?;
+    /// assert!(!leadership.wait_lost(Duration::from_millis(500)), "kept alive");
+    /// leadership.holder().release()?; // as if the lease were lost
+    /// assert!(leadership.wait_lost(Duration::from_secs(10)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        self.wait_lost_inner(timeout, None)
+            .expect("a wait without a cancel handle is never cancelled")
+    }
+
+    /// Like [`Leadership::wait_lost`], and ends within about 10 ms with [`Error::Cancelled`]
+    /// once `cancel` fires.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// let cancel = Cancel::new();
+    /// cancel.cancel();
+    /// let waited = leadership.wait_lost_cancellable(Duration::from_secs(600), &cancel);
+    /// assert!(matches!(waited, Err(Error::Cancelled)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_lost_cancellable(&self, timeout: Duration, cancel: &Cancel) -> Result<bool> {
+        self.wait_lost_inner(timeout, Some(cancel))
+    }
+
+    fn wait_lost_inner(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
+        let shared = &self.shared;
+        let mut ended = shared.ended.lock();
+        loop {
+            if *ended {
+                return Ok(true);
+            }
+            check(cancel)?;
+            let now = clock::now_ns();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let mut slice = Duration::from_nanos(deadline - now);
+            if cancel.is_some() {
+                slice = slice.min(LOST_POLL);
+            }
+            let _ = shared.changed.wait_for(&mut ended, slice);
+        }
+    }
+
+    /// Changes the leader's value: writes the next version of the leader record, fenced by
+    /// the term with the lease checked in the same transaction, and wakes the observers.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] once the leadership ended (nothing written); otherwise as
+    /// [`Holder::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"starting", &Default::default())?;
+    /// leadership.proclaim(b"ready")?;
+    /// let leader = store.leader("scheduler")?.unwrap();
+    /// assert_eq!((leader.version, leader.value.as_slice()), (2, &b"ready"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let shared = &self.shared;
+        let settings = &shared.settings;
+        // Before the lock of `current`: finding the end lets the bells go, under that lock.
+        if shared.is_lost() {
+            return Err(shared.lost_error());
+        }
+        let mut current = shared.current.lock();
+        let version = current.version + 1;
+        let term = self.term();
+        // The bell of the new version first, so that an observer that reads it finds its bell
+        // held; the bell of the old version is let go once it is written.
+        let lock = bell_name(&settings.name, settings.generation, version);
+        let bell = take_bell(&shared.store, &lock, settings.ttl, settings.own, None)?;
+        let record = encode_record(
+            version,
+            settings.generation,
+            std::process::id(),
+            settings.since,
+            value,
+        );
+        shared
+            .holder
+            .put(&term_key(&settings.name, term), &record)?;
+        current.version = version;
+        current.value = value.to_vec();
+        if let Some(old) = current.bell.replace(bell) {
+            let _ = old.release();
+        }
+        Ok(())
+    }
+
+    /// Writes `value` under `key` fenced by the term, with the lease checked in the same
+    /// transaction ([`Holder::put`]); refused once the leadership ended, even while the lease
+    /// itself still has its safety margin left.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] once the leadership ended; otherwise as [`Holder::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// leadership.put(b"schedule", b"v1")?;
+    /// leadership.resign()?;
+    /// assert!(matches!(leadership.put(b"schedule", b"late"), Err(fencelock::Error::LockLost { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.shared.is_lost() {
+            return Err(self.shared.lost_error());
+        }
+        self.shared.holder.put(key, value)
+    }
+
+    /// Deletes `key` fenced by the term, checked as [`Leadership::put`]; whether it held a
+    /// value.
+    ///
+    /// # Errors
+    ///
+    /// As [`Leadership::put`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// leadership.put(b"schedule", b"v1")?;
+    /// assert!(leadership.delete(b"schedule")?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        if self.shared.is_lost() {
+            return Err(self.shared.lost_error());
+        }
+        self.shared.holder.delete(key)
+    }
+
+    /// Checks the term at the external fence `resource` ([`Store::fence`]), for storage of the
+    /// user's own; refused once the leadership ended.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] once the leadership ended; otherwise as [`Store::fence`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign("scheduler", b"", &Default::default())?;
+    /// leadership.fence("s3://bucket/schedule.json")?;
+    /// assert_eq!(store.fence_token("s3://bucket/schedule.json")?, Some(leadership.term()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fence(&self, resource: &str) -> Result<()> {
+        if self.shared.is_lost() {
+            return Err(self.shared.lost_error());
+        }
+        self.shared.store.fence(resource, self.term())
+    }
+
+    /// Steps down at once: the next candidate is granted without waiting for the lease to run
+    /// out. Like [`Holder::release`], the first resign of a leadership whose lease was lost
+    /// before it reports [`Error::LockLost`]; a later one is a no-op.
+    ///
+    /// # Errors
+    ///
+    /// As [`Holder::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{CampaignOptions, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = Store::open(&path)?;
+    /// let slow = CampaignOptions { ttl: Duration::from_secs(600), ..CampaignOptions::default() };
+    /// let first = store.campaign("scheduler", b"a", &slow)?;
+    /// let other = Store::open(&path)?;
+    /// let next = std::thread::spawn(move || other.campaign("scheduler", b"b", &slow).map(|l| l.term()));
+    /// first.resign()?; // the next is granted now, not in ten minutes
+    /// assert!(next.join().unwrap()? > first.term());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resign(&self) -> Result<()> {
+        let shared = &self.shared;
+        // The lock first: the next candidate is granted at once; the bells follow.
+        let released = shared.holder.release();
+        shared.end();
+        released
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        let _ = self.resign();
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+    }
+}
+
+/// The changes of an election's leader, as [`Store::observe_leader`] watches them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+/// let mut watch = store.observe_leader("scheduler")?;
+/// assert_eq!(watch.next_change(Duration::from_millis(20))?, None, "nobody leads");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct LeaderWatch {
+    store: Store,
+    name: String,
+    prefix: Vec<u8>,
+    /// The latest (term, version) told, or passed over at the start.
+    seen: Option<(u64, u64)>,
+    /// The generation of the term of `seen`: which bells its leader rings.
+    generation: u64,
+    started: bool,
+    pending: VecDeque<Leader>,
+    /// The thread the bell waits are judged as: one of their own.
+    own: ThreadTag,
+}
+
+impl std::fmt::Debug for LeaderWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderWatch")
+            .field("name", &self.name)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderWatch {
+    /// The next change of the leader, waiting up to `timeout` for it; `None` when none came.
+    /// The first is the current leader, if one leads; then each new term and each proclaim,
+    /// in order, woken by the change itself (a leader's end, or its proclaim) while a leader
+    /// leads. A term that began and ended while the watch was not looking is still told (from
+    /// its record), unless more than [`TERMS_KEPT`] terms passed meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] for a leader record that is not one; [`Error::InvalidArgument`] on a
+    /// read-only store, once a leader leads (a watch waits for its bell with a shared grant);
+    /// otherwise the storage errors of [`Store::get`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let mut watch = store.observe_leader("scheduler")?;
+    /// let first = store.campaign("scheduler", b"a", &Default::default())?;
+    /// first.resign()?;
+    /// let second = store.campaign("scheduler", b"b", &Default::default())?;
+    /// let terms: Vec<u64> = (0..2)
+    ///     .map(|_| watch.next_change(Duration::from_secs(10)).map(|l| l.unwrap().term))
+    ///     .collect::<Result<_, _>>()?;
+    /// assert_eq!(terms, [first.term(), second.term()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_change(&mut self, timeout: Duration) -> Result<Option<Leader>> {
+        self.next_inner(timeout, None)
+    }
+
+    /// Like [`LeaderWatch::next_change`], and ends within about 10 ms with
+    /// [`Error::Cancelled`] once `cancel` fires (from any thread).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Cancelled`] once `cancel` fires; otherwise as [`LeaderWatch::next_change`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Cancel, Error};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let mut watch = store.observe_leader("scheduler")?;
+    /// let cancel = Cancel::new();
+    /// let stop = cancel.clone();
+    /// let watcher = std::thread::spawn(move || watch.next_change_cancellable(Duration::from_secs(600), &cancel));
+    /// stop.cancel();
+    /// assert!(matches!(watcher.join().unwrap(), Err(Error::Cancelled)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_change_cancellable(
+        &mut self,
+        timeout: Duration,
+        cancel: &Cancel,
+    ) -> Result<Option<Leader>> {
+        self.next_inner(timeout, Some(cancel))
+    }
+
+    fn next_inner(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<Option<Leader>> {
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
+        // Whether the last wait ended at a bell's grant.
+        let mut rung = false;
+        loop {
+            if let Some(leader) = self.pending.pop_front() {
+                return Ok(Some(leader));
+            }
+            check(cancel)?;
+            self.look()?;
+            if !self.pending.is_empty() {
+                continue;
+            }
+            let now = clock::now_ns();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let left = Duration::from_nanos(deadline - now);
+            if std::mem::take(&mut rung) {
+                // A bell free with nothing new to read: its leader is between two steps (it
+                // died and the store does not know yet, or it is taking over): look again
+                // shortly rather than at once.
+                self.pause(left, cancel)?;
+                continue;
+            }
+            let live = self.store.live_term(&self.name)?;
+            match (self.seen, live) {
+                // The leader told last leads still: wait for its bell.
+                (Some((term, version)), Some(live)) if live == term => {
+                    let bell = bell_name(&self.name, self.generation, version);
+                    let woken = acquire_own(
+                        &self.store,
+                        &bell,
+                        Kind::Shared,
+                        BELL_TTL,
+                        left.min(RELOOK),
+                        self.own,
+                        cancel,
+                    )?;
+                    if let Some(grant) = woken {
+                        let _ = grant.release();
+                        rung = true;
+                    }
+                }
+                // No leader (or one whose record is not written yet): look again shortly.
+                _ => self.pause(left, cancel)?,
+            }
+        }
+    }
+
+    /// Sleeps [`VACANCY_POLL`] (at most `left`), ended by `cancel`.
+    fn pause(&self, left: Duration, cancel: Option<&Cancel>) -> Result<()> {
+        std::thread::sleep(VACANCY_POLL.min(left));
+        check(cancel)
+    }
+
+    /// Reads the leader records newer than the last told into `pending`, oldest first. At the
+    /// start only the latest, and only if its leader leads still.
+    fn look(&mut self) -> Result<()> {
+        let keys = self.store.keys(&self.prefix)?;
+        let terms: Vec<u64> = keys
+            .iter()
+            .filter_map(|key| term_of_key(&self.prefix, key))
+            .collect();
+        if !self.started {
+            self.started = true;
+            let Some(&latest) = terms.last() else {
+                self.seen = Some((0, 0));
+                return Ok(());
+            };
+            self.seen = Some((latest, 0));
+            let Some(record) = self.store.leader_record(&self.name, latest)? else {
+                return Ok(()); // pruned meanwhile: a newer term follows
+            };
+            self.seen = Some((latest, record.leader.version));
+            self.generation = record.generation;
+            if self.store.live_term(&self.name)? == Some(latest) {
+                self.pending.push_back(record.leader);
+            }
+            return Ok(());
+        }
+        let seen_term = self.seen.map_or(0, |(term, _)| term);
+        for term in terms.into_iter().filter(|&term| term >= seen_term) {
+            let Some(record) = self.store.leader_record(&self.name, term)? else {
+                continue; // pruned meanwhile
+            };
+            let at = (term, record.leader.version);
+            if self.seen.is_none_or(|seen| at > seen) {
+                self.seen = Some(at);
+                self.generation = record.generation;
+                self.pending.push_back(record.leader);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_decodes_as_it_was_encoded() {
+        let since = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let bytes = encode_record(7, 3, 4242, since, b"10.0.0.7:8080");
+        let record = decode_record("jobs", 12, &bytes).unwrap();
+        assert_eq!(record.generation, 3);
+        assert_eq!(
+            record.leader,
+            Leader {
+                name: "jobs".into(),
+                term: 12,
+                version: 7,
+                value: b"10.0.0.7:8080".to_vec(),
+                pid: 4242,
+                since,
+            }
+        );
+        assert!(matches!(
+            decode_record("jobs", 12, &bytes[..RECORD_HEADER - 1]),
+            Err(Error::Corrupt(_))
+        ));
+        assert!(matches!(
+            decode_record("jobs", 12, b"not a record at all, no"),
+            Err(Error::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn term_keys_sort_by_term_and_parse_back() {
+        let prefix = term_prefix("jobs");
+        let (low, high) = (term_key("jobs", 9), term_key("jobs", 10));
+        assert!(low < high);
+        assert_eq!(term_of_key(&prefix, &high), Some(10));
+        assert_eq!(
+            term_of_key(&prefix, b"fencelock.election/jobs/term/12"),
+            None
+        );
+    }
+}
