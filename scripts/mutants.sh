@@ -45,7 +45,7 @@ PY
         run() { RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom \
             LOOM_MAX_PREEMPTIONS=2 $CARGO test --release --lib "$test"; }
     else
-        run() { $CARGO test --release --lib "$test"; }
+        run() { $CARGO test --lib "$test"; }
     fi
     if run >"target/mutant-$name.log" 2>&1; then
         echo "SURVIVED $name: $test passed (target/mutant-$name.log)"
