@@ -18,8 +18,9 @@
 # PREFIX/share/bash-completion/completions), ZSHCOMPDIR (default PREFIX/share/zsh/site-functions),
 # FISHCOMPDIR (default PREFIX/share/fish/vendor_completions.d), DESTDIR (a staging root put in
 # front of every path written, never into fencelock.pc), STRIP (default strip).
-# Builds first (cargo build --profile dist --lib, and --features cli --bin fencelock with --cli:
-# the release build without debug information) unless FENCELOCK_NO_BUILD=1; the SONAME comes
+# Builds first (cargo rustc --profile dist --lib --features capi --crate-type cdylib,staticlib,
+# and cargo build --profile dist --features cli --bin fencelock with --cli: the release build
+# without debug information) unless FENCELOCK_NO_BUILD=1; the SONAME comes
 # from the built library (build.rs sets it). `make install` (CLI=1 for --cli) and `make
 # uninstall` call this script.
 set -eu
@@ -88,19 +89,18 @@ if [ $action = uninstall ]; then
 fi
 
 if [ "${FENCELOCK_NO_BUILD:-0}" != 1 ]; then
-    # With --cli in one build, so that the library is compiled once (the cli feature adds only
-    # the command's dependencies).
+    # The C library is the capi feature's, its crate types given here (Cargo.toml's [lib] is
+    # the rlib a Rust user builds); the command is the cli feature's.
+    (cd "$root" && ${CARGO:-cargo} rustc --profile dist --lib --features capi --crate-type cdylib,staticlib)
     if [ $cli = 1 ]; then
-        (cd "$root" && ${CARGO:-cargo} build --profile dist --features cli --lib --bin fencelock)
-    else
-        (cd "$root" && ${CARGO:-cargo} build --profile dist --lib)
+        (cd "$root" && ${CARGO:-cargo} build --profile dist --features cli --bin fencelock)
     fi
 fi
 built=$(cd "$root" && ${CARGO:-cargo} metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/dist
 for file in libfencelock.so libfencelock.a; do
     if [ ! -f "$built/$file" ]; then
-        echo "$0: $built/$file is missing; run cargo build --profile dist --lib" >&2
+        echo "$0: $built/$file is missing; run cargo rustc --profile dist --lib --features capi --crate-type cdylib,staticlib" >&2
         exit 1
     fi
 done

@@ -47,8 +47,11 @@ mod etcd;
 mod local;
 // 7: Store and Holder.
 mod api;
-// 8: the C ABI. Public for the cdylib/staticlib, the fuzz targets and tests/ffi.rs, but not part
-// of the Rust API (Rust users call the engine's types); it uses what this file exports.
+// 8: the C ABI, with the `capi` feature only (a Rust user's build compiles none of it). Public for
+// the C library (`cargo rustc --crate-type cdylib,staticlib`), the fuzz targets and tests/ffi.rs,
+// but not part of the Rust API (Rust users call the engine's types); it uses what this file
+// exports.
+#[cfg(feature = "capi")]
 #[doc(hidden)]
 pub mod ffi;
 // 9: a check for each decoder of bytes another process or an older version wrote, for the fuzz
