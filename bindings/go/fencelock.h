@@ -180,8 +180,8 @@
 typedef struct fencelock_cancel fencelock_cancel;
 
 /**
- * A detailed error: its status, a message, the numbers of a refusal, and the system's error
- * number of an I/O error. Created by the library on failure; freed with
+ * A detailed error: its status, a message, the numbers of a refusal, the lock or file it
+ * concerns, and the system's error number of an I/O error. Created by the library on failure; freed with
  * `fencelock_error_free`, or by the next call that fails with the same `err_out` (which frees
  * the error `*err_out` holds before writing its own). Immutable, so safe to read from many
  * threads at once.
@@ -722,6 +722,33 @@ uint64_t fencelock_error_remaining_ms(const struct fencelock_error *err);
  * `err` is NULL or an error returned by this library and not yet freed.
  */
 int fencelock_error_os_code(const struct fencelock_error *err);
+
+/**
+ * The name of the lock `err` concerns, NUL-terminated: for `FENCELOCK_LOCKED` the lock that is
+ * held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for. NULL for every other status,
+ * and for NULL. The message names the lock too.
+ *
+ * The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
+ * yourself. Thread-safe.
+ *
+ * # Safety
+ * `err` is NULL or an error returned by this library and not yet freed.
+ */
+const char *fencelock_error_name(const struct fencelock_error *err);
+
+/**
+ * The path of the file a `FENCELOCK_IO` error concerns, NUL-terminated bytes as the system
+ * takes them, when the library knows it: the store file of a failed open (a missing
+ * directory, a file without permission), as `fs.PathError` and Python's `OSError.filename`
+ * carry it. NULL otherwise, and for NULL. The message names the path too.
+ *
+ * The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
+ * yourself. Thread-safe.
+ *
+ * # Safety
+ * `err` is NULL or an error returned by this library and not yet freed.
+ */
+const char *fencelock_error_path(const struct fencelock_error *err);
 
 /**
  * Frees an error object. NULL does nothing.

@@ -469,13 +469,14 @@ type waitCall func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fenceloc
 // granted, ctx's deadline passes (the C timeout) or ctx is done or the store closed (the
 // call's cancel fires).
 func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C.fencelock_holder, error) {
+	start := time.Now()
 	g := s.core.enterGate(name)
 	defer s.core.leaveGate(name, g)
 	select {
 	case g.slot <- struct{}{}:
 		defer func() { <-g.slot }()
 	case <-ctx.Done():
-		return nil, waitError(name, ctx.Err())
+		return nil, waitError(name, start, ctx.Err())
 	}
 	timeout := forever
 	deadline, hasDeadline := ctx.Deadline()
@@ -483,7 +484,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 		left := time.Until(deadline)
 		if left <= 0 {
 			// ctx.Err() may still be nil here: its timer need not have fired yet.
-			return nil, waitError(name, context.DeadlineExceeded)
+			return nil, waitError(name, start, context.DeadlineExceeded)
 		}
 		timeout, _ = millis("timeout", left)
 	}
@@ -501,21 +502,21 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 		return h, nil
 	case errors.Is(err, ErrTimeout) && hasDeadline:
 		// The C timeout is the deadline, though ctx's own timer may not have fired yet.
-		return nil, waitError(name, context.DeadlineExceeded)
+		return nil, waitError(name, start, context.DeadlineExceeded)
 	case errors.Is(err, ErrCancelled) && ctx.Err() != nil:
-		return nil, waitError(name, ctx.Err())
+		return nil, waitError(name, start, ctx.Err())
 	case errors.Is(err, ErrCancelled) && s.core.waits.isClosed():
 		return nil, ErrClosed
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return nil, waitError(name, err) // ctx was done before the call began
+		return nil, waitError(name, start, err) // ctx was done before the call began
 	default:
 		return nil, err
 	}
 }
 
-// waitError is the error of a wait that ctx ended with ctxErr (never nil).
-func waitError(name string, ctxErr error) error {
-	return &WaitError{Lock: name, Err: ctxErr}
+// waitError is the error of a wait begun at start that ctx ended with ctxErr (never nil).
+func waitError(name string, start time.Time, ctxErr error) error {
+	return &WaitError{Lock: name, Waited: time.Since(start).Truncate(time.Millisecond), Err: ctxErr}
 }
 
 func (c *storeCore) enterGate(name string) *gate {

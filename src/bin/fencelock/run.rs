@@ -443,6 +443,7 @@ fn acquire_failure(err: &Error, lock: &str, kind: Kind, asked_to_wait: bool) -> 
             token,
             pid,
             remaining,
+            ..
         } => Failure::new(
             exit::LOCKED,
             format!(

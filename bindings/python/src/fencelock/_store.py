@@ -26,7 +26,7 @@ from ._args import (
     _wait_ms,
 )
 from ._enums import Ending, EventKind, LockKind, Mode, Scope
-from ._errors import error_from
+from ._errors import LockTimeoutError, error_from
 from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, lib
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
@@ -197,6 +197,14 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
+        try:
+            return self._acquire(raw_name, ttl_ms, timeout_ms, kind, count)
+        except LockTimeoutError as err:
+            if timeout is not None and timeout_ms != 0:
+                err.waited_for(name, timeout_ms / 1000.0)
+            raise
+
+    def _acquire(self, raw_name: bytes, ttl_ms: int, timeout_ms: int, kind: LockKind, count: int) -> Holder:
         out = HolderP()
         if kind is not LockKind.EXCLUSIVE:
             if timeout_ms == 0:
