@@ -54,6 +54,7 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --all-targets --features cli,capi -- -D warnings
 	$(if $(ETCD),$(CARGO) clippy --all-targets --features "cli capi etcd" -- -D warnings)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(if $(ETCD),--features etcd)
 
 # The command-line tool is the `cli` feature and the C ABI the `capi` one (both off by default,
 # so that a crate depending on fencelock gets only the library); their tests need them.

@@ -65,10 +65,11 @@ func Version() string { return C.GoString(C.fencelock_version()) }
 // MINOR*1000 + PATCH (fencelock_version_number): 1000 for 0.1.0.
 func VersionNumber() int { return int(C.fencelock_version_number()) }
 
-// HeaderVersionNumber is the FENCELOCK_VERSION_NUMBER of the fencelock.h the package was
-// compiled with. VersionNumber differs from it only when the build tag fencelock_system links
-// a system library of another version.
-const HeaderVersionNumber = C.FENCELOCK_VERSION_NUMBER
+// HeaderVersionNumber is the FENCELOCK_VERSION_NUMBER of the fencelock.h the module carries (a
+// Go literal, so that go doc shows it; constants_internal_test.go checks it against the
+// header). VersionNumber differs from it only when the build tag fencelock_system links a
+// system library of another version.
+const HeaderVersionNumber = 1000
 
 // Mode says how processes share the store file.
 type Mode int32
@@ -305,15 +306,15 @@ func Permits(n uint32) AcquireOption { return func(s *AcquireSettings) { s.Permi
 
 // MaxHolders is the most holders of one name at once (the largest semaphore, the most shared
 // holders), and the most names of one AcquireAll.
-const MaxHolders = C.FENCELOCK_MAX_HOLDERS
+const MaxHolders = 1024
 
 // Kind is how a lease holds its name.
 type Kind int32
 
 const (
-	KindExclusive Kind = C.FENCELOCK_KIND_EXCLUSIVE // one holder at a time
-	KindShared    Kind = C.FENCELOCK_KIND_SHARED    // any number of shared holders
-	KindSemaphore Kind = C.FENCELOCK_KIND_SEMAPHORE // up to the name's permit count of holders
+	KindExclusive Kind = 0 // one holder at a time
+	KindShared    Kind = 1 // any number of shared holders
+	KindSemaphore Kind = 2 // up to the name's permit count of holders
 )
 
 func (k Kind) String() string {

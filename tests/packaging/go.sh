@@ -115,6 +115,19 @@ CGO_LDFLAGS="-L$work/prefix/lib" go build -mod=vendor -tags fencelock_system "${
 ./app-system >system.out 2>&1 || fail "the fencelock_system program: $(cat system.out)"
 grep -q "walkthrough ok" system.out || fail "unexpected output: $(cat system.out)"
 
+# Before a release, as bindings/go/README.md says: a checkout's module through a replace
+# directive (make go-lib has put the library into it; run_tests.sh and the proxy above use it).
+checkout=$work/user-checkout
+mkdir "$checkout"
+cp "$here/go-user/main.go" "$checkout/"
+cd "$checkout"
+go mod init example.com/user-checkout >/dev/null 2>&1
+go mod edit -require="$module@v0.0.0" -replace="$module=$root/bindings/go" ||
+    fail "go mod edit -require -replace"
+go build -o app-checkout . >"$work/checkout.log" 2>&1 || fail "the build through replace: $(cat "$work/checkout.log")"
+./app-checkout >checkout.out 2>&1 || fail "the program built through replace: $(cat checkout.out)"
+grep -q "walkthrough ok" checkout.out || fail "unexpected output: $(cat checkout.out)"
+
 # A user of the gocron adapter: a fresh module that gets gocronlock, with gocron, and runs a job.
 cronuser=$work/user-gocron
 mkdir "$cronuser"
