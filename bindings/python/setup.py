@@ -1,7 +1,7 @@
 """Builds libfencelock with cargo and ships it inside the package; metadata is in pyproject.toml.
 
-Building the package runs `cargo rustc --profile dist --lib --features capi --crate-type cdylib`
-(the C library, the release build, stripped) in
+Building the package runs `cargo rustc --profile dist --lib --features capi --crate-type
+cdylib,staticlib` (the C library, the release build, stripped, as make install builds it) in
 the crate's root: `rust/` inside an sdist, else the repository root two levels above this file,
 or $FENCELOCK_SOURCE_DIR. The target directory comes from `cargo metadata` (so CARGO_TARGET_DIR
 and .cargo/config are honoured); libfencelock.so is copied next to the package's modules.
@@ -101,7 +101,8 @@ def capi_args() -> list[str]:
     """The C library's build: the capi feature and $FENCELOCK_FEATURES (e.g. ``etcd``), and the
     crate type, which Cargo.toml leaves to the command (a Rust user builds no C library)."""
     features = " ".join(["capi", os.environ.get(FEATURES_ENV, "").strip()]).strip()
-    return ["--lib", "--features", features, "--crate-type", "cdylib"]
+    # Both crate types, as make install and scripts/go-lib.sh build them: one build serves all.
+    return ["--lib", "--features", features, "--crate-type", "cdylib,staticlib"]
 
 
 def build_library() -> Path:

@@ -91,6 +91,8 @@ done
 static_flags=(-ldflags '-linkmode external -extldflags "-static"')
 go build -mod=vendor "${static_flags[@]}" -o app-static . >"$work/static.log" 2>&1 ||
     fail "the static build: $(cat "$work/static.log")"
+# No glibc warnings about getaddrinfo or getpwuid_r (the dist profile's LTO, Cargo.toml).
+if grep -q warning "$work/static.log"; then fail "the static build printed warnings: $(cat "$work/static.log")"; fi
 if readelf -d app-static | grep -q NEEDED; then fail "the static build needs shared libraries"; fi
 ./app-static >static.out 2>&1 || fail "the static program: $(cat static.out)"
 grep -q "walkthrough ok" static.out || fail "unexpected output: $(cat static.out)"
