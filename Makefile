@@ -5,6 +5,8 @@
 #                first `make setup`, which installs the tools the tests need and this machine lacks
 #   make test-etcd-cluster   only the three-node etcd cluster with members killed and stopped
 #   make crash   the long run of the power-loss crash images
+#   make test-loom-long   the loom models of the ring's protocols with more preemptions
+#   make test-mutants     the seeded mutants, each of which a model must catch
 #   make check-publish   cargo publish --dry-run: the crate as crates.io would build it
 #   make install PREFIX=/usr/local   library, header and pkg-config file (LIBDIR, INCLUDEDIR,
 #                                    DESTDIR too); make uninstall with the same variables
@@ -33,13 +35,13 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: test-loom test-loom-long test-mutants bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 
 # In this order (make runs prerequisites left to right): the set-up step, its own test, the rest.
-test: setup test-setup lint test-rust $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
+test: setup test-setup lint test-rust test-loom $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz
 
 # Installs what make test needs and this machine lacks (scripts/setup.sh lists it all).
 setup:
@@ -52,15 +54,31 @@ test-setup:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --all-targets --features cli,capi -- -D warnings
+	$(CARGO) clippy --all-targets --features "cli capi tokio" -- -D warnings
 	$(if $(ETCD),$(CARGO) clippy --all-targets --features "cli capi etcd" -- -D warnings)
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(if $(ETCD),--features etcd)
 
 # The command-line tool is the `cli` feature and the C ABI the `capi` one (both off by default,
-# so that a crate depending on fencelock gets only the library); their tests need them.
+# so that a crate depending on fencelock gets only the library); their tests need them, and the
+# async API's (tests/tokio.rs) the `tokio` feature.
 test-rust:
-	$(CARGO) test --features cli,capi
+	$(CARGO) test --features "cli capi tokio"
 	$(CARGO) run --quiet --example gc_pause
+
+# The loom models of the ring's protocols (src/ring/models/): the slots, the queue, the lease map
+# and the token counter, every interleaving of a few threads up to 2 preemptions, on loom's
+# atomics and futex (cfg fencelock_loom, its own target directory: every dependency is built
+# again for it). test-loom-long allows 3 preemptions, for before a release.
+LOOM_ENV := RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom
+test-loom:
+	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=2 $(CARGO) test --release --lib ring::models
+
+test-loom-long:
+	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release --lib ring::models
+
+# Each seeded mutant (scripts/mutants.sh lists them) must make a model or property test fail.
+test-mutants:
+	CARGO=$(CARGO) sh scripts/mutants.sh
 
 # The etcd backend (cargo feature etcd): its unit tests, the three-node cluster under kills and
 # stops (about 30 s) and with its leader cut off or its member links slowed (tests/etcd/members.rs,

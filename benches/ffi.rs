@@ -92,6 +92,8 @@ fn main() {
         || {
             black_box(rust_store.get(black_box(key)).expect("get"));
         },
+        // SAFETY: `store`, `holder` and the out-pointers are live for the whole bench; each
+        // buffer the library returns is freed once, by its own function.
         || unsafe {
             let (mut ptr, mut len, mut token) = (null_mut(), 0usize, 0u64);
             let status = fencelock_store_get(
@@ -113,6 +115,8 @@ fn main() {
         || {
             black_box(black_box(&rust_holder).token());
         },
+        // SAFETY: `store`, `holder` and the out-pointers are live for the whole bench; each
+        // buffer the library returns is freed once, by its own function.
         || unsafe {
             black_box(fencelock_holder_token(black_box(holder)));
         },
@@ -123,6 +127,8 @@ fn main() {
         || {
             black_box(rust_store.get(black_box(b"missing")).expect("get"));
         },
+        // SAFETY: `store`, `holder` and the out-pointers are live for the whole bench; each
+        // buffer the library returns is freed once, by its own function.
         || unsafe {
             let (mut ptr, mut len) = (null_mut(), 0usize);
             let mut err = null_mut();

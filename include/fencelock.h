@@ -118,6 +118,19 @@
 #define FENCELOCK_LOCK_HOLDER_DEAD 3
 
 /**
+ * Flag of `fencelock_acquire_options`: wait for the lock(s) up to `timeout_ms` (`UINT64_MAX`:
+ * without a limit) instead of trying once. A wait gives up with `FENCELOCK_TIMEOUT`, never
+ * `FENCELOCK_LOCKED`.
+ */
+#define FENCELOCK_ACQUIRE_WAIT 1
+
+/**
+ * Flag of `fencelock_acquire_options`: write `value` under `key` with the new token in the
+ * grant's own transaction (both happen or neither). One exclusive lock only.
+ */
+#define FENCELOCK_ACQUIRE_PUT 2
+
+/**
  * How a lease ended: not yet (live and unexpired).
  */
 #define FENCELOCK_ENDING_HELD 0
@@ -220,9 +233,76 @@ typedef struct fencelock_lock_list fencelock_lock_list;
 typedef struct fencelock_store fencelock_store;
 
 /**
+ * The waiters of a lock from `fencelock_store_waiters`, oldest first; freed with
+ * `fencelock_waiter_list_free`. Immutable, so safe to read from many threads at once.
+ */
+typedef struct fencelock_waiter_list fencelock_waiter_list;
+
+/**
  * A status code returned by every fallible function; `FENCELOCK_OK` (0) is success.
  */
 typedef int32_t fencelock_status;
+
+/**
+ * How `fencelock_store_acquire_opts` acquires. Zero every field, set `size` to
+ * `sizeof(fencelock_acquire_options)` and `ttl_ms`, then what differs from the defaults (one
+ * exclusive lock, tried once, no write, no cancel handle):
+ *
+ * ```c
+ * fencelock_acquire_options options = {
+ *     .size = sizeof(fencelock_acquire_options),
+ *     .ttl_ms = 30000,
+ *     .flags = FENCELOCK_ACQUIRE_WAIT,
+ *     .timeout_ms = 10000,
+ * };
+ * ```
+ *
+ * Fields a later version adds come after these, and zero is their default.
+ */
+typedef struct fencelock_acquire_options {
+  /**
+   * `sizeof(fencelock_acquire_options)` as the caller's header has it.
+   */
+  size_t size;
+  /**
+   * The lease length of each grant, 1 ms to 30 days.
+   */
+  uint64_t ttl_ms;
+  /**
+   * With `FENCELOCK_ACQUIRE_WAIT`, how long to wait (`UINT64_MAX`: without a limit); must be
+   * 0 without it.
+   */
+  uint64_t timeout_ms;
+  /**
+   * 0 or a bitwise or of `FENCELOCK_ACQUIRE_WAIT` and `FENCELOCK_ACQUIRE_PUT`.
+   */
+  uint64_t flags;
+  /**
+   * `FENCELOCK_KIND_EXCLUSIVE` (0), `FENCELOCK_KIND_SHARED` or `FENCELOCK_KIND_SEMAPHORE`;
+   * several names are exclusive only.
+   */
+  int32_t kind;
+  /**
+   * The permit count of a `FENCELOCK_KIND_SEMAPHORE` (1 to `FENCELOCK_MAX_HOLDERS`); 0 for
+   * another kind.
+   */
+  uint32_t permits;
+  /**
+   * Ends the call once it fires (`FENCELOCK_CANCELLED`, changing nothing) and bounds it by
+   * its deadline (`fencelock_cancel_set_timeout`): the wait for the locks, and the wait of a
+   * try for another process that holds the store, instead of the store's busy timeout. It
+   * may name the thread the leases are for (`fencelock_cancel_set_thread`). NULL: none.
+   */
+  const struct fencelock_cancel *cancel;
+  /**
+   * With `FENCELOCK_ACQUIRE_PUT`, the key (1 to 1024 bytes) and the value (may be empty:
+   * then `value` may be NULL) to write; both NULL and 0 without it.
+   */
+  const uint8_t *key;
+  size_t key_len;
+  const uint8_t *value;
+  size_t value_len;
+} fencelock_acquire_options;
 
 /**
  * One grant of a lock's history. Times are milliseconds since the Unix epoch, 0 when not
@@ -257,6 +337,32 @@ typedef struct fencelock_history_entry {
    */
   int64_t recorded_unix_ms;
 } fencelock_history_entry;
+
+/**
+ * An acquire queued waiting for a lock (`fencelock_store_waiters`).
+ */
+typedef struct fencelock_waiter_info {
+  /**
+   * The lock's name, NUL-terminated UTF-8; valid while the list lives.
+   */
+  const char *name;
+  /**
+   * The waiting process's id.
+   */
+  uint32_t pid;
+  /**
+   * Its place in the queue: a lower ticket waits longer and is served first.
+   */
+  uint64_t ticket;
+  /**
+   * When it took its place, in milliseconds since the Unix epoch (wall-clock estimate).
+   */
+  int64_t waiting_since_unix_ms;
+  /**
+   * How long it has waited, in milliseconds.
+   */
+  uint64_t waited_ms;
+} fencelock_waiter_info;
 
 /**
  * What the store records of one lock.
@@ -557,6 +663,49 @@ int fencelock_version_number(void);
  * Returns a static string; never free it. Thread-safe.
  */
 const char *fencelock_status_str(fencelock_status status);
+
+/**
+ * Acquires the locks `names` (an array of `count` NUL-terminated UTF-8 names, 1 to
+ * `FENCELOCK_MAX_HOLDERS`, no name twice) as `options` says: the one entry point of every
+ * acquire. One name is one lock of any kind, tried once or waited for in its turn (waiting
+ * acquires of a name, of every kind, are granted oldest first across processes), with an
+ * optional write in the grant's transaction (`FENCELOCK_ACQUIRE_PUT`). Several names are taken
+ * exclusively, all or none in one transaction: deadlock-free by construction, since it never
+ * holds some while it waits for others (nor does it queue behind other waiters).
+ *
+ * On success `holders_out[0..count]` receive one new holder per name, in the order of `names`,
+ * each with its own token (higher than every earlier grant), lease and TTL, each to be freed
+ * with `fencelock_holder_free` (which releases it); on failure nothing is written. For one
+ * lock: `fencelock_store_acquire_opts(store, &name, 1, &options, &holder, &err)`.
+ *
+ * Returns `FENCELOCK_OK`; `FENCELOCK_LOCKED` (a try, while a live lease holds a lock in a way
+ * that excludes the grant: the error names that holder), `FENCELOCK_PERMITS_MISMATCH`,
+ * `FENCELOCK_TIMEOUT` (a wait's `timeout_ms`, the cancel's deadline, or the busy timeout
+ * behind another process that holds the store), `FENCELOCK_CANCELLED`,
+ * `FENCELOCK_WOULD_DEADLOCK` (a wait for a lease this thread holds through this store);
+ * `FENCELOCK_NULL_POINTER` (`store`, `names`, a name, `options`, `holders_out`, or `key` or
+ * `value` NULL with a non-zero length); `FENCELOCK_INVALID_ARGUMENT` (`options->size` not a
+ * size of the struct, or fields set that this library does not know, refused before anything
+ * else is read; unknown flags or kind; permits with a kind other than a semaphore; a timeout
+ * without `FENCELOCK_ACQUIRE_WAIT`; a key or value without `FENCELOCK_ACQUIRE_PUT`; a write with
+ * another kind than exclusive or with several names; another kind than exclusive with several
+ * names; a `count` of 0 or above `FENCELOCK_MAX_HOLDERS`, refused before `names` is read; a
+ * name twice; a bad name, TTL, key or value); `FENCELOCK_REPLACED`, `FENCELOCK_FORKED`,
+ * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
+ *
+ * Thread-safe; blocks the calling thread only.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described: `names` points to `count` name pointers,
+ * `holders_out` to room for `count` holder pointers, `options` to `options->size` readable
+ * bytes, `key` and `value` to `key_len` and `value_len` readable bytes.
+ */
+fencelock_status fencelock_store_acquire_opts(const struct fencelock_store *store,
+                                              const char *const *names,
+                                              size_t count,
+                                              const struct fencelock_acquire_options *options,
+                                              struct fencelock_holder **holders_out,
+                                              struct fencelock_error **err_out);
 
 /**
  * Makes a cancel handle that has not fired.
@@ -1097,6 +1246,9 @@ void fencelock_holder_free(struct fencelock_holder *holder);
  *
  * Thread-safe.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `kind` and `permits` set in its options; call that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described.
  */
@@ -1121,6 +1273,9 @@ fencelock_status fencelock_store_acquire_kind(const struct fencelock_store *stor
  *
  * Thread-safe; blocks the calling thread only.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `kind`, `permits` and `cancel` set in its options; call that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described.
  */
@@ -1143,6 +1298,10 @@ fencelock_status fencelock_store_acquire_kind_cancellable(const struct fencelock
  *
  * Thread-safe; blocks the calling thread only.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `kind`, `permits`, `FENCELOCK_ACQUIRE_WAIT`, `timeout_ms` and `cancel` set in its options; call
+ * that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described.
  */
@@ -1163,7 +1322,8 @@ fencelock_status fencelock_store_acquire_kind_wait(const struct fencelock_store 
  * tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
  * all are free at once (`FENCELOCK_TIMEOUT`). Either way `cancel` (NULL: none) ends the call
  * once it fires, and bounds it by its deadline (`fencelock_cancel_set_timeout`): a try's wait
- * for another process that holds the store too, instead of the store's busy timeout.
+ * for another process that holds the store too, instead of the store's busy timeout. A single
+ * name is acquired as one lock is, waiting in its turn.
  *
  * On success `holders_out[0..count]` receive one new holder per name, in the order of
  * `names`, each with its own token (they follow each other), lease and TTL, each to be freed
@@ -1176,6 +1336,10 @@ fencelock_status fencelock_store_acquire_kind_wait(const struct fencelock_store 
  * and the other codes of `fencelock_store_acquire`.
  *
  * Thread-safe; blocks the calling thread only.
+ *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `cancel`, and `FENCELOCK_ACQUIRE_WAIT` with `timeout_ms` when it is not 0, set in its options;
+ * call that instead.
  *
  * # Safety
  * Every pointer is NULL or valid as described: `names` points to `count` name pointers,
@@ -1210,6 +1374,62 @@ int32_t fencelock_holder_kind(const struct fencelock_holder *holder);
  * `holder` is NULL or a holder from this library not yet freed.
  */
 uint32_t fencelock_holder_permits(const struct fencelock_holder *holder);
+
+/**
+ * The acquires of any process of this host queued waiting for the lock `name`, oldest first
+ * (the order they are served in); empty for a store opened in single-process mode, whose
+ * waits are not queued. On success `*list_out` receives a new list, to be freed with
+ * `fencelock_waiter_list_free`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`store`, `name`, `list_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (a bad lock name, an etcd store), `FENCELOCK_FORKED`,
+ * `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described; `name` is NUL-terminated.
+ */
+fencelock_status fencelock_store_waiters(const struct fencelock_store *store,
+                                         const char *name,
+                                         struct fencelock_waiter_list **list_out,
+                                         struct fencelock_error **err_out);
+
+/**
+ * The number of entries of `list`; 0 for NULL.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * `list` is NULL or a list from this library not yet freed.
+ */
+size_t fencelock_waiter_list_len(const struct fencelock_waiter_list *list);
+
+/**
+ * Copies entry `index` of `list` to `*info_out`. Its `name` points into the list and is valid
+ * until `fencelock_waiter_list_free(list)`.
+ *
+ * Returns `FENCELOCK_OK`, `FENCELOCK_NULL_POINTER` (`list`, `info_out`),
+ * `FENCELOCK_INVALID_ARGUMENT` (`index` out of range), `FENCELOCK_PANIC`.
+ *
+ * Thread-safe.
+ *
+ * # Safety
+ * Every pointer is NULL or valid as described.
+ */
+fencelock_status fencelock_waiter_list_get(const struct fencelock_waiter_list *list,
+                                           size_t index,
+                                           struct fencelock_waiter_info *info_out);
+
+/**
+ * Frees a waiter list. NULL does nothing.
+ *
+ * No other thread may use `list` during or after this call.
+ *
+ * # Safety
+ * `list` is NULL or a list from this library not yet freed.
+ */
+void fencelock_waiter_list_free(struct fencelock_waiter_list *list);
 
 /**
  * The number of entries of `list`; 0 for NULL.
@@ -1478,6 +1698,9 @@ void fencelock_store_close(struct fencelock_store *store);
  *
  * Thread-safe.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms` set
+ * in its options; call that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described.
  */
@@ -1501,6 +1724,9 @@ fencelock_status fencelock_store_acquire(const struct fencelock_store *store,
  *
  * Thread-safe; blocks the calling thread only.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `FENCELOCK_ACQUIRE_WAIT` and `timeout_ms` set in its options; call that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described.
  */
@@ -1518,6 +1744,9 @@ fencelock_status fencelock_store_acquire_wait(const struct fencelock_store *stor
  * Returns the codes of `fencelock_store_acquire_wait`, and `FENCELOCK_CANCELLED`.
  *
  * Thread-safe; blocks the calling thread only.
+ *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `FENCELOCK_ACQUIRE_WAIT`, `timeout_ms` and `cancel` set in its options; call that instead.
  *
  * # Safety
  * Every pointer is NULL or valid as described.
@@ -1547,6 +1776,9 @@ fencelock_status fencelock_store_acquire_wait_cancellable(const struct fencelock
  *
  * Thread-safe.
  *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `FENCELOCK_ACQUIRE_PUT`, `key` and `value` set in its options; call that instead.
+ *
  * # Safety
  * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
  * `value_len` readable bytes.
@@ -1570,6 +1802,9 @@ fencelock_status fencelock_store_acquire_and_put(const struct fencelock_store *s
  * Returns the codes of `fencelock_store_acquire_and_put`, and `FENCELOCK_CANCELLED`.
  *
  * Thread-safe; blocks the calling thread only.
+ *
+ * Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+ * `FENCELOCK_ACQUIRE_PUT`, `key`, `value` and `cancel` set in its options; call that instead.
  *
  * # Safety
  * Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and

@@ -24,6 +24,8 @@ pkg-config         apt  -     cmd:pkg-config          the C packaging test build
 g++                apt  -     cmd:g++,c++             the C++ header test (tests/c); libfuzzer-sys compiles libFuzzer (make test-fuzz)
 binutils           apt  -     cmd:readelf,strip       make install, scripts/go-lib.sh and the packaging tests (readelf, strip)
 python3-venv       apt  -     py:ensurepip            the virtual environments of the Python tests and the packaging test
+tmux               apt  -     cmd:tmux                the test of fencelock top drives it in a tmux pane (tests/cli/top.rs)
+bsdutils           apt  -     cmd:script              the wait notices are tested on a pty of script(1) (tests/cli/notice.rs)
 etcd-server        apt  etcd  cmd:etcd                make test-etcd and the etcd walkthroughs start etcd nodes of their own
 protobuf-compiler  apt  etcd  cmd:protoc              the etcd feature builds etcd-client, whose build script runs protoc
 pytest             pip  -     venv:pytest             the Python binding tests (make test-python)

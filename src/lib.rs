@@ -40,6 +40,7 @@ pub mod fuzzing;
 mod fuzzing;
 
 pub use api::holder::Holder;
+pub use api::lock::{Lock, LockAll, DEFAULT_TTL};
 pub use api::store::Store;
 pub use base::cancel::Cancel;
 // The boot-time clock the leases use, for the benches and the torture checker only.
@@ -56,7 +57,7 @@ pub use engine::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 pub use etcd::ETCD_MIN_TTL;
 pub use local::serve::{Heartbeat, ServeOptions, Server};
 pub use rules::history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
-pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo};
+pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo, WaiterInfo};
 pub use rules::kind::{Kind, MAX_HOLDERS};
 pub use rules::metrics::{Metrics, Scope, WAIT_BUCKET_BOUNDS};
 pub use storage::db::SCHEMA_VERSION;

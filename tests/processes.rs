@@ -204,7 +204,7 @@ fn a_paused_holder_keeps_its_lease_until_the_ttl_then_is_fenced_out() {
     let token = kid.token();
     kid.stop();
     let paused_at = boottime_ns();
-    let lease = store.lock("job").unwrap().unwrap();
+    let lease = store.lock_info("job").unwrap().unwrap();
     assert_eq!(lease.token, token);
     let expires = paused_at + u64::try_from(lease.remaining.as_nanos()).unwrap();
 
@@ -384,7 +384,7 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     .unwrap();
     assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
     assert_eq!(
-        reader.lock("held").unwrap().unwrap().state,
+        reader.lock_info("held").unwrap().unwrap().state,
         fencelock::LockState::Held
     );
 
@@ -680,7 +680,7 @@ fn a_multi_lock_of_another_process_excludes_each_name_and_dies_with_it() {
 /// Waits until `store` goes through a server, making operations so that it moves over.
 fn until_served(store: &Store) {
     for _ in 0..20_000 {
-        let _ = store.lock("probe");
+        let _ = store.lock_info("probe");
         if store.server().is_some() {
             return;
         }

@@ -28,7 +28,10 @@ fn a_read_only_store_reads_and_refuses_every_write() {
     assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
     assert_eq!(reader.keys(b"").unwrap(), vec![b"k".to_vec()]);
     assert_eq!(reader.fence_token("printer").unwrap(), Some(holder.token()));
-    assert_eq!(reader.lock("job").unwrap().unwrap().state, LockState::Held);
+    assert_eq!(
+        reader.lock_info("job").unwrap().unwrap().state,
+        LockState::Held
+    );
     reader.verify().unwrap();
     let before = reader.info().unwrap();
 
@@ -57,7 +60,7 @@ fn a_read_only_store_reads_and_refuses_every_write() {
     assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"newer");
     holder.release().unwrap();
     assert_eq!(
-        reader.lock("job").unwrap().unwrap().state,
+        reader.lock_info("job").unwrap().unwrap().state,
         LockState::Released
     );
 }
@@ -217,7 +220,7 @@ fn reader_of_a_store_in_use_child() {
     // free, nor that no lock is recorded.
     let locks = reader.locks();
     assert!(cannot(&locks, "cannot see them"), "{locks:?}");
-    let job = reader.lock("job");
+    let job = reader.lock_info("job");
     assert!(cannot(&job, "cannot see them"), "{job:?}");
 }
 

@@ -81,7 +81,7 @@ fn child() {
 /// Waits until `store` goes through a server, making operations so that it moves over.
 fn until_served(store: &Store) -> u32 {
     for _ in 0..20_000 {
-        let _ = store.lock("probe");
+        let _ = store.lock_info("probe");
         if let Some(pid) = store.server() {
             return pid;
         }
@@ -330,7 +330,7 @@ fn leases_a_server_committed_without_an_fsync_survive_its_death() {
         for holder in &holders {
             assert!(holder.is_held().unwrap());
         }
-        let info = other.lock("survivor-0").unwrap().unwrap();
+        let info = other.lock_info("survivor-0").unwrap().unwrap();
         assert!(
             info.remaining > Duration::from_secs(600),
             "the extend survived too"

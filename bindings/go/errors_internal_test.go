@@ -79,7 +79,8 @@ func TestEveryHeaderStatusHasASentinel(t *testing.T) {
 	found := 0
 	for _, m := range define.FindAllStringSubmatch(string(header), -1) {
 		name := m[1]
-		if strings.HasPrefix(name, "MODE_") || strings.HasPrefix(name, "OPEN_") || strings.HasPrefix(name, "VERSION_") ||
+		if strings.HasPrefix(name, "MODE_") || strings.HasPrefix(name, "OPEN_") || strings.HasPrefix(name, "ACQUIRE_") ||
+			strings.HasPrefix(name, "VERSION_") ||
 			strings.HasPrefix(name, "KIND_") || strings.HasPrefix(name, "ENDING_") ||
 			strings.HasPrefix(name, "SCOPE_") || strings.HasPrefix(name, "EVENT_") || name == "MAX_HOLDERS" ||
 			name == "LOCK_HELD" || name == "LOCK_EXPIRED" || name == "LOCK_RELEASED" || name == "LOCK_HOLDER_DEAD" {

@@ -358,21 +358,10 @@ func (s *Store) Acquire(ctx context.Context, name string, opts ...AcquireOption)
 		return nil, err
 	}
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
-		if settings.Wait {
-			return s.acquireWait(ctx, name, func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, h **C.fencelock_holder, e errOut) C.fencelock_status {
-				if kind == C.FENCELOCK_KIND_EXCLUSIVE {
-					return C.fencelock_store_acquire_wait_cancellable(sh, cname, ttl, timeout, cancel, h, e)
-				}
-				return C.fencelock_store_acquire_kind_wait(sh, cname, kind, permits, ttl, timeout, cancel, h, e)
-			})
-		}
-		var h *C.fencelock_holder
-		err := s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
-			return check(func(e errOut) C.fencelock_status {
-				return C.fencelock_store_acquire_kind_cancellable(sh, cname, kind, permits, ttl, cancel, &h, e)
-			})
-		})
-		return h, err
+		opts := acquireOptions(ttl)
+		opts.kind, opts.permits = kind, permits
+		hs, err := s.acquire(ctx, name, &cname, 1, opts, settings.Wait)
+		return hs[0], err
 	})
 }
 
@@ -411,19 +400,7 @@ func (s *Store) AcquireAll(ctx context.Context, names []string, opts ...AcquireO
 			return nil, err
 		}
 	}
-	hs := make([]*C.fencelock_holder, len(names))
-	call := func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, e errOut) C.fencelock_status {
-		return C.fencelock_store_acquire_all(sh, (**C.char)(cnames), C.size_t(len(names)), ttl, timeout, cancel, &hs[0], e)
-	}
-	if settings.Wait {
-		_, err = s.acquireWait(ctx, strings.Join(names, ","), func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, _ **C.fencelock_holder, e errOut) C.fencelock_status {
-			return call(sh, timeout, cancel, e)
-		})
-	} else {
-		err = s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
-			return check(func(e errOut) C.fencelock_status { return call(sh, 0, cancel, e) })
-		})
-	}
+	hs, err := s.acquire(ctx, strings.Join(names, ","), (**C.char)(cnames), len(names), acquireOptions(ttl), settings.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -461,6 +438,38 @@ func (s *Store) grant(name string, settings AcquireSettings, call func(cname *C.
 		return nil, err
 	}
 	return newLease(h, name, settings)
+}
+
+// acquireOptions is the fencelock_acquire_options of a try-once acquire of one exclusive lock
+// for ttl; the callers set what differs.
+func acquireOptions(ttl C.uint64_t) C.fencelock_acquire_options {
+	return C.fencelock_acquire_options{size: C.size_t(unsafe.Sizeof(C.fencelock_acquire_options{})), ttl_ms: ttl}
+}
+
+// acquire makes the one C call of every acquire, fencelock_store_acquire_opts, for the count C
+// names at cnames with opts: tried once, bounded by ctx (bounded), or with wait in acquireWait,
+// behind the gate of gateName. It fills in the options' timeout and cancel handle. Neither opts
+// nor the array of names may hold a pointer to Go memory (cgo's rule for memory passed to C).
+func (s *Store) acquire(ctx context.Context, gateName string, cnames **C.char, count int, opts C.fencelock_acquire_options, wait bool) ([]*C.fencelock_holder, error) {
+	hs := make([]*C.fencelock_holder, count)
+	call := func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fencelock_cancel, _ **C.fencelock_holder, e errOut) C.fencelock_status {
+		o := opts
+		o.cancel = cancel
+		if wait {
+			o.flags |= C.FENCELOCK_ACQUIRE_WAIT
+			o.timeout_ms = timeout
+		}
+		return C.fencelock_store_acquire_opts(sh, cnames, C.size_t(count), &o, &hs[0], e)
+	}
+	var err error
+	if wait {
+		_, err = s.acquireWait(ctx, gateName, call)
+	} else {
+		err = s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
+			return check(func(e errOut) C.fencelock_status { return call(sh, 0, cancel, nil, e) })
+		})
+	}
+	return hs, err
 }
 
 // waitCall is one waiting C acquire with its timeout and cancel handle.
@@ -542,24 +551,25 @@ func (c *storeCore) leaveGate(name string, g *gate) {
 }
 
 // AcquireAndPut acquires the lock name and writes value under key with the new token, in one
-// transaction: either both happen or neither. It tries once; the Wait option is refused with
-// ErrInvalidArgument because the library has no waiting form of it.
+// transaction: either both happen or neither. Without Wait it tries once; with Wait it waits its
+// turn as Acquire does, and writes with the grant. Shared and Permits are refused with
+// ErrInvalidArgument: only an exclusive grant writes.
 func (s *Store) AcquireAndPut(ctx context.Context, name, key string, value []byte, opts ...AcquireOption) (Holder, error) {
 	settings := SettingsOf(opts...)
-	if settings.Wait {
-		return nil, invalid("AcquireAndPut tries once; acquire with Wait, then Holder.Put")
+	if settings.Shared || settings.Permits > 0 {
+		return nil, invalid("AcquireAndPut acquires an exclusive lock only")
 	}
 	return s.grant(name, settings, func(cname *C.char, ttl C.uint64_t) (*C.fencelock_holder, error) {
-		var h *C.fencelock_holder
-		err := s.bounded(ctx, func(sh *C.fencelock_store, cancel *C.fencelock_cancel) error {
-			err := check(func(e errOut) C.fencelock_status {
-				return C.fencelock_store_acquire_and_put_cancellable(sh, cname, ttl, stringPtr(key), C.size_t(len(key)),
-					bytesPtr(value), C.size_t(len(value)), cancel, &h, e)
-			})
-			runtime.KeepAlive(value)
-			return err
-		})
-		return h, err
+		// Copies in C memory: the options passed to C may point to no Go memory.
+		ckey, cvalue := cBytes([]byte(key)), cBytes(value)
+		defer C.free(unsafe.Pointer(ckey))
+		defer C.free(unsafe.Pointer(cvalue))
+		o := acquireOptions(ttl)
+		o.flags = C.FENCELOCK_ACQUIRE_PUT
+		o.key, o.key_len = ckey, C.size_t(len(key))
+		o.value, o.value_len = cvalue, C.size_t(len(value))
+		hs, err := s.acquire(ctx, name, &cname, 1, o, settings.Wait)
+		return hs[0], err
 	})
 }
 
@@ -775,6 +785,14 @@ func stringPtr(s string) *C.uint8_t {
 		return nil
 	}
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s)))
+}
+
+// cBytes copies b into C memory, to be freed with C.free; NULL for an empty b.
+func cBytes(b []byte) *C.uint8_t {
+	if len(b) == 0 {
+		return nil
+	}
+	return (*C.uint8_t)(C.CBytes(b))
 }
 
 // bytesPtr is stringPtr for a byte slice.

@@ -565,10 +565,27 @@ func TestAcquireAndPutIsAtomic(t *testing.T) {
 	if value, _, _ := store.Get(bg, "k"); string(value) != "v" {
 		t.Fatalf("a refused AcquireAndPut wrote %q", value)
 	}
-	if _, err := store.AcquireAndPut(bg, "w", "k", nil, fencelock.Wait()); !errors.Is(err, fencelock.ErrInvalidArgument) {
-		t.Fatalf("AcquireAndPut with Wait: %v", err)
+	// With Wait it waits its turn, and writes nothing while it waits.
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancel()
+	if _, err := store.AcquireAndPut(ctx, "w", "k", []byte("late"), fencelock.Wait()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AcquireAndPut with Wait on a held lock: %v", err)
+	}
+	if value, _, _ := store.Get(bg, "k"); string(value) != "v" {
+		t.Fatalf("a timed-out AcquireAndPut wrote %q", value)
 	}
 	_ = holder.Release()
+	next, err := store.AcquireAndPut(bg, "w", "k", []byte("next"), fencelock.Wait())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if value, token, _ := store.Get(bg, "k"); string(value) != "next" || token != next.Token() {
+		t.Fatalf("Get after a waiting AcquireAndPut = %q, %d", value, token)
+	}
+	_ = next.Release()
+	if _, err := store.AcquireAndPut(bg, "w", "k", nil, fencelock.Shared()); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("AcquireAndPut Shared: %v", err)
+	}
 }
 
 func TestFenceGuardsAnExternalResource(t *testing.T) {

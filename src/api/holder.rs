@@ -55,6 +55,12 @@ impl Holder {
         Holder { lease }
     }
 
+    /// The lease, for the async forms (`api/async_tokio.rs`), which take it to the blocking pool.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lease(&self) -> &Arc<dyn LeaseHandle> {
+        &self.lease
+    }
+
     /// The fencing token of this lease.
     ///
     /// # Examples

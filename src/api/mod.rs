@@ -3,5 +3,8 @@
 //!
 //! Imports every layer below it; the C ABI (`ffi/`) above it uses only what `lib.rs` exports.
 
+#[cfg(feature = "tokio")]
+pub(crate) mod async_tokio;
 pub(crate) mod holder;
+pub(crate) mod lock;
 pub(crate) mod store;

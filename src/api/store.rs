@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::holder::Holder;
+use crate::api::lock::{Lock, LockAll};
 use crate::base::cancel::Cancel;
 use crate::base::error::Result;
 use crate::engine::observe::Observer;
 use crate::engine::options::Options;
-use crate::engine::{etcd_string, Acquire, Engine, Locks};
+use crate::engine::{etcd_string, Acquire, Engine};
 use crate::local::LocalEngine;
 use crate::rules::history::HistoryEntry;
-use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::Metrics;
 // What the docs link to.
@@ -102,7 +103,7 @@ impl Store {
         Store { engine }
     }
 
-    fn acquire_many(&self, request: &Acquire<'_>) -> Result<Vec<Holder>> {
+    pub(crate) fn acquire_many(&self, request: &Acquire<'_>) -> Result<Vec<Holder>> {
         Ok(self
             .engine
             .acquire(request)?
@@ -111,7 +112,7 @@ impl Store {
             .collect())
     }
 
-    fn acquire_one(&self, request: &Acquire<'_>) -> Result<Holder> {
+    pub(crate) fn acquire_one(&self, request: &Acquire<'_>) -> Result<Holder> {
         self.acquire_many(request)?
             .pop()
             .ok_or_else(|| crate::Error::Storage("internal error: a grant without a lease".into()))
@@ -244,8 +245,55 @@ impl Store {
         self.engine.server()
     }
 
+    /// The lock `name` of this store, to acquire as the returned [`Lock`]'s setters say:
+    /// `store.lock(name).ttl(..).timeout(..).kind(..).acquire()` blocks until the lock is
+    /// granted, as `Mutex::lock` and `File::lock` do; `.try_acquire()` tries once, as
+    /// `try_lock` does. Every `acquire*` method is a shorthand for one of these. (The record
+    /// of a lock is [`Store::lock_info`].)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Error, Kind};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.lock("payment-export").ttl(Duration::from_secs(30)).acquire()?;
+    /// let other = fencelock::Store::open(&path)?; // as another process would
+    /// let reader = other.lock("payment-export").kind(Kind::Shared);
+    /// let quick = reader.clone().timeout(Duration::from_millis(10));
+    /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
+    /// holder.release()?;
+    /// assert_eq!(reader.try_acquire()?.kind(), Kind::Shared);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lock<'a>(&'a self, name: &'a str) -> Lock<'a> {
+        Lock::new(self, name)
+    }
+
+    /// The locks `names`, to acquire exclusively all or none in one transaction as the
+    /// returned [`LockAll`]'s setters say: `.acquire()` waits until every one is free at once,
+    /// `.try_acquire()` tries once. See [`Store::acquire_all`] for the rules.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let holders = store.lock_all(&["a", "b"]).ttl(Duration::from_secs(30)).try_acquire()?;
+    /// assert_eq!(holders.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lock_all<'a>(&'a self, names: &'a [&'a str]) -> LockAll<'a> {
+        LockAll::new(self, names)
+    }
+
     /// Tries once to acquire the lock `name` for `ttl`. On contention returns
     /// [`Error::Locked`] with the current holder's token, pid and time left.
+    ///
+    /// Shorthand for `store.lock(name).ttl(ttl).try_acquire()` ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -272,13 +320,15 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire(&self, name: &str, ttl: Duration) -> Result<Holder> {
-        self.acquire_one(&Acquire::new(Locks::One(name), Kind::Exclusive, ttl))
+        self.lock(name).ttl(ttl).try_acquire()
     }
 
     /// Acquires the lock `name` for `ttl`, waiting up to `timeout` for it to be free. Wakes at
     /// once when a holder of this process releases, within about a millisecond when a holder of
     /// another process releases or dies, and when the holder's lease expires. Returns
     /// [`Error::Timeout`] when the timeout passes first.
+    ///
+    /// Shorthand for `store.lock(name).ttl(ttl).timeout(timeout).acquire()` ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -308,13 +358,14 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_wait(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Holder> {
-        self.acquire_one(
-            &Acquire::new(Locks::One(name), Kind::Exclusive, ttl).waiting(timeout, None),
-        )
+        self.lock(name).ttl(ttl).timeout(timeout).acquire()
     }
 
     /// Like [`Store::acquire_wait`], and ends within about a millisecond with
     /// [`Error::Cancelled`], changing nothing, once `cancel` fires (from any thread).
+    ///
+    /// Shorthand for `store.lock(name).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -348,12 +399,17 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
-        let request = Acquire::new(Locks::One(name), Kind::Exclusive, ttl);
-        self.acquire_one(&request.waiting(timeout, Some(cancel)))
+        self.lock(name)
+            .ttl(ttl)
+            .timeout(timeout)
+            .cancel(cancel)
+            .acquire()
     }
 
     /// Acquires the lock `name` and writes `value` under `key` with the new token, in one
     /// transaction: either both happen or neither.
+    ///
+    /// Shorthand for `store.lock(name).ttl(ttl).put(key, value).try_acquire()` ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -381,15 +437,15 @@ impl Store {
         key: &[u8],
         value: &[u8],
     ) -> Result<Holder> {
-        self.acquire_one(&Acquire {
-            write: Some((key, value)),
-            ..Acquire::new(Locks::One(name), Kind::Exclusive, ttl)
-        })
+        self.lock(name).ttl(ttl).put(key, value).try_acquire()
     }
 
     /// Like [`Store::acquire_and_put`], its wait for another process that holds the store ended by `cancel`
     /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// Shorthand for `store.lock(name).ttl(ttl).put(key, value).cancel(cancel).try_acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -419,10 +475,11 @@ impl Store {
         value: &[u8],
         cancel: &Cancel,
     ) -> Result<Holder> {
-        self.acquire_one(&Acquire {
-            write: Some((key, value)),
-            ..Acquire::new(Locks::One(name), Kind::Exclusive, ttl).cancellable(cancel)
-        })
+        self.lock(name)
+            .ttl(ttl)
+            .put(key, value)
+            .cancel(cancel)
+            .try_acquire()
     }
 
     /// Tries once to acquire `name` as `kind` for `ttl`: exclusively (as [`Store::acquire`]),
@@ -432,6 +489,8 @@ impl Store {
     /// the name together with live holders (another shared holder, another permit) waits its
     /// turn behind every queued waiting acquire of the name, so a stream of shared acquires
     /// does not starve a waiting exclusive one.
+    ///
+    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).try_acquire()` ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -463,7 +522,7 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_kind(&self, name: &str, kind: Kind, ttl: Duration) -> Result<Holder> {
-        self.acquire_one(&Acquire::new(Locks::One(name), kind, ttl))
+        self.lock(name).kind(kind).ttl(ttl).try_acquire()
     }
 
     /// Like [`Store::acquire_kind`] (which [`Store::acquire`] is with [`Kind::Exclusive`]): tries
@@ -471,6 +530,9 @@ impl Store {
     /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
     /// `cancel` may also name the thread the lease is for ([`Cancel::set_thread`]).
+    ///
+    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).cancel(cancel).try_acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -501,13 +563,20 @@ impl Store {
         ttl: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
-        self.acquire_one(&Acquire::new(Locks::One(name), kind, ttl).cancellable(cancel))
+        self.lock(name)
+            .kind(kind)
+            .ttl(ttl)
+            .cancel(cancel)
+            .try_acquire()
     }
 
     /// Like [`Store::acquire_kind`], waiting up to `timeout` for its turn, as
     /// [`Store::acquire_wait`] does: waiting acquires of a name, of every kind, are granted
     /// oldest first across processes. A waiter of a semaphore looks again at least every
     /// millisecond, since any permit let go is its turn.
+    ///
+    /// Shorthand for `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -543,11 +612,19 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Holder> {
-        self.acquire_one(&Acquire::new(Locks::One(name), kind, ttl).waiting(timeout, None))
+        self.lock(name)
+            .kind(kind)
+            .ttl(ttl)
+            .timeout(timeout)
+            .acquire()
     }
 
     /// Like [`Store::acquire_kind_wait`], and ends with [`Error::Cancelled`], changing
     /// nothing, once `cancel` fires.
+    ///
+    /// Shorthand for
+    /// `store.lock(name).kind(kind).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock`]).
     ///
     /// # Errors
     ///
@@ -580,8 +657,12 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Holder> {
-        let request = Acquire::new(Locks::One(name), kind, ttl);
-        self.acquire_one(&request.waiting(timeout, Some(cancel)))
+        self.lock(name)
+            .kind(kind)
+            .ttl(ttl)
+            .timeout(timeout)
+            .cancel(cancel)
+            .acquire()
     }
 
     /// Tries once to acquire every lock of `names` exclusively for `ttl`, all or none, in one
@@ -595,6 +676,8 @@ impl Store {
     /// each name's lease stays an ordinary lease (a holder-checked write is checked against the
     /// lock it names, and releasing one lock leaves the others held), and every token is still
     /// higher than every earlier grant of any of the names.
+    ///
+    /// Shorthand for `store.lock_all(names).ttl(ttl).try_acquire()` ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -611,19 +694,22 @@ impl Store {
     /// let store = fencelock::Store::open(dir.path().join("locks.db"))?;
     /// let held = store.acquire("b", Duration::from_secs(30))?;
     /// assert!(store.acquire_all(&["a", "b"], Duration::from_secs(30)).is_err());
-    /// assert!(store.lock("a")?.is_none(), "all or none: a was not granted either");
+    /// assert!(store.lock_info("a")?.is_none(), "all or none: a was not granted either");
     /// drop(held);
     /// let both = store.acquire_all(&["a", "b"], Duration::from_secs(30))?;
     /// assert_eq!(both[1].token(), both[0].token() + 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_all(&self, names: &[&str], ttl: Duration) -> Result<Vec<Holder>> {
-        self.acquire_many(&Acquire::new(Locks::All(names), Kind::Exclusive, ttl))
+        self.lock_all(names).ttl(ttl).try_acquire()
     }
 
     /// Like [`Store::acquire_all`]: tries once, and its wait for another process that holds the store ended by `cancel`
     /// ([`Error::Cancelled`], changing nothing; at once when it fired before) and bounded by its
     /// deadline ([`Cancel::set_timeout`]) instead of the busy timeout.
+    ///
+    /// Shorthand for `store.lock_all(names).ttl(ttl).cancel(cancel).try_acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -649,14 +735,15 @@ impl Store {
         ttl: Duration,
         cancel: &Cancel,
     ) -> Result<Vec<Holder>> {
-        self.acquire_many(
-            &Acquire::new(Locks::All(names), Kind::Exclusive, ttl).cancellable(cancel),
-        )
+        self.lock_all(names).ttl(ttl).cancel(cancel).try_acquire()
     }
 
     /// Like [`Store::acquire_all`], waiting up to `timeout` until every lock is free at once.
     /// Its waits are not queued behind other waiters of the locks (it takes them whenever all
     /// are free together), and it holds none of them while it waits.
+    ///
+    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -685,13 +772,14 @@ impl Store {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Vec<Holder>> {
-        self.acquire_many(
-            &Acquire::new(Locks::All(names), Kind::Exclusive, ttl).waiting(timeout, None),
-        )
+        self.lock_all(names).ttl(ttl).timeout(timeout).acquire()
     }
 
     /// Like [`Store::acquire_all_wait`], and ends with [`Error::Cancelled`], changing nothing,
     /// once `cancel` fires.
+    ///
+    /// Shorthand for `store.lock_all(names).ttl(ttl).timeout(timeout).cancel(cancel).acquire()`
+    /// ([`Store::lock_all`]).
     ///
     /// # Errors
     ///
@@ -714,7 +802,7 @@ impl Store {
     ///     store.acquire_all_wait_cancellable(&["a", "b"], ttl, timeout, &cancel),
     ///     Err(Error::Cancelled)
     /// ));
-    /// assert!(store.lock("a")?.is_none(), "nothing was granted");
+    /// assert!(store.lock_info("a")?.is_none(), "nothing was granted");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn acquire_all_wait_cancellable(
@@ -724,8 +812,11 @@ impl Store {
         timeout: Duration,
         cancel: &Cancel,
     ) -> Result<Vec<Holder>> {
-        let request = Acquire::new(Locks::All(names), Kind::Exclusive, ttl);
-        self.acquire_many(&request.waiting(timeout, Some(cancel)))
+        self.lock_all(names)
+            .ttl(ttl)
+            .timeout(timeout)
+            .cancel(cancel)
+            .acquire()
     }
 
     /// Stores `value` under `key` with `token`. Refused with [`Error::StaleToken`] when the key
@@ -1027,14 +1118,14 @@ impl Store {
     /// # let dir = tempfile::tempdir()?;
     /// # let path = dir.path().join("locks.db");
     /// let store = fencelock::Store::open(&path)?;
-    /// assert_eq!(store.lock("nightly")?, None);
+    /// assert_eq!(store.lock_info("nightly")?, None);
     /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
-    /// let info = store.lock("nightly")?.expect("just granted");
+    /// let info = store.lock_info("nightly")?.expect("just granted");
     /// assert_eq!((info.token, info.pid), (holder.token(), std::process::id()));
     /// assert_eq!(info.state, LockState::Held);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn lock(&self, name: &str) -> Result<Option<LockInfo>> {
+    pub fn lock_info(&self, name: &str) -> Result<Option<LockInfo>> {
         Ok(self.lock_holders(name)?.into_iter().next())
     }
 
@@ -1063,6 +1154,31 @@ impl Store {
     /// ```
     pub fn lock_holders(&self, name: &str) -> Result<Vec<LockInfo>> {
         self.engine.lock_holders(name)
+    }
+
+    /// The acquires of any process of this host queued waiting for the lock `name`, oldest
+    /// first (the order they are served in): pid, place and how long each has waited. A waiter
+    /// paused mid-wait is listed; one whose process died is not. Empty where waits are not
+    /// queued (a store opened in single-process mode).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad lock name, or on an etcd store (etcd keeps its
+    /// waiters as keys of its own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+    /// assert!(store.waiters("nightly")?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {
+        self.engine.waiters(name)
     }
 
     /// Counts and settings of the store.

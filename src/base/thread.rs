@@ -84,7 +84,8 @@ impl ThreadTag {
         NonZeroU64::new(n).map(ThreadTag)
     }
 
-    fn fresh() -> ThreadTag {
+    /// A tag no thread has: for a wait made on behalf of no thread (an async task's).
+    pub(crate) fn fresh() -> ThreadTag {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         ThreadTag(NonZeroU64::new(n).expect("2^64 thread tags are never handed out"))
     }

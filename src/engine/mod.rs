@@ -26,7 +26,7 @@ use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::thread::ThreadTag;
 use crate::rules::history::HistoryEntry;
-use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::Metrics;
 use observe::Observer;
@@ -65,23 +65,6 @@ impl<'a> Acquire<'a> {
             write: None,
             wait: None,
             cancel: None,
-        }
-    }
-
-    /// The same acquire, waiting up to `timeout` (from now), ended by `cancel`.
-    pub(crate) fn waiting(self, timeout: Duration, cancel: Option<&'a Cancel>) -> Acquire<'a> {
-        Acquire {
-            wait: Some(Waiting::new(timeout, cancel)),
-            cancel,
-            ..self
-        }
-    }
-
-    /// The same acquire, trying once, with `cancel` for its wait for a busy store.
-    pub(crate) fn cancellable(self, cancel: &'a Cancel) -> Acquire<'a> {
-        Acquire {
-            cancel: Some(cancel),
-            ..self
         }
     }
 
@@ -142,6 +125,11 @@ pub(crate) trait Engine: Send + Sync {
 
     fn history(&self, _name: &str) -> Result<Vec<HistoryEntry>> {
         Err(not_kept("histories"))
+    }
+
+    /// The acquires queued waiting for the lock `name`, oldest first.
+    fn waiters(&self, _name: &str) -> Result<Vec<WaiterInfo>> {
+        Err(not_kept("waiting queues"))
     }
 
     fn metrics(&self) -> Result<Metrics> {

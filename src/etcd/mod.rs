@@ -314,8 +314,9 @@ impl EtcdEngine {
                 .map_err(|holder| self.locked(name, holder));
         };
         crate::base::cancel::check(waiting.cancel)?;
-        // A first try, behind whoever is queued; then the queue (queue.rs).
-        let grant = self.grant(name, ttl, None, request.cancel)?;
+        // A first try, behind whoever is queued; then the queue (queue.rs). Either grant
+        // writes the request's value in its own transaction.
+        let grant = self.grant(name, ttl, request.write, request.cancel)?;
         match self.granted(name, grant) {
             Ok(lease) => return Ok(lease),
             Err(holder) => {
@@ -330,7 +331,7 @@ impl EtcdEngine {
                 }
             }
         }
-        self.wait_in_queue(name, ttl, waiting)
+        self.wait_in_queue(name, ttl, request.write, waiting)
     }
 
     /// The holder of a grant that went through; the lock key that refused it otherwise.

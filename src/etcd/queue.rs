@@ -56,6 +56,7 @@ impl EtcdEngine {
         &self,
         name: &str,
         ttl: Duration,
+        write: Option<(&[u8], &[u8])>,
         waiting: Waiting<'_>,
     ) -> Result<Arc<EtcdLease>> {
         let secs = etcd_ttl(ttl)?;
@@ -70,7 +71,7 @@ impl EtcdEngine {
             }
         };
         let stop = self.keep_waiting(lease, secs);
-        let waited = self.wait_with(name, lease, secs, waiting);
+        let waited = self.wait_with(name, lease, secs, write, waiting);
         stop.notify_one();
         if waited.is_err() {
             // Leaves the queue: the lease's end deletes the waiter key.
@@ -87,6 +88,7 @@ impl EtcdEngine {
         name: &str,
         lease: i64,
         secs: i64,
+        write: Option<(&[u8], &[u8])>,
         waiting: Waiting<'_>,
     ) -> Result<Arc<EtcdLease>> {
         let (start, end) = self.waiters(name);
@@ -110,15 +112,11 @@ impl EtcdEngine {
                     Compare::create_revision(start.clone(), CompareOp::Greater, place - 1)
                         .with_range(end.clone()),
                 ])
-                .and_then([
-                    TxnOp::put(self.last_key(), Vec::new(), None),
-                    TxnOp::put(
-                        lock_key.clone(),
-                        super::records::LockRecord::now().encode(),
-                        Some(PutOptions::new().with_lease(lease)),
-                    ),
-                    TxnOp::delete(me.clone(), None),
-                ])
+                .and_then({
+                    let mut then = self.grant_ops(lock_key.clone(), write, lease);
+                    then.push(TxnOp::delete(me.clone(), None));
+                    then
+                })
                 .or_else([
                     self.first_holder(name),
                     TxnOp::get(

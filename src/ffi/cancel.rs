@@ -53,8 +53,8 @@ pub unsafe extern "C" fn fencelock_cancel_new(
 /// `cancel` is NULL or a handle from `fencelock_cancel_new` not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_cancel_fire(cancel: *const fencelock_cancel) {
-    // SAFETY: upheld by the caller.
     guard_value((), || {
+        // SAFETY: upheld by the caller.
         if let Some(cancel) = unsafe { cancel.as_ref() } {
             cancel.cancel.cancel();
         }

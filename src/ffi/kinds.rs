@@ -2,16 +2,19 @@
 
 use std::ffi::c_char;
 
-use super::store::{acquire_one, fencelock_store, with_cancel};
-use super::{
-    fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, guard, handle, millis,
-    null, read_or, Out, FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
+use super::acquire::{
+    fencelock_acquire_options, fencelock_store_acquire_opts, FENCELOCK_ACQUIRE_WAIT,
 };
+use super::store::fencelock_store;
+use super::{
+    fencelock_cancel, fencelock_error, fencelock_holder, fencelock_status, read_or,
+    FENCELOCK_KIND_EXCLUSIVE, FENCELOCK_KIND_SEMAPHORE, FENCELOCK_KIND_SHARED,
+};
+use crate::Kind;
 use crate::Status;
-use crate::{Error, Kind, MAX_HOLDERS};
 
 /// The engine's kind for `kind` (a `FENCELOCK_KIND_*`) and `permits`.
-fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {
+pub(super) fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {
     match kind {
         FENCELOCK_KIND_EXCLUSIVE => Ok(Kind::Exclusive),
         FENCELOCK_KIND_SHARED => Ok(Kind::Shared),
@@ -20,6 +23,16 @@ fn kind_of(kind: i32, permits: u32) -> Result<Kind, fencelock_error> {
             Status::InvalidArgument,
             format!("unknown lock kind {other}"),
         )),
+    }
+}
+
+/// The permit count the entry points before `fencelock_store_acquire_opts` pass on: theirs
+/// ignore it for a kind other than a semaphore.
+fn legacy_permits(kind: i32, permits: u32) -> u32 {
+    if kind == FENCELOCK_KIND_SEMAPHORE {
+        permits
+    } else {
+        0
     }
 }
 
@@ -52,6 +65,9 @@ pub(super) fn kind_code(kind: Kind) -> (i32, u32) {
 /// `fencelock_store_acquire`.
 ///
 /// Thread-safe.
+///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `kind` and `permits` set in its options; call that instead.
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described.
@@ -92,6 +108,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind(
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `kind`, `permits` and `cancel` set in its options; call that instead.
+///
 /// # Safety
 /// Every pointer is NULL or valid as described.
 #[no_mangle]
@@ -105,16 +124,15 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_cancellable(
     holder_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
-    // SAFETY: upheld by the caller.
+    let options = fencelock_acquire_options {
+        kind,
+        permits: legacy_permits(kind, permits),
+        cancel,
+        ..fencelock_acquire_options::new(ttl_ms)
+    };
+    // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        acquire_one(store, name, holder_out, err_out, |store, lock| {
-            let (kind, ttl) = (kind_of(kind, permits)?, millis(ttl_ms));
-            Ok(with_cancel(
-                cancel,
-                || store.acquire_kind(lock, kind, ttl),
-                |cancel| store.acquire_kind_cancellable(lock, kind, ttl, cancel),
-            )?)
-        })
+        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
     }
 }
 
@@ -126,6 +144,10 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_cancellable(
 /// `FENCELOCK_TIMEOUT` and `FENCELOCK_CANCELLED`.
 ///
 /// Thread-safe; blocks the calling thread only.
+///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `kind`, `permits`, `FENCELOCK_ACQUIRE_WAIT`, `timeout_ms` and `cancel` set in its options; call
+/// that instead.
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described.
@@ -141,17 +163,17 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
     holder_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
-    // SAFETY: upheld by the caller.
+    let options = fencelock_acquire_options {
+        flags: FENCELOCK_ACQUIRE_WAIT,
+        timeout_ms,
+        kind,
+        permits: legacy_permits(kind, permits),
+        cancel,
+        ..fencelock_acquire_options::new(ttl_ms)
+    };
+    // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        acquire_one(store, name, holder_out, err_out, |store, lock| {
-            let kind = kind_of(kind, permits)?;
-            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
-            Ok(with_cancel(
-                cancel,
-                || store.acquire_kind_wait(lock, kind, ttl, timeout),
-                |cancel| store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, cancel),
-            )?)
-        })
+        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
     }
 }
 
@@ -161,7 +183,8 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
 /// tries once (`FENCELOCK_LOCKED` on contention); otherwise it waits up to `timeout_ms` until
 /// all are free at once (`FENCELOCK_TIMEOUT`). Either way `cancel` (NULL: none) ends the call
 /// once it fires, and bounds it by its deadline (`fencelock_cancel_set_timeout`): a try's wait
-/// for another process that holds the store too, instead of the store's busy timeout.
+/// for another process that holds the store too, instead of the store's busy timeout. A single
+/// name is acquired as one lock is, waiting in its turn.
 ///
 /// On success `holders_out[0..count]` receive one new holder per name, in the order of
 /// `names`, each with its own token (they follow each other), lease and TTL, each to be freed
@@ -174,6 +197,10 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
 /// and the other codes of `fencelock_store_acquire`.
 ///
 /// Thread-safe; blocks the calling thread only.
+///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `cancel`, and `FENCELOCK_ACQUIRE_WAIT` with `timeout_ms` when it is not 0, set in its options;
+/// call that instead.
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described: `names` points to `count` name pointers,
@@ -189,51 +216,19 @@ pub unsafe extern "C" fn fencelock_store_acquire_all(
     holders_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
+    let options = fencelock_acquire_options {
+        // A timeout of 0 tries once.
+        flags: if timeout_ms == 0 {
+            0
+        } else {
+            FENCELOCK_ACQUIRE_WAIT
+        },
+        timeout_ms,
+        cancel,
+        ..fencelock_acquire_options::new(ttl_ms)
+    };
     // SAFETY: upheld by the caller.
-    unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            if names.is_null() {
-                return Err(null("names"));
-            }
-            let holders_out = Out::required(holders_out, "holders_out")?;
-            // Before `names` is read: a count out of range (`SIZE_MAX` from a careless
-            // `n - 1`) is the engine's refusal, not a read past the array.
-            if count == 0 || count > MAX_HOLDERS as usize {
-                return Err(Error::InvalidArgument(format!(
-                    "an acquire of several locks names 1 to {MAX_HOLDERS} of them, not {count}"
-                ))
-                .into());
-            }
-            let names = std::slice::from_raw_parts(names, count)
-                .iter()
-                .map(|&name| super::name(name, "a name"))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
-            let holders = match timeout_ms {
-                0 => with_cancel(
-                    cancel,
-                    || store.store.acquire_all(&names, ttl),
-                    |cancel| store.store.acquire_all_cancellable(&names, ttl, cancel),
-                )?,
-                _ => with_cancel(
-                    cancel,
-                    || store.store.acquire_all_wait(&names, ttl, timeout),
-                    |cancel| {
-                        store
-                            .store
-                            .acquire_all_wait_cancellable(&names, ttl, timeout, cancel)
-                    },
-                )?,
-            };
-            let raw: Vec<*mut fencelock_holder> = holders
-                .into_iter()
-                .map(fencelock_holder::into_raw)
-                .collect();
-            holders_out.set_all(&raw);
-            Ok(())
-        })
-    }
+    unsafe { fencelock_store_acquire_opts(store, names, count, &options, holders_out, err_out) }
 }
 
 /// The kind of the holder's lease (`FENCELOCK_KIND_*`); -1 for NULL.

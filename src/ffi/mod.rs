@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::Status;
 
+pub mod acquire;
 pub mod cancel;
 pub mod error;
 pub mod history;
@@ -27,6 +28,7 @@ pub mod observe;
 pub mod store;
 
 // Every exported function and type, at `fencelock::ffi::*` for Rust callers and tests.
+pub use acquire::*;
 pub use cancel::*;
 pub use error::*;
 pub use history::*;

@@ -22,9 +22,9 @@ macro_rules! write_fields {
         let out: &mut MaybeUninit<$ty> = $out;
         let ptr = out.as_mut_ptr();
         let $ty { $($field),* } = $value;
+        #[allow(unused_unsafe)] // for a caller already in an unsafe block
         // SAFETY: `ptr` points to `out`, valid for writes; each write fills one field in place
         // and leaves the other bytes as they were.
-        #[allow(unused_unsafe)] // for a caller already in an unsafe block
         unsafe {
             $((&raw mut (*ptr).$field).write($field);)*
         }

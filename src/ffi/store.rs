@@ -2,6 +2,10 @@
 
 use std::ffi::c_char;
 
+use super::acquire::{
+    fencelock_acquire_options, fencelock_store_acquire_opts, FENCELOCK_ACQUIRE_PUT,
+    FENCELOCK_ACQUIRE_WAIT,
+};
 use super::{
     fencelock_cancel, fencelock_error, fencelock_holder, fencelock_key_list, fencelock_lock_list,
     fencelock_status, free_boxed, guard, guard_value, handle, key_bytes, millis, name, value_bytes,
@@ -17,31 +21,6 @@ use crate::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 /// Safe to use from many threads at once.
 pub struct fencelock_store {
     pub(super) store: Store,
-}
-
-/// The shape every acquire of one lock shares: the store, the lock's name and the holder's
-/// output are checked (in that order) before any work, `acquire` asks the store, and the new
-/// holder is handed out only on success.
-///
-/// # Safety
-/// Every pointer is NULL or valid as the calling function describes.
-pub(super) unsafe fn acquire_one(
-    store: *const fencelock_store,
-    lock: *const c_char,
-    holder_out: *mut *mut fencelock_holder,
-    err_out: *mut *mut fencelock_error,
-    acquire: impl FnOnce(&Store, &str) -> Result<crate::Holder, fencelock_error>,
-) -> fencelock_status {
-    // SAFETY: upheld by the caller.
-    unsafe {
-        guard(err_out, || {
-            let store = handle(store, "store")?;
-            let lock = name(lock, "name")?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
-            holder_out.set(fencelock_holder::into_raw(acquire(&store.store, lock)?));
-            Ok(())
-        })
-    }
 }
 
 /// The plain or the cancellable form of a wait, as the NULL-or-valid `cancel` asks.
@@ -242,6 +221,9 @@ pub unsafe extern "C" fn fencelock_store_close(store: *mut fencelock_store) {
 ///
 /// Thread-safe.
 ///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms` set
+/// in its options; call that instead.
+///
 /// # Safety
 /// Every pointer is NULL or valid as described.
 #[no_mangle]
@@ -252,11 +234,10 @@ pub unsafe extern "C" fn fencelock_store_acquire(
     holder_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
-    // SAFETY: upheld by the caller.
+    let options = fencelock_acquire_options::new(ttl_ms);
+    // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        acquire_one(store, name, holder_out, err_out, |store, lock| {
-            Ok(store.acquire(lock, millis(ttl_ms))?)
-        })
+        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
     }
 }
 
@@ -272,6 +253,9 @@ pub unsafe extern "C" fn fencelock_store_acquire(
 /// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe; blocks the calling thread only.
+///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `FENCELOCK_ACQUIRE_WAIT` and `timeout_ms` set in its options; call that instead.
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described.
@@ -305,6 +289,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait(
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `FENCELOCK_ACQUIRE_WAIT`, `timeout_ms` and `cancel` set in its options; call that instead.
+///
 /// # Safety
 /// Every pointer is NULL or valid as described.
 #[no_mangle]
@@ -317,16 +304,15 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
     holder_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
-    // SAFETY: upheld by the caller.
+    let options = fencelock_acquire_options {
+        flags: FENCELOCK_ACQUIRE_WAIT,
+        timeout_ms,
+        cancel,
+        ..fencelock_acquire_options::new(ttl_ms)
+    };
+    // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        acquire_one(store, name, holder_out, err_out, |store, lock| {
-            let (ttl, timeout) = (millis(ttl_ms), millis(timeout_ms));
-            Ok(with_cancel(
-                cancel,
-                || store.acquire_wait(lock, ttl, timeout),
-                |cancel| store.acquire_wait_cancellable(lock, ttl, timeout, cancel),
-            )?)
-        })
+        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
     }
 }
 
@@ -345,6 +331,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
 /// `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
+///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `FENCELOCK_ACQUIRE_PUT`, `key` and `value` set in its options; call that instead.
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
@@ -387,6 +376,9 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put(
 ///
 /// Thread-safe; blocks the calling thread only.
 ///
+/// Kept for one release, as a thin wrapper: it is `fencelock_store_acquire_opts` with `ttl_ms`,
+/// `FENCELOCK_ACQUIRE_PUT`, `key`, `value` and `cancel` set in its options; call that instead.
+///
 /// # Safety
 /// Every pointer is NULL or valid as described; `key` and `value` point to `key_len` and
 /// `value_len` readable bytes.
@@ -403,23 +395,18 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put_cancellable(
     holder_out: *mut *mut fencelock_holder,
     err_out: *mut *mut fencelock_error,
 ) -> fencelock_status {
-    // SAFETY: upheld by the caller.
+    let options = fencelock_acquire_options {
+        flags: FENCELOCK_ACQUIRE_PUT,
+        cancel,
+        key,
+        key_len,
+        value,
+        value_len,
+        ..fencelock_acquire_options::new(ttl_ms)
+    };
+    // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        guard(err_out, || {
-            let store = &handle(store, "store")?.store;
-            let lock = super::name(name, "name")?;
-            let key = key_bytes(key, key_len, "key")?;
-            let value = value_bytes(value, value_len)?;
-            let holder_out = Out::required(holder_out, "holder_out")?;
-            let ttl = millis(ttl_ms);
-            let holder = with_cancel(
-                cancel,
-                || store.acquire_and_put(lock, ttl, key, value),
-                |cancel| store.acquire_and_put_cancellable(lock, ttl, key, value, cancel),
-            )?;
-            holder_out.set(fencelock_holder::into_raw(holder));
-            Ok(())
-        })
+        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
     }
 }
 

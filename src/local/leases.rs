@@ -22,14 +22,16 @@
 //!   its lease here, inside its transaction.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::base::clock::{self, ProcessId};
-use crate::base::error::{Error, Result};
+use crate::base::error::Result;
 use crate::base::limits::duration_ns;
 use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
+use crate::ring::tokens::Take;
+use crate::ring::SharedWord;
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
 use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
@@ -72,8 +74,8 @@ impl LocalEngine {
     /// have been handed out), and the live leases the file's leases table holds (granted by a
     /// library that kept them there, before an upgrade).
     pub(crate) fn setup_map(&self, member: &RingMember) -> Result<()> {
-        let header = member.ring().map_header();
-        if header.ready.load(Ordering::Acquire) != 0 {
+        let ring = member.ring();
+        if ring.tokens_ready() {
             return Ok(());
         }
         let counts = self.counts()?;
@@ -83,8 +85,7 @@ impl LocalEngine {
             sealed: counts.sealed,
         }
         .map_base();
-        header.last_token.fetch_max(base, Ordering::AcqRel);
-        header.reserved.fetch_max(base, Ordering::AcqRel);
+        ring.tokens_start_at(base);
         let now = clock::now_ns();
         for (name, record) in self.file_leases()? {
             let mut live = false;
@@ -115,40 +116,26 @@ impl LocalEngine {
             )?;
         }
         // The first block, reserved now rather than by the first grant.
-        if header.reserved.load(Ordering::Acquire) <= header.last_token.load(Ordering::Acquire) {
+        if ring.reserved_tokens() <= ring.last_token() {
             self.reserve(member, base)?;
         }
-        header.ready.store(1, Ordering::Release);
+        ring.tokens_set_up();
         Ok(())
     }
 
     /// `count` consecutive new tokens, each higher than every token handed out before: the
     /// first of them.
     fn take_tokens(&self, member: &RingMember, count: u64) -> Result<u64> {
-        let header = member.ring().map_header();
         loop {
-            // Zeros would have a reservation made from them, and tokens handed out again.
-            member.ring().intact()?;
-            let last = header.last_token.load(Ordering::Acquire);
-            let end = last
-                .checked_add(count)
-                .ok_or_else(|| Error::Storage("the token counter is exhausted".into()))?;
-            let reserved = header.reserved.load(Ordering::Acquire);
-            if end > reserved {
-                // Only when the refill ahead of need did not keep up.
-                self.reserve(member, end)?;
-                continue;
-            }
-            if header
-                .last_token
-                .compare_exchange(last, end, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                let left = reserved - end;
-                if left < header.block.load(Ordering::Relaxed) / 2 {
-                    self.refill_ahead(member, left);
+            match member.ring().take_tokens(count)? {
+                Take::Taken { first, left, block } => {
+                    if left < block / 2 {
+                        self.refill_ahead(member, left);
+                    }
+                    return Ok(first);
                 }
-                return Ok(last + 1);
+                // Only when the refill ahead of need did not keep up.
+                Take::Short { end } => self.reserve(member, end)?,
             }
         }
     }
@@ -156,15 +143,12 @@ impl LocalEngine {
     /// Reserves tokens durably up to `need` and a block beyond, and lets the map hand them
     /// out.
     fn reserve(&self, member: &RingMember, need: u64) -> Result<()> {
-        let header = member.ring().map_header();
-        let block = (header.block.load(Ordering::Relaxed) * 2).clamp(FIRST_BLOCK, MAX_BLOCK);
-        let at_least = need
-            .max(header.last_token.load(Ordering::Acquire))
-            .saturating_add(block);
+        let ring = member.ring();
+        let block = (ring.token_block() * 2).clamp(FIRST_BLOCK, MAX_BLOCK);
+        let at_least = need.max(ring.last_token()).saturating_add(block);
         match self.submit(Op::Reserve { at_least }, None)? {
             Done::Reserved { bound } => {
-                header.block.fetch_max(block, Ordering::AcqRel);
-                header.reserved.fetch_max(bound, Ordering::AcqRel);
+                ring.tokens_reserved(bound, block);
                 Ok(())
             }
             other => Err(unexpected(&other)),
@@ -175,19 +159,14 @@ impl LocalEngine {
     /// refilling and a quarter of the block is left (a refill whose process died, or that does
     /// not come while the block runs low, is taken over: two refills at once are harmless).
     fn refill_ahead(&self, member: &RingMember, left: u64) {
-        let header = member.ring().map_header();
-        let urgent = left < header.block.load(Ordering::Relaxed) / 4;
+        let urgent = left < member.ring().token_block() / 4;
         self.in_background(
             member,
             |h| &h.refilling,
             urgent,
             "fencelock-reserve",
             |engine, member| {
-                let need = member
-                    .ring()
-                    .map_header()
-                    .last_token
-                    .load(Ordering::Acquire);
+                let need = member.ring().last_token();
                 let _ = engine.reserve(member, need);
             },
         );
@@ -200,7 +179,7 @@ impl LocalEngine {
     fn in_background(
         &self,
         member: &RingMember,
-        slot: fn(&MapHeader) -> &AtomicU64,
+        slot: fn(&MapHeader) -> &SharedWord,
         take_over: bool,
         name: &str,
         job: fn(&LocalEngine, &RingMember),
@@ -658,12 +637,7 @@ impl LocalEngine {
                 }
             }
         }
-        let seal = seal.then(|| {
-            (
-                header.last_token.load(Ordering::Acquire),
-                header.reserved.load(Ordering::Acquire),
-            )
-        });
+        let seal = seal.then(|| (member.ring().last_token(), member.ring().reserved_tokens()));
         if ends.is_empty() && seal.is_none() {
             return Ok(());
         }

@@ -40,7 +40,7 @@ use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::ring::lock_hash;
 use crate::rules::context::Context;
 use crate::rules::history::HistoryEntry;
-use crate::rules::info::{Fenced, LockInfo, StoreInfo};
+use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::leases::describe_record;
 use crate::rules::metrics::Metrics;
@@ -87,8 +87,8 @@ pub(crate) struct LocalEngine {
     pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// The counters and recent releases of a store without a shared ring (`rules/metrics.rs`).
-    pub(crate) own_activity: Box<crate::rules::metrics::Activity>,
+    /// The counters and recent releases of a store without a shared ring (`ring/activity.rs`).
+    pub(crate) own_activity: Box<crate::ring::activity::Activity>,
     pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
     pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
@@ -252,7 +252,7 @@ impl LocalEngine {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            own_activity: crate::rules::metrics::Activity::private(),
+            own_activity: crate::ring::activity::Activity::private(),
             observer: RwLock::new(None),
             unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
@@ -531,13 +531,7 @@ impl Context for LocalEngine {
 
     fn shared_last_token(&self) -> Option<u64> {
         let member = self.map()?;
-        Some(
-            member
-                .ring()
-                .map_header()
-                .last_token
-                .load(Ordering::Acquire),
-        )
+        Some(member.ring().last_token())
     }
 }
 
@@ -659,6 +653,32 @@ impl Engine for LocalEngine {
 
     fn metrics(&self) -> Result<Metrics> {
         self.snapshot()
+    }
+
+    fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {
+        check_name("lock name", name)?;
+        self.check_fork()?;
+        // Without a ring (single-process mode, a ring it may not use) waits are not queued.
+        let Some(shared) = &self.shared else {
+            return Ok(Vec::new());
+        };
+        let now = clock::now_ns();
+        let wall = std::time::SystemTime::now();
+        Ok(shared
+            .ring()
+            .waiters_of(crate::ring::lock_hash(name), &self.live)
+            .into_iter()
+            .map(|queued| {
+                let waited = Duration::from_nanos(now.saturating_sub(queued.since_ns));
+                WaiterInfo {
+                    name: name.to_owned(),
+                    pid: queued.pid,
+                    ticket: queued.ticket,
+                    waiting_since: wall - waited,
+                    waited,
+                }
+            })
+            .collect())
     }
 
     fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {

@@ -9,8 +9,9 @@ use crate::base::error::{Error, Result};
 use crate::engine::observe::{Event, Observer};
 use crate::engine::Engine;
 use crate::local::LocalEngine;
+use crate::ring::activity::Activity;
 use crate::rules::kind::Kind;
-use crate::rules::metrics::{Activity, Counter, Metrics, Scope};
+use crate::rules::metrics::{Counter, Metrics, Scope};
 use crate::storage::commit::Committed;
 
 /// How an acquire call went, for the counters and the observer.

@@ -377,6 +377,12 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // A clean stop is a close of the store: the server, the last user of the lease map when
+        // no other process has the store open, seals it as any last user does
+        // (`Durable::seal`), so that the next grant goes on from the counter and not a block of
+        // tokens beyond it. With other users left, the map lives on in them, and nothing is
+        // sealed.
+        self.engine.record_releases();
         // The file is let go before the record: a store that finds no server recorded can
         // open it. (Stores that post meanwhile commit themselves once the record is gone.)
         self.engine.close_database();

@@ -69,7 +69,15 @@ pub(crate) struct Guarded(usize);
 impl Guarded {
     /// Whether the file was found cut short under the mapping (which now holds zeros).
     pub(crate) fn cut(&self) -> bool {
-        ENTRIES[self.0].cut.load(Ordering::SeqCst)
+        ENTRIES
+            .get(self.0)
+            .is_some_and(|entry| entry.cut.load(Ordering::SeqCst))
+    }
+
+    /// The record of a ring that is not a mapping (the models' rings, on the heap): never cut.
+    #[cfg(fencelock_loom)]
+    pub(crate) fn unmapped() -> Guarded {
+        Guarded(usize::MAX)
     }
 }
 
@@ -95,7 +103,9 @@ pub(crate) fn register(start: *mut u8, len: usize) -> io::Result<Guarded> {
 
 /// Forgets a mapping, before it is unmapped: a fault at that address afterwards is not a ring's.
 pub(crate) fn unregister(guarded: &Guarded) {
-    ENTRIES[guarded.0].start.store(FREE, Ordering::Release);
+    if let Some(entry) = ENTRIES.get(guarded.0) {
+        entry.start.store(FREE, Ordering::Release);
+    }
 }
 
 fn install() -> io::Result<()> {

@@ -54,56 +54,14 @@
 //!
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
 //! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
+//!
+//! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
+//! grant stopped before publishing beside a later grant of its lock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
+pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
+use super::layout::{BLOCKS, BLOCK_PAYLOAD};
+use super::sync::{fence, AtomicU64, Live, Ordering};
 use super::Ring;
-use crate::storage::liveness::Liveness;
-
-/// Buckets of the map: far more than the names held at once, so that names rarely share one.
-pub(crate) const BUCKETS: usize = 4096;
-/// Blocks of the map, and their size: 4 MiB in all.
-pub(crate) const BLOCKS: usize = 16384;
-pub(crate) const BLOCK_SIZE: usize = 256;
-/// The header of a block: its state word, the next block of its blob (index + 1, 0 for the
-/// last), and the bytes it carries.
-const BLOCK_HEAD: usize = 16;
-pub(crate) const BLOCK_PAYLOAD: usize = BLOCK_SIZE - BLOCK_HEAD;
-/// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a bucket
-/// that many names share (by chance or by choice) is refused only when the map is full, as a
-/// storage error; a longer chain is a torn read.
-pub(crate) const MAX_BLOB: usize = BLOCKS * BLOCK_PAYLOAD;
-
-/// The map's header, at the start of its area.
-#[repr(C)]
-pub(crate) struct MapHeader {
-    /// A random id of this map, drawn when the ring is set up: the id that processes using it
-    /// lock in the store file, so that a process that cannot see this map finds it in use.
-    pub(crate) table_id: AtomicU64,
-    /// The last token handed out.
-    pub(crate) last_token: AtomicU64,
-    /// The highest token the store file has reserved durably: no token above it is handed out.
-    pub(crate) reserved: AtomicU64,
-    /// How many tokens the last reservation took (they grow with the rate of grants).
-    pub(crate) block: AtomicU64,
-    /// The liveness id of the process refilling the reservation now, 0 for none.
-    pub(crate) refilling: AtomicU64,
-    /// Where the next claim of a block starts looking.
-    alloc_hint: AtomicU64,
-    /// 1 once the map's tokens are set up from the store file (see `local/leases.rs`).
-    pub(crate) ready: AtomicU64,
-    /// Ends of leases kept in the map and not yet in the store file's history (about).
-    pub(crate) pending_ends: AtomicU64,
-    /// The liveness id of the process writing those ends to the file now, 0 for none.
-    pub(crate) flushing: AtomicU64,
-    /// The bucket the pruning of dead records looks at next.
-    pub(crate) prune_cursor: AtomicU64,
-}
-
-pub(crate) const HEADER_AREA: usize = 4096;
-const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
-/// The header, the buckets' words, their token floors, the blocks.
-pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
 
 const FREE: u64 = 0;
 const PUBLIC: u64 = 1;
@@ -222,11 +180,19 @@ impl Ring {
         loop {
             let word = Word(self.bucket(index).load(Ordering::Acquire));
             if let Some((blob, chain)) = self.copy_blob(word.head()) {
+                // A seqlock's read: the copy's Relaxed loads, then this Acquire fence, then the
+                // word again. If the copy read any byte of a writer that reused a block of this
+                // blob, that writer's Release fence (`write_blocks`) pairs with this one, and
+                // everything before it (the swap that moved the word on, before the blob's blocks
+                // were freed) is seen by the load below: a torn copy is never accepted. Without
+                // the fences the load may still return the old word (the loom model of the map
+                // found such a copy trusted).
+                fence(Ordering::Acquire);
                 if self.bucket(index).load(Ordering::Acquire) == word.0 {
                     return Snapshot { word, blob, chain };
                 }
             }
-            std::hint::spin_loop();
+            super::sync::spin();
         }
     }
 
@@ -262,7 +228,7 @@ impl Ring {
         read: &Snapshot,
         blob: &[u8],
         owner: u64,
-        live: &Liveness,
+        live: &impl Live,
     ) -> Publish {
         let Some(blocks) = self.claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
         else {
@@ -286,6 +252,9 @@ impl Ring {
     /// Writes `blob` into `blocks` (this writer's), chained in order, each with a generation
     /// above its last: the generations.
     fn write_blocks(&self, blocks: &[usize], blob: &[u8]) -> Vec<u32> {
+        // The writer's half of `read_bucket`'s seqlock: the claims of these blocks (which came
+        // after the swaps that freed them) before any byte written into them.
+        fence(Ordering::Release);
         let mut generations = Vec::with_capacity(blocks.len());
         for (i, (&block, chunk)) in blocks.iter().zip(blob.chunks(BLOCK_PAYLOAD)).enumerate() {
             let next = blocks.get(i + 1).map_or(0, |&b| b + 1);
@@ -387,7 +356,7 @@ impl Ring {
 
     /// Claims `count` free blocks for `owner`; sweeps and tries again when too few are free,
     /// and gives back what it claimed when that is not enough.
-    fn claim_blocks(&self, count: usize, owner: u64, live: &Liveness) -> Option<Vec<usize>> {
+    fn claim_blocks(&self, count: usize, owner: u64, live: &impl Live) -> Option<Vec<usize>> {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
             let header = self.map_header();
@@ -425,7 +394,7 @@ impl Ring {
     /// blocks of replaced blobs whose writer was killed before freeing them, and the blocks of
     /// dead writers; marks PUBLIC the dead writers' blocks that a bucket reaches. `owner` (the
     /// sweeping process) claims a PUBLIC block before freeing it. See the module's docs.
-    pub(crate) fn sweep_blocks(&self, owner: u64, live: &Liveness) {
+    pub(crate) fn sweep_blocks(&self, owner: u64, live: &impl Live) {
         // (1) Before the walk, so that nothing noted can become reachable unseen: a dead
         // writer swaps no more, and a PUBLIC block is never published again under the
         // generation noted (the generation is read before the state, so it is at most that of
@@ -486,6 +455,24 @@ impl Ring {
         reached
     }
 
+    /// Whether every block that bucket `index` reaches is in use (never FREE): what a sweep or
+    /// a freer must never break. Read between two equal loads of the word, as `reachable`.
+    #[cfg(all(test, fencelock_loom))]
+    pub(crate) fn reached_blocks_in_use(&self, index: usize) -> bool {
+        loop {
+            let word = Word(self.bucket(index).load(Ordering::SeqCst));
+            let mut in_use = true;
+            let mut next = word.head();
+            while next != 0 && next <= BLOCKS {
+                in_use &= self.block_state(next - 1).load(Ordering::SeqCst) != FREE;
+                next = Link(self.block_link(next - 1).load(Ordering::SeqCst)).next();
+            }
+            if self.bucket(index).load(Ordering::SeqCst) == word.0 {
+                return in_use;
+            }
+        }
+    }
+
     /// How many blocks are not free (for tests and the metrics).
     #[cfg(test)]
     pub(crate) fn blocks_in_use(&self) -> usize {
@@ -499,6 +486,7 @@ impl Ring {
 mod tests {
     use super::*;
     use crate::ring::Stamp;
+    use crate::storage::liveness::Liveness;
 
     const STAMP: Stamp = Stamp {
         boot_id: [3; 16],

@@ -9,57 +9,16 @@
 //! racing a writer of another process reads torn bytes (which the protocol detects and throws
 //! away) rather than being a data race.
 
+use super::sync::{AtomicU64, Ordering};
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::map::{MapHeader, BLOCKS, BLOCK_PAYLOAD, BLOCK_SIZE, BUCKETS, HEADER_AREA};
-use super::{
-    Header, SlotHead, WaiterEntry, ACTIVITY_OFFSET, HEADER_SIZE, MAP_OFFSET, PAYLOAD, QUEUE_OFFSET,
-    RING_SIZE, SLOTS, SLOT_HEAD, SLOT_SIZE, WAITERS,
+use super::activity::Activity;
+use super::layout::{
+    Block, Header, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS, RING_SIZE, SLOTS, WAITERS,
 };
-use crate::rules::metrics::Activity;
-
-/// One slot: its head, then its payload.
-#[repr(C)]
-pub(super) struct Slot {
-    pub(super) head: SlotHead,
-    _reserved: [u64; (SLOT_HEAD - std::mem::size_of::<SlotHead>()) / 8],
-    pub(super) payload: [AtomicU64; PAYLOAD / 8],
-}
-
-/// One block of the lease map: its state word, its link and length word, then its payload.
-#[repr(C)]
-pub(super) struct Block {
-    /// FREE, PUBLIC or the liveness id of its writer.
-    pub(super) state: AtomicU64,
-    /// Next block (index + 1) in the high half, bytes in the low.
-    pub(super) link: AtomicU64,
-    pub(super) payload: [AtomicU64; BLOCK_PAYLOAD / 8],
-}
-
-// The layout the references below are laid over: every part where the offsets say, aligned,
-// and inside the mapping.
-const _: () = {
-    assert!(std::mem::size_of::<Slot>() == SLOT_SIZE);
-    assert!(std::mem::offset_of!(Slot, payload) == SLOT_HEAD);
-    assert!(std::mem::size_of::<Block>() == BLOCK_SIZE);
-    assert!(PAYLOAD % 8 == 0 && BLOCK_PAYLOAD % 8 == 0);
-    assert!(QUEUE_OFFSET >= std::mem::size_of::<Header>());
-    assert!(QUEUE_OFFSET + WAITERS * std::mem::size_of::<WaiterEntry>() <= HEADER_SIZE);
-    assert!(HEADER_SIZE + SLOTS * SLOT_SIZE <= ACTIVITY_OFFSET);
-    assert!(ACTIVITY_OFFSET + std::mem::size_of::<Activity>() <= MAP_OFFSET);
-    assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
-    assert!(MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE <= RING_SIZE);
-    assert!(QUEUE_OFFSET % std::mem::align_of::<WaiterEntry>() == 0);
-    assert!(HEADER_SIZE % std::mem::align_of::<Slot>() == 0);
-    assert!(ACTIVITY_OFFSET % std::mem::align_of::<Activity>() == 0);
-    assert!(MAP_OFFSET % std::mem::align_of::<MapHeader>() == 0);
-    assert!((MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
-    // The mapping is page-aligned: no part needs more.
-    assert!(std::mem::align_of::<Header>() <= 4096);
-    assert!(std::mem::align_of::<Activity>() <= 4096);
-};
+#[cfg(not(fencelock_loom))]
+use super::layout::{ACTIVITY_OFFSET, HEADER_AREA, HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET};
 
 /// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
 /// are valid for as long as the view lives: they are handed out only for the life of a borrow
@@ -78,6 +37,7 @@ pub(super) struct View {
 impl View {
     /// Maps the first RING_SIZE bytes of `file`, which the caller found to be RING_SIZE bytes
     /// long (a mapping past the end of a file faults).
+    #[cfg(not(fencelock_loom))]
     pub(super) fn map(file: &File) -> io::Result<View> {
         // SAFETY: a new shared mapping, at an address the kernel picks, aliases no Rust object.
         let base = unsafe {
@@ -156,6 +116,52 @@ impl View {
     }
 }
 
+/// The models' rings are on the heap (`View::heap`); none is mapped.
+#[cfg(fencelock_loom)]
+impl View {
+    pub(super) fn map(_file: &File) -> io::Result<View> {
+        Err(io::Error::other("the loom models map no ring"))
+    }
+
+    /// A ring of the models (make test-loom), on the heap: every word zero, as a new ring
+    /// file's.
+    pub(super) fn heap() -> View {
+        fn leak<T>(value: T) -> &'static T {
+            Box::leak(Box::new(value))
+        }
+        View {
+            header: leak(Header::zeroed()),
+            queue: leak(std::array::from_fn(|_| WaiterEntry::zeroed())),
+            slots: leak(std::array::from_fn(|_| Slot::zeroed())),
+            activity: Box::leak(Activity::private()),
+            map_header: leak(MapHeader::zeroed()),
+            buckets: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            floors: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            blocks: leak(std::array::from_fn(|_| Block::zeroed())),
+        }
+    }
+}
+
+#[cfg(fencelock_loom)]
+impl Drop for View {
+    fn drop(&mut self) {
+        fn free<T>(part: &'static T) {
+            // SAFETY: every part was leaked from a box by `View::heap` and is freed once, here,
+            // when the view that holds the only references to it is dropped.
+            drop(unsafe { Box::from_raw(std::ptr::from_ref(part).cast_mut()) });
+        }
+        free(self.header);
+        free(self.queue);
+        free(self.slots);
+        free(self.activity);
+        free(self.map_header);
+        free(self.buckets);
+        free(self.floors);
+        free(self.blocks);
+    }
+}
+
+#[cfg(not(fencelock_loom))]
 impl Drop for View {
     fn drop(&mut self) {
         let (base, len) = self.span();

@@ -11,7 +11,7 @@
 //! locks.
 //!
 //! How a lease ended is judged from what is known when its entry is written: the store's recent
-//! releases (`rules/metrics.rs`), its holder's liveness lock, whether its process still runs, and
+//! releases (`ring/activity.rs`), its holder's liveness lock, whether its process still runs, and
 //! its expiry.
 
 use std::ops::Bound;

@@ -37,9 +37,9 @@ pub struct Fenced {
 /// # let path = dir.path().join("locks.db");
 /// # let store = fencelock::Store::open(&path)?;
 /// let holder = store.acquire("nightly", Duration::from_secs(30))?;
-/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Held));
+/// assert_eq!(store.lock_info("nightly")?.map(|l| l.state), Some(LockState::Held));
 /// holder.release()?;
-/// assert_eq!(store.lock("nightly")?.map(|l| l.state), Some(LockState::Released));
+/// assert_eq!(store.lock_info("nightly")?.map(|l| l.state), Some(LockState::Released));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl LockState {
 /// # let path = dir.path().join("locks.db");
 /// # let store = fencelock::Store::open(&path)?;
 /// let _holder = store.acquire_kind("gpu", Kind::Semaphore(2), Duration::from_secs(30))?;
-/// let info = store.lock("gpu")?.expect("just granted");
+/// let info = store.lock_info("gpu")?.expect("just granted");
 /// assert_eq!((info.name.as_str(), info.kind), ("gpu", Kind::Semaphore(2)));
 /// assert!(info.expires_at > info.granted_at);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -109,6 +109,45 @@ pub struct LockInfo {
     /// How the grant holds the name: exclusive, shared, or a permit of a semaphore (with the
     /// name's permit count).
     pub kind: crate::rules::kind::Kind,
+}
+
+/// An acquire waiting for a lock in the store's waiting queue (what `pg_locks` shows as a row
+/// with `granted = false`): the process, and since when. Waiters are served oldest first.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("locks.db");
+/// # let store = fencelock::Store::open(&path)?;
+/// let _holder = store.acquire("nightly", Duration::from_secs(30))?;
+/// let other = fencelock::Store::open(&path)?;
+/// let waiting = std::thread::spawn(move || {
+///     other.acquire_wait("nightly", Duration::from_secs(30), Duration::from_millis(300))
+/// });
+/// # let give_up = std::time::Instant::now() + Duration::from_secs(60);
+/// while store.waiters("nightly")?.is_empty() {
+/// #   assert!(std::time::Instant::now() < give_up);
+///     std::thread::sleep(Duration::from_millis(5));
+/// }
+/// let waiter = &store.waiters("nightly")?[0];
+/// assert_eq!((waiter.name.as_str(), waiter.pid), ("nightly", std::process::id()));
+/// assert!(waiting.join().unwrap().is_err()); // its wait ran out
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaiterInfo {
+    /// The lock it waits for.
+    pub name: String,
+    /// The waiting process's id.
+    pub pid: u32,
+    /// Its place in the queue: a lower ticket waits longer and is served first.
+    pub ticket: u64,
+    /// When it took its place in the queue (wall-clock estimate from the boot-time clock).
+    pub waiting_since: SystemTime,
+    /// How long it has waited.
+    pub waited: Duration,
 }
 
 /// Counts and settings of a store.

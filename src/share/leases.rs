@@ -14,10 +14,9 @@
 
 use crate::base::error::{Error, Result};
 use crate::ring::map::{bucket_of, Publish, Snapshot};
-use crate::ring::{lock_hash, Ring};
+use crate::ring::{lock_hash, Live, Ring};
 use crate::rules::history::{Ended, Ends, ENTRY_LEN};
 use crate::rules::record::Record;
-use crate::storage::liveness::Liveness;
 
 const FORMAT: u8 = 1;
 
@@ -161,7 +160,7 @@ impl Floor {
 /// liveness id, which its unpublished blocks carry.
 pub(crate) fn update<T>(
     ring: &Ring,
-    live: &Liveness,
+    live: &impl Live,
     owner: u64,
     name: &str,
     mut decide: impl FnMut(Option<&Entry>, Floor) -> Result<(Change, T)>,
@@ -209,7 +208,7 @@ pub(crate) fn update<T>(
 /// `false` when another writer published first.
 fn publish(
     ring: &Ring,
-    live: &Liveness,
+    live: &impl Live,
     owner: u64,
     bucket: usize,
     read: &Snapshot,
@@ -240,7 +239,7 @@ fn publish(
 /// while other writers publish first.
 pub(crate) fn rewrite(
     ring: &Ring,
-    live: &Liveness,
+    live: &impl Live,
     owner: u64,
     bucket: usize,
     mut settle: impl FnMut(&mut Entry) -> Result<Ends>,

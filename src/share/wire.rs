@@ -13,8 +13,10 @@ use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
-/// The version of this format; part of the ring's header.
-pub(crate) const WIRE_VERSION: u32 = 6;
+/// The version of this format, and of the ring's layout (7: a waiter's entry records its pid
+/// and when it took its place); part of the ring's header, so that a process of another version
+/// uses no ring of this one.
+pub(crate) const WIRE_VERSION: u32 = 7;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);

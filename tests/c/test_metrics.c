@@ -2,6 +2,7 @@
    walkthrough on record (the paused holder taken over, the next one released), a holder
    killed in a forked child, the counters, the Prometheus text, and bad input refused with the
    outputs untouched. Runs under valgrind with zero errors and zero leaks. */
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -290,6 +291,70 @@ static void live_leases(const fencelock_store *store) {
     CHECK(m.live_exclusive == 0 && m.live_shared == 0 && m.live_permits == 0);
 }
 
+/* A wait of another thread, through a second open of the store (a wait for a lease held through
+   the same open is refused at once): up to 3 s, while the main thread looks at the queue. */
+static fencelock_status queued_open, queued_wait;
+
+static void *wait_for_queued(void *path) {
+    fencelock_store *other = NULL;
+    queued_open = fencelock_store_open(path, &other, NULL);
+    if (queued_open == FENCELOCK_OK) {
+        fencelock_holder *granted = NULL;
+        queued_wait = fencelock_store_acquire_wait(other, "queued", 60000, 3000, &granted, NULL);
+        fencelock_holder_free(granted);
+        fencelock_store_close(other);
+    }
+    return NULL;
+}
+
+/* The waiters of a lock: the queued acquire of another thread, with this process's pid; bad
+   input refused with the output untouched. */
+static void waiters(const fencelock_store *store, const char *path) {
+    fencelock_holder *holder = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_acquire(store, "queued", 60000, &holder, ERR));
+    pthread_t waiter;
+    CHECK(pthread_create(&waiter, NULL, wait_for_queued, (void *)path) == 0);
+    fencelock_waiter_list *list = NULL;
+    for (int tries = 0; tries < 6000; tries++) {
+        CHECK_STATUS(FENCELOCK_OK, fencelock_store_waiters(store, "queued", &list, ERR));
+        if (fencelock_waiter_list_len(list) == 1) {
+            break;
+        }
+        fencelock_waiter_list_free(list);
+        list = NULL;
+        sleep_ms(10);
+    }
+    CHECK(list != NULL && fencelock_waiter_list_len(list) == 1);
+    fencelock_waiter_info info;
+    memset(&info, 0, sizeof info);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_waiter_list_get(list, 0, &info));
+    CHECK(strcmp(info.name, "queued") == 0);
+    CHECK(info.pid == (uint32_t)getpid());
+    CHECK(info.ticket > 0);
+    CHECK(info.waiting_since_unix_ms <= now_unix_ms());
+    fencelock_waiter_info untouched;
+    memset(&untouched, 0xab, sizeof untouched);
+    CHECK(fencelock_waiter_list_get(list, 1, &untouched) == FENCELOCK_INVALID_ARGUMENT);
+    CHECK(untouched.ticket == 0xababababababababULL);
+    CHECK(fencelock_waiter_list_get(list, 0, NULL) == FENCELOCK_NULL_POINTER);
+    fencelock_waiter_list_free(list);
+    /* The waiter is granted once the holder lets go, and leaves the queue. */
+    fencelock_holder_free(holder);
+    CHECK(pthread_join(waiter, NULL) == 0);
+    CHECK(queued_open == FENCELOCK_OK && queued_wait == FENCELOCK_OK);
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_waiters(store, "queued", &list, ERR));
+    CHECK(fencelock_waiter_list_len(list) == 0);
+    fencelock_waiter_list_free(list);
+
+    fencelock_waiter_list *kept = (fencelock_waiter_list *)0x1;
+    CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_waiters(store, "", &kept, ERR));
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_waiters(store, NULL, &kept, ERR));
+    CHECK_STATUS(FENCELOCK_NULL_POINTER, fencelock_store_waiters(NULL, "queued", &kept, ERR));
+    CHECK(kept == (fencelock_waiter_list *)0x1);
+    CHECK(fencelock_waiter_list_len(NULL) == 0);
+    fencelock_waiter_list_free(NULL);
+}
+
 /* A store opened with FENCELOCK_OPEN_NO_HISTORY records no history; unknown flags are refused. */
 static void no_history(const char *path) {
     fencelock_store *store = NULL;
@@ -333,6 +398,7 @@ int main(void) {
     metrics(store, &before);
     snapshots_have_no_undefined_bytes(store);
     live_leases(store);
+    waiters(store, s.path);
 
     fencelock_history *untouched = (fencelock_history *)0x1;
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_history(store, "", &untouched, ERR));

@@ -8,8 +8,9 @@ use crate::common::*;
 use crate::help::help_exit_rows;
 
 /// The commands a user sees, each with a page.
-const COMMANDS: [&str; 11] = [
-    "run", "put", "get", "delete", "fence", "status", "keys", "info", "history", "metrics", "serve",
+const COMMANDS: [&str; 13] = [
+    "run", "hold", "put", "get", "delete", "fence", "status", "top", "keys", "info", "history",
+    "metrics", "serve",
 ];
 
 /// Whether `program` can be run here (zsh and fish need not be installed).

@@ -104,3 +104,164 @@ fn metrics_prints_prometheus_text_whose_grants_grow_with_the_runs() {
     fs::write(env.path("stop"), "").unwrap();
     assert!(finish(holder).status.success());
 }
+
+/// `GET PATH` (or another method) of `addr` over a real TCP connection: the status line, the
+/// headers and the body.
+fn http(addr: &str, method: &str, path: &str) -> (String, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let (status, headers) = head.split_once("\r\n").unwrap();
+    (status.to_owned(), headers.to_owned(), body.to_owned())
+}
+
+/// Spawns `fencelock ARGS` and returns it with the `HOST:PORT` its `metrics on http://...`
+/// line names (the other lines of its standard error are read past).
+fn spawn_listening(env: &Env, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = env
+        .cmd(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("a metrics line").unwrap();
+        if let Some(url) = line.strip_prefix("fencelock: metrics on http://") {
+            break url.strip_suffix("/metrics").unwrap().to_owned();
+        }
+    };
+    (child, addr)
+}
+
+/// The value of the one sample of `text` whose line starts with `series` (name and labels).
+fn sample(text: &str, series: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(series))
+        .unwrap_or_else(|| panic!("no {series}:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn serve_answers_scrapes_whose_counters_last_across_its_clients_closes() {
+    let env = Env::new();
+    let (server, addr) = spawn_listening(
+        &env,
+        &[
+            "serve",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--metrics-locks",
+            "2",
+        ],
+    );
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    // Each run is the store's only client, and closes it.
+    for _ in 0..3 {
+        assert_eq!(code(&env.run(&["run", "--lock", "job", "true"])), 0);
+    }
+    let (status, headers, body) = http(&addr, "GET", "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        headers.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
+        "{headers}"
+    );
+    let db = env.db.to_str().unwrap();
+    assert_eq!(
+        sample(
+            &body,
+            &format!("fencelock_grants_total{{store=\"{db}\",scope=\"store\"}}")
+        ),
+        3.0
+    );
+
+    // Per-lock series for the two locks held longest only, with their waiters.
+    let oldest = spawn_holder(&env, "oldest", "30s", "s1", "stop");
+    let middle = spawn_holder(&env, "middle", "30s", "s2", "stop");
+    let newest = spawn_holder(&env, "newest", "30s", "s3", "stop");
+    let waiter = env
+        .cmd(&["run", "--lock", "oldest", "-w", "60", "true"])
+        .spawn()
+        .unwrap();
+    let labels = |lock: &str| format!("{{store=\"{db}\",scope=\"store\",lock=\"{lock}\"}}");
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let body = loop {
+        let (_, _, body) = http(&addr, "GET", "/metrics?x=1");
+        if body.contains(&format!("fencelock_lock_waiters{} 1", labels("oldest"))) {
+            break body;
+        }
+        assert!(std::time::Instant::now() < give_up, "no waiter:\n{body}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        sample(
+            &body,
+            &format!("fencelock_lock_held_seconds{}", labels("oldest"))
+        ) >= 0.0
+    );
+    assert_eq!(
+        sample(
+            &body,
+            &format!("fencelock_lock_waiters{}", labels("middle"))
+        ),
+        0.0
+    );
+    assert!(!body.contains("lock=\"newest\""), "{body}");
+    assert_eq!(
+        body.matches("fencelock_lock_held_seconds{").count(),
+        2,
+        "{body}"
+    );
+
+    // Only /metrics, only GET and HEAD.
+    let (status, _, body) = http(&addr, "HEAD", "/metrics");
+    assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 200 OK", ""));
+    assert_eq!(http(&addr, "GET", "/other").0, "HTTP/1.1 404 Not Found");
+    let (status, headers, _) = http(&addr, "POST", "/metrics");
+    assert_eq!(status, "HTTP/1.1 405 Method Not Allowed");
+    assert!(headers.contains("Allow: GET, HEAD"), "{headers}");
+
+    fs::write(env.path("stop"), "").unwrap();
+    for child in [oldest, middle, newest, waiter] {
+        assert!(finish(child).status.success());
+    }
+    signal(server.id(), libc::SIGTERM);
+    assert!(finish(server).status.success());
+}
+
+/// Without a server, `metrics --listen` opens the store at each scrape: it counts what the
+/// processes that have the store open count, and holds nothing between scrapes, so a server
+/// can still start.
+#[test]
+fn metrics_listen_answers_scrapes_and_lets_a_server_start() {
+    let env = Env::new();
+    assert_eq!(code(&env.run(&["run", "--lock", "job", "true"])), 0);
+    let holder = spawn_holder(&env, "keep-open", "30s", "started", "stop");
+    let (listener, addr) = spawn_listening(&env, &["metrics", "--listen", "0"]);
+    assert!(
+        addr.starts_with("127.0.0.1:"),
+        "loopback by default: {addr}"
+    );
+    assert_eq!(code(&env.run(&["run", "--lock", "job", "true"])), 0);
+    let (status, _, body) = http(&addr, "GET", "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let db = env.db.to_str().unwrap();
+    // The holder's grant and the run's, while the holder keeps the counters.
+    assert_eq!(
+        sample(
+            &body,
+            &format!("fencelock_grants_total{{store=\"{db}\",scope=\"store\"}}")
+        ),
+        2.0
+    );
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    let out = env.run(&["serve", "--wait", "5s", "--idle-exit", "100ms"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    signal(listener.id(), libc::SIGTERM);
+    assert!(finish(listener).status.success());
+}

@@ -261,3 +261,31 @@ fn the_example_unit_is_a_hardened_notify_service_that_shares_dev_shm() {
     // that a restart restores any.
     assert!(!unit.contains("journal"), "{unit}");
 }
+
+/// Fencing tokens go on by one across clean stops: of the last process that had the store open,
+/// of a server that stops when idle, and of a server stopped with SIGTERM. Only a crash may
+/// make them jump (by a reserved block); a clean stop seals the reservation, a server's too.
+#[test]
+fn tokens_go_on_by_one_across_clean_stops_of_the_last_process_and_of_a_server() {
+    let env = Env::new();
+    let mut tokens = vec![env.grant(), env.grant()];
+
+    let server = spawn_server(&env, &[]);
+    tokens.push(env.grant());
+    let status = finish(server).status;
+    assert!(status.success(), "{status:?}");
+    tokens.push(env.grant());
+
+    // With its metrics endpoint, whose store of the server's own process must not keep the
+    // server from being the last user.
+    let server = spawn_server(&env, &["--metrics-listen", "127.0.0.1:0"]);
+    tokens.push(env.grant());
+    signal(server.id(), libc::SIGTERM);
+    let status = finish(server).status;
+    assert!(status.success(), "{status:?}");
+    tokens.push(env.grant());
+
+    let first = tokens[0];
+    let expected: Vec<u64> = (first..first + 6).collect();
+    assert_eq!(tokens, expected);
+}

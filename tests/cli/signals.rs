@@ -94,6 +94,7 @@ fn a_killed_tool_takes_its_command_down_and_frees_the_lock() {
     tool.wait().unwrap();
     let waited = std::panic::catch_unwind(|| wait_for_file(&env.path("child-got-term")));
     // The command is orphaned if the tool failed to arrange its death: clean it up either way.
+    // SAFETY: killpg takes plain integers; the group is the tool's own, which it made.
     let _ = unsafe { libc::killpg(libc::pid_t::try_from(tool.id()).unwrap(), libc::SIGKILL) };
     waited.expect("the command got --lost-signal when the tool died");
     assert_eq!(code(&env.run(&["run", "--lock", "k", "--", "true"])), 0);

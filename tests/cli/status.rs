@@ -166,3 +166,103 @@ fn status_escapes_control_characters_in_names_but_json_keeps_them() {
     fs::write(env.path("stop"), "").unwrap();
     assert!(finish(holder).status.success());
 }
+
+/// Waiters show as rows of state "waiting" after the lock's holder, oldest first, with their
+/// pid, command and how long they have waited; the holder's row carries its command too. In
+/// JSON as well, where a waiter's row has `state: "waiting"` (as `pg_locks` has `granted =
+/// false`).
+#[test]
+fn status_lists_a_locks_holder_and_its_waiters_oldest_first_with_their_commands() {
+    let env = Env::new();
+    let holder = spawn_holder(&env, "export", "30s", "started", "stop");
+    let spawn_waiter = |tag: &str| {
+        env.cmd(&["run", "--lock", "export", "-w", "60", "--", "echo", tag])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let waiters_now = || -> Vec<serde_json::Value> {
+        let json = env.json(&["status", "--json"]);
+        json.as_array()
+            .unwrap()
+            .iter()
+            .filter(|row| row["state"] == "waiting")
+            .cloned()
+            .collect()
+    };
+    let until_waiters = |n: usize| {
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while waiters_now().len() < n {
+            assert!(std::time::Instant::now() < give_up, "never {n} waiters");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let first = spawn_waiter("first-waiter");
+    until_waiters(1);
+    let second = spawn_waiter("second-waiter");
+    until_waiters(2);
+
+    let waiters = waiters_now();
+    assert_eq!(waiters[0]["pid"], first.id(), "{waiters:?}");
+    assert_eq!(waiters[1]["pid"], second.id(), "{waiters:?}");
+    assert!(waiters[0]["ticket"].as_u64() < waiters[1]["ticket"].as_u64());
+    assert!(waiters[0]["waited_ms"].as_u64() >= waiters[1]["waited_ms"].as_u64());
+    assert!(
+        waiters[0]["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("echo first-waiter"),
+        "{waiters:?}"
+    );
+    assert_eq!(waiters[0]["name"], "export");
+    let json = env.json(&["status", "--lock", "export", "--json"]);
+    assert!(
+        json[0]["command"]
+            .as_str()
+            .unwrap()
+            .contains("run --lock export"),
+        "{json}"
+    );
+
+    let out = env.run(&["status"]);
+    let text = stdout(&out);
+    let header = text.lines().next().unwrap();
+    for column in ["WAITED", "COMMAND"] {
+        assert!(header.contains(column), "{text}");
+    }
+    let states: Vec<(&str, &str)> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields[1], fields[3])
+        })
+        .collect();
+    let (holder_pid, first_pid, second_pid) = (
+        holder.id().to_string(),
+        first.id().to_string(),
+        second.id().to_string(),
+    );
+    assert_eq!(
+        states,
+        [
+            ("held", holder_pid.as_str()),
+            ("waiting", first_pid.as_str()),
+            ("waiting", second_pid.as_str())
+        ],
+        "{text}"
+    );
+    let command_at = header.find("COMMAND").unwrap();
+    let first_row = text.lines().nth(2).unwrap();
+    assert_eq!(
+        &first_row[command_at..],
+        "fencelock run --lock export -w 60 -- echo first-waiter",
+        "{text}"
+    );
+
+    // Once the holder ends, the waiters are served in their order and leave the queue.
+    fs::write(env.path("stop"), "").unwrap();
+    assert!(finish(holder).status.success());
+    assert_eq!(stdout(&finish(first)), "first-waiter\n");
+    assert_eq!(stdout(&finish(second)), "second-waiter\n");
+}

@@ -133,7 +133,7 @@ fn acquire_all_gives_each_lock_a_token_of_its_own() {
     store.fence("bucket", tokens[2]).unwrap();
     // An extend to another TTL moves the key to a new lease and keeps its token.
     all[1].extend(Duration::from_secs(20)).unwrap();
-    assert_eq!(store.lock("b").unwrap().unwrap().token, tokens[1]);
+    assert_eq!(store.lock_info("b").unwrap().unwrap().token, tokens[1]);
     assert!(all[1].is_held().unwrap());
     all[1].put(b"other", b"b").unwrap();
     // A waiting acquire of a lock this thread holds (the later one) is refused at once.
@@ -142,7 +142,7 @@ fn acquire_all_gives_each_lock_a_token_of_its_own() {
         Err(Error::WouldDeadlock { token, .. }) if token == tokens[2]
     ));
     all[1].release().unwrap();
-    assert!(store.lock("b").unwrap().is_none());
+    assert!(store.lock_info("b").unwrap().is_none());
     assert!(store.acquire("b", TTL).unwrap().token() > tokens[2]);
 }
 

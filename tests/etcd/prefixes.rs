@@ -65,7 +65,7 @@ fn nested_prefixes_grant_write_and_fence_independently() {
         expected.sort();
         assert_eq!(names, expected, "{prefix}: the locks of this store only");
         for (holder, name) in held.iter().zip(NAMES) {
-            let info = store.lock(name).unwrap().expect("held");
+            let info = store.lock_info(name).unwrap().expect("held");
             assert_eq!(info.token, holder.token(), "{prefix}: {name}");
             assert!(holder.is_held().unwrap(), "{prefix}: {name}");
         }

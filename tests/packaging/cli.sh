@@ -15,7 +15,7 @@ fail() {
     exit 1
 }
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
-commands="run put get delete fence status keys info history metrics serve"
+commands="run hold put get delete fence status top keys info history metrics serve"
 
 # The library alone: nothing of the command.
 lib_only=$work/lib-only

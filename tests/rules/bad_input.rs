@@ -289,10 +289,14 @@ const CASES: &[Case] = &[
         |s, _| s.fence_token("").map(drop),
         invalid,
     ),
-    ("lock: empty name", |s, _| s.lock("").map(drop), invalid),
     (
-        "lock: over-long name",
-        |s, _| s.lock(&long_name()).map(drop),
+        "lock_info: empty name",
+        |s, _| s.lock_info("").map(drop),
+        invalid,
+    ),
+    (
+        "lock_info: over-long name",
+        |s, _| s.lock_info(&long_name()).map(drop),
         invalid,
     ),
     ("extend: zero TTL", |_, h| h.extend(Duration::ZERO), invalid),
@@ -382,7 +386,10 @@ fn a_read_only_store_refuses_grants_and_writes(h: &Harness) {
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(reader.get(b"k").unwrap().unwrap().value, b"v");
-    assert_eq!(reader.lock("job").unwrap().unwrap().token, holder.token());
+    assert_eq!(
+        reader.lock_info("job").unwrap().unwrap().token,
+        holder.token()
+    );
 }
 
 /// Lock kinds, histories, metrics and observers: where the backend has them they work; where
@@ -483,7 +490,7 @@ fn what_etcd_cannot_do_is_refused_and_changes_nothing(h: &Harness) {
             Err(Error::InvalidArgument(_))
         ));
     }
-    assert!(store.lock("job").unwrap().is_none());
+    assert!(store.lock_info("job").unwrap().is_none());
     assert!(store.get(b"k").unwrap().is_none());
     assert_eq!(store.info().unwrap().last_token, 0);
 

@@ -58,7 +58,10 @@ fn a_cancelled_acquire_wait_ends_and_leaves_lock_and_counter_alone(h: &Harness) 
     let result = bounded(move || wait_for_job(&waiter, &handle));
     assert!(matches!(result, Err(Error::Cancelled)), "{result:?}");
     assert!(cancel.is_cancelled());
-    assert_eq!(store.lock("job").unwrap().unwrap().token, holder.token());
+    assert_eq!(
+        store.lock_info("job").unwrap().unwrap().token,
+        holder.token()
+    );
     assert_eq!(store.info().unwrap().last_token, before);
     assert!(holder.is_held().unwrap());
 

@@ -26,6 +26,8 @@ crate::on_every_backend! {
         a_delete_is_fenced_and_keeps_refusing_stale_writes,
         holder_writes_and_deletes_are_checked_against_the_lease,
         acquire_and_put_is_all_or_nothing,
+        an_acquire_that_writes_waits_its_turn_and_writes_with_its_grant,
+        a_lock_blocks_in_acquire_tries_once_in_try_acquire_and_is_reusable,
         external_fences_record_the_highest_token,
         keys_are_listed_by_prefix,
         lock_listing_tells_held_expired_and_released_apart,
@@ -264,7 +266,10 @@ fn extend_renews_past_the_first_ttl_and_keeps_the_token(h: &Harness) {
     assert!(holder.remaining() > ttl);
     thread::sleep(ttl + ttl / 4);
     assert!(holder.is_held().unwrap());
-    assert_eq!(store.lock("job").unwrap().unwrap().token, holder.token());
+    assert_eq!(
+        store.lock_info("job").unwrap().unwrap().token,
+        holder.token()
+    );
     holder.extend(ttl).unwrap();
     assert!(holder.remaining() <= ttl);
     assert!(holder.is_held().unwrap());
@@ -373,7 +378,69 @@ fn acquire_and_put_is_all_or_nothing(h: &Harness) {
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(store.info().unwrap().last_token, before);
-    assert!(store.lock("b").unwrap().is_none());
+    assert!(store.lock_info("b").unwrap().is_none());
+}
+
+fn an_acquire_that_writes_waits_its_turn_and_writes_with_its_grant(h: &Harness) {
+    let store = h.store();
+    let first = store.lock("job").ttl(LONG).try_acquire().unwrap();
+    let waiter = {
+        let store = store.clone();
+        thread::spawn(move || {
+            let lock = store.lock("job").ttl(LONG).timeout(LONG);
+            lock.put(b"job/owner", b"second")
+                .acquire()
+                .map(|h| h.token())
+        })
+    };
+    // The wait has had the chance to begin; nothing is written while it waits.
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(store.get(b"job/owner").unwrap(), None);
+    first.release().unwrap();
+    let token = waiter.join().unwrap().unwrap();
+    h.assert_next(first.token(), token);
+    let got = store.get(b"job/owner").unwrap().unwrap();
+    assert_eq!((got.value.as_slice(), got.token), (&b"second"[..], token));
+    // Only an exclusive grant writes: another kind is refused before anything is asked.
+    let before = store.info().unwrap().last_token;
+    let shared = store.lock("other").kind(fencelock::Kind::Shared);
+    for result in [
+        shared.clone().put(b"k", b"v").try_acquire(),
+        shared.put(b"k", b"v").timeout(LONG).acquire(),
+    ] {
+        assert!(
+            matches!(result, Err(Error::InvalidArgument(_))),
+            "{result:?}"
+        );
+    }
+    assert_eq!(store.info().unwrap().last_token, before);
+    assert_eq!(store.get(b"k").unwrap(), None);
+}
+
+fn a_lock_blocks_in_acquire_tries_once_in_try_acquire_and_is_reusable(h: &Harness) {
+    let store = h.store();
+    let lock = store.lock("job").ttl(LONG);
+    let first = lock.try_acquire().unwrap();
+    assert_held_by(lock.try_acquire(), first.token());
+    // acquire() has no limit of its own: it waits as Mutex::lock does, until the release.
+    let blocked = {
+        let store = store.clone();
+        thread::spawn(move || store.lock("job").ttl(LONG).acquire().map(|h| h.token()))
+    };
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !blocked.is_finished(),
+        "acquire() returned while the lock was held"
+    );
+    drop(first);
+    let second = blocked.join().unwrap().unwrap();
+    // The same Lock again: a new grant, with a higher token.
+    let third = lock.acquire().unwrap();
+    assert!(third.token() > second, "{} after {second}", third.token());
+    assert_eq!(
+        store.lock_info("job").unwrap().unwrap().token,
+        third.token()
+    );
 }
 
 fn external_fences_record_the_highest_token(h: &Harness) {
@@ -424,10 +491,10 @@ fn lock_listing_tells_held_expired_and_released_apart(h: &Harness) {
         assert_eq!(state("released"), Some(LockState::Released));
     } else {
         assert_eq!((state("expired"), state("released")), (None, None));
-        assert!(store.lock("released").unwrap().is_none());
+        assert!(store.lock_info("released").unwrap().is_none());
         assert_eq!(store.info().unwrap().lock_records, 1);
     }
-    let info = store.lock("held").unwrap().unwrap();
+    let info = store.lock_info("held").unwrap().unwrap();
     assert_eq!(info.token, held.token());
     assert_eq!(info.pid, std::process::id());
     assert!(info.expires_at > info.granted_at);
@@ -748,7 +815,7 @@ fn a_refused_acquire_writes_nothing(h: &Harness) {
         before,
         "a refusal changed the file"
     );
-    assert!(store.lock("gone").unwrap().is_some());
+    assert!(store.lock_info("gone").unwrap().is_some());
 }
 
 fn single_process_mode_refuses_a_second_open(h: &Harness) {
@@ -792,7 +859,10 @@ fn a_keep_alive_at_another_ttl_moves_the_lease_at_once(h: &Harness) {
     let holder = store.acquire("other", h.short_ttl()).unwrap();
     holder.keep_alive(Duration::from_secs(3)).unwrap();
     assert!(holder.remaining() > h.short_ttl());
-    assert_eq!(store.lock("other").unwrap().unwrap().token, holder.token());
+    assert_eq!(
+        store.lock_info("other").unwrap().unwrap().token,
+        holder.token()
+    );
 }
 
 #[cfg(feature = "etcd")]
@@ -809,5 +879,5 @@ fn the_sync_api_works_from_inside_a_tokio_runtime(h: &Harness) {
         // The holder drops, and releases, inside the runtime too.
     });
     assert_eq!(store.get(b"k").unwrap().unwrap().token, token);
-    assert!(store.lock("job").unwrap().is_none());
+    assert!(store.lock_info("job").unwrap().is_none());
 }

@@ -253,11 +253,14 @@ fn kinds_exclude_each_other_on_one_name(h: &Harness) {
     drop(permit);
     // A name whose holders are all gone is free for any kind.
     let shared = store.acquire_kind("name", Kind::Shared, TTL).unwrap();
-    assert_eq!(store.lock("name").unwrap().unwrap().kind, Kind::Shared);
+    assert_eq!(store.lock_info("name").unwrap().unwrap().kind, Kind::Shared);
     drop(shared);
     let exclusive = store.acquire_kind("name", Kind::Exclusive, TTL).unwrap();
     assert_eq!(exclusive.kind(), Kind::Exclusive);
-    assert_eq!(store.lock("name").unwrap().unwrap().kind, Kind::Exclusive);
+    assert_eq!(
+        store.lock_info("name").unwrap().unwrap().kind,
+        Kind::Exclusive
+    );
 }
 
 // ---- shared locks --------------------------------------------------------------------------
@@ -360,7 +363,7 @@ fn an_acquire_of_several_locks_is_all_or_none(h: &Harness) {
         other => panic!("{other:?}"),
     }
     assert_eq!(store.info().unwrap().last_token, before);
-    assert!(store.lock("a").unwrap().is_none() && store.lock("c").unwrap().is_none());
+    assert!(store.lock_info("a").unwrap().is_none() && store.lock_info("c").unwrap().is_none());
     drop(b);
     let all = store.acquire_all(&["a", "b", "c"], TTL).unwrap();
     let names: Vec<_> = all.iter().map(|h| h.name().to_owned()).collect();

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import re
 from ctypes import POINTER
+from pathlib import Path
 
 import pytest
 from conftest import HEADER
@@ -34,12 +35,15 @@ OPAQUE = {
     name: getattr(_ffi, name)
     for name in (
         "fencelock_store",
+        "fencelock_acquire_options",
         "fencelock_holder",
         "fencelock_cancel",
         "fencelock_error",
         "fencelock_lock_list",
+        "fencelock_waiter_list",
         "fencelock_key_list",
         "fencelock_lock_info",
+        "fencelock_waiter_info",
         "fencelock_history",
         "fencelock_history_entry",
         "fencelock_metrics",
@@ -48,7 +52,14 @@ OPAQUE = {
 }
 CALLBACKS = {"fencelock_observer_fn": _ffi.ObserverFn}
 # The structs the binding lays out itself, field by field.
-STRUCTS = ("fencelock_lock_info", "fencelock_history_entry", "fencelock_metrics", "fencelock_event")
+STRUCTS = (
+    "fencelock_acquire_options",
+    "fencelock_lock_info",
+    "fencelock_waiter_info",
+    "fencelock_history_entry",
+    "fencelock_metrics",
+    "fencelock_event",
+)
 
 
 def _pointer(base, stars: int):
@@ -199,6 +210,7 @@ def _header_statuses(defines: dict[str, int]) -> dict[str, int]:
             (
                 "FENCELOCK_MODE_",
                 "FENCELOCK_OPEN_",
+                "FENCELOCK_ACQUIRE_",
                 "FENCELOCK_VERSION",
                 "FENCELOCK_KIND_",
                 "FENCELOCK_MAX_",
@@ -221,6 +233,8 @@ def test_constants_match(header):
         "MODE_SINGLE_PROCESS",
         "OPEN_READ_ONLY",
         "OPEN_NO_HISTORY",
+        "ACQUIRE_WAIT",
+        "ACQUIRE_PUT",
         "KIND_EXCLUSIVE",
         "KIND_SHARED",
         "KIND_SEMAPHORE",
@@ -285,3 +299,12 @@ def test_parser_reads_a_known_prototype():
     assert ctypes_type(restype) is ctypes.c_int32
     assert [ctypes_type(a) for a in args] == list(_ffi.SIGNATURES["fencelock_store_get"][1])
     assert defines == {"FENCELOCK_OK": 0}
+
+
+def test_every_acquire_makes_the_one_acquire_call():
+    """The binding shapes its acquires into one C call, fencelock_store_acquire_opts, rather than
+    branching over the older entry points (kept in C for one release only)."""
+    package = Path(fencelock.__file__).parent
+    source = "".join(path.read_text() for path in package.glob("*.py") if path.name != "_ffi.py")
+    called = set(re.findall(r"\b(fencelock_store_acquire\w*)", source))
+    assert called == {"fencelock_store_acquire_opts"}, sorted(called)

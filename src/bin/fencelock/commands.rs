@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::duration::format_duration;
 use crate::output::{self, Cell, Colour};
-use crate::{exit, observe, Command, Failure};
+use crate::{exit, listing, observe, procs, top, Command, Failure};
 
 /// Where the store is: `--db`, else `$FENCELOCK_DB`, else the per-user default under
 /// `$XDG_STATE_HOME` or `~/.local/state`, whose directory is created when `create` is set.
@@ -156,6 +156,7 @@ pub fn dispatch(
             args.lock.as_deref(),
             args.json,
         ),
+        Command::Top(args) => top::top(&open_store(&path, false, busy_timeout, None)?, &args),
         Command::Keys(args) => keys(
             &open_store(&path, false, busy_timeout, None)?,
             args.prefix.as_deref().unwrap_or_default(),
@@ -171,9 +172,19 @@ pub fn dispatch(
             )
         }
         Command::Metrics(args) => {
-            observe::metrics(&open_store(&path, false, busy_timeout, None)?, args.json)
+            // A store that cannot be read is said at once, not at the first scrape.
+            let store = open_store(&path, false, busy_timeout, None)?;
+            let top = usize::try_from(args.locks).unwrap_or(usize::MAX);
+            match args.listen {
+                Some(addr) => {
+                    drop(store);
+                    let open = move || open_store(&path, false, busy_timeout, None);
+                    observe::listen(open, addr, top)
+                }
+                None => observe::metrics(&store, args.json, top),
+            }
         }
-        Command::Run(_) | Command::Serve(_) | Command::Generate { .. } => {
+        Command::Run(_) | Command::Hold(_) | Command::Serve(_) | Command::Generate { .. } => {
             unreachable!("dispatched by main")
         }
     }
@@ -293,33 +304,30 @@ fn keys(store: &Store, prefix: &OsStr, json: bool) -> Result<(), Failure> {
 }
 
 fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> {
-    let locks = match lock {
-        Some(name) => {
-            let grants = store
-                .lock_holders(name)
-                .map_err(|err| Failure::from_lib(&err))?;
-            if grants.is_empty() {
-                return Err(Failure::new(
-                    exit::NOT_FOUND,
-                    format!("no record of lock {name:?} in {}", store.path().display()),
-                ));
-            }
-            grants
-        }
-        None => store.locks().map_err(|err| Failure::from_lib(&err))?,
-    };
-    if json {
-        return print_json(&Value::Array(locks.iter().map(lock_json).collect()));
+    let views = listing::gather(store, lock)?;
+    if let (Some(name), true) = (lock, views.is_empty()) {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!("no record of lock {name:?} in {}", store.path().display()),
+        ));
     }
-    if locks.is_empty() {
+    if json {
+        let rows = views.iter().flat_map(|view| {
+            let grants = view.grants.iter().map(lock_json);
+            grants.chain(view.waiters.iter().map(waiter_json))
+        });
+        return print_json(&Value::Array(rows.collect()));
+    }
+    if views.is_empty() {
         return write_stdout(b"no locks recorded\n");
     }
     let now = SystemTime::now();
-    let rows: Vec<Vec<Cell>> = locks
-        .iter()
-        .map(|info| {
-            vec![
-                Cell::from(output::quote_for_terminal(&info.name)),
+    let mut rows: Vec<Vec<Cell>> = Vec::new();
+    for view in &views {
+        let name = output::quote_for_terminal(&view.name);
+        for info in &view.grants {
+            rows.push(vec![
+                Cell::from(name.clone()),
                 Cell {
                     text: info.state.as_str().to_owned(),
                     colour: Some(state_colour(info.state)),
@@ -332,18 +340,45 @@ fn status(store: &Store, lock: Option<&str>, json: bool) -> Result<(), Failure> 
                     LockState::Held | LockState::Expired => relative(now, info.expires_at),
                     _ => "-".to_owned(),
                 }),
+                Cell::from("-".to_owned()),
                 Cell::from(info.kind.describe()),
-            ]
-        })
-        .collect();
+                Cell::from(command_cell(info.pid, info.state)),
+            ]);
+        }
+        for waiter in &view.waiters {
+            rows.push(vec![
+                Cell::from(name.clone()),
+                Cell {
+                    text: "waiting".to_owned(),
+                    colour: Some(Colour::Yellow),
+                },
+                Cell::from("-".to_owned()),
+                Cell::from(waiter.pid.to_string()),
+                Cell::from("-".to_owned()),
+                Cell::from("-".to_owned()),
+                Cell::from(format_duration(waiter.waited)),
+                Cell::from("-".to_owned()),
+                Cell::from(command_cell(waiter.pid, LockState::Held)),
+            ]);
+        }
+    }
     let text = output::table(
         &[
-            "NAME", "STATE", "TOKEN", "PID", "GRANTED", "EXPIRES", "KIND",
+            "NAME", "STATE", "TOKEN", "PID", "GRANTED", "EXPIRES", "WAITED", "KIND", "COMMAND",
         ],
         &rows,
         output::colour_stdout(),
     );
     write_stdout(text.as_bytes())
+}
+
+/// The COMMAND of a row: the process's, for a holder that is alive; `-` for one that is gone
+/// (its pid may be another process's by now).
+fn command_cell(pid: u32, state: LockState) -> String {
+    if state == LockState::HolderDead {
+        return "-".to_owned();
+    }
+    output::quote_for_terminal(&procs::brief(pid, 60))
 }
 
 fn state_colour(state: LockState) -> Colour {
@@ -388,6 +423,21 @@ fn lock_json(info: &LockInfo) -> Value {
             fencelock::Kind::Semaphore(permits) => permits,
             _ => 0,
         },
+        "command": (info.state != LockState::HolderDead).then(|| procs::command(info.pid)),
+    })
+}
+
+/// A waiter as `status --json` lists it: a row of state "waiting", as `pg_locks` lists a
+/// waiter with `granted = false`.
+fn waiter_json(waiter: &fencelock::WaiterInfo) -> Value {
+    json!({
+        "name": waiter.name,
+        "state": "waiting",
+        "pid": waiter.pid,
+        "command": procs::command(waiter.pid),
+        "ticket": waiter.ticket,
+        "waiting_since_ms": unix_ms(waiter.waiting_since),
+        "waited_ms": u64::try_from(waiter.waited.as_millis()).unwrap_or(u64::MAX),
     })
 }
 

@@ -71,6 +71,17 @@ pub fn parse_kill_after(text: &str) -> Result<Duration, String> {
         .map_err(|err| format!("{err}; or a bare number of seconds (5, 0.5); 0 sends no SIGKILL"))
 }
 
+/// Parses `top --interval`: a bare number of seconds as top(1)'s `-d` takes it (`2`, `0.5`)
+/// or a duration (`500ms`), from 10 ms (a shorter one would read the store without a pause).
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval =
+        parse_seconds(text).map_err(|err| format!("{err}; or a bare number of seconds"))?;
+    if interval < Duration::from_millis(10) {
+        return Err(format!("interval {text:?} is under the shortest, 10ms"));
+    }
+    Ok(interval)
+}
+
 /// A bare number of seconds (`10`, `0.5`) or a duration (`500ms`, `5m`), zero included.
 fn parse_seconds(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();

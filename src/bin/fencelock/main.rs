@@ -28,11 +28,17 @@ mod commands;
 mod duration;
 mod exit;
 mod generate;
+mod hold;
+mod http;
+mod listing;
+mod notice;
 mod notify;
 mod observe;
 mod output;
+mod procs;
 mod run;
 mod serve;
+mod top;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -123,6 +129,26 @@ fn run_after_help() -> String {
     )
 }
 
+const HOLD_AFTER_HELP: &str = "\
+A lock around a section of a shell script (flock(1)'s `exec 9>f; flock 9`, `etcdctl lock`):
+hold takes the lock as `run` does (the same options), prints the fencing token on a line of
+its own on stdout, renews the lease every third of --ttl, and holds until the first of: its
+standard input closes, SIGTERM, SIGINT, SIGHUP or SIGQUIT, or its parent exits. It then
+releases the lock and exits 0. Standard input must be a pipe the script keeps open (a bash
+coprocess, a FIFO): a script killed mid-way closes it, and the lock is let go at once; a hold
+killed with SIGKILL is a dead holder, whose lock the next grant takes; a hold that is paused
+loses the lease when --ttl runs out. A standard input that is /dev/null is refused (it would
+end the hold at once), unless --no-stdin says to hold until a signal or the parent's exit.
+Exit status: 0 held, then released; 85 the lease was lost while held (the token's fenced writes
+are refused from then on); 82, 83 as `run` (held, or the wait ran out); 80 bad argument; 81
+database error; 128+N a signal ended the wait for the lock.
+
+Example (bash): the section's writes are fenced by the printed token
+  coproc HOLD { fencelock hold --lock nightly-export -w 60; }
+  read -r token <&\"${HOLD[0]}\" || exit 1     # no token: the lock was not taken
+  make-report | fencelock put reports/today --token \"$token\"
+  exec {HOLD[1]}>&-; wait \"$HOLD_PID\"       # release; 85 if the lease was lost";
+
 const PUT_AFTER_HELP: &str = "\
 The token defaults to $FENCELOCK_TOKEN, which `fencelock run` sets for its command.
 Exit status: 0 stored; 84 stale token (a higher token wrote the key; the value is unchanged);
@@ -180,12 +206,19 @@ go and its process still runs); holder-dead (the holder's process is gone, so on
 `fencelock run` has ended its lock shows this whether it released cleanly or died).
 EXPIRES is \"-\" for released and holder-dead locks. Records of locks no longer held are
 pruned a few at a time by later grants.
+After a lock's grants come the acquires queued waiting for it (state waiting), oldest first,
+the order they are served in, as lslocks(8) and pg_locks show waiters: the pid, WAITED (how
+long it has waited) and the COMMAND. COMMAND is the process's command line from /proc (as
+lslocks shows it; \"-\" for a holder that died, whose pid may be another's by now).
 A semaphore or shared lock shows one row per grant it holds, with its KIND (exclusive, shared,
 semaphore(N)). A name holding a control character, '\"' or '\\' is shown in double quotes with C
 escapes, as git quotes paths (\"\\033[31m\" for ESC [31m), so that it cannot drive the terminal;
 --json gives names as they are.
 With --json: a list of {\"name\", \"state\", \"token\", \"pid\", \"granted_at_ms\",
-\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\"}.
+\"expires_at_ms\" (Unix epoch milliseconds), \"remaining_ms\", \"kind\", \"permits\",
+\"command\" (null for a dead holder)}, and for each waiter {\"name\", \"state\": \"waiting\",
+\"pid\", \"command\", \"ticket\" (its place: lower is served first), \"waiting_since_ms\",
+\"waited_ms\"}.
 Exit status: 0; 1 --lock names a lock with no record; 81 database error.
 
 Examples:
@@ -207,6 +240,22 @@ Exit status: 0; 81 database error.
 
 Example:
   fencelock info --db /var/lib/myapp/locks.db";
+
+const TOP_AFTER_HELP: &str = "\
+On a terminal, a full-screen view (as top(1) and htop): the store, its server, and the grants,
+refusals and waits a second since the last refresh; then each lock's grants (STATE, TOKEN, PID,
+HELD for how long, LEFT on the lease, KIND, COMMAND from /proc) and its waiters, oldest first
+(WAITED for how long). Keys: s cycles the order (h held longest first, w longest waiter first,
+n by name); Up and Down (or k, j) pick a lock; Enter shows its grant history (`fencelock
+history`), Enter or Esc hides it; q, Esc or Ctrl-C quits.
+When standard output is not a terminal (a pipe, a log), or with -n N, the same listing as
+plain text, printed again every interval (N times with -n).
+Exit status: 0; 81 database error; 86 output error.
+
+Examples:
+  fencelock top
+  fencelock top --sort wait -d 500ms
+  fencelock top -n 1 | grep waiting";
 
 const HISTORY_AFTER_HELP: &str = "\
 One row per grant of the lock, oldest first: the latest ended grants the store recorded (up to
@@ -245,6 +294,15 @@ has closed it they start again from zero (fencelock_start_time_seconds says when
 Prometheus takes as a counter reset. Keep a long-running process on the store (a service, or
 `fencelock serve`) for counts that last. With scope \"process\" (this process could not use
 the shared memory, as for another user's store) the counts are this command's own: zeros.
+Per lock, for at most --locks N (default 10) locks, those held longest, so that the series stay
+bounded whatever the number of lock names: fencelock_lock_held_seconds (how long its oldest live
+grant has been held) and fencelock_lock_waiters (its queued waiters), labelled with lock.
+With --listen ADDR it serves /metrics over HTTP (GET or HEAD; text format 0.0.4) until SIGTERM
+or SIGINT, for Prometheus to scrape; a PORT or :PORT alone listens on 127.0.0.1 only. Each
+scrape opens the store and closes it again (a process that kept it open would keep a server
+from starting), so its counts are those described above: they start again once every process
+has closed the store. `fencelock serve --metrics-listen ADDR` serves the same page from the
+server, whose counts last as long as it runs, across its clients' closes.
 With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \"grants\",
 \"releases\", \"refused_locked\", \"refused_timeout\", \"refused_cancelled\", \"refused_other\",
 \"stale_writes\", \"lock_lost\", \"waits\", \"wait_ns\", \"wait_buckets\" (a list of {\"up_to_ms\",
@@ -254,7 +312,8 @@ With --json: {\"store\", \"scope\", \"since_at_ms\" (Unix epoch milliseconds), \
 Exit status: 0; 80 an etcd store (etcd exports metrics of its own); 81 database error; 86
 output error.
 
-Example:
+Examples:
+  fencelock metrics --listen 9464   # http://127.0.0.1:9464/metrics
   dir=/var/lib/node_exporter/textfile
   fencelock metrics --db /var/lib/myapp/locks.db > $dir/fencelock.prom.tmp &&
       mv $dir/fencelock.prom.tmp $dir/fencelock.prom";
@@ -284,6 +343,10 @@ enum Command {
     /// Run a command while holding a lock; the command gets the fencing token
     #[command(after_help = run_after_help())]
     Run(RunArgs),
+    /// Take a lock for a section of a shell script: print the token, hold until stdin closes,
+    /// a signal, or the parent's exit
+    #[command(after_help = HOLD_AFTER_HELP)]
+    Hold(HoldArgs),
     /// Store a value (from stdin or --file) under a key, fenced by a token
     #[command(after_help = PUT_AFTER_HELP)]
     Put(PutArgs),
@@ -305,6 +368,10 @@ enum Command {
     /// Show the store's file, size, counts, schema version and token counter
     #[command(after_help = INFO_AFTER_HELP)]
     Info(InfoArgs),
+    /// A live view of the locks, their holders and waiters, and the grant, refusal and wait
+    /// rates, refreshed every interval
+    #[command(after_help = TOP_AFTER_HELP)]
+    Top(TopArgs),
     /// Show who held a lock, with which token, from when to when, and how each lease ended
     #[command(after_help = HISTORY_AFTER_HELP)]
     History(HistoryArgs),
@@ -347,6 +414,10 @@ SIGTERM or SIGINT, finishing the batch at hand.
 Under systemd (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once it serves, WATCHDOG=1 from
 its batch loop every half $WATCHDOG_USEC (WatchdogSec=), so that a hung server is restarted,
 and STOPPING=1 as it stops; examples/systemd/fencelock-serve@.service is a unit.
+With --metrics-listen ADDR it serves /metrics over HTTP (`fencelock metrics --help` says what
+the page holds; a PORT or :PORT alone listens on 127.0.0.1 only): the counters are kept in the
+store's shared memory, which the server keeps open, so they last as long as it runs.
+A wait of more than a second for processes to move over is said on a terminal (not with -q).
 Exit status: 0 stopped (signal or --idle-exit); 81 database error, or the store stayed in
 use by processes that did not move over within --wait (their pids are printed).
 
@@ -366,10 +437,24 @@ pub struct ServeArgs {
     /// (the metrics still count how leases ended)
     #[arg(long)]
     pub no_history: bool,
+    /// Say nothing of the wait for processes to move over: without it, a wait on a terminal
+    /// says after a second which processes it waits for
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Serve /metrics over HTTP at ADDR while serving: PORT or :PORT listens on the loopback
+    /// address 127.0.0.1, HOST:PORT as given (0.0.0.0:9464 for every interface). The counters
+    /// last as long as the server runs, across its clients' closes
+    #[arg(long, value_name = "ADDR", value_parser = http::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Per-lock series of /metrics for at most the N locks held longest; 0 for none
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP_LOCKS,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_TOP_LOCKS))]
+    pub metrics_locks: u32,
 }
 
+/// How a lock is taken: the options `run` and `hold` share.
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub struct LockArgs {
     /// Name of the lock; give it more than once to take several locks at once, all or none
     /// (exclusive only; deadlock-free)
     #[arg(long = "lock", value_name = "NAME", required = true)]
@@ -411,6 +496,17 @@ pub struct RunArgs {
     /// once taken, how long that took; without it a conflict prints nothing, as in flock(1)
     #[arg(long)]
     pub verbose: bool,
+    /// Say nothing of a wait: without it, a wait on a terminal says after a second what it
+    /// waits for, who holds the lock and for how long more (nothing is said when standard
+    /// error is not a terminal)
+    #[arg(short = 'q', long, conflicts_with = "verbose")]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
     /// Run STRING with `sh -c` instead of a command and its arguments
     #[arg(
         short = 'c',
@@ -435,7 +531,7 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-impl RunArgs {
+impl LockArgs {
     /// How the lock is taken.
     pub fn kind(&self) -> fencelock::Kind {
         match (self.shared, self.permits) {
@@ -449,7 +545,18 @@ impl RunArgs {
     pub fn lock_names(&self) -> String {
         self.locks.join(",")
     }
+}
 
+// `run` reads the lock options as its own.
+impl std::ops::Deref for RunArgs {
+    type Target = LockArgs;
+
+    fn deref(&self) -> &LockArgs {
+        &self.lock
+    }
+}
+
+impl RunArgs {
     /// The program and its arguments: the command, or `sh -c STRING`.
     pub fn argv(&self) -> Vec<OsString> {
         match &self.shell_command {
@@ -457,6 +564,16 @@ impl RunArgs {
             None => self.command.clone(),
         }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Hold until a signal or the parent's exit only: standard input is not read (for a hold
+    /// started as `fencelock hold ... &`, whose input is /dev/null)
+    #[arg(long)]
+    pub no_stdin: bool,
 }
 
 #[derive(Args, Debug)]
@@ -525,6 +642,22 @@ pub struct InfoArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct TopArgs {
+    /// How often to look at the store again (e.g. 1s, 500ms)
+    #[arg(short = 'd', long, value_name = "DURATION", default_value = "1s",
+          value_parser = duration::parse_interval)]
+    pub interval: Duration,
+    /// The order of the locks: held longest first, longest waiter first, or by name
+    #[arg(long, value_enum, default_value_t = top::Sort::Hold)]
+    pub sort: top::Sort,
+    /// Print the listing N times as plain text, then exit (plain text is also what a standard
+    /// output that is not a terminal gets, without an end)
+    #[arg(short = 'n', long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+}
+
+#[derive(Args, Debug)]
 pub struct HistoryArgs {
     /// Name of the lock
     #[arg(value_name = "NAME")]
@@ -537,9 +670,24 @@ pub struct HistoryArgs {
 #[derive(Args, Debug)]
 pub struct MetricsArgs {
     /// Print JSON instead of Prometheus' text format
-    #[arg(long)]
+    #[arg(long, conflicts_with = "listen")]
     pub json: bool,
+    /// Serve /metrics over HTTP at ADDR until SIGTERM or SIGINT instead of printing once:
+    /// PORT or :PORT listens on the loopback address 127.0.0.1, HOST:PORT as given
+    /// (0.0.0.0:9464 for every interface)
+    #[arg(long, value_name = "ADDR", value_parser = http::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Per-lock series (fencelock_lock_held_seconds, fencelock_lock_waiters) for at most the N
+    /// locks held longest; 0 for none
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOP_LOCKS,
+          value_parser = clap::value_parser!(u32).range(0..=MAX_TOP_LOCKS))]
+    pub locks: u32,
 }
+
+/// The per-lock series of the metrics: for the 10 locks held longest by default, 1000 at most,
+/// so that the series Prometheus stores stay bounded whatever the number of lock names.
+pub const DEFAULT_TOP_LOCKS: u32 = 10;
+pub const MAX_TOP_LOCKS: i64 = 1000;
 
 /// A failure of the tool: what to print and the status to exit with.
 #[derive(Debug)]
@@ -594,6 +742,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => commands::database_path(cli.db, true)
             .and_then(|db| run::run(&db, cli.busy_timeout, &args).map(ExitCode::from)),
+        Command::Hold(args) => commands::database_path(cli.db, true)
+            .and_then(|db| hold::hold(&db, cli.busy_timeout, &args).map(ExitCode::from)),
         Command::Serve(args) => commands::database_path(cli.db, true)
             .and_then(|db| serve::serve(&db, &args).map(|()| ExitCode::from(exit::OK))),
         Command::Generate { what } => match what {

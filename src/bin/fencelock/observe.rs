@@ -1,13 +1,15 @@
 //! `fencelock history` and `fencelock metrics`: what the store recorded of a lock's grants, and
 //! what it counted.
 
+use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use fencelock::{Ending, HistoryEntry, Kind, Metrics, Store, WAIT_BUCKET_BOUNDS};
+use fencelock::{Ending, HistoryEntry, Kind, LockState, Metrics, Store, WAIT_BUCKET_BOUNDS};
 use serde_json::{json, Value};
 
-use crate::commands::{print_json, unix_ms, write_stdout};
+use crate::commands::{is_etcd, print_json, unix_ms, write_stdout};
 use crate::duration::format_duration;
+use crate::http;
 use crate::output::{self, Cell, Colour};
 use crate::{exit, Failure};
 
@@ -153,13 +155,112 @@ fn entry_json(entry: &HistoryEntry) -> Value {
 }
 
 /// `fencelock metrics`: the store's counters, in Prometheus' text format or as JSON.
-pub fn metrics(store: &Store, json: bool) -> Result<(), Failure> {
-    let metrics = store.metrics().map_err(|err| Failure::from_lib(&err))?;
-    let label = store.path().to_string_lossy();
+pub fn metrics(store: &Store, json: bool, top_locks: usize) -> Result<(), Failure> {
     if json {
-        return print_json(&metrics_json(&metrics, &label));
+        let metrics = store.metrics().map_err(|err| Failure::from_lib(&err))?;
+        return print_json(&metrics_json(&metrics, &store.path().to_string_lossy()));
     }
-    write_stdout(metrics.prometheus(&label).as_bytes())
+    let page = metrics_page(store, top_locks).map_err(|err| Failure::from_lib(&err))?;
+    write_stdout(page.as_bytes())
+}
+
+/// `fencelock metrics --listen ADDR`: answers scrapes of /metrics until SIGTERM or SIGINT,
+/// then exits 0. Each scrape opens the store, reads it and closes it (`open` is
+/// `commands::open_store` for this store): a process that kept it open would hold the file, and
+/// a server could not start (`serve` waits for the processes that have it open). So the
+/// counters are those the processes that have the store open keep in its shared memory: they
+/// start again once every one of them closed it, as the help says.
+pub fn listen(
+    open: impl Fn() -> Result<Store, Failure> + Send + 'static,
+    addr: std::net::SocketAddr,
+    top_locks: usize,
+) -> Result<(), Failure> {
+    let stop = crate::serve::block_stop_signals()?;
+    let bound = http::start(addr, move || {
+        let store = open().map_err(|failure| failure.message)?;
+        metrics_page(&store, top_locks).map_err(|err| err.to_string())
+    })
+    .map_err(|err| Failure::new(exit::IO, format!("cannot listen on {addr}: {err}")))?;
+    output::say(format_args!("metrics on http://{bound}/metrics"));
+    stop();
+    Ok(())
+}
+
+/// The page `metrics` prints and `/metrics` answers: the store's counters and gauges, then the
+/// per-lock series of the `top_locks` locks held longest (at most that many series a family,
+/// whatever the number of names).
+pub fn metrics_page(store: &Store, top_locks: usize) -> fencelock::Result<String> {
+    let metrics = store.metrics()?;
+    let label = store.path().to_string_lossy();
+    let mut page = metrics.prometheus(&label);
+    if top_locks == 0 {
+        return Ok(page);
+    }
+    // The held locks, each with its oldest live grant.
+    let mut held: Vec<(String, SystemTime)> = Vec::new();
+    for info in store.locks()? {
+        if info.state != LockState::Held {
+            continue;
+        }
+        match held.iter_mut().find(|(name, _)| *name == info.name) {
+            Some((_, since)) => *since = (*since).min(info.granted_at),
+            None => held.push((info.name, info.granted_at)),
+        }
+    }
+    held.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    held.truncate(top_locks);
+    let now = SystemTime::now();
+    let labels = |name: &str| {
+        format!(
+            "store=\"{}\",scope=\"{}\",lock=\"{}\"",
+            escape_label(&label),
+            metrics.scope.as_str(),
+            escape_label(name)
+        )
+    };
+    let mut held_lines = String::new();
+    let mut waiter_lines = String::new();
+    for (name, since) in &held {
+        let seconds = now.duration_since(*since).unwrap_or_default().as_secs_f64();
+        let _ = writeln!(
+            held_lines,
+            "fencelock_lock_held_seconds{{{}}} {seconds:.3}",
+            labels(name)
+        );
+        let waiters = if is_etcd(store.path()) {
+            0
+        } else {
+            store.waiters(name)?.len()
+        };
+        let _ = writeln!(
+            waiter_lines,
+            "fencelock_lock_waiters{{{}}} {waiters}",
+            labels(name)
+        );
+    }
+    let _ = write!(
+        page,
+        "# HELP fencelock_lock_held_seconds How long the lock's oldest live grant has been held, \
+         for the {top_locks} locks held longest (no more series, whatever the number of names).\n\
+         # TYPE fencelock_lock_held_seconds gauge\n{held_lines}\
+         # HELP fencelock_lock_waiters Acquires queued waiting for the lock, for the same locks.\n\
+         # TYPE fencelock_lock_waiters gauge\n{waiter_lines}"
+    );
+    Ok(page)
+}
+
+/// A label value as the text format writes it: `\\`, `\"` and `\n` escaped.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn metrics_json(m: &Metrics, store: &str) -> Value {

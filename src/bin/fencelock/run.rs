@@ -26,7 +26,8 @@ use fencelock::{Cancel, Error, Holder, Kind, LockState, Store};
 
 use crate::commands::{is_etcd, open_store};
 use crate::duration::{format_duration, Wait};
-use crate::{exit, output, Failure, RunArgs};
+use crate::notice::Notice;
+use crate::{exit, output, Failure, LockArgs, RunArgs};
 
 /// Signals the tool takes for the command: forwarded while it runs, aborting a wait before.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
@@ -148,7 +149,7 @@ fn send(pid: libc::pid_t, signal: libc::c_int) {
     unsafe { libc::kill(pid, signal) };
 }
 
-fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
+pub fn signal_set(signals: &[libc::c_int]) -> libc::sigset_t {
     // SAFETY: sigemptyset initializes the set before sigaddset reads it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -215,10 +216,16 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
             None => failure,
         },
     )?;
-    let holders: Vec<Arc<Holder>> = acquire(&store, args, &shared, started)?
-        .into_iter()
-        .map(Arc::new)
-        .collect();
+    let holders: Vec<Arc<Holder>> = acquire(
+        &store,
+        args,
+        &shared.cancel,
+        &|| shared.interrupted(),
+        started,
+    )?
+    .into_iter()
+    .map(Arc::new)
+    .collect();
     if args.verbose {
         let tokens: Vec<String> = holders.iter().map(|h| h.token().to_string()).collect();
         output::say(format_args!(
@@ -354,10 +361,11 @@ pub fn run(db: &Path, busy_timeout: Duration, args: &RunArgs) -> Result<u8, Fail
 /// Takes the lock (or every lock of several, all or none) once, or waits as `-w` says (a limit
 /// counted from `started`, or none); a forwarded signal fires the cancel handle, which ends the
 /// wait at once. A conflict exits with `-E`'s status when it is given.
-fn acquire(
+pub fn acquire(
     store: &Store,
-    args: &RunArgs,
-    shared: &Shared,
+    args: &LockArgs,
+    cancel: &Cancel,
+    interrupted: &dyn Fn() -> Option<libc::c_int>,
     started: Instant,
 ) -> Result<Vec<Holder>, Failure> {
     let lock = args.lock_names();
@@ -390,14 +398,16 @@ fn acquire(
     };
     // The engine saturates its deadline, so the longest Duration is a wait without a limit.
     let left = limit.map_or(Duration::MAX, |wait| wait.saturating_sub(started.elapsed()));
+    let notice = Notice::for_lock(store, &args.locks, what(&lock, kind), args.quiet);
     let granted = match names.as_slice() {
         [name] => store
-            .acquire_kind_wait_cancellable(name, kind, args.ttl, left, &shared.cancel)
+            .acquire_kind_wait_cancellable(name, kind, args.ttl, left, cancel)
             .map(|h| vec![h]),
-        _ => store.acquire_all_wait_cancellable(&names, args.ttl, left, &shared.cancel),
+        _ => store.acquire_all_wait_cancellable(&names, args.ttl, left, cancel),
     };
+    drop(notice);
     match granted {
-        Err(Error::Cancelled) => Err(shared.interrupted().map_or_else(
+        Err(Error::Cancelled) => Err(interrupted().map_or_else(
             || Failure::from_lib(&Error::Cancelled),
             |signal| interrupted_failure(signal, &lock),
         )),
@@ -427,7 +437,7 @@ fn acquire(
 }
 
 /// `lock "x"`, `a permit of semaphore "x" (3 permits)`, `lock "x" shared`.
-fn what(lock: &str, kind: Kind) -> String {
+pub fn what(lock: &str, kind: Kind) -> String {
     match kind {
         Kind::Semaphore(permits) => format!("a permit of semaphore {lock:?} ({permits} permits)"),
         Kind::Shared => format!("lock {lock:?} shared"),
@@ -461,7 +471,7 @@ fn acquire_failure(err: &Error, lock: &str, kind: Kind, asked_to_wait: bool) -> 
     }
 }
 
-fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
+pub fn interrupted_failure(signal: libc::c_int, lock: &str) -> Failure {
     Failure::new(
         u8::try_from(128 + signal).unwrap_or(u8::MAX),
         format!(
@@ -583,7 +593,7 @@ fn watch(
             // Read before taking the phase lock: this reads the store.
             // Another permit or shared holder is no successor: only an exclusive lock names one.
             let successor = store
-                .lock(lock)
+                .lock_info(lock)
                 .ok()
                 .flatten()
                 .filter(|info| info.token != holder.token() && holder.kind() == Kind::Exclusive)

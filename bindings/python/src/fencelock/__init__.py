@@ -59,7 +59,7 @@ from ._ffi import loaded_path as _loaded_path
 from ._holder import Holder, HolderDroppedWarning
 from ._lock import Lock
 from ._store import Store
-from ._types import Event, Fenced, HistoryEntry, LockInfo, Metrics
+from ._types import Event, Fenced, HistoryEntry, LockInfo, Metrics, WaiterInfo
 
 __version__ = "0.1.0"
 
@@ -120,6 +120,7 @@ __all__ = [
     "StoreNotFoundError",
     "StorePermissionError",
     "StoreReplacedError",
+    "WaiterInfo",
     "WouldDeadlockError",
     "__version__",
     "library_path",

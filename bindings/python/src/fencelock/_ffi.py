@@ -68,6 +68,9 @@ MODE_SINGLE_PROCESS = 1
 OPEN_READ_ONLY = 1
 OPEN_NO_HISTORY = 2
 
+ACQUIRE_WAIT = 1
+ACQUIRE_PUT = 2
+
 KIND_EXCLUSIVE = 0
 KIND_SHARED = 1
 KIND_SEMAPHORE = 2
@@ -110,6 +113,24 @@ class fencelock_error(Structure):
     """Opaque error object."""
 
 
+class fencelock_acquire_options(Structure):
+    """How ``fencelock_store_acquire_opts`` acquires; ``size`` is the struct's own size."""
+
+    _fields_ = [
+        ("size", c_size_t),
+        ("ttl_ms", c_uint64),
+        ("timeout_ms", c_uint64),
+        ("flags", c_uint64),
+        ("kind", c_int32),
+        ("permits", c_uint32),
+        ("cancel", POINTER(fencelock_cancel)),
+        ("key", c_char_p),
+        ("key_len", c_size_t),
+        ("value", c_char_p),
+        ("value_len", c_size_t),
+    ]
+
+
 class fencelock_lock_list(Structure):
     """Opaque list of lock records."""
 
@@ -129,6 +150,22 @@ class fencelock_lock_info(Structure):
         ("granted_unix_ms", c_int64),
         ("expires_unix_ms", c_int64),
         ("remaining_ms", c_uint64),
+    ]
+
+
+class fencelock_waiter_list(Structure):
+    """Opaque list of the waiters of a lock."""
+
+
+class fencelock_waiter_info(Structure):
+    """One waiter, as ``fencelock_waiter_list_get`` fills it."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("pid", c_uint32),
+        ("ticket", c_uint64),
+        ("waiting_since_unix_ms", c_int64),
+        ("waited_ms", c_uint64),
     ]
 
 
@@ -208,6 +245,7 @@ HolderP = POINTER(fencelock_holder)
 CancelP = POINTER(fencelock_cancel)
 ErrorP = POINTER(fencelock_error)
 LockListP = POINTER(fencelock_lock_list)
+WaiterListP = POINTER(fencelock_waiter_list)
 KeyListP = POINTER(fencelock_key_list)
 BytesP = POINTER(c_uint8)
 HistoryP = POINTER(fencelock_history)
@@ -246,6 +284,17 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [c_char_p, c_int32, c_uint32, c_uint64, c_uint64, CancelP, POINTER(StoreP), POINTER(ErrorP)],
     ),
     "fencelock_store_close": (None, [StoreP]),
+    "fencelock_store_acquire_opts": (
+        fencelock_status,
+        [
+            StoreP,
+            POINTER(c_char_p),
+            c_size_t,
+            POINTER(fencelock_acquire_options),
+            POINTER(HolderP),
+            POINTER(ErrorP),
+        ],
+    ),
     "fencelock_store_acquire": (
         fencelock_status,
         [StoreP, c_char_p, c_uint64, POINTER(HolderP), POINTER(ErrorP)],
@@ -394,6 +443,17 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [LockListP, c_size_t, POINTER(c_int32), POINTER(c_uint32)],
     ),
     "fencelock_lock_list_free": (None, [LockListP]),
+    # waiter list
+    "fencelock_store_waiters": (
+        fencelock_status,
+        [StoreP, c_char_p, POINTER(WaiterListP), POINTER(ErrorP)],
+    ),
+    "fencelock_waiter_list_len": (c_size_t, [WaiterListP]),
+    "fencelock_waiter_list_get": (
+        fencelock_status,
+        [WaiterListP, c_size_t, POINTER(fencelock_waiter_info)],
+    ),
+    "fencelock_waiter_list_free": (None, [WaiterListP]),
     # key list
     "fencelock_key_list_len": (c_size_t, [KeyListP]),
     "fencelock_key_list_get": (

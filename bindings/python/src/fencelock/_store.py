@@ -27,11 +27,11 @@ from ._args import (
 )
 from ._enums import Ending, EventKind, LockKind, Mode, Scope
 from ._errors import LockTimeoutError, error_from
-from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, lib
+from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, WaiterListP, lib
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
 from ._lock import Lock
-from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value
+from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value, WaiterInfo
 
 __all__ = ["Store"]
 
@@ -72,6 +72,36 @@ def _event(ev: Any) -> Event:
         waited=ev.waited_ns / 1e9,
         held=ev.held_ns / 1e9,
     )
+
+
+
+def _options(
+    ttl_ms: int,
+    timeout_ms: int,
+    kind: LockKind = LockKind.EXCLUSIVE,
+    permits: int = 0,
+    *,
+    put: tuple[bytes, bytes] | None = None,
+) -> _ffi.fencelock_acquire_options:
+    """The options of one acquire: a timeout of 0 tries once, another waits (``_wait_ms``)."""
+    options = _ffi.fencelock_acquire_options(
+        size=ctypes.sizeof(_ffi.fencelock_acquire_options), ttl_ms=ttl_ms, kind=int(kind), permits=permits
+    )
+    if timeout_ms:
+        options.flags |= _ffi.ACQUIRE_WAIT
+        options.timeout_ms = timeout_ms
+    if put is not None:
+        key, value = put
+        options.flags |= _ffi.ACQUIRE_PUT
+        options.key, options.key_len, options.value, options.value_len = key, len(key), value, len(value)
+    return options
+
+
+def _acquire_opts(store: Any, names: Any, count: int, options: Any, cancel: Any, outs: Any, err: Any) -> int:
+    """``fencelock_store_acquire_opts`` in the shape of ``call_waiting``'s calls, whose cancel
+    handle travels in the options."""
+    options.cancel = cancel
+    return int(lib.fencelock_store_acquire_opts(store, names, count, byref(options), outs, err))
 
 
 class Store(Handle):
@@ -198,36 +228,11 @@ class Store(Handle):
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
         try:
-            return self._acquire(raw_name, ttl_ms, timeout_ms, kind, count)
+            return self._acquire([raw_name], _options(ttl_ms, timeout_ms, kind, count))[0]
         except LockTimeoutError as err:
             if timeout is not None and timeout_ms != 0:
                 err.waited_for(name, timeout_ms / 1000.0)
             raise
-
-    def _acquire(self, raw_name: bytes, ttl_ms: int, timeout_ms: int, kind: LockKind, count: int) -> Holder:
-        out = HolderP()
-        if kind is not LockKind.EXCLUSIVE:
-            if timeout_ms == 0:
-                self._res.check(
-                    lib.fencelock_store_acquire_kind, raw_name, int(kind), count, ttl_ms, byref(out)
-                )
-            else:
-                self._res.check_wait(
-                    lib.fencelock_store_acquire_kind_wait,
-                    (raw_name, int(kind), count, ttl_ms, timeout_ms),
-                    (byref(out),),
-                    lambda: lib.fencelock_holder_free(out),
-                )
-        elif timeout_ms == 0:
-            self._res.check(lib.fencelock_store_acquire, raw_name, ttl_ms, byref(out))
-        else:
-            self._res.check_wait(
-                lib.fencelock_store_acquire_wait_cancellable,
-                (raw_name, ttl_ms, timeout_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-            )
-        return Holder(out, ttl_ms, self._res.keep)
 
     def lock(
         self,
@@ -259,20 +264,7 @@ class Store(Handle):
         """
         raw = _names(names)
         ttl_ms, timeout_ms = _ms(ttl, "ttl"), _wait_ms(timeout)
-        array = (c_char_p * len(raw))(*raw)
-        outs = (HolderP * len(raw))()
-
-        def undo() -> None:
-            for out in outs:
-                lib.fencelock_holder_free(out)
-
-        if timeout_ms == 0:
-            self._res.check(lib.fencelock_store_acquire_all, array, len(raw), ttl_ms, 0, None, outs)
-        else:
-            self._res.check_wait(
-                lib.fencelock_store_acquire_all, (array, len(raw), ttl_ms, timeout_ms), (outs,), undo
-            )
-        return [Holder(out, ttl_ms, self._res.keep) for out in outs]
+        return self._acquire(raw, _options(ttl_ms, timeout_ms))
 
     def acquire_async(
         self,
@@ -295,33 +287,30 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
-        return _AsyncAcquire(self._acquire_async(raw_name, ttl_ms, timeout_ms, kind, count))
+        return _AsyncAcquire(self._acquire_async(raw_name, _options(ttl_ms, timeout_ms, kind, count)))
 
-    async def _acquire_async(
-        self, raw_name: bytes, ttl_ms: int, timeout_ms: int, kind: LockKind, count: int
-    ) -> Holder:
-        out = HolderP()
-        exclusive = kind is LockKind.EXCLUSIVE
-        if timeout_ms == 0:
-            await self._res.check_wait_async(
-                lib.fencelock_store_acquire if exclusive else lib.fencelock_store_acquire_kind,
-                (raw_name, ttl_ms) if exclusive else (raw_name, int(kind), count, ttl_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-                cancellable=False,
-            )
+    async def _acquire_async(self, raw_name: bytes, options: _ffi.fencelock_acquire_options) -> Holder:
+        names, outs = (c_char_p * 1)(raw_name), (HolderP * 1)()
+        await self._res.check_wait_async(
+            _acquire_opts, (names, 1, options), (outs,), lambda: lib.fencelock_holder_free(outs[0])
+        )
+        return Holder(outs[0], options.ttl_ms, self._res.keep)
+
+    def _acquire(self, raw_names: list[bytes], options: _ffi.fencelock_acquire_options) -> list[Holder]:
+        """The one C call of every acquire: tried once directly, or a wait that a signal, a
+        close or the store's cancel ends (``call_waiting``)."""
+        count = len(raw_names)
+        names, outs = (c_char_p * count)(*raw_names), (HolderP * count)()
+
+        def undo() -> None:
+            for out in outs:
+                lib.fencelock_holder_free(out)
+
+        if options.flags & _ffi.ACQUIRE_WAIT:
+            self._res.check_wait(_acquire_opts, (names, count, options), (outs,), undo)
         else:
-            await self._res.check_wait_async(
-                lib.fencelock_store_acquire_wait_cancellable
-                if exclusive
-                else lib.fencelock_store_acquire_kind_wait,
-                (raw_name, ttl_ms, timeout_ms)
-                if exclusive
-                else (raw_name, int(kind), count, ttl_ms, timeout_ms),
-                (byref(out),),
-                lambda: lib.fencelock_holder_free(out),
-            )
-        return Holder(out, ttl_ms, self._res.keep)
+            self._res.check(lib.fencelock_store_acquire_opts, names, count, byref(options), outs)
+        return [Holder(out, options.ttl_ms, self._res.keep) for out in outs]
 
     def acquire_and_put(self, name: str, key: Key, value: Value, ttl: Seconds = 30.0) -> Holder:
         """Acquires the lock ``name`` and writes ``value`` under ``key`` with the new token, in one
@@ -329,19 +318,8 @@ class Store(Handle):
         raw_name = _name(name, "lock name")
         raw_key = _key(key)
         raw_value = _bytes(value, "value")
-        ttl_ms = _ms(ttl, "ttl")
-        out = HolderP()
-        self._res.check(
-            lib.fencelock_store_acquire_and_put,
-            raw_name,
-            ttl_ms,
-            raw_key,
-            len(raw_key),
-            raw_value,
-            len(raw_value),
-            byref(out),
-        )
-        return Holder(out, ttl_ms, self._res.keep)
+        options = _options(_ms(ttl, "ttl"), 0, put=(raw_key, raw_value))
+        return self._acquire([raw_name], options)[0]
 
     def locks(self) -> list[LockInfo]:
         """Every lock record with its state, in name order."""
@@ -373,6 +351,37 @@ class Store(Handle):
             return result
         finally:
             lib.fencelock_lock_list_free(out)
+
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        """The acquires of any process of this host queued waiting for the lock ``name``,
+        oldest first (the order they are served in); empty for a store opened in
+        single-process mode, whose waits are not queued. The library checks the name: an empty
+        one raises ``InvalidArgumentError``, as does an etcd store."""
+        if not isinstance(name, str):
+            raise _type_error("lock name", "str", name)
+        if "\0" in name:
+            raise ValueError("lock name contains a NUL character")
+        out = WaiterListP()
+        self._res.check(lib.fencelock_store_waiters, name.encode("utf-8"), byref(out))
+        try:
+            result = []
+            info = _ffi.fencelock_waiter_info()
+            for index in range(lib.fencelock_waiter_list_len(out)):
+                status = lib.fencelock_waiter_list_get(out, index, byref(info))
+                if status:
+                    raise error_from(status, None)
+                result.append(
+                    WaiterInfo(
+                        name=info.name.decode("utf-8"),
+                        pid=info.pid,
+                        ticket=info.ticket,
+                        waiting_since=_datetime(info.waiting_since_unix_ms),
+                        waited=info.waited_ms / 1000.0,
+                    )
+                )
+            return result
+        finally:
+            lib.fencelock_waiter_list_free(out)
 
     # -- fenced values ------------------------------------------------------------------------
 

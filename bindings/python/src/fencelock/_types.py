@@ -11,7 +11,18 @@ from typing import NamedTuple, Union
 from ._enums import Ending, EventKind, LockKind, LockState, Scope
 from ._errors import FencelockError
 
-__all__ = ["Event", "Fenced", "HistoryEntry", "Key", "LockInfo", "Metrics", "PathLike", "Seconds", "Value"]
+__all__ = [
+    "Event",
+    "Fenced",
+    "HistoryEntry",
+    "Key",
+    "LockInfo",
+    "Metrics",
+    "PathLike",
+    "Seconds",
+    "Value",
+    "WaiterInfo",
+]
 
 Seconds = Union[int, float, timedelta]
 """A duration: seconds as an int or float, or a ``datetime.timedelta``."""
@@ -45,6 +56,19 @@ class LockInfo:
     """A semaphore or shared lock lists one entry per grant it holds, under one name."""
     permits: int = 0
     """The name's permit count for a semaphore; 0 for another kind."""
+
+
+@dataclass(frozen=True)
+class WaiterInfo:
+    """An acquire queued waiting for a lock (``Store.waiters``): the waiting process, its place
+    (a lower ``ticket`` waits longer and is served first), when it took it (a wall-clock
+    estimate, UTC, timezone-aware) and how long it has waited, in seconds."""
+
+    name: str
+    pid: int
+    ticket: int
+    waiting_since: datetime
+    waited: float
 
 
 @dataclass(frozen=True)

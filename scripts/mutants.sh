@@ -1,0 +1,63 @@
+#!/bin/sh
+# The seeded mutants of the ring's protocols and of the token rules: each one is a small change
+# that breaks a protocol as a plausible slip would, applied to a copy of the tree's file, and
+# each must make its model (or property test) fail. Run by `make test-mutants`; the file is put
+# back after each, whatever happens. Prints one line per mutant and fails if any survives.
+#
+# Usage: sh scripts/mutants.sh [NAME...]   (all of them by default)
+set -eu
+cd "$(dirname "$0")/.."
+CARGO=${CARGO:-cargo}
+
+# name ~ file ~ the text replaced (exactly once, \n for a new line) ~ its replacement ~ the test
+# that must fail ~ loom (empty: an ordinary test)
+MUTANTS='
+post-relaxed~src/ring/slots.rs~head.state.store(word(generation, POSTED), Ordering::SeqCst);~head.state.store(word(generation, POSTED), Ordering::Relaxed);~ring::models::slots::each_requester~loom
+publish-not-release~src/ring/slots.rs~            Ordering::AcqRel,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~            Ordering::Acquire,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~ring::models::slots::each_requester~loom
+dropped-wake~src/ring/slots.rs~Ok(_) => futex_wake(&head.state),~Ok(_) => {}~ring::models::slots::each_requester~loom
+dropped-queue-wake~src/ring/queue.rs~            entry.wake.fetch_add(1, Ordering::AcqRel);\n            futex_wake(&entry.wake);~            entry.wake.fetch_add(1, Ordering::AcqRel);~ring::models::queue~loom
+no-generation~src/ring/map.rs~Word((((self.0 >> GEN_SHIFT) + 1) << GEN_SHIFT) | head as u64)~Word(((self.0 >> GEN_SHIFT) << GEN_SHIFT) | head as u64)~ring::models::map::a_reader_stopped~loom
+sweep-frees-published~src/ring/map.rs~                (PUBLIC, true) => {}\n                (PUBLIC, false) => self.release_garbage(index, generation, owner),~                (PUBLIC, _) => self.release_garbage(index, generation, owner),~ring::models::map::a_sweep_beside~loom
+token-load-store~src/ring/tokens.rs~            if header\n                .last_token\n                .compare_exchange(last, end, Ordering::AcqRel, Ordering::Acquire)\n                .is_ok()\n            {~            if {\n                header.last_token.store(end, Ordering::Release);\n                true\n            } {~ring::models::tokens~loom
+no-floor~src/share/leases.rs~        token >= self.0\n~        let _ = self.0;\n        true\n~ring::models::map::a_grant_stopped~loom
+doorbell-no-fence~src/ring/server.rs~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).\n        fence(Ordering::SeqCst);~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).~ring::models::server~loom
+seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_least),\n            sealed: 0,~            reserved: self.reserved.max(at_least),~rules::tokens::tests::tokens_never_repeat~
+'
+
+want="$*"
+mkdir -p target
+rm -f target/mutants-survived
+printf '%s\n' "$MUTANTS" | while IFS='~' read -r name file from to test loom; do
+    [ -n "$name" ] || continue
+    if [ -n "$want" ] && ! echo " $want " | grep -q " $name "; then continue; fi
+    cp "$file" "$file.unmutated"
+    trap 'mv "$file.unmutated" "$file"' EXIT INT TERM
+    python3 - "$file" "$from" "$to" <<'PY'
+import sys
+path, old, new = sys.argv[1], sys.argv[2].replace('\\n', '\n'), sys.argv[3].replace('\\n', '\n')
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"mutant's text found {text.count(old)} times in {path}: {old!r}")
+open(path, 'w').write(text.replace(old, new))
+PY
+    if [ -n "$loom" ]; then
+        # As make test-loom runs them (the same flags: the same build).
+        run() { RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom \
+            LOOM_MAX_PREEMPTIONS=2 $CARGO test --release --lib "$test"; }
+    else
+        run() { $CARGO test --release --lib "$test"; }
+    fi
+    if run >"target/mutant-$name.log" 2>&1; then
+        echo "SURVIVED $name: $test passed (target/mutant-$name.log)"
+        echo 1 >target/mutants-survived
+    elif grep -q "could not compile" "target/mutant-$name.log"; then
+        # A mutant that does not build proves nothing.
+        echo "BROKEN   $name: it does not build (target/mutant-$name.log)"
+        echo 1 >target/mutants-survived
+    else
+        echo "caught   $name by $test"
+    fi
+    mv "$file.unmutated" "$file"
+    trap - EXIT INT TERM
+done
+if [ -e target/mutants-survived ]; then rm -f target/mutants-survived; exit 1; fi

@@ -1,0 +1,232 @@
+//! The lease map (`map.rs`, and `share/leases.rs` over it): a reader never trusts a torn or
+//! unpublished blob; blocks are never freed while a bucket reaches them, and a sweep frees every
+//! one that no bucket reaches; a lock's tokens only grow, even for a grant stopped between
+//! taking its token and publishing while the lock was granted again and its record left the
+//! bucket (the hostile round's second fencing break).
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::{check, Procs};
+use crate::base::clock::ProcessId;
+use crate::ring::map::{bucket_of, Publish};
+use crate::ring::tokens::Take;
+use crate::ring::{lock_hash, Ring};
+use crate::rules::history::Ends;
+use crate::rules::record::{Lease, Record};
+use crate::share::leases::{update, Change, Entry};
+
+/// Publishes `blob` as bucket 0's, retrying while other writers publish first.
+fn publish(ring: &Ring, procs: &Procs, owner: u64, blob: &[u8]) {
+    loop {
+        let read = ring.read_bucket(0);
+        match ring.publish_bucket(0, &read, blob, owner, procs) {
+            Publish::Done => return,
+            Publish::Raced => thread::yield_now(),
+            Publish::Full => panic!("the map ran out of blocks"),
+        }
+    }
+}
+
+#[test]
+fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(3));
+        let published: [&[u8]; 3] = [b"first-blob", b"second", b"third-one-here"];
+        let writers: Vec<_> = [(1u64, 0usize), (2, 1)]
+            .into_iter()
+            .map(|(owner, at)| {
+                let (ring, procs) = (ring.clone(), procs.clone());
+                thread::spawn(move || publish(&ring, &procs, owner, published[at]))
+            })
+            .collect();
+        let reader = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.read_bucket(0).blob)
+        };
+        publish(&ring, &procs, 3, published[2]);
+        for writer in writers {
+            writer.join().expect("a writer");
+        }
+        let seen = reader.join().expect("the reader");
+        assert!(
+            seen.is_empty() || published.contains(&seen.as_slice()),
+            "a reader trusted a blob nobody published: {seen:?}"
+        );
+        // Every block of a replaced blob was freed, or is left for the sweep (a replacer that
+        // found it claimed by a freer a moment before): after a sweep, only the last blob's.
+        ring.sweep_blocks(3, &*procs);
+        assert_eq!(ring.blocks_in_use(), 1, "a block was lost");
+        let last = ring.read_bucket(0).blob;
+        assert!(published.contains(&last.as_slice()), "{last:?}");
+    });
+}
+
+/// A reader stopped in the middle of its copy while a writer replaces the blob again and
+/// again, until a block of the blob it copies is reused at the head of the bucket: the word's
+/// generation tells it (with the generation narrowed to nothing, the word repeats).
+#[test]
+fn a_reader_stopped_while_blocks_are_reused_never_trusts_the_mix() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(1));
+        let blobs: [&[u8]; 5] = [
+            b"aaaaaaaaaaaaaaaa",
+            b"bbbbbbbbbbbbbbbb",
+            b"cccccccccccccccc",
+            b"dddddddddddddddd",
+            b"eeeeeeeeeeeeeeee",
+        ];
+        publish(&ring, &procs, 1, blobs[0]);
+        let reader = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.read_bucket(0).blob)
+        };
+        for blob in &blobs[1..] {
+            publish(&ring, &procs, 1, blob);
+        }
+        let seen = reader.join().expect("the reader");
+        assert!(
+            blobs.contains(&seen.as_slice()),
+            "a reader trusted a mix of blobs: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
+    });
+}
+
+#[test]
+fn a_sweep_beside_writers_never_frees_a_block_a_bucket_reaches() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(3));
+        publish(&ring, &procs, 1, b"old");
+        let writer = {
+            let (ring, procs) = (ring.clone(), procs.clone());
+            thread::spawn(move || publish(&ring, &procs, 2, b"new-blob"))
+        };
+        ring.sweep_blocks(3, &*procs);
+        assert!(
+            ring.reached_blocks_in_use(0),
+            "the sweep freed a block the bucket reaches"
+        );
+        writer.join().expect("the writer");
+        // A block freed while reached would be claimed and overwritten by the next writer.
+        publish(&ring, &procs, 1, b"x");
+        publish(&ring, &procs, 3, b"after");
+        assert_eq!(ring.read_bucket(0).blob, b"after");
+        ring.sweep_blocks(3, &*procs);
+        assert_eq!(ring.blocks_in_use(), 1);
+    });
+}
+
+const NAME: &str = "a";
+
+fn lease(token: u64, owner: u64) -> Lease {
+    Lease {
+        token,
+        holder: ProcessId {
+            pid: u32::try_from(owner).expect("an owner"),
+            start_time: 1,
+        },
+        boot_id: [0; 16],
+        granted_ns: 1,
+        expires_ns: u64::MAX,
+        live: owner,
+    }
+}
+
+/// An exclusive grant of `NAME`, as `local/leases.rs` makes it: refused while a record is
+/// there; its token taken after reading the bucket's floor, and kept for a retry only while
+/// the floor admits it. Returns the token granted.
+fn grant(ring: &Ring, procs: &Procs, owner: u64) -> Option<u64> {
+    let mut taken: Option<u64> = None;
+    let (granted, _) = update(
+        ring,
+        procs,
+        owner,
+        NAME,
+        |entry, floor| {
+            if entry.and_then(|entry| entry.record.as_ref()).is_some() {
+                return Ok((Change::Keep, None));
+            }
+            let token = match taken {
+                Some(token) if floor.admits(token) => token,
+                _ => match ring.take_tokens(1)? {
+                    Take::Taken { first, .. } => first,
+                    Take::Short { .. } => panic!("the model reserves enough tokens"),
+                },
+            };
+            taken = Some(token);
+            let entry = Entry {
+                name: NAME.into(),
+                record: Some(Record::Exclusive(lease(token, owner))),
+                tail: Vec::new(),
+            };
+            Ok((Change::Put(entry), Some(token)))
+        },
+        |_| Ok(Ends::default()),
+    )
+    .expect("a grant");
+    granted
+}
+
+/// Releases the grant `token` of `NAME`: its record leaves the bucket with nothing in its tail
+/// (its end already in the file's history), which takes its token out of the blob.
+fn release(ring: &Ring, procs: &Procs, owner: u64, token: u64) {
+    update(
+        ring,
+        procs,
+        owner,
+        NAME,
+        |entry, _| {
+            let held = entry
+                .and_then(|entry| entry.record.as_ref())
+                .and_then(Record::latest)
+                .is_some_and(|lease| lease.token == token);
+            let gone = Entry {
+                name: NAME.into(),
+                record: None,
+                tail: Vec::new(),
+            };
+            Ok((
+                if held {
+                    Change::Put(gone)
+                } else {
+                    Change::Keep
+                },
+                (),
+            ))
+        },
+        |_| Ok(Ends::default()),
+    )
+    .expect("a release");
+}
+
+#[test]
+fn a_grant_stopped_before_publishing_never_publishes_a_token_below_a_later_grant() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        ring.tokens_start_at(0);
+        ring.tokens_reserved(100, 100);
+        assert_eq!(bucket_of(lock_hash(NAME)), bucket_of(lock_hash(NAME)));
+        let first = {
+            let (ring, procs) = (ring.clone(), procs.clone());
+            thread::spawn(move || grant(&ring, &procs, 1))
+        };
+        let second = grant(&ring, &procs, 2);
+        if let Some(token) = second {
+            release(&ring, &procs, 2, token);
+        }
+        let first = first.join().expect("the first grant");
+        if let (Some(first), Some(second)) = (first, second) {
+            // Both granted: the second's record was there until its release, so the first was
+            // published after it, and must hold a higher token.
+            assert!(
+                first > second,
+                "token {first} granted after token {second} of the same lock"
+            );
+        }
+    });
+}

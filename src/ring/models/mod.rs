@@ -1,0 +1,59 @@
+//! Loom models of the ring's protocols (make test-loom): the real code of `slots.rs`,
+//! `queue.rs`, `map.rs` (with `share/leases.rs` over it) and `tokens.rs`, run on a ring on the
+//! heap over loom's atomics and futex (`sync.rs`), with every interleaving of a few threads
+//! explored up to a bound of preemptions (`LOOM_MAX_PREEMPTIONS`, 2 in make test-loom, 3 in
+//! make test-loom-long). A thread stands for a process; a process that dies is one whose
+//! liveness lock [`Procs`] drops.
+//!
+//! Each model checks its invariants at its end or at each step, and each can fail: the seeded
+//! mutants of `scripts/mutants.sh` (a weakened ordering, a dropped wake, no generation, no
+//! floor, a token taken by a load and a store) each make one of these fail.
+
+use std::io;
+
+use super::sync::Live;
+use loom::sync::atomic::{AtomicBool, Ordering};
+
+mod map;
+mod queue;
+mod server;
+mod slots;
+mod tokens;
+
+/// The liveness locks of the model's processes: liveness id `n` (from 1) is process `n`'s.
+pub(super) struct Procs {
+    dead: Vec<AtomicBool>,
+}
+
+impl Procs {
+    pub(super) fn new(count: usize) -> Procs {
+        Procs {
+            dead: (0..count).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Process `id` dies: its liveness lock is dropped, as the kernel drops a dead process's.
+    #[allow(dead_code)]
+    pub(super) fn kill(&self, id: u64) {
+        self.dead[usize::try_from(id - 1).expect("an id")].store(true, Ordering::SeqCst);
+    }
+}
+
+impl Live for Procs {
+    fn is_held(&self, id: u64) -> io::Result<bool> {
+        Ok(usize::try_from(id)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .and_then(|index| self.dead.get(index))
+            .is_some_and(|dead| !dead.load(Ordering::SeqCst)))
+    }
+}
+
+/// Runs `model` under loom with the preemption bound of the environment (2 by default).
+pub(super) fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(model);
+}

@@ -1,0 +1,107 @@
+//! The request slots (`slots.rs`): a posted request is run once and its reply reaches its own
+//! requester, who is woken for it (no lost wake-up: a model's wait has no timeout); a request
+//! withdrawn while a combiner takes it is either run or withdrawn, never both or neither.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::{check, Procs};
+use crate::ring::{Phase, Posted, Ring};
+
+/// Waits for the reply to `posted`, as `local/route.rs` does: sleeps on the slot's word while
+/// the request is posted or taken.
+fn await_reply(ring: &Ring, posted: Posted) -> Vec<u8> {
+    loop {
+        match ring.phase(&posted) {
+            Phase::Done => return ring.reply(posted),
+            Phase::Posted(seen) | Phase::Taken(_, seen) => {
+                ring.wait(&posted, seen, std::time::Duration::MAX);
+            }
+            Phase::Lost => panic!("a live requester's slot was lost"),
+        }
+    }
+}
+
+/// A combiner (liveness id `id`): takes posted requests until it ran `count`, publishing each
+/// request's bytes reversed as its reply.
+fn combine(ring: &Ring, procs: &Procs, id: u64, count: usize) {
+    let mut ran = 0;
+    while ran < count {
+        let taken = ring.take_posted(id, procs);
+        for request in &taken {
+            let reply: Vec<u8> = request.request.iter().rev().copied().collect();
+            ring.publish(request, &reply).expect("a reply that fits");
+        }
+        ran += taken.len();
+        if taken.is_empty() {
+            thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn each_requester_gets_its_own_reply_and_is_woken_for_it() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(3));
+        let requesters: Vec<_> = [(1u64, b"ab".as_slice()), (2, b"xyz".as_slice())]
+            .into_iter()
+            .map(|(owner, request)| {
+                let (ring, procs) = (ring.clone(), procs.clone());
+                thread::spawn(move || {
+                    let posted = ring
+                        .try_post(owner, request, &*procs)
+                        .expect("no bulk file")
+                        .expect("a free slot");
+                    await_reply(&ring, posted)
+                })
+            })
+            .collect();
+        combine(&ring, &procs, 3, 2);
+        let replies: Vec<Vec<u8>> = requesters
+            .into_iter()
+            .map(|r| r.join().expect("a requester"))
+            .collect();
+        assert_eq!(replies, [b"ba".to_vec(), b"zyx".to_vec()]);
+    });
+}
+
+#[test]
+fn a_request_withdrawn_while_taken_is_run_or_withdrawn_never_both() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        let posted = ring
+            .try_post(1, b"req", &*procs)
+            .expect("no bulk file")
+            .expect("a free slot");
+        let combiner = {
+            let (ring, procs) = (ring.clone(), procs.clone());
+            thread::spawn(move || {
+                let taken = ring.take_posted(2, &*procs);
+                for request in &taken {
+                    ring.publish(request, b"qer").expect("a reply that fits");
+                }
+                taken.len()
+            })
+        };
+        let withdrawn = ring.withdraw(&posted);
+        let reply = (!withdrawn).then(|| await_reply(&ring, posted));
+        let ran = combiner.join().expect("the combiner");
+        match (withdrawn, ran) {
+            (true, 0) => {}
+            (false, 1) => assert_eq!(reply.as_deref(), Some(b"qer".as_slice())),
+            other => panic!("withdrawn and run: {other:?}"),
+        }
+        // The slot is free again either way: two posts find two slots.
+        let a = ring
+            .try_post(1, b"a", &*procs)
+            .expect("no bulk")
+            .expect("a slot");
+        let b = ring
+            .try_post(1, b"b", &*procs)
+            .expect("no bulk")
+            .expect("a slot");
+        assert!(ring.withdraw(&a) && ring.withdraw(&b));
+    });
+}
