@@ -311,8 +311,8 @@ def test_the_package_exports_exactly_its_public_names():
         "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
         "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
         "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
-        "StorePermissionError", "StoreReplacedError", "WouldDeadlockError", "__version__", "library_path",
-        "library_version", "library_version_number",
+        "StorePermissionError", "StoreReplacedError", "WaiterInfo", "WouldDeadlockError", "__version__",
+        "library_path", "library_version", "library_version_number",
     }  # fmt: skip
     assert set(fencelock.__all__) == expected
     for name in expected:
