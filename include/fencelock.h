@@ -874,8 +874,9 @@ int fencelock_error_os_code(const struct fencelock_error *err);
 
 /**
  * The name of the lock `err` concerns, NUL-terminated: for `FENCELOCK_LOCKED` the lock that is
- * held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for. NULL for every other status,
- * and for NULL. The message names the lock too.
+ * held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for, for the `FENCELOCK_TIMEOUT` of
+ * a waiting `fencelock_store_acquire_opts` of one lock that lock (its message also says how
+ * long it waited). NULL for every other status, and for NULL. The message names the lock too.
  *
  * The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
  * yourself. Thread-safe.

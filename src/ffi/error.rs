@@ -6,6 +6,7 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
 use crate::{Error, Status};
@@ -40,6 +41,28 @@ impl fencelock_error {
             name: None,
             path: None,
         }
+    }
+
+    /// A waiting acquire's timeout names the locks waited for and how long the wait lasted,
+    /// as filelock's `Timeout` names its lock file (the Rust `Error::Timeout` is a unit
+    /// variant, matched as such, so the C layer, which has the names and the clock, says it).
+    /// Every other error is returned as it is.
+    pub(super) fn waited_for(mut self, names: &[&str], waited: Duration) -> fencelock_error {
+        if self.status != Status::Timeout {
+            return self;
+        }
+        let locks = match names {
+            [name] => format!("lock {name:?}"),
+            _ => format!("locks {names:?}"),
+        };
+        self.message = c_string(format!(
+            "timed out after {:.3}s waiting for {locks}",
+            waited.as_secs_f64()
+        ));
+        if let [name] = names {
+            self.name = Some(c_string(name.as_bytes().to_vec()));
+        }
+        self
     }
 
     pub(super) fn from_panic(detail: &str) -> fencelock_error {
@@ -218,8 +241,9 @@ pub unsafe extern "C" fn fencelock_error_os_code(err: *const fencelock_error) ->
 }
 
 /// The name of the lock `err` concerns, NUL-terminated: for `FENCELOCK_LOCKED` the lock that is
-/// held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for. NULL for every other status,
-/// and for NULL. The message names the lock too.
+/// held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for, for the `FENCELOCK_TIMEOUT` of
+/// a waiting `fencelock_store_acquire_opts` of one lock that lock (its message also says how
+/// long it waited). NULL for every other status, and for NULL. The message names the lock too.
 ///
 /// The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
 /// yourself. Thread-safe.

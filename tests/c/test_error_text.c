@@ -1,6 +1,7 @@
 /* The error object names what it concerns: a failed open names the store's path (in the
    message and through fencelock_error_path), a held lock names the lock (in the message and
-   through fencelock_error_name), and no message carries Rust's "(os error N)": the number is
+   through fencelock_error_name), a waiting acquire that times out names the lock and how long
+   it waited, and no message carries Rust's "(os error N)": the number is
    fencelock_error_os_code's. */
 #include <errno.h>
 #include <string.h>
@@ -43,6 +44,29 @@ static void held_lock_names_the_lock(const scratch *s) {
         fprintf(stderr, "held lock: %s\n", message);
     }
     fencelock_error_free(err);
+    err = NULL;
+
+    /* A waiting acquire that times out names the lock and how long it waited (through another
+       open of the store: this one refuses a wait for its own thread's lease at once). */
+    fencelock_store *other = NULL;
+    CHECK_STATUS(FENCELOCK_OK, fencelock_store_open(s->path, &other, ERR));
+    fencelock_acquire_options options;
+    memset(&options, 0, sizeof options);
+    options.size = sizeof options;
+    options.ttl_ms = 1000;
+    options.flags = FENCELOCK_ACQUIRE_WAIT;
+    options.timeout_ms = 20;
+    const char *name = "payment-export";
+    CHECK(fencelock_store_acquire_opts(other, &name, 1, &options, &second, &err) == FENCELOCK_TIMEOUT);
+    message = fencelock_error_message(err);
+    CHECK(strncmp(message, "timed out after ", 16) == 0);
+    CHECK(strstr(message, "s waiting for lock \"payment-export\"") != NULL);
+    CHECK(fencelock_error_name(err) != NULL && strcmp(fencelock_error_name(err), "payment-export") == 0);
+    if (strstr(message, "waiting for lock \"payment-export\"") == NULL) {
+        fprintf(stderr, "timed-out wait: %s\n", message);
+    }
+    fencelock_error_free(err);
+    fencelock_store_close(other);
 
     CHECK(fencelock_error_name(NULL) == NULL);
     CHECK(fencelock_error_path(NULL) == NULL);
