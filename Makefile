@@ -26,7 +26,9 @@ CLI ?=
 # (it needs protoc to build and etcd-server to test). FEATURES= tests the lean library, and
 # make test then leaves etcd out altogether (test-etcd, the etcd lint), so needs neither.
 FEATURES ?= etcd
-CARGO_FEATURES := $(if $(FEATURES),--features $(FEATURES))
+# The C library is the `capi` feature's: `cargo rustc` makes the crate types a Rust user never
+# builds (Cargo.toml's [lib] is the rlib alone).
+CAPI := --lib --features "capi $(FEATURES)" --crate-type cdylib,staticlib
 ETCD := $(findstring etcd,$(FEATURES))
 WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 
@@ -53,14 +55,15 @@ test-setup:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) clippy --all-targets --features "cli tokio" -- -D warnings
-	$(if $(ETCD),$(CARGO) clippy --all-targets --features "cli etcd" -- -D warnings)
+	$(CARGO) clippy --all-targets --features "cli capi tokio" -- -D warnings
+	$(if $(ETCD),$(CARGO) clippy --all-targets --features "cli capi etcd" -- -D warnings)
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(if $(ETCD),--features etcd)
 
-# The command-line tool is the `cli` feature (off by default, so that a crate depending on
-# fencelock gets only the library); its tests need it, and the async API's (tests/tokio.rs)
-# the `tokio` feature.
+# The command-line tool is the `cli` feature and the C ABI the `capi` one (both off by default,
+# so that a crate depending on fencelock gets only the library); their tests need them, and the
+# async API's (tests/tokio.rs) the `tokio` feature.
 test-rust:
-	$(CARGO) test --features "cli tokio"
+	$(CARGO) test --features "cli capi tokio"
 	$(CARGO) run --quiet --example gc_pause
 	$(CARGO) run --quiet --example leader
 
@@ -93,7 +96,7 @@ test-etcd-cluster:
 	$(CARGO) test --features etcd --test etcd -- failures::
 
 release:
-	$(CARGO) build --release --lib $(CARGO_FEATURES)
+	$(CARGO) rustc --release $(CAPI)
 
 # With the library's features, so that the library and the tool build once.
 cli:
@@ -165,7 +168,8 @@ bench:
 compare:
 	$(CARGO) bench --bench compare
 
-# Builds the library (cargo build --profile dist --lib; with CLI=1 the command too), then
+# Builds the C library (cargo rustc --profile dist --lib --features capi --crate-type
+# cdylib,staticlib; with CLI=1 the command too), then
 # installs it as scripts/install.sh describes.
 install:
 	CARGO=$(CARGO) LIBDIR=$(LIBDIR) INCLUDEDIR=$(INCLUDEDIR) BINDIR=$(BINDIR) MANDIR=$(MANDIR) \

@@ -3,7 +3,7 @@
 //! error object), and `fencelock_holder_token` vs `Holder::token`.
 //! Informational; prints the median of 31 batches.
 //!
-//! Run: cargo bench --bench ffi
+//! Run: cargo bench --features capi --bench ffi
 
 use std::ffi::CString;
 use std::hint::black_box;

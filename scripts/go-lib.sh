@@ -1,7 +1,9 @@
 #!/bin/sh
-# Puts the static library the Go module links into the module: builds it (cargo build --profile
-# dist --lib) and installs it, without debug information, as
-# bindings/go/libfencelock_linux_ARCH.a for this machine's architecture (amd64 or arm64).
+# Puts the static library the Go module links into the module: builds it (cargo rustc --profile
+# dist --lib --features capi --crate-type cdylib,staticlib: the build of make install and the
+# Python package, so that make test compiles it once) and installs it, without debug
+# information, as bindings/go/libfencelock_linux_ARCH.a for this machine's architecture (amd64
+# or arm64).
 # A release of the Go module carries these files; `make go-lib` and bindings/go/run_tests.sh
 # call this script. Usage: scripts/go-lib.sh (FENCELOCK_FEATURES=etcd adds the etcd backend)
 set -eu
@@ -14,7 +16,7 @@ esac
 [ "$(uname -s)" = Linux ] || { echo "$0: the Go module ships libraries for Linux only" >&2; exit 1; }
 command -v "${STRIP:-strip}" >/dev/null || { echo "$0: ${STRIP:-strip} is needed (binutils)" >&2; exit 1; }
 cd "$root"
-${CARGO:-cargo} build --profile dist --lib ${FENCELOCK_FEATURES:+--features "$FENCELOCK_FEATURES"}
+${CARGO:-cargo} rustc --profile dist --lib --features "capi ${FENCELOCK_FEATURES:-}" --crate-type cdylib,staticlib
 built=$(${CARGO:-cargo} metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/dist/libfencelock.a
 out=$root/bindings/go/libfencelock_linux_$arch.a

@@ -5,6 +5,7 @@
 #   LIBDIR/libfencelock.so                the link `cc -lfencelock` follows
 #   LIBDIR/libfencelock.a                 the static library, without debug information
 #   INCLUDEDIR/fencelock.h, PKGCONFIGDIR/fencelock.pc
+#   DATADIR/fencelock/fencelock.supp      valgrind suppressions for programs that use it
 # and with --cli the command-line tool too:
 #   BINDIR/fencelock                      the command (the cli feature), stripped
 #   MANDIR/man1/fencelock.1, MANDIR/man1/fencelock-COMMAND.1   its man pages
@@ -14,12 +15,13 @@
 # Usage: scripts/install.sh [--uninstall | --cli] PREFIX
 # Environment: LIBDIR (default PREFIX/lib; PREFIX/lib64 on some distributions), INCLUDEDIR
 # (default PREFIX/include), PKGCONFIGDIR (default LIBDIR/pkgconfig), BINDIR (default
-# PREFIX/bin), MANDIR (default PREFIX/share/man), BASHCOMPDIR (default
+# PREFIX/bin), DATADIR (default PREFIX/share), MANDIR (default PREFIX/share/man), BASHCOMPDIR (default
 # PREFIX/share/bash-completion/completions), ZSHCOMPDIR (default PREFIX/share/zsh/site-functions),
 # FISHCOMPDIR (default PREFIX/share/fish/vendor_completions.d), DESTDIR (a staging root put in
 # front of every path written, never into fencelock.pc), STRIP (default strip).
-# Builds first (cargo build --profile dist --lib, and --features cli --bin fencelock with --cli:
-# the release build without debug information) unless FENCELOCK_NO_BUILD=1; the SONAME comes
+# Builds first (cargo rustc --profile dist --lib --features capi --crate-type cdylib,staticlib,
+# and cargo build --profile dist --features cli --bin fencelock with --cli: the release build
+# without debug information) unless FENCELOCK_NO_BUILD=1; the SONAME comes
 # from the built library (build.rs sets it). `make install` (CLI=1 for --cli) and `make
 # uninstall` call this script.
 set -eu
@@ -49,6 +51,7 @@ includedir=${INCLUDEDIR:-$prefix/include}
 pkgconfigdir=${PKGCONFIGDIR:-$libdir/pkgconfig}
 bindir=${BINDIR:-$prefix/bin}
 mandir=${MANDIR:-$prefix/share/man}
+datadir=${DATADIR:-$prefix/share}
 bashcompdir=${BASHCOMPDIR:-$prefix/share/bash-completion/completions}
 zshcompdir=${ZSHCOMPDIR:-$prefix/share/zsh/site-functions}
 fishcompdir=${FISHCOMPDIR:-$prefix/share/fish/vendor_completions.d}
@@ -57,6 +60,7 @@ absolute INCLUDEDIR "$includedir"
 absolute PKGCONFIGDIR "$pkgconfigdir"
 absolute BINDIR "$bindir"
 absolute MANDIR "$mandir"
+absolute DATADIR "$datadir"
 absolute BASHCOMPDIR "$bashcompdir"
 absolute ZSHCOMPDIR "$zshcompdir"
 absolute FISHCOMPDIR "$fishcompdir"
@@ -76,6 +80,7 @@ if [ $action = uninstall ]; then
     man1=$destdir$mandir/man1
     for file in "$lib/libfencelock.so" ${soname:+"$lib/$soname"} "$lib/libfencelock.so.$version" \
         "$lib/libfencelock.a" "$destdir$includedir/fencelock.h" "$destdir$pkgconfigdir/fencelock.pc" \
+        "$destdir$datadir/fencelock/fencelock.supp" \
         "$destdir$bindir/fencelock" "$man1/fencelock.1" "$man1"/fencelock-*.1 \
         "$destdir$bashcompdir/fencelock" "$destdir$zshcompdir/_fencelock" \
         "$destdir$fishcompdir/fencelock.fish"; do
@@ -84,23 +89,23 @@ if [ $action = uninstall ]; then
             echo "removed $file"
         fi
     done
+    rmdir "$destdir$datadir/fencelock" 2>/dev/null || true
     exit 0
 fi
 
 if [ "${FENCELOCK_NO_BUILD:-0}" != 1 ]; then
-    # With --cli in one build, so that the library is compiled once (the cli feature adds only
-    # the command's dependencies).
+    # The C library is the capi feature's, its crate types given here (Cargo.toml's [lib] is
+    # the rlib a Rust user builds); the command is the cli feature's.
+    (cd "$root" && ${CARGO:-cargo} rustc --profile dist --lib --features capi --crate-type cdylib,staticlib)
     if [ $cli = 1 ]; then
-        (cd "$root" && ${CARGO:-cargo} build --profile dist --features cli --lib --bin fencelock)
-    else
-        (cd "$root" && ${CARGO:-cargo} build --profile dist --lib)
+        (cd "$root" && ${CARGO:-cargo} build --profile dist --features cli --bin fencelock)
     fi
 fi
 built=$(cd "$root" && ${CARGO:-cargo} metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/dist
 for file in libfencelock.so libfencelock.a; do
     if [ ! -f "$built/$file" ]; then
-        echo "$0: $built/$file is missing; run cargo build --profile dist --lib" >&2
+        echo "$0: $built/$file is missing; run cargo rustc --profile dist --lib --features capi --crate-type cdylib,staticlib" >&2
         exit 1
     fi
 done
@@ -130,6 +135,8 @@ install -m 0644 "$built/libfencelock.a" "$destdir$libdir/libfencelock.a"
 # loses its debug information here and keeps the symbols the linker needs.
 "$strip" --strip-debug "$destdir$libdir/libfencelock.a"
 install -m 0644 "$root/include/fencelock.h" "$destdir$includedir/fencelock.h"
+install -d "$destdir$datadir/fencelock"
+install -m 0644 "$root/tests/c/fencelock.supp" "$destdir$datadir/fencelock/fencelock.supp"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@INCLUDEDIR@|$includedir|g" \
     -e "s|@VERSION@|$version|g" "$root/fencelock.pc.in" |
     grep -v '^# ' >"$destdir$pkgconfigdir/fencelock.pc"

@@ -31,6 +31,7 @@ protobuf-compiler  apt  etcd  cmd:protoc              the etcd feature builds et
 pytest             pip  -     venv:pytest             the Python binding tests (make test-python)
 prometheus-client  pip  -     venv:prometheus_client  the Python binding tests parse the metrics text with the parser of the Prometheus client
 build              pip  -     venv:build              the sdist (tests/packaging/python.sh)
+twine              pip  -     venv:twine              twine check of the sdist and the wheel, as an index checks them (tests/packaging/python.sh)
 auditwheel         pip  -     venv:auditwheel         the manylinux check of the wheel (tests/packaging/python.sh)
 ziglang            pip  -     venv:ziglang            the zig that cargo-zigbuild links the manylinux_2_17 wheel with
 cargo-zigbuild     pip  -     venvcmd:cargo-zigbuild  builds the manylinux_2_17 wheel (tests/packaging/python.sh)

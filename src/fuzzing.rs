@@ -319,6 +319,7 @@ mod tests {
             }),
             Ok(Done::Put { existed: true }),
             Err(Error::Locked {
+                name: "payment-export".into(),
                 token: 3,
                 pid: 77,
                 remaining: Duration::from_millis(5),

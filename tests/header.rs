@@ -3,7 +3,7 @@
 //!
 //! build.rs generates the header into OUT_DIR on every build. To update the committed copies
 //! (include/fencelock.h and the Go module's bindings/go/fencelock.h):
-//!     FENCELOCK_UPDATE_HEADER=1 cargo test --test header
+//!     FENCELOCK_UPDATE_HEADER=1 cargo test --features capi --test header
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -27,7 +27,7 @@ fn committed_header_matches_a_fresh_generation() {
             );
         panic!(
             "include/fencelock.h is stale (first difference at line {line}); regenerate it with \
-             FENCELOCK_UPDATE_HEADER=1 cargo test --test header"
+             FENCELOCK_UPDATE_HEADER=1 cargo test --features capi --test header"
         );
     }
 }
@@ -38,7 +38,7 @@ fn go_module_copy_matches_a_fresh_generation() {
     assert!(
         copy == FRESH,
         "bindings/go/fencelock.h is stale; regenerate it with \
-         FENCELOCK_UPDATE_HEADER=1 cargo test --test header"
+         FENCELOCK_UPDATE_HEADER=1 cargo test --features capi --test header"
     );
 }
 

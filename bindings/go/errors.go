@@ -135,10 +135,13 @@ func (e *Error) Unwrap() error {
 }
 
 // withPath makes an I/O error that carries an error number a *fs.PathError for path, as
-// package os reports a failed open; other errors are returned as they are.
+// package os reports a failed open ("open PATH: fencelock: I/O error: no such file or
+// directory": the path once, the system's error as syscall.Errno words it); other errors are
+// returned as they are.
 func withPath(op, path string, err error) error {
 	var lib *Error
 	if errors.As(err, &lib) && lib.Errno != 0 {
+		lib.Message = "I/O error: " + lib.Errno.Error()
 		return &fs.PathError{Op: op, Path: path, Err: err}
 	}
 	return err
@@ -146,16 +149,18 @@ func withPath(op, path string, err error) error {
 
 // WaitError is the error of a waiting Acquire that its ctx ended. It unwraps to ctx's error
 // (context.DeadlineExceeded or context.Canceled) and, for a deadline, matches ErrTimeout too.
+// Its text names the lock and the wait, as Python's filelock.Timeout names its lock file.
 type WaitError struct {
-	Lock string // the lock waited for
-	Err  error  // ctx's error
+	Lock   string        // the lock waited for
+	Waited time.Duration // how long the Acquire waited, in whole milliseconds
+	Err    error         // ctx's error
 }
 
 func (e *WaitError) Error() string {
 	if e.timedOut() {
-		return fmt.Sprintf("fencelock: timed out waiting for lock %q (%v)", e.Lock, e.Err)
+		return fmt.Sprintf("fencelock: timed out after %v waiting for lock %q (%v)", e.Waited, e.Lock, e.Err)
 	}
-	return fmt.Sprintf("fencelock: waiting for lock %q: %v", e.Lock, e.Err)
+	return fmt.Sprintf("fencelock: waiting for lock %q for %v: %v", e.Lock, e.Waited, e.Err)
 }
 
 // Is matches ErrTimeout when the deadline passed.
@@ -168,6 +173,7 @@ func (e *WaitError) timedOut() bool { return errors.Is(e.Err, context.DeadlineEx
 
 // LockedError says the lock is held by a live lease. It matches ErrLocked.
 type LockedError struct {
+	Lock      string        // the lock's name
 	Token     uint64        // token of the current lease
 	PID       uint32        // process id of the current holder
 	Remaining time.Duration // time left before the current lease expires
@@ -225,6 +231,7 @@ func newError(s Status, obj *C.fencelock_error) error {
 	var token, highest, remainingMs uint64
 	var pid uint32
 	var errno syscall.Errno
+	var lock string
 	if obj != nil {
 		msg = C.GoString(C.fencelock_error_message(obj))
 		token = uint64(C.fencelock_error_token(obj))
@@ -232,11 +239,14 @@ func newError(s Status, obj *C.fencelock_error) error {
 		pid = uint32(C.fencelock_error_pid(obj))
 		remainingMs = uint64(C.fencelock_error_remaining_ms(obj))
 		errno = syscall.Errno(C.fencelock_error_os_code(obj))
+		if name := C.fencelock_error_name(obj); name != nil {
+			lock = C.GoString(name)
+		}
 		C.fencelock_error_free(obj)
 	}
 	switch s {
 	case StatusLocked:
-		return &LockedError{Token: token, PID: pid, Remaining: time.Duration(remainingMs) * time.Millisecond, Message: msg}
+		return &LockedError{Lock: lock, Token: token, PID: pid, Remaining: time.Duration(remainingMs) * time.Millisecond, Message: msg}
 	case StatusStaleToken:
 		return &StaleTokenError{Token: token, Highest: highest, Message: msg}
 	case StatusLockLost:

@@ -24,7 +24,7 @@ func TestHeaderCopyIsTheGeneratedHeader(t *testing.T) {
 	}
 	if !bytes.Equal(copied, generated) {
 		t.Fatal("bindings/go/fencelock.h differs from include/fencelock.h: " +
-			"regenerate both with FENCELOCK_UPDATE_HEADER=1 cargo test --test header")
+			"regenerate both with FENCELOCK_UPDATE_HEADER=1 cargo test --features capi --test header")
 	}
 }
 

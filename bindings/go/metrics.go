@@ -20,9 +20,9 @@ type Scope int32
 const (
 	// ScopeStore: every process on this host that opened the store since Metrics.Since (the
 	// counters are in shared memory beside the store, kept while any process has it open).
-	ScopeStore Scope = C.FENCELOCK_SCOPE_STORE
+	ScopeStore Scope = 0
 	// ScopeProcess: this open Store only (SingleProcess mode, or no shared area usable).
-	ScopeProcess Scope = C.FENCELOCK_SCOPE_PROCESS
+	ScopeProcess Scope = 1
 )
 
 // String is "store" or "process", as the Prometheus text's scope label says.
@@ -159,17 +159,17 @@ type Ending int32
 
 const (
 	// EndingHeld: not ended yet, live and unexpired.
-	EndingHeld Ending = C.FENCELOCK_ENDING_HELD
+	EndingHeld Ending = 0
 	// EndingReleased: its holder released it.
-	EndingReleased Ending = C.FENCELOCK_ENDING_RELEASED
+	EndingReleased Ending = 1
 	// EndingExpired: its TTL ran out before its holder let go, and nobody took it over.
-	EndingExpired Ending = C.FENCELOCK_ENDING_EXPIRED
+	EndingExpired Ending = 2
 	// EndingTakenOver: a later grant took the lock after the TTL ran out while the holder still
 	// held on (a paused holder: what fencing tokens are for).
-	EndingTakenOver Ending = C.FENCELOCK_ENDING_TAKEN_OVER
+	EndingTakenOver Ending = 3
 	// EndingHolderDied: its holder's process ended without a release on record (or the host
 	// restarted).
-	EndingHolderDied Ending = C.FENCELOCK_ENDING_HOLDER_DIED
+	EndingHolderDied Ending = 4
 )
 
 // String is "held", "released", "expired", "taken-over" or "holder-died", as the library and

@@ -65,10 +65,11 @@ func Version() string { return C.GoString(C.fencelock_version()) }
 // MINOR*1000 + PATCH (fencelock_version_number): 1000 for 0.1.0.
 func VersionNumber() int { return int(C.fencelock_version_number()) }
 
-// HeaderVersionNumber is the FENCELOCK_VERSION_NUMBER of the fencelock.h the package was
-// compiled with. VersionNumber differs from it only when the build tag fencelock_system links
-// a system library of another version.
-const HeaderVersionNumber = C.FENCELOCK_VERSION_NUMBER
+// HeaderVersionNumber is the FENCELOCK_VERSION_NUMBER of the fencelock.h the module carries (a
+// Go literal, so that go doc shows it; constants_internal_test.go checks it against the
+// header). VersionNumber differs from it only when the build tag fencelock_system links a
+// system library of another version.
+const HeaderVersionNumber = 1000
 
 // Mode says how processes share the store file.
 type Mode int32
@@ -305,15 +306,15 @@ func Permits(n uint32) AcquireOption { return func(s *AcquireSettings) { s.Permi
 
 // MaxHolders is the most holders of one name at once (the largest semaphore, the most shared
 // holders), and the most names of one AcquireAll.
-const MaxHolders = C.FENCELOCK_MAX_HOLDERS
+const MaxHolders = 1024
 
 // Kind is how a lease holds its name.
 type Kind int32
 
 const (
-	KindExclusive Kind = C.FENCELOCK_KIND_EXCLUSIVE // one holder at a time
-	KindShared    Kind = C.FENCELOCK_KIND_SHARED    // any number of shared holders
-	KindSemaphore Kind = C.FENCELOCK_KIND_SEMAPHORE // up to the name's permit count of holders
+	KindExclusive Kind = 0 // one holder at a time
+	KindShared    Kind = 1 // any number of shared holders
+	KindSemaphore Kind = 2 // up to the name's permit count of holders
 )
 
 func (k Kind) String() string {
@@ -478,13 +479,14 @@ type waitCall func(sh *C.fencelock_store, timeout C.uint64_t, cancel *C.fenceloc
 // granted, ctx's deadline passes (the C timeout) or ctx is done or the store closed (the
 // call's cancel fires).
 func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C.fencelock_holder, error) {
+	start := time.Now()
 	g := s.core.enterGate(name)
 	defer s.core.leaveGate(name, g)
 	select {
 	case g.slot <- struct{}{}:
 		defer func() { <-g.slot }()
 	case <-ctx.Done():
-		return nil, waitError(name, ctx.Err())
+		return nil, waitError(name, start, ctx.Err())
 	}
 	timeout := forever
 	deadline, hasDeadline := ctx.Deadline()
@@ -492,7 +494,7 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 		left := time.Until(deadline)
 		if left <= 0 {
 			// ctx.Err() may still be nil here: its timer need not have fired yet.
-			return nil, waitError(name, context.DeadlineExceeded)
+			return nil, waitError(name, start, context.DeadlineExceeded)
 		}
 		timeout, _ = millis("timeout", left)
 	}
@@ -510,21 +512,21 @@ func (s *Store) acquireWait(ctx context.Context, name string, call waitCall) (*C
 		return h, nil
 	case errors.Is(err, ErrTimeout) && hasDeadline:
 		// The C timeout is the deadline, though ctx's own timer may not have fired yet.
-		return nil, waitError(name, context.DeadlineExceeded)
+		return nil, waitError(name, start, context.DeadlineExceeded)
 	case errors.Is(err, ErrCancelled) && ctx.Err() != nil:
-		return nil, waitError(name, ctx.Err())
+		return nil, waitError(name, start, ctx.Err())
 	case errors.Is(err, ErrCancelled) && s.core.waits.isClosed():
 		return nil, ErrClosed
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return nil, waitError(name, err) // ctx was done before the call began
+		return nil, waitError(name, start, err) // ctx was done before the call began
 	default:
 		return nil, err
 	}
 }
 
-// waitError is the error of a wait that ctx ended with ctxErr (never nil).
-func waitError(name string, ctxErr error) error {
-	return &WaitError{Lock: name, Err: ctxErr}
+// waitError is the error of a wait begun at start that ctx ended with ctxErr (never nil).
+func waitError(name string, start time.Time, ctxErr error) error {
+	return &WaitError{Lock: name, Waited: time.Since(start).Truncate(time.Millisecond), Err: ctxErr}
 }
 
 func (c *storeCore) enterGate(name string) *gate {

@@ -1,6 +1,7 @@
 """Builds libfencelock with cargo and ships it inside the package; metadata is in pyproject.toml.
 
-Building the package runs `cargo build --profile dist --lib` (the release build, stripped) in
+Building the package runs `cargo rustc --profile dist --lib --features capi --crate-type
+cdylib,staticlib` (the C library, the release build, stripped, as make install builds it) in
 the crate's root: `rust/` inside an sdist, else the repository root two levels above this file,
 or $FENCELOCK_SOURCE_DIR. The target directory comes from `cargo metadata` (so CARGO_TARGET_DIR
 and .cargo/config are honoured); libfencelock.so is copied next to the package's modules.
@@ -73,7 +74,10 @@ def glibc_target() -> tuple[str, str] | None:
 
 
 def cargo(root: Path, *args: str, capture: bool = False) -> str:
-    command = [os.environ.get("CARGO", "cargo"), *args]
+    return run(root, [os.environ.get("CARGO", "cargo"), *args], capture=capture)
+
+
+def run(root: Path, command: list[str], capture: bool = False) -> str:
     try:
         done = subprocess.run(
             command, cwd=root, check=True, text=True, stdout=subprocess.PIPE if capture else None
@@ -93,17 +97,19 @@ def target_directory(root: Path) -> Path:
     return Path(metadata(root)["target_directory"])
 
 
-def feature_args() -> list[str]:
-    """Cargo features of the library from $FENCELOCK_FEATURES, e.g. ``etcd``."""
-    features = os.environ.get(FEATURES_ENV, "").strip()
-    return ["--features", features] if features else []
+def capi_args() -> list[str]:
+    """The C library's build: the capi feature and $FENCELOCK_FEATURES (e.g. ``etcd``), and the
+    crate type, which Cargo.toml leaves to the command (a Rust user builds no C library)."""
+    features = " ".join(["capi", os.environ.get(FEATURES_ENV, "").strip()]).strip()
+    # Both crate types, as make install and scripts/go-lib.sh build them: one build serves all.
+    return ["--lib", "--features", features, "--crate-type", "cdylib,staticlib"]
 
 
 def build_library() -> Path:
     root = repo_root()
     glibc = glibc_target()
     if glibc is None:
-        cargo(root, "build", "--profile", PROFILE, "--lib", *feature_args())
+        cargo(root, "rustc", "--profile", PROFILE, *capi_args())
         built = target_directory(root) / PROFILE / LIBRARY
     else:
         version, arch = glibc
@@ -113,16 +119,9 @@ def build_library() -> Path:
                 f"PATH: pip install ziglang cargo-zigbuild"
             )
         triple = f"{arch}-unknown-linux-gnu"
-        cargo(
-            root,
-            "zigbuild",
-            "--profile",
-            PROFILE,
-            "--lib",
-            "--target",
-            f"{triple}.{version}",
-            *feature_args(),
-        )
+        # `cargo zigbuild` has no --crate-type; cargo-zigbuild's own rustc command has.
+        command = ["cargo-zigbuild", "rustc", "--profile", PROFILE, "--target", f"{triple}.{version}"]
+        run(root, [*command, *capi_args()])
         built = target_directory(root) / triple / PROFILE / LIBRARY
     if not built.is_file():
         raise SystemExit(f"fencelock: cargo finished but {built} does not exist")

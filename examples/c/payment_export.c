@@ -11,7 +11,7 @@
  *
  * or by hand (static link, so no LD_LIBRARY_PATH is needed):
  *
- *     cargo build --release
+ *     cargo rustc --release --lib --features capi --crate-type staticlib
  *     cc -Wall -Wextra -Iinclude examples/c/payment_export.c target/release/libfencelock.a \
  *        -lpthread -ldl -lm -lrt -lutil -o payment_export && ./payment_export
  */

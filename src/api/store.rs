@@ -199,7 +199,7 @@ impl Store {
         let path = path.as_ref();
         let engine: Arc<dyn Engine> = match etcd_string(path) {
             Some(text) => open_etcd(text, options)?,
-            None => LocalEngine::open(path, options)?,
+            None => LocalEngine::open(path, options).map_err(|err| err.at_path("open", path))?,
         };
         Ok(Store::new(engine))
     }

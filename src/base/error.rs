@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Everything that can go wrong in fencelock.
@@ -32,6 +33,8 @@ use std::time::Duration;
 pub enum Error {
     /// The lock is held by a live, unexpired lease.
     Locked {
+        /// The lock's name.
+        name: String,
         /// Token of the current lease.
         token: u64,
         /// Process id of the current holder.
@@ -105,7 +108,9 @@ pub enum Error {
     InUse,
     /// The store was used in a child process after `fork()`; open a new store in the child.
     Forked,
-    /// An operating-system I/O error; [`Error::raw_os_error`] gives the system's error number.
+    /// An operating-system I/O error; [`Error::raw_os_error`] gives the system's error number,
+    /// and [`Error::path`] the file it concerns when fencelock knows it (an open's store file),
+    /// which the message names too, as fs-err's and Go's `fs.PathError` do.
     Io(std::io::Error),
     /// Any other error reported by the storage engine.
     Storage(String),
@@ -265,10 +270,12 @@ impl Error {
     pub(crate) fn duplicate(&self) -> Error {
         match self {
             Error::Locked {
+                name,
                 token,
                 pid,
                 remaining,
             } => Error::Locked {
+                name: name.clone(),
                 token: *token,
                 pid: *pid,
                 remaining: *remaining,
@@ -301,8 +308,60 @@ impl Error {
             Error::Corrupt(message) => Error::Corrupt(message.clone()),
             Error::InUse => Error::InUse,
             Error::Forked => Error::Forked,
-            Error::Io(err) => Error::Io(io_error(err.kind(), err.to_string(), os_code(err))),
+            Error::Io(err) => Error::Io(match path_error(err) {
+                Some(with_path) => io::Error::new(
+                    err.kind(),
+                    PathError {
+                        op: with_path.op,
+                        path: with_path.path.clone(),
+                        source: io_error(
+                            with_path.source.kind(),
+                            with_path.source.to_string(),
+                            os_code(&with_path.source),
+                        ),
+                    },
+                ),
+                None => io_error(err.kind(), err.to_string(), os_code(err)),
+            }),
             Error::Storage(message) => Error::Storage(message.clone()),
+        }
+    }
+
+    /// The file an [`Error::Io`] concerns, when fencelock knows it: the store file of a failed
+    /// open (a missing directory, a file without permission). `None` for every other error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use fencelock::Store;
+    /// let err = Store::open("/no/such/dir/locks.db").unwrap_err();
+    /// assert_eq!(err.path(), Some(Path::new("/no/such/dir/locks.db")));
+    /// assert!(err.to_string().contains("\"/no/such/dir/locks.db\""), "{err}");
+    /// assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    /// assert_eq!(fencelock::Error::Timeout.path(), None);
+    /// ```
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Error::Io(err) => path_error(err).map(|with_path| with_path.path.as_path()),
+            _ => None,
+        }
+    }
+
+    /// This error with the file it concerns: an [`Error::Io`] that does not name a file yet
+    /// names `path`, as the failure of `op` ("open"); every other error is returned as it is.
+    pub(crate) fn at_path(self, op: &'static str, path: &Path) -> Error {
+        match self {
+            Error::Io(err) if path_error(&err).is_none() => Error::Io(io::Error::new(
+                err.kind(),
+                PathError {
+                    op,
+                    path: path.to_owned(),
+                    source: err,
+                },
+            )),
+            other => other,
         }
     }
 
@@ -341,12 +400,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Locked {
+                name,
                 token,
                 pid,
                 remaining,
             } => write!(
                 f,
-                "lock is held by pid {pid} with token {token} for {:.3}s more",
+                "lock {name:?} is held by pid {pid} with token {token} for {:.3}s more",
                 remaining.as_secs_f64()
             ),
             Error::StaleToken { token, highest } => write!(
@@ -436,8 +496,37 @@ pub(crate) fn io_error(kind: io::ErrorKind, message: String, code: Option<i32>) 
     }
 }
 
-/// The system's error number of `err`, also of one [`io_error`] made.
+/// An I/O error about a file: the operation, the file's path and the system's error, as
+/// fs-err's errors and Go's `fs.PathError` carry them. Its message is `open "PATH": ERROR`.
+#[derive(Debug)]
+struct PathError {
+    op: &'static str,
+    path: PathBuf,
+    source: io::Error,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?}: {}", self.op, self.path, self.source)
+    }
+}
+
+impl std::error::Error for PathError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The [`PathError`] inside `err`, if it is one.
+fn path_error(err: &io::Error) -> Option<&PathError> {
+    err.get_ref()?.downcast_ref::<PathError>()
+}
+
+/// The system's error number of `err`, also of one [`io_error`] or [`Error::at_path`] made.
 fn os_code(err: &io::Error) -> Option<i32> {
+    if let Some(with_path) = path_error(err) {
+        return os_code(&with_path.source);
+    }
     err.raw_os_error()
         .or_else(|| Some(err.get_ref()?.downcast_ref::<WithOsCode>()?.code))
 }

@@ -39,6 +39,8 @@ use crate::rules::kind::Kind;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait Observer: Send + Sync {
+    /// Called with each event, on the thread of the operation, after it ended; a slow observer
+    /// slows that operation.
     fn observe(&self, event: &Event<'_>);
 }
 
@@ -78,24 +80,36 @@ pub enum Event<'a> {
     /// `waited` is how long it waited (zero for a try-once acquire). An `acquire_all` gives one
     /// event for each name.
     Acquire {
+        /// The lock's name.
         name: &'a str,
+        /// The kind asked for.
         kind: Kind,
+        /// The token granted, or the error the caller got.
         result: std::result::Result<u64, &'a Error>,
+        /// How long the acquire waited.
         waited: Duration,
     },
     /// A holder released its lease (held as `kind`), `held` after the grant.
     Release {
+        /// The lock's name.
         name: &'a str,
+        /// The kind the lease was held as.
         kind: Kind,
+        /// The lease's token.
         token: u64,
+        /// How long after its grant the lease was released.
         held: Duration,
     },
     /// A holder learned its lease was lost (a write or extend found it taken over or expired,
     /// or its keep-alive ran out), `held` after the grant.
     Lost {
+        /// The lock's name.
         name: &'a str,
+        /// The kind the lease was held as.
         kind: Kind,
+        /// The lost lease's token.
         token: u64,
+        /// How long after its grant the holder learned of the loss.
         held: Duration,
     },
 }

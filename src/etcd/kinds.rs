@@ -52,6 +52,8 @@ pub(crate) const MAX_ALL: usize = 64;
 
 /// Why a grant did not go through: the keys that refused it and where to watch.
 struct Blocked {
+    /// The lock that refused it, named in the refusal.
+    name: String,
     /// The holder keys that refused it (empty when only queued waiters did).
     holders: Vec<KeyValue>,
     /// Whether every one of them must go for the grant (holders of another kind), or one
@@ -169,7 +171,7 @@ impl EtcdEngine {
                 Err(blocked) => blocked,
             };
             let Some(waiting) = request.wait else {
-                return Err(self.locked(blocked.holders.into_iter().next()));
+                return Err(self.locked(&blocked.name, blocked.holders.into_iter().next()));
             };
             self.wait_blocked(blocked, waiting)?;
         }
@@ -208,6 +210,7 @@ impl EtcdEngine {
                 let every = !others.is_empty();
                 let holders = if every { others } else { kvs };
                 return Ok(Err(Blocked {
+                    name: name.to_owned(),
                     holders,
                     every,
                     watch: (start, Some(end)),
@@ -261,6 +264,7 @@ impl EtcdEngine {
                 } => {
                     if kvs_of(ops.get(1)).next().is_some() {
                         return Ok(Err(Blocked {
+                            name: name.to_owned(),
                             holders: Vec::new(),
                             every: true,
                             watch: (waiters, Some(waiters_end)),
@@ -337,7 +341,7 @@ impl EtcdEngine {
                 Err(blocked) => blocked,
             };
             let Some(waiting) = request.wait else {
-                return Err(self.locked(blocked.holders.into_iter().next()));
+                return Err(self.locked(&blocked.name, blocked.holders.into_iter().next()));
             };
             self.wait_blocked(blocked, waiting)?;
         }
@@ -441,8 +445,16 @@ impl EtcdEngine {
                     .step_by(2)
                     .filter_map(|op| kvs_of(Some(op)).next().cloned())
                     .collect();
-                let watch = match holders.first() {
-                    Some(kv) => (kv.key().to_vec(), None),
+                let (blocked_name, watch) = match holders.first() {
+                    Some(kv) => {
+                        // The first name with a holder.
+                        let held = ops
+                            .iter()
+                            .step_by(2)
+                            .position(|op| kvs_of(Some(op)).next().is_some())
+                            .unwrap_or(0);
+                        (names[held], (kv.key().to_vec(), None))
+                    }
                     None => {
                         // Only queued waiters refused it: the first name that has one.
                         let queued = ops
@@ -452,10 +464,11 @@ impl EtcdEngine {
                             .position(|op| kvs_of(Some(op)).next().is_some())
                             .unwrap_or(0);
                         let (start, end) = self.waiters(names[queued]);
-                        (start, Some(end))
+                        (names[queued], (start, Some(end)))
                     }
                 };
                 return Ok(Err(Blocked {
+                    name: blocked_name.to_owned(),
                     holders,
                     every: true,
                     watch,

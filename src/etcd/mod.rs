@@ -311,7 +311,7 @@ impl EtcdEngine {
             let grant = self.grant(name, ttl, request.write, request.cancel)?;
             return self
                 .granted(name, grant)
-                .map_err(|holder| self.locked(holder));
+                .map_err(|holder| self.locked(name, holder));
         };
         crate::base::cancel::check(waiting.cancel)?;
         // A first try, behind whoever is queued; then the queue (queue.rs). Either grant
@@ -565,10 +565,11 @@ impl EtcdEngine {
     }
 
     /// The refusal of a grant while `holder` holds the lock: its token, pid and time left.
-    fn locked(&self, holder: Option<KeyValue>) -> Error {
+    fn locked(&self, name: &str, holder: Option<KeyValue>) -> Error {
         let Some(kv) = holder else {
             // Free, but waiters are queued for it (queue.rs): the first of them takes it next.
             return Error::Locked {
+                name: name.to_owned(),
                 token: 0,
                 pid: 0,
                 remaining: Duration::ZERO,
@@ -576,6 +577,7 @@ impl EtcdEngine {
         };
         let pid = LockRecord::decode(&kv).map_or(0, |record| record.pid);
         Error::Locked {
+            name: name.to_owned(),
             token: holder_token(&kv),
             pid,
             remaining: self.remaining(kv.lease()).unwrap_or(Duration::ZERO),

@@ -4,13 +4,15 @@
 //! `guard` in mod.rs), so `*err_out` must be NULL or a live error object, never uninitialized.
 
 use std::ffi::{c_char, c_int, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
 use crate::{Error, Status};
 
-/// A detailed error: its status, a message, the numbers of a refusal, and the system's error
-/// number of an I/O error. Created by the library on failure; freed with
+/// A detailed error: its status, a message, the numbers of a refusal, the lock or file it
+/// concerns, and the system's error number of an I/O error. Created by the library on failure; freed with
 /// `fencelock_error_free`, or by the next call that fails with the same `err_out` (which frees
 /// the error `*err_out` holds before writing its own). Immutable, so safe to read from many
 /// threads at once.
@@ -22,6 +24,8 @@ pub struct fencelock_error {
     pid: u32,
     remaining_ms: u64,
     os_code: c_int,
+    name: Option<CString>,
+    path: Option<CString>,
 }
 
 impl fencelock_error {
@@ -34,7 +38,31 @@ impl fencelock_error {
             pid: 0,
             remaining_ms: 0,
             os_code: 0,
+            name: None,
+            path: None,
         }
+    }
+
+    /// A waiting acquire's timeout names the locks waited for and how long the wait lasted,
+    /// as filelock's `Timeout` names its lock file (the Rust `Error::Timeout` is a unit
+    /// variant, matched as such, so the C layer, which has the names and the clock, says it).
+    /// Every other error is returned as it is.
+    pub(super) fn waited_for(mut self, names: &[&str], waited: Duration) -> fencelock_error {
+        if self.status != Status::Timeout {
+            return self;
+        }
+        let locks = match names {
+            [name] => format!("lock {name:?}"),
+            _ => format!("locks {names:?}"),
+        };
+        self.message = c_string(format!(
+            "timed out after {:.3}s waiting for {locks}",
+            waited.as_secs_f64()
+        ));
+        if let [name] = names {
+            self.name = Some(c_string(name.as_bytes().to_vec()));
+        }
+        self
     }
 
     pub(super) fn from_panic(detail: &str) -> fencelock_error {
@@ -47,14 +75,25 @@ impl fencelock_error {
 
 impl From<Error> for fencelock_error {
     fn from(err: Error) -> fencelock_error {
-        let mut out = fencelock_error::new(err.status(), err.to_string());
+        let mut message = err.to_string();
+        if let Some(code) = err.raw_os_error() {
+            // Rust's "(os error 2)": a binding shows the number its own way (Python's
+            // "[Errno 2] ...", Go's syscall.Errno), from fencelock_error_os_code.
+            message = message.replace(&format!(" (os error {code})"), "");
+        }
+        let mut out = fencelock_error::new(err.status(), message);
         out.os_code = err.raw_os_error().unwrap_or(0);
+        out.path = err
+            .path()
+            .map(|path| c_string(path.as_os_str().as_bytes().to_vec()));
         match err {
             Error::Locked {
+                name,
                 token,
                 pid,
                 remaining,
             } => {
+                out.name = Some(c_string(name.into_bytes()));
                 out.token = token;
                 out.pid = pid;
                 out.remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
@@ -71,16 +110,19 @@ impl From<Error> for fencelock_error {
                 out.token = u64::from(permits);
                 out.highest = u64::from(requested);
             }
-            Error::WouldDeadlock { token, .. } => out.token = token,
+            Error::WouldDeadlock { name, token } => {
+                out.token = token;
+                out.name = Some(c_string(name.into_bytes()));
+            }
             _ => {}
         }
         out
     }
 }
 
-/// A C string of `text`; a NUL byte inside (never expected in a message) is dropped rather
-/// than losing the message.
-fn c_string(text: String) -> CString {
+/// A C string of `text`; a NUL byte inside (never expected in a message, a lock name or a
+/// path) is dropped rather than losing the text.
+fn c_string(text: impl Into<Vec<u8>>) -> CString {
     CString::new(text).unwrap_or_else(|err| {
         let mut bytes = err.into_vec();
         bytes.retain(|&b| b != 0);
@@ -196,6 +238,50 @@ pub unsafe extern "C" fn fencelock_error_remaining_ms(err: *const fencelock_erro
 pub unsafe extern "C" fn fencelock_error_os_code(err: *const fencelock_error) -> c_int {
     // SAFETY: upheld by the caller.
     unsafe { read_or(err, 0, |err| err.os_code) }
+}
+
+/// The name of the lock `err` concerns, NUL-terminated: for `FENCELOCK_LOCKED` the lock that is
+/// held, for `FENCELOCK_WOULD_DEADLOCK` the lock the wait was for, for the `FENCELOCK_TIMEOUT` of
+/// a waiting `fencelock_store_acquire_opts` of one lock that lock (its message also says how
+/// long it waited). NULL for every other status, and for NULL. The message names the lock too.
+///
+/// The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
+/// yourself. Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_name(err: *const fencelock_error) -> *const c_char {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        read_or(err, std::ptr::null(), |err| {
+            err.name
+                .as_ref()
+                .map_or(std::ptr::null(), |name| name.as_ptr())
+        })
+    }
+}
+
+/// The path of the file a `FENCELOCK_IO` error concerns, NUL-terminated bytes as the system
+/// takes them, when the library knows it: the store file of a failed open (a missing
+/// directory, a file without permission), as `fs.PathError` and Python's `OSError.filename`
+/// carry it. NULL otherwise, and for NULL. The message names the path too.
+///
+/// The string belongs to `err` and is valid until `fencelock_error_free(err)`; never free it
+/// yourself. Thread-safe.
+///
+/// # Safety
+/// `err` is NULL or an error returned by this library and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn fencelock_error_path(err: *const fencelock_error) -> *const c_char {
+    // SAFETY: upheld by the caller.
+    unsafe {
+        read_or(err, std::ptr::null(), |err| {
+            err.path
+                .as_ref()
+                .map_or(std::ptr::null(), |path| path.as_ptr())
+        })
+    }
 }
 
 /// Frees an error object. NULL does nothing.

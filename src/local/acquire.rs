@@ -295,7 +295,13 @@ impl LocalEngine {
         let now = clock::now_ns();
         if !self.served() {
             for name in names {
-                check_join(self, self.lease_of(name)?.as_ref(), Kind::Exclusive, now)?;
+                check_join(
+                    self,
+                    name,
+                    self.lease_of(name)?.as_ref(),
+                    Kind::Exclusive,
+                    now,
+                )?;
             }
         }
         if self.read_only {
@@ -379,7 +385,7 @@ impl LocalEngine {
         for name in names {
             let record = self.lease_of(name)?;
             self.refuse_own_wait(name, Kind::Exclusive, record.as_ref(), waiting, now)?;
-            if check_join(self, record.as_ref(), Kind::Exclusive, now).is_err() {
+            if check_join(self, name, record.as_ref(), Kind::Exclusive, now).is_err() {
                 held = blocker(self, record.as_ref(), now)?;
                 break;
             }

@@ -329,6 +329,7 @@ impl LocalEngine {
                 let entry = entry_of(member.ring(), name)?;
                 check_join(
                     self,
+                    name,
                     entry.and_then(|e| e.record).as_ref(),
                     Kind::Exclusive,
                     now,
@@ -388,7 +389,7 @@ impl LocalEngine {
             |entry, floor| {
                 ends = Ends::default();
                 let current = entry.and_then(|entry| entry.record.as_ref());
-                check_join(self, current, Kind::Exclusive, clock::now_ns())?;
+                check_join(self, name, current, Kind::Exclusive, clock::now_ns())?;
                 if !floor.admits(token) {
                     return Ok((Change::Keep, false));
                 }

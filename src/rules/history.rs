@@ -124,8 +124,11 @@ impl Ending {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HistoryEntry {
+    /// The lock's name.
     pub name: String,
+    /// The grant's token.
     pub token: u64,
+    /// The kind it was granted as.
     pub kind: Kind,
     /// The holder's process id.
     pub pid: u32,
@@ -133,6 +136,7 @@ pub struct HistoryEntry {
     pub granted: Option<SystemTime>,
     /// When the lease expires or expired, as last extended.
     pub expires: Option<SystemTime>,
+    /// How it ended, or [`Ending::Held`] while it lasts.
     pub ending: Ending,
     /// When it ended, where that is known: the time of the release, the expiry of an expired
     /// lease, the grant that took it over. `None` for a held lease, and where the store cannot

@@ -37,6 +37,7 @@ pub(crate) fn is_live(cx: &dyn Context, lease: &Lease, now: u64) -> Result<bool>
 /// another count.
 pub(crate) fn check_join(
     cx: &dyn Context,
+    name: &str,
     current: Option<&Record>,
     kind: Kind,
     now: u64,
@@ -55,6 +56,7 @@ pub(crate) fn check_join(
         return Ok(live);
     };
     let locked = || Error::Locked {
+        name: name.to_owned(),
         token: first.token,
         pid: first.holder.pid,
         remaining: Duration::from_nanos(first.expires_ns - now),
@@ -84,7 +86,7 @@ pub(crate) fn admit_grant(
     ticket: Option<u64>,
     now: u64,
 ) -> Result<Vec<Lease>> {
-    let joined = check_join(cx, record, kind, now)?;
+    let joined = check_join(cx, name, record, kind, now)?;
     let ticket = if joined.is_empty() {
         ticket
     } else {
@@ -151,6 +153,7 @@ pub(crate) fn check_turn(
 ) -> Result<()> {
     match ticket {
         Some(ticket) if cx.waits_before(name, ticket, now) => Err(Error::Locked {
+            name: name.to_owned(),
             token: current.map_or(0, |lease| lease.token),
             pid: current.map_or(0, |lease| lease.holder.pid),
             remaining: Duration::ZERO,

@@ -125,6 +125,7 @@ impl Scope {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Metrics {
+    /// What the counters count: this process's operations or the whole store's.
     pub scope: Scope,
     /// When counting started.
     pub since: SystemTime,
@@ -148,6 +149,7 @@ pub struct Metrics {
     /// [`Metrics::wait_buckets`]. And their total wait, of those same waits (a wait being
     /// counted as the snapshot is taken may be in the count and not yet in the time).
     pub waits: u64,
+    /// The total wait of [`Metrics::waits`].
     pub wait_time: Duration,
     /// Waits by duration: the count at or under each bound of [`WAIT_BUCKET_BOUNDS`], and a
     /// last count of the longer ones (not cumulative).
@@ -156,12 +158,16 @@ pub struct Metrics {
     /// released by the holder, expired, taken over by a later grant while the holder still
     /// held on past its TTL, or the holder died without releasing.
     pub ended_released: u64,
+    /// Replaced leases that had expired.
     pub ended_expired: u64,
+    /// Replaced leases that a later grant took over past their TTL.
     pub ended_taken_over: u64,
+    /// Replaced leases whose holder died without releasing.
     pub ended_holder_died: u64,
     /// Write transactions committed, and the operations they carried (their ratio is the
     /// operations per commit).
     pub commits: u64,
+    /// The operations those commits carried.
     pub committed_ops: u64,
     /// Lease ends left out of the history: while the history could not be written to the
     /// store file (a process stopped inside a commit, a full disk), the shared memory keeps at
@@ -172,7 +178,9 @@ pub struct Metrics {
     /// leases, shared holders, semaphore permits. Read from the store's lease records and their
     /// holders' liveness locks, as [`crate::Store::locks`] does, so they cannot drift.
     pub live_exclusive: u64,
+    /// Live shared holders.
     pub live_shared: u64,
+    /// Live semaphore permits.
     pub live_permits: u64,
     /// Waiting acquires of live processes in the store's waiting queue (in the shared ring).
     /// Waits without a place there are not counted: a waiting `acquire_all`, a wait that found

@@ -404,7 +404,7 @@ impl Op {
                 if let Some(done) = regrant(current.as_ref(), *holder, *live) {
                     return Ok(Plan::new(done));
                 }
-                check_join(cx, current.as_ref(), Kind::Exclusive, now)?;
+                check_join(cx, name, current.as_ref(), Kind::Exclusive, now)?;
                 let blocker = blocker(cx, current.as_ref(), now)?;
                 check_turn(cx, name, blocker.as_ref(), *ticket, now)?;
                 let closes = plan_closes(cx, name, current.as_ref(), &[], now)?;
@@ -508,7 +508,7 @@ impl Op {
                 // Every name is checked before anything is planned: all or none.
                 let mut closes = Vec::new();
                 for (record, name) in records.iter().zip(names) {
-                    check_join(cx, record.as_ref(), Kind::Exclusive, now)?;
+                    check_join(cx, name, record.as_ref(), Kind::Exclusive, now)?;
                     closes.extend(plan_closes(cx, name, record.as_ref(), &[], now)?);
                 }
                 let count = u32::try_from(names.len())

@@ -712,10 +712,11 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> Result<Result<Done>> {
 fn encode_error(w: &mut Writer, err: &Error) {
     let (a, b, c, message) = match err {
         Error::Locked {
+            name,
             token,
             pid,
             remaining,
-        } => (*token, u64::from(*pid), ns(*remaining), String::new()),
+        } => (*token, u64::from(*pid), ns(*remaining), name.clone()),
         Error::StaleToken { token, highest } => (*token, *highest, 0, String::new()),
         Error::LockLost { token, current } => (
             *token,
@@ -757,6 +758,7 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
     let message = r.string()?;
     let err = match status {
         s if s == Status::Locked as u32 => Error::Locked {
+            name: message,
             token: a,
             pid: u32::try_from(b).map_err(|_| malformed())?,
             remaining: Duration::from_nanos(c),
@@ -1105,6 +1107,7 @@ mod tests {
             Ok(Done::Fenced),
             Ok(Done::Recorded),
             Err(Error::Locked {
+                name: "payment-export".into(),
                 token: 3,
                 pid: 77,
                 remaining: Duration::from_millis(5),

@@ -91,6 +91,8 @@ done
 static_flags=(-ldflags '-linkmode external -extldflags "-static"')
 go build -mod=vendor "${static_flags[@]}" -o app-static . >"$work/static.log" 2>&1 ||
     fail "the static build: $(cat "$work/static.log")"
+# No glibc warnings about getaddrinfo or getpwuid_r (the dist profile's LTO, Cargo.toml).
+if grep -q warning "$work/static.log"; then fail "the static build printed warnings: $(cat "$work/static.log")"; fi
 if readelf -d app-static | grep -q NEEDED; then fail "the static build needs shared libraries"; fi
 ./app-static >static.out 2>&1 || fail "the static program: $(cat static.out)"
 grep -q "walkthrough ok" static.out || fail "unexpected output: $(cat static.out)"
@@ -114,6 +116,19 @@ CGO_LDFLAGS="-L$work/prefix/lib" go build -mod=vendor -tags fencelock_system "${
     >"$work/system.log" 2>&1 || fail "the fencelock_system build: $(cat "$work/system.log")"
 ./app-system >system.out 2>&1 || fail "the fencelock_system program: $(cat system.out)"
 grep -q "walkthrough ok" system.out || fail "unexpected output: $(cat system.out)"
+
+# Before a release, as bindings/go/README.md says: a checkout's module through a replace
+# directive (make go-lib has put the library into it; run_tests.sh and the proxy above use it).
+checkout=$work/user-checkout
+mkdir "$checkout"
+cp "$here/go-user/main.go" "$checkout/"
+cd "$checkout"
+go mod init example.com/user-checkout >/dev/null 2>&1
+go mod edit -require="$module@v0.0.0" -replace="$module=$root/bindings/go" ||
+    fail "go mod edit -require -replace"
+go build -o app-checkout . >"$work/checkout.log" 2>&1 || fail "the build through replace: $(cat "$work/checkout.log")"
+./app-checkout >checkout.out 2>&1 || fail "the program built through replace: $(cat checkout.out)"
+grep -q "walkthrough ok" checkout.out || fail "unexpected output: $(cat checkout.out)"
 
 # A user of the gocron adapter: a fresh module that gets gocronlock, with gocron, and runs a job.
 cronuser=$work/user-gocron

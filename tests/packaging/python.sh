@@ -4,6 +4,7 @@
 # would, with cargo-zigbuild), check it with `auditwheel show`, and install each of the two
 # into a fresh virtual environment: the wheel with no network and no cargo, the sdist with
 # cargo. Both then run the seed walkthrough (walkthrough.py) with a PATH that has no cargo.
+# `twine check --strict` passes both, as a package index would take them.
 # Runs with the tests' virtual environment of PYTHON (default python3; scripts/venv.sh), which
 #   needs build, auditwheel, ziglang and cargo-zigbuild: `make setup` installs them into it.
 # Usage: tests/packaging/python.sh      (`make test-packaging` runs it)
@@ -19,7 +20,7 @@ fail() {
 }
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
-for module in venv build auditwheel ziglang; do
+for module in venv build twine auditwheel ziglang; do
     "$python" -c "import $module" 2>/dev/null ||
         fail "$python has no module $module: run make setup"
 done
@@ -56,6 +57,8 @@ case "$(basename "$wheel")" in
     fencelock-*-py3-none-manylinux_2_17_x86_64.whl | fencelock-*-py3-none-manylinux_2_17_aarch64.whl) ;;
     *) fail "the wheel is tagged $(basename "$wheel"), not py3-none-manylinux_2_17" ;;
 esac
+"$python" -m twine check --strict "$sdist" "$wheel" >"$work/twine.log" 2>&1 ||
+    fail "twine check --strict: $(cat "$work/twine.log")"
 auditwheel show "$wheel" >"$work/auditwheel.log" 2>&1 || fail "auditwheel show: $(cat "$work/auditwheel.log")"
 grep -q 'consistent with' "$work/auditwheel.log" && grep -q '"manylinux_2_17_' "$work/auditwheel.log" ||
     fail "auditwheel does not find the wheel consistent with manylinux_2_17: $(cat "$work/auditwheel.log")"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What a Rust user does, outside the repository: a fresh crate that depends on fencelock by path
 # with the default features, whose dependency tree must hold only what the library needs (not
-# the command-line tool's clap and serde_json, nor the etcd feature's client, tokio and tonic),
+# the command-line tool's clap and serde_json, nor the etcd feature's client, tokio and tonic,
+# nor the C library's cbindgen, not even as a build-dependency), builds no C library for it (no
+# libfencelock .so or .a: those are the capi feature's, built by `cargo rustc --crate-type`),
 # builds and runs the seed walkthrough (rust-user/main.rs); `cargo install --path .
 # --features cli` installs a working command; and the crate `cargo package` makes (what
 # crates.io would carry) holds the library's and the command's sources, their build and the
@@ -62,7 +64,17 @@ grep -q '^fencelock ' <<<"$packages" || fail "fencelock is not in the tree: $pac
 allowed='fencelock|redb|parking_lot|parking_lot_core|lock_api|scopeguard|smallvec|cfg-if|libc|rustix|bitflags|linux-raw-sys|errno'
 extra=$(sed 's/ .*$//' <<<"$packages" | grep -vxE "$allowed" || true)
 [ -z "$extra" ] || fail "the default dependency tree holds packages not allowed here: $extra"
-"$cargo" build --quiet >"$work/build.log" 2>&1 || fail "cargo build: $(cat "$work/build.log")"
+# The C library's header generator, a build-dependency of the capi feature only.
+build_tree=$("$cargo" tree -e normal,build --prefix none --offline 2>/dev/null || "$cargo" tree -e normal,build --prefix none)
+if grep -q '^cbindgen ' <<<"$build_tree"; then fail "a Rust user's build runs cbindgen: $build_tree"; fi
+"$cargo" build --message-format json >"$work/build.json" 2>"$work/build.log" ||
+    fail "cargo build: $(cat "$work/build.log")"
+# What cargo made for fencelock, by its own account (the target directory is shared with other
+# builds, so its files say nothing): the rlib alone, no C library.
+c_artifacts=$(grep -o '"[^"]*/libfencelock[^"/]*\.\(so\|a\)"' "$work/build.json" || true)
+[ -z "$c_artifacts" ] || fail "a Rust user's build makes the C library: $c_artifacts"
+grep -q '"[^"]*/libfencelock-[^"/]*\.rlib"' "$work/build.json" ||
+    fail "cargo build reported no fencelock rlib: $(grep -o '"filenames":\[[^]]*\]' "$work/build.json")"
 mkdir "$work/store"
 "$CARGO_TARGET_DIR/debug/user" "$work/store" >"$work/walk.log" 2>&1 ||
     fail "the walkthrough: $(cat "$work/walk.log")"
@@ -79,5 +91,5 @@ got=$(FENCELOCK_DB=$db "$work/installed/bin/fencelock" get payments/today.csv)
 [ "$got" = "from the command" ] || fail "fencelock get printed '$got'"
 
 echo "packaging/rust: ok ($packaged files in the crate, none stray; $count packages in the default dependency tree, fencelock included; no clap," \
-    "serde_json, clap_mangen, clap_complete, etcd-client, tokio or tonic; the walkthrough ran;" \
+    "serde_json, clap_mangen, clap_complete, etcd-client, tokio, tonic or cbindgen, no C library built; the walkthrough ran;" \
     "cargo install --features cli installs the command)"

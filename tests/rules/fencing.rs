@@ -94,6 +94,7 @@ fn contention_reports_the_current_holder(h: &Harness) {
             token,
             pid,
             remaining,
+            ..
         }) => {
             assert_eq!(token, holder.token());
             assert_eq!(pid, std::process::id());

@@ -43,7 +43,7 @@ new_case() {
     cp "$root/scripts/setup.sh" "$root/scripts/venv.sh" "$c/checkout/scripts/"
     cp -a "$links" "$c/bin"
     : >"$log"
-    for module in ensurepip pytest prometheus_client build auditwheel ziglang; do : >"$c/mods/$module.py"; done
+    for module in ensurepip pytest prometheus_client build twine auditwheel ziglang; do : >"$c/mods/$module.py"; done
 
     cat >"$c/bin/apt-get" <<EOF
 #!/bin/sh

@@ -244,8 +244,8 @@ def test_a_directory_without_permission_is_a_permission_error(tmp_path):
 
 
 def test_the_errno_comes_from_the_library_not_from_its_message(tmp_path, monkeypatch):
-    # The message is for people (Rust renders the system's error in it today, as "(os error
-    # N)"); the errno is fencelock_error_os_code's. Reworded, the message changes nothing.
+    # The errno is fencelock_error_os_code's, not read from the message. Reworded, the message
+    # changes nothing: the text is OSError's, from the errno and the path.
     library = _errors.lib
 
     class Reworded:
@@ -263,7 +263,8 @@ def test_the_errno_comes_from_the_library_not_from_its_message(tmp_path, monkeyp
     assert type(info.value) is fencelock.StoreNotFoundError
     assert info.value.errno == errno.ENOENT
     assert info.value.strerror == os.strerror(errno.ENOENT)
-    assert str(info.value).startswith("I/O error: the directory is not there")
+    assert str(info.value) == f"[Errno {errno.ENOENT}] {os.strerror(errno.ENOENT)}: {str(path)!r}"
+    assert info.value.message == "I/O error: the directory is not there"
 
 
 def test_other_io_errors_carry_their_errno(tmp_path):
@@ -310,8 +311,8 @@ def test_the_package_exports_exactly_its_public_names():
         "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
         "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
         "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
-        "StorePermissionError", "StoreReplacedError", "WouldDeadlockError", "__version__", "library_path",
-        "library_version", "library_version_number",
+        "StorePermissionError", "StoreReplacedError", "WaiterInfo", "WouldDeadlockError", "__version__",
+        "library_path", "library_version", "library_version_number",
     }  # fmt: skip
     assert set(fencelock.__all__) == expected
     for name in expected:

@@ -625,6 +625,7 @@ fn acquire_failure(err: &Error, lock: &str, kind: Kind, asked_to_wait: bool) -> 
             token,
             pid,
             remaining,
+            ..
         } => Failure::new(
             exit::LOCKED,
             format!(

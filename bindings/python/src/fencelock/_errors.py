@@ -40,9 +40,10 @@ def _rebuild(cls: type[FencelockError], status: int, message: str, state: dict[s
 
 
 class LockedError(FencelockError):
-    """The lock is held by a live lease. ``token``/``pid`` name the holder; ``remaining`` is the
-    time left on its lease, in seconds."""
+    """The lock ``name`` is held by a live lease. ``token``/``pid`` name the holder;
+    ``remaining`` is the time left on its lease, in seconds."""
 
+    name: str = ""
     token: int = 0
     pid: int = 0
     remaining: float = 0.0
@@ -67,7 +68,19 @@ class LockLostError(FencelockError):
 class LockTimeoutError(FencelockError, TimeoutError):
     """A wait gave up after its timeout: a waiting acquire, or an open or a write that waited
     past the store's busy timeout behind another process (one paused inside a commit). Also a
-    builtin ``TimeoutError``."""
+    builtin ``TimeoutError``. For a waiting acquire, as filelock's ``Timeout`` names its lock
+    file, ``name`` is the lock and ``timeout`` the seconds waited, and the message says both;
+    otherwise they are None."""
+
+    name: str | None = None
+    timeout: float | None = None
+
+    def waited_for(self, name: str, timeout: float) -> None:
+        """Names the lock and the wait of the acquire that gave up (the caller's arguments)."""
+        self.name = name
+        self.timeout = timeout
+        self.message = f"timed out after {timeout:g} s waiting for lock {name!r}"
+        self.args = (self.message,)
 
 
 class InvalidArgumentError(FencelockError, ValueError):
@@ -83,9 +96,13 @@ class IoError(FencelockError, OSError):
     when the library reports the system's error number (``fencelock_error_os_code``), and
     ``filename`` set to the store's path when the error came from opening it. The common errors
     are also the builtin subclasses: ``StoreNotFoundError`` is a ``FileNotFoundError`` (the
-    store's directory is missing), ``StorePermissionError`` a ``PermissionError``."""
+    store's directory is missing), ``StorePermissionError`` a ``PermissionError``. With an
+    errno its text is OSError's, ``[Errno 2] No such file or directory: 'path'``; ``message``
+    keeps the library's."""
 
     def __str__(self) -> str:
+        if self.errno is not None:
+            return OSError.__str__(self)
         # As OSError prints its filename, unless the library's message already names it.
         if self.filename is not None and str(self.filename) not in self.message:
             return f"{self.message}: {self.filename!r}"
@@ -154,10 +171,11 @@ class PermitsMismatchError(FencelockError):
 
 class WouldDeadlockError(FencelockError, RuntimeError):
     """A waiting acquire would wait for a live lease that this same thread holds through this
-    same ``Store`` (``token`` is that lease's): nothing but that lease's end could end the wait,
+    same ``Store`` (``token`` is that lease's, ``name`` its lock's): nothing but that lease's end could end the wait,
     so it is refused at once, as filelock refuses a same-thread deadlock. Nothing changed.
     Another thread, another ``Store`` of the file or another process waits as ever."""
 
+    name: str = ""
     token: int = 0
 
 
@@ -207,11 +225,17 @@ _BY_ERRNO: dict[int, type[IoError]] = {
 }
 
 
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "replace")
+
+
 def error_from(status: int, err: Any, filename: str | None = None) -> FencelockError:
     """Builds the exception for ``status`` from the C error object ``err`` (may be NULL) and
-    frees ``err``. ``filename`` is the path an I/O error concerns (an open's), if known."""
+    frees ``err``. ``filename`` is the path an I/O error concerns (an open's), if known; the
+    library's own (``fencelock_error_path``) comes first."""
     cls = _BY_STATUS.get(status, FencelockError)
     details: dict[str, Any] = {}
+    name = b""
     if err:
         try:
             message = lib.fencelock_error_message(err).decode("utf-8", "replace")
@@ -220,13 +244,17 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
             pid = lib.fencelock_error_pid(err)
             remaining_ms = lib.fencelock_error_remaining_ms(err)
             os_code = lib.fencelock_error_os_code(err)
+            name = lib.fencelock_error_name(err) or b""
+            path = lib.fencelock_error_path(err)
+            if path:
+                filename = os.fsdecode(path)
         finally:
             lib.fencelock_error_free(err)
     else:
         message = status_str(status)
         token = highest = pid = remaining_ms = os_code = 0
     if cls is LockedError:
-        details = {"token": token, "pid": pid, "remaining": remaining_ms / 1000.0}
+        details = {"name": _text(name), "token": token, "pid": pid, "remaining": remaining_ms / 1000.0}
     elif cls is StaleTokenError:
         details = {"token": token, "highest": highest}
     elif cls is LockLostError:
@@ -234,7 +262,7 @@ def error_from(status: int, err: Any, filename: str | None = None) -> FencelockE
     elif cls is PermitsMismatchError:
         details = {"permits": token, "requested": highest}
     elif cls is WouldDeadlockError:
-        details = {"token": token}
+        details = {"name": _text(name), "token": token}
     elif cls is ForkedError:
         message += _FORK_HINT
     number = (os_code or None) if cls is IoError else None  # fencelock_error_os_code: 0 for none

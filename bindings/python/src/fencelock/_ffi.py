@@ -270,6 +270,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_error_pid": (c_uint32, [ErrorP]),
     "fencelock_error_remaining_ms": (c_uint64, [ErrorP]),
     "fencelock_error_os_code": (c_int, [ErrorP]),
+    "fencelock_error_name": (c_char_p, [ErrorP]),
+    "fencelock_error_path": (c_char_p, [ErrorP]),
     "fencelock_error_free": (None, [ErrorP]),
     # store
     "fencelock_store_open": (fencelock_status, [c_char_p, POINTER(StoreP), POINTER(ErrorP)]),

@@ -26,7 +26,7 @@ from ._args import (
     _wait_ms,
 )
 from ._enums import Ending, EventKind, LockKind, Mode, Scope
-from ._errors import error_from
+from ._errors import LockTimeoutError, error_from
 from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, WaiterListP, lib
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
@@ -227,7 +227,12 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
-        return self._acquire([raw_name], _options(ttl_ms, timeout_ms, kind, count))[0]
+        try:
+            return self._acquire([raw_name], _options(ttl_ms, timeout_ms, kind, count))[0]
+        except LockTimeoutError as err:
+            if timeout is not None and timeout_ms != 0:
+                err.waited_for(name, timeout_ms / 1000.0)
+            raise
 
     def lock(
         self,
