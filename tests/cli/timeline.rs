@@ -225,3 +225,26 @@ fn svg_refuses_a_bad_events_file_and_prints_nothing() {
         USAGE
     );
 }
+
+/// The committed pictures parse, and `docs/timeline.svg` (from `make timeline`) tells the
+/// story: A's lease taken over, a refused write with A's token on A's row, B's accepted write
+/// with the next token on B's.
+#[test]
+fn committed_pictures_parse_and_the_timeline_tells_the_story() {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let parsed = parse(&fs::read_to_string(docs.join("timeline.svg")).unwrap());
+    let leases = parsed["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 2, "{parsed}");
+    let n = leases[0]["token"].as_u64().unwrap();
+    assert_eq!(leases[0]["ending"], "taken-over", "{parsed}");
+    assert_eq!(leases[0]["refused"], serde_json::json!([n]), "{parsed}");
+    assert_eq!(leases[1]["token"], n + 1, "{parsed}");
+    assert_eq!(
+        leases[1]["accepted"],
+        serde_json::json!([n + 1]),
+        "{parsed}"
+    );
+    // The architecture picture is drawn by hand: it must at least be well-formed SVG.
+    let architecture = parse(&fs::read_to_string(docs.join("architecture.svg")).unwrap());
+    assert_eq!(architecture["leases"], serde_json::json!([]));
+}
