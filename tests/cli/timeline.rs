@@ -102,7 +102,8 @@ fn svg_draws_the_gc_pause_story_from_the_history_and_the_events() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     // The event of a lease not in this history is left out, and said.
     assert!(
-        stderr(&out).contains("1 events of leases not in the history"),
+        stderr(&out)
+            .contains("1 event of leases not in the history of \"payment-export\" left out"),
         "{}",
         stderr(&out)
     );

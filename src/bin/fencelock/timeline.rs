@@ -196,8 +196,9 @@ pub fn render(name: &str, entries: &[HistoryEntry], events: &[Event]) -> Result<
         }
     }
     if left_out > 0 {
+        let plural = if left_out == 1 { "" } else { "s" };
         output::say(format!(
-            "{left_out} events of leases not in the history of {name:?} were left out"
+            "{left_out} event{plural} of leases not in the history of {name:?} left out"
         ));
     }
 
