@@ -1,5 +1,6 @@
 # fencelock: the commands a newcomer needs.
 #   make demo    the GC-pause walkthrough with real processes
+#   make timeline   docs/timeline.svg drawn again from a run of the walkthrough
 #   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs,
 #                and the etcd backend's on etcd nodes of their own (FEATURES= leaves etcd out);
 #                first `make setup`, which installs the tools the tests need and this machine lacks
@@ -35,11 +36,23 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: test-loom test-loom-long test-mutants bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: timeline test-loom test-loom-long test-mutants bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
 	$(CARGO) run --quiet --example leader
+
+# docs/timeline.svg: the walkthrough's fenced run, in a store of its own, drawn by `fencelock
+# history --svg` from the store's history, with the pauses and writes the walkthrough wrote down
+# (the store keeps no record of a refused write).
+TIMELINE_DIR := target/timeline
+timeline:
+	$(CARGO) build --quiet --features cli --bin fencelock --example gc_pause
+	rm -rf $(TIMELINE_DIR) && mkdir -p $(TIMELINE_DIR)
+	target/debug/examples/gc_pause --db $(TIMELINE_DIR)/locks.db --events $(TIMELINE_DIR)/events.jsonl
+	target/debug/fencelock --db $(TIMELINE_DIR)/locks.db history payment-export --svg \
+		--events $(TIMELINE_DIR)/events.jsonl > $(TIMELINE_DIR)/timeline.svg
+	mv $(TIMELINE_DIR)/timeline.svg docs/timeline.svg
 
 # In this order (make runs prerequisites left to right): the set-up step, its own test, the rest.
 test: setup test-setup lint test-rust test-loom $(if $(ETCD),test-etcd) test-c test-python test-go test-packaging test-torture test-fuzz

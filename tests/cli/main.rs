@@ -20,6 +20,7 @@ mod serve;
 mod signals;
 mod status;
 mod store;
+mod timeline;
 mod top;
 mod unwritable;
 mod usage;

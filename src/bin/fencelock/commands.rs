@@ -165,10 +165,22 @@ pub fn dispatch(
         Command::Info(args) => info(&open_store(&path, false, busy_timeout, None)?, args.json),
         Command::History(args) => {
             observe::check_lock_name(&args.lock)?;
+            // A bad events file is refused before the store is opened.
+            let events = match &args.events {
+                Some(file) => crate::timeline::read_events(file)?,
+                None => Vec::new(),
+            };
+            let format = if args.svg {
+                observe::Format::Svg(&events)
+            } else if args.json {
+                observe::Format::Json
+            } else {
+                observe::Format::Table
+            };
             observe::history(
                 &open_store(&path, false, busy_timeout, None)?,
                 &args.lock,
-                args.json,
+                format,
             )
         }
         Command::Metrics(args) => {

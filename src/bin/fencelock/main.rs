@@ -39,6 +39,7 @@ mod output;
 mod procs;
 mod run;
 mod serve;
+mod timeline;
 mod top;
 
 use std::ffi::OsString;
@@ -274,12 +275,21 @@ ran out; the wait itself is in `fencelock metrics`).
 With --json: a list of {\"name\", \"token\", \"kind\", \"permits\", \"pid\", \"granted_at_ms\",
 \"expires_at_ms\", \"ended_at_ms\", \"recorded_at_ms\" (Unix epoch milliseconds, null when not
 known; recorded_at_ms is null for a grant not recorded yet), \"ending\" (HOW)}.
-Exit status: 0; 1 the store has no grant of the lock on record; 80 bad lock name, or an etcd
-store (which keeps no history); 81 database error; 86 output error.
+With --svg: the same history as an SVG picture, one bar per lease on a common time axis, the
+token on each bar; a lease taken over is drawn on, hatched, from its expiry to the grant that
+took it over. The store keeps no record of a refused write (a refusal writes nothing) nor of
+a pause: --events FILE adds them from the writers' own log, one JSON object a line:
+{\"event\": \"paused\", \"resumed\", \"write-accepted\" or \"write-refused\", \"token\": N,
+\"at_ms\": Unix epoch milliseconds, \"key\" (optional)}; events of other leases are left out
+(said on standard error). The same history and events give the same bytes.
+Exit status: 0; 1 the store has no grant of the lock on record; 80 bad lock name, a bad line
+of the events file, or an etcd store (which keeps no history); 81 database error; 86 output
+error, or the events file cannot be read.
 
 Examples:
   fencelock history payment-export
-  fencelock history payment-export --json | jq '.[] | select(.ending != \"released\")'";
+  fencelock history payment-export --json | jq '.[] | select(.ending != \"released\")'
+  fencelock history payment-export --svg --events writes.jsonl > timeline.svg";
 
 const METRICS_AFTER_HELP: &str = "\
 Prints the store's counters in Prometheus' text exposition format (version 0.0.4): leases
@@ -670,8 +680,15 @@ pub struct HistoryArgs {
     #[arg(value_name = "NAME")]
     pub lock: String,
     /// Print JSON
-    #[arg(long)]
+    #[arg(long, conflicts_with = "svg")]
     pub json: bool,
+    /// Print the history as an SVG picture: one bar per lease on a time axis
+    #[arg(long)]
+    pub svg: bool,
+    /// With --svg: mark the pauses and writes a JSON-lines FILE tells of (- for standard
+    /// input), each on its lease's row
+    #[arg(long, value_name = "FILE", requires = "svg")]
+    pub events: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

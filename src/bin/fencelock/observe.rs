@@ -11,6 +11,7 @@ use crate::commands::{is_etcd, print_json, unix_ms, write_stdout};
 use crate::duration::format_duration;
 use crate::http;
 use crate::output::{self, Cell, Colour};
+use crate::timeline;
 use crate::{exit, Failure};
 
 /// The lock names `history` refuses before it opens the store, as the library would after.
@@ -21,8 +22,16 @@ pub fn check_lock_name(name: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How `history` prints.
+pub enum Format<'a> {
+    Table,
+    Json,
+    /// The timeline picture, with these events marked on it.
+    Svg(&'a [timeline::Event]),
+}
+
 /// `fencelock history NAME`: one row per grant, oldest first.
-pub fn history(store: &Store, name: &str, json: bool) -> Result<(), Failure> {
+pub fn history(store: &Store, name: &str, format: Format<'_>) -> Result<(), Failure> {
     let entries = store.history(name).map_err(|err| Failure::from_lib(&err))?;
     if entries.is_empty() {
         return Err(Failure::new(
@@ -44,8 +53,14 @@ pub fn history(store: &Store, name: &str, json: bool) -> Result<(), Failure> {
             ));
         }
     }
-    if json {
-        return print_json(&Value::Array(entries.iter().map(entry_json).collect()));
+    match format {
+        Format::Json => {
+            return print_json(&Value::Array(entries.iter().map(entry_json).collect()));
+        }
+        Format::Svg(events) => {
+            return write_stdout(timeline::render(name, &entries, events)?.as_bytes());
+        }
+        Format::Table => {}
     }
     let now = SystemTime::now();
     let rows: Vec<Vec<Cell>> = entries
