@@ -1003,8 +1003,8 @@ fn mutex_program() -> Result<PathBuf, String> {
         .clone()
 }
 
-/// How one Mutex program runs: its workload (`one-thread`, `acquire-write` or
-/// `eight-threads`), and for a process workload its lock and the wall-clock start every
+/// How one Mutex program runs: its workload (`one-thread`, `acquire-write`, `eight-threads`
+/// or `fenced-put`), and for a process workload its lock and the wall-clock start every
 /// process waits for.
 pub struct MutexRun {
     pub workload: &'static str,
