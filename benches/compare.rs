@@ -4,6 +4,11 @@
 //! floor), the same OFD lock with a token made durable at every grant (`pwrite` + `fdatasync`);
 //! and fencelock on etcd (one node and three, on loopback), the cost of going distributed.
 //!
+//! The fenced-put workloads (issue 35) time the write alone: each worker holds one lock through
+//! the cell and puts 100 bytes to a key of its own, from one thread and from 4, 8 and 16
+//! processes. Beside them runs the disk's floor, an in-place `pwrite` + `fdatasync` of a
+//! preallocated file, against whose one-thread p50 the "Fenced writes" table reads every row.
+//!
 //! ```text
 //! cargo bench --bench compare                 # 2 s a cell
 //! cargo bench --bench compare -- --quick      # 1 s a cell
@@ -11,6 +16,8 @@
 //! cargo bench --bench compare -- --secs 3 --only sqlite,fencelock-mp
 //! cargo bench --bench compare -- --only fencelock-mp --workloads four-processes
 //! cargo bench --bench compare -- --rounds 5    # each cell 5 times, in turn; medians
+//! cargo bench --bench compare -- --only fencelock-mp,sqlite,floor \
+//!     --workloads fenced-put,four-process-puts,eight-process-puts,sixteen-process-puts
 //! ```
 //!
 //! The systems of one server run beside each other: with `--rounds N` every one of them runs
@@ -46,12 +53,12 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clients::{Client, EtcdServer, RedisServer, Server, Shared, System, Target};
+use clients::{Client, EtcdServer, Lease, RedisServer, Server, Shared, System, Target, TTL};
 use stats::Histogram;
 
 const WORKER_ENV: &str = "FENCELOCK_COMPARE_WORKER";
 /// The value of the write workload: small, like a pointer or a manifest.
-const VALUE: &[u8] = &[b'v'; 100];
+const VALUE: [u8; 100] = [b'v'; 100];
 /// Time the worker processes get to start and connect before the measurement begins.
 const PROCESS_START: Duration = Duration::from_millis(700);
 
@@ -70,16 +77,28 @@ pub enum Workload {
     HotLock,
     /// One thread: acquire, write 100 bytes guarded by the lease, release.
     AcquireWrite,
+    /// One thread holding its lock: write 100 bytes to its key, guarded by the lease.
+    FencedPut,
+    /// Four processes, each holding its own lock: fenced writes to a key of its own.
+    FourProcessPuts,
+    /// The same with eight processes.
+    EightProcessPuts,
+    /// The same with sixteen processes.
+    SixteenProcessPuts,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 10] = [
         Workload::OneThread,
         Workload::EightThreads,
         Workload::FourProcesses,
         Workload::EightProcesses,
         Workload::HotLock,
         Workload::AcquireWrite,
+        Workload::FencedPut,
+        Workload::FourProcessPuts,
+        Workload::EightProcessPuts,
+        Workload::SixteenProcessPuts,
     ];
 
     pub fn label(self) -> &'static str {
@@ -90,6 +109,10 @@ impl Workload {
             Workload::EightProcesses => "8 processes, distinct locks: acquire+release",
             Workload::HotLock => "4 processes, one lock: waiting acquire+release",
             Workload::AcquireWrite => "1 thread: acquire+fenced write+release",
+            Workload::FencedPut => "1 thread, lock held: fenced put",
+            Workload::FourProcessPuts => "4 processes, fenced puts on keys of their own",
+            Workload::EightProcessPuts => "8 processes, fenced puts on keys of their own",
+            Workload::SixteenProcessPuts => "16 processes, fenced puts on keys of their own",
         }
     }
 
@@ -101,6 +124,10 @@ impl Workload {
             Workload::EightProcesses => "eight-processes",
             Workload::HotLock => "hot-lock",
             Workload::AcquireWrite => "acquire-write",
+            Workload::FencedPut => "fenced-put",
+            Workload::FourProcessPuts => "four-process-puts",
+            Workload::EightProcessPuts => "eight-process-puts",
+            Workload::SixteenProcessPuts => "sixteen-process-puts",
         }
     }
 
@@ -114,10 +141,33 @@ impl Workload {
     /// Workers and whether they are processes (else threads of this process).
     fn workers(self) -> (usize, bool) {
         match self {
-            Workload::OneThread | Workload::AcquireWrite => (1, false),
+            Workload::OneThread | Workload::AcquireWrite | Workload::FencedPut => (1, false),
             Workload::EightThreads => (8, false),
-            Workload::FourProcesses | Workload::HotLock => (4, true),
-            Workload::EightProcesses => (8, true),
+            Workload::FourProcesses | Workload::HotLock | Workload::FourProcessPuts => (4, true),
+            Workload::EightProcesses | Workload::EightProcessPuts => (8, true),
+            Workload::SixteenProcessPuts => (16, true),
+        }
+    }
+
+    /// Whether it times fenced writes alone, each worker holding its lock through the cell.
+    pub fn fenced_puts(self) -> bool {
+        matches!(
+            self,
+            Workload::FencedPut
+                | Workload::FourProcessPuts
+                | Workload::EightProcessPuts
+                | Workload::SixteenProcessPuts
+        )
+    }
+
+    /// Whether `system` takes part. The floor is a write alone, so it runs the fenced puts
+    /// only; the kernel's locks run no fenced puts: their write is a plain `pwrite` (not
+    /// durable), or with the durable token the floor's own write once the lock is held.
+    fn compares(self, system: System) -> bool {
+        match system {
+            System::Floor => self.fenced_puts(),
+            System::Flock | System::Ofd | System::OfdDurable => !self.fenced_puts(),
+            _ => true,
         }
     }
 
@@ -142,11 +192,76 @@ pub enum Outcome {
     Skipped(&'static str),
 }
 
-/// Runs `workload` on one client until `until`, timing every cycle.
-fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant) -> Histogram {
-    let key = format!("key-{lock}");
+/// The key worker `lock` writes.
+fn key(lock: &str) -> String {
+    format!("key-{lock}")
+}
+
+/// The lease a fenced-put worker holds through its cell, when it took it, and how many
+/// writes it made under it.
+struct Held {
+    lease: Lease,
+    since: Instant,
+    writes: u64,
+}
+
+impl Held {
+    /// The next value to write: [`VALUE`] with the count of writes so far in its first 8
+    /// bytes, so that every write changes the key. A write that changes nothing would be free
+    /// to some peers: SQLite leaves a page clean when an update rewrites a row as it was, and
+    /// then commits without a sync.
+    fn next_value(&mut self) -> [u8; 100] {
+        let mut value = VALUE;
+        value[..8].copy_from_slice(&self.writes.to_le_bytes());
+        self.writes += 1;
+        value
+    }
+}
+
+/// What a worker does before the measurement starts: in the fenced-put workloads it takes its
+/// lock and writes its key once, so that every timed write overwrites the key under a lease
+/// already held; the other workloads hold nothing.
+fn prepare(client: &mut dyn Client, workload: Workload, lock: &str) -> Option<Held> {
+    workload.fenced_puts().then(|| {
+        let mut held = Held {
+            lease: client.try_acquire(lock).expect("a free lock"),
+            since: Instant::now(),
+            writes: 0,
+        };
+        let value = held.next_value();
+        client.write(&held.lease, &key(lock), &value);
+        held
+    })
+}
+
+/// Releases what [`prepare`] took, after the measurement.
+fn finish(client: &mut dyn Client, held: Option<Held>) {
+    if let Some(held) = held {
+        client.release(held.lease);
+    }
+}
+
+/// Runs `workload` on one client until `until`, timing every cycle; `held` is what
+/// [`prepare`] took.
+fn drive(
+    client: &mut dyn Client,
+    workload: Workload,
+    lock: &str,
+    held: &mut Option<Held>,
+    until: Instant,
+) -> Histogram {
+    let key = key(lock);
     let mut histogram = Histogram::default();
     loop {
+        // A cell longer than half the lease's TTL takes its lease again, untimed, so that a
+        // fenced write never meets a lease that ran out.
+        if held
+            .as_ref()
+            .is_some_and(|held| held.since.elapsed() > TTL / 2)
+        {
+            finish(client, held.take());
+            *held = prepare(client, workload, lock);
+        }
         let start = Instant::now();
         if start >= until {
             return histogram;
@@ -158,8 +273,16 @@ fn drive(client: &mut dyn Client, workload: Workload, lock: &str, until: Instant
             }
             Workload::AcquireWrite => {
                 let lease = client.try_acquire(lock).expect("a free lock");
-                client.write(&lease, &key, VALUE);
+                client.write(&lease, &key, &VALUE);
                 client.release(lease);
+            }
+            Workload::FencedPut
+            | Workload::FourProcessPuts
+            | Workload::EightProcessPuts
+            | Workload::SixteenProcessPuts => {
+                let held = held.as_mut().expect("a fenced-put worker holds its lease");
+                let value = held.next_value();
+                client.write(&held.lease, &key, &value);
             }
             Workload::OneThread
             | Workload::EightThreads
@@ -181,9 +304,15 @@ fn run_mutex(url: &str, workload: Workload, secs: Duration) -> Outcome {
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
             .as_nanos();
+        // A process runs one worker: a lock cycle, or fenced puts under a lock it holds.
+        let each = if workload.fenced_puts() {
+            Workload::FencedPut.key()
+        } else {
+            Workload::OneThread.key()
+        };
         (0..workers)
             .map(|index| clients::MutexRun {
-                workload: "one-thread",
+                workload: each,
                 lock: Some(workload.lock(index)),
                 start_unix_ns: Some(start),
             })
@@ -218,7 +347,13 @@ fn outcome(histogram: &Histogram, window: Duration) -> Outcome {
     }
 }
 
-fn run_threads(shared: &Shared, workload: Workload, threads: usize, secs: Duration) -> Outcome {
+/// Every cycle the threads timed, and the longest time one measured for.
+fn run_threads(
+    shared: &Shared,
+    workload: Workload,
+    threads: usize,
+    secs: Duration,
+) -> (Histogram, Duration) {
     let barrier = Barrier::new(threads);
     let results: Vec<(Histogram, Duration)> = thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -226,15 +361,15 @@ fn run_threads(shared: &Shared, workload: Workload, threads: usize, secs: Durati
                 let barrier = &barrier;
                 scope.spawn(move || {
                     let mut client = shared.client();
+                    let lock = workload.lock(index);
+                    let mut held = prepare(client.as_mut(), workload, &lock);
                     barrier.wait();
                     let start = Instant::now();
-                    let histogram = drive(
-                        client.as_mut(),
-                        workload,
-                        &workload.lock(index),
-                        start + secs,
-                    );
-                    (histogram, start.elapsed())
+                    let histogram =
+                        drive(client.as_mut(), workload, &lock, &mut held, start + secs);
+                    let elapsed = start.elapsed();
+                    finish(client.as_mut(), held);
+                    (histogram, elapsed)
                 })
             })
             .collect();
@@ -249,10 +384,16 @@ fn run_threads(shared: &Shared, workload: Workload, threads: usize, secs: Durati
         total.merge(histogram);
         window = window.max(*elapsed);
     }
-    outcome(&total, window)
+    (total, window)
 }
 
-fn run_processes(shared: &Shared, workload: Workload, count: usize, secs: Duration) -> Outcome {
+/// Every cycle the worker processes timed, and the longest time one measured for.
+fn run_processes(
+    shared: &Shared,
+    workload: Workload,
+    count: usize,
+    secs: Duration,
+) -> (Histogram, Duration) {
     let exe = std::env::current_exe().expect("this program's path");
     let start_ns = fencelock::boottime_ns() + PROCESS_START.as_nanos() as u64;
     let end_ns = start_ns + secs.as_nanos() as u64;
@@ -285,7 +426,7 @@ fn run_processes(shared: &Shared, workload: Workload, count: usize, secs: Durati
             elapsed.trim().parse().expect("elapsed"),
         ));
     }
-    outcome(&total, window)
+    (total, window)
 }
 
 /// A worker process: `<system> <workload> <lock> <target> <start_ns> <end_ns>`. Prints the
@@ -300,6 +441,7 @@ fn worker(spec: &str) {
     let (start_ns, end_ns): (u64, u64) = (start_ns.parse().unwrap(), end_ns.parse().unwrap());
     let shared = Shared::prepare(system, Target::decode(target), false);
     let mut client = shared.client();
+    let mut held = prepare(client.as_mut(), workload, lock);
     let now = fencelock::boottime_ns();
     if now < start_ns {
         thread::sleep(Duration::from_nanos(start_ns - now));
@@ -311,13 +453,15 @@ fn worker(spec: &str) {
     }
     let start = Instant::now();
     let until = start + Duration::from_nanos(end_ns.saturating_sub(fencelock::boottime_ns()));
-    let histogram = drive(client.as_mut(), workload, lock, until);
+    let histogram = drive(client.as_mut(), workload, lock, &mut held, until);
     let elapsed = start.elapsed().as_nanos();
+    finish(client.as_mut(), held);
     let mut out = std::io::stdout().lock();
     writeln!(out, "{elapsed}\n{}", histogram.encode()).expect("stdout");
 }
 
-/// One cell: `system` under `workload`, on fresh state.
+/// One cell: `system` under `workload`, on fresh state. Returns what it measured and, for
+/// fencelock, the store file's commits per grant (per write in the fenced-put workloads).
 fn run_cell(
     system: System,
     workload: Workload,
@@ -358,17 +502,24 @@ fn run_cell(
     }
     let shared = Shared::prepare(system, target, true);
     let before = shared.commits_and_grants();
-    let outcome = if processes {
+    let (histogram, window) = if processes {
         run_processes(&shared, workload, workers, secs)
     } else {
         run_threads(&shared, workload, workers, secs)
     };
-    let commits_per_grant = before.zip(shared.commits_and_grants()).and_then(
+    // A fenced-put worker writes its key once before the timed writes.
+    let writes = histogram.count() + workers as u64;
+    let commits_per_op = before.zip(shared.commits_and_grants()).and_then(
         |((commits0, grants0), (commits1, grants1))| {
-            (grants1 > grants0).then(|| (commits1 - commits0) as f64 / (grants1 - grants0) as f64)
+            let ops = if workload.fenced_puts() {
+                writes
+            } else {
+                grants1 - grants0
+            };
+            (ops > 0).then(|| (commits1 - commits0) as f64 / ops as f64)
         },
     );
-    (outcome, commits_per_grant)
+    (outcome(&histogram, window), commits_per_op)
 }
 
 struct Args {
@@ -508,8 +659,8 @@ fn main() {
                 if round % 2 == 1 {
                     order.reverse();
                 }
-                for system in order {
-                    let (outcome, commits_per_grant) =
+                for system in order.into_iter().filter(|&s| workload.compares(s)) {
+                    let (outcome, commits_per_op) =
                         run_cell(system, workload, args.secs, redis.as_ref(), etcd.as_ref());
                     eprintln!(
                         "  {}{:<45} {:<42} {}",
@@ -527,7 +678,7 @@ fn main() {
                         workload,
                         round,
                         outcome,
-                        commits_per_grant,
+                        commits_per_op,
                     });
                 }
             }

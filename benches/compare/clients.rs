@@ -45,6 +45,10 @@ pub enum System {
     /// The same lock and a token bumped durably at every grant (`pwrite` + `fdatasync`): what a
     /// grant costs that makes its token durable itself.
     OfdDurable,
+    /// The disk's floor of a durable write, in the fenced-put workloads only: an OFD lock held
+    /// through the cell, and each write a `pwrite` in place into a preallocated file and an
+    /// `fdatasync` (a data-only sync: the file's size never changes); no token, no check.
+    Floor,
     /// fencelock on an etcd node on loopback (the cargo feature `etcd`).
     EtcdOne,
     /// fencelock on a three-node etcd cluster on loopback.
@@ -59,7 +63,7 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 14] = [
+    pub const ALL: [System; 15] = [
         System::FencelockMulti,
         System::FencelockAlone,
         System::FencelockSingle,
@@ -70,6 +74,7 @@ impl System {
         System::Flock,
         System::Ofd,
         System::OfdDurable,
+        System::Floor,
         System::EtcdGet,
         System::EtcdMutex,
         System::EtcdOne,
@@ -89,6 +94,7 @@ impl System {
             System::Flock => "flock(2) (no durability, no token)",
             System::Ofd => "kernel: OFD lock (no durability, no token)",
             System::OfdDurable => "kernel: OFD lock + durable token (pwrite+fdatasync)",
+            System::Floor => "kernel: in-place pwrite+fdatasync (the disk's floor)",
             System::EtcdOne => "fencelock on etcd (1 node, loopback)",
             System::EtcdThree => "fencelock on etcd (3 nodes, loopback)",
             System::EtcdGet => "etcd alone: one Get (1 node, loopback)",
@@ -109,6 +115,7 @@ impl System {
             System::Flock => "flock",
             System::Ofd => "ofd",
             System::OfdDurable => "ofd-durable",
+            System::Floor => "floor",
             System::EtcdOne => "etcd-1",
             System::EtcdThree => "etcd-3",
             System::EtcdGet => "etcd-get",
@@ -326,6 +333,7 @@ impl Shared {
             | System::Flock
             | System::Ofd
             | System::OfdDurable
+            | System::Floor
             | System::EtcdGet
             | System::EtcdMutex => None,
         };
@@ -372,13 +380,15 @@ impl Shared {
                 };
                 Box::new(RedisClient::connect(port))
             }
-            System::Flock | System::Ofd | System::OfdDurable => Box::new(FileLockClient {
-                system: self.system,
-                dir: self.target.dir().to_path_buf(),
-                locks: HashMap::new(),
-                values: HashMap::new(),
-                tokens: None,
-            }),
+            System::Flock | System::Ofd | System::OfdDurable | System::Floor => {
+                Box::new(FileLockClient {
+                    system: self.system,
+                    dir: self.target.dir().to_path_buf(),
+                    locks: HashMap::new(),
+                    values: HashMap::new(),
+                    tokens: None,
+                })
+            }
         }
     }
 }
@@ -652,7 +662,8 @@ impl Client for RedisClient {
 /// open-file-description lock on one file per lock, and a plain `pwrite` for the write; no
 /// durability, no token, no lease. `OfdDurable` adds what a token made durable at every grant
 /// costs: a counter file bumped under its own lock, `pwrite` + `fdatasync`, and an
-/// `fdatasync` after the write.
+/// `fdatasync` after the write. `Floor` is the OFD lock and the durable write alone, into a
+/// value file preallocated when it is opened.
 struct FileLockClient {
     system: System,
     dir: PathBuf,
@@ -760,6 +771,15 @@ impl FileLockClient {
     }
 }
 
+/// Writes zeros over the first page (at least `len` bytes) of `file` and syncs it with its
+/// size and inode, so that later writes there are overwrites in place: an `fdatasync` then
+/// syncs data alone.
+fn preallocate(file: &File, len: usize) {
+    file.write_all_at(&vec![0; len.max(4096)], 0)
+        .expect("pwrite zeros");
+    file.sync_all().expect("fsync");
+}
+
 impl Client for FileLockClient {
     fn try_acquire(&mut self, name: &str) -> Option<Lease> {
         self.lock(name, false, false).then(|| self.granted(name))
@@ -773,11 +793,14 @@ impl Client for FileLockClient {
     fn write(&mut self, _lease: &Lease, key: &str, value: &[u8]) {
         if !self.values.contains_key(key) {
             let file = open_rw(&self.dir.join(format!("{key}.value")));
+            if self.system == System::Floor {
+                preallocate(&file, value.len());
+            }
             self.values.insert(key.to_owned(), file);
         }
         let file = &self.values[key];
         file.write_all_at(value, 0).expect("pwrite");
-        if self.system == System::OfdDurable {
+        if matches!(self.system, System::OfdDurable | System::Floor) {
             file.sync_data().expect("fdatasync");
         }
     }
@@ -980,8 +1003,8 @@ fn mutex_program() -> Result<PathBuf, String> {
         .clone()
 }
 
-/// How one Mutex program runs: its workload (`one-thread`, `acquire-write` or
-/// `eight-threads`), and for a process workload its lock and the wall-clock start every
+/// How one Mutex program runs: its workload (`one-thread`, `acquire-write`, `eight-threads`
+/// or `fenced-put`), and for a process workload its lock and the wall-clock start every
 /// process waits for.
 pub struct MutexRun {
     pub workload: &'static str,

@@ -8,8 +8,10 @@
 //
 // Prints the nanoseconds it measured for, then the nanoseconds of every cycle, one a line.
 // Workloads: one-thread (lock+unlock), acquire-write (lock+guarded put+unlock), eight-threads
-// (eight goroutines, each on a lock of its own, lock+unlock); all share one client and one
-// session (one lease, kept alive), as the threads of one fencelock process share its store.
+// (eight goroutines, each on a lock of its own, lock+unlock), fenced-put (the lock taken and
+// the key put once before measuring, then guarded puts alone, unlocked at the end); all share
+// one client and one session (one lease, kept alive), as the threads of one fencelock process
+// share its store.
 // The process workloads start one program a process: -lock names its lock (hot for the
 // processes taking turns on one lock, whose Lock waits in the Mutex's queue), and
 // -start-unix-ns the wall-clock time at which every process starts to measure.
@@ -35,18 +37,20 @@ var value = strings.Repeat("v", 100)
 func main() {
 	endpoint := flag.String("endpoint", "", "the etcd client address, host:port")
 	prefix := flag.String("prefix", "mutex", "the key prefix of this run")
-	workload := flag.String("workload", "one-thread", "one-thread, acquire-write or eight-threads")
+	workload := flag.String("workload", "one-thread", "one-thread, acquire-write, eight-threads or fenced-put")
 	secs := flag.Float64("secs", 2, "how long to measure")
 	lock := flag.String("lock", "", "the one worker's lock (default lock-0, lock-1, ...)")
 	startAt := flag.Int64("start-unix-ns", 0, "when to start measuring (default at once)")
 	flag.Parse()
-	workers, write := 1, false
+	workers, write, held := 1, false, false
 	switch *workload {
 	case "one-thread":
 	case "acquire-write":
 		write = true
 	case "eight-threads":
 		workers = 8
+	case "fenced-put":
+		held = true
 	default:
 		log.Fatalf("unknown workload %q", *workload)
 	}
@@ -67,6 +71,35 @@ func main() {
 	defer session.Close()
 
 	ctx := context.Background()
+	names := func(w int) (name, key string) {
+		lockName := fmt.Sprintf("lock-%d", w)
+		if *lock != "" {
+			lockName = *lock
+		}
+		return fmt.Sprintf("/%s/%s", *prefix, lockName), fmt.Sprintf("/%s/key-%s", *prefix, lockName)
+	}
+	guardedPut := func(mutex *concurrency.Mutex, key string) {
+		put, err := client.Txn(ctx).
+			If(mutex.IsOwner()).
+			Then(clientv3.OpPut(key, value)).
+			Commit()
+		if err != nil {
+			log.Fatalf("guarded put: %v", err)
+		}
+		if !put.Succeeded {
+			log.Fatalf("guarded put refused while the mutex is held")
+		}
+	}
+	// fenced-put: the one worker's mutex, held through the run, its key written once.
+	var holding *concurrency.Mutex
+	if held {
+		name, key := names(0)
+		holding = concurrency.NewMutex(session, name)
+		if err := holding.Lock(ctx); err != nil {
+			log.Fatalf("lock: %v", err)
+		}
+		guardedPut(holding, key)
+	}
 	latencies := make([][]time.Duration, workers)
 	var group sync.WaitGroup
 	if *startAt > 0 {
@@ -78,32 +111,23 @@ func main() {
 		group.Add(1)
 		go func(w int) {
 			defer group.Done()
-			lockName := fmt.Sprintf("lock-%d", w)
-			if *lock != "" {
-				lockName = *lock
-			}
-			name := fmt.Sprintf("/%s/%s", *prefix, lockName)
-			key := fmt.Sprintf("/%s/key-%s", *prefix, lockName)
+			name, key := names(w)
 			for {
 				begin := time.Now()
 				if !begin.Before(until) {
 					return
+				}
+				if holding != nil {
+					guardedPut(holding, key)
+					latencies[w] = append(latencies[w], time.Since(begin))
+					continue
 				}
 				mutex := concurrency.NewMutex(session, name)
 				if err := mutex.Lock(ctx); err != nil {
 					log.Fatalf("lock: %v", err)
 				}
 				if write {
-					put, err := client.Txn(ctx).
-						If(mutex.IsOwner()).
-						Then(clientv3.OpPut(key, value)).
-						Commit()
-					if err != nil {
-						log.Fatalf("guarded put: %v", err)
-					}
-					if !put.Succeeded {
-						log.Fatalf("guarded put refused while the mutex is held")
-					}
+					guardedPut(mutex, key)
 				}
 				if err := mutex.Unlock(ctx); err != nil {
 					log.Fatalf("unlock: %v", err)
@@ -114,6 +138,11 @@ func main() {
 	}
 	group.Wait()
 	elapsed := time.Since(start)
+	if holding != nil {
+		if err := holding.Unlock(ctx); err != nil {
+			log.Fatalf("unlock: %v", err)
+		}
+	}
 
 	out := make([]string, 0, 1)
 	out = append(out, fmt.Sprint(elapsed.Nanoseconds()))
