@@ -1,4 +1,4 @@
-//! What a wait says on a terminal (`run -w`, `serve --wait`): one line once it has waited a
+//! What a wait says on a terminal (`run -w`, `serve --wait`, `elect`): one line once it has waited a
 //! second, naming what it waits for and who holds it; nothing with `-q` or when standard error
 //! is not a terminal. The terminal is a pty from script(1) (util-linux).
 
@@ -94,4 +94,39 @@ fn serve_on_a_terminal_names_the_processes_it_waits_for() {
     assert_eq!(code(&out), DATABASE, "{text}");
     std::fs::write(env.path("stop"), b"").unwrap();
     assert!(finish(holder).status.success());
+}
+
+#[test]
+fn a_waiting_elect_on_a_terminal_says_which_election_it_waits_for_and_who_leads() {
+    let env = Env::new();
+    let script = "touch \"$D/leading\"; while [ ! -e \"$D/stop\" ]; do sleep 0.02; done";
+    let leader = env
+        .cmd(&["elect", "--lock", "jobs", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the leader");
+    wait_for_file(&env.path("leading"));
+    // The wait runs out (status 83), which -w without --verbose leaves silent: what is
+    // printed is the notice.
+    let out = under_pty(&env, &["elect", "--lock", "jobs", "-w", "3", "--", "true"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(code(&out), TIMEOUT, "{text}");
+    assert!(
+        text.contains("waiting for leadership of election \"jobs\": held by pid")
+            && text.contains(&format!("pid {} (", leader.id())),
+        "{text}"
+    );
+    let quiet = under_pty(
+        &env,
+        &["elect", "--lock", "jobs", "-q", "-w", "2", "--", "true"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(code(&quiet), TIMEOUT);
+    assert_eq!(stdout(&quiet), "");
+    std::fs::write(env.path("stop"), b"").unwrap();
+    assert!(finish(leader).status.success());
 }
