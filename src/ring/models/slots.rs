@@ -1,12 +1,14 @@
 //! The request slots (`slots.rs`): a posted request is run once and its reply reaches its own
 //! requester, who is woken for it (no lost wake-up: a model's wait has no timeout); a request
-//! withdrawn while a combiner takes it is either run or withdrawn, never both or neither.
+//! withdrawn while a combiner takes it is either run or withdrawn, never both or neither; a
+//! combiner that dies after taking a request, or after answering it, leaves exactly one answer.
 
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
 use super::{check, Procs};
-use crate::ring::{Phase, Posted, Ring};
+use crate::ring::{Live, Phase, Posted, Ring};
 
 /// Waits for the reply to `posted`, as `local/route.rs` does: sleeps on the slot's word while
 /// the request is posted or taken.
@@ -104,4 +106,80 @@ fn a_request_withdrawn_while_taken_is_run_or_withdrawn_never_both() {
             .expect("a slot");
         assert!(ring.withdraw(&a) && ring.withdraw(&b));
     });
+}
+
+/// Where the first combiner dies: right after it took the request, or right after it
+/// published the reply.
+#[derive(Clone, Copy)]
+enum DiesAt {
+    AfterTake,
+    AfterPublish,
+}
+
+/// A combiner dies (its liveness lock dropped) at step `k`; its requester, seeing its request
+/// taken by a dead combiner, posts it again, as `local/route.rs` does; the next combiner (in the
+/// dead one's thread, once it died) runs it. The requester gets one reply, its own; a request run
+/// again is marked as a re-run. (The requester polls here: a real one sleeps with a timeout,
+/// which no model has.)
+fn a_dead_combiners_request_is_run_again(k: DiesAt) {
+    check(move || {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(3));
+        let answered = Arc::new(AtomicBool::new(false));
+        let posted = ring
+            .try_post(1, b"req", &*procs)
+            .expect("no bulk file")
+            .expect("a free slot");
+        let combiners = {
+            let (ring, procs, answered) = (ring.clone(), procs.clone(), answered.clone());
+            thread::spawn(move || {
+                let taken = ring.take_posted(2, &*procs);
+                if let (DiesAt::AfterPublish, Some(request)) = (k, taken.first()) {
+                    ring.publish(request, b"qer").expect("a reply that fits");
+                }
+                procs.kill(2);
+                // The next combiner runs what is posted until the requester has its reply.
+                let mut reruns = Vec::new();
+                while !answered.load(Ordering::SeqCst) {
+                    for request in ring.take_posted(3, &*procs) {
+                        reruns.push(request.rerun);
+                        ring.publish(&request, b"qer").expect("a reply that fits");
+                    }
+                    thread::yield_now();
+                }
+                (taken.len(), reruns)
+            })
+        };
+        let reply = loop {
+            match ring.phase(&posted) {
+                Phase::Done => break ring.reply(posted),
+                Phase::Taken(combiner, _) if !procs.is_held(combiner).expect("liveness") => {
+                    ring.repost(&posted);
+                }
+                Phase::Lost => panic!("a live requester's slot was lost"),
+                _ => thread::yield_now(),
+            }
+        };
+        answered.store(true, Ordering::SeqCst);
+        assert_eq!(reply, b"qer");
+        let (took, reruns) = combiners.join().expect("the combiners");
+        match (k, took) {
+            // Taken and not answered: run again, once, as a re-run.
+            (DiesAt::AfterTake, 1) => assert_eq!(reruns, [true]),
+            // Answered before its combiner died: not run again.
+            (DiesAt::AfterPublish, 1) => assert!(reruns.is_empty(), "{reruns:?}"),
+            // Not taken by the first: run once by the next.
+            _ => assert_eq!(reruns, [false]),
+        }
+    });
+}
+
+#[test]
+fn a_combiner_that_dies_after_taking_leaves_its_request_to_the_next() {
+    a_dead_combiners_request_is_run_again(DiesAt::AfterTake);
+}
+
+#[test]
+fn a_combiner_that_dies_after_publishing_leaves_one_reply() {
+    a_dead_combiners_request_is_run_again(DiesAt::AfterPublish);
 }
