@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
-from conftest import spawn
+from conftest import PACKAGE_SOURCE, spawn
 
 import fencelock
 from fencelock import Fenced, Leader, Store
@@ -258,3 +260,10 @@ def test_ctrl_c_ends_a_campaign(store_path):
         assert out.strip() == "interrupted []"
         leader = store.leader("scheduler")
         assert leader is not None and leader.term == leadership.term
+
+
+def test_leader_example_shows_a_deposed_leaders_write_refused():
+    example = PACKAGE_SOURCE / "examples" / "leader.py"
+    done = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=PATIENCE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "A wakes and writes late: REFUSED" in done.stdout
