@@ -1,9 +1,8 @@
 #!/bin/sh
 # Puts the Rust static library the binding links into the module (scripts/go-lib.sh), then
 # vets, format-checks and tests the Go binding with the race detector, runs the leader example,
-# and so the gocronlock
-# adapter, a module of its own (its go.mod uses the binding in this directory). Run from
-# anywhere; `make test` calls it.
+# and so the gocronlock adapter, a module of its own (its go.mod uses the binding in this
+# directory). Run from anywhere; `make test` calls it.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
