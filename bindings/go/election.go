@@ -375,8 +375,9 @@ func (s *Store) Leader(ctx context.Context, name string) (Leader, error) {
 // call first (if one leads), then every change (each new term, each Proclaim) in order of
 // terms, never going back, woken by the change, not by polling. It is closed when ctx is done
 // or the store is closed (and, should the library fail to read the store, then too). An
-// observer changes nothing the candidates see. Receive from it promptly: changes wait for the
-// receiver, none is dropped.
+// observer changes nothing the candidates see. Receive from it promptly: while a change waits
+// for the receiver, two proclaims within one term are told as the later one, though no term is
+// passed over (unless more than 64 began meanwhile).
 func (s *Store) Observe(ctx context.Context, name string) (<-chan Leader, error) {
 	cname, err := cString("election name", name)
 	if err != nil {

@@ -418,7 +418,9 @@ class Store(Handle):
         """Watches the election ``name``: ``for leader in store.observe(name):``, or ``async for
         leader in store.observe(name):``, yields the current leader first (if one leads), then
         every change (each new term, each proclaim) in order of terms, never going back, woken
-        by the change, not by polling. Close the watch (or use ``with``) to end the iteration."""
+        by the change, not by polling. An observer that is not waiting when the value changes
+        twice within a term is told the later version only; no term is passed over (unless more
+        than 64 began meanwhile). Close the watch (or use ``with``) to end the iteration."""
         out = LeaderWatchP()
         self._res.check(lib.fencelock_store_observe_leader, _name(name, "election name"), byref(out))
         return LeaderWatch(out)
