@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		os.Exit(runHolder(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	case "renewer":
 		os.Exit(runRenewer(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "candidate":
+		os.Exit(runCandidate(os.Getenv("FENCELOCK_GO_TEST_STORE")))
+	case "deposed":
+		os.Exit(runDeposed(os.Getenv("FENCELOCK_GO_TEST_STORE")))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown role", os.Getenv(roleEnv))
 		os.Exit(2)

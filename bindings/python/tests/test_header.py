@@ -46,6 +46,9 @@ OPAQUE = {
         "fencelock_waiter_info",
         "fencelock_history",
         "fencelock_history_entry",
+        "fencelock_leadership",
+        "fencelock_leader",
+        "fencelock_leader_watch",
         "fencelock_metrics",
         "fencelock_event",
     )
@@ -161,6 +164,9 @@ def test_every_header_function_is_declared_with_its_signature(header):
     for name, (c_restype, c_args) in sorted(functions.items()):
         declared_restype, declared_args = _ffi.SIGNATURES[name]
         want_restype = ctypes_type(c_restype)
+        if re.fullmatch(r"const uint8_t \*", c_restype):
+            # A returned buffer the library owns, length apart: c_char_p would stop at a NUL.
+            want_restype = POINTER(ctypes.c_uint8)
         want_args = [ctypes_type(arg) for arg in c_args]
         if (
             want_restype is not declared_restype

@@ -307,12 +307,12 @@ def test_the_package_exports_exactly_its_public_names():
     expected = {
         "CancelledError", "CorruptError", "Ending", "Event", "EventKind", "Fenced", "FencelockError",
         "ForkedError", "HistoryEntry", "Holder", "HolderDroppedWarning", "InUseError",
-        "IncompatibleVersionError", "InvalidArgumentError", "IoError", "Lock", "LockInfo", "LockKind",
-        "LockLostError", "LockState", "LockTimeoutError", "LockedError", "Metrics", "Mode",
-        "NotAStoreError", "NotFoundError", "NullPointerError", "PanicError", "PermitsMismatchError",
-        "Scope", "StaleTokenError", "StorageError", "Store", "StoreNotFoundError",
-        "StorePermissionError", "StoreReplacedError", "WaiterInfo", "WouldDeadlockError", "__version__",
-        "library_path", "library_version", "library_version_number",
+        "IncompatibleVersionError", "InvalidArgumentError", "IoError", "Leader", "LeaderWatch",
+        "Leadership", "Lock", "LockInfo", "LockKind", "LockLostError", "LockState", "LockTimeoutError",
+        "LockedError", "Metrics", "Mode", "NotAStoreError", "NotFoundError", "NullPointerError",
+        "PanicError", "PermitsMismatchError", "Scope", "StaleTokenError", "StorageError", "Store",
+        "StoreNotFoundError", "StorePermissionError", "StoreReplacedError", "WaiterInfo",
+        "WouldDeadlockError", "__version__", "library_path", "library_version", "library_version_number",
     }  # fmt: skip
     assert set(fencelock.__all__) == expected
     for name in expected:

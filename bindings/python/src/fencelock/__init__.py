@@ -24,11 +24,18 @@ once (with a ``HolderDroppedWarning``). ``timeout=0`` (default) tries once, a po
 waits up to that many seconds, ``timeout=None`` waits without a limit. ``acquire_async`` and
 ``wait_lost_async`` are the asyncio forms; cancelling the task cancels the wait.
 
+Leader election: ``with store.campaign("scheduler", b"node-a") as leadership:`` waits to lead
+(fairly, cancellably) and resigns on exit; ``leadership.term`` fences ``leadership.put``,
+``delete`` and ``fence``, which the store refuses once the leadership ended (``is_lost``,
+``wait_lost()``). ``store.leader(name)`` is the current leader, and ``for leader in
+store.observe(name)`` (or ``async for``) every change, in order of terms.
+
 ``store.metrics()`` counts grants, refusals, waits and how leases ended (``metrics_prometheus()``
 for a scrape), ``store.history(name)`` tells who held a lock and how each lease ended, and
 ``store.set_observer(fn)`` calls ``fn(event)`` as each acquire, release and loss ends.
 """
 
+from ._election import Leadership, LeaderWatch
 from ._enums import Ending, EventKind, LockKind, LockState, Mode, Scope
 from ._errors import (
     CancelledError,
@@ -59,7 +66,7 @@ from ._ffi import loaded_path as _loaded_path
 from ._holder import Holder, HolderDroppedWarning
 from ._lock import Lock
 from ._store import Store
-from ._types import Event, Fenced, HistoryEntry, LockInfo, Metrics, WaiterInfo
+from ._types import Event, Fenced, HistoryEntry, Leader, LockInfo, Metrics, WaiterInfo
 
 __version__ = "0.1.0"
 
@@ -99,6 +106,9 @@ __all__ = [
     "IncompatibleVersionError",
     "InvalidArgumentError",
     "IoError",
+    "Leader",
+    "LeaderWatch",
+    "Leadership",
     "Lock",
     "LockInfo",
     "LockKind",

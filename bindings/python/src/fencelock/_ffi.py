@@ -8,8 +8,9 @@ an input buffer ``const uint8_t *`` -> ``c_char_p`` (bytes are passed without a 
 included, the length travels separately); an input array of names ``const char *const *`` ->
 ``POINTER(c_char_p)``; an output buffer ``uint8_t *`` -> ``POINTER(c_uint8)``; opaque handles ->
 ``POINTER(<opaque Structure>)``; a struct filled or passed by pointer -> ``POINTER(<its
-Structure>)``; ``void *`` -> ``c_void_p``; the callback type ``fencelock_observer_fn`` ->
-``ObserverFn`` (a ``CFUNCTYPE``).
+Structure>)``; a returned buffer ``const uint8_t *`` (its length through an out-parameter) ->
+``POINTER(c_uint8)``; ``void *`` -> ``c_void_p``; the callback type ``fencelock_observer_fn``
+-> ``ObserverFn`` (a ``CFUNCTYPE``).
 
 ``ctypes.CDLL`` releases the GIL around every call, so a blocking call (a waiting acquire, a wait
 for a lost lease, an open or a commit behind a busy store) lets other Python threads run. Every
@@ -111,6 +112,18 @@ class fencelock_cancel(Structure):
 
 class fencelock_error(Structure):
     """Opaque error object."""
+
+
+class fencelock_leadership(Structure):
+    """Opaque leadership handle (a won campaign)."""
+
+
+class fencelock_leader(Structure):
+    """Opaque leader record."""
+
+
+class fencelock_leader_watch(Structure):
+    """Opaque watch of an election's leader."""
 
 
 class fencelock_acquire_options(Structure):
@@ -249,6 +262,9 @@ WaiterListP = POINTER(fencelock_waiter_list)
 KeyListP = POINTER(fencelock_key_list)
 BytesP = POINTER(c_uint8)
 HistoryP = POINTER(fencelock_history)
+LeadershipP = POINTER(fencelock_leadership)
+LeaderP = POINTER(fencelock_leader)
+LeaderWatchP = POINTER(fencelock_leader_watch)
 
 # name -> (restype, argtypes). The order follows the header.
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -262,6 +278,58 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "fencelock_thread_self": (c_uint64, []),
     "fencelock_cancel_set_thread": (fencelock_status, [CancelP, c_uint64, POINTER(ErrorP)]),
     "fencelock_cancel_free": (None, [CancelP]),
+    # leader election
+    "fencelock_store_campaign": (
+        fencelock_status,
+        [
+            StoreP,
+            c_char_p,
+            c_char_p,
+            c_size_t,
+            c_uint64,
+            c_uint64,
+            c_uint64,
+            CancelP,
+            POINTER(LeadershipP),
+            POINTER(ErrorP),
+        ],
+    ),
+    "fencelock_leadership_term": (c_uint64, [LeadershipP]),
+    "fencelock_leadership_name": (c_char_p, [LeadershipP]),
+    "fencelock_leadership_is_lost": (c_bool, [LeadershipP]),
+    "fencelock_leadership_wait_lost": (
+        fencelock_status,
+        [LeadershipP, c_uint64, CancelP, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_leadership_proclaim": (fencelock_status, [LeadershipP, c_char_p, c_size_t, POINTER(ErrorP)]),
+    "fencelock_leadership_put": (
+        fencelock_status,
+        [LeadershipP, c_char_p, c_size_t, c_char_p, c_size_t, POINTER(ErrorP)],
+    ),
+    "fencelock_leadership_delete": (
+        fencelock_status,
+        [LeadershipP, c_char_p, c_size_t, POINTER(c_bool), POINTER(ErrorP)],
+    ),
+    "fencelock_leadership_fence": (fencelock_status, [LeadershipP, c_char_p, POINTER(ErrorP)]),
+    "fencelock_leadership_resign": (fencelock_status, [LeadershipP, POINTER(ErrorP)]),
+    "fencelock_leadership_free": (None, [LeadershipP]),
+    "fencelock_store_leader": (fencelock_status, [StoreP, c_char_p, POINTER(LeaderP), POINTER(ErrorP)]),
+    "fencelock_leader_term": (c_uint64, [LeaderP]),
+    "fencelock_leader_version": (c_uint64, [LeaderP]),
+    "fencelock_leader_pid": (c_uint32, [LeaderP]),
+    "fencelock_leader_since_unix_ms": (c_int64, [LeaderP]),
+    "fencelock_leader_value": (BytesP, [LeaderP, POINTER(c_size_t)]),
+    "fencelock_leader_name": (c_char_p, [LeaderP]),
+    "fencelock_leader_free": (None, [LeaderP]),
+    "fencelock_store_observe_leader": (
+        fencelock_status,
+        [StoreP, c_char_p, POINTER(LeaderWatchP), POINTER(ErrorP)],
+    ),
+    "fencelock_leader_watch_next": (
+        fencelock_status,
+        [LeaderWatchP, c_uint64, CancelP, POINTER(LeaderP), POINTER(ErrorP)],
+    ),
+    "fencelock_leader_watch_free": (None, [LeaderWatchP]),
     # error object
     "fencelock_error_status": (fencelock_status, [ErrorP]),
     "fencelock_error_message": (c_char_p, [ErrorP]),

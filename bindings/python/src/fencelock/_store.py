@@ -25,13 +25,38 @@ from ._args import (
     _type_error,
     _wait_ms,
 )
+from ._election import Leadership, LeaderWatch, _leader_from
 from ._enums import Ending, EventKind, LockKind, Mode, Scope
 from ._errors import LockTimeoutError, error_from
-from ._ffi import BytesP, HistoryP, HolderP, KeyListP, LockListP, StoreP, WaiterListP, lib
+from ._ffi import (
+    BytesP,
+    HistoryP,
+    HolderP,
+    KeyListP,
+    LeaderP,
+    LeadershipP,
+    LeaderWatchP,
+    LockListP,
+    StoreP,
+    WaiterListP,
+    lib,
+)
 from ._handles import Cancel, Handle, call_waiting
 from ._holder import Holder
 from ._lock import Lock
-from ._types import Event, Fenced, HistoryEntry, Key, LockInfo, Metrics, PathLike, Seconds, Value, WaiterInfo
+from ._types import (
+    Event,
+    Fenced,
+    HistoryEntry,
+    Key,
+    Leader,
+    LockInfo,
+    Metrics,
+    PathLike,
+    Seconds,
+    Value,
+    WaiterInfo,
+)
 
 __all__ = ["Store"]
 
@@ -321,6 +346,90 @@ class Store(Handle):
         options = _options(_ms(ttl, "ttl"), 0, put=(raw_key, raw_value))
         return self._acquire([raw_name], options)[0]
 
+    # -- leader election ------------------------------------------------------------------------
+
+    def campaign(
+        self,
+        name: str,
+        value: Value = b"",
+        *,
+        ttl: Seconds = 15.0,
+        margin: Seconds | None = None,
+        timeout: Seconds | None = None,
+    ) -> Leadership:
+        """Campaigns to lead the election ``name`` with ``value`` (the candidate's address, say)
+        and returns the ``Leadership`` once it leads: ``with store.campaign("scheduler",
+        b"node-a") as leadership:`` resigns on exit.
+
+        Candidates are granted fairly, oldest first, across processes. The leader holds the
+        lock ``name`` for a lease of ``ttl`` seconds, kept alive in the background; its
+        leadership ends for it ``margin`` seconds (None: a third of ``ttl``; at most half)
+        before that lease could be granted to another. ``timeout`` bounds the wait (None, the
+        default: no limit; then ``LockTimeoutError``). The wait releases the GIL; Ctrl-C ends
+        it at once, and so does closing the store from another thread (``ValueError``). A
+        campaign that ends while it waits leaves nothing behind. Raises ``WouldDeadlockError``
+        when this thread leads the election already through this store."""
+        args = self._campaign_args(name, value, ttl, margin, timeout)
+        out = LeadershipP()
+        self._res.check_wait(
+            lib.fencelock_store_campaign, args, (byref(out),), lambda: lib.fencelock_leadership_free(out)
+        )
+        return Leadership(out, args[1])
+
+    def campaign_async(
+        self,
+        name: str,
+        value: Value = b"",
+        *,
+        ttl: Seconds = 15.0,
+        margin: Seconds | None = None,
+        timeout: Seconds | None = None,
+    ) -> _AsyncCampaign:
+        """``campaign`` for asyncio: ``leadership = await store.campaign_async(...)``, or ``async
+        with store.campaign_async(...) as leadership:``, which resigns on exit. Cancelling the
+        task ends the wait in the library; a leadership won in the race is resigned before
+        ``CancelledError`` propagates. Arguments are checked at the call."""
+        return _AsyncCampaign(self._campaign_async(self._campaign_args(name, value, ttl, margin, timeout)))
+
+    async def _campaign_async(self, args: tuple[Any, ...]) -> Leadership:
+        out = LeadershipP()
+        await self._res.check_wait_async(
+            lib.fencelock_store_campaign, args, (byref(out),), lambda: lib.fencelock_leadership_free(out)
+        )
+        return Leadership(out, args[1])
+
+    @staticmethod
+    def _campaign_args(
+        name: str, value: Value, ttl: Seconds, margin: Seconds | None, timeout: Seconds | None
+    ) -> tuple[Any, ...]:
+        raw_name, raw_value = _name(name, "election name"), _bytes(value, "value")
+        margin_ms = 0 if margin is None else _ms(margin, "margin")
+        return (raw_name, raw_value, len(raw_value), _ms(ttl, "ttl"), margin_ms, _wait_ms(timeout))
+
+    def leader(self, name: str) -> Leader | None:
+        """The current leader of the election ``name``: the live holder of its lock, with its
+        record; None while nobody leads."""
+        out = LeaderP()
+        status, err = self._res.call(lib.fencelock_store_leader, _name(name, "election name"), byref(out))
+        if status == _ffi.NOT_FOUND:
+            if err:
+                lib.fencelock_error_free(err)
+            return None
+        if status:
+            raise error_from(status, err)
+        return _leader_from(out)
+
+    def observe(self, name: str) -> LeaderWatch:
+        """Watches the election ``name``: ``for leader in store.observe(name):``, or ``async for
+        leader in store.observe(name):``, yields the current leader first (if one leads), then
+        every change (each new term, each proclaim) in order of terms, never going back, woken
+        by the change, not by polling. An observer that is not waiting when the value changes
+        twice within a term is told the later version only; no term is passed over (unless more
+        than 64 began meanwhile). Close the watch (or use ``with``) to end the iteration."""
+        out = LeaderWatchP()
+        self._res.check(lib.fencelock_store_observe_leader, _name(name, "election name"), byref(out))
+        return LeaderWatch(out)
+
     def locks(self) -> list[LockInfo]:
         """Every lock record with its state, in name order."""
         out = LockListP()
@@ -597,3 +706,25 @@ class _AsyncAcquire:
     async def __aexit__(self, *exc: object) -> None:
         assert self._holder is not None
         await self._holder.__aexit__(*exc)
+
+
+class _AsyncCampaign:
+    """What ``Store.campaign_async`` returns: awaitable (the Leadership) and an async context
+    manager (the Leadership, resigned on exit)."""
+
+    __slots__ = ("_coro", "_leadership")
+
+    def __init__(self, coro: Any) -> None:
+        self._coro = coro
+        self._leadership: Leadership | None = None
+
+    def __await__(self) -> Generator[Any, None, Leadership]:
+        return self._coro.__await__()  # type: ignore[no-any-return]
+
+    async def __aenter__(self) -> Leadership:
+        self._leadership = await self._coro
+        return self._leadership
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._leadership is not None
+        await self._leadership.__aexit__(*exc)

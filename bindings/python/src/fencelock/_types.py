@@ -16,6 +16,7 @@ __all__ = [
     "Fenced",
     "HistoryEntry",
     "Key",
+    "Leader",
     "LockInfo",
     "Metrics",
     "PathLike",
@@ -56,6 +57,21 @@ class LockInfo:
     """A semaphore or shared lock lists one entry per grant it holds, under one name."""
     permits: int = 0
     """The name's permit count for a semaphore; 0 for another kind."""
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The leader of an election (``Store.leader``, ``Store.observe``): its ``term`` (the token
+    of its grant, which fences its writes), the ``version`` of its value within the term (1 at
+    the start, one more at each proclaim), its ``value``, its process id and when its term began
+    (the leader's wall clock, UTC, timezone-aware)."""
+
+    name: str
+    term: int
+    version: int
+    value: bytes
+    pid: int
+    since: datetime
 
 
 @dataclass(frozen=True)
