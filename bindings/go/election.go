@@ -116,12 +116,13 @@ func (s *Store) Campaign(ctx context.Context, name string, opts ...CampaignOptio
 	}
 	defer C.free(unsafe.Pointer(cname))
 	value := append([]byte(nil), cfg.value...)
+	start := time.Now()
 	timeout := forever
 	deadline, hasDeadline := ctx.Deadline()
 	if hasDeadline {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return nil, waitError(name, context.DeadlineExceeded)
+			return nil, waitError(name, start, context.DeadlineExceeded)
 		}
 		timeout, _ = millis("timeout", left)
 	}
@@ -141,13 +142,13 @@ func (s *Store) Campaign(ctx context.Context, name string, opts ...CampaignOptio
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrTimeout) && hasDeadline:
-		return nil, waitError(name, context.DeadlineExceeded)
+		return nil, waitError(name, start, context.DeadlineExceeded)
 	case errors.Is(err, ErrCancelled) && ctx.Err() != nil:
-		return nil, waitError(name, ctx.Err())
+		return nil, waitError(name, start, ctx.Err())
 	case errors.Is(err, ErrCancelled) && s.core.waits.isClosed():
 		return nil, ErrClosed
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return nil, waitError(name, err) // ctx was done before the call began
+		return nil, waitError(name, start, err) // ctx was done before the call began
 	default:
 		return nil, err
 	}

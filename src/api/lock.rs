@@ -85,6 +85,55 @@ pub struct Lock<'a> {
     pub(super) settings: Settings<'a>,
 }
 
+// The builders' constructors on the store are here, beside the builders, so that the store's
+// file does not import this one (no circle between the two).
+impl Store {
+    /// The lock `name` of this store, to acquire as the returned [`Lock`]'s setters say:
+    /// `store.lock(name).ttl(..).timeout(..).kind(..).acquire()` blocks until the lock is
+    /// granted, as `Mutex::lock` and `File::lock` do; `.try_acquire()` tries once, as
+    /// `try_lock` does. Every `acquire*` method is a shorthand for one of these. (The record
+    /// of a lock is [`Store::lock_info`].)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fencelock::{Error, Kind};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("locks.db");
+    /// let store = fencelock::Store::open(&path)?;
+    /// let holder = store.lock("payment-export").ttl(Duration::from_secs(30)).acquire()?;
+    /// let other = fencelock::Store::open(&path)?; // as another process would
+    /// let reader = other.lock("payment-export").kind(Kind::Shared);
+    /// let quick = reader.clone().timeout(Duration::from_millis(10));
+    /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
+    /// holder.release()?;
+    /// assert_eq!(reader.try_acquire()?.kind(), Kind::Shared);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lock<'a>(&'a self, name: &'a str) -> Lock<'a> {
+        Lock::new(self, name)
+    }
+
+    /// The locks `names`, to acquire exclusively all or none in one transaction as the
+    /// returned [`LockAll`]'s setters say: `.acquire()` waits until every one is free at once,
+    /// `.try_acquire()` tries once. See [`Store::acquire_all`] for the rules.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let holders = store.lock_all(&["a", "b"]).ttl(Duration::from_secs(30)).try_acquire()?;
+    /// assert_eq!(holders.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lock_all<'a>(&'a self, names: &'a [&'a str]) -> LockAll<'a> {
+        LockAll::new(self, names)
+    }
+}
+
 impl<'a> Lock<'a> {
     pub(crate) fn new(store: &'a Store, name: &'a str) -> Lock<'a> {
         Lock {
