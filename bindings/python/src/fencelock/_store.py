@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import byref, c_bool, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, string_at
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Generic, Protocol, TypeVar
 
 from . import _ffi
 from ._args import (
@@ -299,7 +299,7 @@ class Store(Handle):
         timeout: Seconds | None = 0,
         shared: bool = False,
         permits: int | None = None,
-    ) -> _AsyncAcquire:
+    ) -> _AwaitOrEnter[Holder]:
         """``acquire`` for asyncio, with the same ``timeout``, ``shared`` and ``permits``:
         ``holder = await store.acquire_async(...)``, or ``async with store.acquire_async(...) as
         holder:``, which releases on exit.
@@ -312,7 +312,7 @@ class Store(Handle):
         """
         raw_name, ttl_ms, timeout_ms = _name(name, "lock name"), _ms(ttl, "ttl"), _wait_ms(timeout)
         kind, count = _kind(shared, permits)
-        return _AsyncAcquire(self._acquire_async(raw_name, _options(ttl_ms, timeout_ms, kind, count)))
+        return _AwaitOrEnter(self._acquire_async(raw_name, _options(ttl_ms, timeout_ms, kind, count)))
 
     async def _acquire_async(self, raw_name: bytes, options: _ffi.fencelock_acquire_options) -> Holder:
         names, outs = (c_char_p * 1)(raw_name), (HolderP * 1)()
@@ -384,12 +384,12 @@ class Store(Handle):
         ttl: Seconds = 15.0,
         margin: Seconds | None = None,
         timeout: Seconds | None = None,
-    ) -> _AsyncCampaign:
+    ) -> _AwaitOrEnter[Leadership]:
         """``campaign`` for asyncio: ``leadership = await store.campaign_async(...)``, or ``async
         with store.campaign_async(...) as leadership:``, which resigns on exit. Cancelling the
         task ends the wait in the library; a leadership won in the race is resigned before
         ``CancelledError`` propagates. Arguments are checked at the call."""
-        return _AsyncCampaign(self._campaign_async(self._campaign_args(name, value, ttl, margin, timeout)))
+        return _AwaitOrEnter(self._campaign_async(self._campaign_args(name, value, ttl, margin, timeout)))
 
     async def _campaign_async(self, args: tuple[Any, ...]) -> Leadership:
         out = LeadershipP()
@@ -686,45 +686,30 @@ class Store(Handle):
         slot.callback = observer
 
 
-class _AsyncAcquire:
-    """What ``Store.acquire_async`` returns: awaitable (the Holder) and an async context manager
-    (the Holder, released on exit)."""
-
-    __slots__ = ("_coro", "_holder")
-
-    def __init__(self, coro: Any) -> None:
-        self._coro = coro
-        self._holder: Holder | None = None
-
-    def __await__(self) -> Generator[Any, None, Holder]:
-        return self._coro.__await__()  # type: ignore[no-any-return]
-
-    async def __aenter__(self) -> Holder:
-        self._holder = await self._coro
-        return self._holder
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._holder is not None
-        await self._holder.__aexit__(*exc)
+class _AsyncExit(Protocol):
+    async def __aexit__(self, *exc: object) -> bool | None: ...
 
 
-class _AsyncCampaign:
-    """What ``Store.campaign_async`` returns: awaitable (the Leadership) and an async context
-    manager (the Leadership, resigned on exit)."""
+_Entered = TypeVar("_Entered", bound=_AsyncExit)
 
-    __slots__ = ("_coro", "_leadership")
+
+class _AwaitOrEnter(Generic[_Entered]):
+    """What ``Store.acquire_async`` and ``Store.campaign_async`` return: awaitable (the Holder, the
+    Leadership) and an async context manager (the same, released or resigned on exit)."""
+
+    __slots__ = ("_coro", "_entered")
 
     def __init__(self, coro: Any) -> None:
         self._coro = coro
-        self._leadership: Leadership | None = None
+        self._entered: _Entered | None = None
 
-    def __await__(self) -> Generator[Any, None, Leadership]:
+    def __await__(self) -> Generator[Any, None, _Entered]:
         return self._coro.__await__()  # type: ignore[no-any-return]
 
-    async def __aenter__(self) -> Leadership:
-        self._leadership = await self._coro
-        return self._leadership
+    async def __aenter__(self) -> _Entered:
+        self._entered = await self._coro
+        return self._entered
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._leadership is not None
-        await self._leadership.__aexit__(*exc)
+        assert self._entered is not None
+        await self._entered.__aexit__(*exc)
