@@ -269,7 +269,7 @@ fn take_bell(
 ) -> Result<Holder> {
     let timeout = ttl + BELL_TTL;
     let bell = acquire_own(store, lock, Kind::Exclusive, ttl, timeout, own, user)?;
-    let bell = bell.ok_or(Error::Timeout)?;
+    let bell = bell.ok_or(Error::timed_out())?;
     bell.keep_alive(ttl)?;
     Ok(bell)
 }
@@ -292,7 +292,7 @@ fn acquire_own(
     cancel.set_thread(own);
     match store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, &cancel) {
         Ok(holder) => Ok(Some(holder)),
-        Err(Error::Timeout) => Ok(None),
+        Err(Error::Timeout { .. }) => Ok(None),
         Err(err) => Err(err),
     }
 }
@@ -335,7 +335,7 @@ impl Store {
     ///     ..CampaignOptions::default()
     /// };
     /// let waiter = std::thread::spawn(move || other.campaign("scheduler", b"node-b", &quick).err());
-    /// assert!(matches!(waiter.join().unwrap(), Some(Error::Timeout)));
+    /// assert!(matches!(waiter.join().unwrap(), Some(Error::Timeout { .. })));
     /// leadership.put(b"schedule", b"made by the leader")?; // fenced by the term
     /// assert_eq!(store.get(b"schedule")?.unwrap().token, leadership.term());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
