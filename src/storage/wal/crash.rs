@@ -1,7 +1,8 @@
 //! Crash images of the log alone (docs/design/writes.md, "Steps to build it", step 2): a writer
 //! appends records through [`LogFile`] on an in-process recorder of its writes and syncs, and a
 //! power loss is cut at every point: after each sync returned, with any subset of the writes
-//! issued since, each torn at any 512-byte sector of the file. The scan of every such image must
+//! issued since, each torn at any 512-byte sector of the file (the writes cut into sector pieces:
+//! every subset of up to 8 pieces, else the empty and the full set and 254 at random). The scan of every such image must
 //! return every record whose sync had returned (acknowledged), in order, and nothing but whole
 //! records that were written, in the order written.
 //!

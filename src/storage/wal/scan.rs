@@ -88,7 +88,7 @@ struct Scan<'a, R: Ring + ?Sized> {
 impl<R: Ring + ?Sized> Scan<'_, R> {
     /// The whole record at `pos`, with its length, or `None` when there is none.
     fn record_at(&self, pos: u64) -> Result<Option<(Record, u64)>> {
-        let room = (self.size - pos % self.size).min(self.limit.saturating_sub(pos));
+        let room = (self.size - pos % self.size).min(self.limit - pos);
         if room < MIN_RECORD {
             return Ok(None);
         }
@@ -143,10 +143,17 @@ pub(crate) fn scan<R: Ring + ?Sized>(ring: &R, from: u64) -> Result<Scanned> {
              {ALIGN}, the ring at least {MIN_RECORD} bytes"
         )));
     }
+    // Positions this far are never reached (2^64 bytes of log); refusing them keeps every sum
+    // below from overflowing.
+    if from.checked_add(2 * size + 2 * MAX_RECORD).is_none() {
+        return Err(Error::invalid(format!(
+            "a scan from position {from}, beyond any log"
+        )));
+    }
     let scan = Scan {
         ring,
         size,
-        limit: from.saturating_add(size),
+        limit: from + size,
     };
     // Records and skips in order; voids are not kept.
     let mut seen: Vec<(u64, Record)> = Vec::new();
@@ -508,7 +515,7 @@ mod tests {
     #[test]
     fn bad_arguments_are_refused() {
         let ring = [0u8; 4096];
-        for (bytes, from) in [(&ring[..], 4), (&ring[..16], 0)] {
+        for (bytes, from) in [(&ring[..], 4), (&ring[..16], 0), (&ring[..], u64::MAX - 7)] {
             let err = scan(&Bytes(bytes), from).unwrap_err();
             assert_eq!(err.status(), Status::InvalidArgument, "{err}");
         }
