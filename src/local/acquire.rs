@@ -193,7 +193,8 @@ impl LocalEngine {
         let (kind, ttl) = (request.kind, request.ttl);
         let granted = match request.write {
             None => self.grant_in_map(member, name, kind, ttl, ticket, self.me, grant.live),
-            // Granted in the write's own transaction (see `Op::Acquire`).
+            // Granted in the write's own transaction (see `Op::check`): a refusal writes
+            // nothing in the map; a grant whose transaction fails after it is withdrawn here.
             Some((key, value)) => {
                 let op = Op::Acquire {
                     name: name.to_owned(),

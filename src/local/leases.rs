@@ -891,4 +891,69 @@ mod tests {
             "lock-0 granted token {token} after token {meanwhile}: its tokens went back"
         );
     }
+
+    /// An acquire with a write, run as a combiner runs it, refused by its check: the refusal
+    /// leaves the lease map and its token counter as they were (the map is not undone by its
+    /// requester afterwards: it is never written).
+    #[test]
+    fn a_refused_acquire_with_a_write_writes_nothing_in_the_lease_map() {
+        use crate::rules::ops::Op;
+        use crate::share::leases::entry_of;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (store, engine) = open_engine(&path);
+        let member = engine.map().unwrap();
+        // The key holds a value of a token above every token the map handed out (written
+        // directly: no grant makes one), so no new grant may write it.
+        let above = member.ring().last_token() + 1_000;
+        let db = engine.database().unwrap();
+        let txn = db.writable().unwrap().begin_write().unwrap();
+        txn.open_table(crate::rules::tables::VALUES)
+            .unwrap()
+            .insert(
+                b"k".as_slice(),
+                crate::rules::record::encode_value(above, Some(b"old")).as_slice(),
+            )
+            .unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let other = store.acquire("held", Duration::from_secs(60)).unwrap();
+        for name in ["free", "held"] {
+            let last_token = member.ring().last_token();
+            let before = entry_of(member.ring(), name).unwrap();
+            let grant = crate::local::acquire::Grant::take(&engine).unwrap();
+            let op = Op::Acquire {
+                name: name.to_owned(),
+                ttl: Duration::from_secs(60),
+                write: Some((b"k".to_vec(), b"new".to_vec())),
+                holder: engine.me,
+                live: grant.live,
+                ticket: None,
+            };
+            let result = engine.submit(op, None);
+            match name {
+                "free" => assert!(
+                    matches!(result, Err(crate::Error::StaleToken { .. })),
+                    "{result:?}"
+                ),
+                _ => assert!(
+                    matches!(result, Err(crate::Error::Locked { .. })),
+                    "{result:?}"
+                ),
+            }
+            assert_eq!(
+                entry_of(member.ring(), name).unwrap(),
+                before,
+                "the refused grant of {name} changed its record in the map"
+            );
+            assert_eq!(
+                member.ring().last_token(),
+                last_token,
+                "{name}: a token was taken"
+            );
+        }
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"old");
+        other.release().unwrap();
+    }
 }

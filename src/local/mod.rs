@@ -38,7 +38,7 @@ use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::ring::lock_hash;
-use crate::rules::context::Context;
+use crate::rules::context::{Context, LeaseMap};
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
@@ -517,21 +517,25 @@ impl Context for LocalEngine {
         )
     }
 
-    fn grant_shared(
+    fn shared_last_token(&self) -> Option<u64> {
+        let member = self.map()?;
+        Some(member.ring().last_token())
+    }
+}
+
+impl LeaseMap for LocalEngine {
+    fn grant_exclusive(
         &self,
         name: &str,
         ttl: Duration,
         holder: ProcessId,
         live: u64,
         ticket: Option<u64>,
-    ) -> Option<Result<(u64, u64)>> {
-        let member = self.map()?;
-        Some(self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live))
-    }
-
-    fn shared_last_token(&self) -> Option<u64> {
-        let member = self.map()?;
-        Some(member.ring().last_token())
+    ) -> Result<(u64, u64)> {
+        let member = self.map().ok_or_else(|| {
+            Error::Storage("internal error: a grant in a lease map this store does not use".into())
+        })?;
+        self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live)
     }
 }
 

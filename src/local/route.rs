@@ -114,7 +114,7 @@ impl LocalEngine {
                 .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
         let inner = self.arc();
-        let run = move |txn: &WriteTransaction| run(&*inner, &op, txn, false);
+        let run = move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false);
         let committed = |ops| self.counted_commit(ops);
         let result = self
             .commits
@@ -407,7 +407,7 @@ impl LocalEngine {
         let shared = Arc::clone(shared);
         let rerun = taken.rerun;
         Some(foreign_job(
-            move |txn: &WriteTransaction| run(&*inner, &op, txn, rerun),
+            move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, rerun),
             move |result: Result<Done>| shared.publish(&taken, &encode_reply(&result)),
         ))
     }
@@ -646,7 +646,7 @@ mod tests {
                 let op = crate::share::wire::decode_op(&taken.request).unwrap();
                 let inner = Arc::clone(&inner);
                 foreign_job(
-                    move |txn: &WriteTransaction| run(&*inner, &op, txn, false),
+                    move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false),
                     |_: Result<Done>| {},
                 )
             })
