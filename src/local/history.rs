@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::base::clock;
 use crate::base::error::Result;
 use crate::local::LocalEngine;
+use crate::rules::admit::is_live;
 use crate::rules::history::{ending, Ended, Ending, HistoryEntry};
-use crate::rules::leases::is_live;
 
 /// Releases a process remembers to record as it closes the store, its latest.
 const UNRECORDED_LIMIT: usize = 1024;
@@ -47,7 +47,7 @@ impl LocalEngine {
         }
         // Ends judged in the lease map and not written to the file yet.
         if let Some(member) = self.map() {
-            let tail = crate::share::leases::entry_of(member.ring(), name)?
+            let tail = crate::share::buckets::entry_of(member.ring(), name)?
                 .map(|entry| entry.tail)
                 .unwrap_or_default();
             for (token, ended) in tail {

@@ -5,16 +5,17 @@
 //!   a full disk, and the facts the rules ask of it (`rules::context::Context`).
 //! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
 //!   shared ring, or this process with its own threads' operations (group commit).
-//! - `acquire.rs`: grants and waits; `lease.rs`: a granted lease; `observe.rs`: counters and
-//!   the observer; `history.rs`: a release's note and a lock's history; `serve.rs`: a server.
+//! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
+//!   `lease_map.rs`: the leases kept in the ring's lease map; `observe.rs`: counters and the
+//!   observer; `history.rs`: a release's note and a lock's history; `serve.rs`: a server.
 //!
 //! Imports every layer below it (base, rules, storage, ring, share, engine), never the public
 //! types above it.
 
 pub(crate) mod acquire;
+pub(crate) mod handle;
 pub(crate) mod history;
-pub(crate) mod lease;
-pub(crate) mod leases;
+pub(crate) mod lease_map;
 pub(crate) mod observe;
 pub(crate) mod route;
 pub(crate) mod serve;
@@ -38,11 +39,11 @@ use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::ring::lock_hash;
+use crate::rules::admit::describe_record;
 use crate::rules::context::{Context, LeaseMap};
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
-use crate::rules::leases::describe_record;
 use crate::rules::metrics::Metrics;
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
@@ -78,7 +79,7 @@ pub(crate) struct LocalEngine {
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
     pub(crate) shared: Option<Arc<RingMember>>,
-    /// Whether the leases are kept in the ring's lease map (`leases.rs`): in multi-process mode
+    /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
     /// (and a server's); in single-process mode they are in the file, committed without an
     /// fsync.
     pub(crate) leases_shared: bool,
@@ -131,7 +132,7 @@ impl LocalEngine {
             let live = Liveness::private()?;
             return LocalEngine::assemble(path, options, mode, Some(db), live, None, false);
         }
-        // The leases of a multi-process store are kept in its ring (`leases.rs`): a store that
+        // The leases of a multi-process store are kept in its ring (`lease_map.rs`): a store that
         // writes cannot do without it. A read-only store reads them there when it may (a ring
         // nobody uses holds no live lease).
         let live = if read_only {
@@ -512,7 +513,7 @@ impl Context for LocalEngine {
     fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
         let member = self.map()?;
         Some(
-            crate::share::leases::entry_of(member.ring(), name)
+            crate::share::buckets::entry_of(member.ring(), name)
                 .map(|entry| entry.and_then(|entry| entry.record)),
         )
     }
@@ -628,7 +629,7 @@ impl Engine for LocalEngine {
         let (last_token, lock_records) = match self.map() {
             Some(member) => (
                 counts.last_token.max(self.shared_last_token().unwrap_or(0)),
-                crate::share::leases::entries(member.ring())?
+                crate::share::buckets::entries(member.ring())?
                     .iter()
                     .filter(|entry| entry.record.is_some())
                     .count() as u64,

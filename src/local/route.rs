@@ -451,9 +451,8 @@ impl LocalEngine {
             // A server waiting to start needs this process to let go of the file, even when
             // it only touches its leases.
             self.make_way();
-            return Ok(
-                crate::share::leases::entry_of(member.ring(), name)?.and_then(|entry| entry.record)
-            );
+            return Ok(crate::share::buckets::entry_of(member.ring(), name)?
+                .and_then(|entry| entry.record));
         }
         self.check_leases_in_file()?;
         match self.query(&Query::Record(name.to_owned()))? {
@@ -496,7 +495,7 @@ impl LocalEngine {
         if let Some(member) = self.map() {
             self.check_fork()?;
             self.make_way();
-            return crate::local::leases::records(member);
+            return crate::local::lease_map::records(member);
         }
         self.check_leases_in_file()?;
         match self.query(&Query::Records)? {

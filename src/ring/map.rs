@@ -2,7 +2,7 @@
 //! grant, an extend or a wait needs no commit of the store file.
 //!
 //! The map knows bytes, not records: a name hashes to one of [`BUCKETS`] buckets, and a bucket
-//! holds one blob (the records of the names that hash to it, in the form `share/leases.rs`
+//! holds one blob (the records of the names that hash to it, in the form `share/buckets.rs`
 //! gives them). A blob is a chain of [`BLOCK_SIZE`]-byte blocks. A bucket's word holds the first
 //! block of its blob and a generation; a writer builds a new blob in blocks of its own and
 //! publishes it with one compare-and-swap of the word, so:
@@ -46,14 +46,14 @@
 //! ended, its history flushed) leaves its tokens in the floor, which is how a grant that read
 //! the bucket knows them: it publishes only a token at or above the floor it read after its
 //! copy of the bucket (equal only where the floor is its own failed attempt's; `Floor` in
-//! `share/leases.rs`). Why that is enough: a writer raises the floor
+//! `share/buckets.rs`). Why that is enough: a writer raises the floor
 //! *before* its swap, so a reader whose copy saw the swap (Acquire on the word) sees the floor
 //! raised; a swap its copy did not see makes its own swap fail. So a lock's tokens only grow,
 //! even for a grant stopped between taking its token and publishing it while the lock was
 //! granted again, and its record ended and left the bucket.
 //!
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
-//! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
+//! reservation that the store file holds durably (`local/lease_map.rs` refills it ahead of need).
 //!
 //! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
 //! grant stopped before publishing beside a later grant of its lock.

@@ -16,12 +16,12 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::base::clock::ProcessId;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_granted, duration_ns};
+use crate::rules::admit::{
+    admit_grant, blocker, check_current, check_join, check_turn, new_lease, prune,
+};
 use crate::rules::context::{Context, LeaseMap};
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTable};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{
-    admit_grant, blocker, check_current, check_join, check_turn, new_lease, prune,
-};
 use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
@@ -88,7 +88,7 @@ pub(crate) enum Op {
     RecordReleases { releases: Vec<(String, u64, u64)> },
     /// Records in the history ends already judged, `(name, token, end)`, each unless the lock's
     /// history has it: the tails of the lease records kept in shared memory
-    /// (`share/leases.rs`).
+    /// (`share/buckets.rs`).
     RecordEnds {
         ends: Vec<(String, u64, Ended)>,
         /// From the last user of the shared memory as it closes it: the last token it handed

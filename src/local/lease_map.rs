@@ -1,4 +1,4 @@
-//! A multi-process store's leases, kept in its ring's lease map (`share/leases.rs` over
+//! A multi-process store's leases, kept in its ring's lease map (`share/buckets.rs` over
 //! `ring/map.rs`) instead of the store file: a grant, an extend, a release and a wait touch no
 //! fsync and no commit.
 //!
@@ -9,7 +9,7 @@
 //!
 //! - A lease record is changed by one compare-and-swap of its bucket (no lock is held at any
 //!   moment, so a process stopped anywhere delays nobody) under the same rules as the file's
-//!   records (`rules/leases.rs`).
+//!   records (`rules/admit.rs`).
 //! - Tokens come from the map's counter, bounded by a reservation the store file holds durably
 //!   (`Op::Reserve`). The reservation is refilled ahead of need, in a thread of its own, so
 //!   that no grant waits for it while half a block is left; the block doubles at each refill
@@ -32,13 +32,13 @@ use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
 use crate::ring::tokens::Take;
 use crate::ring::SharedWord;
+use crate::rules::admit::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::{Group, Record};
 use crate::rules::tokens::Durable;
-use crate::share::leases::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
+use crate::share::buckets::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
 use crate::share::member::RingMember;
 
 /// The first reservation of a map, and the largest. Large, so that a process stopped inside
@@ -898,7 +898,7 @@ mod tests {
     #[test]
     fn a_refused_acquire_with_a_write_writes_nothing_in_the_lease_map() {
         use crate::rules::ops::Op;
-        use crate::share::leases::entry_of;
+        use crate::share::buckets::entry_of;
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");

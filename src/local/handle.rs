@@ -1,6 +1,6 @@
 //! A lease a local store granted: its liveness lock, extending, releasing, a holder's checked
 //! write, whether it is still current, and waiting for a holder to let go. The rules it
-//! follows are in `rules/leases.rs`.
+//! follows are in `rules/admit.rs`.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -15,8 +15,8 @@ use crate::base::error::{Error, Result};
 use crate::base::limits::{check_key, check_ttl, MAX_TTL, MIN_KEEP_ALIVE_TTL};
 use crate::engine::{Engine, LeaseHandle, LeaseState, Signal};
 use crate::local::LocalEngine;
+use crate::rules::admit::{check_current, is_live};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{check_current, is_live};
 use crate::rules::ops::{unexpected, Done, Op};
 
 /// How often a waiting acquire tests whether the holder of another process let go.
