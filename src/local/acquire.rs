@@ -41,7 +41,8 @@ impl LocalEngine {
                     None => self.grant(name, request, None),
                 }
                 .map(|lease| vec![lease]);
-                self.acquired(&[name], request.kind, &attempt, tokens(&result));
+                self.counters
+                    .acquired(&[name], request.kind, &attempt, tokens(&result));
                 result?
             }
         };
@@ -233,7 +234,8 @@ impl LocalEngine {
     fn acquire_all(&self, names: &[&str], request: &Acquire<'_>) -> Result<Vec<Arc<LocalLease>>> {
         let mut attempt = Attempt::start();
         let result = self.acquire_all_checked(names, request, &mut attempt);
-        self.acquired(names, Kind::Exclusive, &attempt, tokens(&result));
+        self.counters
+            .acquired(names, Kind::Exclusive, &attempt, tokens(&result));
         result
     }
 

@@ -69,6 +69,7 @@ impl LocalLease {
         self.state.signal.changed.notify_all();
         let state = &self.state;
         self.inner
+            .counters
             .lost_lease(&state.name, state.kind, state.token, self.granted_ns);
     }
 
@@ -146,7 +147,10 @@ impl LeaseHandle for LocalLease {
             return Err(self.state.lost());
         }
         let inner = &self.inner;
-        match inner.counted(inner.extend(&self.state.name, self.state.token, ttl, cancel)) {
+        match inner
+            .counters
+            .counted(inner.extend(&self.state.name, self.state.token, ttl, cancel))
+        {
             Ok(expires_ns) => {
                 self.state.expires_ns.store(expires_ns, Ordering::Release);
                 Ok(())
@@ -174,6 +178,7 @@ impl LeaseHandle for LocalLease {
             return Err(state.lost());
         }
         self.inner
+            .counters
             .counted(
                 self.inner
                     .holder_put(&state.name, state.token, key, value, cancel),
@@ -199,7 +204,7 @@ impl LeaseHandle for LocalLease {
         if lost.is_some() {
             self.end_lost();
         }
-        self.inner.released_lease(
+        self.inner.counters.released_lease(
             &state.name,
             state.kind,
             state.token,

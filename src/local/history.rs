@@ -16,7 +16,7 @@ const UNRECORDED_LIMIT: usize = 1024;
 impl LocalEngine {
     /// Takes back the note of a release that failed to let the lock go.
     pub(crate) fn unnote_release(&self, token: u64) {
-        self.activity().forget_release(token);
+        self.counters.activity().forget_release(token);
         self.unrecorded
             .lock()
             .retain(|(_, noted, _)| *noted != token);
@@ -27,7 +27,7 @@ impl LocalEngine {
     /// the store.
     pub(crate) fn note_release(&self, name: &str, token: u64) {
         let now = clock::now_ns();
-        self.activity().note_release(token, now);
+        self.counters.activity().note_release(token, now);
         if !self.history {
             return;
         }

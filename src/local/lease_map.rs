@@ -559,7 +559,7 @@ impl LocalEngine {
     /// Counts the ends a change of the map recorded, and starts a flush of the map's ends to
     /// the file once many are pending.
     fn ended_in_map(&self, member: &RingMember, ends: &Ends) {
-        let activity = self.activity();
+        let activity = self.counters.activity();
         for (counter, n) in ends.counts() {
             activity.add(counter, n);
         }

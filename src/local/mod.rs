@@ -38,6 +38,7 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::local::observe::Counters;
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
 use crate::rules::context::{Context, LeaseMap};
@@ -79,6 +80,8 @@ pub(crate) struct LocalEngine {
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
     pub(crate) shared: Option<Arc<RingMember>>,
+    /// Its counters and its observer (`observe.rs`); the ring's page where it has one.
+    pub(crate) counters: Counters,
     /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
     /// (and a server's); in single-process mode they are in the file, committed without an
     /// fsync.
@@ -88,9 +91,6 @@ pub(crate) struct LocalEngine {
     pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// The counters and recent releases of a store without a shared ring (`ring/activity.rs`).
-    pub(crate) own_activity: Box<crate::ring::activity::Activity>,
-    pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
     /// Releases this process made, to record in the history as it closes the store.
     pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
     /// The `Store` handles of this store (clones included; holders not).
@@ -239,6 +239,7 @@ impl LocalEngine {
             live,
             leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
             share_commits: options.share_commits,
+            counters: Counters::new(shared.clone()),
             shared,
             db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
             read_only: options.read_only,
@@ -253,8 +254,6 @@ impl LocalEngine {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            own_activity: crate::ring::activity::Activity::private(),
-            observer: RwLock::new(None),
             unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
             history: options.history,
@@ -489,7 +488,7 @@ impl Context for LocalEngine {
     }
 
     fn released_at(&self, token: u64) -> Option<u64> {
-        self.activity().release_of(token)
+        self.counters.activity().release_of(token)
     }
 
     /// In single-process mode (and for a server, whose every batch is durable now: it grants
@@ -575,11 +574,12 @@ impl Engine for LocalEngine {
             token,
             lease: None,
         };
-        self.counted(match self.submit(op, Some(self.bounded(cancel))) {
-            Ok(Done::Put { existed }) => Ok(existed),
-            Ok(other) => Err(unexpected(&other)),
-            Err(err) => Err(err),
-        })
+        self.counters
+            .counted(match self.submit(op, Some(self.bounded(cancel))) {
+                Ok(Done::Put { existed }) => Ok(existed),
+                Ok(other) => Err(unexpected(&other)),
+                Err(err) => Err(err),
+            })
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
@@ -598,7 +598,8 @@ impl Engine for LocalEngine {
     }
 
     fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
-        self.counted(self.fence_checked(resource, token, cancel))
+        self.counters
+            .counted(self.fence_checked(resource, token, cancel))
     }
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
@@ -687,7 +688,7 @@ impl Engine for LocalEngine {
     }
 
     fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {
-        self.replace_observer(observer);
+        self.counters.replace_observer(observer);
         Ok(())
     }
 

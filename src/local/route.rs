@@ -115,7 +115,7 @@ impl LocalEngine {
         };
         let inner = self.arc();
         let run = move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false);
-        let committed = |ops| self.counted_commit(ops);
+        let committed = |ops| self.counters.commit(ops);
         let result = self
             .commits
             .run(&db, &admit, &others, &committed, waiting, run);
@@ -367,7 +367,7 @@ impl LocalEngine {
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
         let committed = execute(Ok(txn), jobs, self.relaxed(), &|committed| {
-            self.counted_commit(committed);
+            self.counters.commit(committed);
         });
         shared.wake();
         drop(db);
