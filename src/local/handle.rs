@@ -289,9 +289,10 @@ impl LocalEngine {
     /// that this is not a child of `fork()`.
     fn release(&self, name: &str, live: u64, token: u64) -> Result<()> {
         // Noted before the lock is let go, so that the grant it lets in knows of it.
-        self.note_release(name, token);
+        let activity = self.counters.activity();
+        self.history.note_release(activity, name, token);
         if let Err(err) = self.live.unlock(live) {
-            self.unnote_release(token);
+            self.history.unnote_release(activity, token);
             return Err(err.into());
         }
         *self.releases.lock() += 1;

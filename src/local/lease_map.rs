@@ -426,7 +426,7 @@ impl LocalEngine {
         token: u64,
         ended: Ended,
     ) {
-        if !self.history {
+        if !self.history.keeps() {
             return;
         }
         // Relaxed: a bound, not a protocol; a stale count keeps or drops one end more.
@@ -564,7 +564,7 @@ impl LocalEngine {
             activity.add(counter, n);
         }
         let recorded = ends.total();
-        if recorded == 0 || !self.history {
+        if recorded == 0 || !self.history.keeps() {
             return;
         }
         let header = member.ring().map_header();

@@ -38,6 +38,7 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::local::history::History;
 use crate::local::observe::Counters;
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
@@ -91,14 +92,10 @@ pub(crate) struct LocalEngine {
     pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// Releases this process made, to record in the history as it closes the store.
-    pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
     /// The `Store` handles of this store (clones included; holders not).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
-    /// Whether grants record the ends they learn of in the history (`Options::history`).
-    pub(crate) history: bool,
-    /// The last lock name whose history the history's sweep looked at (`rules/history.rs`).
-    pub(crate) history_cursor: Mutex<String>,
+    /// What it keeps for the history of its locks (`history.rs`).
+    pub(crate) history: History,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
     /// Bumped at every release in this process, so in-process waiters wake at once.
@@ -254,10 +251,8 @@ impl LocalEngine {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
-            history: options.history,
-            history_cursor: Mutex::new(String::new()),
+            history: History::new(options.history),
             holds: Holds::new(options.refuse_own_waits),
             releases: Mutex::new(0),
             released: Condvar::new(),
@@ -498,7 +493,7 @@ impl Context for LocalEngine {
     }
 
     fn keeps_history(&self) -> bool {
-        self.history
+        self.history.keeps()
     }
 
     fn prune_cursor(&self) -> &Mutex<String> {
@@ -506,7 +501,7 @@ impl Context for LocalEngine {
     }
 
     fn history_cursor(&self) -> &Mutex<String> {
-        &self.history_cursor
+        self.history.cursor()
     }
 
     fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
