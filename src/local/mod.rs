@@ -6,8 +6,11 @@
 //! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
 //!   shared ring, or this process with its own threads' operations (group commit).
 //! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
-//!   `lease_map.rs`: the leases kept in the ring's lease map; `observe.rs`: counters and the
-//!   observer; `history.rs`: a release's note and a lock's history; `serve.rs`: a server.
+//!   `lease_map.rs`: the leases kept in the ring's lease map; `history.rs`: a lock's history,
+//!   and the recording of releases; `serve.rs`: a server.
+//! - The parts the engine holds, each with its own state, importing nothing of the engine:
+//!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
+//!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor).
 //!
 //! Imports every layer below it (base, rules, storage, ring, share, engine), never the public
 //! types above it.
@@ -16,6 +19,7 @@ pub(crate) mod acquire;
 pub(crate) mod handle;
 pub(crate) mod history;
 pub(crate) mod lease_map;
+pub(crate) mod notes;
 pub(crate) mod observe;
 pub(crate) mod route;
 pub(crate) mod serve;
@@ -38,7 +42,7 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
-use crate::local::history::History;
+use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
@@ -46,7 +50,7 @@ use crate::rules::context::{Context, LeaseMap};
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
-use crate::rules::metrics::Metrics;
+use crate::rules::metrics::{Metrics, Scope};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::rules::tokens::admit;
@@ -94,8 +98,8 @@ pub(crate) struct LocalEngine {
     pub(crate) prune_cursor: Mutex<String>,
     /// The `Store` handles of this store (clones included; holders not).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
-    /// What it keeps for the history of its locks (`history.rs`).
-    pub(crate) history: History,
+    /// What it notes for the history of its locks (`notes.rs`).
+    pub(crate) history: HistoryNotes,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
     /// Bumped at every release in this process, so in-process waiters wake at once.
@@ -252,7 +256,7 @@ impl LocalEngine {
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
-            history: History::new(options.history),
+            history: HistoryNotes::new(options.history),
             holds: Holds::new(options.refuse_own_waits),
             releases: Mutex::new(0),
             released: Condvar::new(),
@@ -652,8 +656,22 @@ impl Engine for LocalEngine {
         self.read_history(name)
     }
 
+    /// The counters, and the store's gauges read now: its live leases (a scan of its lease
+    /// records, testing each holder's liveness lock), its queued waiters, its file's size.
     fn metrics(&self) -> Result<Metrics> {
-        self.snapshot()
+        let scope = if self.shared.is_some() {
+            Scope::Store
+        } else {
+            Scope::Process
+        };
+        let mut metrics = self.counters.activity().snapshot(scope);
+        metrics.count_live(&Engine::locks(self)?);
+        metrics.queued_waiters = self
+            .shared
+            .as_ref()
+            .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
+        metrics.file_bytes = std::fs::metadata(&self.path)?.len();
+        Ok(metrics)
     }
 
     fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {

@@ -10,11 +10,9 @@ use parking_lot::RwLock;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::engine::observe::{Event, Observer};
-use crate::engine::Engine;
-use crate::local::LocalEngine;
 use crate::ring::activity::Activity;
 use crate::rules::kind::Kind;
-use crate::rules::metrics::{Counter, Metrics, Scope};
+use crate::rules::metrics::Counter;
 use crate::share::member::RingMember;
 use crate::storage::commit::Committed;
 
@@ -36,26 +34,6 @@ impl Attempt {
 
 fn since(ns: u64) -> Duration {
     Duration::from_nanos(clock::now_ns().saturating_sub(ns))
-}
-
-impl LocalEngine {
-    /// The counters, and the store's gauges read now: its live leases (a scan of its lease
-    /// records, testing each holder's liveness lock), its queued waiters, its file's size.
-    pub(crate) fn snapshot(&self) -> Result<Metrics> {
-        let scope = if self.shared.is_some() {
-            Scope::Store
-        } else {
-            Scope::Process
-        };
-        let mut metrics = self.counters.activity().snapshot(scope);
-        metrics.count_live(&Engine::locks(self)?);
-        metrics.queued_waiters = self
-            .shared
-            .as_ref()
-            .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
-        metrics.file_bytes = std::fs::metadata(&self.path)?.len();
-        Ok(metrics)
-    }
 }
 
 /// The counters of a store and its observer: what it tells of its operations as they end.
