@@ -264,24 +264,17 @@ impl LocalEngine {
         until: u64,
         cancel: Option<&Cancel>,
     ) -> Result<()> {
-        loop {
+        self.released.wait_while(|| {
             crate::base::cancel::check(cancel)?;
-            let mut releases = self.releases.lock();
-            let seen = *releases;
             if !self.live.is_held(live)? {
-                return Ok(());
+                return Ok(None);
             }
             let now = clock::now_ns();
             if now >= until {
-                return Ok(());
+                return Ok(None);
             }
-            let slice = WAIT_POLL.min(Duration::from_nanos(until - now));
-            while *releases == seen {
-                if self.released.wait_for(&mut releases, slice).timed_out() {
-                    break;
-                }
-            }
-        }
+            Ok(Some(WAIT_POLL.min(Duration::from_nanos(until - now))))
+        })
     }
 
     /// Ends this process's hold of the lease of `name` whose liveness id is `live`, and wakes
@@ -295,8 +288,7 @@ impl LocalEngine {
             self.history.unnote_release(activity, token);
             return Err(err.into());
         }
-        *self.releases.lock() += 1;
-        self.released.notify_all();
+        self.released.tell();
         self.wake_waiter(name);
         Ok(())
     }

@@ -10,7 +10,8 @@
 //!   and the recording of releases; `serve.rs`: a server.
 //! - The parts the engine holds, each with its own state, importing nothing of the engine:
 //!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
-//!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor).
+//!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor), `released.rs`
+//!   (`released::Released`: this process's releases, told to its waiting threads).
 //!
 //! Imports every layer below it (base, rules, storage, ring, share, engine), never the public
 //! types above it.
@@ -21,6 +22,7 @@ pub(crate) mod history;
 pub(crate) mod lease_map;
 pub(crate) mod notes;
 pub(crate) mod observe;
+pub(crate) mod released;
 pub(crate) mod route;
 pub(crate) mod serve;
 
@@ -31,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use redb::ConcurrencyMode;
 
 use crate::base::cancel::{Cancel, Waiting};
@@ -44,6 +46,7 @@ use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
+use crate::local::released::Released;
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
 use crate::rules::context::{Context, LeaseMap};
@@ -102,9 +105,8 @@ pub(crate) struct LocalEngine {
     pub(crate) history: HistoryNotes,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
-    /// Bumped at every release in this process, so in-process waiters wake at once.
-    pub(crate) releases: Mutex<u64>,
-    pub(crate) released: Condvar,
+    /// The releases of this process, told to its waiting threads (`released.rs`).
+    pub(crate) released: Released,
 }
 
 impl LocalEngine {
@@ -258,8 +260,7 @@ impl LocalEngine {
             handles: std::sync::atomic::AtomicUsize::new(0),
             history: HistoryNotes::new(options.history),
             holds: Holds::new(options.refuse_own_waits),
-            releases: Mutex::new(0),
-            released: Condvar::new(),
+            released: Released::new(),
         }))
     }
 
