@@ -19,7 +19,7 @@ dropped-queue-wake~src/ring/queue.rs~            entry.wake.fetch_add(1, Orderin
 no-generation~src/ring/map.rs~Word((((self.0 >> GEN_SHIFT) + 1) << GEN_SHIFT) | head as u64)~Word(((self.0 >> GEN_SHIFT) << GEN_SHIFT) | head as u64)~ring::models::map::a_reader_stopped~loom
 sweep-frees-published~src/ring/map.rs~                (PUBLIC, true) => {}\n                (PUBLIC, false) => self.release_garbage(index, generation, owner),~                (PUBLIC, _) => self.release_garbage(index, generation, owner),~ring::models::map::a_sweep_beside~loom
 token-load-store~src/ring/tokens.rs~            if header\n                .last_token\n                .compare_exchange(last, end, Ordering::AcqRel, Ordering::Acquire)\n                .is_ok()\n            {~            if {\n                header.last_token.store(end, Ordering::Release);\n                true\n            } {~ring::models::tokens~loom
-no-floor~src/share/leases.rs~        token >= self.0\n~        let _ = self.0;\n        true\n~ring::models::map::a_grant_stopped~loom
+no-floor~src/share/buckets.rs~        token >= self.0\n~        let _ = self.0;\n        true\n~ring::models::map::a_grant_stopped~loom
 doorbell-no-fence~src/ring/server.rs~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).\n        fence(Ordering::SeqCst);~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).~ring::models::server~loom
 seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_least),\n            sealed: 0,~            reserved: self.reserved.max(at_least),~rules::tokens::tests::tokens_never_repeat~
 '

@@ -19,7 +19,7 @@ use std::fmt::Debug;
 use crate::base::error::{Error, Result, Status};
 use crate::rules::history::{self, Ended};
 use crate::rules::record::{decode_value, encode_value, Lease, Record, LEASE_FORMAT_1};
-use crate::share::leases;
+use crate::share::buckets;
 use crate::share::wire::{self, Request};
 use crate::storage::wal::record::{self as log, ALIGN};
 use crate::storage::wal::scan::{self, Bytes, Ring};
@@ -127,13 +127,13 @@ pub fn answer(bytes: &[u8]) -> bool {
     }
 }
 
-/// The blob of a bucket of the lease map in shared memory (`share/leases.rs`).
+/// The blob of a bucket of the lease map in shared memory (`share/buckets.rs`).
 pub fn bucket(bytes: &[u8]) -> bool {
-    match leases::decode(bytes) {
+    match buckets::decode(bytes) {
         Ok(entries) => {
             same(
                 &entries,
-                &leases::decode(&leases::encode(&entries)),
+                &buckets::decode(&buckets::encode(&entries)),
                 "bucket",
             );
             true
@@ -291,7 +291,7 @@ mod tests {
     use crate::rules::ops::{Done, Op};
     use crate::rules::query::{Answer, Counts, Query};
     use crate::rules::record::Group;
-    use crate::share::leases::Entry;
+    use crate::share::buckets::Entry;
 
     fn lease_of(token: u64) -> Lease {
         Lease {
@@ -446,7 +446,7 @@ mod tests {
         samples.extend(queries.iter().map(|q| ("request", wire::encode_query(q))));
         samples.extend(replies.iter().map(|r| ("reply", wire::encode_reply(r))));
         samples.extend(answers.iter().map(|a| ("answer", wire::encode_answer(a))));
-        samples.push(("bucket", leases::encode(&entries)));
+        samples.push(("bucket", buckets::encode(&entries)));
         samples.push(("record", Record::Exclusive(lease_of(5)).encode()));
         samples.push(("record", group.encode()));
         samples.push(("record", format_1(&lease_of(8))));

@@ -23,8 +23,8 @@
 //! Layer 6: an engine ([`crate::engine::Engine`]) beside the local one. Imports the base, the
 //! rules and the engine layer; nothing of the local engine.
 
+mod handle;
 mod kinds;
-mod lease;
 mod pool;
 mod queue;
 mod records;
@@ -58,9 +58,9 @@ use records::{
 };
 use runtime::{block_for, Conn};
 
-pub(crate) use lease::EtcdLease;
-use lease::Grantee;
-use lease::KeepAlive;
+pub(crate) use handle::EtcdLease;
+use handle::Grantee;
+use handle::KeepAlive;
 use pool::{Pool, Pooled};
 
 /// How often an etcd connection with open streams is pinged: twice etcd's default

@@ -14,11 +14,11 @@ use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_key, check_name, check_ttl, duration_ns};
 use crate::engine::{Acquire, LeaseHandle, Locks};
-use crate::local::lease::LocalLease;
+use crate::local::handle::LocalLease;
 use crate::local::observe::Attempt;
 use crate::local::LocalEngine;
+use crate::rules::admit::{admit_grant, blocker, check_join, own_blocker};
 use crate::rules::kind::{check_kind, Kind, MAX_HOLDERS};
-use crate::rules::leases::{admit_grant, blocker, check_join, own_blocker};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::share::member::Place;
@@ -41,7 +41,8 @@ impl LocalEngine {
                     None => self.grant(name, request, None),
                 }
                 .map(|lease| vec![lease]);
-                self.acquired(&[name], request.kind, &attempt, tokens(&result));
+                self.counters
+                    .acquired(&[name], request.kind, &attempt, tokens(&result));
                 result?
             }
         };
@@ -123,7 +124,7 @@ impl LocalEngine {
         check_ttl(ttl)?;
         check_kind(kind)?;
         if let Some(member) = self.map() {
-            return self.grant_shared(member, name, request, ticket);
+            return self.grant_in_lease_map(member, name, request, ticket);
         }
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
@@ -174,10 +175,10 @@ impl LocalEngine {
         }
     }
 
-    /// One grant attempt of `name` in the store's lease map (`leases.rs`); an acquire that
+    /// One grant attempt of `name` in the store's lease map (`lease_map.rs`); an acquire that
     /// writes a value writes it next, checked against the new lease, and gives the lease back
     /// when the write fails: both or neither, as far as anyone but the caller can tell.
-    fn grant_shared(
+    fn grant_in_lease_map(
         &self,
         member: &crate::share::member::RingMember,
         name: &str,
@@ -193,7 +194,8 @@ impl LocalEngine {
         let (kind, ttl) = (request.kind, request.ttl);
         let granted = match request.write {
             None => self.grant_in_map(member, name, kind, ttl, ticket, self.me, grant.live),
-            // Granted in the write's own transaction (see `Op::Acquire`).
+            // Granted in the write's own transaction (see `Op::check`): a refusal writes
+            // nothing in the map; a grant whose transaction fails after it is withdrawn here.
             Some((key, value)) => {
                 let op = Op::Acquire {
                     name: name.to_owned(),
@@ -232,7 +234,8 @@ impl LocalEngine {
     fn acquire_all(&self, names: &[&str], request: &Acquire<'_>) -> Result<Vec<Arc<LocalLease>>> {
         let mut attempt = Attempt::start();
         let result = self.acquire_all_checked(names, request, &mut attempt);
-        self.acquired(names, Kind::Exclusive, &attempt, tokens(&result));
+        self.counters
+            .acquired(names, Kind::Exclusive, &attempt, tokens(&result));
         result
     }
 
@@ -357,7 +360,7 @@ impl LocalEngine {
 
     /// [`Error::WouldDeadlock`] when a wait for `name` as `kind`, refused by `record`, could end
     /// only with a lease the waiting thread (`waiting.thread()`) holds through this engine
-    /// (`rules::leases::own_blocker`).
+    /// (`rules::admit::own_blocker`).
     fn refuse_own_wait(
         &self,
         name: &str,

@@ -1,43 +1,16 @@
 //! A local store's side of the grant history (the rules and the format are in
-//! `rules/history.rs`): a release's note, for the next grant to judge the lease's end by and for
-//! this process to record as it closes the store, and the reading of a lock's history.
+//! `rules/history.rs`): the reading of a lock's history, and the recording of this process's
+//! releases as it closes the store (what it noted of them is in `notes.rs`).
 
 use std::time::Duration;
 
 use crate::base::clock;
 use crate::base::error::Result;
 use crate::local::LocalEngine;
+use crate::rules::admit::is_live;
 use crate::rules::history::{ending, Ended, Ending, HistoryEntry};
-use crate::rules::leases::is_live;
-
-/// Releases a process remembers to record as it closes the store, its latest.
-const UNRECORDED_LIMIT: usize = 1024;
 
 impl LocalEngine {
-    /// Takes back the note of a release that failed to let the lock go.
-    pub(crate) fn unnote_release(&self, token: u64) {
-        self.activity().forget_release(token);
-        self.unrecorded
-            .lock()
-            .retain(|(_, noted, _)| *noted != token);
-    }
-
-    /// Notes the release of the lease `token` of `name` now: in the activity page, where the
-    /// grant that next takes the lock reads it, and for this process to record as it closes
-    /// the store.
-    pub(crate) fn note_release(&self, name: &str, token: u64) {
-        let now = clock::now_ns();
-        self.activity().note_release(token, now);
-        if !self.history {
-            return;
-        }
-        let mut unrecorded = self.unrecorded.lock();
-        if unrecorded.len() == UNRECORDED_LIMIT {
-            unrecorded.pop_front();
-        }
-        unrecorded.push_back((name.to_owned(), token, now));
-    }
-
     /// The history of the lock `name`, oldest first: the ended grants on record, then the
     /// grants of its current record not recorded yet, with their state now.
     pub(crate) fn read_history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
@@ -47,7 +20,7 @@ impl LocalEngine {
         }
         // Ends judged in the lease map and not written to the file yet.
         if let Some(member) = self.map() {
-            let tail = crate::share::leases::entry_of(member.ring(), name)?
+            let tail = crate::share::buckets::entry_of(member.ring(), name)?
                 .map(|entry| entry.tail)
                 .unwrap_or_default();
             for (token, ended) in tail {
@@ -87,11 +60,14 @@ impl LocalEngine {
     /// next grant to judge those ends itself.
     pub(crate) fn record_releases(&self) {
         // A child of fork() leaves the parent's releases (and may not take its locks).
-        if self.read_only || self.check_fork().is_err() || (!self.history && self.map().is_none()) {
+        if self.read_only
+            || self.check_fork().is_err()
+            || (!self.history.keeps() && self.map().is_none())
+        {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);
-        let releases: Vec<_> = std::mem::take(&mut *self.unrecorded.lock()).into();
+        let releases = self.history.take_unrecorded();
         if let Some(member) = self.map() {
             self.note_released_in_map(member, &releases);
             // The last user of the map seals it (see `SEALED_KEY`): nobody can take it up

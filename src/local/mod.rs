@@ -5,17 +5,24 @@
 //!   a full disk, and the facts the rules ask of it (`rules::context::Context`).
 //! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
 //!   shared ring, or this process with its own threads' operations (group commit).
-//! - `acquire.rs`: grants and waits; `lease.rs`: a granted lease; `observe.rs`: counters and
-//!   the observer; `history.rs`: a release's note and a lock's history; `serve.rs`: a server.
+//! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
+//!   `lease_map.rs`: the leases kept in the ring's lease map; `history.rs`: a lock's history,
+//!   and the recording of releases; `serve.rs`: a server.
+//! - The parts the engine holds, each with its own state, importing nothing of the engine:
+//!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
+//!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor), `released.rs`
+//!   (`released::Released`: this process's releases, told to its waiting threads).
 //!
 //! Imports every layer below it (base, rules, storage, ring, share, engine), never the public
 //! types above it.
 
 pub(crate) mod acquire;
+pub(crate) mod handle;
 pub(crate) mod history;
-pub(crate) mod lease;
-pub(crate) mod leases;
+pub(crate) mod lease_map;
+pub(crate) mod notes;
 pub(crate) mod observe;
+pub(crate) mod released;
 pub(crate) mod route;
 pub(crate) mod serve;
 
@@ -26,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 use redb::ConcurrencyMode;
 
 use crate::base::cancel::{Cancel, Waiting};
@@ -37,13 +44,16 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::local::notes::HistoryNotes;
+use crate::local::observe::Counters;
+use crate::local::released::Released;
 use crate::ring::lock_hash;
-use crate::rules::context::Context;
+use crate::rules::admit::describe_record;
+use crate::rules::context::{Context, LeaseMap};
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
-use crate::rules::leases::describe_record;
-use crate::rules::metrics::Metrics;
+use crate::rules::metrics::{Metrics, Scope};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::rules::tokens::admit;
@@ -78,7 +88,9 @@ pub(crate) struct LocalEngine {
     commits: GroupCommit,
     /// The shared request ring, in multi-process mode when it can be used.
     pub(crate) shared: Option<Arc<RingMember>>,
-    /// Whether the leases are kept in the ring's lease map (`leases.rs`): in multi-process mode
+    /// Its counters and its observer (`observe.rs`); the ring's page where it has one.
+    pub(crate) counters: Counters,
+    /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
     /// (and a server's); in single-process mode they are in the file, committed without an
     /// fsync.
     pub(crate) leases_shared: bool,
@@ -87,22 +99,14 @@ pub(crate) struct LocalEngine {
     pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
-    /// The counters and recent releases of a store without a shared ring (`ring/activity.rs`).
-    pub(crate) own_activity: Box<crate::ring::activity::Activity>,
-    pub(crate) observer: RwLock<Option<Arc<dyn Observer>>>,
-    /// Releases this process made, to record in the history as it closes the store.
-    pub(crate) unrecorded: Mutex<std::collections::VecDeque<(String, u64, u64)>>,
     /// The `Store` handles of this store (clones included; holders not).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
-    /// Whether grants record the ends they learn of in the history (`Options::history`).
-    pub(crate) history: bool,
-    /// The last lock name whose history the history's sweep looked at (`rules/history.rs`).
-    pub(crate) history_cursor: Mutex<String>,
+    /// What it notes for the history of its locks (`notes.rs`).
+    pub(crate) history: HistoryNotes,
     /// The thread each live lease of this engine was granted to (`engine/holds.rs`).
     pub(crate) holds: Holds,
-    /// Bumped at every release in this process, so in-process waiters wake at once.
-    pub(crate) releases: Mutex<u64>,
-    pub(crate) released: Condvar,
+    /// The releases of this process, told to its waiting threads (`released.rs`).
+    pub(crate) released: Released,
 }
 
 impl LocalEngine {
@@ -131,7 +135,7 @@ impl LocalEngine {
             let live = Liveness::private()?;
             return LocalEngine::assemble(path, options, mode, Some(db), live, None, false);
         }
-        // The leases of a multi-process store are kept in its ring (`leases.rs`): a store that
+        // The leases of a multi-process store are kept in its ring (`lease_map.rs`): a store that
         // writes cannot do without it. A read-only store reads them there when it may (a ring
         // nobody uses holds no live lease).
         let live = if read_only {
@@ -238,6 +242,7 @@ impl LocalEngine {
             live,
             leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
             share_commits: options.share_commits,
+            counters: Counters::new(shared.clone()),
             shared,
             db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
             read_only: options.read_only,
@@ -252,15 +257,10 @@ impl LocalEngine {
             busy_timeout: options.busy_timeout,
             commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
-            own_activity: crate::ring::activity::Activity::private(),
-            observer: RwLock::new(None),
-            unrecorded: Mutex::new(std::collections::VecDeque::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
-            history: options.history,
-            history_cursor: Mutex::new(String::new()),
+            history: HistoryNotes::new(options.history),
             holds: Holds::new(options.refuse_own_waits),
-            releases: Mutex::new(0),
-            released: Condvar::new(),
+            released: Released::new(),
         }))
     }
 
@@ -488,7 +488,7 @@ impl Context for LocalEngine {
     }
 
     fn released_at(&self, token: u64) -> Option<u64> {
-        self.activity().release_of(token)
+        self.counters.activity().release_of(token)
     }
 
     /// In single-process mode (and for a server, whose every batch is durable now: it grants
@@ -498,7 +498,7 @@ impl Context for LocalEngine {
     }
 
     fn keeps_history(&self) -> bool {
-        self.history
+        self.history.keeps()
     }
 
     fn prune_cursor(&self) -> &Mutex<String> {
@@ -506,32 +506,36 @@ impl Context for LocalEngine {
     }
 
     fn history_cursor(&self) -> &Mutex<String> {
-        &self.history_cursor
+        self.history.cursor()
     }
 
     fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
         let member = self.map()?;
         Some(
-            crate::share::leases::entry_of(member.ring(), name)
+            crate::share::buckets::entry_of(member.ring(), name)
                 .map(|entry| entry.and_then(|entry| entry.record)),
         )
     }
 
-    fn grant_shared(
+    fn shared_last_token(&self) -> Option<u64> {
+        let member = self.map()?;
+        Some(member.ring().last_token())
+    }
+}
+
+impl LeaseMap for LocalEngine {
+    fn grant_exclusive(
         &self,
         name: &str,
         ttl: Duration,
         holder: ProcessId,
         live: u64,
         ticket: Option<u64>,
-    ) -> Option<Result<(u64, u64)>> {
-        let member = self.map()?;
-        Some(self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live))
-    }
-
-    fn shared_last_token(&self) -> Option<u64> {
-        let member = self.map()?;
-        Some(member.ring().last_token())
+    ) -> Result<(u64, u64)> {
+        let member = self.map().ok_or_else(|| {
+            Error::Storage("internal error: a grant in a lease map this store does not use".into())
+        })?;
+        self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live)
     }
 }
 
@@ -570,11 +574,12 @@ impl Engine for LocalEngine {
             token,
             lease: None,
         };
-        self.counted(match self.submit(op, Some(self.bounded(cancel))) {
-            Ok(Done::Put { existed }) => Ok(existed),
-            Ok(other) => Err(unexpected(&other)),
-            Err(err) => Err(err),
-        })
+        self.counters
+            .counted(match self.submit(op, Some(self.bounded(cancel))) {
+                Ok(Done::Put { existed }) => Ok(existed),
+                Ok(other) => Err(unexpected(&other)),
+                Err(err) => Err(err),
+            })
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
@@ -593,7 +598,8 @@ impl Engine for LocalEngine {
     }
 
     fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
-        self.counted(self.fence_checked(resource, token, cancel))
+        self.counters
+            .counted(self.fence_checked(resource, token, cancel))
     }
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
@@ -624,7 +630,7 @@ impl Engine for LocalEngine {
         let (last_token, lock_records) = match self.map() {
             Some(member) => (
                 counts.last_token.max(self.shared_last_token().unwrap_or(0)),
-                crate::share::leases::entries(member.ring())?
+                crate::share::buckets::entries(member.ring())?
                     .iter()
                     .filter(|entry| entry.record.is_some())
                     .count() as u64,
@@ -651,8 +657,22 @@ impl Engine for LocalEngine {
         self.read_history(name)
     }
 
+    /// The counters, and the store's gauges read now: its live leases (a scan of its lease
+    /// records, testing each holder's liveness lock), its queued waiters, its file's size.
     fn metrics(&self) -> Result<Metrics> {
-        self.snapshot()
+        let scope = if self.shared.is_some() {
+            Scope::Store
+        } else {
+            Scope::Process
+        };
+        let mut metrics = self.counters.activity().snapshot(scope);
+        metrics.count_live(&Engine::locks(self)?);
+        metrics.queued_waiters = self
+            .shared
+            .as_ref()
+            .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
+        metrics.file_bytes = std::fs::metadata(&self.path)?.len();
+        Ok(metrics)
     }
 
     fn waiters(&self, name: &str) -> Result<Vec<WaiterInfo>> {
@@ -682,7 +702,7 @@ impl Engine for LocalEngine {
     }
 
     fn set_observer(&self, observer: Option<Arc<dyn Observer>>) -> Result<()> {
-        self.replace_observer(observer);
+        self.counters.replace_observer(observer);
         Ok(())
     }
 

@@ -1,17 +1,19 @@
-//! What a local store tells about its operations as they end: counters in the activity page
-//! (`rules/metrics.rs`), and events for the [`Observer`] that the user sets on the store.
+//! What a local store tells about its operations as they end ([`Counters`]): counters in the
+//! activity page (`ring/activity.rs`), and events for the [`Observer`] that the user sets on
+//! the store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
+
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::engine::observe::{Event, Observer};
-use crate::engine::Engine;
-use crate::local::LocalEngine;
 use crate::ring::activity::Activity;
 use crate::rules::kind::Kind;
-use crate::rules::metrics::{Counter, Metrics, Scope};
+use crate::rules::metrics::Counter;
+use crate::share::member::RingMember;
 use crate::storage::commit::Committed;
 
 /// How an acquire call went, for the counters and the observer.
@@ -34,35 +36,35 @@ fn since(ns: u64) -> Duration {
     Duration::from_nanos(clock::now_ns().saturating_sub(ns))
 }
 
-impl LocalEngine {
-    /// The page the store counts into: the ring's, shared by every process, or its own.
-    pub(crate) fn activity(&self) -> &Activity {
-        match &self.shared {
-            Some(shared) => shared.ring().activity(),
-            None => &self.own_activity,
+/// The counters of a store and its observer: what it tells of its operations as they end.
+pub(crate) struct Counters {
+    /// The ring whose activity page the store counts into, shared by every process.
+    ring: Option<Arc<RingMember>>,
+    /// The page of a store without a shared ring.
+    own: Box<Activity>,
+    observer: RwLock<Option<Arc<dyn Observer>>>,
+}
+
+impl Counters {
+    /// The counters of a store that has the shared ring `ring`, or none.
+    pub(crate) fn new(ring: Option<Arc<RingMember>>) -> Counters {
+        Counters {
+            ring,
+            own: Activity::private(),
+            observer: RwLock::new(None),
         }
     }
 
-    /// The counters, and the store's gauges read now: its live leases (a scan of its lease
-    /// records, testing each holder's liveness lock), its queued waiters, its file's size.
-    pub(crate) fn snapshot(&self) -> Result<Metrics> {
-        let scope = if self.shared.is_some() {
-            Scope::Store
-        } else {
-            Scope::Process
-        };
-        let mut metrics = self.activity().snapshot(scope);
-        metrics.count_live(&Engine::locks(self)?);
-        metrics.queued_waiters = self
-            .shared
-            .as_ref()
-            .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
-        metrics.file_bytes = std::fs::metadata(&self.path)?.len();
-        Ok(metrics)
+    /// The page the store counts into: the ring's, shared by every process, or its own.
+    pub(crate) fn activity(&self) -> &Activity {
+        match &self.ring {
+            Some(ring) => ring.ring().activity(),
+            None => &self.own,
+        }
     }
 
     /// Counts a transaction that ended: what it committed, or `None` when it committed nothing.
-    pub(crate) fn counted_commit(&self, committed: Option<Committed>) {
+    pub(crate) fn commit(&self, committed: Option<Committed>) {
         let Some(committed) = committed else {
             return;
         };

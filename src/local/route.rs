@@ -114,8 +114,8 @@ impl LocalEngine {
                 .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
         };
         let inner = self.arc();
-        let run = move |txn: &WriteTransaction| run(&*inner, &op, txn, false);
-        let committed = |ops| self.counted_commit(ops);
+        let run = move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false);
+        let committed = |ops| self.counters.commit(ops);
         let result = self
             .commits
             .run(&db, &admit, &others, &committed, waiting, run);
@@ -367,7 +367,7 @@ impl LocalEngine {
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
         let committed = execute(Ok(txn), jobs, self.relaxed(), &|committed| {
-            self.counted_commit(committed);
+            self.counters.commit(committed);
         });
         shared.wake();
         drop(db);
@@ -407,7 +407,7 @@ impl LocalEngine {
         let shared = Arc::clone(shared);
         let rerun = taken.rerun;
         Some(foreign_job(
-            move |txn: &WriteTransaction| run(&*inner, &op, txn, rerun),
+            move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, rerun),
             move |result: Result<Done>| shared.publish(&taken, &encode_reply(&result)),
         ))
     }
@@ -451,9 +451,8 @@ impl LocalEngine {
             // A server waiting to start needs this process to let go of the file, even when
             // it only touches its leases.
             self.make_way();
-            return Ok(
-                crate::share::leases::entry_of(member.ring(), name)?.and_then(|entry| entry.record)
-            );
+            return Ok(crate::share::buckets::entry_of(member.ring(), name)?
+                .and_then(|entry| entry.record));
         }
         self.check_leases_in_file()?;
         match self.query(&Query::Record(name.to_owned()))? {
@@ -496,7 +495,7 @@ impl LocalEngine {
         if let Some(member) = self.map() {
             self.check_fork()?;
             self.make_way();
-            return crate::local::leases::records(member);
+            return crate::local::lease_map::records(member);
         }
         self.check_leases_in_file()?;
         match self.query(&Query::Records)? {
@@ -646,7 +645,7 @@ mod tests {
                 let op = crate::share::wire::decode_op(&taken.request).unwrap();
                 let inner = Arc::clone(&inner);
                 foreign_job(
-                    move |txn: &WriteTransaction| run(&*inner, &op, txn, false),
+                    move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false),
                     |_: Result<Done>| {},
                 )
             })

@@ -4,7 +4,7 @@
 //! Without a server every commit of a shared file is redb's two-phase multi-process commit (two
 //! fdatasyncs); a process that holds the file alone (redb's exclusive mode) commits in one phase
 //! (one fdatasync). The leases need neither: every process grants, extends and releases in the
-//! store's shared memory itself (`local/leases.rs`), served or not, so a server holds no lease
+//! store's shared memory itself (`local/lease_map.rs`), served or not, so a server holds no lease
 //! and its death or pause loses or delays none. The server announces itself in the store's
 //! request ring (`ring/`) under a liveness id of its own: a store that finds a live server there
 //! opens no database handle and posts every write and read, and one that had the file open

@@ -336,7 +336,7 @@ impl Ring {
             // ring, one its last user left behind (it died, or exited before its store was
             // dropped), one of another boot or version, or one of a store file deleted since
             // whose inode this file reuses. Its lease map is set up anew from the store file
-            // (`local/leases.rs`), never trusted: a map its last user sealed would otherwise
+            // (`local/lease_map.rs`), never trusted: a map its last user sealed would otherwise
             // hand out tokens the file does not know of. Its pages are allocated before
             // anything touches them, so that a full /dev/shm is an error here rather than a
             // SIGBUS later.

@@ -29,12 +29,12 @@ use std::sync::Once;
 const MAPPINGS: usize = 256;
 
 /// The `start` of an entry nobody uses, and of one being filled in.
-const FREE: usize = 0;
-const CLAIMED: usize = 1;
+const MAPPING_FREE: usize = 0;
+const MAPPING_CLAIMED: usize = 1;
 
 struct Entry {
-    /// The mapping's address, or FREE or CLAIMED; written last when an entry is filled in, so
-    /// that the handler never sees an address with another mapping's length.
+    /// The mapping's address, or MAPPING_FREE or MAPPING_CLAIMED; written last when an entry is
+    /// filled in, so that the handler never sees an address with another mapping's length.
     start: AtomicUsize,
     len: AtomicUsize,
     /// Set by the handler before it replaces the mapping, so that whoever reads the zero pages
@@ -44,7 +44,7 @@ struct Entry {
 
 static ENTRIES: [Entry; MAPPINGS] = [const {
     Entry {
-        start: AtomicUsize::new(FREE),
+        start: AtomicUsize::new(MAPPING_FREE),
         len: AtomicUsize::new(0),
         cut: AtomicBool::new(false),
     }
@@ -87,7 +87,12 @@ pub(crate) fn register(start: *mut u8, len: usize) -> io::Result<Guarded> {
     for (index, entry) in ENTRIES.iter().enumerate() {
         if entry
             .start
-            .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                MAPPING_FREE,
+                MAPPING_CLAIMED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_ok()
         {
             entry.len.store(len, Ordering::Relaxed);
@@ -104,7 +109,7 @@ pub(crate) fn register(start: *mut u8, len: usize) -> io::Result<Guarded> {
 /// Forgets a mapping, before it is unmapped: a fault at that address afterwards is not a ring's.
 pub(crate) fn unregister(guarded: &Guarded) {
     if let Some(entry) = ENTRIES.get(guarded.0) {
-        entry.start.store(FREE, Ordering::Release);
+        entry.start.store(MAPPING_FREE, Ordering::Release);
     }
 }
 
@@ -170,7 +175,7 @@ unsafe fn cut_ring(info: &libc::siginfo_t) -> bool {
     let addr = unsafe { info.si_addr() } as usize;
     for entry in &ENTRIES {
         let start = entry.start.load(Ordering::Acquire);
-        if start <= CLAIMED {
+        if start <= MAPPING_CLAIMED {
             continue;
         }
         let len = entry.len.load(Ordering::Relaxed);

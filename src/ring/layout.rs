@@ -193,7 +193,7 @@ pub(crate) struct MapHeader {
     pub(crate) refilling: AtomicU64,
     /// Where the next claim of a block starts looking.
     pub(super) alloc_hint: AtomicU64,
-    /// 1 once the map's tokens are set up from the store file (see `local/leases.rs`).
+    /// 1 once the map's tokens are set up from the store file (see `local/lease_map.rs`).
     pub(super) ready: AtomicU64,
     /// Ends of leases kept in the map and not yet in the store file's history (about).
     pub(crate) pending_ends: AtomicU64,

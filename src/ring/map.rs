@@ -2,7 +2,7 @@
 //! grant, an extend or a wait needs no commit of the store file.
 //!
 //! The map knows bytes, not records: a name hashes to one of [`BUCKETS`] buckets, and a bucket
-//! holds one blob (the records of the names that hash to it, in the form `share/leases.rs`
+//! holds one blob (the records of the names that hash to it, in the form `share/buckets.rs`
 //! gives them). A blob is a chain of [`BLOCK_SIZE`]-byte blocks. A bucket's word holds the first
 //! block of its blob and a generation; a writer builds a new blob in blocks of its own and
 //! publishes it with one compare-and-swap of the word, so:
@@ -17,7 +17,7 @@
 //!
 //! | state | meaning | who moves it on |
 //! |---|---|---|
-//! | FREE | nobody's | a writer claims it (FREE -> its id) |
+//! | BLOCK_FREE | nobody's | a writer claims it (BLOCK_FREE -> its id) |
 //! | a liveness id | its writer's: being written, or published by a swap a moment ago, or being freed | that process; a sweep once it died |
 //! | PUBLIC | in a blob that was published | the writer that replaced that blob, or a sweep, once no bucket reaches it |
 //!
@@ -46,14 +46,14 @@
 //! ended, its history flushed) leaves its tokens in the floor, which is how a grant that read
 //! the bucket knows them: it publishes only a token at or above the floor it read after its
 //! copy of the bucket (equal only where the floor is its own failed attempt's; `Floor` in
-//! `share/leases.rs`). Why that is enough: a writer raises the floor
+//! `share/buckets.rs`). Why that is enough: a writer raises the floor
 //! *before* its swap, so a reader whose copy saw the swap (Acquire on the word) sees the floor
 //! raised; a swap its copy did not see makes its own swap fail. So a lock's tokens only grow,
 //! even for a grant stopped between taking its token and publishing it while the lock was
 //! granted again, and its record ended and left the bucket.
 //!
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
-//! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
+//! reservation that the store file holds durably (`local/lease_map.rs` refills it ahead of need).
 //!
 //! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
 //! grant stopped before publishing beside a later grant of its lock.
@@ -63,7 +63,7 @@ use super::layout::{BLOCKS, BLOCK_PAYLOAD};
 use super::sync::{fence, AtomicU64, Live, Ordering};
 use super::Ring;
 
-const FREE: u64 = 0;
+const BLOCK_FREE: u64 = 0;
 const PUBLIC: u64 = 1;
 
 /// A block's link word: its generation (raised by each writer of the block) in the high half,
@@ -143,7 +143,7 @@ impl Ring {
         self.view.bucket(index)
     }
 
-    /// The state word of block `index`: FREE, PUBLIC or the liveness id of its writer.
+    /// The state word of block `index`: BLOCK_FREE, PUBLIC or the liveness id of its writer.
     fn block_state(&self, index: usize) -> &AtomicU64 {
         &self.view.block(index).state
     }
@@ -243,7 +243,7 @@ impl Ring {
         } else {
             // Still this writer's alone: nobody else moves a live writer's blocks.
             for &block in &blocks {
-                self.block_state(block).store(FREE, Ordering::Release);
+                self.block_state(block).store(BLOCK_FREE, Ordering::Release);
             }
             Publish::Raced
         }
@@ -349,7 +349,11 @@ impl Ring {
         let now = Link(self.block_link(block).load(Ordering::Acquire)).generation();
         // Release: a claim of the freed block (Acquire) comes after this writer's last look.
         state.store(
-            if now == generation { FREE } else { PUBLIC },
+            if now == generation {
+                BLOCK_FREE
+            } else {
+                PUBLIC
+            },
             Ordering::Release,
         );
     }
@@ -369,9 +373,9 @@ impl Ring {
                 let state = self.block_state(index);
                 // AcqRel: Acquire orders this writer's use after the freeing writer's last
                 // look (its Release).
-                if state.load(Ordering::Relaxed) == FREE
+                if state.load(Ordering::Relaxed) == BLOCK_FREE
                     && state
-                        .compare_exchange(FREE, owner, Ordering::AcqRel, Ordering::Relaxed)
+                        .compare_exchange(BLOCK_FREE, owner, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                 {
                     blocks.push(index);
@@ -381,7 +385,7 @@ impl Ring {
                 return Some(blocks);
             }
             for &block in &blocks {
-                self.block_state(block).store(FREE, Ordering::Release);
+                self.block_state(block).store(BLOCK_FREE, Ordering::Release);
             }
             if pass == 0 {
                 self.sweep_blocks(owner, live);
@@ -418,7 +422,7 @@ impl Ring {
                 (PUBLIC, true) => {}
                 (PUBLIC, false) => self.release_garbage(index, generation, owner),
                 (dead, reachable) => {
-                    let now = if reachable { PUBLIC } else { FREE };
+                    let now = if reachable { PUBLIC } else { BLOCK_FREE };
                     let _ = self.block_state(index).compare_exchange(
                         dead,
                         now,
@@ -455,8 +459,9 @@ impl Ring {
         reached
     }
 
-    /// Whether every block that bucket `index` reaches is in use (never FREE): what a sweep or
-    /// a freer must never break. Read between two equal loads of the word, as `reachable`.
+    /// Whether every block that bucket `index` reaches is in use (never BLOCK_FREE): what a
+    /// sweep or a freer must never break. Read between two equal loads of the word, as
+    /// `reachable`.
     #[cfg(all(test, fencelock_loom))]
     pub(crate) fn reached_blocks_in_use(&self, index: usize) -> bool {
         loop {
@@ -464,7 +469,7 @@ impl Ring {
             let mut in_use = true;
             let mut next = word.head();
             while next != 0 && next <= BLOCKS {
-                in_use &= self.block_state(next - 1).load(Ordering::SeqCst) != FREE;
+                in_use &= self.block_state(next - 1).load(Ordering::SeqCst) != BLOCK_FREE;
                 next = Link(self.block_link(next - 1).load(Ordering::SeqCst)).next();
             }
             if self.bucket(index).load(Ordering::SeqCst) == word.0 {
@@ -477,7 +482,7 @@ impl Ring {
     #[cfg(test)]
     pub(crate) fn blocks_in_use(&self) -> usize {
         (0..BLOCKS)
-            .filter(|&i| self.block_state(i).load(Ordering::Relaxed) != FREE)
+            .filter(|&i| self.block_state(i).load(Ordering::Relaxed) != BLOCK_FREE)
             .count()
     }
 }
@@ -706,7 +711,11 @@ mod tests {
         assert_eq!(states(&ring, &first), vec![ALIVE; 3]);
         // The first writer goes on: it marks, sees its blob replaced, and frees its blocks.
         ring.after_swap(6, word, &first, &generations, ALIVE);
-        assert_eq!(states(&ring, &first), vec![FREE; 3], "blocks left behind");
+        assert_eq!(
+            states(&ring, &first),
+            vec![BLOCK_FREE; 3],
+            "blocks left behind"
+        );
         assert_eq!(ring.blocks_in_use(), 3);
         assert_eq!(ring.read_bucket(6).blob, vec![2; 500]);
     }
@@ -728,7 +737,7 @@ mod tests {
         // A live writer's blocks are not taken.
         for index in 0..BLOCKS {
             let _ = ring.block_state(index).compare_exchange(
-                FREE,
+                BLOCK_FREE,
                 1 << 50,
                 Ordering::Relaxed,
                 Ordering::Relaxed,

@@ -1,7 +1,7 @@
 //! The token counter of the lease map: tokens are handed out from the map's header, a counter
 //! that only grows, bounded by a reservation that the store file holds durably. The durable side
 //! (what the file must say before a token is handed out, and after a close or a crash) is
-//! `rules/tokens.rs` `Durable`; refilling the reservation ahead of need is `local/leases.rs`.
+//! `rules/tokens.rs` `Durable`; refilling the reservation ahead of need is `local/lease_map.rs`.
 //!
 //! The words, in `MapHeader` (`layout.rs`):
 //!

@@ -44,17 +44,25 @@ pub(crate) trait Context {
 
     /// The last token the store's shared memory handed out, where tokens come from there.
     fn shared_last_token(&self) -> Option<u64>;
+}
 
+/// The store's lease map, where its leases are kept in shared memory: the one place an
+/// operation writes outside its tables. Only the apply step of an operation is given it
+/// ([`crate::rules::ops::Checked::apply`]); a check sees the engine through [`Context`] alone,
+/// which has no way to write it, so a check that refuses has written nothing, here or in the
+/// tables.
+pub(crate) trait LeaseMap {
     /// Grants the lock `name` exclusively for `ttl` to `holder` (liveness lock `live`) in the
-    /// store's shared memory, where the leases are kept there: its token and expiry, or the
-    /// refusal. A grant of `holder` with `live` that the record holds already is that grant.
-    /// `None` where the leases are in the leases table.
-    fn grant_shared(
+    /// lease map: its token and expiry, or the refusal (the map is not the transaction's: the
+    /// lock may have changed since the check), which writes nothing. A grant of `holder` with
+    /// `live` that the record holds already is that grant. Fails where the leases are in the
+    /// leases table.
+    fn grant_exclusive(
         &self,
         name: &str,
         ttl: std::time::Duration,
         holder: crate::base::clock::ProcessId,
         live: u64,
         ticket: Option<u64>,
-    ) -> Option<Result<(u64, u64)>>;
+    ) -> Result<(u64, u64)>;
 }

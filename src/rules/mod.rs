@@ -5,11 +5,11 @@
 //!
 //! Imports the base (`crate::base`) only.
 
+pub(crate) mod admit;
 pub(crate) mod context;
 pub(crate) mod history;
 pub(crate) mod info;
 pub(crate) mod kind;
-pub(crate) mod leases;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod query;

@@ -5,7 +5,9 @@
 //! [`Op::check`] reads the tables and either refuses or returns a [`Plan`]: the writes to make
 //! and the result to report once they commit. [`Plan::apply`] makes the writes and cannot refuse.
 //! `check` sees the tables only through `&Tables`, and redb writes only through `&mut Table`, so
-//! a refusal writes nothing by construction.
+//! a refusal writes nothing by construction. The same holds for the lease map in the store's
+//! shared memory: `check` sees the engine through [`Context`], which only reads it, and the
+//! map's grant is a step of the apply ([`Checked::Grant`]), given the [`LeaseMap`] alone.
 
 use std::time::Duration;
 
@@ -14,12 +16,12 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::base::clock::ProcessId;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_granted, duration_ns};
-use crate::rules::context::Context;
-use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTable};
-use crate::rules::kind::Kind;
-use crate::rules::leases::{
+use crate::rules::admit::{
     admit_grant, blocker, check_current, check_join, check_turn, new_lease, prune,
 };
+use crate::rules::context::{Context, LeaseMap};
+use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HistoryTable};
+use crate::rules::kind::Kind;
 use crate::rules::record::{decode_value, encode_value, Group, Lease, Record};
 use crate::rules::tables::{COUNTER_KEY, RESERVED_KEY, SEALED_KEY};
 use crate::rules::tables::{FENCES, LEASES, META, VALUES};
@@ -86,7 +88,7 @@ pub(crate) enum Op {
     RecordReleases { releases: Vec<(String, u64, u64)> },
     /// Records in the history ends already judged, `(name, token, end)`, each unless the lock's
     /// history has it: the tails of the lease records kept in shared memory
-    /// (`share/leases.rs`).
+    /// (`share/buckets.rs`).
     RecordEnds {
         ends: Vec<(String, u64, Ended)>,
         /// From the last user of the shared memory as it closes it: the last token it handed
@@ -142,13 +144,14 @@ pub(crate) struct Applied<T> {
 /// combiner that died before it reported the result.
 pub(crate) fn run(
     cx: &dyn Context,
+    map: &dyn LeaseMap,
     op: &Op,
     txn: &WriteTransaction,
     rerun: bool,
 ) -> Result<Applied<Done>> {
     let mut tables = Tables::open(cx, txn, op)?;
     let now = crate::base::clock::now_ns();
-    let plan = match op.check(cx, &tables, now, rerun) {
+    let checked = match op.check(cx, &tables, now, rerun) {
         // Its first run may have committed, and what came since refuses it now: whether it
         // landed cannot be told (one that visibly landed passed its check above).
         Err(Error::StaleToken { .. } | Error::LockLost { .. })
@@ -158,7 +161,7 @@ pub(crate) fn run(
         }
         other => other?,
     };
-    plan.apply(cx, &mut tables, now)
+    checked.apply(cx, map, &mut tables, now)
 }
 
 /// The error for a result of another kind than the operation's, which would be a defect.
@@ -362,17 +365,125 @@ impl Plan {
     }
 }
 
+/// What a check admitted.
+pub(crate) enum Checked {
+    /// The writes to make in the tables.
+    Plan(Plan),
+    /// A grant to make in the store's lease map first (an [`Op::Acquire`] where the leases are
+    /// kept there), then its value write.
+    Grant(MapGrant),
+}
+
+/// An exclusive grant in the lease map that a check admitted, with the value to write under the
+/// new token: the key admits any token above those handed out at the check.
+pub(crate) struct MapGrant {
+    name: String,
+    ttl: Duration,
+    holder: ProcessId,
+    live: u64,
+    ticket: Option<u64>,
+    write: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Checked {
+    /// Makes the writes: a grant in `map` first, if any, and then the tables'. The map's grant
+    /// admits the lock again, as it stands then (the map is not the transaction's: a process
+    /// may have granted it since the check), and a refusal there publishes nothing: it comes
+    /// before every table write, so that a refusal writes nothing here either. Any other
+    /// failure is the storage's, and aborts the transaction.
+    pub(crate) fn apply(
+        self,
+        cx: &dyn Context,
+        map: &dyn LeaseMap,
+        tables: &mut Tables<'_>,
+        now: u64,
+    ) -> Result<Applied<Done>> {
+        match self {
+            Checked::Plan(plan) => plan.apply(cx, tables, now),
+            Checked::Grant(grant) => {
+                let (token, expires_ns) = map.grant_exclusive(
+                    &grant.name,
+                    grant.ttl,
+                    grant.holder,
+                    grant.live,
+                    grant.ticket,
+                )?;
+                let mut plan = Plan::new(Done::Granted { token, expires_ns });
+                // Writes of the key take turns on this transaction: no token above this one has
+                // written it since the check.
+                if let Some((key, value)) = grant.write {
+                    let record = encode_value(token, Some(&value));
+                    plan.writes.push(Write::Value(key, record));
+                }
+                plan.apply(cx, tables, now)
+            }
+        }
+    }
+}
+
 impl Op {
-    /// Checks the operation against the tables at `now` (`CLOCK_BOOTTIME` ns): a refusal, or the
-    /// plan of its writes. A `rerun` was run before by a combiner that died before it reported
-    /// the result, so its first run may have committed.
+    /// Checks the operation against the tables at `now` (`CLOCK_BOOTTIME` ns): a refusal, or what
+    /// to write. A `rerun` was run before by a combiner that died before it reported the
+    /// result, so its first run may have committed.
     pub(crate) fn check(
         &self,
         cx: &dyn Context,
         tables: &Tables<'_>,
         now: u64,
         rerun: bool,
-    ) -> Result<Plan> {
+    ) -> Result<Checked> {
+        if let Op::Acquire {
+            name,
+            ttl,
+            write,
+            holder,
+            live,
+            ticket,
+        } = self
+        {
+            // Where the leases are in the store's shared memory, the grant is made there, by
+            // the apply step, inside the write transaction that writes the value, so that no
+            // token above the new one can have written the key (writes take turns on the
+            // transaction). Its requester withdraws it if the transaction then fails. A run
+            // again finds its own grant there and writes the value if the key does not hold
+            // it yet.
+            if let Some(current) = cx.shared_lease(name) {
+                let current = current?;
+                if let Some(done @ Done::Granted { token, .. }) =
+                    regrant(current.as_ref(), *holder, *live)
+                {
+                    let mut plan = Plan::new(done);
+                    if let Some((key, value)) = write {
+                        if !(rerun && tables.holds(key, token, Some(value))?) {
+                            plan_value(tables, &mut plan, key, Some(value), token, token)?;
+                        }
+                    }
+                    return Ok(Checked::Plan(plan));
+                }
+                admit_grant(cx, name, current.as_ref(), Kind::Exclusive, *ticket, now)?;
+                if let Some((key, _)) = write {
+                    // The grant's token will be above every token handed out so far.
+                    let next = cx.shared_last_token().unwrap_or(0).saturating_add(1);
+                    if let Some((highest, _)) = tables.value_token(key)? {
+                        admit(next, Some(highest))?;
+                    }
+                }
+                return Ok(Checked::Grant(MapGrant {
+                    name: name.clone(),
+                    ttl: *ttl,
+                    holder: *holder,
+                    live: *live,
+                    ticket: *ticket,
+                    write: write.clone(),
+                }));
+            }
+        }
+        self.plan(cx, tables, now, rerun).map(Checked::Plan)
+    }
+
+    /// [`Op::check`] of an operation that writes only the tables: a refusal, or the plan of
+    /// its writes.
+    fn plan(&self, cx: &dyn Context, tables: &Tables<'_>, now: u64, rerun: bool) -> Result<Plan> {
         match self {
             Op::Acquire {
                 name,
@@ -382,22 +493,6 @@ impl Op {
                 live,
                 ticket,
             } => {
-                // Where the leases are in the store's shared memory, the grant is made there,
-                // in this check: inside the write transaction that writes the value, so that
-                // no token above the new one can have written the key (writes take turns on
-                // the transaction). Its requester withdraws it if the transaction then fails.
-                // A run again finds its own grant there and writes the value if the key does
-                // not hold it yet.
-                if let Some(granted) = cx.grant_shared(name, *ttl, *holder, *live, *ticket) {
-                    let (token, expires_ns) = granted?;
-                    let mut plan = Plan::new(Done::Granted { token, expires_ns });
-                    if let Some((key, value)) = write {
-                        if !(rerun && tables.holds(key, token, Some(value))?) {
-                            plan_value(tables, &mut plan, key, Some(value), token, token)?;
-                        }
-                    }
-                    return Ok(plan);
-                }
                 let current = tables.lease(name)?;
                 // Run again after its grant committed (by a process that died before it
                 // reported it): the same grant, not a second one.

@@ -143,7 +143,7 @@ mod tests {
         ]
     }
 
-    /// A map as `local/leases.rs` runs one: the last token it handed out, its reservation.
+    /// A map as `local/lease_map.rs` runs one: the last token it handed out, its reservation.
     struct Map {
         last: u64,
         reserved: u64,

@@ -1,4 +1,4 @@
-//! The lease map (`map.rs`, and `share/leases.rs` over it): a reader never trusts a torn or
+//! The lease map (`map.rs`, and `share/buckets.rs` over it): a reader never trusts a torn or
 //! unpublished blob; blocks are never freed while a bucket reaches them, and a sweep frees every
 //! one that no bucket reaches; a lock's tokens only grow, even for a grant stopped between
 //! taking its token and publishing while the lock was granted again and its record left the
@@ -14,7 +14,7 @@ use crate::ring::tokens::Take;
 use crate::ring::{lock_hash, Ring};
 use crate::rules::history::Ends;
 use crate::rules::record::{Lease, Record};
-use crate::share::leases::{update, Change, Entry};
+use crate::share::buckets::{update, Change, Entry};
 
 /// Publishes `blob` as bucket 0's, retrying while other writers publish first.
 fn publish(ring: &Ring, procs: &Procs, owner: u64, blob: &[u8]) {
@@ -136,7 +136,7 @@ fn lease(token: u64, owner: u64) -> Lease {
     }
 }
 
-/// An exclusive grant of `NAME`, as `local/leases.rs` makes it: refused while a record is
+/// An exclusive grant of `NAME`, as `local/lease_map.rs` makes it: refused while a record is
 /// there; its token taken after reading the bucket's floor, and kept for a retry only while
 /// the floor admits it. Returns the token granted.
 fn grant(ring: &Ring, procs: &Procs, owner: u64) -> Option<u64> {

@@ -11,7 +11,7 @@ use super::check;
 use crate::ring::tokens::Take;
 use crate::ring::Ring;
 
-/// A grant: takes one token, refilling the reservation as `local/leases.rs` does when it is
+/// A grant: takes one token, refilling the reservation as `local/lease_map.rs` does when it is
 /// short: the file's reservation (`durable`) first, then the map's bound.
 fn grant(ring: &Ring, durable: &AtomicU64) -> u64 {
     loop {

@@ -1,6 +1,7 @@
-//! The lease rules: when a lease still excludes others, what a new grant of each kind must find
-//! in the name's record, whose turn a waiting acquire's is, whether a holder's lease is still
-//! current, what state a record tells of, and the pruning of dead records.
+//! The lease rules, admission first (`admit_grant`): when a lease still excludes others, what a
+//! new grant of each kind must find in the name's record, whose turn a waiting acquire's is,
+//! whether a holder's lease is still current, what state a record tells of, and the pruning of
+//! dead records.
 //!
 //! Every grant of any kind is a lease of its own: its own token from the store's one counter, its
 //! own liveness id and TTL. Holders of a semaphore or shared lock share one record of the name

@@ -1,4 +1,4 @@
-//! A multi-process store's leases, kept in its ring's lease map (`share/leases.rs` over
+//! A multi-process store's leases, kept in its ring's lease map (`share/buckets.rs` over
 //! `ring/map.rs`) instead of the store file: a grant, an extend, a release and a wait touch no
 //! fsync and no commit.
 //!
@@ -9,7 +9,7 @@
 //!
 //! - A lease record is changed by one compare-and-swap of its bucket (no lock is held at any
 //!   moment, so a process stopped anywhere delays nobody) under the same rules as the file's
-//!   records (`rules/leases.rs`).
+//!   records (`rules/admit.rs`).
 //! - Tokens come from the map's counter, bounded by a reservation the store file holds durably
 //!   (`Op::Reserve`). The reservation is refilled ahead of need, in a thread of its own, so
 //!   that no grant waits for it while half a block is left; the block doubles at each refill
@@ -32,13 +32,13 @@ use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
 use crate::ring::tokens::Take;
 use crate::ring::SharedWord;
+use crate::rules::admit::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{admit_grant, check_current, check_join, is_live, new_lease};
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::{Group, Record};
 use crate::rules::tokens::Durable;
-use crate::share::leases::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
+use crate::share::buckets::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
 use crate::share::member::RingMember;
 
 /// The first reservation of a map, and the largest. Large, so that a process stopped inside
@@ -426,7 +426,7 @@ impl LocalEngine {
         token: u64,
         ended: Ended,
     ) {
-        if !self.history {
+        if !self.history.keeps() {
             return;
         }
         // Relaxed: a bound, not a protocol; a stale count keeps or drops one end more.
@@ -559,12 +559,12 @@ impl LocalEngine {
     /// Counts the ends a change of the map recorded, and starts a flush of the map's ends to
     /// the file once many are pending.
     fn ended_in_map(&self, member: &RingMember, ends: &Ends) {
-        let activity = self.activity();
+        let activity = self.counters.activity();
         for (counter, n) in ends.counts() {
             activity.add(counter, n);
         }
         let recorded = ends.total();
-        if recorded == 0 || !self.history {
+        if recorded == 0 || !self.history.keeps() {
             return;
         }
         let header = member.ring().map_header();
@@ -890,5 +890,70 @@ mod tests {
             token > meanwhile,
             "lock-0 granted token {token} after token {meanwhile}: its tokens went back"
         );
+    }
+
+    /// An acquire with a write, run as a combiner runs it, refused by its check: the refusal
+    /// leaves the lease map and its token counter as they were (the map is not undone by its
+    /// requester afterwards: it is never written).
+    #[test]
+    fn a_refused_acquire_with_a_write_writes_nothing_in_the_lease_map() {
+        use crate::rules::ops::Op;
+        use crate::share::buckets::entry_of;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let (store, engine) = open_engine(&path);
+        let member = engine.map().unwrap();
+        // The key holds a value of a token above every token the map handed out (written
+        // directly: no grant makes one), so no new grant may write it.
+        let above = member.ring().last_token() + 1_000;
+        let db = engine.database().unwrap();
+        let txn = db.writable().unwrap().begin_write().unwrap();
+        txn.open_table(crate::rules::tables::VALUES)
+            .unwrap()
+            .insert(
+                b"k".as_slice(),
+                crate::rules::record::encode_value(above, Some(b"old")).as_slice(),
+            )
+            .unwrap();
+        txn.commit().unwrap();
+        drop(db);
+        let other = store.acquire("held", Duration::from_secs(60)).unwrap();
+        for name in ["free", "held"] {
+            let last_token = member.ring().last_token();
+            let before = entry_of(member.ring(), name).unwrap();
+            let grant = crate::local::acquire::Grant::take(&engine).unwrap();
+            let op = Op::Acquire {
+                name: name.to_owned(),
+                ttl: Duration::from_secs(60),
+                write: Some((b"k".to_vec(), b"new".to_vec())),
+                holder: engine.me,
+                live: grant.live,
+                ticket: None,
+            };
+            let result = engine.submit(op, None);
+            match name {
+                "free" => assert!(
+                    matches!(result, Err(crate::Error::StaleToken { .. })),
+                    "{result:?}"
+                ),
+                _ => assert!(
+                    matches!(result, Err(crate::Error::Locked { .. })),
+                    "{result:?}"
+                ),
+            }
+            assert_eq!(
+                entry_of(member.ring(), name).unwrap(),
+                before,
+                "the refused grant of {name} changed its record in the map"
+            );
+            assert_eq!(
+                member.ring().last_token(),
+                last_token,
+                "{name}: a token was taken"
+            );
+        }
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"old");
+        other.release().unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! A lease a local store granted: its liveness lock, extending, releasing, a holder's checked
 //! write, whether it is still current, and waiting for a holder to let go. The rules it
-//! follows are in `rules/leases.rs`.
+//! follows are in `rules/admit.rs`.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -15,8 +15,8 @@ use crate::base::error::{Error, Result};
 use crate::base::limits::{check_key, check_ttl, MAX_TTL, MIN_KEEP_ALIVE_TTL};
 use crate::engine::{Engine, LeaseHandle, LeaseState, Signal};
 use crate::local::LocalEngine;
+use crate::rules::admit::{check_current, is_live};
 use crate::rules::kind::Kind;
-use crate::rules::leases::{check_current, is_live};
 use crate::rules::ops::{unexpected, Done, Op};
 
 /// How often a waiting acquire tests whether the holder of another process let go.
@@ -69,6 +69,7 @@ impl LocalLease {
         self.state.signal.changed.notify_all();
         let state = &self.state;
         self.inner
+            .counters
             .lost_lease(&state.name, state.kind, state.token, self.granted_ns);
     }
 
@@ -146,7 +147,10 @@ impl LeaseHandle for LocalLease {
             return Err(self.state.lost());
         }
         let inner = &self.inner;
-        match inner.counted(inner.extend(&self.state.name, self.state.token, ttl, cancel)) {
+        match inner
+            .counters
+            .counted(inner.extend(&self.state.name, self.state.token, ttl, cancel))
+        {
             Ok(expires_ns) => {
                 self.state.expires_ns.store(expires_ns, Ordering::Release);
                 Ok(())
@@ -174,6 +178,7 @@ impl LeaseHandle for LocalLease {
             return Err(state.lost());
         }
         self.inner
+            .counters
             .counted(
                 self.inner
                     .holder_put(&state.name, state.token, key, value, cancel),
@@ -199,7 +204,7 @@ impl LeaseHandle for LocalLease {
         if lost.is_some() {
             self.end_lost();
         }
-        self.inner.released_lease(
+        self.inner.counters.released_lease(
             &state.name,
             state.kind,
             state.token,
@@ -259,24 +264,17 @@ impl LocalEngine {
         until: u64,
         cancel: Option<&Cancel>,
     ) -> Result<()> {
-        loop {
+        self.released.wait_while(|| {
             crate::base::cancel::check(cancel)?;
-            let mut releases = self.releases.lock();
-            let seen = *releases;
             if !self.live.is_held(live)? {
-                return Ok(());
+                return Ok(None);
             }
             let now = clock::now_ns();
             if now >= until {
-                return Ok(());
+                return Ok(None);
             }
-            let slice = WAIT_POLL.min(Duration::from_nanos(until - now));
-            while *releases == seen {
-                if self.released.wait_for(&mut releases, slice).timed_out() {
-                    break;
-                }
-            }
-        }
+            Ok(Some(WAIT_POLL.min(Duration::from_nanos(until - now))))
+        })
     }
 
     /// Ends this process's hold of the lease of `name` whose liveness id is `live`, and wakes
@@ -284,13 +282,13 @@ impl LocalEngine {
     /// that this is not a child of `fork()`.
     fn release(&self, name: &str, live: u64, token: u64) -> Result<()> {
         // Noted before the lock is let go, so that the grant it lets in knows of it.
-        self.note_release(name, token);
+        let activity = self.counters.activity();
+        self.history.note_release(activity, name, token);
         if let Err(err) = self.live.unlock(live) {
-            self.unnote_release(token);
+            self.history.unnote_release(activity, token);
             return Err(err.into());
         }
-        *self.releases.lock() += 1;
-        self.released.notify_all();
+        self.released.tell();
         self.wake_waiter(name);
         Ok(())
     }
