@@ -22,7 +22,8 @@ use crate::rules::record::{decode_value, encode_value, Lease, Record, LEASE_FORM
 use crate::share::buckets;
 use crate::share::wire::{self, Request};
 use crate::storage::wal::record::{self as log, ALIGN};
-use crate::storage::wal::scan::{self, Bytes, Ring};
+use crate::storage::wal::scan::{self, Bytes};
+use crate::storage::wal::Ring;
 
 /// A decoder's check: whether `bytes` decoded; panics on a finding.
 pub type Check = fn(&[u8]) -> bool;

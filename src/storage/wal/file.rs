@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use crate::base::error::{Error, Result};
 use crate::storage::wal::crc;
 use crate::storage::wal::record::ALIGN;
-use crate::storage::wal::scan::Ring;
+use crate::storage::wal::Ring;
 
 /// The header block's length: the ring starts after it.
 pub(crate) const HEADER_BLOCK: u64 = 4096;

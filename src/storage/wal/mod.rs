@@ -23,6 +23,16 @@ mod crash;
 use crate::base::error::{Error, Result};
 use record::{Record, ALIGN, MAX_RECORD, MIN_RECORD};
 
+/// The ring of a log, read by position: the log file, or bytes in memory (`scan::Bytes`). It
+/// lives here, not in `scan`, so that `file` (which implements it) and `scan` (which reads
+/// through it) do not import each other.
+pub(crate) trait Ring {
+    /// The ring's size, a multiple of [`ALIGN`](record::ALIGN).
+    fn size(&self) -> u64;
+    /// Reads `bytes.len()` bytes at position `lsn`; they never run past the ring's end.
+    fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()>;
+}
+
 /// Where a record of `len` bytes goes when the log's reserved end is `end`: after `filler`
 /// bytes that take the rest of the lap when the record would not fit in it.
 ///

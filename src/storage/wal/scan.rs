@@ -23,14 +23,7 @@
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::record::{Frame, Record, ALIGN, HEADER, MAX_RECORD, MIN_RECORD};
-
-/// The ring of a log, read by position: the log file, or bytes in memory.
-pub(crate) trait Ring {
-    /// The ring's size, a multiple of [`ALIGN`].
-    fn size(&self) -> u64;
-    /// Reads `bytes.len()` bytes at position `lsn`; they never run past the ring's end.
-    fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()>;
-}
+use crate::storage::wal::Ring;
 
 /// A ring in memory: the bytes after a log's header block (crash images, the fuzz target).
 /// Its size is their length rounded down to a multiple of [`ALIGN`].
