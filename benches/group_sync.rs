@@ -38,14 +38,20 @@ fn writer(dir: &Path, seconds: f64, index: usize) {
     std::io::stdin().read_line(&mut go).unwrap();
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let mut latencies = Vec::with_capacity(1 << 20);
+    let mut skipped = 0u64;
     while Instant::now() < until {
         let start = Instant::now();
-        log.append(&record).expect("an append");
-        latencies.push(start.elapsed().as_nanos() as u64);
+        match log.append(&record) {
+            Ok(_) => latencies.push(start.elapsed().as_nanos() as u64),
+            // Descheduled between its reserve and its mark for longer than GAP_PATIENCE: its
+            // gap was skipped (counted, and printed when any).
+            Err(fencelock::Error::Timeout) => skipped += 1,
+            Err(err) => panic!("an append: {err}"),
+        }
     }
     let bytes: Vec<u8> = latencies.iter().flat_map(|l| l.to_le_bytes()).collect();
     std::fs::write(dir.join(format!("lat-{index}")), bytes).unwrap();
-    println!("{} {}", latencies.len(), log.syncs());
+    println!("{} {} {skipped}", latencies.len(), log.syncs());
 }
 
 fn prepare(dir: &Path) {
@@ -84,13 +90,17 @@ fn row(base: &Path, processes: usize, seconds: f64) {
     for (child, _) in &mut kids {
         writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     }
-    let (mut writes, mut syncs) = (0u64, 0u64);
+    let (mut writes, mut syncs, mut skipped) = (0u64, 0u64, 0u64);
     for (mut child, mut out) in kids {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
-        let (w, s) = line.trim().split_once(' ').unwrap();
-        writes += w.parse::<u64>().unwrap();
-        syncs += s.parse::<u64>().unwrap();
+        let counts: Vec<u64> = line
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        writes += counts[0];
+        syncs += counts[1];
+        skipped += counts[2];
         assert!(child.wait().unwrap().success());
     }
     let mut all: Vec<u64> = (0..processes)
@@ -111,6 +121,9 @@ fn row(base: &Path, processes: usize, seconds: f64) {
         at(0.5),
         at(0.99)
     );
+    if skipped > 0 {
+        println!("      ({skipped} appends skipped: descheduled past GAP_PATIENCE)");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
