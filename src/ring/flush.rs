@@ -242,8 +242,7 @@ impl<'a> GroupSync<'a> {
         let len = record.len() as u64;
         let lsn = self.reserve(len)?;
         if let Err(err) = self.log.write(lsn, record) {
-            self.fail();
-            return Err(err.into());
+            return Err(self.failed_by(&err));
         }
         self.written(lsn, len)?;
         self.await_durable(lsn + len)?;
@@ -411,8 +410,7 @@ impl<'a> GroupSync<'a> {
             return Ok(false);
         }
         if let Err(err) = self.log.sync() {
-            self.fail();
-            return Err(err.into());
+            return Err(self.failed_by(&err));
         }
         let words = self.words();
         // AcqRel: the sync (before this) is seen by whoever reads the new `flushed` (Acquire)
@@ -430,6 +428,16 @@ impl<'a> GroupSync<'a> {
         // before this either sleeps and is woken below or finds it changed and does not sleep.
         words.generation.fetch_add(1, Ordering::Release);
         futex_wake(&words.generation);
+    }
+
+    /// Marks the log failed by `err` (a write's or a sync's): the storage error the failing
+    /// call returns.
+    fn failed_by(&self, err: &io::Error) -> Error {
+        self.fail();
+        Error::Storage(format!(
+            "a write or sync of the redo log failed ({err}): nothing since is durable; reopen \
+             the store"
+        ))
     }
 
     fn fail(&self) {
@@ -568,8 +576,7 @@ impl<'a> GroupSync<'a> {
             }
         }
         if let Err(err) = self.log.sync() {
-            self.fail();
-            return Err(err.into());
+            return Err(self.failed_by(&err));
         }
         // Release: the skip record's write and sync (before this) are seen by the flusher that
         // steps over the gap (its Acquire in `written_to`), so no sync covers the gap without
@@ -605,8 +612,7 @@ impl<'a> GroupSync<'a> {
     /// record).
     fn write_skip(&self, place: u64, gap: u64, len: u64) -> Result<()> {
         if let Err(err) = self.log.write_skip(place, SKIP_SPACE, gap, len) {
-            self.fail();
-            return Err(err.into());
+            return Err(self.failed_by(&err));
         }
         self.written(place, SKIP_SPACE)
     }
@@ -731,5 +737,86 @@ impl SharedLogFile {
 
     fn sync(&self) -> GroupSync<'_> {
         GroupSync::new(&self.ring, self.id, &self.live, &self.log)
+    }
+}
+
+#[cfg(all(test, not(fencelock_loom)))]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Every process lives.
+    struct Alive;
+
+    impl Live for Alive {
+        fn is_held(&self, _id: u64) -> io::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    /// A log whose syncs fail once `failing` is set (EIO, as a disk that lost a write).
+    struct Failing {
+        failing: Cell<bool>,
+    }
+
+    impl Log for Failing {
+        fn write(&self, _lsn: u64, _record: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn sync(&self) -> io::Result<()> {
+            if self.failing.get() {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            Ok(())
+        }
+
+        fn write_skip(&self, _at: u64, _space: u64, _gap: u64, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ring(dir: &std::path::Path) -> Ring {
+        let store = dir.join("store");
+        std::fs::write(&store, b"").unwrap();
+        let stamp = crate::ring::Stamp {
+            boot_id: [3; 16],
+            version: 1,
+        };
+        Ring::open(dir, &std::fs::metadata(&store).unwrap(), None, stamp).unwrap()
+    }
+
+    #[test]
+    fn a_failed_sync_is_never_acknowledged_and_fails_every_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Failing {
+            failing: Cell::new(false),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        assert_eq!(sync.append(&[1; 16]).unwrap(), 0);
+        assert_eq!(sync.flushed(), 16);
+        log.failing.set(true);
+        assert!(matches!(sync.append(&[2; 16]), Err(Error::Storage(_))));
+        assert_eq!(sync.flushed(), 16, "the failed sync covered nothing");
+        // The disk works again, but the log's state is unknown: refused until set up anew.
+        log.failing.set(false);
+        assert!(matches!(sync.append(&[3; 16]), Err(Error::Storage(_))));
+        assert!(matches!(sync.reserve(8), Err(Error::Storage(_))));
+    }
+
+    #[test]
+    fn a_record_of_a_bad_length_is_refused_and_reserves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Failing {
+            failing: Cell::new(false),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        for len in [0, 7, MAX_RECORD + GRANULE] {
+            assert!(matches!(sync.reserve(len), Err(Error::InvalidArgument(_))));
+        }
+        assert_eq!(sync.reserve(8).unwrap(), 0, "nothing was reserved before");
     }
 }
