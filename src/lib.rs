@@ -54,11 +54,15 @@ pub use base::limits::{
     DEFAULT_MAX_VALUE_LEN, MAX_NAME_LEN, MAX_TTL, MAX_VALUE_LEN_LIMIT, MIN_KEEP_ALIVE_TTL, MIN_TTL,
 };
 pub use base::thread::ThreadTag;
+// The group sync of the redo log over a plain file, for tests/group_sync.rs and the bench only.
 pub use engine::observe::{Event, Observer};
 pub use engine::options::{Mode, Options, DEFAULT_BUSY_TIMEOUT};
 #[cfg(feature = "etcd")]
 pub use etcd::ETCD_MIN_TTL;
 pub use local::serve::{Heartbeat, ServeOptions, Server};
+#[cfg(not(fencelock_loom))]
+#[doc(hidden)]
+pub use ring::flush::SharedLogFile;
 pub use rules::history::{Ending, HistoryEntry, HISTORY_LOCKS, HISTORY_PER_LOCK};
 pub use rules::info::{Fenced, LockInfo, LockState, StoreInfo, WaiterInfo};
 pub use rules::kind::{Kind, MAX_HOLDERS};

@@ -1,7 +1,7 @@
 //! The ring's memory layout: every `#[repr(C)]` type laid over the mapping, where it lies, its
 //! size, and the compile-time checks that the parts fit, are aligned and do not overlap. The
 //! protocols that move these words live in the files named at each type (`slots.rs`,
-//! `queue.rs`, `server.rs`, `map.rs`); `view.rs` maps the file and lays these types over it.
+//! `queue.rs`, `server.rs`, `map.rs`, `flush.rs`); `view.rs` maps the file and lays these types over it.
 //!
 //! Every type here is made of atomics (and of reserved words nobody writes), valid for any bit
 //! pattern, so that bytes other processes write at any moment are always a valid value.
@@ -27,7 +27,9 @@ pub(super) const HEADER_SIZE: usize = 4096;
 pub(super) const ACTIVITY_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 /// The lease map (map.rs), after the activity page.
 pub(super) const MAP_OFFSET: usize = ACTIVITY_OFFSET + ACTIVITY_SIZE;
-pub(super) const RING_SIZE: usize = MAP_OFFSET + MAP_SIZE;
+/// The group sync's page and its marks (`flush.rs`), after the lease map.
+pub(super) const FLUSH_OFFSET: usize = MAP_OFFSET + MAP_SIZE;
+pub(super) const RING_SIZE: usize = FLUSH_OFFSET + FLUSH_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 pub(super) const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -149,6 +151,11 @@ const _: () = {
     assert!(ACTIVITY_OFFSET % std::mem::align_of::<Activity>() == 0);
     assert!(MAP_OFFSET % std::mem::align_of::<MapHeader>() == 0);
     assert!((MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
+    // The group sync's page starts a page of its own, its marks right after it.
+    assert!(FLUSH_OFFSET % 4096 == 0);
+    assert!(std::mem::size_of::<FlushHeader>() <= FLUSH_HEADER);
+    assert!(FLUSH_OFFSET + FLUSH_HEADER + MARKS * 8 <= RING_SIZE);
+    assert!(FLUSH_HEADER % std::mem::align_of::<AtomicU64>() == 0);
     // The mapping is page-aligned: no part needs more.
     assert!(std::mem::align_of::<Header>() <= 4096);
     assert!(std::mem::align_of::<Activity>() <= 4096);
@@ -208,6 +215,37 @@ pub(crate) const HEADER_AREA: usize = 4096;
 const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
 /// The header, the buckets' words, their token floors, the blocks.
 pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
+
+/// The group sync's words (`flush.rs`: their state table and protocol), in a page of their
+/// own: the writers of every process touch them at each durable write, and a page apart keeps
+/// that traffic off the lease map's header.
+#[repr(C)]
+pub(super) struct FlushHeader {
+    /// The log position (LSN, bytes) reserved so far.
+    pub(super) end: AtomicU64,
+    /// The LSN below which the log is durable.
+    pub(super) flushed: AtomicU64,
+    /// The liveness id of the process syncing now (the flusher), 0 for none.
+    pub(super) flusher: AtomicU64,
+    /// Non-zero once a sync or a write of the log failed: every later reserve fails.
+    pub(super) failed: AtomicU64,
+    /// Raised at each raise of `flushed` (and at a failure): the futex waiters sleep on.
+    pub(super) generation: AtomicU32,
+    _reserved: AtomicU32,
+}
+
+/// Bytes of the group sync's page; its marks follow.
+pub(super) const FLUSH_HEADER: usize = 4096;
+/// The log's records start on multiples of this; a mark stands for each such granule.
+pub(crate) const GRANULE: u64 = 8;
+/// The marks of the group sync, one per granule of the window of log in flight (`flush.rs`):
+/// 16,384 marks (128 KiB of shared memory) for a window of 128 KiB of log.
+#[cfg(not(fencelock_loom))]
+pub(crate) const MARKS: usize = 16384;
+// The models' window: a few records of a granule or two.
+#[cfg(fencelock_loom)]
+pub(crate) const MARKS: usize = 8;
+pub(super) const FLUSH_SIZE: usize = FLUSH_HEADER + MARKS * 8;
 
 /// The models' ring is made of these, on the heap (`View::heap`): every word zero, as a new
 /// ring file's.
@@ -276,6 +314,19 @@ mod zeroed {
                 state: AtomicU64::new(0),
                 link: AtomicU64::new(0),
                 payload: words(),
+            }
+        }
+    }
+
+    impl FlushHeader {
+        pub(in crate::ring) fn zeroed() -> FlushHeader {
+            FlushHeader {
+                end: AtomicU64::new(0),
+                flushed: AtomicU64::new(0),
+                flusher: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+                generation: AtomicU32::new(0),
+                _reserved: AtomicU32::new(0),
             }
         }
     }

@@ -11,7 +11,8 @@
 //! mapping), `activity.rs` (the counters and recent releases), `sync.rs` (atomics and futexes), `view.rs` (the mapping), `file.rs` (setting up,
 //! permissions, removal), `slots.rs` (posting requests and replies), `queue.rs` (waiting
 //! acquires), `server.rs` (the server and doorbell words), `map.rs` (the lease map), `tokens.rs`
-//! (the token counter and its reservation) and `guard.rs` (SIGBUS).
+//! (the token counter and its reservation), `flush.rs` (group sync of the redo log across
+//! processes) and `guard.rs` (SIGBUS).
 //!
 //! Layer 3: the ring owns the mapping and its bytes (the slots, the waiting queue, the server
 //! words, the activity page, the lease map) and the futexes; what the bytes mean it leaves to
@@ -24,6 +25,7 @@ use layout::{Header, SlotHead};
 
 pub(crate) mod activity;
 mod file;
+pub(crate) mod flush;
 mod guard;
 mod layout;
 pub(crate) mod map;

@@ -15,10 +15,13 @@ use std::io;
 
 use super::activity::Activity;
 use super::layout::{
-    Block, Header, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS, RING_SIZE, SLOTS, WAITERS,
+    Block, FlushHeader, Header, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS, MARKS, RING_SIZE,
+    SLOTS, WAITERS,
 };
 #[cfg(not(fencelock_loom))]
-use super::layout::{ACTIVITY_OFFSET, HEADER_AREA, HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET};
+use super::layout::{
+    ACTIVITY_OFFSET, FLUSH_HEADER, FLUSH_OFFSET, HEADER_AREA, HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET,
+};
 
 /// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
 /// are valid for as long as the view lives: they are handed out only for the life of a borrow
@@ -32,6 +35,8 @@ pub(super) struct View {
     buckets: &'static [AtomicU64; BUCKETS],
     floors: &'static [AtomicU64; BUCKETS],
     blocks: &'static [Block; BLOCKS],
+    flush: &'static FlushHeader,
+    marks: &'static [AtomicU64; MARKS],
 }
 
 impl View {
@@ -73,6 +78,10 @@ impl View {
                 blocks: &*base
                     .add(MAP_OFFSET + HEADER_AREA + 2 * BUCKETS * 8)
                     .cast::<[Block; BLOCKS]>(),
+                flush: &*base.add(FLUSH_OFFSET).cast::<FlushHeader>(),
+                marks: &*base
+                    .add(FLUSH_OFFSET + FLUSH_HEADER)
+                    .cast::<[AtomicU64; MARKS]>(),
             }
         })
     }
@@ -114,6 +123,16 @@ impl View {
     pub(super) fn block(&self, index: usize) -> &Block {
         &self.blocks[index]
     }
+
+    /// The group sync's words (`flush.rs`).
+    pub(super) fn flush(&self) -> &FlushHeader {
+        self.flush
+    }
+
+    /// The group sync's mark `index` (`flush.rs`).
+    pub(super) fn mark(&self, index: usize) -> &AtomicU64 {
+        &self.marks[index]
+    }
 }
 
 /// The models' rings are on the heap (`View::heap`); none is mapped.
@@ -138,6 +157,8 @@ impl View {
             buckets: leak(std::array::from_fn(|_| AtomicU64::new(0))),
             floors: leak(std::array::from_fn(|_| AtomicU64::new(0))),
             blocks: leak(std::array::from_fn(|_| Block::zeroed())),
+            flush: leak(FlushHeader::zeroed()),
+            marks: leak(std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 }
@@ -158,6 +179,8 @@ impl Drop for View {
         free(self.buckets);
         free(self.floors);
         free(self.blocks);
+        free(self.flush);
+        free(self.marks);
     }
 }
 

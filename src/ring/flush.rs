@@ -1,0 +1,822 @@
+//! Group sync across processes (PostgreSQL's `XLogFlush`; docs/design/writes.md sections 3, 4
+//! steps 3-4, 8 and 9): the processes that append records to one redo log share each
+//! `fdatasync` of it. A writer reserves log space, writes its record there, marks it written,
+//! and waits until the log is durable past it; one process at a time (the flusher) finds how far
+//! the log is written without a gap, syncs, and raises `flushed` to there, covering every
+//! process's records; the others sleep on `generation`.
+//!
+//! The protocol knows nothing of the log file: writing a record's bytes and syncing the file are
+//! the caller's [`Log`] (the log of `storage/wal/`, or a plain file in the tests and the bench).
+//!
+//! The words, in `FlushHeader` (`layout.rs`), a page of their own:
+//!
+//! | word | meaning | who changes it, and how |
+//! |---|---|---|
+//! | `end` | the LSN reserved so far | a writer, by a compare-and-swap from the value it read to that plus its record's length, only while the result stays inside the window (below) |
+//! | `flushed` | the LSN below which the log is durable | whoever synced, by `fetch_max` to the written prefix it found *before* its sync |
+//! | `flusher` | the liveness id of the process syncing now, 0 for none | a waiter, by a compare-and-swap from 0 (or from a dead process's id: taken over); the flusher, back to 0 |
+//! | `generation` | bumped after each raise of `flushed`, and at a failure; a futex | whoever raised `flushed`, then a wake of every sleeper |
+//! | `failed` | non-zero once a write or a sync of the log failed | whoever saw the error; only a new set-up of the ring clears it |
+//!
+//! **The marks, and how they map to records.** Records have any length (a multiple of
+//! [`GRANULE`]), so a mark per fixed-size record (the prototype's) does not fit, and a record
+//! sequence number cannot be taken in the same atomic step as a byte position. Instead each
+//! granule of the log has a mark, `marks[(lsn / GRANULE) % MARKS]`, and a record's mark is the
+//! one of its first granule. The marks are a window over the log: a reserve never takes space
+//! past `flushed + WINDOW`, so no two granules in flight share a mark (bounded records in
+//! flight: `WINDOW` bytes, 128 KiB). A mark word is `tag << 18 | granules << 2 | state`, where
+//! the tag is `lsn / GRANULE + 1` (46 bits: a position, not just a slot, so that a mark left
+//! from an earlier lap of the window is never taken for a new one) and `granules` the record's
+//! (or the gap's) length, so that the flusher learns a record's length in the same load that
+//! tells it the record is written: no side table that a late writer could overwrite. States:
+//!
+//! | state | set by | meaning |
+//! |---|---|---|
+//! | `WRITTEN` | the record's writer, by a compare-and-swap from any mark of another position, after its write | the record is in the file; the flusher may cover it |
+//! | `SKIPPING` | a skipper, by a compare-and-swap from any mark of another position | a gap being skipped: the first granule of a stopped writer's record, and the granules after it up to the next written record; its writer's own mark then loses and its write fails with `Timeout` |
+//! | `SKIPPED` | the skipper of the gap's first granule, once its `skip` record is written and synced | the flusher may step over the gap's `granules` |
+//!
+//! Why an acknowledged record is durable: its writer acknowledges once `flushed` passes it;
+//! `flushed` is only raised (`fetch_max`) to a prefix found written without a gap (marks of the
+//! right position, `WRITTEN` or `SKIPPED`, chained by their lengths) before a sync that
+//! returned success; every mark was stored after its record's write.
+//!
+//! Why a stopped or dead process stalls nobody for long: a stopped flusher is passed after
+//! `FLUSH_PATIENCE` by any waiter, which syncs itself; a dead one is taken over at once (its
+//! liveness lock is gone). A gap (a record reserved and never marked, its writer stopped or
+//! dead) is skipped by the first waiter that sees the gap at `flushed` for `GAP_PATIENCE`: it
+//! claims the gap's marks, appends a `skip(lsn, len)` record through [`Log::write_skip`] and
+//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/`) must take a record at `lsn`
+//! as void when a `skip(lsn, len)` record lies within the next `WINDOW` bytes (the stopped writer
+//! may still write its bytes there when it resumes), and the skip record is durable before any
+//! sync covers a byte past the gap. The one holder left: a skipper stopped between its claim and
+//! `SKIPPED` holds the gap until it resumes (the window's one skip record cannot be taken twice
+//! safely); docs/design/writes.md section 8 says so.
+//!
+//! A failed write or sync (section 9) sets `failed`: the failing call, every await not yet
+//! covered and every later reserve fail with a storage error until the ring is set up anew.
+//!
+//! Model: `models/flush.rs` (make test-loom): writers reserving, writing and awaiting, a flusher
+//! that dies mid-sync, a writer that dies after reserving.
+
+use std::io;
+use std::time::Duration;
+
+use super::layout::{FlushHeader, GRANULE, MARKS};
+use super::sync::{futex_wait, futex_wake, spin, AtomicU64, Live, Ordering};
+use super::Ring;
+use crate::base::error::{Error, Result};
+
+/// Bytes of log in flight at most: from `flushed` to `end`.
+pub(crate) const WINDOW: u64 = MARKS as u64 * GRANULE;
+/// Bytes a `skip` record takes.
+#[cfg(not(fencelock_loom))]
+pub(crate) const SKIP_SPACE: u64 = 64;
+#[cfg(fencelock_loom)]
+pub(crate) const SKIP_SPACE: u64 = GRANULE;
+/// Skips in flight at once that the window keeps room for (a stopped or dead writer each):
+/// writers leave `SKIP_ROOM * SKIP_SPACE` bytes free at the window's end.
+#[cfg(not(fencelock_loom))]
+pub(crate) const SKIP_ROOM: u64 = 16;
+#[cfg(fencelock_loom)]
+pub(crate) const SKIP_ROOM: u64 = 2;
+/// The longest record: it fits a window beside a skip record, and its granules a mark's field.
+pub(crate) const MAX_RECORD: u64 = {
+    let by_window = WINDOW - SKIP_ROOM * SKIP_SPACE;
+    let by_mark = LEN_MASK * GRANULE;
+    if by_window < by_mark {
+        by_window
+    } else {
+        by_mark
+    }
+};
+/// A waiter that sees `flushed` stand still this long syncs itself (the flusher is stopped or
+/// slow).
+pub(crate) const FLUSH_PATIENCE: Duration = Duration::from_millis(2);
+/// A gap at `flushed` that stays this long is skipped (its writer is stopped or dead).
+pub(crate) const GAP_PATIENCE: Duration = Duration::from_millis(20);
+
+const WRITTEN: u64 = 1;
+const SKIPPING: u64 = 2;
+const SKIPPED: u64 = 3;
+const STATE_MASK: u64 = 3;
+const LEN_SHIFT: u32 = 2;
+const LEN_MASK: u64 = (1 << 16) - 1;
+const TAG_SHIFT: u32 = 18;
+const TAG_MASK: u64 = (1 << 46) - 1;
+
+/// What the protocol needs of the log file.
+pub(crate) trait Log {
+    /// Writes `record` at `lsn` (its place in the file is the log's business).
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()>;
+    /// Makes every write that returned before this call durable (`fdatasync`).
+    fn sync(&self) -> io::Result<()>;
+    /// Writes at `at`, in `space` bytes, a record saying that the `len` bytes at `gap` do not
+    /// count, whatever they hold.
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()>;
+}
+
+fn tag(lsn: u64) -> u64 {
+    (lsn / GRANULE + 1) & TAG_MASK
+}
+
+fn mark(lsn: u64, len: u64, state: u64) -> u64 {
+    (tag(lsn) << TAG_SHIFT) | ((len / GRANULE) << LEN_SHIFT) | state
+}
+
+/// Whether `word` is a mark of position `lsn` (of any state).
+fn marks(word: u64, lsn: u64) -> bool {
+    word & STATE_MASK != 0 && word >> TAG_SHIFT == tag(lsn)
+}
+
+fn span(word: u64) -> u64 {
+    ((word >> LEN_SHIFT) & LEN_MASK) * GRANULE
+}
+
+fn failure() -> Error {
+    Error::Storage(
+        "a write or sync of the redo log failed: nothing since is durable; reopen the store".into(),
+    )
+}
+
+/// One process's side of the protocol: its liveness id, how it learns whether others live, and
+/// its log.
+pub(crate) struct GroupSync<'a> {
+    ring: &'a Ring,
+    id: u64,
+    live: &'a dyn Live,
+    log: &'a dyn Log,
+}
+
+/// How long this waiter has seen `flushed` stand still, and a gap at it.
+struct Patience {
+    flushed: u64,
+    #[cfg(not(fencelock_loom))]
+    since: std::time::Instant,
+}
+
+impl Patience {
+    fn new(flushed: u64) -> Patience {
+        Patience {
+            flushed,
+            #[cfg(not(fencelock_loom))]
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// Notes the `flushed` seen now; a move starts the wait anew.
+    fn saw(&mut self, flushed: u64) {
+        if flushed != self.flushed {
+            *self = Patience::new(flushed);
+        }
+    }
+
+    // The models have no clock: a waiter's patience with the flusher never runs out (a dead
+    // flusher is found by its liveness lock; a lost wake-up is a deadlock loom reports), and its
+    // patience with a gap always has (every interleaving of a skip with the late writer's mark
+    // is explored).
+    #[cfg(not(fencelock_loom))]
+    fn flusher_over(&self) -> bool {
+        self.since.elapsed() >= FLUSH_PATIENCE
+    }
+    #[cfg(fencelock_loom)]
+    #[allow(clippy::unused_self)]
+    fn flusher_over(&self) -> bool {
+        false
+    }
+
+    #[cfg(not(fencelock_loom))]
+    fn gap_over(&self) -> bool {
+        self.since.elapsed() >= GAP_PATIENCE
+    }
+    #[cfg(fencelock_loom)]
+    #[allow(clippy::unused_self)]
+    fn gap_over(&self) -> bool {
+        true
+    }
+
+    #[cfg(not(fencelock_loom))]
+    fn left(&self) -> Duration {
+        FLUSH_PATIENCE.saturating_sub(self.since.elapsed())
+    }
+    #[cfg(fencelock_loom)]
+    #[allow(clippy::unused_self)]
+    fn left(&self) -> Duration {
+        Duration::MAX
+    }
+}
+
+impl<'a> GroupSync<'a> {
+    /// The group sync of `ring` for the process with liveness id `id`.
+    pub(crate) fn new(ring: &'a Ring, id: u64, live: &'a dyn Live, log: &'a dyn Log) -> Self {
+        GroupSync {
+            ring,
+            id,
+            live,
+            log,
+        }
+    }
+
+    fn words(&self) -> &FlushHeader {
+        self.ring.view.flush()
+    }
+
+    fn mark_of(&self, lsn: u64) -> &AtomicU64 {
+        self.ring
+            .view
+            .mark(usize::try_from((lsn / GRANULE) % MARKS as u64).expect("an index"))
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        self.ring.intact()?;
+        // Acquire: pairs with the Release of `fail`; nothing hangs on it but the refusal.
+        if self.words().failed.load(Ordering::Acquire) != 0 {
+            return Err(failure());
+        }
+        Ok(())
+    }
+
+    /// Appends `record` (a multiple of [`GRANULE`] bytes long) and returns its LSN once it is
+    /// durable: reserve, write, mark, await.
+    pub(crate) fn append(&self, record: &[u8]) -> Result<u64> {
+        let len = record.len() as u64;
+        let lsn = self.reserve(len)?;
+        if let Err(err) = self.log.write(lsn, record) {
+            return Err(self.failed_by(&err));
+        }
+        self.written(lsn, len)?;
+        self.await_durable(lsn + len)?;
+        Ok(lsn)
+    }
+
+    /// Reserves `len` bytes of log (a multiple of [`GRANULE`], at most [`MAX_RECORD`]): the
+    /// record's LSN. Waits (helping to sync) while the window is full.
+    pub(crate) fn reserve(&self, len: u64) -> Result<u64> {
+        if len == 0 || len % GRANULE != 0 || len > MAX_RECORD {
+            return Err(Error::InvalidArgument(format!(
+                "a log record is a multiple of {GRANULE} bytes, from {GRANULE} to {MAX_RECORD}, \
+                 not {len}"
+            )));
+        }
+        self.reserve_within(len, WINDOW - SKIP_ROOM * SKIP_SPACE)
+    }
+
+    /// Reserves `len` bytes, the end staying within `window` of `flushed`.
+    fn reserve_within(&self, len: u64, window: u64) -> Result<u64> {
+        let words = self.words();
+        loop {
+            self.check_failed()?;
+            // Acquire on both: the window is judged on a `flushed` at least as new as the
+            // reservations below `end` it is compared with (`flushed` <= `end` always).
+            let end = words.end.load(Ordering::Acquire);
+            let flushed = words.flushed.load(Ordering::Acquire);
+            if end + len > flushed + window {
+                // The window is full: what is in it must become durable first.
+                self.await_durable(end + len - window)?;
+                continue;
+            }
+            // The one step that hands out log space: only the swap from `end` owns
+            // `end..end + len`. `flushed` only grows, so the window holds at the swap too.
+            // AcqRel: a flusher that reads the new `end` (Acquire) reads the marks it bounds
+            // as they were after it, and this writer's later mark is ordered after.
+            if words
+                .end
+                .compare_exchange(end, end + len, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(end);
+            }
+        }
+    }
+
+    /// Marks the record at `lsn`, `len` bytes, written (its bytes are in the file). Fails with
+    /// `Timeout` when its gap was skipped meanwhile: the write then does not count.
+    pub(crate) fn written(&self, lsn: u64, len: u64) -> Result<()> {
+        let cell = self.mark_of(lsn);
+        let mut seen = cell.load(Ordering::Acquire);
+        loop {
+            if marks(seen, lsn) {
+                // A skipper claimed this record's granule: it waited too long for this mark.
+                return Err(Error::timed_out());
+            }
+            // Release: the record's write (before this) is seen by whoever reads the mark
+            // (the flusher's Acquire), so its sync covers the write. A weaker order lets a
+            // flusher sync before the write and acknowledge a record the file lacks. Acquire:
+            // a mark a flusher cleared (Release in `clear`) is read after its raise.
+            match cell.compare_exchange(
+                seen,
+                mark(lsn, len, WRITTEN),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        // A gap skipped, covered and cleared before this mark: the mark found no trace of the
+        // skip, but `flushed` passed the record without it.
+        if self.words().flushed.load(Ordering::Acquire) > lsn {
+            let _ = cell.compare_exchange(
+                mark(lsn, len, WRITTEN),
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Err(Error::timed_out());
+        }
+        Ok(())
+    }
+
+    /// How far the log is written without a gap from `from` (a record's start): each record's
+    /// mark, and each skipped gap's, chained by their lengths, up to `end`.
+    pub(super) fn written_to(&self, from: u64) -> u64 {
+        // Acquire: pairs with the reserve's AcqRel; nothing past it is read.
+        let end = self.words().end.load(Ordering::Acquire);
+        let mut at = from;
+        while at < end {
+            // Acquire: pairs with the writer's Release in `written` (its write came first) and
+            // the skipper's in `skip` (its skip record was synced first).
+            let word = self.mark_of(at).load(Ordering::Acquire);
+            if !marks(word, at) || word & STATE_MASK == SKIPPING {
+                break;
+            }
+            at += span(word);
+        }
+        at
+    }
+
+    /// Clears the marks of `from..to`, which `flushed` now covers, so that none is left to be
+    /// taken for a record of the same tag a long way (2^49 bytes) later. A mark that moved on
+    /// (a later lap's) is left alone.
+    fn clear(&self, from: u64, to: u64) {
+        let mut at = from;
+        while at < to {
+            let cell = self.mark_of(at);
+            let word = cell.load(Ordering::Relaxed);
+            if !marks(word, at) {
+                // Another flusher cleared it: it clears the rest.
+                return;
+            }
+            let next = at + span(word).max(GRANULE);
+            if word & STATE_MASK == SKIPPED {
+                for inner in (at + GRANULE..next).step_by(GRANULE as usize) {
+                    let inner_cell = self.mark_of(inner);
+                    let inner_word = inner_cell.load(Ordering::Relaxed);
+                    if marks(inner_word, inner) {
+                        // Release: as below.
+                        let _ = inner_cell.compare_exchange(
+                            inner_word,
+                            0,
+                            Ordering::Release,
+                            Ordering::Relaxed,
+                        );
+                    }
+                }
+            }
+            // Release: a skipper that claims the cleared mark (its AcqRel) sees the raise of
+            // `flushed` before this, and so that the position is covered (`skip`'s stale check).
+            let _ = cell.compare_exchange(word, 0, Ordering::Release, Ordering::Relaxed);
+            at = next;
+        }
+    }
+
+    /// Becomes the flusher if nobody is, or if the flusher's process is gone.
+    pub(super) fn lead(&self) -> Result<bool> {
+        let flusher = &self.words().flusher;
+        // Acquire, on success and failure: the previous flusher's raise is seen before this
+        // one walks from `flushed`.
+        let held = flusher.load(Ordering::Acquire);
+        if held != 0 && held != self.id && self.live.is_held(held)? {
+            return Ok(false);
+        }
+        Ok(flusher
+            .compare_exchange(held, self.id, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok())
+    }
+
+    fn unlead(&self) {
+        // Release: this flusher's raise is seen by the next one (its Acquire in `lead`).
+        let _ =
+            self.words()
+                .flusher
+                .compare_exchange(self.id, 0, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// Syncs the log up to the prefix written now from `flushed`, and raises `flushed` to it.
+    /// Returns whether it moved (the caller then wakes the waiters: `bump`).
+    fn sync_from(&self, flushed: u64) -> Result<bool> {
+        let to = self.written_to(flushed);
+        if to <= flushed {
+            return Ok(false);
+        }
+        if let Err(err) = self.log.sync() {
+            return Err(self.failed_by(&err));
+        }
+        let words = self.words();
+        // AcqRel: the sync (before this) is seen by whoever reads the new `flushed` (Acquire)
+        // and acknowledges; fetch_max so that two syncs racing leave the higher prefix.
+        words.flushed.fetch_max(to, Ordering::AcqRel);
+        self.clear(flushed, to);
+        Ok(true)
+    }
+
+    /// Wakes every waiter: `flushed` moved, or the log failed.
+    fn bump(&self) {
+        let words = self.words();
+        // Release, after the raise or the failure: a waiter that loads the new generation
+        // (Acquire) sees them; the futex compares the word, so a waiter that loaded the old one
+        // before this either sleeps and is woken below or finds it changed and does not sleep.
+        words.generation.fetch_add(1, Ordering::Release);
+        futex_wake(&words.generation);
+    }
+
+    /// Marks the log failed by `err` (a write's or a sync's): the storage error the failing
+    /// call returns.
+    fn failed_by(&self, err: &io::Error) -> Error {
+        self.fail();
+        Error::Storage(format!(
+            "a write or sync of the redo log failed ({err}): nothing since is durable; reopen \
+             the store"
+        ))
+    }
+
+    fn fail(&self) {
+        // Release: pairs with the Acquire of `check_failed`.
+        self.words().failed.store(1, Ordering::Release);
+        self.bump();
+    }
+
+    /// Waits until the log is durable up to `target`, syncing it when this process is the
+    /// flusher, when the flusher does not move for `FLUSH_PATIENCE`, and skipping a gap that
+    /// stands at `flushed` for `GAP_PATIENCE`.
+    pub(crate) fn await_durable(&self, target: u64) -> Result<()> {
+        let words = self.words();
+        let mut patience = Patience::new(words.flushed.load(Ordering::Acquire));
+        loop {
+            self.ring.intact()?;
+            // Acquire, the generation before `flushed`: a raise after these loads bumps the
+            // generation after it, so the futex wait below returns at once or is woken.
+            let generation = words.generation.load(Ordering::Acquire);
+            // Acquire: pairs with the raise's AcqRel; the sync it followed is done.
+            let flushed = words.flushed.load(Ordering::Acquire);
+            if flushed >= target {
+                return Ok(());
+            }
+            self.check_failed()?;
+            patience.saw(flushed);
+            let lead = self.lead()?;
+            if lead || patience.flusher_over() {
+                let moved = match self.sync_from(flushed) {
+                    Ok(false) if patience.gap_over() => self.skip(flushed),
+                    moved => moved,
+                };
+                // The flusher steps down before the wake-up: a waiter that went to sleep because
+                // it saw this process lead (`lead` false) loaded the generation before the
+                // bump, so the bump wakes it, and it leads the next sync (a bump before the
+                // step-down would let it sleep through, with its record marked and nobody to
+                // sync it).
+                if lead {
+                    self.unlead();
+                }
+                let moved = moved?;
+                if moved {
+                    self.bump();
+                } else {
+                    // A gap at `flushed`: a writer between its reserve and its mark, a few
+                    // microseconds, or a skip in progress.
+                    spin();
+                    #[cfg(not(fencelock_loom))]
+                    std::thread::yield_now();
+                }
+            } else {
+                futex_wait(&words.generation, generation, patience.left());
+            }
+        }
+    }
+
+    /// Skips the gap at `flushed`, `at`: reserves the skip record's place (at the window's
+    /// end, kept free for it), claims the gap's first granule and the granules after it up to
+    /// the next record marked written, writes and syncs the skip record, then lets the flusher
+    /// step over the gap. Returns whether it did.
+    fn skip(&self, at: u64) -> Result<bool> {
+        let Some(place) = self.reserve_skip()? else {
+            // More skips in flight than the window keeps room for: wait for a writer to resume.
+            return Ok(false);
+        };
+        let first = self.mark_of(at);
+        let seen = first.load(Ordering::Acquire);
+        // AcqRel: ordered against the late writer's mark (one of the two swaps wins), and,
+        // claiming a mark a flusher cleared (Release in `clear`), after that flusher's raise.
+        let claimed = !marks(seen, at)
+            && first
+                .compare_exchange(
+                    seen,
+                    mark(at, 0, SKIPPING),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok();
+        // A claim of a record that was written, covered and cleared meanwhile is undone: the
+        // gap was not one.
+        let stale = claimed && self.words().flushed.load(Ordering::Acquire) > at;
+        if stale {
+            let _ = first.compare_exchange(
+                mark(at, 0, SKIPPING),
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        if !claimed || stale {
+            // The place is the log's all the same: a void record fills it (or, if this
+            // process was so slow that its place was skipped too, another skip record does).
+            match self.write_skip(place, at, 0) {
+                Ok(()) | Err(Error::Timeout { .. }) => return Ok(false),
+                Err(err) => return Err(err),
+            }
+        }
+        // The gap runs to the next record marked written, at most to the skip record's place
+        // (every record before it was reserved before it).
+        let limit = place.min(at + LEN_MASK * GRANULE);
+        let mut next = at + GRANULE;
+        while next < limit {
+            let cell = self.mark_of(next);
+            let word = cell.load(Ordering::Acquire);
+            if marks(word, next) {
+                break;
+            }
+            // AcqRel: as the first granule's claim.
+            if cell
+                .compare_exchange(
+                    word,
+                    mark(next, 0, SKIPPING),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                next += GRANULE;
+            }
+        }
+        let len = next - at;
+        let mut place = place;
+        loop {
+            match self.write_skip(place, at, len) {
+                Ok(()) => break,
+                // This process stopped so long that its own skip record was skipped: the gap
+                // is still claimed, and another place says so.
+                Err(Error::Timeout { .. }) => loop {
+                    if let Some(another) = self.reserve_skip()? {
+                        place = another;
+                        break;
+                    }
+                    spin();
+                },
+                Err(err) => return Err(err),
+            }
+        }
+        if let Err(err) = self.log.sync() {
+            return Err(self.failed_by(&err));
+        }
+        // Release: the skip record's write and sync (before this) are seen by the flusher that
+        // steps over the gap (its Acquire in `written_to`), so no sync covers the gap without
+        // the record that voids it.
+        first.store(mark(at, len, SKIPPED), Ordering::Release);
+        Ok(true)
+    }
+
+    /// Reserves a skip record's place, in the room the writers leave at the window's end;
+    /// `None` when that room is taken (by other skips in flight).
+    fn reserve_skip(&self) -> Result<Option<u64>> {
+        let words = self.words();
+        loop {
+            self.check_failed()?;
+            // Acquire on both, as in `reserve_within`.
+            let end = words.end.load(Ordering::Acquire);
+            let flushed = words.flushed.load(Ordering::Acquire);
+            if end + SKIP_SPACE > flushed + WINDOW {
+                return Ok(None);
+            }
+            // AcqRel: as in `reserve_within`.
+            if words
+                .end
+                .compare_exchange(end, end + SKIP_SPACE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(Some(end));
+            }
+        }
+    }
+
+    /// Writes and marks the skip record at `place` for the `len` bytes at `gap` (none: a void
+    /// record).
+    fn write_skip(&self, place: u64, gap: u64, len: u64) -> Result<()> {
+        if let Err(err) = self.log.write_skip(place, SKIP_SPACE, gap, len) {
+            return Err(self.failed_by(&err));
+        }
+        self.written(place, SKIP_SPACE)
+    }
+
+    /// The LSN below which the log is durable.
+    pub(crate) fn flushed(&self) -> u64 {
+        self.words().flushed.load(Ordering::Acquire)
+    }
+}
+
+impl Ring {
+    /// For the models: the sleepers' patience runs out (a futex wait's timeout, which the
+    /// models' waits do not have), as after a process's death.
+    #[cfg(fencelock_loom)]
+    pub(super) fn flush_timeouts(&self) {
+        let words = self.view.flush();
+        words.generation.fetch_add(1, Ordering::Release);
+        futex_wake(&words.generation);
+    }
+}
+
+/// The group sync over a plain preallocated file, for the multi-process test and the bench
+/// (`tests/group_sync.rs`, `benches/group_sync.rs`): not the store's log, and not part of the
+/// API. Each process opens one on the same store file (for the ring's name and the liveness
+/// locks) and the same log file, which it must have made long enough for every record (a
+/// position is a byte offset in it).
+#[cfg(not(fencelock_loom))]
+#[doc(hidden)]
+pub struct SharedLogFile {
+    ring: Ring,
+    live: crate::storage::liveness::Liveness,
+    id: u64,
+    log: PlainLog,
+}
+
+/// A preallocated file written with `pwrite` and synced with `fdatasync`. A skip record is
+/// `b"SKIPSKIP"`, its own position, the gap's position and the gap's length, little-endian.
+#[cfg(not(fencelock_loom))]
+struct PlainLog(std::fs::File, std::sync::atomic::AtomicU64);
+
+#[cfg(not(fencelock_loom))]
+impl Log for PlainLog {
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, record, lsn)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        // Relaxed: a count for the bench, read by this process alone.
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.sync_data()
+    }
+
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
+        let mut record = vec![0u8; usize::try_from(space).expect("a small record")];
+        record[..8].copy_from_slice(b"SKIPSKIP");
+        record[8..16].copy_from_slice(&at.to_le_bytes());
+        record[16..24].copy_from_slice(&gap.to_le_bytes());
+        record[24..32].copy_from_slice(&len.to_le_bytes());
+        self.write(at, &record)
+    }
+}
+
+#[cfg(not(fencelock_loom))]
+impl SharedLogFile {
+    /// Opens the group sync of the store file `store` (its ring in `ring_dir`) over the log
+    /// file `log`.
+    pub fn open(
+        ring_dir: &std::path::Path,
+        store: &std::path::Path,
+        log: &std::path::Path,
+    ) -> Result<SharedLogFile> {
+        let meta = std::fs::metadata(store)?;
+        let stamp = super::Stamp {
+            boot_id: [0x5a; 16],
+            version: crate::share::wire::WIRE_VERSION,
+        };
+        let ring = Ring::open(ring_dir, &meta, None, stamp)?;
+        let live = crate::storage::liveness::Liveness::shared(store)?;
+        let id = live.lock_fresh(store)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(log)?;
+        Ok(SharedLogFile {
+            ring,
+            live,
+            id,
+            log: PlainLog(file, std::sync::atomic::AtomicU64::new(0)),
+        })
+    }
+
+    /// Appends `record` (a multiple of 8 bytes) at a position it returns, once durable.
+    pub fn append(&self, record: &[u8]) -> Result<u64> {
+        self.sync().append(record)
+    }
+
+    /// Reserves `len` bytes (the first step of `append`, for a test that stops between steps).
+    pub fn reserve(&self, len: u64) -> Result<u64> {
+        self.sync().reserve(len)
+    }
+
+    /// Writes `record` at `lsn` and marks it written (the second and third steps).
+    pub fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
+        self.log.write(lsn, record)?;
+        self.sync().written(lsn, record.len() as u64)
+    }
+
+    /// Waits until the log is durable up to `end` (the last step).
+    pub fn await_durable(&self, end: u64) -> Result<()> {
+        self.sync().await_durable(end)
+    }
+
+    /// The position below which the log is durable.
+    pub fn flushed(&self) -> u64 {
+        self.sync().flushed()
+    }
+
+    /// How many `fdatasync` calls this process made.
+    pub fn syncs(&self) -> u64 {
+        self.log.1.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn sync(&self) -> GroupSync<'_> {
+        GroupSync::new(&self.ring, self.id, &self.live, &self.log)
+    }
+}
+
+#[cfg(all(test, not(fencelock_loom)))]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Every process lives.
+    struct Alive;
+
+    impl Live for Alive {
+        fn is_held(&self, _id: u64) -> io::Result<bool> {
+            Ok(true)
+        }
+    }
+
+    /// A log whose syncs fail once `failing` is set (EIO, as a disk that lost a write).
+    struct Failing {
+        failing: Cell<bool>,
+    }
+
+    impl Log for Failing {
+        fn write(&self, _lsn: u64, _record: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn sync(&self) -> io::Result<()> {
+            if self.failing.get() {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            Ok(())
+        }
+
+        fn write_skip(&self, _at: u64, _space: u64, _gap: u64, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ring(dir: &std::path::Path) -> Ring {
+        let store = dir.join("store");
+        std::fs::write(&store, b"").unwrap();
+        let stamp = crate::ring::Stamp {
+            boot_id: [3; 16],
+            version: 1,
+        };
+        Ring::open(dir, &std::fs::metadata(&store).unwrap(), None, stamp).unwrap()
+    }
+
+    #[test]
+    fn a_failed_sync_is_never_acknowledged_and_fails_every_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Failing {
+            failing: Cell::new(false),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        assert_eq!(sync.append(&[1; 16]).unwrap(), 0);
+        assert_eq!(sync.flushed(), 16);
+        log.failing.set(true);
+        assert!(matches!(sync.append(&[2; 16]), Err(Error::Storage(_))));
+        assert_eq!(sync.flushed(), 16, "the failed sync covered nothing");
+        // The disk works again, but the log's state is unknown: refused until set up anew.
+        log.failing.set(false);
+        assert!(matches!(sync.append(&[3; 16]), Err(Error::Storage(_))));
+        assert!(matches!(sync.reserve(8), Err(Error::Storage(_))));
+    }
+
+    #[test]
+    fn a_record_of_a_bad_length_is_refused_and_reserves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Failing {
+            failing: Cell::new(false),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        for len in [0, 7, MAX_RECORD + GRANULE] {
+            assert!(matches!(sync.reserve(len), Err(Error::InvalidArgument(_))));
+        }
+        assert_eq!(sync.reserve(8).unwrap(), 0, "nothing was reserved before");
+    }
+}

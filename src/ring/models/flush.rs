@@ -1,0 +1,211 @@
+//! The group sync of the redo log (`flush.rs`): writers that reserve, write, mark and await, on
+//! a model of the log file whose page cache and disk are words written with no ordering of
+//! their own (so that only the protocol's orderings carry a write to the sync that covers it).
+//!
+//! Checked: an acknowledged record lies below `flushed` and is on the disk when acknowledged;
+//! everything below `flushed` at the end is on the disk or voided by a skip record on the disk,
+//! and no skip voids an acknowledged record; no lost wake-up (a waiter asleep forever is a
+//! deadlock loom reports); a flusher that dies mid-sync is taken over; a writer that dies after
+//! reserving stalls nobody (its gap is skipped). In the models a waiter's patience with a gap
+//! always runs out, so every interleaving of a skip with the late writer's mark is explored.
+
+use std::io;
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use super::{check, Procs};
+use crate::base::error::Error;
+use crate::ring::flush::{GroupSync, Log};
+use crate::ring::layout::GRANULE;
+use crate::ring::Ring;
+
+/// Granules of log the models use.
+const CELLS: usize = 6;
+/// A skip record's value: this flag, the gap's first granule and its length in granules.
+const SKIP: u64 = 1 << 40;
+
+/// The log file: what the page cache holds, and what the disk holds.
+struct Disk {
+    cache: [AtomicU64; CELLS],
+    durable: [AtomicU64; CELLS],
+}
+
+impl Disk {
+    fn new() -> Disk {
+        Disk {
+            cache: std::array::from_fn(|_| AtomicU64::new(0)),
+            durable: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn cell(lsn: u64) -> usize {
+        usize::try_from(lsn / GRANULE).expect("a cell")
+    }
+
+    /// Whether the record `value` at `lsn` is on the disk.
+    fn durable_at(&self, lsn: u64, value: u64) -> bool {
+        self.durable[Disk::cell(lsn)].load(Ordering::Relaxed) == value
+    }
+
+    /// The granules that skip records on the disk void.
+    fn voided(&self) -> Vec<usize> {
+        let mut voided = Vec::new();
+        for cell in &self.durable {
+            let value = cell.load(Ordering::Relaxed);
+            if value & SKIP != 0 {
+                let first = usize::try_from((value >> 8) & 0xff).expect("a cell");
+                let len = usize::try_from(value & 0xff).expect("a length");
+                voided.extend(first..first + len);
+            }
+        }
+        voided
+    }
+}
+
+impl Log for Disk {
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+        let value = u64::from_le_bytes(record.try_into().expect("8 bytes"));
+        // Relaxed: a write carries no ordering of its own (the kernel's page cache); the
+        // protocol's mark must.
+        self.cache[Disk::cell(lsn)].store(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        for (cache, durable) in self.cache.iter().zip(&self.durable) {
+            let value = cache.load(Ordering::Relaxed);
+            if value != 0 {
+                // A disk never forgets what a sync made durable.
+                durable.fetch_max(value, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
+        assert_eq!(space, GRANULE);
+        let value = SKIP | ((gap / GRANULE) << 8) | (len / GRANULE);
+        self.cache[Disk::cell(at)].store(value, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A writer's record: its value, unique and never zero.
+fn record(writer: u64) -> [u8; 8] {
+    (writer + 1).to_le_bytes()
+}
+
+/// Appends writer `writer`'s record: its position if acknowledged, after checking it durable;
+/// `None` if its gap was skipped (`Timeout`, its write not done).
+fn append(ring: &Ring, procs: &Procs, disk: &Disk, writer: u64) -> Option<u64> {
+    let sync = GroupSync::new(ring, writer, procs, disk);
+    match sync.append(&record(writer)) {
+        Ok(lsn) => {
+            assert!(
+                sync.flushed() >= lsn + GRANULE,
+                "acknowledged above flushed"
+            );
+            assert!(
+                disk.durable_at(lsn, u64::from_le_bytes(record(writer))),
+                "record {writer} at {lsn} acknowledged before it was durable"
+            );
+            Some(lsn)
+        }
+        Err(Error::Timeout { .. }) => None,
+        Err(err) => panic!("{err}"),
+    }
+}
+
+/// At the end: everything below `flushed` is on the disk or voided by a skip on the disk, and
+/// no acknowledged record is voided.
+fn check_end(ring: &Ring, procs: &Procs, disk: &Disk, acknowledged: &[u64]) {
+    let flushed = GroupSync::new(ring, 1, procs, disk).flushed();
+    let voided = disk.voided();
+    for cell in 0..usize::try_from(flushed / GRANULE).expect("cells") {
+        assert!(
+            disk.durable[cell].load(Ordering::Relaxed) != 0 || voided.contains(&cell),
+            "granule {cell} below flushed {flushed} is neither on the disk nor voided"
+        );
+    }
+    for lsn in acknowledged {
+        assert!(
+            !voided.contains(&Disk::cell(*lsn)),
+            "an acknowledged record at {lsn} was voided: disk {:x?}, flushed {flushed}",
+            disk.durable
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn writers_share_syncs_and_acknowledge_only_durable_records() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        let disk = Arc::new(Disk::new());
+        let other = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || append(&ring, &procs, &disk, 2))
+        };
+        let mine = append(&ring, &procs, &disk, 1);
+        let theirs = other.join().expect("a writer");
+        let acknowledged: Vec<u64> = mine.into_iter().chain(theirs).collect();
+        check_end(&ring, &procs, &disk, &acknowledged);
+    });
+}
+
+#[test]
+fn a_flusher_that_dies_mid_sync_is_taken_over() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        let disk = Arc::new(Disk::new());
+        let dying = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || {
+                let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
+                let lsn = sync.reserve(GRANULE).expect("a reserve");
+                disk.write(lsn, &record(1)).expect("a write");
+                let _ = sync.written(lsn, GRANULE);
+                // Becomes the flusher, finds what to sync, and dies before its sync returns.
+                if sync.lead().expect("liveness") {
+                    let _ = sync.written_to(0);
+                }
+                procs.kill(1);
+                ring.flush_timeouts();
+            })
+        };
+        let mine = append(&ring, &procs, &disk, 2);
+        dying.join().expect("the dying writer");
+        check_end(&ring, &procs, &disk, &mine.into_iter().collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn a_writer_that_dies_after_reserving_stalls_nobody() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        let disk = Arc::new(Disk::new());
+        let dying = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || {
+                let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
+                let _ = sync.reserve(GRANULE).expect("a reserve");
+                procs.kill(1);
+                ring.flush_timeouts();
+            })
+        };
+        let mine = append(&ring, &procs, &disk, 2);
+        assert!(
+            mine.is_some(),
+            "a live writer behind a dead one's gap is acknowledged"
+        );
+        dying.join().expect("the dying writer");
+        check_end(&ring, &procs, &disk, &mine.into_iter().collect::<Vec<_>>());
+    });
+}
