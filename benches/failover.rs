@@ -132,6 +132,16 @@ fn report(what: &str, samples: &[u64]) {
     );
 }
 
+/// `x` with three significant digits (a file's failover is a tiny fraction of an etcd TTL).
+fn significant(x: f64) -> String {
+    let digits = if x > 0.0 {
+        (2.0 - x.log10().floor()).max(0.0) as usize
+    } else {
+        3
+    };
+    format!("{x:.digits$}")
+}
+
 /// The Go program of etcd's Election, built into `target/failover-etcd/` (Go's own cache makes
 /// a rebuild quick); `Err` says why it cannot be (no `go`, or the build failed).
 fn election_program() -> Result<PathBuf, String> {
@@ -270,10 +280,10 @@ fn main() {
                     &their_resigns,
                 );
                 let ratio = |ours: &[u64], theirs: &[u64]| {
-                    quantile(ours, 0.5) as f64 / quantile(theirs, 0.5) as f64
+                    significant(quantile(ours, 0.5) as f64 / quantile(theirs, 0.5) as f64)
                 };
                 println!(
-                    "  ratio of medians, fencelock / etcd Election (TTL {secs} s): SIGKILL {:.3}x, resign {:.3}x",
+                    "  ratio of medians, fencelock / etcd Election (TTL {secs} s): SIGKILL {}x, resign {}x",
                     ratio(&kills, &their_kills),
                     ratio(&resigns, &their_resigns)
                 );
