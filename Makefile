@@ -4,6 +4,7 @@
 #   make test    every test: Rust, C, Python, Go, packaging, a short torture run and short fuzz runs,
 #                and the etcd backend's on etcd nodes of their own (FEATURES= leaves etcd out);
 #                first `make setup`, which installs the tools the tests need and this machine lacks
+#   make bench-failover   leader failover beside etcd's own Election, on an etcd node of its own
 #   make test-etcd-cluster   only the three-node etcd cluster with members killed and stopped
 #   make crash   the long run of the power-loss crash images
 #   make test-loom-long   the loom models of the ring's protocols with more preemptions
@@ -36,7 +37,7 @@ WITH_ETCD := $(if $(ETCD),sh scripts/with-etcd.sh)
 # The command-line tool the C, Python and Go tests start as a server (`fencelock serve`).
 export FENCELOCK_CLI ?= $(CURDIR)/target/release/fencelock
 
-.PHONY: timeline test-loom test-loom-long test-mutants bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare torture fuzz crash
+.PHONY: timeline test-loom test-loom-long test-mutants bench-floor cli demo setup test test-setup test-rust test-etcd test-etcd-cluster test-c test-python test-go test-packaging check-publish test-torture test-fuzz lint release install uninstall go-lib bench compare bench-failover torture fuzz crash
 
 demo:
 	$(CARGO) run --quiet --example gc_pause
@@ -180,6 +181,17 @@ bench:
 
 compare:
 	$(CARGO) bench --bench compare
+
+# Leader failover (docs/election.md): fencelock's election and etcd's own concurrency.Election
+# (benches/failover-etcd, built with go) on one etcd node of scripts/with-etcd.sh, with the
+# ratios of the medians; a few minutes (a SIGKILL round of etcd's Election waits out its 60 s
+# session TTL). FAILOVER_ROUNDS fencelock's rounds, FAILOVER_PEER_ROUNDS the Election's.
+FAILOVER_ROUNDS ?= 3
+FAILOVER_PEER_ROUNDS ?= 3
+bench-failover:
+	$(CARGO) bench --features etcd --bench failover --no-run
+	sh scripts/with-etcd.sh sh -c '$(CARGO) bench --features etcd --bench failover -- \
+		"$$FENCELOCK_ETCD_URL" --rounds $(FAILOVER_ROUNDS) --peer-rounds $(FAILOVER_PEER_ROUNDS)'
 
 # Builds the C library (cargo rustc --profile dist --lib --features capi --crate-type
 # cdylib,staticlib; with CLI=1 the command too), then
