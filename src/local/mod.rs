@@ -552,6 +552,21 @@ impl Engine for LocalEngine {
         self.grant_request(request)
     }
 
+    /// The store's change bell (`local/observe.rs`), whatever the prefix.
+    fn values_mark(&self, _prefix: &[u8]) -> Result<u64> {
+        Ok(self.change_mark())
+    }
+
+    fn wait_values(
+        &self,
+        _prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.wait_change(mark, timeout, cancel)
+    }
+
     fn write(
         &self,
         key: &[u8],
