@@ -39,6 +39,8 @@ pub mod fuzzing;
 #[cfg(all(test, not(fuzzing)))]
 mod fuzzing;
 
+#[cfg(feature = "tokio")]
+pub use api::async_tokio::LeaderStream;
 pub use api::election::{CampaignOptions, Leader, LeaderWatch, Leadership, TERMS_KEPT};
 pub use api::holder::Holder;
 pub use api::lock::{Lock, LockAll, DEFAULT_TTL};

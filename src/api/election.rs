@@ -492,6 +492,27 @@ impl Shared {
         }
     }
 
+    /// Waits until the leadership ended, or `timeout` passes; whether it ended.
+    fn wait_lost(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
+        let mut ended = self.ended.lock();
+        loop {
+            if *ended {
+                return Ok(true);
+            }
+            check(cancel)?;
+            let now = clock::now_ns();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let mut slice = Duration::from_nanos(deadline - now);
+            if cancel.is_some() {
+                slice = slice.min(LOST_POLL);
+            }
+            let _ = self.changed.wait_for(&mut ended, slice);
+        }
+    }
+
     fn lost_error(&self) -> Error {
         Error::LockLost {
             token: self.holder.token(),
@@ -708,24 +729,17 @@ impl Leadership {
     }
 
     fn wait_lost_inner(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
-        let deadline = crate::base::cancel::deadline(timeout, cancel);
-        let shared = &self.shared;
-        let mut ended = shared.ended.lock();
-        loop {
-            if *ended {
-                return Ok(true);
-            }
-            check(cancel)?;
-            let now = clock::now_ns();
-            if now >= deadline {
-                return Ok(false);
-            }
-            let mut slice = Duration::from_nanos(deadline - now);
-            if cancel.is_some() {
-                slice = slice.min(LOST_POLL);
-            }
-            let _ = shared.changed.wait_for(&mut ended, slice);
-        }
+        self.shared.wait_lost(timeout, cancel)
+    }
+
+    /// The wait of [`Leadership::wait_lost_cancellable`], owning what it needs: for a wait on
+    /// another thread than the leadership owner's (the async API).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lost_waiter(
+        &self,
+    ) -> impl FnOnce(Duration, &Cancel) -> Result<bool> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        move |timeout, cancel| shared.wait_lost(timeout, Some(cancel))
     }
 
     /// Changes the leader's value: writes the next version of the leader record, fenced by
@@ -983,27 +997,37 @@ impl LeaderWatch {
     }
 
     fn next_inner(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<Option<Leader>> {
+        self.fill(timeout, cancel)?;
+        Ok(self.take_pending())
+    }
+
+    /// Waits up to `timeout` until a change is pending (told by [`LeaderWatch::take_pending`]),
+    /// ended by `cancel`.
+    pub(crate) fn fill(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<()> {
         let deadline = crate::base::cancel::deadline(timeout, cancel);
-        loop {
-            if let Some(leader) = self.pending.pop_front() {
-                return Ok(Some(leader));
-            }
+        while self.pending.is_empty() {
             check(cancel)?;
             // The mark before the read: a write after it ends the wait below at once.
             let mark = self.store.values_mark(&self.prefix)?;
             self.look()?;
             if !self.pending.is_empty() {
-                continue;
+                break;
             }
             let now = clock::now_ns();
             if now >= deadline {
-                return Ok(None);
+                break;
             }
             let left = Duration::from_nanos(deadline - now);
             if !self.store.wait_values(&self.prefix, mark, left, cancel)? {
-                return Ok(None);
+                break;
             }
         }
+        Ok(())
+    }
+
+    /// The oldest change not told yet, if [`LeaderWatch::fill`] found one.
+    pub(crate) fn take_pending(&mut self) -> Option<Leader> {
+        self.pending.pop_front()
     }
 
     /// How many times the watch has read the leader records: once at its start, and then once
