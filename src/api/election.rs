@@ -1,5 +1,6 @@
-//! Leader election, built on the store's public operations only, so that it runs on every
-//! backend (a file of this host, served or not, and etcd) with the same rules.
+//! Leader election, built on the store's public operations and one wait of the engines
+//! ([`Store::wait_values`]), so that it runs on every backend (a file of this host, served or
+//! not, and etcd) with the same rules.
 //!
 //! An election of the name `N` is made of:
 //!
@@ -21,7 +22,7 @@
 //! store refuses them anyway (the term is the fencing token).
 //!
 //! An observer tells new terms and proclaims, and each is a write of a leader record: it waits
-//! for the next write under the records' prefix, woken by the write itself (an engine's wait
+//! for the next write under the records' prefix, woken by the write itself (the engines' wait
 //! for a change of values: on a local store the change bell that every commit rings, in the
 //! store's shared memory; on etcd a watch from the revision of its last read). It takes the
 //! mark of that wait before it reads, so a write between its read and its sleep ends the sleep
