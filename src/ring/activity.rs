@@ -249,6 +249,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_change_bell_wakes_its_sleepers_and_a_stale_mark_never_sleeps() {
+        let page: &'static Activity = Box::leak(Activity::private());
+        let mark = page.change_mark();
+        page.changed();
+        // Rung after the mark was taken: the wait returns at once, whatever its timeout.
+        page.wait_change(mark, Duration::from_secs(3600));
+        let mark = page.change_mark();
+        let (woken, told) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while page.change_mark() == mark {
+                page.wait_change(mark, Duration::from_secs(3600));
+            }
+            woken.send(page.change_mark()).unwrap();
+        });
+        // The sleeper is asleep by now, or sees the ring before it sleeps: woken either way.
+        std::thread::sleep(Duration::from_millis(50));
+        page.changed();
+        let seen = told.recv_timeout(Duration::from_secs(60));
+        assert_eq!(seen, Ok(mark.wrapping_add(1)), "the ring woke no sleeper");
+        assert_eq!(page.change_sleepers.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
     fn waits_fall_in_their_buckets_and_render_cumulatively() {
         let page = Activity::private();
         page.waited(Duration::from_micros(500));

@@ -13,10 +13,11 @@ use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
-/// The version of this format, and of the ring's layout (7: a waiter's entry records its pid
-/// and when it took its place); part of the ring's header, so that a process of another version
-/// uses no ring of this one.
-pub(crate) const WIRE_VERSION: u32 = 7;
+/// The version of this format, and of the ring's layout (8: the activity page's change bell,
+/// which every commit rings and an election's observers sleep on; 7: a waiter's entry records
+/// its pid and when it took its place); part of the ring's header, so that a process of another
+/// version uses no ring of this one.
+pub(crate) const WIRE_VERSION: u32 = 8;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);
