@@ -705,7 +705,7 @@ impl EtcdEngine {
         })?;
         match changed {
             Ok(()) => Ok(true),
-            Err(Error::Timeout) => Ok(false),
+            Err(Error::Timeout { .. }) => Ok(false),
             Err(err) => Err(err),
         }
     }
