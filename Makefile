@@ -15,7 +15,7 @@
 #                                    (BINDIR, MANDIR; scripts/install.sh lists the others)
 
 CARGO ?= cargo
-FUZZ_SECONDS ?= 45
+FUZZ_SECONDS ?= 30
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include

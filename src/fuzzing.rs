@@ -9,7 +9,7 @@
 //! - a value that decoded encodes to bytes that decode to the same value: a decoder that
 //!   accepted garbage as a value its encoder cannot write fails here;
 //! - where a format has one encoding per value (requests, leases of the current format, group
-//!   records, history entries and histories, values), those bytes are the input: a decoder that
+//!   records, history entries and histories, values, log records), those bytes are the input: a decoder that
 //!   reads garbage as another value, one its encoder writes otherwise, fails here. Replies and
 //!   answers ignore the fields an error does not use, a bucket may hold leases of format 1, and
 //!   an empty bucket is also `[1][0 u16]`: their values are checked, not their bytes.
@@ -21,13 +21,15 @@ use crate::rules::history::{self, Ended};
 use crate::rules::record::{decode_value, encode_value, Lease, Record, LEASE_FORMAT_1};
 use crate::share::leases;
 use crate::share::wire::{self, Request};
+use crate::storage::wal::record::{self as log, ALIGN};
+use crate::storage::wal::scan::{self, Bytes, Ring};
 
 /// A decoder's check: whether `bytes` decoded; panics on a finding.
 pub type Check = fn(&[u8]) -> bool;
 
 /// The checks by name; the fuzz target picks one with its input's first byte (modulo their
 /// number), and a seed in fuzz/seeds/decoders starts with its check's index here.
-pub const DECODERS: [(&str, Check); 9] = [
+pub const DECODERS: [(&str, Check); 11] = [
     ("request", request),
     ("reply", reply),
     ("answer", answer),
@@ -37,6 +39,8 @@ pub const DECODERS: [(&str, Check); 9] = [
     ("ended", ended),
     ("history", history),
     ("value", value),
+    ("log-record", log_record),
+    ("log-scan", log_scan),
 ];
 
 /// A refusal: `false` when `err` is of the decoder's own kind.
@@ -208,6 +212,68 @@ pub fn value(bytes: &[u8]) -> bool {
             true
         }
         Err(err) => refused(&err, Status::Corrupt, "value record"),
+    }
+}
+
+/// A record of the redo log (`storage/wal/record.rs`): its LSN, kind and payload.
+pub fn log_record(bytes: &[u8]) -> bool {
+    match log::decode(bytes) {
+        Ok((lsn, record, len)) => {
+            let again = record.encode(lsn).expect("a decoded log record encodes");
+            same(&(lsn, record, len), &log::decode(&again), "log record");
+            let whole = &bytes[..usize::try_from(len).expect("a record's length")];
+            canonical(whole, &again, "log record");
+            true
+        }
+        Err(err) => refused(&err, Status::Corrupt, "log record"),
+    }
+}
+
+/// The recovery scan (`storage/wal/scan.rs`) over arbitrary log bytes: the first 8 are the
+/// position to scan from (aligned), the rest the ring. A clean end or a typed error; every
+/// record it returns is whole at its own position, and the end follows them.
+pub fn log_scan(bytes: &[u8]) -> bool {
+    let Some((from, ring)) = bytes.split_first_chunk::<8>() else {
+        return false;
+    };
+    let from = u64::from_le_bytes(*from) / ALIGN * ALIGN;
+    let ring = Bytes(ring);
+    match scan::scan(&ring, from) {
+        Ok(scanned) => {
+            let mut last = from;
+            for (lsn, record) in &scanned.records {
+                assert!(
+                    *lsn >= last && *lsn < scanned.end,
+                    "a scan from {from} returned a record at {lsn}, out of order or past its \
+                     end {}",
+                    scanned.end
+                );
+                let encoded = record.encode(*lsn).expect("a scanned record encodes");
+                let mut there = vec![0u8; encoded.len()];
+                ring.read(*lsn, &mut there)
+                    .expect("a scanned record is in the ring");
+                assert_eq!(
+                    there, encoded,
+                    "a scanned record is not the ring's bytes at {lsn}"
+                );
+                last = lsn + encoded.len() as u64;
+            }
+            assert!(
+                scanned.end >= last,
+                "the scan's end is before its last record"
+            );
+            true
+        }
+        Err(err) => {
+            let status = err.status();
+            assert!(
+                status == Status::Corrupt
+                    || (status == Status::InvalidArgument && ring.size() < log::MIN_RECORD)
+                    || status == Status::InvalidArgument && from > u64::MAX / 2,
+                "a scan failed with an error of another kind: {err:?}"
+            );
+            false
+        }
     }
 }
 
@@ -393,6 +459,64 @@ mod tests {
         samples.push(("history", stored));
         samples.push(("value", encode_value(5, Some(b"abc"))));
         samples.push(("value", encode_value(7, None)));
+        let log_records = [
+            log::Record::Put {
+                key: b"k\0\xff".to_vec(),
+                value: b"a value".to_vec(),
+                token: 7,
+                version: 3,
+            },
+            log::Record::Delete {
+                key: b"gone".to_vec(),
+                token: 9,
+                version: 4,
+            },
+            log::Record::Fence {
+                resource: "bucket".into(),
+                token: 12,
+                version: 2,
+            },
+            log::Record::Void { len: 12 },
+            log::Record::Skip { lsn: 64, len: 48 },
+        ];
+        for (i, record) in log_records.iter().enumerate() {
+            samples.push(("log-record", record.encode(4096 + 8 * i as u64).unwrap()));
+        }
+        // A ring of 1 KiB, scanned from 888: records to its end, a void filler, records in the
+        // next lap, a stopped writer's hole and the skip that covers it.
+        let mut ring = vec![0u8; 1024];
+        let mut end = 888;
+        let mut append = |ring: &mut Vec<u8>, record: Option<&log::Record>, len: u64| {
+            let placed = crate::storage::wal::Placement::of(1024, end, len).unwrap();
+            let mut write = |at: u64, bytes: &[u8]| {
+                let at = usize::try_from(at % 1024).unwrap();
+                ring[at..at + bytes.len()].copy_from_slice(bytes);
+            };
+            if let Some(filler) = placed.filler_record().unwrap() {
+                write(end, &filler);
+            }
+            if let Some(record) = record {
+                write(placed.lsn, &record.encode(placed.lsn).unwrap());
+            }
+            let reserved = (end, placed.end - end);
+            end = placed.end;
+            reserved
+        };
+        for record in &log_records[..4] {
+            append(&mut ring, Some(record), record.encoded_len());
+        }
+        let (hole, len) = append(&mut ring, None, 64);
+        append(
+            &mut ring,
+            Some(&log_records[0]),
+            log_records[0].encoded_len(),
+        );
+        let skip = log::Record::Skip { lsn: hole, len };
+        append(&mut ring, Some(&skip), skip.encoded_len());
+        samples.push((
+            "log-scan",
+            [888u64.to_le_bytes().as_slice(), &ring].concat(),
+        ));
         samples
     }
 
@@ -412,6 +536,20 @@ mod tests {
         for (name, check) in DECODERS {
             assert!(!check(&[0xff; 7]), "{name}");
         }
+    }
+
+    /// The scan's seed reaches every branch a log holds: a filler, a wrap, a covered hole.
+    #[test]
+    fn the_log_scan_seed_wraps_and_crosses_a_hole() {
+        let (_, bytes) = samples()
+            .into_iter()
+            .find(|(n, _)| *n == "log-scan")
+            .unwrap();
+        let scanned = scan::scan(&Bytes(&bytes[8..]), 888).unwrap();
+        assert_eq!((scanned.records.len(), scanned.holes), (4, 1));
+        // The fence went to the next lap, after a void filler.
+        assert_eq!(scanned.records[2].0, 1024);
+        assert!(scanned.end > 1100, "{}", scanned.end);
     }
 
     /// The seeds of the fuzz target are these samples, each after its check's index; with

@@ -48,3 +48,50 @@ fn a_held_lock_names_the_lock() {
     );
     assert_eq!(err.path(), None::<&Path>);
 }
+
+#[test]
+fn a_timed_out_wait_names_its_locks_and_how_long_it_waited() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let _held = Store::open(&path)
+        .unwrap()
+        .lock("payment-export")
+        .try_acquire()
+        .unwrap();
+    let store = Store::open(&path).unwrap();
+    let timeout = Duration::from_millis(50);
+    let err = store
+        .lock("payment-export")
+        .timeout(timeout)
+        .acquire()
+        .unwrap_err();
+    match &err {
+        Error::Timeout { locks, waited } => {
+            assert_eq!(locks, &["payment-export"]);
+            assert!(waited.expect("a caller's wait says its length") >= timeout);
+        }
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.starts_with("timed out after "), "{text}");
+    assert!(
+        text.ends_with("s waiting for lock \"payment-export\""),
+        "{text}"
+    );
+
+    // Several locks at once: all of them, in the order asked.
+    let err = store
+        .lock_all(&["a", "payment-export"])
+        .timeout(timeout)
+        .acquire()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Timeout { locks, .. } if locks == &["a", "payment-export"]),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("waiting for locks [\"a\", \"payment-export\"]"),
+        "{err}"
+    );
+}

@@ -302,7 +302,7 @@ fn metrics_count_grants_refusals_waits_stale_writes_and_commits() {
             .join()
             .unwrap()
     });
-    assert!(matches!(waited, Err(Error::Timeout)));
+    assert!(matches!(waited, Err(Error::Timeout { .. })));
     holder.put(b"k", b"v").unwrap();
     let newer = {
         let release = holder.token();

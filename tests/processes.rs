@@ -137,7 +137,7 @@ fn child() {
             say("writing".into());
             loop {
                 match store.put(b"child", &[1; 100], 1) {
-                    Ok(()) | Err(Error::Timeout) => {}
+                    Ok(()) | Err(Error::Timeout { .. }) => {}
                     Err(err) => panic!("put-loop: {err}"),
                 }
             }
@@ -337,7 +337,7 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
     let open = bounded("an open", move || {
         Store::open_with(&at, &short_busy_timeout()).map(drop)
     });
-    assert!(matches!(open, Err(Error::Timeout)), "{open:?}");
+    assert!(matches!(open, Err(Error::Timeout { .. })), "{open:?}");
     // ...or when its cancel handle fires.
     let cancel = Cancel::new();
     let (at, handle) = (path.clone(), cancel.clone());
@@ -366,8 +366,8 @@ fn a_process_paused_inside_a_commit_cannot_freeze_opens_or_writes() {
                 .map(|h| h.token()),
         )
     });
-    assert!(matches!(put, Err(Error::Timeout)), "{put:?}");
-    assert!(matches!(fence, Err(Error::Timeout)), "{fence:?}");
+    assert!(matches!(put, Err(Error::Timeout { .. })), "{put:?}");
+    assert!(matches!(fence, Err(Error::Timeout { .. })), "{fence:?}");
     // A grant needs no write lock: the leases are in the store's shared memory.
     assert!(grant.is_ok(), "{grant:?}");
     let grant = grant.map_err(|err| err.to_string());
@@ -413,7 +413,7 @@ fn a_process_paused_inside_its_open_cannot_freeze_other_opens() {
     let open = bounded("an open", move || {
         Store::open_with(&at, &short_busy_timeout()).map(drop)
     });
-    assert!(matches!(open, Err(Error::Timeout)), "{open:?}");
+    assert!(matches!(open, Err(Error::Timeout { .. })), "{open:?}");
     kid.signal(libc::SIGCONT);
     writeln!(kid.stdin, "go").unwrap();
     assert!(kid.child.wait().unwrap().success());
@@ -579,7 +579,7 @@ fn behind_a_combiner_paused_mid_batch_every_deadline_holds() {
             at.put(b"parent", b"x", 1)
         });
         match (&grant, &put) {
-            (Ok(_) | Err(Error::Timeout), Ok(()) | Err(Error::Timeout)) => {}
+            (Ok(_) | Err(Error::Timeout { .. }), Ok(()) | Err(Error::Timeout { .. })) => {}
             other => panic!("unexpected outcome behind a paused combiner: {other:?}"),
         }
         timed_out += usize::from(grant.is_err());

@@ -612,7 +612,7 @@ fn a_readers_lock_over_the_byte_that_serializes_opens_makes_writable_opens_wait(
         let reader = read_locked(&path, start, start + len);
         let opened = Store::open_with(&path, &options);
         assert!(
-            matches!(opened, Err(Error::Timeout)),
+            matches!(opened, Err(Error::Timeout { .. })),
             "a read lock on {len} bytes from {start}: {opened:?}"
         );
         drop(reader);

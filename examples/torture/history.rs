@@ -181,7 +181,7 @@ impl Outcome {
         use fencelock::Error;
         match err {
             Error::Locked { token, .. } => Outcome::Locked(*token),
-            Error::Timeout => Outcome::Timeout,
+            Error::Timeout { .. } => Outcome::Timeout,
             Error::StaleToken { token, highest } => Outcome::Stale {
                 token: *token,
                 highest: *highest,

@@ -161,9 +161,9 @@ pub fn main(argv: &[String]) -> ExitCode {
         log.end(&op, &outcome(&opened, |_| Outcome::Ok));
         match opened {
             Ok(store) => break store,
-            Err(fencelock::Error::Timeout) if boottime_ns() < args.deadline => {}
+            Err(fencelock::Error::Timeout { .. }) if boottime_ns() < args.deadline => {}
             // The run ended while the store was held: nothing left to do.
-            Err(fencelock::Error::Timeout) => return ExitCode::SUCCESS,
+            Err(fencelock::Error::Timeout { .. }) => return ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("worker {}: open failed: {err}", args.index);
                 return ExitCode::from(3);

@@ -273,7 +273,7 @@ impl Store {
     ///     ..CampaignOptions::default()
     /// };
     /// let waiter = std::thread::spawn(move || other.campaign("scheduler", b"node-b", &quick).err());
-    /// assert!(matches!(waiter.join().unwrap(), Some(Error::Timeout)));
+    /// assert!(matches!(waiter.join().unwrap(), Some(Error::Timeout { .. })));
     /// leadership.put(b"schedule", b"made by the leader")?; // fenced by the term
     /// assert_eq!(store.get(b"schedule")?.unwrap().token, leadership.term());
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -106,7 +106,7 @@ impl Store {
     /// let other = fencelock::Store::open(&path)?; // as another process would
     /// let reader = other.lock("payment-export").kind(Kind::Shared);
     /// let quick = reader.clone().timeout(Duration::from_millis(10));
-    /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
+    /// assert!(matches!(quick.acquire(), Err(Error::Timeout { .. })));
     /// holder.release()?;
     /// assert_eq!(reader.try_acquire()?.kind(), Kind::Shared);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -178,7 +178,7 @@ impl<'a> Lock<'a> {
     /// let other = fencelock::Store::open(&path)?; // as another process would
     /// let _held = other.lock("nightly").try_acquire()?;
     /// let quick = store.lock("nightly").timeout(Duration::from_millis(10));
-    /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
+    /// assert!(matches!(quick.acquire(), Err(Error::Timeout { .. })));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn timeout(mut self, timeout: Duration) -> Lock<'a> {
@@ -399,7 +399,7 @@ impl<'a> LockAll<'a> {
     /// let store = fencelock::Store::open(&path)?;
     /// let _b = fencelock::Store::open(&path)?.lock("b").try_acquire()?; // as another process
     /// let quick = store.lock_all(&["a", "b"]).timeout(Duration::from_millis(10));
-    /// assert!(matches!(quick.acquire(), Err(Error::Timeout)));
+    /// assert!(matches!(quick.acquire(), Err(Error::Timeout { .. })));
     /// assert!(store.lock_info("a")?.is_none(), "all or none: a was not granted either");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

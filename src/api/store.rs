@@ -10,7 +10,7 @@ use crate::base::cancel::Cancel;
 use crate::base::error::Result;
 use crate::engine::observe::Observer;
 use crate::engine::options::Options;
-use crate::engine::{etcd_string, Acquire, Engine};
+use crate::engine::{etcd_string, Acquire, Engine, Locks};
 use crate::local::LocalEngine;
 use crate::rules::history::HistoryEntry;
 use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
@@ -120,13 +120,18 @@ impl Store {
         self.engine.wait_values(prefix, mark, timeout, cancel)
     }
 
+    /// Every acquire of the API comes here. A timeout names the locks it waited for and how
+    /// long, whichever backend (and, served, whichever process) ran out of time.
     pub(crate) fn acquire_many(&self, request: &Acquire<'_>) -> Result<Vec<Holder>> {
-        Ok(self
-            .engine
-            .acquire(request)?
-            .into_iter()
-            .map(Holder::new)
-            .collect())
+        let started = std::time::Instant::now();
+        let leases = self.engine.acquire(request).map_err(|err| {
+            let names = match request.locks {
+                Locks::One(ref name) => std::slice::from_ref(name),
+                Locks::All(names) => names,
+            };
+            err.waited_for(names, started.elapsed())
+        })?;
+        Ok(leases.into_iter().map(Holder::new).collect())
     }
 
     pub(crate) fn acquire_one(&self, request: &Acquire<'_>) -> Result<Holder> {
@@ -325,7 +330,7 @@ impl Store {
     /// assert!(holder.token() > paused.token());
     /// assert!(matches!(
     ///     other.acquire_wait("nightly", Duration::from_secs(30), Duration::from_millis(10)),
-    ///     Err(Error::Timeout)
+    ///     Err(Error::Timeout { .. })
     /// ));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -569,7 +574,7 @@ impl Store {
     /// let quick = Duration::from_millis(10);
     /// assert!(matches!(
     ///     writers.acquire_kind_wait("config", Kind::Exclusive, ttl, quick),
-    ///     Err(Error::Timeout)
+    ///     Err(Error::Timeout { .. })
     /// ));
     /// reader.release()?;
     /// let timeout = Duration::from_secs(10);

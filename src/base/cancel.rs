@@ -274,7 +274,7 @@ pub(crate) fn ended(cancel: Option<&Cancel>, deadline: u64, now: u64) -> Option<
     if cancel.is_some_and(Cancel::is_cancelled) {
         Some(Error::Cancelled)
     } else if now >= deadline {
-        Some(Error::Timeout)
+        Some(Error::timed_out())
     } else {
         None
     }

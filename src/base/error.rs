@@ -84,7 +84,17 @@ pub enum Error {
     /// because the process that ran it first (a server, or another process's commit) died
     /// before reporting it, when the re-run is refused for what may have happened after the
     /// first run (a higher token, its lease's end) and the key does not hold it.
-    Timeout,
+    ///
+    /// The message names the locks the wait was for and how long it lasted, as filelock's
+    /// `Timeout` names its lock file: "timed out after 5.000s waiting for lock \"nightly\"".
+    Timeout {
+        /// The locks a waiting acquire waited for, in the order asked; empty for a wait that was
+        /// not for a lock (an open or a write behind another process's commit).
+        locks: Vec<String>,
+        /// How long the wait lasted, when it was a wait of the caller's (an acquire's timeout);
+        /// `None` for a wait inside the store.
+        waited: Option<Duration>,
+    },
     /// A wait was ended through its [`crate::Cancel`] handle; nothing was changed.
     Cancelled,
     /// The store's path no longer names the file this handle opened: the file was deleted,
@@ -122,7 +132,7 @@ pub enum Error {
 ///
 /// ```
 /// use fencelock::{Error, Status};
-/// assert_eq!(Error::Timeout.status(), Status::Timeout);
+/// assert_eq!(Error::Timeout { locks: vec![], waited: None }.status(), Status::Timeout);
 /// assert_eq!(Status::Timeout as i32, 4); // FENCELOCK_TIMEOUT in the C header
 /// ```
 #[repr(i32)]
@@ -236,7 +246,7 @@ impl Error {
             Error::LockLost { .. } => Status::LockLost,
             Error::PermitsMismatch { .. } => Status::PermitsMismatch,
             Error::WouldDeadlock { .. } => Status::WouldDeadlock,
-            Error::Timeout => Status::Timeout,
+            Error::Timeout { .. } => Status::Timeout,
             Error::Cancelled => Status::Cancelled,
             Error::Replaced(_) => Status::Replaced,
             Error::InvalidArgument(_) => Status::InvalidArgument,
@@ -260,7 +270,7 @@ impl Error {
                 | Error::LockLost { .. }
                 | Error::PermitsMismatch { .. }
                 | Error::WouldDeadlock { .. }
-                | Error::Timeout
+                | Error::Timeout { .. }
                 | Error::Cancelled
                 | Error::InvalidArgument(_)
         )
@@ -296,7 +306,10 @@ impl Error {
                 name: name.clone(),
                 token: *token,
             },
-            Error::Timeout => Error::Timeout,
+            Error::Timeout { locks, waited } => Error::Timeout {
+                locks: locks.clone(),
+                waited: *waited,
+            },
             Error::Cancelled => Error::Cancelled,
             Error::Replaced(message) => Error::Replaced(message.clone()),
             Error::InvalidArgument(message) => Error::InvalidArgument(message.clone()),
@@ -339,7 +352,7 @@ impl Error {
     /// assert_eq!(err.path(), Some(Path::new("/no/such/dir/locks.db")));
     /// assert!(err.to_string().contains("\"/no/such/dir/locks.db\""), "{err}");
     /// assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
-    /// assert_eq!(fencelock::Error::Timeout.path(), None);
+    /// assert_eq!(fencelock::Error::Timeout { locks: vec![], waited: None }.path(), None);
     /// ```
     #[must_use]
     pub fn path(&self) -> Option<&Path> {
@@ -380,7 +393,7 @@ impl Error {
     /// let err = Store::open_with(&missing, &read_only).unwrap_err();
     /// assert!(matches!(err, Error::Io(_)));
     /// assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
-    /// assert_eq!(Error::Timeout.raw_os_error(), None);
+    /// assert_eq!(Error::Timeout { locks: vec![], waited: None }.raw_os_error(), None);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
@@ -393,6 +406,26 @@ impl Error {
 
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::InvalidArgument(message.into())
+    }
+
+    /// A wait inside the store that ran out: not (yet) said for which locks nor how long.
+    pub(crate) fn timed_out() -> Error {
+        Error::Timeout {
+            locks: Vec::new(),
+            waited: None,
+        }
+    }
+
+    /// This error, if it is a [`Error::Timeout`] that does not say which locks it waited for,
+    /// saying it: `locks` and the wait's length `waited`. Every other error as it is.
+    pub(crate) fn waited_for<S: AsRef<str>>(self, locks: &[S], waited: Duration) -> Error {
+        match self {
+            Error::Timeout { locks: none, .. } if none.is_empty() => Error::Timeout {
+                locks: locks.iter().map(|name| name.as_ref().to_owned()).collect(),
+                waited: Some(waited),
+            },
+            other => other,
+        }
     }
 }
 
@@ -432,7 +465,17 @@ impl fmt::Display for Error {
                 "lock {name:?} is held by this thread's own lease (token {token}) through this \
                  store: the wait would last until that lease ends"
             ),
-            Error::Timeout => write!(f, "timed out waiting"),
+            Error::Timeout { locks, waited } => {
+                write!(f, "timed out")?;
+                if let Some(waited) = waited {
+                    write!(f, " after {:.3}s", waited.as_secs_f64())?;
+                }
+                match locks.as_slice() {
+                    [] => write!(f, " waiting"),
+                    [name] => write!(f, " waiting for lock {name:?}"),
+                    names => write!(f, " waiting for locks {names:?}"),
+                }
+            }
             Error::Cancelled => write!(f, "the wait was cancelled"),
             Error::Replaced(message) => write!(f, "store file replaced: {message}"),
             Error::InvalidArgument(message) => write!(f, "invalid argument: {message}"),
@@ -630,7 +673,7 @@ mod tests {
             Error::Io(io_error(io::ErrorKind::Other, "text".into(), None)).raw_os_error(),
             None
         );
-        assert_eq!(Error::Timeout.raw_os_error(), None);
+        assert_eq!(Error::timed_out().raw_os_error(), None);
         assert_eq!(Error::Storage("disk".into()).raw_os_error(), None);
     }
 }

@@ -151,7 +151,9 @@ impl EtcdEngine {
             runtime::block_on(on, async move {
                 tokio::time::timeout(timeout, Client::connect(endpoints, Some(connect)))
                     .await
-                    .map_or(Err(Error::Timeout), |client| client.map_err(client_error))
+                    .map_or(Err(Error::timed_out()), |client| {
+                        client.map_err(client_error)
+                    })
             })?
             .map_err(|err| unreachable(text, &err))
         };
@@ -1032,7 +1034,7 @@ pub(crate) fn etcd_ttl(ttl: Duration) -> Result<i64> {
 
 fn unreachable(text: &str, err: &Error) -> Error {
     match err {
-        Error::Timeout => Error::Io(std::io::Error::new(
+        Error::Timeout { .. } => Error::Io(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("{text}: no etcd endpoint answered within the busy timeout"),
         )),

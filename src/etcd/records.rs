@@ -174,7 +174,9 @@ fn corrupt(kv: &KeyValue, what: &str) -> Error {
 pub(crate) fn client_error(err: etcd_client::Error) -> Error {
     use etcd_client::Error as E;
     match err {
-        E::GRpcStatus(status) if status.code() == tonic::Code::DeadlineExceeded => Error::Timeout,
+        E::GRpcStatus(status) if status.code() == tonic::Code::DeadlineExceeded => {
+            Error::timed_out()
+        }
         E::GRpcStatus(status) if status.code() == tonic::Code::Unavailable => Error::Io(
             std::io::Error::other(format!("etcd unavailable: {}", status.message())),
         ),

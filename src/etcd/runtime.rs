@@ -136,7 +136,7 @@ where
     block(async move {
         tokio::time::timeout(timeout, future)
             .await
-            .unwrap_or(Err(Error::Timeout))
+            .unwrap_or(Err(Error::timed_out()))
     })?
 }
 

@@ -209,14 +209,7 @@ pub unsafe extern "C" fn fencelock_store_acquire_opts(
                 .iter()
                 .map(|&name| super::name(name, what))
                 .collect::<Result<Vec<_>, _>>()?;
-            let started = std::time::Instant::now();
-            let holders = acquire(store, &names, &options).map_err(|err| {
-                if options.flags & FENCELOCK_ACQUIRE_WAIT != 0 {
-                    err.waited_for(&names, started.elapsed())
-                } else {
-                    err
-                }
-            })?;
+            let holders = acquire(store, &names, &options)?;
             let raw: Vec<*mut fencelock_holder> = holders
                 .into_iter()
                 .map(fencelock_holder::into_raw)

@@ -559,7 +559,7 @@ pub unsafe extern "C" fn fencelock_leader_watch_next(
                 Some(cancel) => watch.next_change_cancellable(timeout, &cancel.cancel)?,
                 None => watch.next_change(timeout)?,
             };
-            let leader = next.ok_or(crate::Error::Timeout)?;
+            let leader = next.ok_or(crate::Error::timed_out())?;
             leader_out.set(fencelock_leader::into_raw(leader));
             Ok(())
         })

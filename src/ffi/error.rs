@@ -6,7 +6,6 @@
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use super::{fencelock_status, free_boxed, read_or, FENCELOCK_NULL_POINTER, STATUSES};
 use crate::{Error, Status};
@@ -41,28 +40,6 @@ impl fencelock_error {
             name: None,
             path: None,
         }
-    }
-
-    /// A waiting acquire's timeout names the locks waited for and how long the wait lasted,
-    /// as filelock's `Timeout` names its lock file (the Rust `Error::Timeout` is a unit
-    /// variant, matched as such, so the C layer, which has the names and the clock, says it).
-    /// Every other error is returned as it is.
-    pub(super) fn waited_for(mut self, names: &[&str], waited: Duration) -> fencelock_error {
-        if self.status != Status::Timeout {
-            return self;
-        }
-        let locks = match names {
-            [name] => format!("lock {name:?}"),
-            _ => format!("locks {names:?}"),
-        };
-        self.message = c_string(format!(
-            "timed out after {:.3}s waiting for {locks}",
-            waited.as_secs_f64()
-        ));
-        if let [name] = names {
-            self.name = Some(c_string(name.as_bytes().to_vec()));
-        }
-        self
     }
 
     pub(super) fn from_panic(detail: &str) -> fencelock_error {
@@ -113,6 +90,9 @@ impl From<Error> for fencelock_error {
             Error::WouldDeadlock { name, token } => {
                 out.token = token;
                 out.name = Some(c_string(name.into_bytes()));
+            }
+            Error::Timeout { mut locks, .. } if locks.len() == 1 => {
+                out.name = locks.pop().map(|name| c_string(name.into_bytes()));
             }
             _ => {}
         }

@@ -165,7 +165,7 @@ impl LocalEngine {
             Err(err) => {
                 let counter = match err {
                     Error::Locked { .. } => Some(Counter::RefusedLocked),
-                    Error::Timeout => Some(Counter::RefusedTimeout),
+                    Error::Timeout { .. } => Some(Counter::RefusedTimeout),
                     Error::Cancelled => Some(Counter::RefusedCancelled),
                     // A child of fork() counts nothing into the parent's store.
                     Error::Forked => None,

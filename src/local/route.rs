@@ -682,7 +682,7 @@ mod tests {
         requester.fence("bucket", second.token()).unwrap();
         // Its first run landed, but the re-run cannot tell: not a definite refusal.
         let done = requester.inner.await_done(&ring, posted, waiting());
-        assert!(matches!(done, Err(Error::Timeout)), "{done:?}");
+        assert!(matches!(done, Err(Error::Timeout { .. })), "{done:?}");
         assert_eq!(
             requester.fence_token("bucket").unwrap(),
             Some(second.token())
@@ -804,7 +804,7 @@ mod tests {
             .unwrap()
             .begin_write()
             .unwrap();
-        assert!(matches!(holder.put(b"k", b"v"), Err(Error::Timeout)));
+        assert!(matches!(holder.put(b"k", b"v"), Err(Error::Timeout { .. })));
         drop(txn);
         assert!(requester.get(b"k").unwrap().is_none());
         holder.put(b"k", b"v").unwrap();

@@ -406,7 +406,7 @@ fn open_exclusive(path: &Path, options: &ServeOptions) -> Result<Db> {
         match open_carved(path) {
             Err(Error::InUse) => {
                 waiting.step().map_err(|err| match err {
-                    Error::Timeout => Error::InUse,
+                    Error::Timeout { .. } => Error::InUse,
                     other => other,
                 })?;
                 std::thread::sleep(Duration::from_millis(5));

@@ -154,7 +154,7 @@ pub(crate) fn run(
         Err(Error::StaleToken { .. } | Error::LockLost { .. })
             if rerun && matches!(op, Op::Put { .. } | Op::Fence { .. }) =>
         {
-            return Err(Error::Timeout);
+            return Err(Error::timed_out());
         }
         other => other?,
     };

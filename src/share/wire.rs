@@ -742,7 +742,7 @@ fn encode_error(w: &mut Writer, err: &Error) {
         | Error::NotAStore(m)
         | Error::Corrupt(m)
         | Error::Storage(m) => (0, 0, 0, m.clone()),
-        Error::Timeout | Error::Cancelled | Error::InUse | Error::Forked => {
+        Error::Timeout { .. } | Error::Cancelled | Error::InUse | Error::Forked => {
             (0, 0, 0, String::new())
         }
     };
@@ -793,7 +793,7 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
         s if s == Status::NotAStore as u32 => Error::NotAStore(message),
         s if s == Status::Corrupt as u32 => Error::Corrupt(message),
         s if s == Status::Storage as u32 => Error::Storage(message),
-        s if s == Status::Timeout as u32 => Error::Timeout,
+        s if s == Status::Timeout as u32 => Error::timed_out(),
         s if s == Status::Cancelled as u32 => Error::Cancelled,
         s if s == Status::InUse as u32 => Error::InUse,
         s if s == Status::Forked as u32 => Error::Forked,
@@ -1136,7 +1136,7 @@ mod tests {
                 "too large",
             ))),
             Err(Error::Storage("disk".into())),
-            Err(Error::Timeout),
+            Err(Error::timed_out()),
             Err(Error::Replaced("moved".into())),
         ];
         for reply in replies {

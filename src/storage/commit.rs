@@ -345,7 +345,7 @@ fn begin(
         *batch = left;
         let mut last = None;
         for job in ended {
-            let err = job.given_up(now).unwrap_or(Error::Timeout);
+            let err = job.given_up(now).unwrap_or(Error::timed_out());
             let (Ran::Refused(finish) | Ran::Applied(finish, ..) | Ran::Failed(finish, _)) =
                 (job.run)(Err(&err));
             finish(Err(&err));
@@ -355,7 +355,7 @@ fn begin(
             // The next batch takes the wait over; until then its transaction is not wanted.
             handoff.unwant();
             *waiting = Some(handoff);
-            return Err(last.unwrap_or(Error::Timeout));
+            return Err(last.unwrap_or(Error::timed_out()));
         }
         *waiting = Some(handoff);
     }
@@ -597,7 +597,7 @@ mod tests {
             false,
             &mut waiting,
         );
-        assert!(matches!(take(&timed_slot), Err(Error::Timeout)));
+        assert!(matches!(take(&timed_slot), Err(Error::Timeout { .. })));
         assert!(matches!(take(&cancelled_slot), Err(Error::Cancelled)));
         assert!(!ran.load(Ordering::SeqCst), "the timed-out job never ran");
         // The next batch takes the wait over and commits once the other writer lets go.

@@ -27,7 +27,7 @@ fn put_settled(store: &Store, key: &[u8], value: &[u8], token: u64) -> fencelock
     let start = Instant::now();
     loop {
         match store.put(key, value, token) {
-            Err(Error::Timeout) if start.elapsed() < Duration::from_secs(30) => {}
+            Err(Error::Timeout { .. }) if start.elapsed() < Duration::from_secs(30) => {}
             Err(Error::Storage(text))
                 if text.contains("transport") && start.elapsed() < Duration::from_secs(30) =>
             {

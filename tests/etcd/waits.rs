@@ -27,7 +27,7 @@ fn a_wait_of_many_seconds_is_granted_the_lock_at_its_release() {
     holder.release().unwrap();
     match waiter.join().unwrap() {
         Ok(next) => assert!(next.token() > first),
-        Err(err @ (Error::Storage(_) | Error::Io(_) | Error::Timeout)) => {
+        Err(err @ (Error::Storage(_) | Error::Io(_) | Error::Timeout { .. })) => {
             panic!("a waiter of 12 s lost its wait: {err:?}")
         }
         Err(other) => panic!("a waiter of 12 s: {other:?}"),

@@ -147,7 +147,7 @@ const CASES: &[Case] = &[
     (
         "acquire_wait: held lock, zero timeout",
         |s, _| s.acquire_wait("held", TTL, Duration::ZERO).map(drop),
-        |e| matches!(e, Error::Timeout),
+        |e| matches!(e, Error::Timeout { .. }),
     ),
     (
         "acquire: held lock",
@@ -155,11 +155,14 @@ const CASES: &[Case] = &[
             Err(Error::Locked { token, pid, .. })
                 if token == h.token() && pid == std::process::id() =>
             {
-                Err(Error::Timeout)
+                Err(Error::Timeout {
+                    locks: vec![],
+                    waited: None,
+                })
             }
             other => other.map(drop),
         },
-        |e| matches!(e, Error::Timeout),
+        |e| matches!(e, Error::Timeout { .. }),
     ),
     (
         "acquire_and_put: empty name",

@@ -223,7 +223,7 @@ fn a_wait_for_a_lock_this_thread_holds_is_refused_at_once(h: &Harness) {
         let other = h.another();
         assert!(matches!(
             other.acquire_wait("job", LONG, Duration::from_millis(20)),
-            Err(Error::Timeout)
+            Err(Error::Timeout { .. })
         ));
     }
     // Another thread waits, and is granted the lock at the release.
@@ -246,7 +246,7 @@ fn a_wait_for_a_lock_this_thread_holds_is_refused_at_once(h: &Harness) {
     let _held = store.acquire("job", LONG).unwrap();
     assert!(matches!(
         store.acquire_wait("job", LONG, Duration::from_millis(20)),
-        Err(Error::Timeout)
+        Err(Error::Timeout { .. })
     ));
 }
 
@@ -575,11 +575,11 @@ fn a_waiting_acquire_times_out_and_waits_out_an_expiring_lease(h: &Harness) {
     let next = thread::spawn(move || {
         assert!(matches!(
             waiter.acquire_wait("job", LONG, Duration::from_millis(30)),
-            Err(Error::Timeout)
+            Err(Error::Timeout { .. })
         ));
         assert!(matches!(
             waiter.acquire_wait("job", LONG, Duration::ZERO),
-            Err(Error::Timeout)
+            Err(Error::Timeout { .. })
         ));
         waiter
             .acquire_wait("short", LONG, Duration::from_secs(60))

@@ -196,7 +196,7 @@ fn a_waiting_permit_acquire_gets_the_first_permit_let_go(h: &Harness) {
     ));
     assert!(matches!(
         store.acquire_kind_wait("pool", sem(2), TTL, Duration::from_millis(5)),
-        Err(Error::Timeout)
+        Err(Error::Timeout { .. })
     ));
 }
 
@@ -496,7 +496,7 @@ fn only_a_wait_that_this_threads_own_leases_block_is_refused(h: &Harness) {
     };
     assert!(matches!(
         store.acquire_kind_wait("pool", sem(2), TTL, Duration::from_millis(20)),
-        Err(Error::Timeout)
+        Err(Error::Timeout { .. })
     ));
     drop(theirs);
     let next = store.acquire_kind_wait("pool", sem(2), TTL, LONG).unwrap();

@@ -93,7 +93,7 @@ pub fn open_store(
     // directory given as the path is an invalid argument to the library, but a bad database to
     // the user).
     Store::open_with(path, &options).map_err(|err| match err {
-        Error::Timeout => Failure::new(
+        Error::Timeout { .. } => Failure::new(
             exit::TIMEOUT,
             format!(
                 "timed out after {} opening database {}: another process holds it; one \

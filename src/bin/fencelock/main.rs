@@ -742,7 +742,7 @@ pub(crate) fn lib_code(err: &fencelock::Error) -> u8 {
     use fencelock::Error;
     match err {
         Error::Locked { .. } => exit::LOCKED,
-        Error::Timeout => exit::TIMEOUT,
+        Error::Timeout { .. } => exit::TIMEOUT,
         Error::StaleToken { .. } => exit::STALE_TOKEN,
         Error::LockLost { .. } => exit::LOCK_LOST,
         Error::InvalidArgument(_) | Error::PermitsMismatch { .. } => exit::USAGE,

@@ -525,7 +525,7 @@ pub fn acquire(
             || Failure::from_lib(&Error::Cancelled),
             |signal| interrupted_failure(signal, &lock),
         )),
-        Err(Error::Timeout) => {
+        Err(Error::Timeout { .. }) => {
             let holder = names
                 .iter()
                 .filter_map(|name| store.lock_holders(name).ok())
@@ -586,7 +586,7 @@ fn campaign(
             || Failure::from_lib(&Error::Cancelled),
             |signal| interrupted_failure(signal, &lock),
         )),
-        Err(Error::Timeout) => {
+        Err(Error::Timeout { .. }) => {
             let leader = store
                 .leader(&lock)
                 .ok()
