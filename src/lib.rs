@@ -39,9 +39,9 @@ pub mod fuzzing;
 #[cfg(all(test, not(fuzzing)))]
 mod fuzzing;
 
-pub use api::election::{
-    CampaignOptions, Leader, LeaderWatch, Leadership, TERMS_KEPT, VACANCY_POLL,
-};
+#[cfg(feature = "tokio")]
+pub use api::async_tokio::LeaderStream;
+pub use api::election::{CampaignOptions, Leader, LeaderWatch, Leadership, TERMS_KEPT};
 pub use api::holder::Holder;
 pub use api::lock::{Lock, LockAll, DEFAULT_TTL};
 pub use api::store::Store;

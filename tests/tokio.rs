@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fencelock::{Cancel, Error, Store};
+use fencelock::{CampaignOptions, Cancel, Error, Store};
 
 const TTL: Duration = Duration::from_secs(60);
 
@@ -173,4 +173,92 @@ async fn keep_alive_renews_while_awaited_and_stops_when_dropped() {
         holder.keep_alive_async(Duration::ZERO).await,
         Err(Error::InvalidArgument(_))
     ));
+}
+
+// The election's async forms.
+
+/// Campaign options whose lease does not run out during a test.
+fn long() -> CampaignOptions {
+    CampaignOptions {
+        ttl: TTL,
+        ..CampaignOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn an_async_campaign_waits_its_turn_and_an_async_observer_sees_every_term_in_order() {
+    let (_dir, store) = store();
+    let mut leaders = store.observe_leader_async("jobs").await.unwrap();
+    let first = store.campaign_async("jobs", b"a", &long()).await.unwrap();
+    let second = tokio::spawn(store.campaign_async("jobs", b"b", &long()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !second.is_finished(),
+        "a second leader while the first leads"
+    );
+    let told = leaders.next_change().await.unwrap();
+    assert_eq!((told.term, told.value), (first.term(), b"a".to_vec()));
+    first.proclaim(b"a2").unwrap();
+    let told = leaders.next_change().await.unwrap();
+    assert_eq!((told.term, told.version), (first.term(), 2));
+    // The leadership's end is awaitable, and hands over to the waiting campaign.
+    let lost = tokio::spawn(first.wait_lost_async());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!lost.is_finished(), "the leadership ended while it led");
+    first.resign().unwrap();
+    lost.await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(second.term() > first.term());
+    let told = leaders.next_change().await.unwrap();
+    assert_eq!((told.term, told.value), (second.term(), b"b".to_vec()));
+}
+
+#[test]
+fn a_dropped_async_campaign_leaves_no_trace() {
+    let (_dir, store) = store();
+    let first = store.campaign("jobs", b"a", &long()).unwrap();
+    let rt = runtime();
+    rt.block_on(async {
+        let wait = store.campaign_async("jobs", b"b", &long());
+        let ended = tokio::time::timeout(Duration::from_millis(100), wait).await;
+        assert!(ended.is_err(), "the campaign was not cut short");
+    });
+    // Dropping the runtime waits for its blocking pool: the campaign's wait has ended.
+    drop(rt);
+    assert_eq!(store.waiters("jobs").unwrap(), []);
+    first.resign().unwrap();
+    assert_eq!(
+        store.leader("jobs").unwrap(),
+        None,
+        "the dropped campaign led"
+    );
+    assert_eq!(store.keys(b"fencelock.election/jobs/").unwrap().len(), 1);
+    let refused = runtime().block_on(store.campaign_async(
+        "jobs",
+        b"c",
+        &CampaignOptions {
+            cancel: Some(Cancel::new()),
+            ..long()
+        },
+    ));
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_next_leaves_the_stream_telling_every_change() {
+    let (_dir, store) = store();
+    let mut leaders = store.observe_leader_async("jobs").await.unwrap();
+    let quiet = tokio::time::timeout(Duration::from_millis(50), leaders.next_change()).await;
+    assert!(quiet.is_err(), "a change while nobody campaigned");
+    let first = store.campaign_async("jobs", b"a", &long()).await.unwrap();
+    first.resign().unwrap();
+    let second = store.campaign_async("jobs", b"b", &long()).await.unwrap();
+    let terms = [
+        leaders.next_change().await.unwrap().term,
+        leaders.next_change().await.unwrap().term,
+    ];
+    assert_eq!(terms, [first.term(), second.term()]);
 }

@@ -1,15 +1,19 @@
 //! The async API, behind the cargo feature `tokio` (as fs4's `tokio` feature): awaitable forms
 //! of the waits, [`Lock::acquire_async`], [`LockAll::acquire_async`],
-//! [`Holder::wait_lost_async`] and [`Holder::keep_alive_async`], each cancelled by dropping its
-//! future (a `tokio::time::timeout` running out, a `select!` taking another branch, an aborted
-//! task).
+//! [`Holder::wait_lost_async`] and [`Holder::keep_alive_async`], and of the election's,
+//! [`Store::campaign_async`], [`Leadership::wait_lost_async`] and [`LeaderStream::next_change`], each
+//! cancelled by dropping its future (a `tokio::time::timeout` running out, a `select!` taking
+//! another branch, an aborted task).
 //!
 //! Mechanism: every blocking call runs on tokio's blocking pool with a [`Cancel`] of its own,
 //! which a guard held by the future fires when the future is dropped; the engine's wait looks at
 //! it at least once a millisecond (a wait for a lost lease every 10 ms), ends with
 //! [`Error::Cancelled`] and changes nothing. A grant that raced the cancel is dropped with the
 //! finished task's output, and dropping a [`Holder`] releases it. So no wait outlives its future
-//! by more than a poll, and none is granted a lock after its future is gone.
+//! by more than a poll, and none is granted a lock after its future is gone. A campaign granted
+//! as its future is dropped is resigned with the dropped [`Leadership`] (a term that began and
+//! ended at once); one cancelled while it waits leaves nothing behind. A change an observer's
+//! wait found as its future was dropped stays in its [`LeaderStream`] for the next call.
 //!
 //! Each call's cancel handle names a thread tag of its own ([`Cancel::set_thread`]): the pool
 //! runs many tasks' calls on few threads, so a wait judged as the pool thread's could be refused
@@ -22,8 +26,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use crate::api::election::{CampaignOptions, Leader, LeaderWatch, Leadership};
 use crate::api::holder::Holder;
 use crate::api::lock::{Lock, LockAll};
+use crate::api::store::Store;
 use crate::base::cancel::Cancel;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{MAX_TTL, MIN_KEEP_ALIVE_TTL};
@@ -320,6 +328,193 @@ impl Holder {
                     Err(err @ (Error::LockLost { .. } | Error::Replaced(_))) => return Err(err),
                     // A passing failure: tried again at the next third, until the lease ran out.
                     Err(_) => {}
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    /// [`Store::campaign`] for async code: waits on tokio's blocking pool while the task
+    /// awaits, and is cancelled by dropping the future (wrap it in `tokio::time::timeout`, or
+    /// set `options.timeout`): a wait cancelled so ends within about a millisecond and leaves
+    /// nothing behind; a campaign granted just as its future was dropped is resigned at once.
+    /// The future owns what it needs, so it can be spawned.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::campaign`]; [`Error::InvalidArgument`] when `options.cancel` is set:
+    /// dropping the future is the async form's cancel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use fencelock::CampaignOptions;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store
+    ///     .campaign_async("scheduler", b"10.0.0.7:8080", &CampaignOptions::default())
+    ///     .await?;
+    /// assert_eq!(store.leader("scheduler")?.map(|l| l.term), Some(leadership.term()));
+    /// # Ok(()) }
+    /// ```
+    pub fn campaign_async(
+        &self,
+        name: &str,
+        value: &[u8],
+        options: &CampaignOptions,
+    ) -> impl Future<Output = Result<Leadership>> + Send + 'static {
+        let (store, name, value) = (self.clone(), name.to_owned(), value.to_vec());
+        let options = options.clone();
+        async move {
+            if options.cancel.is_some() {
+                return Err(Error::invalid(
+                    "an async campaign ends when its future is dropped; a cancel handle is for \
+                     the blocking campaign",
+                ));
+            }
+            unblock(move |cancel| {
+                let options = CampaignOptions {
+                    cancel: Some(cancel.clone()),
+                    ..options
+                };
+                store.campaign(&name, &value, &options)
+            })
+            .await
+        }
+    }
+
+    /// [`Store::observe_leader`] for async code: a [`LeaderStream`] of the changes of the
+    /// election `name`, whose [`LeaderStream::next_change`] is awaited (the first read runs on tokio's
+    /// blocking pool).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::observe_leader`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let mut leaders = store.observe_leader_async("scheduler").await?;
+    /// let leadership = store.campaign_async("scheduler", b"a", &Default::default()).await?;
+    /// assert_eq!(leaders.next_change().await?.term, leadership.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn observe_leader_async(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<LeaderStream>> + Send + 'static {
+        let (store, name) = (self.clone(), name.to_owned());
+        async move {
+            let watch = unblock(move |_| store.observe_leader(&name)).await?;
+            Ok(LeaderStream {
+                watch: Arc::new(Mutex::new(watch)),
+            })
+        }
+    }
+}
+
+impl Leadership {
+    /// Resolves once the leadership ends for its holder, as [`Leadership::wait_lost`] tells
+    /// (resigned, its lease lost, or less than the safety margin left on it). The wait runs
+    /// on tokio's blocking pool (it looks at its cancel every 10 ms); dropping the future ends
+    /// it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let leadership = store.campaign_async("scheduler", b"", &Default::default()).await?;
+    /// let lost = leadership.wait_lost_async();
+    /// leadership.holder().release()?; // as if the lease were lost
+    /// lost.await;
+    /// assert!(leadership.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_lost_async(&self) -> impl Future<Output = ()> + Send + 'static {
+        let wait = self.lost_waiter();
+        async move {
+            if unblock(move |cancel| wait(Duration::MAX, cancel))
+                .await
+                .is_err()
+            {
+                // Never while the future is polled: only a runtime that is shutting down ends
+                // the wait, and the leadership was not seen ended.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// The changes of an election's leader for async code ([`Store::observe_leader_async`]): the
+/// same changes as a [`LeaderWatch`] tells, one [`LeaderStream::next_change`] at a time.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+/// let mut leaders = store.observe_leader_async("scheduler").await?;
+/// let quiet = tokio::time::timeout(Duration::from_millis(50), leaders.next_change()).await;
+/// assert!(quiet.is_err(), "nobody leads");
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct LeaderStream {
+    /// Shared with the blocking task of a pending `next`; a change it found stays here.
+    watch: Arc<Mutex<LeaderWatch>>,
+}
+
+impl LeaderStream {
+    /// The next change of the leader, as [`LeaderWatch::next_change`] tells them (the current
+    /// leader first, if one leads; then each new term and proclaim in order), waiting as long
+    /// as it takes: wrap it in `tokio::time::timeout` for a limit. The wait runs on tokio's
+    /// blocking pool, woken by the change; dropping the future ends it, and a change it had
+    /// found is told by the next call instead.
+    ///
+    /// # Errors
+    ///
+    /// As [`LeaderWatch::next_change`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let mut leaders = store.observe_leader_async("scheduler").await?;
+    /// let leadership = store.campaign_async("scheduler", b"a", &Default::default()).await?;
+    /// let first = leaders.next_change().await?;
+    /// leadership.proclaim(b"a, ready")?;
+    /// let second = leaders.next_change().await?;
+    /// assert_eq!((first.term, second.term), (leadership.term(), leadership.term()));
+    /// assert_eq!(second.value, b"a, ready");
+    /// # Ok(()) }
+    /// ```
+    pub fn next_change(&mut self) -> impl Future<Output = Result<Leader>> + Send + 'static {
+        let watch = Arc::clone(&self.watch);
+        async move {
+            loop {
+                let filling = Arc::clone(&watch);
+                unblock(move |cancel| filling.lock().fill(Duration::MAX, Some(cancel))).await?;
+                // Taken here, in the poll that sees the wait end: a future dropped before it
+                // leaves the change in the watch.
+                if let Some(leader) = watch.lock().take_pending() {
+                    return Ok(leader);
                 }
             }
         }

@@ -1,5 +1,6 @@
-//! Leader election, built on the store's public operations only, so that it runs on every
-//! backend (a file of this host, served or not, and etcd) with the same rules.
+//! Leader election, built on the store's public operations and one wait of the engines
+//! ([`Store::wait_values`]), so that it runs on every backend (a file of this host, served or
+//! not, and etcd) with the same rules.
 //!
 //! An election of the name `N` is made of:
 //!
@@ -9,17 +10,9 @@
 //! - the **leader record** of each term, the fenced value `fencelock.election/N/term/<term>`
 //!   (the term in 20 decimal digits, so that byte order is term order), written by the leader
 //!   with its lease checked in the same transaction ([`Holder::put`]): its value's version,
-//!   pid, start and value. A deposed leader cannot write it (nor anything else through its
-//!   holder). Each new leader deletes all but the latest [`TERMS_KEPT`] records;
-//! - four **bells**, the exclusive locks `fencelock.election/N/bell<g><v>`, of which the leader
-//!   holds one beside `N` while it leads: `g` the parity of the term's generation (one more
-//!   than the term before it's, so that a new leader never takes the bells the observers of
-//!   the term before wait for), `v` the parity of the value's version. An observer that saw
-//!   version `v` of generation `g` waits for that bell with a shared acquire: a shared grant
-//!   comes when the bell is let go, which is when the leader dies, is paused past its lease,
-//!   resigns, or proclaims (a proclaim takes the bell of `v + 1`, writes version `v + 1`, and
-//!   lets the bell of `v` go; it takes that one again only at the proclaim after, so that
-//!   observers have the time between two proclaims to see it free).
+//!   pid, start, generation (one more than the term before it's) and value. A deposed leader
+//!   cannot write it (nor anything else through its holder). Each new leader deletes all but
+//!   the latest [`TERMS_KEPT`] records.
 //!
 //! A leadership ends for its holder a safety margin before its lease could be granted to
 //! another (client-go's renew deadline): a thread of its own watches the lease, and marks the
@@ -28,12 +21,18 @@
 //! through [`Leadership::put`] are refused from then on, and after the lease is taken over the
 //! store refuses them anyway (the term is the fencing token).
 //!
-//! What an observer cannot be woken for by a release is the start of a term after a time with
-//! no leader (no lock is held then whose release would tell it): in that state alone it looks
-//! again every [`VACANCY_POLL`]. And a bell let go and taken again before an observer's shared
-//! acquire looked (two proclaims in a row; on etcd a shared waiter is not queued, and may
-//! lose the race) would leave it waiting for the next change: it looks again at least every
-//! [`RELOOK`], a safety net.
+//! An observer tells new terms and proclaims, and each is a write of a leader record: it waits
+//! for the next write under the records' prefix, woken by the write itself (the engines' wait
+//! for a change of values: on a local store the change bell that every commit rings, in the
+//! store's shared memory; on etcd a watch from the revision of its last read). It takes the
+//! mark of that wait before it reads, so a write between its read and its sleep ends the sleep
+//! at once: it never sleeps through a change, needs no timer to look again, and makes no
+//! candidate wait for it (it holds nothing). A lock's release could not do this: after a time
+//! with no leader, nothing is held whose release would tell of the next term. What remains a
+//! poll is a read-only store that cannot use the store's shared memory (it hears no other
+//! process's bell): it looks again every 10 ms. Between two reads a leader may proclaim
+//! twice: the observer then tells the second value only (every term, in order, but not every
+//! version of a value).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -48,24 +47,12 @@ use crate::base::cancel::{check, Cancel, LOST_POLL};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::{check_name, MAX_NAME_LEN, MAX_TTL, MIN_KEEP_ALIVE_TTL};
-use crate::base::thread::ThreadTag;
 use crate::rules::info::LockState;
 use crate::rules::kind::Kind;
 
 /// How many leader records (terms) of an election the store keeps: an observer that falls
 /// further behind than that misses the terms between.
 pub const TERMS_KEPT: usize = 64;
-
-/// How often an observer looks for a new term while no leader leads.
-pub const VACANCY_POLL: Duration = Duration::from_millis(5);
-
-/// The longest an observer waits for a bell before it looks at the leader record again.
-pub const RELOOK: Duration = Duration::from_secs(1);
-
-/// The TTL of an observer's momentary shared grant of a bell (it releases it at once): the
-/// longest an observer paused inside that moment delays a proclaim or a new leader. Whole
-/// seconds of at least 2 s, as an etcd lease must be.
-const BELL_TTL: Duration = Duration::from_secs(2);
 
 /// Marks a leader record, and its layout's version.
 const RECORD_MAGIC: &[u8; 4] = b"fle1";
@@ -174,19 +161,10 @@ fn term_key(name: &str, term: u64) -> Vec<u8> {
     key
 }
 
-/// The bell of version `version` of a term of generation `generation`.
-fn bell_name(name: &str, generation: u64, version: u64) -> String {
-    format!(
-        "fencelock.election/{name}/bell{}{}",
-        generation % 2,
-        version % 2
-    )
-}
-
-/// Refuses an election name whose lock, keys or bells the store would refuse.
+/// Refuses an election name whose lock or keys the store would refuse.
 fn check_election_name(name: &str) -> Result<()> {
     check_name("election name", name)?;
-    let longest = term_key(name, 0).len().max(bell_name(name, 0, 0).len());
+    let longest = term_key(name, 0).len();
     if longest > MAX_NAME_LEN {
         return Err(Error::invalid(format!(
             "election name is {} bytes; the limit is {}",
@@ -258,57 +236,17 @@ fn term_of_key(prefix: &[u8], key: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-/// Takes the bell `lock` for the leader and keeps it alive: it may wait for the momentary
-/// shared grants of observers, and for a deposed leader's bell to run out (at most `ttl`).
-fn take_bell(
-    store: &Store,
-    lock: &str,
-    ttl: Duration,
-    own: ThreadTag,
-    user: Option<&Cancel>,
-) -> Result<Holder> {
-    let timeout = ttl + BELL_TTL;
-    let bell = acquire_own(store, lock, Kind::Exclusive, ttl, timeout, own, user)?;
-    let bell = bell.ok_or(Error::timed_out())?;
-    bell.keep_alive(ttl)?;
-    Ok(bell)
-}
-
-/// Acquires `lock` as `kind`, waiting up to `timeout`, ended by `user` (whose handle it does
-/// not change); `Ok(None)` at the timeout. The wait and the grant are `own`'s, a thread tag of
-/// the leadership's or the watch's own: an observer or a leader's bells never wait "for
-/// themselves" ([`Error::WouldDeadlock`]) because the same thread holds a lock through the
-/// same store.
-fn acquire_own(
-    store: &Store,
-    lock: &str,
-    kind: Kind,
-    ttl: Duration,
-    timeout: Duration,
-    own: ThreadTag,
-    user: Option<&Cancel>,
-) -> Result<Option<Holder>> {
-    let cancel = Cancel::following(user);
-    cancel.set_thread(own);
-    match store.acquire_kind_wait_cancellable(lock, kind, ttl, timeout, &cancel) {
-        Ok(holder) => Ok(Some(holder)),
-        Err(Error::Timeout { .. }) => Ok(None),
-        Err(err) => Err(err),
-    }
-}
-
 impl Store {
     /// Campaigns to lead the election `name` with `value` (the candidate's address, say):
     /// waits, fairly (candidates are granted oldest first, across processes), to hold the lock
     /// `name`, and returns the [`Leadership`], whose term is that grant's token. The leader
     /// record is written with the term, with the lease checked in the same transaction; the
     /// lease is kept alive in the background until the leadership is resigned or dropped.
+    /// Nothing an observer does delays it.
     ///
     /// The leadership ends for its holder `options.margin` before its lease could be granted to
     /// another ([`Leadership::wait_lost`]), as client-go's renew deadline. A campaign ended by
-    /// `options.cancel` or `options.timeout` while it waits leaves nothing behind. Once the lock
-    /// is granted, taking the election's bells may outlast the timeout by up to `ttl` (while a
-    /// deposed leader's bells run out).
+    /// `options.cancel` or `options.timeout` while it waits leaves nothing behind.
     ///
     /// # Errors
     ///
@@ -356,12 +294,10 @@ impl Store {
         };
         // From here every failure drops what it took, which releases it.
         holder.keep_alive(ttl)?;
-        let own = ThreadTag::fresh();
         let generation = match self.latest_record(name)? {
             Some(record) => record.generation + 1,
             None => 1,
         };
-        let bell = take_bell(self, &bell_name(name, generation, 1), ttl, own, cancel)?;
         let since = SystemTime::now();
         let term = holder.token();
         holder.put(
@@ -375,15 +311,12 @@ impl Store {
             Current {
                 version: 1,
                 value: value.to_vec(),
-                bell: Some(bell),
             },
             Settings {
                 name: name.to_owned(),
-                ttl,
                 margin,
                 since,
                 generation,
-                own,
             },
         )
     }
@@ -495,10 +428,9 @@ impl Store {
             name: name.to_owned(),
             prefix: term_prefix(name),
             seen: None,
-            generation: 0,
             started: false,
             pending: VecDeque::new(),
-            own: ThreadTag::fresh(),
+            looks: 0,
         };
         // What leads now is decided now: every change after this call is told.
         watch.look()?;
@@ -509,21 +441,16 @@ impl Store {
 /// What a leadership knows that does not change.
 struct Settings {
     name: String,
-    ttl: Duration,
     margin: Duration,
     since: SystemTime,
-    /// The term's generation: which bells it rings.
+    /// The term's generation, as its record keeps it.
     generation: u64,
-    /// The thread the bells' waits and grants are judged as: one of their own.
-    own: ThreadTag,
 }
 
 /// What a proclaim changes.
 struct Current {
     version: u64,
     value: Vec<u8>,
-    /// The bell of `version`, while held: `None` once let go (the leadership ended).
-    bell: Option<Holder>,
 }
 
 struct Shared {
@@ -550,18 +477,11 @@ impl Shared {
         false
     }
 
-    /// Marks the leadership ended, tells its waiters, and lets the bell go (so that its
-    /// observers wake).
+    /// Marks the leadership ended and tells its waiters.
     fn end(&self) {
-        {
-            let mut ended = self.ended.lock();
-            *ended = true;
-            self.changed.notify_all();
-        }
-        let bell = self.current.lock().bell.take();
-        if let Some(bell) = bell {
-            let _ = bell.release();
-        }
+        let mut ended = self.ended.lock();
+        *ended = true;
+        self.changed.notify_all();
     }
 
     /// The watch of the lease, on a thread of its own: ends the leadership at the first of
@@ -570,6 +490,27 @@ impl Shared {
         while !self.is_lost() {
             let left = self.holder.remaining().saturating_sub(self.settings.margin);
             let _ = self.holder.wait_lost(left.max(Duration::from_millis(1)));
+        }
+    }
+
+    /// Waits until the leadership ended, or `timeout` passes; whether it ended.
+    fn wait_lost(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
+        let mut ended = self.ended.lock();
+        loop {
+            if *ended {
+                return Ok(true);
+            }
+            check(cancel)?;
+            let now = clock::now_ns();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let mut slice = Duration::from_nanos(deadline - now);
+            if cancel.is_some() {
+                slice = slice.min(LOST_POLL);
+            }
+            let _ = self.changed.wait_for(&mut ended, slice);
         }
     }
 
@@ -789,24 +730,17 @@ impl Leadership {
     }
 
     fn wait_lost_inner(&self, timeout: Duration, cancel: Option<&Cancel>) -> Result<bool> {
-        let deadline = crate::base::cancel::deadline(timeout, cancel);
-        let shared = &self.shared;
-        let mut ended = shared.ended.lock();
-        loop {
-            if *ended {
-                return Ok(true);
-            }
-            check(cancel)?;
-            let now = clock::now_ns();
-            if now >= deadline {
-                return Ok(false);
-            }
-            let mut slice = Duration::from_nanos(deadline - now);
-            if cancel.is_some() {
-                slice = slice.min(LOST_POLL);
-            }
-            let _ = shared.changed.wait_for(&mut ended, slice);
-        }
+        self.shared.wait_lost(timeout, cancel)
+    }
+
+    /// The wait of [`Leadership::wait_lost_cancellable`], owning what it needs: for a wait on
+    /// another thread than the leadership owner's (the async API).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lost_waiter(
+        &self,
+    ) -> impl FnOnce(Duration, &Cancel) -> Result<bool> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        move |timeout, cancel| shared.wait_lost(timeout, Some(cancel))
     }
 
     /// Changes the leader's value: writes the next version of the leader record, fenced by
@@ -831,17 +765,12 @@ impl Leadership {
     pub fn proclaim(&self, value: &[u8]) -> Result<()> {
         let shared = &self.shared;
         let settings = &shared.settings;
-        // Before the lock of `current`: finding the end lets the bells go, under that lock.
         if shared.is_lost() {
             return Err(shared.lost_error());
         }
         let mut current = shared.current.lock();
         let version = current.version + 1;
         let term = self.term();
-        // The bell of the new version first, so that an observer that reads it finds its bell
-        // held; the bell of the old version is let go once it is written.
-        let lock = bell_name(&settings.name, settings.generation, version);
-        let bell = take_bell(&shared.store, &lock, settings.ttl, settings.own, None)?;
         let record = encode_record(
             version,
             settings.generation,
@@ -854,9 +783,6 @@ impl Leadership {
             .put(&term_key(&settings.name, term), &record)?;
         current.version = version;
         current.value = value.to_vec();
-        if let Some(old) = current.bell.replace(bell) {
-            let _ = old.release();
-        }
         Ok(())
     }
 
@@ -960,7 +886,6 @@ impl Leadership {
     /// ```
     pub fn resign(&self) -> Result<()> {
         let shared = &self.shared;
-        // The lock first: the next candidate is granted at once; the bells follow.
         let released = shared.holder.release();
         shared.end();
         released
@@ -994,12 +919,10 @@ pub struct LeaderWatch {
     prefix: Vec<u8>,
     /// The latest (term, version) told, or passed over at the start.
     seen: Option<(u64, u64)>,
-    /// The generation of the term of `seen`: which bells its leader rings.
-    generation: u64,
     started: bool,
     pending: VecDeque<Leader>,
-    /// The thread the bell waits are judged as: one of their own.
-    own: ThreadTag,
+    /// How many times it read the leader records.
+    looks: u64,
 }
 
 impl std::fmt::Debug for LeaderWatch {
@@ -1014,15 +937,15 @@ impl std::fmt::Debug for LeaderWatch {
 impl LeaderWatch {
     /// The next change of the leader, waiting up to `timeout` for it; `None` when none came.
     /// The first is the current leader, if one leads; then each new term and each proclaim,
-    /// in order, woken by the change itself (a leader's end, or its proclaim) while a leader
-    /// leads. A term that began and ended while the watch was not looking is still told (from
-    /// its record), unless more than [`TERMS_KEPT`] terms passed meanwhile.
+    /// in order, woken by the write of the new leader record itself (never a timer: see
+    /// [`LeaderWatch::looks`]). Every term is told, but of two proclaims between two of its
+    /// reads only the second. A term that began and ended while the watch was not looking is
+    /// still told (from its record), unless more than [`TERMS_KEPT`] terms passed meanwhile.
     ///
     /// # Errors
     ///
-    /// [`Error::Corrupt`] for a leader record that is not one; [`Error::InvalidArgument`] on a
-    /// read-only store, once a leader leads (a watch waits for its bell with a shared grant);
-    /// otherwise the storage errors of [`Store::get`].
+    /// [`Error::Corrupt`] for a leader record that is not one; otherwise the storage errors of
+    /// [`Store::get`].
     ///
     /// # Examples
     ///
@@ -1075,64 +998,64 @@ impl LeaderWatch {
     }
 
     fn next_inner(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<Option<Leader>> {
+        self.fill(timeout, cancel)?;
+        Ok(self.take_pending())
+    }
+
+    /// Waits up to `timeout` until a change is pending (told by [`LeaderWatch::take_pending`]),
+    /// ended by `cancel`.
+    pub(crate) fn fill(&mut self, timeout: Duration, cancel: Option<&Cancel>) -> Result<()> {
         let deadline = crate::base::cancel::deadline(timeout, cancel);
-        // Whether the last wait ended at a bell's grant.
-        let mut rung = false;
-        loop {
-            if let Some(leader) = self.pending.pop_front() {
-                return Ok(Some(leader));
-            }
+        while self.pending.is_empty() {
             check(cancel)?;
+            // The mark before the read: a write after it ends the wait below at once.
+            let mark = self.store.values_mark(&self.prefix)?;
             self.look()?;
             if !self.pending.is_empty() {
-                continue;
+                break;
             }
             let now = clock::now_ns();
             if now >= deadline {
-                return Ok(None);
+                break;
             }
             let left = Duration::from_nanos(deadline - now);
-            if std::mem::take(&mut rung) {
-                // A bell free with nothing new to read: its leader is between two steps (it
-                // died and the store does not know yet, or it is taking over): look again
-                // shortly rather than at once.
-                self.pause(left, cancel)?;
-                continue;
-            }
-            let live = self.store.live_term(&self.name)?;
-            match (self.seen, live) {
-                // The leader told last leads still: wait for its bell.
-                (Some((term, version)), Some(live)) if live == term => {
-                    let bell = bell_name(&self.name, self.generation, version);
-                    let woken = acquire_own(
-                        &self.store,
-                        &bell,
-                        Kind::Shared,
-                        BELL_TTL,
-                        left.min(RELOOK),
-                        self.own,
-                        cancel,
-                    )?;
-                    if let Some(grant) = woken {
-                        let _ = grant.release();
-                        rung = true;
-                    }
-                }
-                // No leader (or one whose record is not written yet): look again shortly.
-                _ => self.pause(left, cancel)?,
+            if !self.store.wait_values(&self.prefix, mark, left, cancel)? {
+                break;
             }
         }
+        Ok(())
     }
 
-    /// Sleeps [`VACANCY_POLL`] (at most `left`), ended by `cancel`.
-    fn pause(&self, left: Duration, cancel: Option<&Cancel>) -> Result<()> {
-        std::thread::sleep(VACANCY_POLL.min(left));
-        check(cancel)
+    /// The oldest change not told yet, if [`LeaderWatch::fill`] found one.
+    pub(crate) fn take_pending(&mut self) -> Option<Leader> {
+        self.pending.pop_front()
+    }
+
+    /// How many times the watch has read the leader records: once at its start, and then once
+    /// a wake-up, which only a write to the store (a local store) or to the election's records
+    /// (etcd) gives it, never a timer; but on a read-only store that cannot use the store's
+    /// shared memory, which looks again every 10 ms.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let store = fencelock::Store::open(dir.path().join("locks.db"))?;
+    /// let mut watch = store.observe_leader("scheduler")?;
+    /// assert_eq!(watch.next_change(Duration::from_millis(200))?, None);
+    /// assert_eq!(watch.looks(), 2, "one at the start, one in the wait; no poll meanwhile");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn looks(&self) -> u64 {
+        self.looks
     }
 
     /// Reads the leader records newer than the last told into `pending`, oldest first. At the
     /// start only the latest, and only if its leader leads still.
     fn look(&mut self) -> Result<()> {
+        self.looks += 1;
         let keys = self.store.keys(&self.prefix)?;
         let terms: Vec<u64> = keys
             .iter()
@@ -1149,7 +1072,6 @@ impl LeaderWatch {
                 return Ok(()); // pruned meanwhile: a newer term follows
             };
             self.seen = Some((latest, record.leader.version));
-            self.generation = record.generation;
             if self.store.live_term(&self.name)? == Some(latest) {
                 self.pending.push_back(record.leader);
             }
@@ -1163,7 +1085,6 @@ impl LeaderWatch {
             let at = (term, record.leader.version);
             if self.seen.is_none_or(|seen| at > seen) {
                 self.seen = Some(at);
-                self.generation = record.generation;
                 self.pending.push_back(record.leader);
             }
         }

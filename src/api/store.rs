@@ -102,6 +102,24 @@ impl Store {
         Store { engine }
     }
 
+    /// A mark of the fenced values under `prefix` now, taken before they are read
+    /// ([`Engine::values_mark`]).
+    pub(crate) fn values_mark(&self, prefix: &[u8]) -> Result<u64> {
+        self.engine.values_mark(prefix)
+    }
+
+    /// Waits for a change of the values under `prefix` since `mark` ([`Engine::wait_values`]);
+    /// whether one may have come.
+    pub(crate) fn wait_values(
+        &self,
+        prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.engine.wait_values(prefix, mark, timeout, cancel)
+    }
+
     /// Every acquire of the API comes here. A timeout names the locks it waited for and how
     /// long, whichever backend (and, served, whichever process) ran out of time.
     pub(crate) fn acquire_many(&self, request: &Acquire<'_>) -> Result<Vec<Holder>> {

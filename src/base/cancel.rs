@@ -54,9 +54,6 @@ pub(crate) const LOST_POLL: std::time::Duration = std::time::Duration::from_mill
 #[derive(Clone, Default)]
 pub struct Cancel {
     shared: Arc<Shared>,
-    /// The state of the handle this one follows ([`Cancel::following`]): fired when it fires,
-    /// bounded by its deadline, but with a thread of its own.
-    followed: Option<Arc<Shared>>,
 }
 
 /// The state clones share. Atomics, so that a handle is set and fired from any thread (the C
@@ -121,12 +118,7 @@ impl Cancel {
     /// ```
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        // Each flag is read on its own, as every field of the state is (see `Shared`).
         self.shared.fired.load(Ordering::Acquire)
-            || self
-                .followed
-                .as_ref()
-                .is_some_and(|followed| followed.fired.load(Ordering::Acquire))
     }
 
     /// Bounds every call given this handle (or a clone of it) from now on to `timeout` from now:
@@ -162,12 +154,7 @@ impl Cancel {
 
     /// The deadline [`Cancel::set_timeout`] set (`CLOCK_BOOTTIME` ns), if it was called.
     pub(crate) fn deadline(&self) -> Option<u64> {
-        let of =
-            |shared: &Shared| Some(shared.deadline.load(Ordering::Relaxed)).filter(|&ns| ns != 0);
-        match (of(&self.shared), self.followed.as_deref().and_then(of)) {
-            (Some(own), Some(followed)) => Some(own.min(followed)),
-            (own, followed) => own.or(followed),
-        }
+        Some(self.shared.deadline.load(Ordering::Relaxed)).filter(|&ns| ns != 0)
     }
 
     /// Makes every wait given this handle (or a clone of it) `thread`'s, instead of the calling
@@ -204,17 +191,6 @@ impl Cancel {
     /// The thread [`Cancel::set_thread`] named, if it was called.
     pub(crate) fn thread(&self) -> Option<ThreadTag> {
         ThreadTag::from_u64(self.shared.thread.load(Ordering::Relaxed))
-    }
-
-    /// A new handle that fires when `followed` fires (or when it is fired itself), bounded by
-    /// `followed`'s deadline too, and whose waits are judged as the calling thread's until
-    /// [`Cancel::set_thread`] says otherwise: for a library wait made on behalf of a caller's
-    /// handle without changing it.
-    pub(crate) fn following(followed: Option<&Cancel>) -> Cancel {
-        Cancel {
-            shared: Arc::default(),
-            followed: followed.map(|followed| Arc::clone(&followed.shared)),
-        }
     }
 
     /// [`Error::Cancelled`] once cancelled.
@@ -301,36 +277,5 @@ pub(crate) fn ended(cancel: Option<&Cancel>, deadline: u64, now: u64) -> Option<
         Some(Error::timed_out())
     } else {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_following_handle_fires_with_the_followed_one_and_keeps_its_own_thread() {
-        let followed = Cancel::new();
-        followed.set_timeout(Duration::from_secs(60));
-        let following = Cancel::following(Some(&followed));
-        let tag = ThreadTag::from_u64(u64::MAX).unwrap();
-        following.set_thread(tag);
-        assert_eq!(following.deadline(), followed.deadline());
-        following.set_timeout(Duration::from_secs(3600));
-        assert_eq!(
-            following.deadline(),
-            followed.deadline(),
-            "the earlier deadline"
-        );
-        assert_eq!((following.thread(), followed.thread()), (Some(tag), None));
-        assert!(!following.is_cancelled());
-        followed.cancel();
-        assert!(following.is_cancelled());
-        // Firing the follower leaves the followed handle as it was.
-        let other = Cancel::new();
-        let follower = Cancel::following(Some(&other));
-        follower.cancel();
-        assert!(follower.is_cancelled() && !other.is_cancelled());
-        assert!(!Cancel::following(None).is_cancelled());
     }
 }

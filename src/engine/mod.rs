@@ -113,6 +113,23 @@ pub(crate) trait Engine: Send + Sync {
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>>;
 
+    /// A mark of the fenced values under `prefix` as they are now, taken before they are read,
+    /// for [`Engine::wait_values`].
+    fn values_mark(&self, prefix: &[u8]) -> Result<u64>;
+
+    /// Waits until a value under `prefix` may have changed since `mark` was taken, woken by
+    /// the change (no polling, but where a backend says otherwise), or until `timeout`
+    /// passes; whether it may have. It may also wake for a change elsewhere in the store (a
+    /// local store's bell rings at every commit); the caller reads again. `cancel` ends the
+    /// wait (within about [`LOST_POLL`]).
+    fn wait_values(
+        &self,
+        prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool>;
+
     /// Every lock record with its state, in name order.
     fn locks(&self) -> Result<Vec<LockInfo>>;
 

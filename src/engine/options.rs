@@ -65,7 +65,7 @@ pub struct Options {
     /// How long the open, and each later write that has no deadline of its own (a
     /// [`Cancel`]'s, [`Cancel::set_timeout`]), waits for another process that holds the store:
     /// one inside a commit or inside its own open, which may be paused (a SIGSTOP, Ctrl-Z, a
-    /// debugger). Past it they fail with [`Error::Timeout`](crate::Error::Timeout { .. }) and change
+    /// debugger). Past it they fail with [`Error::Timeout`](crate::Error::Timeout) and change
     /// nothing. Like SQLite's `busy_timeout`.
     pub busy_timeout: Duration,
     /// Ends a waiting open early with [`Error::Cancelled`](crate::Error::Cancelled).

@@ -655,6 +655,63 @@ impl EtcdEngine {
         })?
     }
 
+    /// The revision of the store now: the mark of its values for [`Engine::wait_values`].
+    fn values_revision(&self, prefix: &[u8]) -> Result<u64> {
+        let key = self.key("value", prefix);
+        let mut client = self.client();
+        let response = self.call(async move {
+            let options = GetOptions::new().with_prefix().with_count_only();
+            client.get(key, Some(options)).await
+        })?;
+        Ok(response
+            .header()
+            .map_or(0, |header| u64::try_from(header.revision()).unwrap_or(0)))
+    }
+
+    /// Watches the values under `prefix` from the revision after `mark` for the first change
+    /// (a compacted start revision, which cancels the watch, counts as one).
+    fn watch_values(
+        &self,
+        prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        let key = self.key("value", prefix);
+        let from = i64::try_from(mark).unwrap_or(i64::MAX).saturating_add(1);
+        let waiting = Waiting::new(timeout, cancel);
+        let mut client = self.background();
+        let changed: Result<()> = runtime::block(async move {
+            let options = WatchOptions::new().with_prefix().with_start_revision(from);
+            let watch = client.watch(key, Some(options));
+            tokio::pin!(watch);
+            let mut stream = loop {
+                tokio::select! {
+                    created = &mut watch => break created.map_err(client_error)?,
+                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
+                }
+            };
+            loop {
+                tokio::select! {
+                    message = stream.message() => {
+                        let Some(response) = message.map_err(client_error)? else {
+                            return Ok(());
+                        };
+                        if response.canceled() || !response.events().is_empty() {
+                            return Ok(());
+                        }
+                    }
+                    () = tokio::time::sleep(crate::base::cancel::LOST_POLL) => waiting.step()?,
+                }
+            }
+        })?;
+        match changed {
+            Ok(()) => Ok(true),
+            Err(Error::Timeout { .. }) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
     /// A write fenced by `token` alone, which must not be above the store's last grant.
     fn fenced_write(
         &self,
@@ -1074,6 +1131,21 @@ impl Engine for EtcdEngine {
             .into_iter()
             .map(|lease| lease as Arc<dyn LeaseHandle>)
             .collect())
+    }
+
+    /// The store's revision: a watch from the next one sees every change after it.
+    fn values_mark(&self, prefix: &[u8]) -> Result<u64> {
+        self.values_revision(prefix)
+    }
+
+    fn wait_values(
+        &self,
+        prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.watch_values(prefix, mark, timeout, cancel)
     }
 
     fn write(

@@ -556,6 +556,21 @@ impl Engine for LocalEngine {
         self.grant_request(request)
     }
 
+    /// The store's change bell (`local/observe.rs`), whatever the prefix.
+    fn values_mark(&self, _prefix: &[u8]) -> Result<u64> {
+        Ok(self.counters.change_mark())
+    }
+
+    fn wait_values(
+        &self,
+        _prefix: &[u8],
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        self.counters.wait_change(self.mode, mark, timeout, cancel)
+    }
+
     fn write(
         &self,
         key: &[u8],

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use redb::ConcurrencyMode;
+
+use crate::base::cancel::{check, Cancel, LOST_POLL};
 use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::engine::observe::{Event, Observer};
@@ -74,6 +77,52 @@ impl Counters {
         for (counter, n) in committed.ends.counts() {
             activity.add(counter, n);
         }
+        // Last: the commit is visible to readers by now.
+        activity.changed();
+    }
+
+    /// The change bell of the store now ([`Engine::values_mark`]): every commit rings it.
+    ///
+    /// [`Engine::values_mark`]: crate::engine::Engine::values_mark
+    pub(crate) fn change_mark(&self) -> u64 {
+        u64::from(self.activity().change_mark())
+    }
+
+    /// Waits for a commit after `mark` was taken ([`Engine::wait_values`]). A store that
+    /// other processes may write (`mode`) but whose ring it cannot use (a read-only store)
+    /// hears no bell of theirs: it returns after [`LOST_POLL`] instead, a poll.
+    ///
+    /// [`Engine::wait_values`]: crate::engine::Engine::wait_values
+    pub(crate) fn wait_change(
+        &self,
+        mode: ConcurrencyMode,
+        mark: u64,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<bool> {
+        let deadline = crate::base::cancel::deadline(timeout, cancel);
+        if self.ring.is_none() && mode == ConcurrencyMode::MultiWriter {
+            let left = Duration::from_nanos(deadline.saturating_sub(clock::now_ns()));
+            std::thread::sleep(left.min(LOST_POLL));
+            check(cancel)?;
+            return Ok(!left.is_zero());
+        }
+        let activity = self.activity();
+        // The bell wraps at 2^32 rings: a mark that many rings old reads as none.
+        let mark = mark as u32;
+        while activity.change_mark() == mark {
+            check(cancel)?;
+            let now = clock::now_ns();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let mut slice = Duration::from_nanos(deadline - now);
+            if cancel.is_some() {
+                slice = slice.min(LOST_POLL);
+            }
+            activity.wait_change(mark, slice);
+        }
+        Ok(true)
     }
 
     fn observe(&self, event: &Event<'_>) {

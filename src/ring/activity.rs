@@ -10,14 +10,23 @@
 //! cleared first and written last (Release each), and read around its time (Acquire each), so a
 //! note being rewritten is never paired with another release's time.
 //!
-//! No model: its races only blur a count or miss a note (see above).
+//! It also holds the store's **change bell**: a word every commit of the store bumps, after the
+//! commit is visible, and a futex on it that the commit wakes while someone sleeps there, so
+//! that a reader waits for the next change of the store's values without polling (a leader
+//! election's observers, `api/election.rs`). The wake is the doorbell's store-then-load
+//! handshake (`server.rs`): the committer bumps the word, then loads the sleepers' count; a
+//! sleeper counts itself, then sleeps only while the word is the one it read before its read
+//! of the store. With SeqCst on both sides a commit after that read is never slept through.
+//!
+//! No model: its counters' races only blur a count or miss a note (see above), and the bell is
+//! the doorbell's handshake, which `models/server.rs` checks.
 
 use std::time::{Duration, SystemTime};
 
 // std's atomics, not the models': the counters and release notes race only to blur a count
 // or to miss a note (which `rules/history.rs` allows), and no model needs them.
 use crate::rules::metrics::{unix_ns_now, Counter, Metrics, Scope, COUNTERS, WAIT_BUCKETS};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Releases the page remembers, the latest ones.
 const RELEASE_LOG: usize = 1024;
@@ -41,6 +50,11 @@ pub(crate) struct Activity {
     /// Notes written so far; note `n` is at `n % RELEASE_LOG`.
     release_head: AtomicU64,
     releases: [ReleaseNote; RELEASE_LOG],
+    /// The change bell: bumped by every commit (it wraps).
+    changes: AtomicU32,
+    /// How many wait for the change bell now (a dead process's count stays: it costs only the
+    /// wake-ups it asks for).
+    change_sleepers: AtomicU32,
 }
 
 /// The bytes the page takes in the ring.
@@ -60,6 +74,8 @@ impl Activity {
                     at_ns: AtomicU64::new(0),
                 }
             }; RELEASE_LOG],
+            changes: AtomicU32::new(0),
+            change_sleepers: AtomicU32::new(0),
         });
         page.start();
         page
@@ -76,6 +92,42 @@ impl Activity {
 
     fn get(&self, counter: Counter) -> u64 {
         self.counters[counter as usize].load(Ordering::Relaxed)
+    }
+
+    /// The change bell now: read before the store is read, and given to [`Activity::wait_change`].
+    pub(crate) fn change_mark(&self) -> u32 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// Rings the change bell: called after a commit is visible to readers.
+    pub(crate) fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        if self.change_sleepers.load(Ordering::SeqCst) != 0 {
+            let _ = rustix::thread::futex::wake(
+                &self.changes,
+                rustix::thread::futex::Flags::empty(),
+                u32::MAX >> 1,
+            );
+        }
+    }
+
+    /// Sleeps while the change bell is `mark`, for at most `timeout` (a signal or a spurious
+    /// wake-up may end it sooner: the caller looks again).
+    pub(crate) fn wait_change(&self, mark: u32, timeout: Duration) {
+        self.change_sleepers.fetch_add(1, Ordering::SeqCst);
+        let timeout = rustix::time::Timespec::try_from(timeout).unwrap_or(rustix::time::Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        // The kernel compares the word with `mark` under its own lock: a ring after the count
+        // above either was seen by the compare or saw the count and wakes this sleep.
+        let _ = rustix::thread::futex::wait(
+            &self.changes,
+            rustix::thread::futex::Flags::empty(),
+            mark,
+            Some(&timeout),
+        );
+        self.change_sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Counts an acquire that waited for `waited` (granted or not): its bucket, then its time,
@@ -195,6 +247,29 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_change_bell_wakes_its_sleepers_and_a_stale_mark_never_sleeps() {
+        let page: &'static Activity = Box::leak(Activity::private());
+        let mark = page.change_mark();
+        page.changed();
+        // Rung after the mark was taken: the wait returns at once, whatever its timeout.
+        page.wait_change(mark, Duration::from_secs(3600));
+        let mark = page.change_mark();
+        let (woken, told) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            while page.change_mark() == mark {
+                page.wait_change(mark, Duration::from_secs(3600));
+            }
+            woken.send(page.change_mark()).unwrap();
+        });
+        // The sleeper is asleep by now, or sees the ring before it sleeps: woken either way.
+        std::thread::sleep(Duration::from_millis(50));
+        page.changed();
+        let seen = told.recv_timeout(Duration::from_secs(60));
+        assert_eq!(seen, Ok(mark.wrapping_add(1)), "the ring woke no sleeper");
+        assert_eq!(page.change_sleepers.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn waits_fall_in_their_buckets_and_render_cumulatively() {

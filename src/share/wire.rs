@@ -14,10 +14,11 @@ use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
 /// The version of this format, and of the ring's layout (8: the ring gains the group sync's page
-/// and marks after the lease map, `ring/flush.rs`; 7: a waiter's entry records its pid and when
-/// it took its place); part of the ring's header, so that a process of another version uses no
-/// ring of this one (a process of version 7 would map a ring of 8 and never see its writers'
-/// marks).
+/// and marks after the lease map, `ring/flush.rs`, and the activity page's change bell, which
+/// every commit rings and an election's observers sleep on; 7: a waiter's entry records its pid
+/// and when it took its place); part of the ring's header, so that a process of another version
+/// uses no ring of this one (a process of version 7 would map a ring of 8, never see its writers'
+/// marks, and commit without ringing the bell).
 pub(crate) const WIRE_VERSION: u32 = 8;
 
 #[derive(Default)]

@@ -17,6 +17,7 @@ crate::on_every_backend! {
         observers_see_every_change_in_order,
         an_observer_that_looked_away_is_told_every_term_it_missed,
         a_waiting_observer_is_woken_by_a_resign_and_a_proclaim,
+        an_observer_waits_through_a_vacancy_without_polling,
         resign_hands_over_at_once,
         a_cancelled_campaign_leaves_no_trace,
         a_deposed_leaders_writes_are_refused,
@@ -146,7 +147,7 @@ fn a_waiting_observer_is_woken_by_a_resign_and_a_proclaim(h: &Harness) {
             told.send(at(&next(&mut watch))).unwrap();
         }
     });
-    thread::sleep(Duration::from_millis(20)); // the observer waits on its bell by now
+    thread::sleep(Duration::from_millis(20)); // the observer waits for a change by now
     first.proclaim(b"a2").unwrap();
     let proclaimed = seen.recv().unwrap();
     assert_eq!(proclaimed, (first.term(), 2, b"a2".to_vec()));
@@ -156,6 +157,27 @@ fn a_waiting_observer_is_woken_by_a_resign_and_a_proclaim(h: &Harness) {
     second.proclaim(b"b2").unwrap();
     assert_eq!(seen.recv().unwrap(), (second.term(), 2, b"b2".to_vec()));
     observer.join().unwrap();
+}
+
+fn an_observer_waits_through_a_vacancy_without_polling(h: &Harness) {
+    let first = h.store().campaign(NAME, b"a", &long()).unwrap();
+    first.resign().unwrap();
+    // Nobody leads, and no lock is held whose release could tell of the next term.
+    let (candidate, mut watch) = (h.another(), h.another().observe_leader(NAME).unwrap());
+    let observer = thread::spawn(move || (next(&mut watch), watch));
+    // Nothing is written meanwhile: an observer that polled would read the records again and
+    // again (every 5 ms before); one woken by the change reads them once before it sleeps.
+    thread::sleep(Duration::from_millis(300));
+    let second = candidate.campaign(NAME, b"b", &long()).unwrap();
+    let (told, watch) = observer.join().unwrap();
+    assert_eq!(at(&told), (second.term(), 1, b"b".to_vec()));
+    // One read at the start, one before the sleep, and one a wake-up: the campaign writes the
+    // record (and in single-process mode commits its grant too; etcd watches the records).
+    assert!(
+        watch.looks() <= 4,
+        "the observer read the records {} times through a quiet vacancy",
+        watch.looks()
+    );
 }
 
 fn resign_hands_over_at_once(h: &Harness) {

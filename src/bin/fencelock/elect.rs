@@ -175,10 +175,8 @@ pub fn leader(path: &Path, busy_timeout: Duration, args: &LeaderArgs) -> Result<
         };
         return print(&leader, args.json);
     }
-    // A watch waits for the leader's bells with shared grants, which a read-only store
-    // refuses: the store found, it is opened again for grants.
-    drop(store);
-    let store = open_store(path, true, busy_timeout, None)?;
+    // A watch only reads: it waits for the store's change bell (a read-only store that cannot
+    // use the store's shared memory looks again every 10 ms instead).
     let mut watch = store.observe_leader(&args.name).map_err(lib)?;
     loop {
         if let Some(leader) = watch.next_change(Duration::from_secs(3600)).map_err(lib)? {
