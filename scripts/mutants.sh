@@ -26,6 +26,9 @@ flush-dropped-wake~src/ring/flush.rs~        // before this either sleeps and is
 flush-mark-not-release~src/ring/flush.rs~                Ordering::AcqRel,\n                Ordering::Acquire,\n            ) {\n                Ok(_) => break,~                Ordering::Acquire,\n                Ordering::Acquire,\n            ) {\n                Ok(_) => break,~ring::models::flush::writers_share_syncs~loom
 flush-wake-before-step-down~src/ring/flush.rs~                if lead {\n                    self.unlead();\n                }\n                let moved = moved?;\n                if moved {\n                    self.bump();\n                } else {~                let moved = moved?;\n                if moved {\n                    self.bump();\n                }\n                if lead {\n                    self.unlead();\n                }\n                if !moved {~ring::models::flush::writers_share_syncs~loom
 seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_least),\n            sealed: 0,~            reserved: self.reserved.max(at_least),~rules::tokens::tests::tokens_never_repeat~
+bell-no-wake~src/ring/activity.rs~        if self.sleepers.load(sync::Ordering::SeqCst) != 0 {\n            sync::futex_wake(&self.changes);\n        }~        let _ = self.sleepers.load(sync::Ordering::SeqCst);~ring::models::bell~loom
+bell-no-fence~src/ring/activity.rs~        sync::fence(sync::Ordering::SeqCst);\n        if self.sleepers~        if self.sleepers~ring::models::bell~loom
+bell-counted-late~src/ring/activity.rs~        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);\n~~ring::models::bell~loom
 '
 
 want="$*"

@@ -18,15 +18,18 @@
 //! sleeper counts itself, then sleeps only while the word is the one it read before its read
 //! of the store. With SeqCst on both sides a commit after that read is never slept through.
 //!
-//! No model: its counters' races only blur a count or miss a note (see above), and the bell is
-//! the doorbell's handshake, which `models/server.rs` checks.
+//! The counters have no model: their races only blur a count or miss a note (see above). The
+//! bell ([`Bell`], on the facade's atomics and futex) has one: `models/bell.rs`, with the
+//! mutants `bell-no-wake` and `bell-counted-late` of scripts/mutants.sh.
 
 use std::time::{Duration, SystemTime};
 
 // std's atomics, not the models': the counters and release notes race only to blur a count
 // or to miss a note (which `rules/history.rs` allows), and no model needs them.
 use crate::rules::metrics::{unix_ns_now, Counter, Metrics, Scope, COUNTERS, WAIT_BUCKETS};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::sync;
 
 /// Releases the page remembers, the latest ones.
 const RELEASE_LOG: usize = 1024;
@@ -50,11 +53,70 @@ pub(crate) struct Activity {
     /// Notes written so far; note `n` is at `n % RELEASE_LOG`.
     release_head: AtomicU64,
     releases: [ReleaseNote; RELEASE_LOG],
-    /// The change bell: bumped by every commit (it wraps).
-    changes: AtomicU32,
-    /// How many wait for the change bell now (a dead process's count stays: it costs only the
-    /// wake-ups it asks for).
-    change_sleepers: AtomicU32,
+    /// The change bell.
+    bell: Bell,
+}
+
+/// The store's change bell: a word every commit bumps once it is visible, and a futex on it.
+///
+/// | word | written by | meaning |
+/// |---|---|---|
+/// | `changes` | every committer, `fetch_add` (SeqCst) | the store's commits so far (it wraps) |
+/// | `sleepers` | each sleeper, +1 before its sleep, -1 after (SeqCst) | sleepers now |
+///
+/// The handshake is the doorbell's (`server.rs`): the committer bumps `changes`, then loads
+/// `sleepers` and wakes only when someone counted itself; a sleeper counts itself, then sleeps
+/// only while `changes` is the mark it read before its read of the store (the futex compares
+/// under the kernel's lock). A SeqCst fence on each side, between its write and its look, so of
+/// "bump, then load the count" and "count, then compare the word" at least one sees the other:
+/// a commit after the sleeper's read is never slept through.
+#[repr(C)]
+pub(crate) struct Bell {
+    changes: sync::AtomicU32,
+    /// A dead process's count stays: it costs only the wake-ups it asks for.
+    sleepers: sync::AtomicU32,
+}
+
+impl Bell {
+    pub(crate) fn new() -> Bell {
+        Bell {
+            changes: sync::AtomicU32::new(0),
+            sleepers: sync::AtomicU32::new(0),
+        }
+    }
+
+    /// The bell now: read before the store is read, and given to [`Bell::wait`].
+    pub(crate) fn mark(&self) -> u32 {
+        // SeqCst: ordered before the caller's read of the store (a commit that read missed
+        // rings after this mark).
+        self.changes.load(sync::Ordering::SeqCst)
+    }
+
+    /// Rings the bell: called after a commit is visible to readers.
+    pub(crate) fn ring(&self) {
+        // SeqCst, both: the bump before the load of the count (the handshake above).
+        self.changes.fetch_add(1, sync::Ordering::SeqCst);
+        // The committer's half: the bump, this fence, then the look at the count. The fences
+        // (here and in `wait`) make the handshake hold by the fence rule, as the doorbell's do;
+        // the model checks it (loom takes SeqCst loads and stores for AcqRel: without them it
+        // finds the store-buffering outcome, both sides missing each other, and a lost wake).
+        sync::fence(sync::Ordering::SeqCst);
+        if self.sleepers.load(sync::Ordering::SeqCst) != 0 {
+            sync::futex_wake(&self.changes);
+        }
+    }
+
+    /// Sleeps while the bell is `mark`, for at most `timeout` (a signal or a spurious wake-up
+    /// may end it sooner: the caller looks again).
+    pub(crate) fn wait(&self, mark: u32, timeout: Duration) {
+        // SeqCst: counted before the futex compares the word (the handshake above).
+        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);
+        // The sleeper's half: the count, this fence, then the futex's compare of the word.
+        sync::fence(sync::Ordering::SeqCst);
+        sync::futex_wait(&self.changes, mark, timeout);
+        // SeqCst as its increment; after the sleep, so a ring meanwhile saw it counted.
+        self.sleepers.fetch_sub(1, sync::Ordering::SeqCst);
+    }
 }
 
 /// The bytes the page takes in the ring.
@@ -74,8 +136,7 @@ impl Activity {
                     at_ns: AtomicU64::new(0),
                 }
             }; RELEASE_LOG],
-            changes: AtomicU32::new(0),
-            change_sleepers: AtomicU32::new(0),
+            bell: Bell::new(),
         });
         page.start();
         page
@@ -96,38 +157,18 @@ impl Activity {
 
     /// The change bell now: read before the store is read, and given to [`Activity::wait_change`].
     pub(crate) fn change_mark(&self) -> u32 {
-        self.changes.load(Ordering::SeqCst)
+        self.bell.mark()
     }
 
     /// Rings the change bell: called after a commit is visible to readers.
     pub(crate) fn changed(&self) {
-        self.changes.fetch_add(1, Ordering::SeqCst);
-        if self.change_sleepers.load(Ordering::SeqCst) != 0 {
-            let _ = rustix::thread::futex::wake(
-                &self.changes,
-                rustix::thread::futex::Flags::empty(),
-                u32::MAX >> 1,
-            );
-        }
+        self.bell.ring();
     }
 
     /// Sleeps while the change bell is `mark`, for at most `timeout` (a signal or a spurious
     /// wake-up may end it sooner: the caller looks again).
     pub(crate) fn wait_change(&self, mark: u32, timeout: Duration) {
-        self.change_sleepers.fetch_add(1, Ordering::SeqCst);
-        let timeout = rustix::time::Timespec::try_from(timeout).unwrap_or(rustix::time::Timespec {
-            tv_sec: i64::MAX,
-            tv_nsec: 0,
-        });
-        // The kernel compares the word with `mark` under its own lock: a ring after the count
-        // above either was seen by the compare or saw the count and wakes this sleep.
-        let _ = rustix::thread::futex::wait(
-            &self.changes,
-            rustix::thread::futex::Flags::empty(),
-            mark,
-            Some(&timeout),
-        );
-        self.change_sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.bell.wait(mark, timeout);
     }
 
     /// Counts an acquire that waited for `waited` (granted or not): its bucket, then its time,
@@ -268,7 +309,7 @@ mod tests {
         page.changed();
         let seen = told.recv_timeout(Duration::from_secs(60));
         assert_eq!(seen, Ok(mark.wrapping_add(1)), "the ring woke no sleeper");
-        assert_eq!(page.change_sleepers.load(Ordering::SeqCst), 0);
+        assert_eq!(page.bell.sleepers.load(sync::Ordering::SeqCst), 0);
     }
 
     #[test]

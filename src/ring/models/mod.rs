@@ -14,6 +14,7 @@ use std::io;
 use super::sync::Live;
 use loom::sync::atomic::{AtomicBool, Ordering};
 
+mod bell;
 mod flush;
 mod map;
 mod queue;
