@@ -21,6 +21,9 @@ sweep-frees-published~src/ring/map.rs~                (PUBLIC, true) => {}\n    
 token-load-store~src/ring/tokens.rs~            if header\n                .last_token\n                .compare_exchange(last, end, Ordering::AcqRel, Ordering::Acquire)\n                .is_ok()\n            {~            if {\n                header.last_token.store(end, Ordering::Release);\n                true\n            } {~ring::models::tokens~loom
 no-floor~src/share/leases.rs~        token >= self.0\n~        let _ = self.0;\n        true\n~ring::models::map::a_grant_stopped~loom
 doorbell-no-fence~src/ring/server.rs~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).\n        fence(Ordering::SeqCst);~        // checks (loom takes SeqCst loads and stores for AcqRel, and would see both miss).~ring::models::server~loom
+overflow-no-fence~src/ring/queue.rs~        // until its poll (the loom model of the overflow path found it: a deadlock there).\n        fence(Ordering::SeqCst);~        // until its poll (the loom model of the overflow path found it: a deadlock there).~ring::models::queue::a_waiter_without -- --ignored~loom
+reclaim-keeps-abandoned~src/ring/slots.rs~                ABANDONED => {\n                    if combiner_lives() {~                ABANDONED => {\n                    if true || combiner_lives() {~ring::models::slots::a_combiner_that_dies_at_each~loom
+sweep-frees-dead-reached~src/ring/map.rs~                    let now = if reachable { PUBLIC } else { FREE };~                    let now = if reachable { FREE } else { FREE };~ring::models::map::a_writer_killed~loom
 seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_least),\n            sealed: 0,~            reserved: self.reserved.max(at_least),~rules::tokens::tests::tokens_never_repeat~
 '
 

@@ -279,6 +279,13 @@ impl Ring {
     pub(crate) fn wait_overflow(&self, timeout: Duration, blocked: impl FnOnce() -> bool) -> bool {
         let header = self.header();
         header.overflow_sleepers.fetch_add(1, Ordering::SeqCst);
+        // The sleeper's half of a store-then-load handshake with `wake_oldest`: its count
+        // before its look at the lock (`blocked`), against the releaser's release before its
+        // look at the count. With a SeqCst fence on both sides at least one sees the other; the
+        // loads of `blocked` are Acquire (the queue's entries), outside the SeqCst order of the
+        // count's own operations, and both could miss: the sleeper slept through the release
+        // until its poll (the loom model of the overflow path found it: a deadlock there).
+        fence(Ordering::SeqCst);
         let seen = header.overflow.load(Ordering::SeqCst);
         if blocked() {
             futex_wait(&header.overflow, seen, timeout);
