@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 
 # name ~ file ~ the text replaced (exactly once, \n for a new line) ~ its replacement ~ the test
-# that must fail ~ loom (empty: an ordinary test)
+# that must fail (with any arguments after it: `NAME -- --ignored` for a slow model) ~ loom
+# (empty: an ordinary test)
 MUTANTS='
 post-relaxed~src/ring/slots.rs~head.state.store(word(generation, POSTED), Ordering::SeqCst);~head.state.store(word(generation, POSTED), Ordering::Relaxed);~ring::models::slots::each_requester~loom
 publish-not-release~src/ring/slots.rs~            Ordering::AcqRel,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~            Ordering::Acquire,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~ring::models::slots::each_requester~loom
@@ -46,7 +47,7 @@ PY
     if [ -n "$loom" ]; then
         # As make test-loom runs them (the same flags: the same build).
         run() { RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom \
-            LOOM_MAX_PREEMPTIONS=2 $CARGO test --release --lib "$test"; }
+            LOOM_MAX_PREEMPTIONS=2 $CARGO test --release --lib $test; }
     else
         run() { $CARGO test --lib "$test"; }
     fi
