@@ -56,7 +56,8 @@
 //! reservation that the store file holds durably (`local/leases.rs` refills it ahead of need).
 //!
 //! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
-//! grant stopped before publishing beside a later grant of its lock.
+//! grant stopped before publishing beside a later grant of its lock, a writer killed at each step
+//! of its publish beside the sweep.
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};

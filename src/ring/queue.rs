@@ -10,7 +10,8 @@
 //! | CLAIMED | being filled by its enqueuer | that enqueuer (-> WAITING, Release: its fields first) |
 //! | WAITING | a waiter of `lock` with `ticket` | the waiter when it leaves; an enqueuer that finds its owner dead or long gone |
 //!
-//! Model: `models/queue.rs` (make test-loom): releases and waiters, no wake-up lost.
+//! Model: `models/queue.rs` (make test-loom): releases and waiters, no wake-up lost; and (make
+//! test-loom-long) the overflow path, three waiters for two places, granted oldest first.
 
 use std::time::Duration;
 

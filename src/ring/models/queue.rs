@@ -1,6 +1,7 @@
 //! The waiting queue (`queue.rs`): a release wakes the oldest waiter of its lock, and no waiter
 //! sleeps through the release that would let it in (a model's wait has no timeout, so a lost
-//! wake-up is a deadlock).
+//! wake-up is a deadlock); with more waiters than places, the one without a place is woken as a
+//! place frees, and the queued are granted oldest first.
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;

@@ -1,7 +1,9 @@
 //! The request slots (`slots.rs`): a posted request is run once and its reply reaches its own
 //! requester, who is woken for it (no lost wake-up: a model's wait has no timeout); a request
 //! withdrawn while a combiner takes it is either run or withdrawn, never both or neither; a
-//! combiner that dies after taking a request, or after answering it, leaves exactly one answer.
+//! combiner that dies after taking a request, or after answering it, or at any step of a round
+//! over two requests, leaves exactly one answer to each (or a request given up on, whose slot is
+//! reclaimed).
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
