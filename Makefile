@@ -84,13 +84,16 @@ test-rust:
 # The loom models of the ring's protocols (src/ring/models/): the slots, the queue, the lease map
 # and the token counter, every interleaving of a few threads up to 2 preemptions, on loom's
 # atomics and futex (cfg fencelock_loom, its own target directory: every dependency is built
-# again for it). test-loom-long allows 3 preemptions, for before a release.
+# again for it). test-loom-long allows 3 preemptions, for before a release, and runs the slow
+# models (#[ignore] in make test-loom: the queue's overflow path, four threads, about 6 minutes
+# at 2 preemptions) at 2.
 LOOM_ENV := RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom
 test-loom:
 	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=2 $(CARGO) test --release --lib ring::models
 
 test-loom-long:
 	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=3 $(CARGO) test --release --lib ring::models
+	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=2 $(CARGO) test --release --lib ring::models -- --ignored
 
 # Each seeded mutant (scripts/mutants.sh lists them) must make a model or property test fail.
 test-mutants:

@@ -56,7 +56,8 @@
 //! reservation that the store file holds durably (`local/lease_map.rs` refills it ahead of need).
 //!
 //! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
-//! grant stopped before publishing beside a later grant of its lock.
+//! grant stopped before publishing beside a later grant of its lock, a writer killed at each step
+//! of its publish beside the sweep.
 
 pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
 use super::layout::{BLOCKS, BLOCK_PAYLOAD};
@@ -116,6 +117,24 @@ pub(crate) struct Snapshot {
     pub(crate) word: Word,
     pub(crate) blob: Vec<u8>,
     chain: Vec<(usize, u32)>,
+}
+
+/// The steps of a publish, after each of which a writer may be killed (see
+/// [`Ring::publish_until`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(fencelock_loom), allow(dead_code))]
+pub(super) enum Step {
+    /// Its blocks claimed (its liveness id in their state).
+    Claim,
+    /// Its blob written into them.
+    Write,
+    /// Its swap made: a bucket reaches its blocks, which are still its own.
+    Swap,
+    /// Its blocks marked PUBLIC.
+    Mark,
+    /// Its own blob's replacement looked for (and its blocks freed if so); the blob it
+    /// replaced not freed yet.
+    Check,
 }
 
 /// Why a blob could not be published.
@@ -230,22 +249,54 @@ impl Ring {
         owner: u64,
         live: &impl Live,
     ) -> Publish {
+        self.publish_until(index, read, blob, owner, live, None)
+            .unwrap_or(Publish::Done)
+    }
+
+    /// As [`Ring::publish_bucket`], for a writer killed right after step `stop` (`None`: one
+    /// that is not): `None` when it stopped there. The map's model kills a writer at each step.
+    pub(super) fn publish_until(
+        &self,
+        index: usize,
+        read: &Snapshot,
+        blob: &[u8],
+        owner: u64,
+        live: &impl Live,
+        stop: Option<Step>,
+    ) -> Option<Publish> {
         let Some(blocks) = self.claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
         else {
-            return Publish::Full;
+            return Some(Publish::Full);
         };
+        if stop == Some(Step::Claim) {
+            return None;
+        }
         let generations = self.write_blocks(&blocks, blob);
+        if stop == Some(Step::Write) {
+            return None;
+        }
         let head = blocks.first().map_or(0, |&b| b + 1);
         if self.swap_bucket(index, read.word, head) {
+            match stop {
+                Some(Step::Swap) => return None,
+                Some(Step::Mark) => {
+                    self.mark_public(&blocks);
+                    return None;
+                }
+                _ => {}
+            }
             self.after_swap(index, read.word.next(head), &blocks, &generations, owner);
+            if stop == Some(Step::Check) {
+                return None;
+            }
             self.free_replaced(&read.chain, owner);
-            Publish::Done
+            Some(Publish::Done)
         } else {
             // Still this writer's alone: nobody else moves a live writer's blocks.
             for &block in &blocks {
                 self.block_state(block).store(BLOCK_FREE, Ordering::Release);
             }
-            Publish::Raced
+            Some(Publish::Raced)
         }
     }
 

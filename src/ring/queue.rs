@@ -10,7 +10,8 @@
 //! | CLAIMED | being filled by its enqueuer | that enqueuer (-> WAITING, Release: its fields first) |
 //! | WAITING | a waiter of `lock` with `ticket` | the waiter when it leaves; an enqueuer that finds its owner dead or long gone |
 //!
-//! Model: `models/queue.rs` (make test-loom): releases and waiters, no wake-up lost.
+//! Model: `models/queue.rs` (make test-loom): releases and waiters, no wake-up lost; and (make
+//! test-loom-long) the overflow path, three waiters for two places, granted oldest first.
 
 use std::time::Duration;
 
@@ -279,6 +280,13 @@ impl Ring {
     pub(crate) fn wait_overflow(&self, timeout: Duration, blocked: impl FnOnce() -> bool) -> bool {
         let header = self.header();
         header.overflow_sleepers.fetch_add(1, Ordering::SeqCst);
+        // The sleeper's half of a store-then-load handshake with `wake_oldest`: its count
+        // before its look at the lock (`blocked`), against the releaser's release before its
+        // look at the count. With a SeqCst fence on both sides at least one sees the other; the
+        // loads of `blocked` are Acquire (the queue's entries), outside the SeqCst order of the
+        // count's own operations, and both could miss: the sleeper slept through the release
+        // until its poll (the loom model of the overflow path found it: a deadlock there).
+        fence(Ordering::SeqCst);
         let seen = header.overflow.load(Ordering::SeqCst);
         if blocked() {
             futex_wait(&header.overflow, seen, timeout);

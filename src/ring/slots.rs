@@ -24,7 +24,8 @@
 //! `storage/liveness.rs`): a POSTED slot of a dead requester is dropped instead of run, and a TAKEN
 //! slot of a dead combiner is posted again.
 //!
-//! Model: `models/slots.rs` (make test-loom): requests and replies, wake-ups, withdraw against take.
+//! Model: `models/slots.rs` (make test-loom): requests and replies, wake-ups, withdraw against take,
+//! a combiner killed at each step of its round (reposted, abandoned and reclaimed requests).
 
 use std::fs::OpenOptions;
 use std::io;

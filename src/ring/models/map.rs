@@ -9,7 +9,7 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::base::clock::ProcessId;
-use crate::ring::map::{bucket_of, Publish};
+use crate::ring::map::{bucket_of, Publish, Step};
 use crate::ring::tokens::Take;
 use crate::ring::{lock_hash, Ring};
 use crate::rules::history::Ends;
@@ -229,4 +229,56 @@ fn a_grant_stopped_before_publishing_never_publishes_a_token_below_a_later_grant
             );
         }
     });
+}
+
+/// A writer killed at each step of its publish (blocks claimed, written, swapped in, marked,
+/// its own blob's replacement checked) while a sweep runs beside it, and again once it died:
+/// the sweep never frees a block a bucket reaches, and once the writer died it frees every
+/// block no bucket reaches (the dead writer's unpublished blocks, the blob its swap replaced)
+/// and keeps the published blob readable. The map has 4 blocks, so a lost one shows at once.
+/// (The writer is process 2: a block's state 1 is PUBLIC, which no real liveness id is.)
+#[test]
+fn a_writer_killed_at_each_step_has_its_blocks_swept_and_no_reached_block_freed() {
+    for stop in [
+        Step::Claim,
+        Step::Write,
+        Step::Swap,
+        Step::Mark,
+        Step::Check,
+    ] {
+        check(move || {
+            let ring = Arc::new(Ring::heap());
+            let procs = Arc::new(Procs::new(3));
+            publish(&ring, &procs, 3, b"old");
+            let writer = {
+                let (ring, procs) = (ring.clone(), procs.clone());
+                thread::spawn(move || {
+                    let read = ring.read_bucket(0);
+                    let stopped = ring.publish_until(0, &read, b"new", 2, &*procs, Some(stop));
+                    assert_eq!(stopped, None, "the writer ran to its end");
+                    procs.kill(2);
+                })
+            };
+            ring.sweep_blocks(3, &*procs);
+            assert!(
+                ring.reached_blocks_in_use(0),
+                "the sweep freed a block the bucket reaches"
+            );
+            writer.join().expect("the writer");
+            ring.sweep_blocks(3, &*procs);
+            assert!(
+                ring.reached_blocks_in_use(0),
+                "the sweep freed a block the bucket reaches"
+            );
+            let swapped = !matches!(stop, Step::Claim | Step::Write);
+            let blob = ring.read_bucket(0).blob;
+            assert_eq!(blob, if swapped { b"new".as_slice() } else { b"old" });
+            assert_eq!(ring.blocks_in_use(), 1, "a block left behind");
+            // The swept blocks serve the next writers.
+            publish(&ring, &procs, 3, b"after");
+            ring.sweep_blocks(3, &*procs);
+            assert_eq!(ring.read_bucket(0).blob, b"after");
+            assert_eq!(ring.blocks_in_use(), 1);
+        });
+    }
 }

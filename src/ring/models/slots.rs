@@ -1,7 +1,9 @@
 //! The request slots (`slots.rs`): a posted request is run once and its reply reaches its own
 //! requester, who is woken for it (no lost wake-up: a model's wait has no timeout); a request
 //! withdrawn while a combiner takes it is either run or withdrawn, never both or neither; a
-//! combiner that dies after taking a request, or after answering it, leaves exactly one answer.
+//! combiner that dies after taking a request, or after answering it, or at any step of a round
+//! over two requests, leaves exactly one answer to each (or a request given up on, whose slot is
+//! reclaimed).
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
@@ -182,4 +184,143 @@ fn a_combiner_that_dies_after_taking_leaves_its_request_to_the_next() {
 #[test]
 fn a_combiner_that_dies_after_publishing_leaves_one_reply() {
     a_dead_combiners_request_is_run_again(DiesAt::AfterPublish);
+}
+
+/// How far the first combiner gets before it dies, at each step of its round over two taken
+/// requests: before it takes anything, after taking both, after publishing the first reply,
+/// after publishing both.
+const STEPS: [usize; 4] = [0, 1, 2, 3];
+
+/// A combiner that dies at step `k` (of [`STEPS`]) of a round over two requests of two
+/// requesters. The first requester, seeing its request taken by a dead combiner, posts it
+/// again; the second gives up on it (abandons it, as a timed-out wait does), and the slot of a
+/// dead combiner's abandoned request is reclaimed by the next post that finds the slots full.
+/// Each requester that waits gets exactly one reply, its own; a request is re-run (marked so)
+/// exactly when its first combiner took it and died before publishing; and every slot is free
+/// again at the end.
+fn a_combiner_dies_at(k: usize) {
+    check(move || {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(4));
+        // How many requesters are done (answered, or gave up).
+        let done = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let first = ring
+            .try_post(1, b"ab", &*procs)
+            .expect("no bulk file")
+            .expect("a free slot");
+        let second = ring
+            .try_post(2, b"xyz", &*procs)
+            .expect("no bulk file")
+            .expect("a free slot");
+        let combiners = {
+            let (ring, procs, done) = (ring.clone(), procs.clone(), done.clone());
+            thread::spawn(move || {
+                let taken = if k == 0 {
+                    Vec::new()
+                } else {
+                    ring.take_posted(3, &*procs)
+                };
+                for request in taken.iter().take(k.saturating_sub(1)) {
+                    let reply: Vec<u8> = request.request.iter().rev().copied().collect();
+                    ring.publish(request, &reply).expect("a reply that fits");
+                }
+                procs.kill(3);
+                let published: Vec<Vec<u8>> = taken
+                    .iter()
+                    .take(k.saturating_sub(1))
+                    .map(|request| request.request.clone())
+                    .collect();
+                let unanswered: Vec<Vec<u8>> = taken
+                    .iter()
+                    .skip(k.saturating_sub(1))
+                    .map(|request| request.request.clone())
+                    .collect();
+                // The next combiner runs what is posted until both requesters are done.
+                let mut reruns = Vec::new();
+                while done.load(Ordering::SeqCst) < 2 {
+                    for request in ring.take_posted(4, &*procs) {
+                        reruns.push((request.request.clone(), request.rerun));
+                        let reply: Vec<u8> = request.request.iter().rev().copied().collect();
+                        ring.publish(&request, &reply).expect("a reply that fits");
+                    }
+                    thread::yield_now();
+                }
+                (published, unanswered, reruns)
+            })
+        };
+        // The requesters, one after the other (both processes' waits in this thread: a
+        // polling thread more is too many branches for loom). The first posts again a request
+        // a dead combiner took; the second gives up on it.
+        let reply = loop {
+            match ring.phase(&first) {
+                Phase::Done => break ring.reply(first),
+                Phase::Taken(combiner, _) if !procs.is_held(combiner).expect("liveness") => {
+                    ring.repost(&first);
+                }
+                Phase::Lost => panic!("a live requester's slot was lost"),
+                _ => thread::yield_now(),
+            }
+        };
+        assert_eq!(reply, b"ba", "a reply to another request");
+        let second_reply = loop {
+            match ring.phase(&second) {
+                Phase::Done => break Some(ring.reply(second)),
+                Phase::Taken(combiner, _) if !procs.is_held(combiner).expect("liveness") => {
+                    if ring.abandon(&second) {
+                        break None;
+                    }
+                }
+                Phase::Lost => panic!("a live requester's slot was lost"),
+                _ => thread::yield_now(),
+            }
+        };
+        done.store(2, Ordering::SeqCst);
+        let (published, unanswered, reruns) = combiners.join().expect("the combiners");
+        let ab = b"ab".to_vec();
+        let xyz = b"xyz".to_vec();
+        // The first request: answered by the dead combiner, re-run after it took it, or run
+        // once by the next.
+        let first_runs: Vec<bool> = reruns
+            .iter()
+            .filter(|(request, _)| *request == ab)
+            .map(|&(_, rerun)| rerun)
+            .collect();
+        if published.contains(&ab) {
+            assert!(first_runs.is_empty(), "answered and run again");
+        } else if unanswered.contains(&ab) {
+            assert_eq!(first_runs, [true], "taken by the dead one, re-run once");
+        } else {
+            assert_eq!(first_runs, [false], "run once by the next");
+        }
+        // The second: its own reply, or given up on only while a dead combiner had it.
+        let second_runs = reruns.iter().filter(|(request, _)| *request == xyz).count();
+        match second_reply {
+            Some(reply) => {
+                assert_eq!(reply, b"zyx", "a reply to another request");
+                assert!(second_runs + usize::from(published.contains(&xyz)) == 1);
+            }
+            None => {
+                assert!(unanswered.contains(&xyz), "gave up on a live combiner's");
+                assert_eq!(second_runs, 0, "an abandoned request run again");
+            }
+        }
+        // Every slot is free again: an abandoned slot of the dead combiner is reclaimed by a
+        // post that finds the slots full.
+        let a = ring
+            .try_post(1, b"a", &*procs)
+            .expect("no bulk")
+            .expect("a slot");
+        let b = ring
+            .try_post(1, b"b", &*procs)
+            .expect("no bulk")
+            .expect("a slot, after reclaiming the abandoned one");
+        assert!(ring.withdraw(&a) && ring.withdraw(&b));
+    });
+}
+
+#[test]
+fn a_combiner_that_dies_at_each_step_leaves_one_reply_per_request_to_its_own_requester() {
+    for k in STEPS {
+        a_combiner_dies_at(k);
+    }
 }
