@@ -91,9 +91,11 @@ pub(crate) const MAX_RECORD: u64 = {
     }
 };
 /// A waiter that sees `flushed` stand still this long syncs itself (the flusher is stopped or
-/// slow).
+/// slow). (The models have no clock, and so no use for either patience.)
+#[cfg_attr(fencelock_loom, allow(dead_code))]
 pub(crate) const FLUSH_PATIENCE: Duration = Duration::from_millis(2);
 /// A gap at `flushed` that stays this long is skipped (its writer is stopped or dead).
+#[cfg_attr(fencelock_loom, allow(dead_code))]
 pub(crate) const GAP_PATIENCE: Duration = Duration::from_millis(20);
 
 const WRITTEN: u64 = 1;
