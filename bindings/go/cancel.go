@@ -136,3 +136,27 @@ func (ws *waits) isClosed() bool {
 	defer ws.mu.Unlock()
 	return ws.closed
 }
+
+// endHandle ends a handle that calls use under mu's read lock (a holder's lease, a
+// leadership): it ends their waits for a busy store (ws), runs end (the release, the resign)
+// under the read lock, so that it also wakes the goroutine waiting on the handle out of its
+// wait, then frees the handle under the write lock, which waits for the calls in progress,
+// and closes ch once. The first end's error is returned; a later end does nothing.
+func endHandle[P comparable](mu *sync.RWMutex, h *P, ws *waits, end func(P) error, free func(P), once *sync.Once, ch chan struct{}) error {
+	var none P // nil: P is the handle pointer, as cgo's C types are incomplete and cannot be type arguments
+	ws.closeAll()
+	var err error
+	mu.RLock()
+	if *h != none {
+		err = end(*h)
+	}
+	mu.RUnlock()
+	mu.Lock()
+	if *h != none {
+		free(*h)
+		*h = none
+	}
+	mu.Unlock()
+	once.Do(func() { close(ch) })
+	return err
+}

@@ -317,24 +317,14 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	return err
 }
 
-// end resigns, frees the handle and closes Done. The resign runs under the read lock, so that
-// it also wakes the Done goroutine out of its wait; the free then waits for calls in progress.
+// end resigns, frees the handle and closes Done (endHandle).
 func (c *leadershipCore) end() error {
-	c.waits.closeAll()
-	var err error
-	c.mu.RLock()
-	if c.h != nil {
-		err = check(func(e errOut) C.fencelock_status { return C.fencelock_leadership_resign(c.h, e) })
-	}
-	c.mu.RUnlock()
-	c.mu.Lock()
-	if c.h != nil {
-		C.fencelock_leadership_free(c.h)
-		c.h = nil
-	}
-	c.mu.Unlock()
-	c.closeDone.Do(func() { close(c.done) })
-	return err
+	return endHandle(&c.mu, &c.h, &c.waits,
+		func(h *C.fencelock_leadership) error {
+			return check(func(e errOut) C.fencelock_status { return C.fencelock_leadership_resign(h, e) })
+		},
+		func(h *C.fencelock_leadership) { C.fencelock_leadership_free(h) },
+		&c.closeDone, c.done)
 }
 
 // leaderFrom copies a C leader into a Leader and frees it.

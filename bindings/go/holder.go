@@ -171,25 +171,14 @@ func (l *lease) Release() error {
 	return err
 }
 
-// end releases the lease, frees the handle and closes the Lost channel. The release runs under
-// the read lock so that it also wakes the Lost goroutine out of its wait at once; the free
-// then waits for calls in progress, whose waits for a busy store it ends first.
+// end releases the lease, frees the handle and closes the Lost channel (endHandle).
 func (c *leaseCore) end() error {
-	c.waits.closeAll()
-	var err error
-	c.mu.RLock()
-	if c.h != nil {
-		err = check(func(e errOut) C.fencelock_status { return C.fencelock_holder_release(c.h, e) })
-	}
-	c.mu.RUnlock()
-	c.mu.Lock()
-	if c.h != nil {
-		C.fencelock_holder_free(c.h)
-		c.h = nil
-	}
-	c.mu.Unlock()
-	c.closeLost.Do(func() { close(c.lost) })
-	return err
+	return endHandle(&c.mu, &c.h, &c.waits,
+		func(h *C.fencelock_holder) error {
+			return check(func(e errOut) C.fencelock_status { return C.fencelock_holder_release(h, e) })
+		},
+		func(h *C.fencelock_holder) { C.fencelock_holder_free(h) },
+		&c.closeLost, c.lost)
 }
 
 func (l *lease) Extend(ctx context.Context, ttl time.Duration) error {
