@@ -1075,6 +1075,39 @@ mod tests {
         Ok(())
     }
 
+    /// The smallest cases that the seeded mistakes failed on, first: a lower version of a key
+    /// or a fence recovered after a checkpoint passed the higher one, and two fences whose log
+    /// order is not their versions' order.
+    #[test]
+    fn found_cases() {
+        let no = (false, false);
+        let cut = (true, false);
+        let cases = [
+            (
+                vec![
+                    Write::Fence(0, 1),
+                    Write::Put(0, 1, vec![]),
+                    Write::Put(0, 1, vec![0]),
+                ],
+                vec![false, true],
+                vec![no, no, cut],
+            ),
+            (
+                vec![Write::Fence(1, 1), Write::Fence(1, 2)],
+                vec![true],
+                vec![no, cut],
+            ),
+            (
+                vec![Write::Fence(0, 1), Write::Fence(0, 2)],
+                vec![true],
+                vec![],
+            ),
+        ];
+        for (writes, swaps, cuts) in cases {
+            one_by_one_and_through_the_log(&writes, &swaps, &cuts).unwrap();
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(96))]
         #[test]
