@@ -1,17 +1,22 @@
 //! The redo log (docs/design/writes.md, issue 35): a preallocated file beside the store,
 //! overwritten in place as a ring, of checksummed records; and the scan that reads them back
 //! after a crash. Step 2 of the design: the file, its records and the recovery scan, which the
-//! shared flush (step 3) and the store's writes and recovery (step 4) use.
+//! shared flush (step 3) and the store's writes and recovery (step 4) use; and of step 4 the
+//! apply of records into the store that checkpoints and recovery share (not called by the store
+//! yet).
 //!
 //! - `record`: a record's bytes, [`Record::encode`](record::Record::encode) beside the decoder.
 //! - `file`: the log file: its header, creation, `write_at` and `sync`.
 //! - `scan`: the recovery scan.
+//! - `apply`: the step of a checkpoint and of recovery: records into the store's tables, by
+//!   version, with the position they reach (`wal_applied`), in one transaction.
 //! - `crc`: CRC-32C, the records' and header's checksum.
 //!
 //! A position (LSN) is a byte offset into the log that only grows; it lives at `LSN % size` in
 //! the ring. A record never spans the ring's end: [`Placement`] tells a writer where its record
 //! goes and what filler it puts first.
 
+pub(crate) mod apply;
 mod crc;
 pub(crate) mod file;
 pub(crate) mod record;
