@@ -76,7 +76,7 @@ impl LocalEngine {
                     attempt.waited = true;
                     waiting.step()?;
                     if place.is_none() {
-                        place = self.queue_up(name);
+                        place = self.router.queue_up(name, &self.live);
                     }
                     // The holder's liveness lock, as the record names it now.
                     let record = self.lease_of(name)?;
@@ -130,7 +130,7 @@ impl LocalEngine {
         let now = clock::now_ns();
         // Through a server the read would cost a round trip of its own: the grant's own check
         // refuses there.
-        let record = if self.served() {
+        let record = if self.router.served(self) {
             None
         } else {
             self.lease_of(name)?
@@ -162,7 +162,10 @@ impl LocalEngine {
                 ticket,
             },
         };
-        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
+        match self
+            .router
+            .submit(self, op, Some(request.commit_wait(self.busy_timeout)))?
+        {
             Done::Granted { token, expires_ns } => Ok(LocalLease::new(
                 self.arc(),
                 name.to_owned(),
@@ -205,7 +208,10 @@ impl LocalEngine {
                     live: grant.live,
                     ticket,
                 };
-                match self.submit(op, Some(request.commit_wait(self.busy_timeout))) {
+                match self
+                    .router
+                    .submit(self, op, Some(request.commit_wait(self.busy_timeout)))
+                {
                     Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
                     result => {
                         self.withdraw_in_map(member, name, grant.live);
@@ -217,7 +223,7 @@ impl LocalEngine {
                 }
             }
         };
-        self.make_way();
+        self.router.make_way(self);
         let (token, expires_ns) = granted?;
         Ok(LocalLease::new(
             self.arc(),
@@ -296,7 +302,7 @@ impl LocalEngine {
             return Ok(self.exclusive_leases(names, grants, first, expires_ns));
         }
         let now = clock::now_ns();
-        if !self.served() {
+        if !self.router.served(self) {
             for name in names {
                 check_join(
                     self,
@@ -320,7 +326,10 @@ impl LocalEngine {
             holder: self.me,
             lives: grants.iter().map(|grant| grant.live).collect(),
         };
-        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
+        match self
+            .router
+            .submit(self, op, Some(request.commit_wait(self.busy_timeout)))?
+        {
             Done::GrantedAll {
                 first,
                 count,

@@ -289,7 +289,7 @@ impl LocalEngine {
             return Err(err.into());
         }
         self.released.tell();
-        self.wake_waiter(name);
+        self.router.wake_waiter(name, &self.live);
         Ok(())
     }
 
@@ -310,7 +310,7 @@ impl LocalEngine {
             self.check_fork()?;
             self.check_file()?;
             let extended = self.extend_in_map(member, name, token, ttl);
-            self.make_way();
+            self.router.make_way(self);
             return extended;
         }
         let op = Op::Extend {
@@ -318,7 +318,7 @@ impl LocalEngine {
             token,
             ttl,
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Extended { expires_ns } => Ok(expires_ns),
             other => Err(unexpected(&other)),
         }
@@ -359,7 +359,7 @@ impl LocalEngine {
             token,
             lease: Some(name.to_owned()),
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Put { existed } => Ok(existed),
             other => Err(unexpected(&other)),
         }

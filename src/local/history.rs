@@ -15,7 +15,7 @@ impl LocalEngine {
     /// grants of its current record not recorded yet, with their state now.
     pub(crate) fn read_history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
         let mut entries = Vec::new();
-        for (token, bytes) in self.history_of(name)? {
+        for (token, bytes) in self.router.history_of(self, name)? {
             entries.push(Ended::decode(&bytes)?.entry(name, token));
         }
         // Ends judged in the lease map and not written to the file yet.
@@ -81,7 +81,8 @@ impl LocalEngine {
             return;
         }
         let waiting = crate::base::cancel::Waiting::new(wait, None);
-        let _ = self.submit(
+        let _ = self.router.submit(
+            self,
             crate::rules::ops::Op::RecordReleases { releases },
             Some(waiting),
         );

@@ -23,10 +23,11 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::clock::{self, ProcessId};
-use crate::base::error::Result;
+use crate::base::error::{Error, Result};
 use crate::base::limits::duration_ns;
 use crate::local::LocalEngine;
 use crate::ring::map::{MapHeader, BUCKETS};
@@ -36,6 +37,7 @@ use crate::rules::admit::{admit_grant, check_current, check_join, is_live, new_l
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
 use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::record::{Group, Record};
 use crate::rules::tokens::Durable;
 use crate::share::buckets::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
@@ -60,7 +62,61 @@ pub(crate) const PENDING_BOUND: u64 = 4 * FLUSH_AT;
 impl LocalEngine {
     /// The ring whose lease map holds this store's leases: in multi-process mode.
     pub(crate) fn map(&self) -> Option<&RingMember> {
-        self.shared.as_deref().filter(|_| self.leases_shared)
+        self.router
+            .member()
+            .map(Arc::as_ref)
+            .filter(|_| self.leases_shared)
+    }
+
+    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
+    /// lock), if there is one.
+    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
+        if let Some(member) = self.map() {
+            self.check_fork()?;
+            // A server waiting to start needs this process to let go of the file, even when
+            // it only touches its leases.
+            self.router.make_way(self);
+            return Ok(entry_of(member.ring(), name)?.and_then(|entry| entry.record));
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Record(name.to_owned()))? {
+            Answer::Record(lease) => Ok(lease),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Refuses to answer from the file what only the shared memory holds: for a read-only
+    /// store of a user who may not use the ring (who may not write the store), while processes
+    /// use it, so that such a user is never told that a held lock is free.
+    fn check_leases_in_file(&self) -> Result<()> {
+        if self.read_only
+            && self.mode == redb::ConcurrencyMode::MultiWriter
+            && self.router.member().is_none()
+            && self.live.maps_in_use()?
+        {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the leases of {} are in its shared memory (its ring in /dev/shm), which \
+                     only users who may write the store can use: this user cannot see them",
+                    self.path.display()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
+        if let Some(member) = self.map() {
+            self.check_fork()?;
+            self.router.make_way(self);
+            return records(member);
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Records)? {
+            Answer::Records(records) => Ok(records),
+            other => Err(mismatched(&other)),
+        }
     }
 
     /// Fails when the lease map holding this store's leases was cut short under it (see
@@ -78,7 +134,7 @@ impl LocalEngine {
         if ring.tokens_ready() {
             return Ok(());
         }
-        let counts = self.counts()?;
+        let counts = self.router.counts(self)?;
         let base = Durable {
             counter: counts.last_token,
             reserved: counts.reserved,
@@ -87,7 +143,7 @@ impl LocalEngine {
         .map_base();
         ring.tokens_start_at(base);
         let now = clock::now_ns();
-        for (name, record) in self.file_leases()? {
+        for (name, record) in self.router.file_leases(self)? {
             let mut live = false;
             for lease in record.holders() {
                 live |= is_live(self, lease, now)?;
@@ -146,7 +202,7 @@ impl LocalEngine {
         let ring = member.ring();
         let block = (ring.token_block() * 2).clamp(FIRST_BLOCK, MAX_BLOCK);
         let at_least = need.max(ring.last_token()).saturating_add(block);
-        match self.submit(Op::Reserve { at_least }, None)? {
+        match self.router.submit(self, Op::Reserve { at_least }, None)? {
             Done::Reserved { bound } => {
                 ring.tokens_reserved(bound, block);
                 Ok(())
@@ -645,7 +701,10 @@ impl LocalEngine {
             .iter()
             .map(|(name, token, _)| (name.clone(), *token))
             .collect();
-        match self.submit(Op::RecordEnds { ends, seal }, waiting)? {
+        match self
+            .router
+            .submit(self, Op::RecordEnds { ends, seal }, waiting)?
+        {
             Done::Recorded => {}
             other => return Err(unexpected(&other)),
         }
@@ -931,7 +990,7 @@ mod tests {
                 live: grant.live,
                 ticket: None,
             };
-            let result = engine.submit(op, None);
+            let result = engine.router.submit(&*engine, op, None);
             match name {
                 "free" => assert!(
                     matches!(result, Err(crate::Error::StaleToken { .. })),

@@ -2,14 +2,15 @@
 //! by one, in single-process mode, or served by one, `fencelock serve`).
 //!
 //! - `mod.rs`: the engine's state, its open, its handle of the database and its reopen after
-//!   a full disk, and the facts the rules ask of it (`rules::context::Context`).
-//! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
-//!   shared ring, or this process with its own threads' operations (group commit).
+//!   a full disk, and the facts the rules ask of it (`rules::context::Context`) and the router
+//!   asks of it (`route::Host`).
 //! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
 //!   `lease_map.rs`: the leases kept in the ring's lease map; `history.rs`: a lock's history,
 //!   and the recording of releases; `serve.rs`: a server.
 //! - The parts the engine holds, each with its own state, importing nothing of the engine:
-//!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
+//!   `route.rs` (`route::Router`: who commits an operation or answers a read, a server, a
+//!   combiner in the shared ring, or this process's group commit; the engine is its
+//!   `route::Host`), `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
 //!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor), `released.rs`
 //!   (`released::Released`: this process's releases, told to its waiting threads).
 //!
@@ -47,6 +48,7 @@ use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
 use crate::local::released::Released;
+use crate::local::route::{Host, Router};
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
 use crate::rules::context::{Context, LeaseMap};
@@ -58,7 +60,6 @@ use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::Record;
 use crate::rules::tokens::admit;
 use crate::share::member::RingMember;
-use crate::storage::commit::GroupCommit;
 use crate::storage::db::{damaged, open_now, open_shared, redb_builder, restore_counter, Db};
 use crate::storage::liveness::Liveness;
 
@@ -71,9 +72,6 @@ pub(crate) struct LocalEngine {
     db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
     pub(crate) read_only: bool,
     mode: ConcurrencyMode,
-    /// This store is a server's (`local/serve.rs`): it holds the file exclusively, and commits
-    /// every batch durably.
-    pub(crate) serving: bool,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -85,18 +83,15 @@ pub(crate) struct LocalEngine {
     pub(crate) me: ProcessId,
     max_value_len: usize,
     pub(crate) busy_timeout: Duration,
-    commits: GroupCommit,
-    /// The shared request ring, in multi-process mode when it can be used.
-    pub(crate) shared: Option<Arc<RingMember>>,
+    /// Who commits its operations and answers its reads (`route.rs`): a server, a combiner in
+    /// the shared ring, or its own group commit; it holds the ring, where one is used.
+    pub(crate) router: Router,
     /// Its counters and its observer (`observe.rs`); the ring's page where it has one.
     pub(crate) counters: Counters,
     /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
     /// (and a server's); in single-process mode they are in the file, committed without an
     /// fsync.
     pub(crate) leases_shared: bool,
-    /// Whether writes travel through the ring's slots to be committed together
-    /// (`Options::share_commits`).
-    pub(crate) share_commits: bool,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The `Store` handles of this store (clones included; holders not).
@@ -241,13 +236,16 @@ impl LocalEngine {
             this: this.clone(),
             live,
             leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
-            share_commits: options.share_commits,
             counters: Counters::new(shared.clone()),
-            shared,
+            router: Router::new(
+                shared,
+                options.share_commits,
+                mode == ConcurrencyMode::ExclusiveWriter && !serving,
+                serving,
+            ),
             db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
             read_only: options.read_only,
             mode,
-            serving,
             io_failed: AtomicBool::new(false),
             file,
             path,
@@ -255,7 +253,6 @@ impl LocalEngine {
             me,
             max_value_len: options.max_value_len,
             busy_timeout: options.busy_timeout,
-            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
             history: HistoryNotes::new(options.history),
@@ -300,13 +297,9 @@ impl LocalEngine {
         }
     }
 
-    /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
-    /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
-    pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
-        self.read_within(self.bounded(None), f)
-    }
-
-    /// [`LocalEngine::read`], waiting for the file's header at most within `waiting`.
+    /// Runs `f` in a read transaction, waiting for the file's header at most within `waiting`.
+    /// redb may panic on some forms of file damage; that becomes [`Error::Corrupt`] rather
+    /// than unwinding into the caller.
     pub(crate) fn read_within<T>(
         &self,
         waiting: Waiting<'_>,
@@ -354,7 +347,7 @@ impl LocalEngine {
     /// last one. Holders keep their leases across the reopen: their liveness
     /// locks are not the database handle's.
     pub(crate) fn database(&self) -> Result<Arc<Db>> {
-        if self.served() {
+        if self.router.served(self) {
             return Err(Error::InUse);
         }
         if !self.io_failed.load(Ordering::Acquire) {
@@ -369,11 +362,11 @@ impl LocalEngine {
             let db = loop {
                 match open_shared(&self.path, self.read_only, waiting) {
                     // The next server has it now: operations go there.
-                    // (Not `served()`, which would close the handle this guard holds.)
+                    // (Not `Router::served`, which would close the handle this guard holds.)
                     Err(Error::InUse)
                         if self
-                            .shared
-                            .as_ref()
+                            .router
+                            .member()
                             .is_some_and(|shared| shared.served(&self.live)) =>
                     {
                         return Err(Error::InUse)
@@ -399,7 +392,7 @@ impl LocalEngine {
                     .open_read_only(&self.path)
                     .map(Db::ReadOnly)
                     .map_err(Error::from)
-            } else if self.serving {
+            } else if self.router.serving() {
                 // As the server opened it: its backend leaves the liveness bytes free.
                 crate::storage::carved::open_carved(&self.path)
             } else if self.mode == ConcurrencyMode::MultiWriter {
@@ -426,28 +419,6 @@ impl LocalEngine {
             }
         }
         Ok(Arc::clone(slot.as_ref().expect("reopened above")))
-    }
-
-    /// Whether a server serves the store (`local/serve.rs`): operations then go through it, and
-    /// this store's own handle of the database is closed, since the server needs the file alone.
-    pub(crate) fn served(&self) -> bool {
-        match &self.shared {
-            Some(shared) if !self.serving && shared.served(&self.live) => {
-                self.close_database();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// After an operation: closes this store's handle of the database while a server waits to
-    /// start, so that it can take the file (operations meanwhile open it again).
-    pub(crate) fn make_way(&self) {
-        if let Some(shared) = &self.shared {
-            if !self.serving && shared.wanted(&self.live) {
-                self.close_database();
-            }
-        }
     }
 
     /// Closes this store's handle of the database, for a server to open the file; the next
@@ -480,7 +451,7 @@ impl Context for LocalEngine {
     }
 
     fn waits_before(&self, name: &str, ticket: u64, now: u64) -> bool {
-        self.shared.as_deref().is_some_and(|shared| {
+        self.router.member().is_some_and(|shared| {
             shared
                 .ring()
                 .waits_before(lock_hash(name), Some(ticket), now, &self.live)
@@ -539,14 +510,64 @@ impl LeaseMap for LocalEngine {
     }
 }
 
+impl Host for LocalEngine {
+    fn arc(&self) -> Arc<LocalEngine> {
+        LocalEngine::arc(self)
+    }
+
+    fn live(&self) -> &Liveness {
+        &self.live
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    fn check_fork(&self) -> Result<()> {
+        LocalEngine::check_fork(self)
+    }
+
+    fn check_file(&self) -> Result<()> {
+        LocalEngine::check_file(self)
+    }
+
+    fn database(&self) -> Result<Arc<Db>> {
+        LocalEngine::database(self)
+    }
+
+    fn close_database(&self) {
+        LocalEngine::close_database(self);
+    }
+
+    fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
+        LocalEngine::note_io_failure(self, result)
+    }
+
+    fn read_within<T>(
+        &self,
+        waiting: Waiting<'_>,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
+    ) -> Result<T> {
+        LocalEngine::read_within(self, waiting, f)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
 impl Engine for LocalEngine {
     fn path(&self) -> &Path {
         &self.path
     }
 
     fn server(&self) -> Option<u32> {
-        let shared = self.shared.as_ref()?;
-        if self.serving {
+        let shared = self.router.member()?;
+        if self.router.serving() {
             return None;
         }
         shared.server_pid(&self.live)
@@ -589,17 +610,18 @@ impl Engine for LocalEngine {
             token,
             lease: None,
         };
-        self.counters
-            .counted(match self.submit(op, Some(self.bounded(cancel))) {
+        self.counters.counted(
+            match self.router.submit(self, op, Some(self.bounded(cancel))) {
                 Ok(Done::Put { existed }) => Ok(existed),
                 Ok(other) => Err(unexpected(&other)),
                 Err(err) => Err(err),
-            })
+            },
+        )
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
-        self.value_of(key)
+        self.router.value_of(self, key)
     }
 
     fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -609,7 +631,7 @@ impl Engine for LocalEngine {
                 prefix.len()
             )));
         }
-        self.keys_of(prefix)
+        self.router.keys_of(self, prefix)
     }
 
     fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
@@ -619,7 +641,7 @@ impl Engine for LocalEngine {
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
-        self.fence_of(resource, self.bounded(None))
+        self.router.fence_of(self, resource, self.bounded(None))
     }
 
     fn locks(&self) -> Result<Vec<LockInfo>> {
@@ -641,7 +663,7 @@ impl Engine for LocalEngine {
     }
 
     fn info(&self) -> Result<StoreInfo> {
-        let counts = self.counts()?;
+        let counts = self.router.counts(self)?;
         let (last_token, lock_records) = match self.map() {
             Some(member) => (
                 counts.last_token.max(self.shared_last_token().unwrap_or(0)),
@@ -664,7 +686,7 @@ impl Engine for LocalEngine {
     }
 
     fn verify(&self) -> Result<()> {
-        self.verified()
+        self.router.verified(self)
     }
 
     fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
@@ -675,7 +697,7 @@ impl Engine for LocalEngine {
     /// The counters, and the store's gauges read now: its live leases (a scan of its lease
     /// records, testing each holder's liveness lock), its queued waiters, its file's size.
     fn metrics(&self) -> Result<Metrics> {
-        let scope = if self.shared.is_some() {
+        let scope = if self.router.member().is_some() {
             Scope::Store
         } else {
             Scope::Process
@@ -683,8 +705,8 @@ impl Engine for LocalEngine {
         let mut metrics = self.counters.activity().snapshot(scope);
         metrics.count_live(&Engine::locks(self)?);
         metrics.queued_waiters = self
-            .shared
-            .as_ref()
+            .router
+            .member()
             .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
         metrics.file_bytes = std::fs::metadata(&self.path)?.len();
         Ok(metrics)
@@ -694,7 +716,7 @@ impl Engine for LocalEngine {
         check_name("lock name", name)?;
         self.check_fork()?;
         // Without a ring (single-process mode, a ring it may not use) waits are not queued.
-        let Some(shared) = &self.shared else {
+        let Some(shared) = self.router.member() else {
             return Ok(Vec::new());
         };
         let now = clock::now_ns();
@@ -745,7 +767,7 @@ impl LocalEngine {
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
         // A token equal to the recorded one passes without a write.
-        let highest = self.fence_of(resource, self.bounded(cancel))?;
+        let highest = self.router.fence_of(self, resource, self.bounded(cancel))?;
         admit(token, highest)?;
         if highest == Some(token) {
             return Ok(());
@@ -754,7 +776,7 @@ impl LocalEngine {
             resource: resource.to_owned(),
             token,
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Fenced => Ok(()),
             other => Err(unexpected(&other)),
         }
