@@ -123,7 +123,7 @@ impl LocalEngine {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         check_kind(kind)?;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             return self.grant_in_lease_map(member, name, request, ticket);
         }
         // A refusal needs no write transaction: most are answered from a read.
@@ -196,7 +196,9 @@ impl LocalEngine {
         let grant = Grant::take(self)?;
         let (kind, ttl) = (request.kind, request.ttl);
         let granted = match request.write {
-            None => self.grant_in_map(member, name, kind, ttl, ticket, self.me, grant.live),
+            None => self
+                .lease_map
+                .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
             // Granted in the write's own transaction (see `Op::check`): a refusal writes
             // nothing in the map; a grant whose transaction fails after it is withdrawn here.
             Some((key, value)) => {
@@ -214,7 +216,8 @@ impl LocalEngine {
                 {
                     Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
                     result => {
-                        self.withdraw_in_map(member, name, grant.live);
+                        self.lease_map
+                            .withdraw_in_map(self, member, name, grant.live);
                         Err(match result {
                             Ok(other) => unexpected(&other),
                             Err(err) => err,
@@ -287,7 +290,7 @@ impl LocalEngine {
         request: &Acquire<'_>,
     ) -> Result<Vec<Arc<LocalLease>>> {
         let ttl = request.ttl;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             self.check_fork()?;
             if self.read_only {
                 return Err(crate::storage::db::read_only());
@@ -298,7 +301,9 @@ impl LocalEngine {
                 .map(|_| Grant::take(self))
                 .collect::<Result<Vec<_>>>()?;
             let lives: Vec<u64> = grants.iter().map(|grant| grant.live).collect();
-            let (first, expires_ns) = self.grant_all_in_map(member, names, ttl, &lives)?;
+            let (first, expires_ns) = self
+                .lease_map
+                .grant_all_in_map(self, member, names, ttl, &lives)?;
             return Ok(self.exclusive_leases(names, grants, first, expires_ns));
         }
         let now = clock::now_ns();

@@ -218,7 +218,7 @@ impl LeaseHandle for LocalLease {
         state.signal.end();
         drop(self.keeper.lock().take());
         // Let go of as ever; but a lease kept in shared memory cut short was lost with it.
-        self.inner.map_intact()?;
+        self.inner.lease_map.map_intact()?;
         lost.map_or(Ok(()), Err)
     }
 
@@ -302,14 +302,14 @@ impl LocalEngine {
         cancel: Option<&Cancel>,
     ) -> Result<u64> {
         check_ttl(ttl)?;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             crate::base::cancel::check(cancel)?;
             if self.read_only {
                 return Err(crate::storage::db::read_only());
             }
             self.check_fork()?;
             self.check_file()?;
-            let extended = self.extend_in_map(member, name, token, ttl);
+            let extended = self.lease_map.extend_in_map(self, member, name, token, ttl);
             self.router.make_way(self);
             return extended;
         }

@@ -2,15 +2,17 @@
 //! by one, in single-process mode, or served by one, `fencelock serve`).
 //!
 //! - `mod.rs`: the engine's state, its open, its handle of the database and its reopen after
-//!   a full disk, and the facts the rules ask of it (`rules::context::Context`) and the router
-//!   asks of it (`route::Host`).
+//!   a full disk, where its leases are read (the lease map or the file), and the facts the
+//!   rules ask of it (`rules::context::Context`) and its parts ask of it (`route::Host`,
+//!   `lease_map::MapHost`).
 //! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
-//!   `lease_map.rs`: the leases kept in the ring's lease map; `history.rs`: a lock's history,
-//!   and the recording of releases; `serve.rs`: a server.
+//!   `history.rs`: a lock's history, and the recording of releases; `serve.rs`: a server.
 //! - The parts the engine holds, each with its own state, importing nothing of the engine:
 //!   `route.rs` (`route::Router`: who commits an operation or answers a read, a server, a
 //!   combiner in the shared ring, or this process's group commit; the engine is its
-//!   `route::Host`), `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
+//!   `route::Host`), `lease_map.rs` (`lease_map::MapUser`: the leases kept in the ring's lease
+//!   map, their tokens and the ends they judge; the engine is its `lease_map::MapHost`),
+//!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
 //!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor), `released.rs`
 //!   (`released::Released`: this process's releases, told to its waiting threads).
 //!
@@ -45,6 +47,7 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::local::lease_map::{records, MapHost, MapUser};
 use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
 use crate::local::released::Released;
@@ -57,6 +60,7 @@ use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::{Metrics, Scope};
 use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::record::Record;
 use crate::rules::tokens::admit;
 use crate::share::member::RingMember;
@@ -88,10 +92,10 @@ pub(crate) struct LocalEngine {
     pub(crate) router: Router,
     /// Its counters and its observer (`observe.rs`); the ring's page where it has one.
     pub(crate) counters: Counters,
-    /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
-    /// (and a server's); in single-process mode they are in the file, committed without an
-    /// fsync.
-    pub(crate) leases_shared: bool,
+    /// Its use of the ring's lease map (`lease_map.rs`), where it keeps its leases there: in
+    /// multi-process mode (and a server's); in single-process mode they are in the file,
+    /// committed without an fsync.
+    pub(crate) lease_map: MapUser,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The `Store` handles of this store (clones included; holders not).
@@ -211,9 +215,9 @@ impl LocalEngine {
 
     /// `engine`, once the tokens of its lease map are set up (see `setup_tokens`).
     pub(crate) fn ready(engine: Arc<LocalEngine>) -> Result<Arc<LocalEngine>> {
-        if let Some(member) = engine.map() {
+        if let Some(member) = engine.lease_map.member() {
             if !engine.read_only {
-                engine.setup_map(member)?;
+                engine.lease_map.setup_map(&*engine, member)?;
             }
         }
         Ok(engine)
@@ -235,7 +239,11 @@ impl LocalEngine {
         Ok(Arc::new_cyclic(|this| LocalEngine {
             this: this.clone(),
             live,
-            leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
+            lease_map: MapUser::new(
+                shared
+                    .clone()
+                    .filter(|_| mode == ConcurrencyMode::MultiWriter || serving),
+            ),
             counters: Counters::new(shared.clone()),
             router: Router::new(
                 shared,
@@ -429,6 +437,58 @@ impl LocalEngine {
         }
     }
 
+    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
+    /// lock), if there is one.
+    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
+        if let Some(member) = self.lease_map.member() {
+            self.check_fork()?;
+            // A server waiting to start needs this process to let go of the file, even when
+            // it only touches its leases.
+            self.router.make_way(self);
+            return Ok(crate::share::buckets::entry_of(member.ring(), name)?
+                .and_then(|entry| entry.record));
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Record(name.to_owned()))? {
+            Answer::Record(lease) => Ok(lease),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Refuses to answer from the file what only the shared memory holds: for a read-only
+    /// store of a user who may not use the ring (who may not write the store), while processes
+    /// use it, so that such a user is never told that a held lock is free.
+    fn check_leases_in_file(&self) -> Result<()> {
+        if self.read_only
+            && self.mode == redb::ConcurrencyMode::MultiWriter
+            && self.router.member().is_none()
+            && self.live.maps_in_use()?
+        {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the leases of {} are in its shared memory (its ring in /dev/shm), which \
+                     only users who may write the store can use: this user cannot see them",
+                    self.path.display()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
+        if let Some(member) = self.lease_map.member() {
+            self.check_fork()?;
+            self.router.make_way(self);
+            return records(member);
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Records)? {
+            Answer::Records(records) => Ok(records),
+            other => Err(mismatched(&other)),
+        }
+    }
+
     pub(crate) fn check_value(&self, value: &[u8]) -> Result<()> {
         if value.len() > self.max_value_len {
             return Err(Error::invalid(format!(
@@ -481,7 +541,7 @@ impl Context for LocalEngine {
     }
 
     fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
-        let member = self.map()?;
+        let member = self.lease_map.member()?;
         Some(
             crate::share::buckets::entry_of(member.ring(), name)
                 .map(|entry| entry.and_then(|entry| entry.record)),
@@ -489,7 +549,7 @@ impl Context for LocalEngine {
     }
 
     fn shared_last_token(&self) -> Option<u64> {
-        let member = self.map()?;
+        let member = self.lease_map.member()?;
         Some(member.ring().last_token())
     }
 }
@@ -503,10 +563,19 @@ impl LeaseMap for LocalEngine {
         live: u64,
         ticket: Option<u64>,
     ) -> Result<(u64, u64)> {
-        let member = self.map().ok_or_else(|| {
+        let member = self.lease_map.member().ok_or_else(|| {
             Error::Storage("internal error: a grant in a lease map this store does not use".into())
         })?;
-        self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live)
+        self.lease_map.grant_in_map(
+            self,
+            member,
+            name,
+            Kind::Exclusive,
+            ttl,
+            ticket,
+            holder,
+            live,
+        )
     }
 }
 
@@ -557,6 +626,20 @@ impl Host for LocalEngine {
 
     fn counters(&self) -> &Counters {
         &self.counters
+    }
+}
+
+impl MapHost for LocalEngine {
+    fn me(&self) -> ProcessId {
+        self.me
+    }
+
+    fn router(&self) -> &Router {
+        &self.router
+    }
+
+    fn lease_map(&self) -> &MapUser {
+        &self.lease_map
     }
 }
 
@@ -664,7 +747,7 @@ impl Engine for LocalEngine {
 
     fn info(&self) -> Result<StoreInfo> {
         let counts = self.router.counts(self)?;
-        let (last_token, lock_records) = match self.map() {
+        let (last_token, lock_records) = match self.lease_map.member() {
             Some(member) => (
                 counts.last_token.max(self.shared_last_token().unwrap_or(0)),
                 crate::share::buckets::entries(member.ring())?
