@@ -1,5 +1,5 @@
 //! The cost of a call through the C ABI next to the same call in Rust: `fencelock_store_get`
-//! vs `Store::get` on an existing key and on a missing one (the NOT_FOUND path, which builds an
+//! vs `Store::get` on an existing key and on a missing one (the `NOT_FOUND` path, which builds an
 //! error object), and `fencelock_holder_token` vs `Holder::token`.
 //! Informational; prints the median of 31 batches.
 //!

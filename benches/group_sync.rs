@@ -127,7 +127,7 @@ fn row(base: &Path, processes: usize, seconds: f64) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The C prototype, built from benches/floor/group_commit.c, if a C compiler is here.
+/// The C prototype, built from `benches/floor/group_commit.c`, if a C compiler is here.
 fn prototype(base: &Path) -> Option<PathBuf> {
     let binary = base.join("group_commit");
     let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))

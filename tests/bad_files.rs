@@ -1,6 +1,6 @@
 //! Files that are not stores, or damaged ones, through the Rust API: refused without a panic
 //! and, when they are not redb files at all, without a change; a full disk loses nothing
-//! acknowledged. (Bad arguments, on every backend, are tests/rules/bad_input.rs; the C side is
+//! acknowledged. (Bad arguments, on every backend, are `tests/rules/bad_input.rs`; the C side is
 //! in tests/c.)
 
 mod common;
@@ -322,7 +322,7 @@ fn a_full_disk_during_a_put_keeps_earlier_data_and_the_next_put_works() {
     store.put(b"after", b"space is back", last.token).unwrap();
 }
 
-/// The child of the full-disk test: writes under RLIMIT_FSIZE until the file cannot grow.
+/// The child of the full-disk test: writes under `RLIMIT_FSIZE` until the file cannot grow.
 #[test]
 fn full_disk_child() {
     let Some(path) = std::env::var_os(CHILD_ENV) else {

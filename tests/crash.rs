@@ -1,4 +1,4 @@
-//! Power-loss crash images: a workload runs in child processes with an LD_PRELOAD recorder
+//! Power-loss crash images: a workload runs in child processes with an `LD_PRELOAD` recorder
 //! (`tests/crash/recorder.c`, compiled with `cc` at run time) that logs every write, sync,
 //! truncation and allocation of the store file, and the workload's acknowledgements, in one
 //! order. From the log, images are built of what the file may hold after a power loss at each

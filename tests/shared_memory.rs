@@ -135,7 +135,7 @@ extern "C" fn host_handler(_signal: libc::c_int) {
     }
 }
 
-/// Installs a plain (not SA_SIGINFO) SIGBUS handler, as a host program might.
+/// Installs a plain (not `SA_SIGINFO`) SIGBUS handler, as a host program might.
 fn install_host_handler() {
     // SAFETY: a zeroed sigaction with a handler and an empty mask is valid.
     let rc = unsafe {

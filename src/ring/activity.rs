@@ -16,7 +16,7 @@
 //! election's observers, `api/election.rs`). The wake is the doorbell's store-then-load
 //! handshake (`server.rs`): the committer bumps the word, then loads the sleepers' count; a
 //! sleeper counts itself, then sleeps only while the word is the one it read before its read
-//! of the store. With SeqCst on both sides a commit after that read is never slept through.
+//! of the store. With `SeqCst` on both sides a commit after that read is never slept through.
 //!
 //! The counters have no model: their races only blur a count or miss a note (see above). The
 //! bell ([`Bell`], on the facade's atomics and futex) has one: `models/bell.rs`, with the
@@ -61,13 +61,13 @@ pub(crate) struct Activity {
 ///
 /// | word | written by | meaning |
 /// |---|---|---|
-/// | `changes` | every committer, `fetch_add` (SeqCst) | the store's commits so far (it wraps) |
-/// | `sleepers` | each sleeper, +1 before its sleep, -1 after (SeqCst) | sleepers now |
+/// | `changes` | every committer, `fetch_add` (`SeqCst`) | the store's commits so far (it wraps) |
+/// | `sleepers` | each sleeper, +1 before its sleep, -1 after (`SeqCst`) | sleepers now |
 ///
 /// The handshake is the doorbell's (`server.rs`): the committer bumps `changes`, then loads
 /// `sleepers` and wakes only when someone counted itself; a sleeper counts itself, then sleeps
 /// only while `changes` is the mark it read before its read of the store (the futex compares
-/// under the kernel's lock). A SeqCst fence on each side, between its write and its look, so of
+/// under the kernel's lock). A `SeqCst` fence on each side, between its write and its look, so of
 /// "bump, then load the count" and "count, then compare the word" at least one sees the other:
 /// a commit after the sleeper's read is never slept through.
 #[repr(C)]

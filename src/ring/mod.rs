@@ -65,7 +65,7 @@ pub(crate) struct Ring {
     /// removes it, only when nobody else uses it.
     file: File,
     path: PathBuf,
-    /// The process that opened it. A child of fork() shares its open file, and with it the
+    /// The process that opened it. A child of `fork()` shares its open file, and with it the
     /// lock: it must neither convert the lock nor remove the ring.
     opener: u32,
 }

@@ -40,7 +40,7 @@ pub(super) struct View {
 }
 
 impl View {
-    /// Maps the first RING_SIZE bytes of `file`, which the caller found to be RING_SIZE bytes
+    /// Maps the first `RING_SIZE` bytes of `file`, which the caller found to be `RING_SIZE` bytes
     /// long (a mapping past the end of a file faults).
     #[cfg(not(fencelock_loom))]
     pub(super) fn map(file: &File) -> io::Result<View> {

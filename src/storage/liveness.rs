@@ -6,8 +6,8 @@
 //! grant; it keeps the lock when the grant is reported to it and drops it otherwise. The kernel
 //! drops the lock when the holder releases it or when the last descriptor of the holding open
 //! file closes, which includes the death of the process. Anyone may test the byte: a lease whose
-//! byte is free has no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock,
-//! so a paused holder keeps its lease until the TTL runs out. (Records of schema 1 use their
+//! byte is free has no live holder, whatever its TTL says. A stopped (`SIGSTOP`) holder keeps its
+//! lock, so a paused holder keeps its lease until the TTL runs out. (Records of schema 1 use their
 //! token as the id.)
 //!
 //! The locks are advisory and on the file's inode, so every path to the file (symlinks, hard
@@ -40,7 +40,7 @@ const FIRST_RANDOM_ID: u64 = 1 << 48;
 /// A liveness id drawn at random from `[2^48, MAX_ID]`: 2^61 - 2^48 ids, so that two ids in
 /// use at once (or one in use and one in a stale record) coincide with a negligible chance.
 /// A splitmix64 sequence from a seed the kernel gives once a process: a grant costs no system
-/// call for it, and a child of fork() (which reseeds) draws other ids than its parent.
+/// call for it, and a child of `fork()` (which reseeds) draws other ids than its parent.
 pub(crate) fn fresh_id() -> io::Result<u64> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0);

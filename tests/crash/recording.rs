@@ -106,7 +106,7 @@ pub enum Event {
     Change(Change),
     /// fsync, fdatasync, sync or syncfs returned: every change logged before it is durable.
     Sync,
-    /// sync_file_range: logged, but it promises nothing after a power loss.
+    /// `sync_file_range`: logged, but it promises nothing after a power loss.
     SyncRange,
     Mark(Mark),
 }
