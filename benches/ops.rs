@@ -162,7 +162,8 @@ fn filled_store(mode: Mode, label: &str, count: usize) -> (tempfile::TempDir, St
     let took = start.elapsed();
     let info = store.info().expect("info");
     assert_eq!(
-        info.lock_records as usize, count,
+        usize::try_from(info.lock_records).unwrap(),
+        count,
         "the fill left {count} records"
     );
     eprintln!(
@@ -198,7 +199,7 @@ fn store_size(c: &mut Criterion) {
             });
             if let Some((_dir, store, holders)) = filled {
                 assert_eq!(
-                    store.info().expect("info").lock_records as usize,
+                    usize::try_from(store.info().expect("info").lock_records).unwrap(),
                     count + 1,
                     "live locks were pruned"
                 );

@@ -58,7 +58,7 @@ fn files_that_are_not_stores_are_refused_unchanged() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        *byte = x as u8;
+        *byte = x.to_le_bytes()[0];
     }
     let text = b"# not a database\nhello = world\n".repeat(100);
     for (name, bytes) in [
@@ -189,7 +189,10 @@ fn closed_store(dir: &Path) -> (PathBuf, Vec<u8>) {
         let holder = store.acquire("lock", TTL).unwrap();
         for i in 0..50u32 {
             holder
-                .put(format!("key-{i}").as_bytes(), &vec![i as u8; 300])
+                .put(
+                    format!("key-{i}").as_bytes(),
+                    &vec![u8::try_from(i).unwrap(); 300],
+                )
                 .unwrap();
         }
     }

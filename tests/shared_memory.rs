@@ -354,7 +354,7 @@ fn a_process_stopped_anywhere_in_its_lease_operations_delays_nobody_else() {
             });
         }
         // Stopped 50 times at random moments of its loop, for longer than its TTL (100 ms).
-        let mut seed = std::process::id() as u64;
+        let mut seed = u64::from(std::process::id());
         for _ in 0..50 {
             seed = seed
                 .wrapping_mul(6364136223846793005)

@@ -25,7 +25,9 @@ fn cpu_used() -> Duration {
         assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
         usage
     };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    let micros = |t: libc::timeval| {
+        u64::try_from(t.tv_sec).unwrap() * 1_000_000 + u64::try_from(t.tv_usec).unwrap()
+    };
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 

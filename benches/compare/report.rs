@@ -368,7 +368,7 @@ pub fn single_ops(each: Duration) -> Vec<SingleOp> {
                 mode: label,
                 op,
                 p50: histogram.quantile(0.5),
-                mean: total / histogram.count().max(1) as u32,
+                mean: total / u32::try_from(histogram.count().max(1)).unwrap(),
             });
         };
         let timed = |f: &mut dyn FnMut()| {
@@ -743,10 +743,12 @@ fn chart(cells: &[Cell], subtitle: &str) -> String {
     let mut decade = lo;
     while decade <= hi {
         let gx = x(10f64.powf(decade));
-        let label = match decade as i32 {
-            d if d >= 6 => format!("{}M", 10u64.pow(d as u32 - 6)),
-            d if d >= 3 => format!("{}k", 10u64.pow(d as u32 - 3)),
-            d => format!("{}", 10u64.pow(d.max(0) as u32)),
+        // The decade's exponent: a whole number, and `as` takes one below 0 to 0.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let label = match decade as u32 {
+            d if d >= 6 => format!("{}M", 10u64.pow(d - 6)),
+            d if d >= 3 => format!("{}k", 10u64.pow(d - 3)),
+            d => format!("{}", 10u64.pow(d)),
         };
         let _ = writeln!(
             svg,
@@ -810,7 +812,7 @@ fn today() -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     // Days to a civil date (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
+    let z = i64::try_from(secs / 86_400).unwrap() + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;

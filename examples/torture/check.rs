@@ -907,7 +907,7 @@ mod tests {
                 workers: (0..workers)
                     .map(|index| Worker {
                         index,
-                        pid: 100 + index as u32,
+                        pid: 100 + u32::try_from(index).unwrap(),
                         opener: false,
                         killed_at: None,
                         gone_at: 10_000 * MS,

@@ -497,7 +497,7 @@ impl Thread {
             // Unknown (0) once the lease ran out: the time left is then 0, not negative.
             Ok(holder) => {
                 let now = boottime_ns();
-                let left = holder.remaining().as_nanos() as u64;
+                let left = u64::try_from(holder.remaining().as_nanos()).unwrap_or(u64::MAX);
                 let granted = if left == 0 {
                     0
                 } else {

@@ -216,6 +216,7 @@ impl Activity {
     /// Notes the release of the lease `token` at `at_ns` (`CLOCK_BOOTTIME`).
     pub(crate) fn note_release(&self, token: u64, at_ns: u64) {
         let n = self.release_head.fetch_add(1, Ordering::AcqRel);
+        #[allow(clippy::cast_possible_truncation)] // A remainder below RELEASE_LOG.
         let note = &self.releases[(n % RELEASE_LOG as u64) as usize];
         note.token.store(0, Ordering::Release);
         note.at_ns.store(at_ns, Ordering::Release);
@@ -229,17 +230,16 @@ impl Activity {
             return None;
         }
         let head = self.release_head.load(Ordering::Acquire);
-        self.releases[..head.min(RELEASE_LOG as u64) as usize]
-            .iter()
-            .find_map(|note| {
-                // The token is written last and cleared first: read it around the time, so
-                // that a note being rewritten is not paired with another's time.
-                if note.token.load(Ordering::Acquire) != token {
-                    return None;
-                }
-                let at = note.at_ns.load(Ordering::Acquire);
-                (note.token.load(Ordering::Acquire) == token).then_some(at)
-            })
+        let written = usize::try_from(head).map_or(RELEASE_LOG, |head| head.min(RELEASE_LOG));
+        self.releases[..written].iter().find_map(|note| {
+            // The token is written last and cleared first: read it around the time, so
+            // that a note being rewritten is not paired with another's time.
+            if note.token.load(Ordering::Acquire) != token {
+                return None;
+            }
+            let at = note.at_ns.load(Ordering::Acquire);
+            (note.token.load(Ordering::Acquire) == token).then_some(at)
+        })
     }
 
     /// Forgets the note of the release of `token`, if the page has it.

@@ -448,6 +448,7 @@ impl Ring {
         let header = self.header();
         let boot = Ring::boot_words(stamp.boot_id);
         header.version.store(stamp.version, Ordering::Relaxed);
+        #[allow(clippy::cast_possible_truncation)] // SLOTS is 64 (2 in the models).
         header.slots.store(SLOTS as u32, Ordering::Relaxed);
         header.boot_id[0].store(boot[0], Ordering::Relaxed);
         header.boot_id[1].store(boot[1], Ordering::Relaxed);

@@ -150,7 +150,9 @@ pub(crate) enum Publish {
 
 /// The home bucket of a name's hash.
 pub(crate) fn bucket_of(hash: u64) -> usize {
-    (hash % BUCKETS as u64) as usize
+    #[allow(clippy::cast_possible_truncation)] // A remainder below BUCKETS.
+    let bucket = (hash % BUCKETS as u64) as usize;
+    bucket
 }
 
 impl Ring {
@@ -415,6 +417,8 @@ impl Ring {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
             let header = self.map_header();
+            // A hint that any writer may have moved: only its remainder modulo BLOCKS is used.
+            #[allow(clippy::cast_possible_truncation)]
             let start = header.alloc_hint.fetch_add(count as u64, Ordering::Relaxed) as usize;
             for offset in 0..BLOCKS {
                 if blocks.len() == count {
@@ -564,7 +568,7 @@ mod tests {
         let (ring, live) = ring(dir.path());
         let empty = ring.read_bucket(7);
         assert!(empty.blob.is_empty());
-        let big: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let big: Vec<u8> = (0..1000u32).map(|i| (i & 0xff) as u8).collect();
         assert_eq!(
             ring.publish_bucket(7, &empty, &big, 1 << 50, &live),
             Publish::Done

@@ -168,6 +168,7 @@ impl Ring {
                 } else {
                     // The slot is this process's (CLAIMED); the request fits its payload.
                     view::copy_in(&self.view.slot(index).payload, request);
+                    #[allow(clippy::cast_possible_truncation)] // At most PAYLOAD: not bulk.
                     head.len.store(request.len() as u32, Ordering::Relaxed);
                 }
                 head.owner.store(owner, Ordering::Relaxed);
@@ -432,6 +433,7 @@ impl Ring {
         } else {
             // The slot is this combiner's while TAKEN or ABANDONED at its generation.
             view::copy_in(&self.view.slot(taken.index).payload, reply);
+            #[allow(clippy::cast_possible_truncation)] // At most PAYLOAD: not bulk.
             head.len.store(reply.len() as u32, Ordering::Relaxed);
         }
         // AcqRel: its Release half publishes the reply's payload and length to the requester,

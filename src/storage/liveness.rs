@@ -128,7 +128,7 @@ impl Liveness {
             // that may only read the file, over whatever range: waited for, as for an open.
             let holder = fcntl(&file, libc::F_OFD_GETLK, kind, 0)?;
             if i32::from(holder.l_type) == libc::F_WRLCK
-                && (holder.l_start as u64, holder.l_len) != (BASE, 1)
+                && (u64::try_from(holder.l_start), holder.l_len) != (Ok(BASE), 1)
             {
                 return Ok(None);
             }
@@ -349,12 +349,17 @@ fn fcntl_range(
     start: u64,
     len: u64,
 ) -> io::Result<libc::flock> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_owned());
+    let short =
+        |value| libc::c_short::try_from(value).map_err(|_| invalid("a lock kind beyond C's short"));
+    let offset =
+        |value| libc::off_t::try_from(value).map_err(|_| invalid("a lock range beyond off_t"));
     // SAFETY: an all-zero flock is a valid value of the plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = kind as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = start as libc::off_t;
-    lock.l_len = len as libc::off_t;
+    lock.l_type = short(kind)?;
+    lock.l_whence = short(libc::SEEK_SET)?;
+    lock.l_start = offset(start)?;
+    lock.l_len = offset(len)?;
     // l_pid must be 0 for OFD locks.
     // SAFETY: the descriptor is open for the life of `file`; `lock` is a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &raw mut lock) };

@@ -231,7 +231,7 @@ impl Member {
     }
 
     pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().map(|c| c.id() as i32)
+        self.child.as_ref().map(|c| i32::try_from(c.id()).unwrap())
     }
 
     pub fn signal(&self, signal: i32) {
