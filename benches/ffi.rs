@@ -10,7 +10,11 @@ use std::hint::black_box;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
-use fencelock::ffi::*;
+use fencelock::ffi::{
+    fencelock_buffer_free, fencelock_error_free, fencelock_holder_free, fencelock_holder_put,
+    fencelock_holder_token, fencelock_store_acquire, fencelock_store_close, fencelock_store_get,
+    fencelock_store_open, FENCELOCK_NOT_FOUND,
+};
 use fencelock::Store;
 
 const BATCHES: usize = 31;

@@ -19,10 +19,11 @@ const TTL: Duration = Duration::from_secs(600);
 
 /// Opens `path` and returns the error, failing the test on a panic or a successful open.
 fn open_error(path: &Path) -> Error {
-    match std::panic::catch_unwind(|| Store::open(path)) {
-        Ok(Ok(_)) => panic!("{} opened as a store", path.display()),
-        Ok(Err(err)) => err,
-        Err(_) => panic!("opening {} panicked", path.display()),
+    let opened = std::panic::catch_unwind(|| Store::open(path))
+        .unwrap_or_else(|_| panic!("opening {} panicked", path.display()));
+    match opened {
+        Ok(_) => panic!("{} opened as a store", path.display()),
+        Err(err) => err,
     }
 }
 
@@ -342,7 +343,8 @@ fn full_disk_child() {
         rlim_max: libc::RLIM_INFINITY,
     };
     // SAFETY: a valid rlimit struct for this process.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &raw const rlimit) };
+    assert_eq!(rc, 0);
     let mut acknowledged = 0u32;
     let failure = loop {
         let key = format!("key-{acknowledged}");
@@ -363,7 +365,8 @@ fn full_disk_child() {
     }
     rlimit.rlim_cur = libc::RLIM_INFINITY;
     // SAFETY: as above; raising the soft limit up to the (infinite) hard limit is allowed.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &raw const rlimit) };
+    assert_eq!(rc, 0);
     // Space is back. The store that saw the failure reopens its database and goes on; the
     // holder kept its lease throughout.
     assert!(store.get(b"key-0").unwrap().is_some());

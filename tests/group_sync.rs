@@ -142,7 +142,7 @@ fn writers_acknowledge_only_records_on_file_while_one_stays_stopped() {
         .unwrap()
         .as_nanos() as u64
         | 1;
-    for _round in 0..4 {
+    for round in 0..4 {
         let dir = tempfile::tempdir().unwrap();
         prepare(dir.path());
         let mut kids: Vec<Kid> = (0..WRITERS)
@@ -183,7 +183,7 @@ fn writers_acknowledge_only_records_on_file_while_one_stays_stopped() {
         let stopped = acknowledged(&mut kids[0]);
         assert!(kids[0].child.wait().unwrap().success());
         eprintln!(
-            "round {_round}: the stopped writer had {} of {} acknowledged, the others {:?}",
+            "round {round}: the stopped writer had {} of {} acknowledged, the others {:?}",
             stopped.len(),
             10 * RECORDS,
             others.iter().map(Vec::len).collect::<Vec<_>>()

@@ -14,6 +14,7 @@ fn read_only() -> Options {
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // So that a call reads `refused(store.put(..))`.
 fn refused<T: std::fmt::Debug>(result: fencelock::Result<T>) -> bool {
     matches!(&result, Err(Error::InvalidArgument(message)) if message.contains("read-only"))
 }

@@ -22,7 +22,7 @@ fn cpu_used() -> Duration {
     // only into it.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &raw mut usage), 0);
         usage
     };
     let micros = |t: libc::timeval| {
@@ -68,7 +68,9 @@ fn child() {
             }
         }
     }
-    let cpu = cpu_used() - cpu_before;
+    let cpu = cpu_used()
+        .checked_sub(cpu_before)
+        .expect("CPU time only grows");
     say(format!("done {} {}", cpu.as_micros(), tokens.join(",")));
 }
 

@@ -47,7 +47,7 @@ pub fn latency(d: Duration) -> String {
 
 fn rate(ops: f64) -> String {
     if ops >= 10_000.0 {
-        let digits = format!("{:.0}", ops);
+        let digits = format!("{ops:.0}");
         // Thousands separated by commas, for reading large numbers at a glance.
         let mut out = String::new();
         for (i, c) in digits.chars().enumerate() {
@@ -58,7 +58,7 @@ fn rate(ops: f64) -> String {
         }
         out
     } else {
-        format!("{:.0}", ops)
+        format!("{ops:.0}")
     }
 }
 
@@ -190,7 +190,7 @@ fn table(cells: &[Cell]) -> String {
                     rate(*ops_per_sec),
                     latency(*p50),
                     latency(*p99),
-                    base.map_or("".into(), |base| format!("{:.2}x", ops_per_sec / base))
+                    base.map_or(String::new(), |base| format!("{:.2}x", ops_per_sec / base))
                 ),
                 Outcome::Skipped(why) => format!("{why} | | | | "),
             };
@@ -687,14 +687,14 @@ fn chart(cells: &[Cell], subtitle: &str) -> String {
         .collect();
     let lo = measured
         .iter()
-        .cloned()
+        .copied()
         .fold(f64::INFINITY, f64::min)
         .log10()
         .floor()
         .min(2.0);
     let hi = measured
         .iter()
-        .cloned()
+        .copied()
         .fold(0.0, f64::max)
         .log10()
         .ceil()
@@ -832,7 +832,7 @@ fn machine() -> String {
         .find_map(|l| l.strip_prefix("model name"))
         .and_then(|l| l.split_once(':'))
         .map_or("unknown CPU".into(), |(_, m)| m.trim().to_owned());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let tmp = std::env::temp_dir();
     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();

@@ -25,7 +25,7 @@ fn bucket(ns: u64) -> usize {
     if ns < SUB {
         return ns as usize;
     }
-    let exp = 63 - ns.leading_zeros();
+    let exp = ns.ilog2();
     let mantissa = (ns >> (exp - SUB_BITS)) & (SUB - 1);
     ((exp - SUB_BITS + 1) as usize) * SUB as usize + mantissa as usize
 }
@@ -110,7 +110,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let middle = values.len() / 2;
     Some(if values.len() % 2 == 0 {
-        (values[middle - 1] + values[middle]) / 2.0
+        f64::midpoint(values[middle - 1], values[middle])
     } else {
         values[middle]
     })

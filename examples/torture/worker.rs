@@ -203,6 +203,7 @@ pub fn main(argv: &[String]) -> ExitCode {
     }
 }
 
+#[allow(clippy::struct_field_names)] // `thread`: its number, as the log names it.
 struct Thread {
     store: Store,
     log: Arc<Log>,

@@ -239,7 +239,14 @@ pub unsafe extern "C" fn fencelock_store_acquire(
     let options = fencelock_acquire_options::new(ttl_ms);
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -314,7 +321,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -408,7 +422,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put_cancellable(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 

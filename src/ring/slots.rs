@@ -282,6 +282,7 @@ impl Ring {
     }
 
     /// The reply to `posted`, once its phase is DONE; frees the slot.
+    #[allow(clippy::needless_pass_by_value)] // Takes the request: its slot is freed.
     pub(crate) fn reply(&self, posted: Posted) -> Vec<u8> {
         let reply = self.read_slot(posted.index, posted.generation, "rep");
         // A reply read from a bulk file has no further use for it.

@@ -791,6 +791,7 @@ fn main() -> ExitCode {
 }
 
 /// Tells `failure` (unless quiet) and gives its status.
+#[allow(clippy::needless_pass_by_value)] // Takes it, as `unwrap_or_else(fail)` hands it over.
 fn fail(failure: Failure) -> ExitCode {
     if !failure.quiet {
         output::say(&failure.message);
