@@ -514,7 +514,7 @@ impl Ring {
         reached
     }
 
-    /// Whether every block that bucket `index` reaches is in use (never BLOCK_FREE): what a
+    /// Whether every block that bucket `index` reaches is in use (never `BLOCK_FREE`): what a
     /// sweep or a freer must never break. Read between two equal loads of the word, as
     /// `reachable`.
     #[cfg(all(test, fencelock_loom))]
