@@ -82,10 +82,9 @@ impl LocalLease {
         if !state.is_lost() {
             return None;
         }
-        let record = match self.inner.lease_of(&state.name) {
-            Ok(record) => record,
-            // It ran out by the holder's clock, and a lease known to be lost stays lost.
-            Err(_) => return Some(state.lost()),
+        // It ran out by the holder's clock, and a lease known to be lost stays lost.
+        let Ok(record) = self.inner.lease_of(&state.name) else {
+            return Some(state.lost());
         };
         match check_current(&*self.inner, record.as_ref(), state.token, clock::now_ns()) {
             Ok(_) if !state.signal.is_ended() => None,

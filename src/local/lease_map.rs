@@ -86,6 +86,10 @@ pub(crate) struct MapUser {
     member: Option<Arc<RingMember>>,
 }
 
+// The part's methods are reached through the part (`engine.lease_map.grant(..)`), where a
+// reader looks for them; several are given the ring member that their caller already took out
+// of this part, and so read nothing else of it.
+#[allow(clippy::unused_self)]
 impl MapUser {
     /// The user of the lease map of `member`, where the store keeps its leases there.
     pub(crate) fn new(member: Option<Arc<RingMember>>) -> MapUser {
@@ -400,7 +404,7 @@ impl MapUser {
             }
             match outcome {
                 // A record with a newer token than the block's: take a new block.
-                Ok(false) => continue,
+                Ok(false) => {}
                 Err(err) => return Err(err),
                 Ok(true) => unreachable!("stopped before every name was granted"),
             }
@@ -645,6 +649,7 @@ impl MapUser {
         let ring = member.ring();
         let mut pruned = 0;
         for _ in 0..PRUNE_LOOKS {
+            #[allow(clippy::cast_possible_truncation)] // below BUCKETS
             let bucket =
                 (header.prune_cursor.fetch_add(1, Ordering::Relaxed) % BUCKETS as u64) as usize;
             if ring.bucket_is_empty(bucket) {

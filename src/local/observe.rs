@@ -109,6 +109,7 @@ impl Counters {
         }
         let activity = self.activity();
         // The bell wraps at 2^32 rings: a mark that many rings old reads as none.
+        #[allow(clippy::cast_possible_truncation)] // the wrap is the point
         let mark = mark as u32;
         while activity.change_mark() == mark {
             check(cancel)?;

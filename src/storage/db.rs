@@ -20,6 +20,7 @@ use crate::storage::liveness::Liveness;
 pub const SCHEMA_VERSION: u64 = 4;
 
 /// The error for a panic of the storage engine, which it raises on some forms of damage.
+#[allow(clippy::needless_pass_by_value)] // the shape `unwrap_or_else` gives a panic's message
 pub(crate) fn damaged<T>(panic: String) -> Result<T> {
     Err(damage(&panic))
 }

@@ -111,7 +111,7 @@ fn ends_that_cannot_be_flushed_give_way_to_grants_and_are_counted() {
 /// A name other than `name` in the same bucket of the map.
 fn neighbour_of(name: &str) -> String {
     let bucket = bucket_of(lock_hash(name));
-    (0..)
+    (0..u32::MAX)
         .map(|i| format!("neighbour-{i}"))
         .find(|other| bucket_of(lock_hash(other)) == bucket)
         .unwrap()

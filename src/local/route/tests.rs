@@ -92,6 +92,7 @@ fn a_request_whose_combiner_died_before_committing_is_run_again() {
 
 /// A combiner takes every posted request, runs and commits them, and dies before it
 /// publishes the replies.
+#[allow(clippy::needless_pass_by_value)] // it dies: nothing of it is used after
 fn commit_posted_and_die(combiner: Opened) {
     let inner = Arc::clone(&combiner.inner);
     let jobs: Vec<Job> = shared(&combiner)
