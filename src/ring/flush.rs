@@ -111,8 +111,13 @@ const TAG_MASK: u64 = (1 << 46) - 1;
 pub(crate) trait Log {
     /// Writes `record` at `lsn` (its place in the file is the log's business).
     fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()>;
-    /// Makes every write that returned before this call durable (`fdatasync`).
-    fn sync(&self) -> io::Result<()>;
+    /// Makes durable every write that returned before this call at the positions
+    /// `[from, to)`, whichever process made it (`fdatasync`). The range is what a log of
+    /// segment files (`storage/wal/file.rs`) needs to know which to sync: usually one, two when
+    /// the range crosses a segment's end. A handle cannot know it from the writes it made
+    /// itself, since the records a flusher covers are mostly other processes'. A log in one
+    /// file syncs it whole.
+    fn sync(&self, from: u64, to: u64) -> io::Result<()>;
     /// Writes at `at`, in `space` bytes, a record saying that the `len` bytes at `gap` do not
     /// count, whatever they hold.
     fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()>;
@@ -411,7 +416,7 @@ impl<'a> GroupSync<'a> {
         if to <= flushed {
             return Ok(false);
         }
-        if let Err(err) = self.log.sync() {
+        if let Err(err) = self.log.sync(flushed, to) {
             return Err(self.failed_by(&err));
         }
         let words = self.words();
@@ -577,7 +582,7 @@ impl<'a> GroupSync<'a> {
                 Err(err) => return Err(err),
             }
         }
-        if let Err(err) = self.log.sync() {
+        if let Err(err) = self.log.sync(place, place + SKIP_SPACE) {
             return Err(self.failed_by(&err));
         }
         // Release: the skip record's write and sync (before this) are seen by the flusher that
@@ -661,7 +666,7 @@ impl Log for PlainLog {
         std::os::unix::fs::FileExt::write_all_at(&self.0, record, lsn)
     }
 
-    fn sync(&self) -> io::Result<()> {
+    fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
         // Relaxed: a count for the bench, read by this process alone.
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.sync_data()
@@ -767,7 +772,7 @@ mod tests {
             Ok(())
         }
 
-        fn sync(&self) -> io::Result<()> {
+        fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
             if self.failing.get() {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
