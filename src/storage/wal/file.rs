@@ -25,8 +25,13 @@
 //! its segment is still linked, its late bytes land only on its own reservation, which a skip
 //! record already voids.
 //!
+//! The log's first segment is made by whoever sets the log up (recovery: [`SegmentLog::prepare`]
+//! of the segment of the scan's end), before any writer reserves: a log with no segment at all
+//! makes only the segment asked for, as it cannot tell which below were retired.
+//!
 //! Each handle keeps the descriptors of the segments it opened, by `seq`; those of retired
-//! segments are dropped when this handle retires them or meets their absence.
+//! segments are dropped when this handle retires them or lists the directory and finds them
+//! gone.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
