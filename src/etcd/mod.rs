@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
-    TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions, WatchStream,
 };
 
 use crate::base::cancel::{Cancel, Waiting};
@@ -618,15 +618,7 @@ impl EtcdEngine {
             if let Some(end) = end {
                 options = options.with_range(end);
             }
-            // Created and followed within the wait's deadline and cancel handle.
-            let watch = client.watch(key.clone(), Some(options));
-            tokio::pin!(watch);
-            let mut stream = loop {
-                tokio::select! {
-                    created = &mut watch => break created.map_err(client_error)?,
-                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
-                }
-            };
+            let mut stream = watch_within(&mut client, key.clone(), options, &waiting).await?;
             loop {
                 tokio::select! {
                     message = stream.message() => {
@@ -683,14 +675,7 @@ impl EtcdEngine {
         let mut client = self.background();
         let changed: Result<()> = runtime::block(async move {
             let options = WatchOptions::new().with_prefix().with_start_revision(from);
-            let watch = client.watch(key, Some(options));
-            tokio::pin!(watch);
-            let mut stream = loop {
-                tokio::select! {
-                    created = &mut watch => break created.map_err(client_error)?,
-                    () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
-                }
-            };
+            let mut stream = watch_within(&mut client, key, options, &waiting).await?;
             loop {
                 tokio::select! {
                     message = stream.message() => {
@@ -1043,6 +1028,24 @@ fn unreachable(text: &str, err: &Error) -> Error {
             format!("{text}: {other}"),
             other.raw_os_error(),
         )),
+    }
+}
+
+/// Creates a watch of `key`, waiting for etcd to confirm it within the wait's deadline and
+/// cancel handle (a watch is created by a round trip that a lost server would hold forever).
+async fn watch_within(
+    client: &mut Client,
+    key: Vec<u8>,
+    options: WatchOptions,
+    waiting: &Waiting<'_>,
+) -> Result<WatchStream> {
+    let watch = client.watch(key, Some(options));
+    tokio::pin!(watch);
+    loop {
+        tokio::select! {
+            created = &mut watch => return created.map_err(client_error),
+            () = tokio::time::sleep(crate::base::cancel::POLL) => waiting.step()?,
+        }
     }
 }
 

@@ -2,11 +2,18 @@
 
 use redb::TableDefinition;
 
-/// Schema version, token counter, token reservation, the served mark.
+/// Schema version, token counter, token reservation, the served mark, the redo log's applied
+/// position.
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("fencelock.meta");
 pub(crate) const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("fencelock.leases");
 pub(crate) const VALUES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencelock.values");
 pub(crate) const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fencelock.fences");
+/// The version of the newest redo-log record applied to each key (`storage/wal/apply.rs`,
+/// docs/design/writes.md section 6): a checkpoint writes a key's record only above it, so that a
+/// record that claimed a lower version but reached the log after a checkpoint passed a higher
+/// one never overwrites it. Created by the first checkpoint; a key written only by a direct
+/// commit has none.
+pub(crate) const VERSIONS: TableDefinition<&[u8], u64> = TableDefinition::new("fencelock.versions");
 /// The key of the schema version in the meta table.
 pub(crate) const SCHEMA_KEY: &str = "schema_version";
 
@@ -22,6 +29,11 @@ pub(crate) const RESERVED_KEY: &str = "reserved_token";
 /// the seal (writes 0) before that memory hands out a token (`Op::Reserve`): a seal describes
 /// one closed map, never the one after it.
 pub(crate) const SEALED_KEY: &str = "sealed_reservation";
+/// The position in the redo log up to which the store holds its records (`storage/wal/apply.rs`):
+/// the end of the last checkpoint, where the next record not yet applied lies. Written in the
+/// checkpoint's own transaction, so that the records and their position commit as one unit;
+/// absent (0) in a store that never had a log.
+pub(crate) const WAL_APPLIED_KEY: &str = "wal_applied";
 
 /// The history of each lock, keyed by lock name: one value holding its latest entries, so
 /// that recording an end is one read and one write of one key.

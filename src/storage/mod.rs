@@ -1,7 +1,7 @@
 //! Layer 2, the storage: the store file and what the kernel does with it. Opening the redb
 //! database (writable, read-only, exclusive for a server), telling what is at the path, and the
 //! open-file-description locks that make a holder's liveness. The redo log beside the store file
-//! (`wal/`): its records, its file and the recovery scan.
+//! (`wal/`): its records, its file, the recovery scan and the apply of records into the store.
 //!
 //! Imports the base and the rules only.
 

@@ -1,12 +1,15 @@
 //! The redo log (docs/design/writes.md, issue 35): a sequence of segment files beside the store,
 //! each created whole and retired by `unlink`, never reused, of checksummed records; and the scan
 //! that reads them back after a crash. The shared flush (`ring/flush.rs`) and the store's writes
-//! and recovery (step 4) use it.
+//! and recovery (step 4) use it; and of step 4 the apply of records into the store that
+//! checkpoints and recovery share (not called by the store yet).
 //!
 //! - `record`: a record's bytes, [`Record::encode`](record::Record::encode) beside the decoder.
 //! - `file`: the segment files: their header, creation (`prepare`), `write_at`, `sync`,
 //!   `retire_below`.
 //! - `scan`: the recovery scan, across segments.
+//! - `apply`: the step of a checkpoint and of recovery: records into the store's tables, by
+//!   version, with the position they reach (`wal_applied`), in one transaction.
 //! - `crc`: CRC-32C, the records' and headers' checksum.
 //!
 //! A position (LSN) is a byte offset into the log that only grows; it lives in segment
@@ -15,6 +18,7 @@
 //! position maps to one segment forever (no lap), so a late write can only land on its own
 //! reservation, or in a segment already unlinked, which no one reads.
 
+pub(crate) mod apply;
 mod crc;
 pub(crate) mod file;
 pub(crate) mod record;

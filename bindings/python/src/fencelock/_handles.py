@@ -77,7 +77,8 @@ class _Resource:
     def unborrow(self, cancel: Cancel | None = None) -> None:
         with self._lock:
             self._borrows -= 1
-            self._waits.discard(cancel)  # type: ignore[arg-type]
+            if cancel is not None:
+                self._waits.discard(cancel)
             ptr = self._take()
         self._dispose(ptr)
 
