@@ -663,12 +663,13 @@ impl<D: LogDir> SegmentLog<D> {
     pub(crate) fn retire_below(&self, lsn: u64) -> Result<()> {
         let seqs = self.seqs()?;
         let newest = seqs.last().copied();
+        // Wholly below `lsn`: `(seq + 1) * size <= lsn`, without overflowing.
         let below: Vec<u64> = seqs
             .into_iter()
-            .filter(|&seq| (seq + 1) * self.size <= lsn && Some(seq) != newest)
+            .filter(|&seq| seq < lsn / self.size && Some(seq) != newest)
             .collect();
         self.cache()
-            .retain(|&seq, _| (seq + 1) * self.size > lsn || Some(seq) == newest);
+            .retain(|&seq, _| seq >= lsn / self.size || Some(seq) == newest);
         let paths: Vec<PathBuf> = below.iter().map(|&seq| self.path(seq)).collect();
         self.dir.remove(&paths).map_err(|e| {
             Error::Io(e).at_path("remove", paths.first().map_or(&self.base, |p| p.as_path()))
@@ -859,6 +860,8 @@ mod tests {
         assert_eq!(log.seqs().unwrap(), [2, 3]);
         log.retire_below(10 * MIN_SIZE).unwrap();
         assert_eq!(log.seqs().unwrap(), [3]);
+        log.retire_below(u64::MAX).unwrap();
+        assert_eq!(log.seqs().unwrap(), [3], "the newest is kept");
         // A late write into a retired segment, through a handle that never opened it: refused
         // as a write that did not happen, and the name is not made again.
         let late = SegmentLog::open(&base, 1, MIN_SIZE).unwrap();

@@ -195,10 +195,16 @@ pub(crate) fn scan<S: Segments + ?Sized>(log: &S, from: u64) -> Result<Scanned> 
     let beyond = |at: u64| at.checked_add(2 * size + 2 * MAX_RECORD).is_none();
     let newest_end = seqs
         .last()
-        .map_or(Some(0), |&newest| (newest + 1).checked_mul(size));
-    if beyond(from) || newest_end.is_none_or(beyond) {
+        .map_or(Some(0), |&newest| newest.checked_add(1)?.checked_mul(size));
+    if beyond(from) {
         return Err(Error::invalid(format!(
-            "a scan from position {from}, or of a segment, beyond any log"
+            "a scan from position {from}, beyond any log"
+        )));
+    }
+    if newest_end.is_none_or(beyond) {
+        return Err(Error::Corrupt(format!(
+            "log segment {:#x} is numbered beyond any log",
+            seqs.last().copied().unwrap_or_default()
         )));
     }
     // Every segment from the start's to the newest exists: a missing one lost log.
@@ -477,6 +483,12 @@ mod tests {
         let mut ahead = log.clone();
         ahead.at((newest + 1) * size as u64);
         assert_eq!(ahead.scan(0), log.scan(0));
+        // A segment at the end of the numbers: not one this log made, and not an overflow.
+        let mut far = log.clone();
+        far.segments.insert(u64::MAX, vec![0; size]);
+        let err = far.try_scan(0).unwrap_err();
+        assert_eq!(err.status(), Status::Corrupt, "{err}");
+        assert!(err.to_string().contains("0xffffffffffffffff"), "{err}");
         // A scan from a segment that does not exist yet: nothing, ending where it started.
         let beyond = (newest + 3) * size as u64;
         let scanned = log.scan(beyond);
