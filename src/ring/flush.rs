@@ -46,10 +46,11 @@
 //! liveness lock is gone). A gap (a record reserved and never marked, its writer stopped or
 //! dead) is skipped by the first waiter that sees the gap at `flushed` for `GAP_PATIENCE`: it
 //! claims the gap's marks, appends a `skip(lsn, len)` record through [`Log::write_skip`] and
-//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/`) must take a record at `lsn`
-//! as void when a `skip(lsn, len)` record lies within the next `WINDOW` bytes (the stopped writer
-//! may still write its bytes there when it resumes), and the skip record is durable before any
-//! sync covers a byte past the gap. The one holder left: a skipper stopped between its claim and
+//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/scan.rs`) takes a record at
+//! `lsn` as void when a later `skip(lsn, len)` record covers it (the stopped writer may still
+//! write its bytes there when it resumes: only there, as the log's segments are never reused,
+//! `storage/wal/file.rs`), and the skip record is durable before any sync covers a byte past the
+//! gap. The one holder left: a skipper stopped between its claim and
 //! `SKIPPED` holds the gap until it resumes (the window's one skip record cannot be taken twice
 //! safely); docs/design/writes.md section 8 says so.
 //!
