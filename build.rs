@@ -1,8 +1,8 @@
 //! With the `capi` feature (the C library; a Rust user's build has neither it nor cbindgen):
-//! generates the C header `fencelock.h` into OUT_DIR with cbindgen. The committed copy lives at
+//! generates the C header `fencelock.h` into `OUT_DIR` with cbindgen. The committed copy lives at
 //! include/fencelock.h; tests/header.rs fails when the two differ. Also writes the version
-//! number of the header's FENCELOCK_VERSION_NUMBER into OUT_DIR for the library's
-//! fencelock_version_number(), so that the two cannot differ. The source tree is never written
+//! number of the header's `FENCELOCK_VERSION_NUMBER` into `OUT_DIR` for the library's
+//! `fencelock_version_number()`, so that the two cannot differ. The source tree is never written
 //! here.
 //!
 //! Also gives the shared library its SONAME on Linux (see `soname`).
@@ -85,8 +85,8 @@ mod capi {
     }
 
     /// The version as one number, MAJOR * 1000000 + MINOR * 1000 + PATCH: the header's
-    /// FENCELOCK_VERSION_NUMBER and the library's fencelock_version_number(). The build fails for
-    /// a version the number cannot hold (a minor or patch version above 999, or a major version
+    /// `FENCELOCK_VERSION_NUMBER` and the library's `fencelock_version_number()`. The build fails
+    /// for a version the number cannot hold (a minor or patch version above 999, or a major version
     /// that overflows a C int), rather than give two versions one number.
     fn version_number() -> i32 {
         let (major, minor, patch) = version_parts();

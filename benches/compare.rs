@@ -395,8 +395,8 @@ fn run_processes(
     secs: Duration,
 ) -> (Histogram, Duration) {
     let exe = std::env::current_exe().expect("this program's path");
-    let start_ns = fencelock::boottime_ns() + PROCESS_START.as_nanos() as u64;
-    let end_ns = start_ns + secs.as_nanos() as u64;
+    let start_ns = fencelock::boottime_ns() + u64::try_from(PROCESS_START.as_nanos()).unwrap();
+    let end_ns = start_ns + u64::try_from(secs.as_nanos()).unwrap();
     let children: Vec<_> = (0..count)
         .map(|index| {
             let spec = format!(

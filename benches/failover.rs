@@ -117,7 +117,9 @@ fn round(path: &str, store: &Store, kill: bool) -> u64 {
 fn quantile(samples: &[u64], q: f64) -> u64 {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // An index in 0..len.
+    let rank = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[rank]
 }
 
 fn report(what: &str, samples: &[u64]) {
@@ -135,7 +137,9 @@ fn report(what: &str, samples: &[u64]) {
 /// `x` with three significant digits (a file's failover is a tiny fraction of an etcd TTL).
 fn significant(x: f64) -> String {
     let digits = if x > 0.0 {
-        (2.0 - x.log10().floor()).max(0.0) as usize
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // A few digits.
+        let digits = (2.0 - x.log10().floor()).max(0.0) as usize;
+        digits
     } else {
         3
     };

@@ -1,5 +1,5 @@
 //! The cost of a call through the C ABI next to the same call in Rust: `fencelock_store_get`
-//! vs `Store::get` on an existing key and on a missing one (the NOT_FOUND path, which builds an
+//! vs `Store::get` on an existing key and on a missing one (the `NOT_FOUND` path, which builds an
 //! error object), and `fencelock_holder_token` vs `Holder::token`.
 //! Informational; prints the median of 31 batches.
 //!
@@ -10,7 +10,11 @@ use std::hint::black_box;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
-use fencelock::ffi::*;
+use fencelock::ffi::{
+    fencelock_buffer_free, fencelock_error_free, fencelock_holder_free, fencelock_holder_put,
+    fencelock_holder_token, fencelock_store_acquire, fencelock_store_close, fencelock_store_get,
+    fencelock_store_open, FENCELOCK_NOT_FOUND,
+};
 use fencelock::Store;
 
 const BATCHES: usize = 31;

@@ -42,7 +42,7 @@ fn writer(dir: &Path, seconds: f64, index: usize) {
     while Instant::now() < until {
         let start = Instant::now();
         match log.append(&record) {
-            Ok(_) => latencies.push(start.elapsed().as_nanos() as u64),
+            Ok(_) => latencies.push(u64::try_from(start.elapsed().as_nanos()).unwrap()),
             // Descheduled between its reserve and its mark for longer than GAP_PATIENCE: its
             // gap was skipped (counted, and printed when any).
             Err(fencelock::Error::Timeout { .. }) => skipped += 1,
@@ -113,6 +113,7 @@ fn row(base: &Path, processes: usize, seconds: f64) {
         })
         .collect();
     all.sort_unstable();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // An index in 0..len.
     let at = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)] as f64 / 1e3;
     println!(
         "rust  processes {processes:2}: {:6.0} writes/s, {:.2} fdatasync per write, p50 {:4.0} us, p99 {:5.0} us",
@@ -127,7 +128,7 @@ fn row(base: &Path, processes: usize, seconds: f64) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The C prototype, built from benches/floor/group_commit.c, if a C compiler is here.
+/// The C prototype, built from `benches/floor/group_commit.c`, if a C compiler is here.
 fn prototype(base: &Path) -> Option<PathBuf> {
     let binary = base.join("group_commit");
     let built = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))

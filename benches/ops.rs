@@ -54,7 +54,7 @@ fn single_ops(c: &mut Criterion) {
         let mut group = configure(c, label);
 
         group.bench_function("acquire+release", |b| {
-            b.iter(|| store.acquire("cycle", TTL).expect("acquire").release())
+            b.iter(|| store.acquire("cycle", TTL).expect("acquire").release());
         });
 
         // Release alone: the acquire that precedes each release is not timed.
@@ -68,7 +68,7 @@ fn single_ops(c: &mut Criterion) {
                     spent += start.elapsed();
                 }
                 spent
-            })
+            });
         });
 
         let held = store.acquire("held", TTL).expect("acquire");
@@ -76,7 +76,7 @@ fn single_ops(c: &mut Criterion) {
             b.iter(|| match store.acquire("held", TTL) {
                 Err(Error::Locked { .. }) => {}
                 other => panic!("expected Locked, got {other:?}"),
-            })
+            });
         });
 
         group.bench_function("extend", |b| b.iter(|| held.extend(TTL).expect("extend")));
@@ -85,11 +85,11 @@ fn single_ops(c: &mut Criterion) {
         // The value `get` reads, there also when a filter skips the put benches.
         store.put(b"plain", VALUE, token).expect("put");
         group.bench_function("put with token", |b| {
-            b.iter(|| store.put(b"plain", VALUE, token).expect("put"))
+            b.iter(|| store.put(b"plain", VALUE, token).expect("put"));
         });
 
         group.bench_function("holder-checked put", |b| {
-            b.iter(|| held.put(b"checked", VALUE).expect("put"))
+            b.iter(|| held.put(b"checked", VALUE).expect("put"));
         });
 
         group.bench_function("acquire_and_put+release", |b| {
@@ -98,20 +98,20 @@ fn single_ops(c: &mut Criterion) {
                     .acquire_and_put("with-write", TTL, b"written", VALUE)
                     .expect("acquire_and_put")
                     .release()
-            })
+            });
         });
 
         group.bench_function("get", |b| {
-            b.iter(|| black_box(store.get(b"plain").expect("get").expect("value")))
+            b.iter(|| black_box(store.get(b"plain").expect("get").expect("value")));
         });
 
         store.fence("resource", token).expect("fence");
         group.bench_function("fence check (same token)", |b| {
-            b.iter(|| store.fence("resource", token).expect("fence"))
+            b.iter(|| store.fence("resource", token).expect("fence"));
         });
 
         group.bench_function("is_held", |b| {
-            b.iter(|| assert!(held.is_held().expect("is_held")))
+            b.iter(|| assert!(held.is_held().expect("is_held")));
         });
 
         group.finish();
@@ -162,7 +162,8 @@ fn filled_store(mode: Mode, label: &str, count: usize) -> (tempfile::TempDir, St
     let took = start.elapsed();
     let info = store.info().expect("info");
     assert_eq!(
-        info.lock_records as usize, count,
+        usize::try_from(info.lock_records).unwrap(),
+        count,
         "the fill left {count} records"
     );
     eprintln!(
@@ -194,11 +195,11 @@ fn store_size(c: &mut Criterion) {
             let mut filled = None;
             group.bench_with_input(BenchmarkId::from_parameter(count), &count, |b, &count| {
                 let (_, store, _) = filled.get_or_insert_with(|| filled_store(mode, label, count));
-                b.iter(|| store.acquire("probe", TTL).expect("acquire").release())
+                b.iter(|| store.acquire("probe", TTL).expect("acquire").release());
             });
             if let Some((_dir, store, holders)) = filled {
                 assert_eq!(
-                    store.info().expect("info").lock_records as usize,
+                    usize::try_from(store.info().expect("info").lock_records).unwrap(),
                     count + 1,
                     "live locks were pruned"
                 );

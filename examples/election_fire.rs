@@ -175,7 +175,7 @@ fn observer(args: &[String]) -> ExitCode {
     loop {
         match watch.next_change(Duration::from_secs(1)) {
             Ok(Some(leader)) => {
-                log.line(&format!("saw {} {} {}", leader.term, leader.version, now()))
+                log.line(&format!("saw {} {} {}", leader.term, leader.version, now()));
             }
             Ok(None) => {}
             Err(err) => log.line(&format!("error observe {err}")),
@@ -440,6 +440,7 @@ impl History {
         history
     }
 
+    #[allow(clippy::unused_self)] // Called as `refused` is, which reads the history.
     fn accepted(&self, writes: &[Attempt]) -> usize {
         writes.iter().filter(|w| w.ok).count()
     }

@@ -168,8 +168,9 @@ impl Process {
     }
 
     fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        unsafe { libc::kill(pid, signal) };
     }
 }
 

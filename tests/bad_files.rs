@@ -1,6 +1,6 @@
 //! Files that are not stores, or damaged ones, through the Rust API: refused without a panic
 //! and, when they are not redb files at all, without a change; a full disk loses nothing
-//! acknowledged. (Bad arguments, on every backend, are tests/rules/bad_input.rs; the C side is
+//! acknowledged. (Bad arguments, on every backend, are `tests/rules/bad_input.rs`; the C side is
 //! in tests/c.)
 
 mod common;
@@ -19,10 +19,11 @@ const TTL: Duration = Duration::from_secs(600);
 
 /// Opens `path` and returns the error, failing the test on a panic or a successful open.
 fn open_error(path: &Path) -> Error {
-    match std::panic::catch_unwind(|| Store::open(path)) {
-        Ok(Ok(_)) => panic!("{} opened as a store", path.display()),
-        Ok(Err(err)) => err,
-        Err(_) => panic!("opening {} panicked", path.display()),
+    let opened = std::panic::catch_unwind(|| Store::open(path))
+        .unwrap_or_else(|_| panic!("opening {} panicked", path.display()));
+    match opened {
+        Ok(_) => panic!("{} opened as a store", path.display()),
+        Err(err) => err,
     }
 }
 
@@ -58,7 +59,7 @@ fn files_that_are_not_stores_are_refused_unchanged() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        *byte = x as u8;
+        *byte = x.to_le_bytes()[0];
     }
     let text = b"# not a database\nhello = world\n".repeat(100);
     for (name, bytes) in [
@@ -189,7 +190,10 @@ fn closed_store(dir: &Path) -> (PathBuf, Vec<u8>) {
         let holder = store.acquire("lock", TTL).unwrap();
         for i in 0..50u32 {
             holder
-                .put(format!("key-{i}").as_bytes(), &vec![i as u8; 300])
+                .put(
+                    format!("key-{i}").as_bytes(),
+                    &vec![u8::try_from(i).unwrap(); 300],
+                )
                 .unwrap();
         }
     }
@@ -322,7 +326,7 @@ fn a_full_disk_during_a_put_keeps_earlier_data_and_the_next_put_works() {
     store.put(b"after", b"space is back", last.token).unwrap();
 }
 
-/// The child of the full-disk test: writes under RLIMIT_FSIZE until the file cannot grow.
+/// The child of the full-disk test: writes under `RLIMIT_FSIZE` until the file cannot grow.
 #[test]
 fn full_disk_child() {
     let Some(path) = std::env::var_os(CHILD_ENV) else {
@@ -339,7 +343,8 @@ fn full_disk_child() {
         rlim_max: libc::RLIM_INFINITY,
     };
     // SAFETY: a valid rlimit struct for this process.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &raw const rlimit) };
+    assert_eq!(rc, 0);
     let mut acknowledged = 0u32;
     let failure = loop {
         let key = format!("key-{acknowledged}");
@@ -360,7 +365,8 @@ fn full_disk_child() {
     }
     rlimit.rlim_cur = libc::RLIM_INFINITY;
     // SAFETY: as above; raising the soft limit up to the (infinite) hard limit is allowed.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &rlimit) }, 0);
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &raw const rlimit) };
+    assert_eq!(rc, 0);
     // Space is back. The store that saw the failure reopens its database and goes on; the
     // holder kept its lease throughout.
     assert!(store.get(b"key-0").unwrap().is_some());

@@ -1,4 +1,4 @@
-//! Power-loss crash images: a workload runs in child processes with an LD_PRELOAD recorder
+//! Power-loss crash images: a workload runs in child processes with an `LD_PRELOAD` recorder
 //! (`tests/crash/recorder.c`, compiled with `cc` at run time) that logs every write, sync,
 //! truncation and allocation of the store file, and the workload's acknowledgements, in one
 //! order. From the log, images are built of what the file may hold after a power loss at each
@@ -25,6 +25,7 @@ mod rng;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -203,6 +204,7 @@ fn writer() {
                 continue;
             }
         };
+        #[allow(clippy::match_same_arms)] // Each outcome with its reason.
         match outcome {
             Ok(token) => {
                 let acked = match op {
@@ -312,7 +314,6 @@ fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
             .collect();
         for (kill_at, mut child) in children {
             let status = child.wait().unwrap();
-            use std::os::unix::process::ExitStatusExt;
             if kill_at.is_some() {
                 assert_eq!(
                     status.signal(),

@@ -167,8 +167,7 @@ fn every_public_type_and_method_has_an_example() {
     // The parser must find the surface at all, or it would pass by reading nothing.
     assert!(
         types.iter().any(|(_, name)| name == "Store") && types.iter().any(|(_, n)| n == "Holder"),
-        "src/lib.rs's re-exports were not read: {:?}",
-        types
+        "src/lib.rs's re-exports were not read: {types:?}"
     );
     assert!(methods >= 40, "only {methods} public methods found");
     assert!(missing.is_empty(), "{}", missing.join("\n"));

@@ -69,9 +69,11 @@ fn ok(call: impl FnOnce(*mut ErrPtr) -> fencelock_status) {
     assert_eq!(refused, FENCELOCK_NULL_POINTER);
     let earlier = err;
     let status = call(&raw mut err);
-    if status != FENCELOCK_OK {
-        panic!("expected OK, got {:?}", take(status, err));
-    }
+    assert!(
+        status == FENCELOCK_OK,
+        "expected OK, got {:?}",
+        take(status, err)
+    );
     assert_eq!(err, earlier, "success leaves *err_out untouched");
     // SAFETY: `err` is the error object of the refused open, not yet freed.
     unsafe { fencelock_error_free(err) };
@@ -524,7 +526,9 @@ fn fences_lists_and_keys() {
 }
 
 #[test]
+#[allow(clippy::many_single_char_names)] // Short names keep each call of the table on a line.
 fn every_null_pointer_argument_is_refused() {
+    type Call<'a> = (&'a str, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     let t = temp_store();
     let s = t.store;
     let holder = acquire(s, "h", 60_000);
@@ -550,7 +554,6 @@ fn every_null_pointer_argument_is_refused() {
     );
     let (lko, kyo, nu) = (&raw mut locks, &raw mut keys, &raw mut number);
 
-    type Call<'a> = (&'a str, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     // SAFETY (all calls): every non-NULL pointer is valid; the NULL one is the subject.
     let calls: Vec<Call> = vec![
         (
@@ -807,6 +810,7 @@ fn every_null_pointer_argument_is_refused() {
 
 #[test]
 fn bad_arguments_are_invalid_argument_and_write_nothing() {
+    type Call<'a> = (&'a str, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     let t = temp_store();
     let s = t.store;
     let holder = acquire(s, "h", 60_000);
@@ -830,7 +834,6 @@ fn bad_arguments_are_invalid_argument_and_write_nothing() {
     let big = vec![0u8; 16 * 1024 * 1024 + 1];
     let k = b"key".as_ptr();
 
-    type Call<'a> = (&'a str, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     // SAFETY (all calls): every pointer is valid for its length.
     let calls: Vec<Call> = vec![
         (
@@ -1374,6 +1377,7 @@ fn lock_kinds_map_their_arguments_and_errors_and_write_outputs_only_on_success()
 /// behaviour; in this debug build the slice's own check aborts the test.)
 #[test]
 fn counts_and_lengths_above_their_limits_are_refused_before_the_pointer_is_read() {
+    type Call<'a> = (String, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     let t = temp_store();
     let s = t.store;
     let holder = acquire(s, "h", 60_000);
@@ -1397,7 +1401,6 @@ fn counts_and_lengths_above_their_limits_are_refused_before_the_pointer_is_read(
     let (lo, to, eo) = (&raw mut len, &raw mut token, &raw mut existed);
     let long = fencelock::MAX_VALUE_LEN_LIMIT + 1;
 
-    type Call<'a> = (String, Box<dyn Fn(*mut ErrPtr) -> fencelock_status + 'a>);
     let mut calls: Vec<Call> = Vec::new();
     for count in [0, max + 1, usize::MAX] {
         for timeout_ms in [0, 10] {

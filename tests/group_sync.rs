@@ -31,7 +31,8 @@ fn record(writer: u64, seq: u64) -> [u8; RECORD] {
     bytes[8..16].copy_from_slice(&writer.to_le_bytes());
     bytes[16..24].copy_from_slice(&seq.to_le_bytes());
     for (at, byte) in bytes[24..].iter_mut().enumerate() {
-        *byte = (writer as u8).wrapping_mul(31) ^ (seq as u8) ^ at as u8;
+        *byte =
+            writer.to_le_bytes()[0].wrapping_mul(31) ^ seq.to_le_bytes()[0] ^ at.to_le_bytes()[0];
     }
     bytes
 }
@@ -134,12 +135,14 @@ fn next(state: &mut u64) -> u64 {
 
 #[test]
 fn writers_acknowledge_only_records_on_file_while_one_stays_stopped() {
+    // The clock's low 64 bits seed the generator.
+    #[allow(clippy::cast_possible_truncation)]
     let mut random = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64
         | 1;
-    for _round in 0..4 {
+    for round in 0..4 {
         let dir = tempfile::tempdir().unwrap();
         prepare(dir.path());
         let mut kids: Vec<Kid> = (0..WRITERS)
@@ -180,7 +183,7 @@ fn writers_acknowledge_only_records_on_file_while_one_stays_stopped() {
         let stopped = acknowledged(&mut kids[0]);
         assert!(kids[0].child.wait().unwrap().success());
         eprintln!(
-            "round {_round}: the stopped writer had {} of {} acknowledged, the others {:?}",
+            "round {round}: the stopped writer had {} of {} acknowledged, the others {:?}",
             stopped.len(),
             10 * RECORDS,
             others.iter().map(Vec::len).collect::<Vec<_>>()

@@ -1,9 +1,9 @@
 //! The committed C header is the one cbindgen generates, and its version agrees with Cargo's
 //! and the library's.
 //!
-//! build.rs generates the header into OUT_DIR on every build. To update the committed copies
+//! build.rs generates the header into `OUT_DIR` on every build. To update the committed copies
 //! (include/fencelock.h and the Go module's bindings/go/fencelock.h):
-//!     FENCELOCK_UPDATE_HEADER=1 cargo test --features capi --test header
+//!     `FENCELOCK_UPDATE_HEADER=1` cargo test --features capi --test header
 
 use std::ffi::CStr;
 use std::path::Path;
@@ -43,7 +43,7 @@ fn go_module_copy_matches_a_fresh_generation() {
 }
 
 /// The committed copy at `path`, first overwritten with a fresh generation when
-/// FENCELOCK_UPDATE_HEADER is set.
+/// `FENCELOCK_UPDATE_HEADER` is set.
 fn committed_copy(path: &str) -> String {
     if std::env::var_os("FENCELOCK_UPDATE_HEADER").is_some() {
         std::fs::write(path, FRESH).unwrap_or_else(|err| panic!("write {path}: {err}"));

@@ -215,7 +215,8 @@ fn the_store_keeps_the_histories_of_a_bounded_number_of_locks() {
     let store = Store::open_with(dir.path().join("s.db"), &options).unwrap();
     // Locks named once each, as one per job: each release is recorded when a later grant
     // prunes its record.
-    let locks = fencelock::HISTORY_LOCKS as usize + 200;
+    let history_locks = usize::try_from(fencelock::HISTORY_LOCKS).unwrap();
+    let locks = history_locks + 200;
     for i in 0..locks {
         drop(
             store
@@ -232,11 +233,8 @@ fn the_store_keeps_the_histories_of_a_bounded_number_of_locks() {
                 .any(|entry| entry.recorded.is_some())
         })
         .count();
-    assert!(recorded <= fencelock::HISTORY_LOCKS as usize, "{recorded}");
-    assert!(
-        recorded > fencelock::HISTORY_LOCKS as usize - 100,
-        "{recorded}"
-    );
+    assert!(recorded <= history_locks, "{recorded}");
+    assert!(recorded > history_locks - 100, "{recorded}");
     // The oldest went first.
     assert!(store.history("job-00000").unwrap().is_empty());
     store.verify().unwrap();

@@ -14,6 +14,7 @@ fn read_only() -> Options {
     }
 }
 
+#[allow(clippy::needless_pass_by_value)] // So that a call reads `refused(store.put(..))`.
 fn refused<T: std::fmt::Debug>(result: fencelock::Result<T>) -> bool {
     matches!(&result, Err(Error::InvalidArgument(message)) if message.contains("read-only"))
 }
@@ -556,8 +557,8 @@ fn read_locked(path: &std::path::Path, start: u64, end: u64) -> std::fs::File {
         // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
         let held = unsafe {
             let mut lock: libc::flock = std::mem::zeroed();
-            lock.l_type = libc::F_RDLCK as libc::c_short;
-            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            lock.l_type = libc::c_short::try_from(libc::F_RDLCK).unwrap();
+            lock.l_whence = libc::c_short::try_from(libc::SEEK_SET).unwrap();
             lock.l_start = i64::try_from(from).unwrap();
             lock.l_len = i64::try_from(end - from).unwrap();
             assert_eq!(
@@ -570,7 +571,8 @@ fn read_locked(path: &std::path::Path, start: u64, end: u64) -> std::fs::File {
             common::read_lock_bytes(&file, from, end - from);
             break;
         }
-        let (held_start, held_end) = (held.l_start as u64, (held.l_start + held.l_len) as u64);
+        let held_start = u64::try_from(held.l_start).unwrap();
+        let held_end = u64::try_from(held.l_start + held.l_len).unwrap();
         if held_start > from {
             common::read_lock_bytes(&file, from, held_start - from);
         }

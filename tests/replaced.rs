@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use fencelock::{Error, Mode, Options, Store};
 
+#[allow(clippy::needless_pass_by_value)] // So that a call reads `replaced(store.put(..))`.
 fn replaced<T: std::fmt::Debug>(result: fencelock::Result<T>) -> bool {
     matches!(result, Err(Error::Replaced(_)))
 }

@@ -45,9 +45,9 @@ fn hold_token_byte(path: &std::path::Path, token: u64) -> File {
         .unwrap();
     // SAFETY: an all-zero flock is a valid value of the plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = ((1u64 << 61) + token) as libc::off_t;
+    lock.l_type = libc::c_short::try_from(libc::F_WRLCK).unwrap();
+    lock.l_whence = libc::c_short::try_from(libc::SEEK_SET).unwrap();
+    lock.l_start = libc::off_t::try_from((1u64 << 61) + token).unwrap();
     lock.l_len = 1;
     // SAFETY: the descriptor is open; `lock` is a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &raw mut lock) };

@@ -59,9 +59,9 @@ fn child() {
             // SAFETY: getrlimit and setrlimit write and read only the struct given.
             unsafe {
                 let mut limit: libc::rlimit = std::mem::zeroed();
-                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit), 0);
                 limit.rlim_cur = highest + 1;
-                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit), 0);
             }
             // And the numbers below the highest that are free are taken.
             let mut filler = Vec::new();
@@ -322,7 +322,7 @@ fn leases_a_server_committed_without_an_fsync_survive_its_death() {
         for (i, holder) in holders.iter().enumerate() {
             match other.acquire(&format!("survivor-{i}"), Duration::from_secs(60)) {
                 Err(Error::Locked { token, .. }) => {
-                    assert_eq!(token, holder.token(), "{successor}")
+                    assert_eq!(token, holder.token(), "{successor}");
                 }
                 other => panic!("survivor-{i} after the server's death, {successor}: {other:?}"),
             }

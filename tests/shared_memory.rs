@@ -135,7 +135,7 @@ extern "C" fn host_handler(_signal: libc::c_int) {
     }
 }
 
-/// Installs a plain (not SA_SIGINFO) SIGBUS handler, as a host program might.
+/// Installs a plain (not `SA_SIGINFO`) SIGBUS handler, as a host program might.
 fn install_host_handler() {
     // SAFETY: a zeroed sigaction with a handler and an empty mask is valid.
     let rc = unsafe {
@@ -354,11 +354,11 @@ fn a_process_stopped_anywhere_in_its_lease_operations_delays_nobody_else() {
             });
         }
         // Stopped 50 times at random moments of its loop, for longer than its TTL (100 ms).
-        let mut seed = std::process::id() as u64;
+        let mut seed = u64::from(std::process::id());
         for _ in 0..50 {
             seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             std::thread::sleep(Duration::from_micros(200 + (seed >> 33) % 3000));
             cycler.stop();
             let before = done.load(Ordering::Relaxed);

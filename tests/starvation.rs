@@ -22,10 +22,12 @@ fn cpu_used() -> Duration {
     // only into it.
     let usage = unsafe {
         let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &raw mut usage), 0);
         usage
     };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    let micros = |t: libc::timeval| {
+        u64::try_from(t.tv_sec).unwrap() * 1_000_000 + u64::try_from(t.tv_usec).unwrap()
+    };
     Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
@@ -66,7 +68,9 @@ fn child() {
             }
         }
     }
-    let cpu = cpu_used() - cpu_before;
+    let cpu = cpu_used()
+        .checked_sub(cpu_before)
+        .expect("CPU time only grows");
     say(format!("done {} {}", cpu.as_micros(), tokens.join(",")));
 }
 

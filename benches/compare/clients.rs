@@ -622,7 +622,7 @@ impl Client for RedisClient {
             .acquire
             .key(format!("lease:{name}"))
             .key("last_token")
-            .arg(TTL.as_millis() as u64)
+            .arg(u64::try_from(TTL.as_millis()).unwrap())
             .invoke(&mut self.conn)
             .expect("redis acquire");
         (token > 0).then(|| Lease::Token {
@@ -687,8 +687,8 @@ fn open_rw(path: &Path) -> File {
 fn ofd_lock(file: &File, kind: libc::c_int, wait: bool) -> bool {
     // SAFETY: an all-zero `flock` is a valid value of that plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = kind as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_type = libc::c_short::try_from(kind).unwrap();
+    lock.l_whence = libc::c_short::try_from(libc::SEEK_SET).unwrap();
     lock.l_len = 1;
     let command = if wait {
         libc::F_OFD_SETLKW

@@ -47,7 +47,7 @@ pub fn latency(d: Duration) -> String {
 
 fn rate(ops: f64) -> String {
     if ops >= 10_000.0 {
-        let digits = format!("{:.0}", ops);
+        let digits = format!("{ops:.0}");
         // Thousands separated by commas, for reading large numbers at a glance.
         let mut out = String::new();
         for (i, c) in digits.chars().enumerate() {
@@ -58,7 +58,7 @@ fn rate(ops: f64) -> String {
         }
         out
     } else {
-        format!("{:.0}", ops)
+        format!("{ops:.0}")
     }
 }
 
@@ -190,7 +190,7 @@ fn table(cells: &[Cell]) -> String {
                     rate(*ops_per_sec),
                     latency(*p50),
                     latency(*p99),
-                    base.map_or("".into(), |base| format!("{:.2}x", ops_per_sec / base))
+                    base.map_or(String::new(), |base| format!("{:.2}x", ops_per_sec / base))
                 ),
                 Outcome::Skipped(why) => format!("{why} | | | | "),
             };
@@ -368,7 +368,7 @@ pub fn single_ops(each: Duration) -> Vec<SingleOp> {
                 mode: label,
                 op,
                 p50: histogram.quantile(0.5),
-                mean: total / histogram.count().max(1) as u32,
+                mean: total / u32::try_from(histogram.count().max(1)).unwrap(),
             });
         };
         let timed = |f: &mut dyn FnMut()| {
@@ -687,14 +687,14 @@ fn chart(cells: &[Cell], subtitle: &str) -> String {
         .collect();
     let lo = measured
         .iter()
-        .cloned()
+        .copied()
         .fold(f64::INFINITY, f64::min)
         .log10()
         .floor()
         .min(2.0);
     let hi = measured
         .iter()
-        .cloned()
+        .copied()
         .fold(0.0, f64::max)
         .log10()
         .ceil()
@@ -743,10 +743,12 @@ fn chart(cells: &[Cell], subtitle: &str) -> String {
     let mut decade = lo;
     while decade <= hi {
         let gx = x(10f64.powf(decade));
-        let label = match decade as i32 {
-            d if d >= 6 => format!("{}M", 10u64.pow(d as u32 - 6)),
-            d if d >= 3 => format!("{}k", 10u64.pow(d as u32 - 3)),
-            d => format!("{}", 10u64.pow(d.max(0) as u32)),
+        // The decade's exponent: a whole number, and `as` takes one below 0 to 0.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let label = match decade as u32 {
+            d if d >= 6 => format!("{}M", 10u64.pow(d - 6)),
+            d if d >= 3 => format!("{}k", 10u64.pow(d - 3)),
+            d => format!("{}", 10u64.pow(d)),
         };
         let _ = writeln!(
             svg,
@@ -810,7 +812,7 @@ fn today() -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     // Days to a civil date (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
+    let z = i64::try_from(secs / 86_400).unwrap() + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
@@ -830,7 +832,7 @@ fn machine() -> String {
         .find_map(|l| l.strip_prefix("model name"))
         .and_then(|l| l.split_once(':'))
         .map_or("unknown CPU".into(), |(_, m)| m.trim().to_owned());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let tmp = std::env::temp_dir();
     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();

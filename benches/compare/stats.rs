@@ -5,7 +5,7 @@ use std::time::Duration;
 
 const SUB_BITS: u32 = 4;
 const SUB: u64 = 1 << SUB_BITS;
-const BUCKETS: usize = (64 - SUB_BITS as usize + 1) * SUB as usize;
+const BUCKETS: usize = (64 - SUB_BITS as usize + 1) << SUB_BITS;
 
 #[derive(Clone)]
 pub struct Histogram {
@@ -20,16 +20,18 @@ impl Default for Histogram {
     }
 }
 
+#[allow(clippy::cast_possible_truncation)] // Every value here is below BUCKETS.
 fn bucket(ns: u64) -> usize {
     if ns < SUB {
         return ns as usize;
     }
-    let exp = 63 - ns.leading_zeros();
+    let exp = ns.ilog2();
     let mantissa = (ns >> (exp - SUB_BITS)) & (SUB - 1);
     ((exp - SUB_BITS + 1) as usize) * SUB as usize + mantissa as usize
 }
 
 /// The middle of bucket `index`, in nanoseconds.
+#[allow(clippy::cast_possible_truncation)] // Every value here is below BUCKETS.
 fn middle(index: usize) -> u64 {
     let sub = SUB as usize;
     if index < sub {
@@ -64,6 +66,8 @@ impl Histogram {
         if total == 0 {
             return Duration::ZERO;
         }
+        // A rank in 1..=total.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let rank = ((total as f64) * fraction).ceil().max(1.0) as u64;
         let mut seen = 0;
         for (index, count) in self.counts.iter().enumerate() {
@@ -106,7 +110,7 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.sort_by(f64::total_cmp);
     let middle = values.len() / 2;
     Some(if values.len() % 2 == 0 {
-        (values[middle - 1] + values[middle]) / 2.0
+        f64::midpoint(values[middle - 1], values[middle])
     } else {
         values[middle]
     })

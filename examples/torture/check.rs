@@ -8,6 +8,7 @@
 //! violation is a real one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 
 use crate::history::{History, Kind, Mode, Op, Outcome, Worker};
 use crate::worker::FORGED_BASE;
@@ -44,17 +45,17 @@ impl Ev<'_> {
         );
         for (label, field) in [("lock", &op.lock), ("key", &op.key), ("value", &op.value)] {
             if let Some(field) = field {
-                text += &format!(" {label}={field}");
+                let _ = write!(text, " {label}={field}");
             }
         }
         if op.token != 0 {
-            text += &format!(" token={}", op.token);
+            let _ = write!(text, " token={}", op.token);
         }
-        text += &format!(" {}..", op.start);
-        match (&op.outcome, op.end) {
-            (Some(outcome), Some(end)) => text += &format!("{end} -> {outcome}]"),
-            _ => text += &format!("(died by {}) -> unknown]", self.end),
-        }
+        let _ = write!(text, " {}..", op.start);
+        let _ = match (&op.outcome, op.end) {
+            (Some(outcome), Some(end)) => write!(text, "{end} -> {outcome}]"),
+            _ => write!(text, "(died by {}) -> unknown]", self.end),
+        };
         text.replace('\t', " ")
     }
 }
@@ -907,7 +908,7 @@ mod tests {
                 workers: (0..workers)
                     .map(|index| Worker {
                         index,
-                        pid: 100 + index as u32,
+                        pid: 100 + u32::try_from(index).unwrap(),
                         opener: false,
                         killed_at: None,
                         gone_at: 10_000 * MS,

@@ -258,7 +258,7 @@ impl Run<'_> {
         }
         let Some((child, resume_at)) = &mut self.server else {
             if now >= self.server_at {
-                let index = self.faults.servers_started as usize;
+                let index = usize::try_from(self.faults.servers_started).unwrap();
                 let argv = vec!["server".to_owned(), self.store.display().to_string()];
                 let child = self
                     .command("server", index, argv)
@@ -480,7 +480,7 @@ impl Run<'_> {
                 let mut done = self.openers.swap_remove(i);
                 let index = (done.index, true);
                 self.finish(index, &mut done.child, None, now, status.success());
-            } else if now - self.openers[i].started > OPENER_LIMIT.as_nanos() as u64 {
+            } else if now - self.openers[i].started > nanos(OPENER_LIMIT) {
                 let mut hung = self.openers.swap_remove(i);
                 Run::signal(&hung.child, libc::SIGKILL);
                 hung.child.wait().expect("reap a killed opener");
@@ -541,7 +541,7 @@ impl Run<'_> {
             return;
         }
         if self.rng.chance(PAUSE_PERCENT_PER_TICK) {
-            let at = (self.rng.next_u64() % self.running.len() as u64) as usize;
+            let at = self.rng.below(self.running.len());
             if self.running[at].resume_at.is_none() {
                 let pause = self.rng.range(PAUSE_MS.0, PAUSE_MS.1) * 1_000_000;
                 Run::signal(&self.running[at].child, libc::SIGSTOP);
@@ -555,7 +555,7 @@ impl Run<'_> {
             KILL_PERMILLE_PER_TICK
         };
         if self.rng.range(0, 999) < kill_permille {
-            let at = (self.rng.next_u64() % self.running.len() as u64) as usize;
+            let at = self.rng.below(self.running.len());
             self.kill(at);
             self.spawn();
         }
@@ -564,7 +564,7 @@ impl Run<'_> {
     /// Resumes every paused worker and waits for all to exit, killing stragglers. Workers
     /// the shim stops from now on are resumed at once.
     fn wind_down(&mut self) {
-        let until = boottime_ns() + GRACE.as_nanos() as u64;
+        let until = boottime_ns() + nanos(GRACE);
         // The server stays up (and is resumed) while the workers finish.
         if let Some((child, resume_at)) = &mut self.server {
             if resume_at.take().is_some() {
@@ -661,7 +661,7 @@ pub fn main(args: &[String]) -> ExitCode {
         config: &config,
         dir: &dir,
         store: dir.join("torture.db"),
-        deadline: started + config.duration.as_nanos() as u64,
+        deadline: started + nanos(config.duration),
         rng: Rng::new(config.seed),
         running: Vec::new(),
         openers: Vec::new(),
@@ -880,4 +880,9 @@ fn summarize(
     if violations.len() > 30 {
         println!("  ... and {} more", violations.len() - 30);
     }
+}
+
+/// `duration` in nanoseconds: the run's durations are minutes, and u64 holds 584 years.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).expect("a duration of the run")
 }

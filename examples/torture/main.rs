@@ -13,7 +13,7 @@
 //! final store and reports every violation of fencelock's rules (see `check.rs`). The exit
 //! status is non-zero when there is one.
 //!
-//! Some workers load an LD_PRELOAD shim (`stop_shim.c`) that stops its own process inside a
+//! Some workers load an `LD_PRELOAD` shim (`stop_shim.c`) that stops its own process inside a
 //! commit (at a store pwrite, under redb's write lock) or inside an open (holding fencelock's
 //! open byte). The controller resumes them like its own pauses, and meanwhile starts short-lived
 //! openers (the role `opener`) that open the store with a short busy timeout, read, maybe

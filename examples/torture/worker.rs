@@ -203,6 +203,7 @@ pub fn main(argv: &[String]) -> ExitCode {
     }
 }
 
+#[allow(clippy::struct_field_names)] // `thread`: its number, as the log names it.
 struct Thread {
     store: Store,
     log: Arc<Log>,
@@ -497,7 +498,7 @@ impl Thread {
             // Unknown (0) once the lease ran out: the time left is then 0, not negative.
             Ok(holder) => {
                 let now = boottime_ns();
-                let left = holder.remaining().as_nanos() as u64;
+                let left = u64::try_from(holder.remaining().as_nanos()).unwrap_or(u64::MAX);
                 let granted = if left == 0 {
                     0
                 } else {

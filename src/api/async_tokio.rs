@@ -70,7 +70,7 @@ fn no_cancel_handle() -> Error {
     )
 }
 
-impl<'a> Lock<'a> {
+impl Lock<'_> {
     /// [`Lock::acquire`] for async code: waits on tokio's blocking pool while the task awaits,
     /// and is cancelled by dropping the future (wrap it in `tokio::time::timeout` for a limit,
     /// or set [`Lock::timeout`]): the wait then ends within about a millisecond, changing
@@ -161,7 +161,7 @@ impl<'a> Lock<'a> {
     }
 }
 
-impl<'a> LockAll<'a> {
+impl LockAll<'_> {
     /// [`LockAll::acquire`] for async code, cancelled by dropping the future as
     /// [`Lock::acquire_async`] is.
     ///
@@ -321,6 +321,7 @@ impl Holder {
                     return Ok(());
                 }
                 let renewed = Arc::clone(&lease);
+                #[allow(clippy::match_same_arms)] // Each outcome with its reason.
                 match unblock(move |cancel| renewed.extend(ttl, Some(cancel))).await {
                     Ok(()) => {}
                     // Released meanwhile: the extend saw the end of a lease let go.

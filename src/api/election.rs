@@ -699,6 +699,7 @@ impl Leadership {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
+    #[allow(clippy::missing_panics_doc)] // Only a cancel handle cancels, and there is none.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         self.wait_lost_inner(timeout, None)
             .expect("a wait without a cancel handle is never cancelled")

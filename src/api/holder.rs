@@ -437,6 +437,7 @@ impl Holder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
+    #[allow(clippy::missing_panics_doc)] // Only a cancel handle cancels, and there is none.
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         self.lease
             .state()

@@ -549,6 +549,8 @@ struct PathError {
 }
 
 impl fmt::Display for PathError {
+    // The path quoted and escaped (Debug), as the message has always shown it.
+    #[allow(clippy::unnecessary_debug_formatting)]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {:?}: {}", self.op, self.path, self.source)
     }

@@ -1,5 +1,5 @@
 //! Layer 5, the engine boundary: what a backend of [`crate::Store`] is ([`Engine`]) and what a
-//! lease it granted is ([`LeaseHandle`]), as object_store's `ObjectStore` or SQLite's
+//! lease it granted is ([`LeaseHandle`]), as `object_store`'s `ObjectStore` or SQLite's
 //! `sqlite3_io_methods` are. The local engine (`local/`, a file of this host) and the etcd
 //! engine (`etcd/`) implement them; `Store` and `Holder` (`api/`) hold one and forward to it.
 //!

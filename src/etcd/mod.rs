@@ -632,7 +632,7 @@ impl EtcdEngine {
                             return Ok(());
                         }
                         if let (true, Some(created)) = (response.created(), seen) {
-                            let at = response.header().map_or(i64::MAX, |h| h.revision());
+                            let at = response.header().map_or(i64::MAX, etcd_client::ResponseHeader::revision);
                             if at >= from {
                                 let now = reader.get(key.clone(), None).await.map_err(client_error)?;
                                 if now.kvs().first().map(KeyValue::create_revision) != Some(created) {

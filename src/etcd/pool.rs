@@ -1,12 +1,12 @@
 //! Leases obtained ahead of need, so that an uncontended grant waits for one round trip: its
 //! transaction puts the lock key with a lease granted earlier in the background, instead of
-//! a LeaseGrant first and the transaction after it.
+//! a `LeaseGrant` first and the transaction after it.
 //!
-//! etcd counts a lease's TTL from its LeaseGrant or its last keep-alive, not from the put that
+//! etcd counts a lease's TTL from its `LeaseGrant` or its last keep-alive, not from the put that
 //! attaches a key to it, so a lease that waited in the pool has less than its TTL left:
 //!
 //! - A lease asked for less than a twentieth of its TTL ago (and less than a second) is used
-//!   as it is: the holder counts it from before its LeaseGrant or last keep-alive was sent, so
+//!   as it is: the holder counts it from before its `LeaseGrant` or last keep-alive was sent, so
 //!   the lease a grant carries has at least its TTL left counted from before the grant's
 //!   transaction was sent, less that twentieth (at most 1 s). Under a steady stream of grants
 //!   every grant is of this kind: one transaction and nothing else.
@@ -20,7 +20,7 @@
 //!   the lease, which then carries nothing, back here, so that a store granting and releasing
 //!   in a loop reuses its few leases instead of asking for one per grant.
 //! - A pooled lease is used only while at least half its TTL is left by this process's clock,
-//!   counted from before its LeaseGrant was sent: its keep-alive then lands long before etcd
+//!   counted from before its `LeaseGrant` was sent: its keep-alive then lands long before etcd
 //!   could end it. An older one is dropped (revoked, unless it has ended anyway) and the next
 //!   tried; with none left, the grant asks for a lease first, two round trips as without a pool.
 //!   A lease that etcd ended meanwhile all the same (revoked by hand) fails the transaction
@@ -57,7 +57,7 @@ pub(crate) struct Pooled {
     pub(crate) id: i64,
     /// Its TTL, in seconds.
     pub(crate) secs: i64,
-    /// `CLOCK_BOOTTIME` ns before its LeaseGrant (or last keep-alive) was sent.
+    /// `CLOCK_BOOTTIME` ns before its `LeaseGrant` (or last keep-alive) was sent.
     pub(crate) asked_ns: u64,
 }
 

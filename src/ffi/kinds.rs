@@ -132,7 +132,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_cancellable(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -173,7 +180,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_kind_wait(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -228,7 +242,16 @@ pub unsafe extern "C" fn fencelock_store_acquire_all(
         ..fencelock_acquire_options::new(ttl_ms)
     };
     // SAFETY: upheld by the caller.
-    unsafe { fencelock_store_acquire_opts(store, names, count, &options, holders_out, err_out) }
+    unsafe {
+        fencelock_store_acquire_opts(
+            store,
+            names,
+            count,
+            &raw const options,
+            holders_out,
+            err_out,
+        )
+    }
 }
 
 /// The kind of the holder's lease (`FENCELOCK_KIND_*`); -1 for NULL.

@@ -128,6 +128,8 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 ///
 /// # Safety
 /// Every pointer is NULL or valid as described.
+// cbindgen copies this comment into fencelock.h, which a lint alone should not change.
+#[allow(clippy::doc_markdown)]
 #[no_mangle]
 pub unsafe extern "C" fn fencelock_store_open_cancellable(
     path: *const c_char,
@@ -237,7 +239,14 @@ pub unsafe extern "C" fn fencelock_store_acquire(
     let options = fencelock_acquire_options::new(ttl_ms);
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -312,7 +321,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 
@@ -406,7 +422,14 @@ pub unsafe extern "C" fn fencelock_store_acquire_and_put_cancellable(
     };
     // SAFETY: upheld by the caller; `name` lives through the call.
     unsafe {
-        fencelock_store_acquire_opts(store, &raw const name, 1, &options, holder_out, err_out)
+        fencelock_store_acquire_opts(
+            store,
+            &raw const name,
+            1,
+            &raw const options,
+            holder_out,
+            err_out,
+        )
     }
 }
 

@@ -76,7 +76,7 @@ impl LocalEngine {
                     attempt.waited = true;
                     waiting.step()?;
                     if place.is_none() {
-                        place = self.queue_up(name);
+                        place = self.router.queue_up(name, &self.live);
                     }
                     // The holder's liveness lock, as the record names it now.
                     let record = self.lease_of(name)?;
@@ -123,14 +123,14 @@ impl LocalEngine {
         check_name("lock name", name)?;
         check_ttl(ttl)?;
         check_kind(kind)?;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             return self.grant_in_lease_map(member, name, request, ticket);
         }
         // A refusal needs no write transaction: most are answered from a read.
         let now = clock::now_ns();
         // Through a server the read would cost a round trip of its own: the grant's own check
         // refuses there.
-        let record = if self.served() {
+        let record = if self.router.served(self) {
             None
         } else {
             self.lease_of(name)?
@@ -162,7 +162,10 @@ impl LocalEngine {
                 ticket,
             },
         };
-        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
+        match self
+            .router
+            .submit(self, op, Some(request.commit_wait(self.busy_timeout)))?
+        {
             Done::Granted { token, expires_ns } => Ok(LocalLease::new(
                 self.arc(),
                 name.to_owned(),
@@ -193,7 +196,9 @@ impl LocalEngine {
         let grant = Grant::take(self)?;
         let (kind, ttl) = (request.kind, request.ttl);
         let granted = match request.write {
-            None => self.grant_in_map(member, name, kind, ttl, ticket, self.me, grant.live),
+            None => self
+                .lease_map
+                .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
             // Granted in the write's own transaction (see `Op::check`): a refusal writes
             // nothing in the map; a grant whose transaction fails after it is withdrawn here.
             Some((key, value)) => {
@@ -205,10 +210,14 @@ impl LocalEngine {
                     live: grant.live,
                     ticket,
                 };
-                match self.submit(op, Some(request.commit_wait(self.busy_timeout))) {
+                match self
+                    .router
+                    .submit(self, op, Some(request.commit_wait(self.busy_timeout)))
+                {
                     Ok(Done::Granted { token, expires_ns }) => Ok((token, expires_ns)),
                     result => {
-                        self.withdraw_in_map(member, name, grant.live);
+                        self.lease_map
+                            .withdraw_in_map(self, member, name, grant.live);
                         Err(match result {
                             Ok(other) => unexpected(&other),
                             Err(err) => err,
@@ -217,7 +226,7 @@ impl LocalEngine {
                 }
             }
         };
-        self.make_way();
+        self.router.make_way(self);
         let (token, expires_ns) = granted?;
         Ok(LocalLease::new(
             self.arc(),
@@ -281,7 +290,7 @@ impl LocalEngine {
         request: &Acquire<'_>,
     ) -> Result<Vec<Arc<LocalLease>>> {
         let ttl = request.ttl;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             self.check_fork()?;
             if self.read_only {
                 return Err(crate::storage::db::read_only());
@@ -292,11 +301,13 @@ impl LocalEngine {
                 .map(|_| Grant::take(self))
                 .collect::<Result<Vec<_>>>()?;
             let lives: Vec<u64> = grants.iter().map(|grant| grant.live).collect();
-            let (first, expires_ns) = self.grant_all_in_map(member, names, ttl, &lives)?;
+            let (first, expires_ns) = self
+                .lease_map
+                .grant_all_in_map(self, member, names, ttl, &lives)?;
             return Ok(self.exclusive_leases(names, grants, first, expires_ns));
         }
         let now = clock::now_ns();
-        if !self.served() {
+        if !self.router.served(self) {
             for name in names {
                 check_join(
                     self,
@@ -320,7 +331,10 @@ impl LocalEngine {
             holder: self.me,
             lives: grants.iter().map(|grant| grant.live).collect(),
         };
-        match self.submit(op, Some(request.commit_wait(self.busy_timeout)))? {
+        match self
+            .router
+            .submit(self, op, Some(request.commit_wait(self.busy_timeout)))?
+        {
             Done::GrantedAll {
                 first,
                 count,

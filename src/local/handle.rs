@@ -218,7 +218,7 @@ impl LeaseHandle for LocalLease {
         state.signal.end();
         drop(self.keeper.lock().take());
         // Let go of as ever; but a lease kept in shared memory cut short was lost with it.
-        self.inner.map_intact()?;
+        self.inner.lease_map.map_intact()?;
         lost.map_or(Ok(()), Err)
     }
 
@@ -289,7 +289,7 @@ impl LocalEngine {
             return Err(err.into());
         }
         self.released.tell();
-        self.wake_waiter(name);
+        self.router.wake_waiter(name, &self.live);
         Ok(())
     }
 
@@ -302,15 +302,15 @@ impl LocalEngine {
         cancel: Option<&Cancel>,
     ) -> Result<u64> {
         check_ttl(ttl)?;
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             crate::base::cancel::check(cancel)?;
             if self.read_only {
                 return Err(crate::storage::db::read_only());
             }
             self.check_fork()?;
             self.check_file()?;
-            let extended = self.extend_in_map(member, name, token, ttl);
-            self.make_way();
+            let extended = self.lease_map.extend_in_map(self, member, name, token, ttl);
+            self.router.make_way(self);
             return extended;
         }
         let op = Op::Extend {
@@ -318,7 +318,7 @@ impl LocalEngine {
             token,
             ttl,
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Extended { expires_ns } => Ok(expires_ns),
             other => Err(unexpected(&other)),
         }
@@ -359,7 +359,7 @@ impl LocalEngine {
             token,
             lease: Some(name.to_owned()),
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Put { existed } => Ok(existed),
             other => Err(unexpected(&other)),
         }

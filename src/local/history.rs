@@ -15,11 +15,11 @@ impl LocalEngine {
     /// grants of its current record not recorded yet, with their state now.
     pub(crate) fn read_history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
         let mut entries = Vec::new();
-        for (token, bytes) in self.history_of(name)? {
+        for (token, bytes) in self.router.history_of(self, name)? {
             entries.push(Ended::decode(&bytes)?.entry(name, token));
         }
         // Ends judged in the lease map and not written to the file yet.
-        if let Some(member) = self.map() {
+        if let Some(member) = self.lease_map.member() {
             let tail = crate::share::buckets::entry_of(member.ring(), name)?
                 .map(|entry| entry.tail)
                 .unwrap_or_default();
@@ -62,26 +62,27 @@ impl LocalEngine {
         // A child of fork() leaves the parent's releases (and may not take its locks).
         if self.read_only
             || self.check_fork().is_err()
-            || (!self.history.keeps() && self.map().is_none())
+            || (!self.history.keeps() && self.lease_map.member().is_none())
         {
             return;
         }
         let wait = self.busy_timeout.min(RECORD_WAIT);
         let releases = self.history.take_unrecorded();
-        if let Some(member) = self.map() {
-            self.note_released_in_map(member, &releases);
+        if let Some(member) = self.lease_map.member() {
+            self.lease_map.note_released_in_map(self, member, &releases);
             // The last user of the map seals it (see `SEALED_KEY`): nobody can take it up
             // again until this process lets go of it.
             let last = member.ring().take_alone();
             let waiting = crate::base::cancel::Waiting::new(wait, None);
-            let _ = self.flush_ends(member, Some(waiting), last);
+            let _ = self.lease_map.flush_ends(self, member, Some(waiting), last);
             return;
         }
         if releases.is_empty() {
             return;
         }
         let waiting = crate::base::cancel::Waiting::new(wait, None);
-        let _ = self.submit(
+        let _ = self.router.submit(
+            self,
             crate::rules::ops::Op::RecordReleases { releases },
             Some(waiting),
         );

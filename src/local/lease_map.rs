@@ -20,15 +20,21 @@
 //!   and when the last user of the store in a process closes it.
 //! - Values and fences are written to the file as before (`route.rs`); a holder's write checks
 //!   its lease here, inside its transaction.
+//!
+//! The engine holds this process's use of the map as a part, [`MapUser`] (the ring, where the
+//! store keeps its leases there); what it needs of the engine (the rules' view of it, its
+//! liveness, its router for the commits of a refill and a flush) it asks through [`MapHost`],
+//! so that this file never names the engine.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::base::clock::{self, ProcessId};
 use crate::base::error::Result;
 use crate::base::limits::duration_ns;
-use crate::local::LocalEngine;
+use crate::local::route::{Host, Router};
 use crate::ring::map::{MapHeader, BUCKETS};
 use crate::ring::tokens::Take;
 use crate::ring::SharedWord;
@@ -57,28 +63,57 @@ const FLUSH_AT: u64 = 512;
 /// grants. 2,048 ends of the longest names take about half the map's blocks.
 pub(crate) const PENDING_BOUND: u64 = 4 * FLUSH_AT;
 
-impl LocalEngine {
+/// What the lease map's user needs of the engine beyond what its router does (`route::Host`): the
+/// process its grants go to, its router (which commits a refill of the reservation and a flush of
+/// the ends to the file), and this part again, for a thread of its own to reach it.
+pub(crate) trait MapHost: Host {
+    /// This process, the holder of the grants it asks for itself.
+    fn me(&self) -> ProcessId;
+
+    /// The router that commits the engine's operations.
+    fn router(&self) -> &Router;
+
+    /// The engine's user of the lease map.
+    fn lease_map(&self) -> &MapUser;
+}
+
+/// This store's use of its ring's lease map (see the module's doc): grants, extends, releases
+/// and the ends they judge, the tokens and their reservation, the flush of the ends to the file.
+/// The map's own state is in the ring, shared by every process; this part holds the ring.
+pub(crate) struct MapUser {
+    /// The ring whose map holds this store's leases: in multi-process mode (and a server's);
+    /// `None` in single-process mode, where they are in the file, committed without an fsync.
+    member: Option<Arc<RingMember>>,
+}
+
+impl MapUser {
+    /// The user of the lease map of `member`, where the store keeps its leases there.
+    pub(crate) fn new(member: Option<Arc<RingMember>>) -> MapUser {
+        MapUser { member }
+    }
+
     /// The ring whose lease map holds this store's leases: in multi-process mode.
-    pub(crate) fn map(&self) -> Option<&RingMember> {
-        self.shared.as_deref().filter(|_| self.leases_shared)
+    pub(crate) fn member(&self) -> Option<&RingMember> {
+        self.member.as_deref()
     }
 
     /// Fails when the lease map holding this store's leases was cut short under it (see
     /// `Ring::intact`).
     pub(crate) fn map_intact(&self) -> Result<()> {
-        self.map().map_or(Ok(()), |member| member.ring().intact())
+        self.member()
+            .map_or(Ok(()), |member| member.ring().intact())
     }
 
     /// Sets the map up from the store file the first time a process of this map's lifetime
     /// opens it: the token counter (every token up to the file's counter or reservation may
     /// have been handed out), and the live leases the file's leases table holds (granted by a
     /// library that kept them there, before an upgrade).
-    pub(crate) fn setup_map(&self, member: &RingMember) -> Result<()> {
+    pub(crate) fn setup_map<H: MapHost>(&self, host: &H, member: &RingMember) -> Result<()> {
         let ring = member.ring();
         if ring.tokens_ready() {
             return Ok(());
         }
-        let counts = self.counts()?;
+        let counts = host.router().counts(host)?;
         let base = Durable {
             counter: counts.last_token,
             reserved: counts.reserved,
@@ -87,17 +122,17 @@ impl LocalEngine {
         .map_base();
         ring.tokens_start_at(base);
         let now = clock::now_ns();
-        for (name, record) in self.file_leases()? {
+        for (name, record) in host.router().file_leases(host)? {
             let mut live = false;
             for lease in record.holders() {
-                live |= is_live(self, lease, now)?;
+                live |= is_live(host, lease, now)?;
             }
             if !live {
                 continue;
             }
             update(
                 member.ring(),
-                &self.live,
+                host.live(),
                 member.id(),
                 &name,
                 |entry, _| match entry {
@@ -117,7 +152,7 @@ impl LocalEngine {
         }
         // The first block, reserved now rather than by the first grant.
         if ring.reserved_tokens() <= ring.last_token() {
-            self.reserve(member, base)?;
+            self.reserve(host, member, base)?;
         }
         ring.tokens_set_up();
         Ok(())
@@ -125,28 +160,28 @@ impl LocalEngine {
 
     /// `count` consecutive new tokens, each higher than every token handed out before: the
     /// first of them.
-    fn take_tokens(&self, member: &RingMember, count: u64) -> Result<u64> {
+    fn take_tokens<H: MapHost>(&self, host: &H, member: &RingMember, count: u64) -> Result<u64> {
         loop {
             match member.ring().take_tokens(count)? {
                 Take::Taken { first, left, block } => {
                     if left < block / 2 {
-                        self.refill_ahead(member, left);
+                        self.refill_ahead(host, member, left);
                     }
                     return Ok(first);
                 }
                 // Only when the refill ahead of need did not keep up.
-                Take::Short { end } => self.reserve(member, end)?,
+                Take::Short { end } => self.reserve(host, member, end)?,
             }
         }
     }
 
     /// Reserves tokens durably up to `need` and a block beyond, and lets the map hand them
     /// out.
-    fn reserve(&self, member: &RingMember, need: u64) -> Result<()> {
+    fn reserve<H: MapHost>(&self, host: &H, member: &RingMember, need: u64) -> Result<()> {
         let ring = member.ring();
         let block = (ring.token_block() * 2).clamp(FIRST_BLOCK, MAX_BLOCK);
         let at_least = need.max(ring.last_token()).saturating_add(block);
-        match self.submit(Op::Reserve { at_least }, None)? {
+        match host.router().submit(host, Op::Reserve { at_least }, None)? {
             Done::Reserved { bound } => {
                 ring.tokens_reserved(bound, block);
                 Ok(())
@@ -158,16 +193,17 @@ impl LocalEngine {
     /// Starts a refill of the reservation in a thread of its own, unless another process is
     /// refilling and a quarter of the block is left (a refill whose process died, or that does
     /// not come while the block runs low, is taken over: two refills at once are harmless).
-    fn refill_ahead(&self, member: &RingMember, left: u64) {
+    fn refill_ahead<H: MapHost>(&self, host: &H, member: &RingMember, left: u64) {
         let urgent = left < member.ring().token_block() / 4;
         self.in_background(
+            host,
             member,
             |h| &h.refilling,
             urgent,
             "fencelock-reserve",
             |engine, member| {
                 let need = member.ring().last_token();
-                let _ = engine.reserve(member, need);
+                let _ = engine.lease_map().reserve(engine, member, need);
             },
         );
     }
@@ -176,18 +212,19 @@ impl LocalEngine {
     /// of the map's header) holds the liveness id of the process doing it, 0 for none. The slot
     /// is taken when it is free or its process is dead, or from any other process when
     /// `take_over`, and given back when the job ends (at once when no thread can be started).
-    fn in_background(
+    fn in_background<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         slot: fn(&MapHeader) -> &SharedWord,
         take_over: bool,
         name: &str,
-        job: fn(&LocalEngine, &RingMember),
+        job: fn(&H, &RingMember),
     ) {
         let word = slot(member.ring().map_header());
         let current = word.load(Ordering::Acquire);
         if current == member.id()
-            || (current != 0 && !take_over && self.live.is_held(current).unwrap_or(true))
+            || (current != 0 && !take_over && host.live().is_held(current).unwrap_or(true))
         {
             return;
         }
@@ -201,11 +238,11 @@ impl LocalEngine {
             let word = slot(member.ring().map_header());
             let _ = word.compare_exchange(member.id(), 0, Ordering::AcqRel, Ordering::Relaxed);
         };
-        let engine = self.arc();
+        let engine = host.arc();
         let spawned = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                if let Some(member) = engine.map() {
+                if let Some(member) = engine.lease_map().member() {
                     job(&engine, member);
                     give_back(member);
                 }
@@ -217,22 +254,22 @@ impl LocalEngine {
 
     /// Ends the record of `entry` into its tail when none of its grants is live any more, and
     /// counts how they ended: a dead record leaves the map this way.
-    fn settle(&self, member: &RingMember, entry: &mut Entry) -> Result<Ends> {
+    fn settle<H: MapHost>(&self, host: &H, member: &RingMember, entry: &mut Entry) -> Result<Ends> {
         let mut ends = Ends::default();
         let now = clock::now_ns();
         let Some(record) = &entry.record else {
             return Ok(ends);
         };
         for lease in record.holders() {
-            if is_live(self, lease, now)? {
+            if is_live(host, lease, now)? {
                 return Ok(ends);
             }
         }
         let record = entry.record.take().expect("checked");
         for lease in record.holders() {
-            let ended = judge(self, record.kind(), lease, now, false)?;
+            let ended = judge(host, record.kind(), lease, now, false)?;
             ends.add(ended.ending());
-            self.keep_end(member, &mut ends, &mut entry.tail, lease.token, ended);
+            self.keep_end(host, member, &mut ends, &mut entry.tail, lease.token, ended);
         }
         Ok(ends)
     }
@@ -242,8 +279,9 @@ impl LocalEngine {
     /// Refuses as a grant of the file would. A grant of `holder` with `live` that the record
     /// holds already (a request run again) is that grant.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn grant_in_map(
+    pub(crate) fn grant_in_map<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         name: &str,
         kind: Kind,
@@ -258,7 +296,7 @@ impl LocalEngine {
         let mut taken: Option<u64> = None;
         let (granted, settled) = update(
             member.ring(),
-            &self.live,
+            host.live(),
             member.id(),
             name,
             |entry, floor| {
@@ -273,21 +311,21 @@ impl LocalEngine {
                 }) {
                     return Ok((Change::Keep, (lease.token, lease.expires_ns)));
                 }
-                let joined = admit_grant(self, name, current, kind, ticket, now)?;
+                let joined = admit_grant(host, name, current, kind, ticket, now)?;
                 let token = match taken {
                     Some(token) if floor.admits(token) => token,
-                    _ => self.take_tokens(member, 1)?,
+                    _ => self.take_tokens(host, member, 1)?,
                 };
                 taken = Some(token);
                 #[cfg(test)]
                 hooks::after_token();
-                let lease = new_lease(self, token, holder, live, now, ttl);
+                let lease = new_lease(host, token, holder, live, now, ttl);
                 let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
                 let before = current.map_or(Kind::Exclusive, Record::kind);
                 for old in dropped(current, &joined) {
-                    let ended = judge(self, before, old, now, true)?;
+                    let ended = judge(host, before, old, now, true)?;
                     ends.add(ended.ending());
-                    self.keep_end(member, &mut ends, &mut tail, old.token, ended);
+                    self.keep_end(host, member, &mut ends, &mut tail, old.token, ended);
                 }
                 let record = match kind {
                     Kind::Exclusive => Record::Exclusive(lease),
@@ -304,11 +342,11 @@ impl LocalEngine {
                 };
                 Ok((Change::Put(entry), (token, lease.expires_ns)))
             },
-            |other| self.settle(member, other),
+            |other| self.settle(host, member, other),
         )?;
         ends.merge(&settled);
-        self.ended_in_map(member, &ends);
-        self.prune_map(member);
+        self.ended_in_map(host, member, &ends);
+        self.prune_map(host, member);
         Ok(granted)
     }
 
@@ -316,8 +354,9 @@ impl LocalEngine {
     /// each other; `lives` are the liveness locks the caller holds, one for each name. Every
     /// name is checked before any is granted; one granted by another process in between undoes
     /// the grants made (they are released) and refuses as a check would have.
-    pub(crate) fn grant_all_in_map(
+    pub(crate) fn grant_all_in_map<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         names: &[&str],
         ttl: Duration,
@@ -328,7 +367,7 @@ impl LocalEngine {
             for name in names {
                 let entry = entry_of(member.ring(), name)?;
                 check_join(
-                    self,
+                    host,
                     name,
                     entry.and_then(|e| e.record).as_ref(),
                     Kind::Exclusive,
@@ -336,7 +375,7 @@ impl LocalEngine {
                 )?;
             }
             let count = names.len() as u64;
-            let first = self.take_tokens(member, count)?;
+            let first = self.take_tokens(host, member, count)?;
             #[cfg(test)]
             hooks::after_token();
             let expires_ns = now + duration_ns(ttl);
@@ -344,7 +383,7 @@ impl LocalEngine {
             let mut outcome = Ok(true);
             for (i, (name, &live)) in names.iter().zip(lives).enumerate() {
                 let token = first + i as u64;
-                match self.grant_one_of_all(member, name, token, live, now, ttl) {
+                match self.grant_one_of_all(host, member, name, token, live, now, ttl) {
                     Ok(true) => granted += 1,
                     other => {
                         outcome = other;
@@ -353,11 +392,11 @@ impl LocalEngine {
                 }
             }
             if granted == names.len() {
-                self.prune_map(member);
+                self.prune_map(host, member);
                 return Ok((first, expires_ns));
             }
             for (name, &live) in names.iter().zip(lives).take(granted) {
-                self.withdraw_in_map(member, name, live);
+                self.withdraw_in_map(host, member, name, live);
             }
             match outcome {
                 // A record with a newer token than the block's: take a new block.
@@ -371,8 +410,10 @@ impl LocalEngine {
     /// One name of an acquire of several: granted with `token` unless held (the refusal), or
     /// `false` when its bucket's floor does not admit `token` (a grant there took a newer
     /// token: the caller takes newer tokens, see `Floor`).
-    fn grant_one_of_all(
+    #[allow(clippy::too_many_arguments)]
+    fn grant_one_of_all<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         name: &str,
         token: u64,
@@ -383,50 +424,56 @@ impl LocalEngine {
         let mut ends = Ends::default();
         let (granted, settled) = update(
             member.ring(),
-            &self.live,
+            host.live(),
             member.id(),
             name,
             |entry, floor| {
                 ends = Ends::default();
                 let current = entry.and_then(|entry| entry.record.as_ref());
-                check_join(self, name, current, Kind::Exclusive, clock::now_ns())?;
+                check_join(host, name, current, Kind::Exclusive, clock::now_ns())?;
                 if !floor.admits(token) {
                     return Ok((Change::Keep, false));
                 }
                 let mut tail = entry.map(|entry| entry.tail.clone()).unwrap_or_default();
                 for old in dropped(current, &[]) {
                     let kind = current.map_or(Kind::Exclusive, Record::kind);
-                    let ended = judge(self, kind, old, now, true)?;
+                    let ended = judge(host, kind, old, now, true)?;
                     ends.add(ended.ending());
-                    self.keep_end(member, &mut ends, &mut tail, old.token, ended);
+                    self.keep_end(host, member, &mut ends, &mut tail, old.token, ended);
                 }
                 let entry = Entry {
                     name: name.to_owned(),
                     record: Some(Record::Exclusive(new_lease(
-                        self, token, self.me, live, now, ttl,
+                        host,
+                        token,
+                        host.me(),
+                        live,
+                        now,
+                        ttl,
                     ))),
                     tail,
                 };
                 Ok((Change::Put(entry), true))
             },
-            |other| self.settle(member, other),
+            |other| self.settle(host, member, other),
         )?;
         ends.merge(&settled);
-        self.ended_in_map(member, &ends);
+        self.ended_in_map(host, member, &ends);
         Ok(granted)
     }
 
     /// Keeps the end of the lease `token` in a tail, unless this store keeps no history, or
     /// the map holds [`PENDING_BOUND`] ends already (then `ends` counts it as unrecorded).
-    fn keep_end(
+    fn keep_end<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         ends: &mut Ends,
         tail: &mut Vec<(u64, Ended)>,
         token: u64,
         ended: Ended,
     ) {
-        if !self.history.keeps() {
+        if !host.keeps_history() {
             return;
         }
         // Relaxed: a bound, not a protocol; a stale count keeps or drops one end more.
@@ -443,8 +490,9 @@ impl LocalEngine {
     }
 
     /// Moves the expiry of the lease `token` of `name` to `ttl` from now, while it is current.
-    pub(crate) fn extend_in_map(
+    pub(crate) fn extend_in_map<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         name: &str,
         token: u64,
@@ -452,13 +500,13 @@ impl LocalEngine {
     ) -> Result<u64> {
         let (expires, settled) = update(
             member.ring(),
-            &self.live,
+            host.live(),
             member.id(),
             name,
             |entry, _| {
                 let now = clock::now_ns();
                 let current = entry.and_then(|entry| entry.record.as_ref());
-                let mut lease = check_current(self, current, token, now)?;
+                let mut lease = check_current(host, current, token, now)?;
                 lease.expires_ns = now + duration_ns(ttl);
                 let record = match current {
                     Some(Record::Group(group)) => {
@@ -476,9 +524,9 @@ impl LocalEngine {
                 entry.record = Some(record);
                 Ok((Change::Put(entry), lease.expires_ns))
             },
-            |other| self.settle(member, other),
+            |other| self.settle(host, member, other),
         )?;
-        self.ended_in_map(member, &settled);
+        self.ended_in_map(host, member, &settled);
         Ok(expires)
     }
 
@@ -486,10 +534,16 @@ impl LocalEngine {
     /// behind: the undoing of a grant that was never reported (an acquire of several locks
     /// that failed at a later name, an acquire-and-put whose write failed). Left alone when
     /// another grant replaced it.
-    pub(crate) fn withdraw_in_map(&self, member: &RingMember, name: &str, live: u64) {
+    pub(crate) fn withdraw_in_map<H: MapHost>(
+        &self,
+        host: &H,
+        member: &RingMember,
+        name: &str,
+        live: u64,
+    ) {
         let _ = update(
             member.ring(),
-            &self.live,
+            host.live(),
             member.id(),
             name,
             |entry, _| {
@@ -519,15 +573,16 @@ impl LocalEngine {
     /// tails, where those leases are still recorded and let go: what this process knows of
     /// its releases, as it closes the store (`history.rs`). Counts nothing: a lease is counted
     /// as it leaves its record.
-    pub(crate) fn note_released_in_map(
+    pub(crate) fn note_released_in_map<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         releases: &[(String, u64, u64)],
     ) {
         for (name, token, at) in releases {
             let _ = update(
                 member.ring(),
-                &self.live,
+                host.live(),
                 member.id(),
                 name,
                 |entry, _| {
@@ -540,15 +595,22 @@ impl LocalEngine {
                     let Some(lease) = record.holder(*token).copied() else {
                         return Ok((Change::Keep, ()));
                     };
-                    if self.live.is_held(lease.live).unwrap_or(true)
+                    if host.live().is_held(lease.live).unwrap_or(true)
                         || entry.tail.iter().any(|(held, _)| held == token)
                     {
                         return Ok((Change::Keep, ()));
                     }
                     let (ending, at) = released_at(&lease, *at);
-                    let ended = Ended::new(self, record.kind(), &lease, ending, at);
+                    let ended = Ended::new(host, record.kind(), &lease, ending, at);
                     // Counts nothing (see above), dropped or not.
-                    self.keep_end(member, &mut Ends::default(), &mut entry.tail, *token, ended);
+                    self.keep_end(
+                        host,
+                        member,
+                        &mut Ends::default(),
+                        &mut entry.tail,
+                        *token,
+                        ended,
+                    );
                     Ok((Change::Put(entry), ()))
                 },
                 |_| Ok(Ends::default()),
@@ -558,19 +620,19 @@ impl LocalEngine {
 
     /// Counts the ends a change of the map recorded, and starts a flush of the map's ends to
     /// the file once many are pending.
-    fn ended_in_map(&self, member: &RingMember, ends: &Ends) {
-        let activity = self.counters.activity();
+    fn ended_in_map<H: MapHost>(&self, host: &H, member: &RingMember, ends: &Ends) {
+        let activity = host.counters().activity();
         for (counter, n) in ends.counts() {
             activity.add(counter, n);
         }
         let recorded = ends.total();
-        if recorded == 0 || !self.history.keeps() {
+        if recorded == 0 || !host.keeps_history() {
             return;
         }
         let header = member.ring().map_header();
         let pending = header.pending_ends.fetch_add(recorded, Ordering::AcqRel) + recorded;
         if pending >= FLUSH_AT {
-            self.flush_ahead(member);
+            self.flush_ahead(host, member);
         }
     }
 
@@ -578,7 +640,7 @@ impl LocalEngine {
     /// ends the records there whose grants are no longer live, so that released, expired and
     /// dead records do not pile up: up to [`PRUNE_PER_GRANT`] buckets that hold records, of at
     /// most [`PRUNE_LOOKS`] (an empty bucket costs one load).
-    fn prune_map(&self, member: &RingMember) {
+    fn prune_map<H: MapHost>(&self, host: &H, member: &RingMember) {
         let header = member.ring().map_header();
         let ring = member.ring();
         let mut pruned = 0;
@@ -588,10 +650,10 @@ impl LocalEngine {
             if ring.bucket_is_empty(bucket) {
                 continue;
             }
-            if let Ok(settled) = rewrite(ring, &self.live, member.id(), bucket, |entry| {
-                self.settle(member, entry)
+            if let Ok(settled) = rewrite(ring, host.live(), member.id(), bucket, |entry| {
+                self.settle(host, member, entry)
             }) {
-                self.ended_in_map(member, &settled);
+                self.ended_in_map(host, member, &settled);
             }
             pruned += 1;
             if pruned == PRUNE_PER_GRANT {
@@ -602,14 +664,15 @@ impl LocalEngine {
 
     /// Starts a flush of the ends pending in the map, in a thread of its own, unless another
     /// process is flushing.
-    fn flush_ahead(&self, member: &RingMember) {
+    fn flush_ahead<H: MapHost>(&self, host: &H, member: &RingMember) {
         self.in_background(
+            host,
             member,
             |h| &h.flushing,
             false,
             "fencelock-history",
             |engine, member| {
-                let _ = engine.flush_ends(member, None, false);
+                let _ = engine.lease_map().flush_ends(engine, member, None, false);
             },
         );
     }
@@ -619,8 +682,9 @@ impl LocalEngine {
     /// when `None`). With `seal`, from the last user of the map as it closes it: the same
     /// transaction writes the last token handed out into the counter and seals the
     /// reservation (see `SEALED_KEY`).
-    pub(crate) fn flush_ends(
+    pub(crate) fn flush_ends<H: MapHost>(
         &self,
+        host: &H,
         member: &RingMember,
         waiting: Option<crate::base::cancel::Waiting<'_>>,
         seal: bool,
@@ -645,12 +709,15 @@ impl LocalEngine {
             .iter()
             .map(|(name, token, _)| (name.clone(), *token))
             .collect();
-        match self.submit(Op::RecordEnds { ends, seal }, waiting)? {
+        match host
+            .router()
+            .submit(host, Op::RecordEnds { ends, seal }, waiting)?
+        {
             Done::Recorded => {}
             other => return Err(unexpected(&other)),
         }
         for bucket in 0..BUCKETS {
-            rewrite(member.ring(), &self.live, member.id(), bucket, |entry| {
+            rewrite(member.ring(), host.live(), member.id(), bucket, |entry| {
                 let name = entry.name.clone();
                 entry
                     .tail
@@ -712,248 +779,4 @@ pub(crate) mod hooks {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use super::hooks::pause_after_token;
-    use crate::api::store::Store;
-    use crate::local::LocalEngine;
-    use crate::ring::lock_hash;
-    use crate::ring::map::bucket_of;
-
-    fn open(path: &Path) -> Store {
-        open_engine(path).0
-    }
-
-    fn open_engine(path: &Path) -> (Store, Arc<LocalEngine>) {
-        let inner = LocalEngine::open(path, &crate::Options::default()).unwrap();
-        assert!(inner.map().is_some(), "the lease map is usable in tests");
-        let store = Store::new(Arc::clone(&inner) as Arc<dyn crate::engine::Engine>);
-        (store, inner)
-    }
-
-    /// `count` names of 1,000 bytes in one bucket of the map, as anyone finds them in a second
-    /// (FNV-1a over a fixed prefix, then a varying tail).
-    fn names_of_one_bucket(count: usize) -> Vec<String> {
-        let prefix = "p".repeat(990);
-        let start = lock_hash(&prefix);
-        let fold = |hash: u64, tail: &str| {
-            tail.bytes().fold(hash, |hash, byte| {
-                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-            })
-        };
-        let target = bucket_of(lock_hash(&format!("{prefix}{:010}", 0)));
-        let names: Vec<String> = (0u64..)
-            .map(|i| format!("{i:010}"))
-            .filter(|tail| bucket_of(fold(start, tail)) == target)
-            .take(count)
-            .map(|tail| format!("{prefix}{tail}"))
-            .collect();
-        assert!(names.iter().all(|n| bucket_of(lock_hash(n)) == target));
-        names
-    }
-
-    #[test]
-    fn many_long_names_of_one_bucket_are_all_granted() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = open(&dir.path().join("store"));
-        // Past the 192 KiB a bucket once held (183 such names), far below the map's capacity.
-        let names = names_of_one_bucket(300);
-        let held: Vec<_> = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                store
-                    .acquire(name, Duration::from_secs(60))
-                    .unwrap_or_else(|err| panic!("{i} names granted, then: {err}"))
-            })
-            .collect();
-        assert_eq!(held.len(), 300);
-        assert_eq!(store.locks().unwrap().len(), 300);
-    }
-
-    #[test]
-    fn ends_that_cannot_be_flushed_give_way_to_grants_and_are_counted() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let (store, engine) = open_engine(&path);
-        // Another process holds the map's flush and never ends it, as one stopped inside the
-        // flush's commit does: the ends of one-off names pile up in the map.
-        let (_stopped, flusher) = open_engine(&path);
-        let header = engine.map().unwrap().ring().map_header();
-        let stopped_id = flusher.map().unwrap().id();
-        header
-            .flushing
-            .store(stopped_id, std::sync::atomic::Ordering::Release);
-        // Names of 200 bytes: without the bound their ends fill the map's 16,384 blocks after
-        // about 13,000 of them.
-        for i in 0..20_000 {
-            let name = format!("{i:0>200}");
-            let holder = store
-                .acquire(&name, Duration::from_secs(60))
-                .unwrap_or_else(|err| panic!("grant {i} refused: {err}"));
-            holder.release().unwrap();
-        }
-        assert_eq!(
-            header.flushing.load(std::sync::atomic::Ordering::Acquire),
-            stopped_id,
-            "no flush ran"
-        );
-        let metrics = store.metrics().unwrap();
-        assert!(metrics.history_dropped > 0, "{metrics:?}");
-        assert!(metrics.ended_released + metrics.history_dropped > 0);
-        // Once a flush can commit, what was kept reaches the history.
-        header
-            .flushing
-            .store(0, std::sync::atomic::Ordering::Release);
-        engine
-            .flush_ends(engine.map().unwrap(), None, false)
-            .unwrap();
-        let first = store.history(&format!("{:0>200}", 0)).unwrap();
-        assert_eq!(first.len(), 1, "the first name's end was kept: {first:?}");
-    }
-
-    /// A name other than `name` in the same bucket of the map.
-    fn neighbour_of(name: &str) -> String {
-        let bucket = bucket_of(lock_hash(name));
-        (0..)
-            .map(|i| format!("neighbour-{i}"))
-            .find(|other| bucket_of(lock_hash(other)) == bucket)
-            .unwrap()
-    }
-
-    /// What another process does while a grant of `name` is stopped after taking its token:
-    /// it is granted `name` with a short lease, lets it expire, and a grant of another name of
-    /// the bucket then ends its record out of the bucket. The token it was granted.
-    fn granted_and_gone_meanwhile(other: &Store, name: &str) -> u64 {
-        let token = {
-            let holder = other.acquire(name, Duration::from_millis(20)).unwrap();
-            std::thread::sleep(Duration::from_millis(60));
-            let token = holder.token();
-            std::mem::forget(holder); // expired, not released
-            token
-        };
-        let neighbour = other
-            .acquire(&neighbour_of(name), Duration::from_secs(60))
-            .unwrap();
-        assert!(neighbour.token() > token);
-        std::mem::forget(neighbour);
-        token
-    }
-
-    #[test]
-    fn a_grant_stopped_after_taking_its_token_is_never_published_below_a_later_grant() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let (paused, other) = (open(&path), open(&path));
-        let meanwhile = Arc::new(std::sync::Mutex::new(0));
-        let seen = Arc::clone(&meanwhile);
-        pause_after_token(move || {
-            *seen.lock().unwrap() = granted_and_gone_meanwhile(&other, "lock-0")
-        });
-        let late = paused.acquire("lock-0", Duration::from_secs(60)).unwrap();
-        let meanwhile = *meanwhile.lock().unwrap();
-        assert!(
-            meanwhile > 0,
-            "the other grant ran while this one was paused"
-        );
-        assert!(
-            late.token() > meanwhile,
-            "lock-0 granted token {} after token {meanwhile}: its tokens went back",
-            late.token()
-        );
-    }
-
-    #[test]
-    fn an_acquire_of_several_stopped_after_taking_its_tokens_is_never_published_below_a_later_grant(
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let (paused, other) = (open(&path), open(&path));
-        let meanwhile = Arc::new(std::sync::Mutex::new(0));
-        let seen = Arc::clone(&meanwhile);
-        pause_after_token(move || {
-            *seen.lock().unwrap() = granted_and_gone_meanwhile(&other, "lock-0")
-        });
-        let late = paused
-            .acquire_all(&["lock-0", "lock-1"], Duration::from_secs(60))
-            .unwrap();
-        let meanwhile = *meanwhile.lock().unwrap();
-        assert!(
-            meanwhile > 0,
-            "the other grant ran while this one was paused"
-        );
-        let token = late.iter().find(|h| h.name() == "lock-0").unwrap().token();
-        assert!(
-            token > meanwhile,
-            "lock-0 granted token {token} after token {meanwhile}: its tokens went back"
-        );
-    }
-
-    /// An acquire with a write, run as a combiner runs it, refused by its check: the refusal
-    /// leaves the lease map and its token counter as they were (the map is not undone by its
-    /// requester afterwards: it is never written).
-    #[test]
-    fn a_refused_acquire_with_a_write_writes_nothing_in_the_lease_map() {
-        use crate::rules::ops::Op;
-        use crate::share::buckets::entry_of;
-
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let (store, engine) = open_engine(&path);
-        let member = engine.map().unwrap();
-        // The key holds a value of a token above every token the map handed out (written
-        // directly: no grant makes one), so no new grant may write it.
-        let above = member.ring().last_token() + 1_000;
-        let db = engine.database().unwrap();
-        let txn = db.writable().unwrap().begin_write().unwrap();
-        txn.open_table(crate::rules::tables::VALUES)
-            .unwrap()
-            .insert(
-                b"k".as_slice(),
-                crate::rules::record::encode_value(above, Some(b"old")).as_slice(),
-            )
-            .unwrap();
-        txn.commit().unwrap();
-        drop(db);
-        let other = store.acquire("held", Duration::from_secs(60)).unwrap();
-        for name in ["free", "held"] {
-            let last_token = member.ring().last_token();
-            let before = entry_of(member.ring(), name).unwrap();
-            let grant = crate::local::acquire::Grant::take(&engine).unwrap();
-            let op = Op::Acquire {
-                name: name.to_owned(),
-                ttl: Duration::from_secs(60),
-                write: Some((b"k".to_vec(), b"new".to_vec())),
-                holder: engine.me,
-                live: grant.live,
-                ticket: None,
-            };
-            let result = engine.submit(op, None);
-            match name {
-                "free" => assert!(
-                    matches!(result, Err(crate::Error::StaleToken { .. })),
-                    "{result:?}"
-                ),
-                _ => assert!(
-                    matches!(result, Err(crate::Error::Locked { .. })),
-                    "{result:?}"
-                ),
-            }
-            assert_eq!(
-                entry_of(member.ring(), name).unwrap(),
-                before,
-                "the refused grant of {name} changed its record in the map"
-            );
-            assert_eq!(
-                member.ring().last_token(),
-                last_token,
-                "{name}: a token was taken"
-            );
-        }
-        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"old");
-        other.release().unwrap();
-    }
-}
+mod tests;

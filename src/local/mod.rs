@@ -2,13 +2,16 @@
 //! by one, in single-process mode, or served by one, `fencelock serve`).
 //!
 //! - `mod.rs`: the engine's state, its open, its handle of the database and its reopen after
-//!   a full disk, and the facts the rules ask of it (`rules::context::Context`).
-//! - `route.rs`: who commits an operation or answers a read: a server, a combiner in the
-//!   shared ring, or this process with its own threads' operations (group commit).
+//!   a full disk, where its leases are read (the lease map or the file), and the facts the
+//!   rules ask of it (`rules::context::Context`) and its parts ask of it (`route::Host`,
+//!   `lease_map::MapHost`).
 //! - `acquire.rs`: grants and waits; `handle.rs`: a granted lease, its holder's handle;
-//!   `lease_map.rs`: the leases kept in the ring's lease map; `history.rs`: a lock's history,
-//!   and the recording of releases; `serve.rs`: a server.
+//!   `history.rs`: a lock's history, and the recording of releases; `serve.rs`: a server.
 //! - The parts the engine holds, each with its own state, importing nothing of the engine:
+//!   `route.rs` (`route::Router`: who commits an operation or answers a read, a server, a
+//!   combiner in the shared ring, or this process's group commit; the engine is its
+//!   `route::Host`), `lease_map.rs` (`lease_map::MapUser`: the leases kept in the ring's lease
+//!   map, their tokens and the ends they judge; the engine is its `lease_map::MapHost`),
 //!   `observe.rs` (`observe::Counters`: counters and the observer), `notes.rs`
 //!   (`notes::HistoryNotes`: releases to record, the history sweep's cursor), `released.rs`
 //!   (`released::Released`: this process's releases, told to its waiting threads).
@@ -44,9 +47,11 @@ use crate::engine::holds::Holds;
 use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
+use crate::local::lease_map::{records, MapHost, MapUser};
 use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
 use crate::local::released::Released;
+use crate::local::route::{Host, Router};
 use crate::ring::lock_hash;
 use crate::rules::admit::describe_record;
 use crate::rules::context::{Context, LeaseMap};
@@ -55,10 +60,10 @@ use crate::rules::info::{Fenced, LockInfo, StoreInfo, WaiterInfo};
 use crate::rules::kind::Kind;
 use crate::rules::metrics::{Metrics, Scope};
 use crate::rules::ops::{unexpected, Done, Op};
+use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::record::Record;
 use crate::rules::tokens::admit;
 use crate::share::member::RingMember;
-use crate::storage::commit::GroupCommit;
 use crate::storage::db::{damaged, open_now, open_shared, redb_builder, restore_counter, Db};
 use crate::storage::liveness::Liveness;
 
@@ -71,9 +76,6 @@ pub(crate) struct LocalEngine {
     db: ManuallyDrop<RwLock<Option<Arc<Db>>>>,
     pub(crate) read_only: bool,
     mode: ConcurrencyMode,
-    /// This store is a server's (`local/serve.rs`): it holds the file exclusively, and commits
-    /// every batch durably.
-    pub(crate) serving: bool,
     /// Set when an operation failed for lack of space. redb refuses every later operation of a
     /// handle that saw an I/O error, so the next operation reopens the database first.
     io_failed: AtomicBool,
@@ -85,18 +87,15 @@ pub(crate) struct LocalEngine {
     pub(crate) me: ProcessId,
     max_value_len: usize,
     pub(crate) busy_timeout: Duration,
-    commits: GroupCommit,
-    /// The shared request ring, in multi-process mode when it can be used.
-    pub(crate) shared: Option<Arc<RingMember>>,
+    /// Who commits its operations and answers its reads (`route.rs`): a server, a combiner in
+    /// the shared ring, or its own group commit; it holds the ring, where one is used.
+    pub(crate) router: Router,
     /// Its counters and its observer (`observe.rs`); the ring's page where it has one.
     pub(crate) counters: Counters,
-    /// Whether the leases are kept in the ring's lease map (`lease_map.rs`): in multi-process mode
-    /// (and a server's); in single-process mode they are in the file, committed without an
-    /// fsync.
-    pub(crate) leases_shared: bool,
-    /// Whether writes travel through the ring's slots to be committed together
-    /// (`Options::share_commits`).
-    pub(crate) share_commits: bool,
+    /// Its use of the ring's lease map (`lease_map.rs`), where it keeps its leases there: in
+    /// multi-process mode (and a server's); in single-process mode they are in the file,
+    /// committed without an fsync.
+    pub(crate) lease_map: MapUser,
     /// The last lease name the pruner looked at; it resumes after it.
     pub(crate) prune_cursor: Mutex<String>,
     /// The `Store` handles of this store (clones included; holders not).
@@ -216,9 +215,9 @@ impl LocalEngine {
 
     /// `engine`, once the tokens of its lease map are set up (see `setup_tokens`).
     pub(crate) fn ready(engine: Arc<LocalEngine>) -> Result<Arc<LocalEngine>> {
-        if let Some(member) = engine.map() {
+        if let Some(member) = engine.lease_map.member() {
             if !engine.read_only {
-                engine.setup_map(member)?;
+                engine.lease_map.setup_map(&*engine, member)?;
             }
         }
         Ok(engine)
@@ -240,14 +239,21 @@ impl LocalEngine {
         Ok(Arc::new_cyclic(|this| LocalEngine {
             this: this.clone(),
             live,
-            leases_shared: shared.is_some() && (mode == ConcurrencyMode::MultiWriter || serving),
-            share_commits: options.share_commits,
+            lease_map: MapUser::new(
+                shared
+                    .clone()
+                    .filter(|_| mode == ConcurrencyMode::MultiWriter || serving),
+            ),
             counters: Counters::new(shared.clone()),
-            shared,
+            router: Router::new(
+                shared,
+                options.share_commits,
+                mode == ConcurrencyMode::ExclusiveWriter && !serving,
+                serving,
+            ),
             db: ManuallyDrop::new(RwLock::new(db.map(Arc::new))),
             read_only: options.read_only,
             mode,
-            serving,
             io_failed: AtomicBool::new(false),
             file,
             path,
@@ -255,7 +261,6 @@ impl LocalEngine {
             me,
             max_value_len: options.max_value_len,
             busy_timeout: options.busy_timeout,
-            commits: GroupCommit::new(mode == ConcurrencyMode::ExclusiveWriter && !serving),
             prune_cursor: Mutex::new(String::new()),
             handles: std::sync::atomic::AtomicUsize::new(0),
             history: HistoryNotes::new(options.history),
@@ -300,13 +305,9 @@ impl LocalEngine {
         }
     }
 
-    /// Runs `f` in a read transaction. redb may panic on some forms of file damage; that
-    /// becomes [`Error::Corrupt`] rather than unwinding into the caller.
-    pub(crate) fn read<T>(&self, f: impl FnOnce(&redb::ReadTransaction) -> Result<T>) -> Result<T> {
-        self.read_within(self.bounded(None), f)
-    }
-
-    /// [`LocalEngine::read`], waiting for the file's header at most within `waiting`.
+    /// Runs `f` in a read transaction, waiting for the file's header at most within `waiting`.
+    /// redb may panic on some forms of file damage; that becomes [`Error::Corrupt`] rather
+    /// than unwinding into the caller.
     pub(crate) fn read_within<T>(
         &self,
         waiting: Waiting<'_>,
@@ -354,7 +355,7 @@ impl LocalEngine {
     /// last one. Holders keep their leases across the reopen: their liveness
     /// locks are not the database handle's.
     pub(crate) fn database(&self) -> Result<Arc<Db>> {
-        if self.served() {
+        if self.router.served(self) {
             return Err(Error::InUse);
         }
         if !self.io_failed.load(Ordering::Acquire) {
@@ -369,11 +370,11 @@ impl LocalEngine {
             let db = loop {
                 match open_shared(&self.path, self.read_only, waiting) {
                     // The next server has it now: operations go there.
-                    // (Not `served()`, which would close the handle this guard holds.)
+                    // (Not `Router::served`, which would close the handle this guard holds.)
                     Err(Error::InUse)
                         if self
-                            .shared
-                            .as_ref()
+                            .router
+                            .member()
                             .is_some_and(|shared| shared.served(&self.live)) =>
                     {
                         return Err(Error::InUse)
@@ -399,7 +400,7 @@ impl LocalEngine {
                     .open_read_only(&self.path)
                     .map(Db::ReadOnly)
                     .map_err(Error::from)
-            } else if self.serving {
+            } else if self.router.serving() {
                 // As the server opened it: its backend leaves the liveness bytes free.
                 crate::storage::carved::open_carved(&self.path)
             } else if self.mode == ConcurrencyMode::MultiWriter {
@@ -428,33 +429,63 @@ impl LocalEngine {
         Ok(Arc::clone(slot.as_ref().expect("reopened above")))
     }
 
-    /// Whether a server serves the store (`local/serve.rs`): operations then go through it, and
-    /// this store's own handle of the database is closed, since the server needs the file alone.
-    pub(crate) fn served(&self) -> bool {
-        match &self.shared {
-            Some(shared) if !self.serving && shared.served(&self.live) => {
-                self.close_database();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// After an operation: closes this store's handle of the database while a server waits to
-    /// start, so that it can take the file (operations meanwhile open it again).
-    pub(crate) fn make_way(&self) {
-        if let Some(shared) = &self.shared {
-            if !self.serving && shared.wanted(&self.live) {
-                self.close_database();
-            }
-        }
-    }
-
     /// Closes this store's handle of the database, for a server to open the file; the next
     /// direct operation opens it again. Operations still running on it keep it open.
     pub(crate) fn close_database(&self) {
         if self.db.read().is_some() {
             *self.db.write() = None;
+        }
+    }
+
+    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
+    /// lock), if there is one.
+    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
+        if let Some(member) = self.lease_map.member() {
+            self.check_fork()?;
+            // A server waiting to start needs this process to let go of the file, even when
+            // it only touches its leases.
+            self.router.make_way(self);
+            return Ok(crate::share::buckets::entry_of(member.ring(), name)?
+                .and_then(|entry| entry.record));
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Record(name.to_owned()))? {
+            Answer::Record(lease) => Ok(lease),
+            other => Err(mismatched(&other)),
+        }
+    }
+
+    /// Refuses to answer from the file what only the shared memory holds: for a read-only
+    /// store of a user who may not use the ring (who may not write the store), while processes
+    /// use it, so that such a user is never told that a held lock is free.
+    fn check_leases_in_file(&self) -> Result<()> {
+        if self.read_only
+            && self.mode == redb::ConcurrencyMode::MultiWriter
+            && self.router.member().is_none()
+            && self.live.maps_in_use()?
+        {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the leases of {} are in its shared memory (its ring in /dev/shm), which \
+                     only users who may write the store can use: this user cannot see them",
+                    self.path.display()
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
+        if let Some(member) = self.lease_map.member() {
+            self.check_fork()?;
+            self.router.make_way(self);
+            return records(member);
+        }
+        self.check_leases_in_file()?;
+        match self.router.query(self, &Query::Records)? {
+            Answer::Records(records) => Ok(records),
+            other => Err(mismatched(&other)),
         }
     }
 
@@ -480,7 +511,7 @@ impl Context for LocalEngine {
     }
 
     fn waits_before(&self, name: &str, ticket: u64, now: u64) -> bool {
-        self.shared.as_deref().is_some_and(|shared| {
+        self.router.member().is_some_and(|shared| {
             shared
                 .ring()
                 .waits_before(lock_hash(name), Some(ticket), now, &self.live)
@@ -510,7 +541,7 @@ impl Context for LocalEngine {
     }
 
     fn shared_lease(&self, name: &str) -> Option<Result<Option<Record>>> {
-        let member = self.map()?;
+        let member = self.lease_map.member()?;
         Some(
             crate::share::buckets::entry_of(member.ring(), name)
                 .map(|entry| entry.and_then(|entry| entry.record)),
@@ -518,7 +549,7 @@ impl Context for LocalEngine {
     }
 
     fn shared_last_token(&self) -> Option<u64> {
-        let member = self.map()?;
+        let member = self.lease_map.member()?;
         Some(member.ring().last_token())
     }
 }
@@ -532,10 +563,83 @@ impl LeaseMap for LocalEngine {
         live: u64,
         ticket: Option<u64>,
     ) -> Result<(u64, u64)> {
-        let member = self.map().ok_or_else(|| {
+        let member = self.lease_map.member().ok_or_else(|| {
             Error::Storage("internal error: a grant in a lease map this store does not use".into())
         })?;
-        self.grant_in_map(member, name, Kind::Exclusive, ttl, ticket, holder, live)
+        self.lease_map.grant_in_map(
+            self,
+            member,
+            name,
+            Kind::Exclusive,
+            ttl,
+            ticket,
+            holder,
+            live,
+        )
+    }
+}
+
+impl Host for LocalEngine {
+    fn arc(&self) -> Arc<LocalEngine> {
+        LocalEngine::arc(self)
+    }
+
+    fn live(&self) -> &Liveness {
+        &self.live
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    fn check_fork(&self) -> Result<()> {
+        LocalEngine::check_fork(self)
+    }
+
+    fn check_file(&self) -> Result<()> {
+        LocalEngine::check_file(self)
+    }
+
+    fn database(&self) -> Result<Arc<Db>> {
+        LocalEngine::database(self)
+    }
+
+    fn close_database(&self) {
+        LocalEngine::close_database(self);
+    }
+
+    fn note_io_failure<T>(&self, result: Result<T>) -> Result<T> {
+        LocalEngine::note_io_failure(self, result)
+    }
+
+    fn read_within<T>(
+        &self,
+        waiting: Waiting<'_>,
+        f: impl FnOnce(&redb::ReadTransaction) -> Result<T>,
+    ) -> Result<T> {
+        LocalEngine::read_within(self, waiting, f)
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl MapHost for LocalEngine {
+    fn me(&self) -> ProcessId {
+        self.me
+    }
+
+    fn router(&self) -> &Router {
+        &self.router
+    }
+
+    fn lease_map(&self) -> &MapUser {
+        &self.lease_map
     }
 }
 
@@ -545,8 +649,8 @@ impl Engine for LocalEngine {
     }
 
     fn server(&self) -> Option<u32> {
-        let shared = self.shared.as_ref()?;
-        if self.serving {
+        let shared = self.router.member()?;
+        if self.router.serving() {
             return None;
         }
         shared.server_pid(&self.live)
@@ -589,17 +693,18 @@ impl Engine for LocalEngine {
             token,
             lease: None,
         };
-        self.counters
-            .counted(match self.submit(op, Some(self.bounded(cancel))) {
+        self.counters.counted(
+            match self.router.submit(self, op, Some(self.bounded(cancel))) {
                 Ok(Done::Put { existed }) => Ok(existed),
                 Ok(other) => Err(unexpected(&other)),
                 Err(err) => Err(err),
-            })
+            },
+        )
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
-        self.value_of(key)
+        self.router.value_of(self, key)
     }
 
     fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -609,7 +714,7 @@ impl Engine for LocalEngine {
                 prefix.len()
             )));
         }
-        self.keys_of(prefix)
+        self.router.keys_of(self, prefix)
     }
 
     fn fence(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
@@ -619,7 +724,7 @@ impl Engine for LocalEngine {
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
-        self.fence_of(resource, self.bounded(None))
+        self.router.fence_of(self, resource, self.bounded(None))
     }
 
     fn locks(&self) -> Result<Vec<LockInfo>> {
@@ -641,8 +746,8 @@ impl Engine for LocalEngine {
     }
 
     fn info(&self) -> Result<StoreInfo> {
-        let counts = self.counts()?;
-        let (last_token, lock_records) = match self.map() {
+        let counts = self.router.counts(self)?;
+        let (last_token, lock_records) = match self.lease_map.member() {
             Some(member) => (
                 counts.last_token.max(self.shared_last_token().unwrap_or(0)),
                 crate::share::buckets::entries(member.ring())?
@@ -664,7 +769,7 @@ impl Engine for LocalEngine {
     }
 
     fn verify(&self) -> Result<()> {
-        self.verified()
+        self.router.verified(self)
     }
 
     fn history(&self, name: &str) -> Result<Vec<HistoryEntry>> {
@@ -675,7 +780,7 @@ impl Engine for LocalEngine {
     /// The counters, and the store's gauges read now: its live leases (a scan of its lease
     /// records, testing each holder's liveness lock), its queued waiters, its file's size.
     fn metrics(&self) -> Result<Metrics> {
-        let scope = if self.shared.is_some() {
+        let scope = if self.router.member().is_some() {
             Scope::Store
         } else {
             Scope::Process
@@ -683,8 +788,8 @@ impl Engine for LocalEngine {
         let mut metrics = self.counters.activity().snapshot(scope);
         metrics.count_live(&Engine::locks(self)?);
         metrics.queued_waiters = self
-            .shared
-            .as_ref()
+            .router
+            .member()
             .map_or(0, |shared| shared.ring().queued_waiters(&self.live) as u64);
         metrics.file_bytes = std::fs::metadata(&self.path)?.len();
         Ok(metrics)
@@ -694,7 +799,7 @@ impl Engine for LocalEngine {
         check_name("lock name", name)?;
         self.check_fork()?;
         // Without a ring (single-process mode, a ring it may not use) waits are not queued.
-        let Some(shared) = &self.shared else {
+        let Some(shared) = self.router.member() else {
             return Ok(Vec::new());
         };
         let now = clock::now_ns();
@@ -745,7 +850,7 @@ impl LocalEngine {
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
         // A token equal to the recorded one passes without a write.
-        let highest = self.fence_of(resource, self.bounded(cancel))?;
+        let highest = self.router.fence_of(self, resource, self.bounded(cancel))?;
         admit(token, highest)?;
         if highest == Some(token) {
             return Ok(());
@@ -754,7 +859,7 @@ impl LocalEngine {
             resource: resource.to_owned(),
             token,
         };
-        match self.submit(op, Some(self.bounded(cancel)))? {
+        match self.router.submit(self, op, Some(self.bounded(cancel)))? {
             Done::Fenced => Ok(()),
             other => Err(unexpected(&other)),
         }

@@ -1,4 +1,11 @@
-//! One commit for every process: writes travel through the shared request ring (`ring/`).
+//! Who commits an operation or answers a read ([`Router`]): a server, a combiner in the shared
+//! request ring (`ring/`), or this process with its own threads' operations (group commit). The
+//! router owns the routing state (the ring member, whether commits are shared, the group commit,
+//! whether this store is a server's); what it needs of the engine (its database handle, its
+//! liveness, a job's transaction run by the rules) it asks through [`Host`], defined here so that
+//! the router never names the engine.
+//!
+//! One commit for every process: writes travel through the shared request ring.
 //!
 //! A thread with a write posts its operation in the ring and then tries, without waiting, to
 //! take the store's write lock. The one that gets it is the combiner: it takes every posted
@@ -36,14 +43,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::WriteTransaction;
+use redb::{ReadTransaction, WriteTransaction};
 
 use crate::base::cancel::Waiting;
 use crate::base::clock;
 use crate::base::error::{Error, Result};
-use crate::local::LocalEngine;
+use crate::local::observe::Counters;
 use crate::ring::{lock_hash, Phase, Posted, Taken};
-use crate::rules::context::Context;
+use crate::rules::context::{Context, LeaseMap};
 use crate::rules::info::Fenced;
 use crate::rules::ops::{run, Done, Op};
 use crate::rules::query::{mismatched, Answer, Counts, Query};
@@ -53,7 +60,9 @@ use crate::share::wire::{
     decode_answer, decode_reply, decode_request, encode_answer, encode_op, encode_query,
     encode_reply, Request,
 };
-use crate::storage::commit::{execute, foreign_job, Job};
+use crate::storage::commit::{execute, foreign_job, GroupCommit, Job};
+use crate::storage::db::Db;
+use crate::storage::liveness::Liveness;
 
 /// How long a request may stay posted, no combiner taking it, before its requester withdraws
 /// it and waits for the write lock itself: long enough for a combiner's commit, short enough
@@ -71,100 +80,218 @@ const REPLY_SPIN: u64 = 30_000;
 /// combiner's liveness.
 const SLEEP: Duration = Duration::from_millis(1);
 
-impl LocalEngine {
+/// What the router needs of the engine whose operations it routes, and no more: the rules' view
+/// of it ([`Context`], [`LeaseMap`]) for the jobs it runs in a transaction, its database handle,
+/// its liveness and its counters.
+pub(crate) trait Host: Context + LeaseMap + Send + Sync + Sized + 'static {
+    /// The engine, shared: a job of a batch holds it until the batch ends.
+    fn arc(&self) -> Arc<Self>;
+
+    /// The liveness locks of the store's file.
+    fn live(&self) -> &Liveness;
+
+    /// Whether the store was opened read-only.
+    fn read_only(&self) -> bool;
+
+    /// How long an operation waits, unless it says otherwise.
+    fn busy_timeout(&self) -> Duration;
+
+    /// [`crate::base::error::Error::Forked`] in a child of the process that opened the store.
+    fn check_fork(&self) -> Result<()>;
+
+    /// [`crate::base::error::Error::Replaced`] when the store's path names another file now.
+    fn check_file(&self) -> Result<()>;
+
+    /// The open database (reopened first after a full disk); [`Error::InUse`] while a server
+    /// serves the store.
+    fn database(&self) -> Result<Arc<Db>>;
+
+    /// Closes this store's handle of the database, for a server to open the file.
+    fn close_database(&self);
+
+    /// `result`, once a failure for lack of space has marked the handle for a reopen.
+    fn note_io_failure<T>(&self, result: Result<T>) -> Result<T>;
+
+    /// Runs `f` in a read transaction of this store's database, within `waiting`.
+    fn read_within<T>(
+        &self,
+        waiting: Waiting<'_>,
+        f: impl FnOnce(&ReadTransaction) -> Result<T>,
+    ) -> Result<T>;
+
+    /// The counters a commit is counted in.
+    fn counters(&self) -> &Counters;
+}
+
+/// The wait of a read that says nothing of its own: the busy timeout from now.
+fn bounded(host: &impl Host) -> Waiting<'static> {
+    Waiting::bounded(host.busy_timeout(), None)
+}
+
+/// Decides who commits an operation or answers a read: a server, a combiner in the shared ring,
+/// or this process's group commit (see the module's doc).
+pub(crate) struct Router {
+    /// The shared request ring, in multi-process mode when it can be used.
+    member: Option<Arc<RingMember>>,
+    /// Whether writes travel through the ring's slots to be committed together
+    /// (`Options::share_commits`).
+    share_commits: bool,
+    /// This process's own threads' writes, committed together.
+    commits: GroupCommit,
+    /// This store is a server's (`local/serve.rs`): it holds the file exclusively, and commits
+    /// every batch durably.
+    serving: bool,
+}
+
+impl Router {
+    /// The router of a store with the ring `member` (if it can use one); `relaxed` commits
+    /// may skip the fsync (a single-process store's own).
+    pub(crate) fn new(
+        member: Option<Arc<RingMember>>,
+        share_commits: bool,
+        relaxed: bool,
+        serving: bool,
+    ) -> Router {
+        Router {
+            member,
+            share_commits,
+            commits: GroupCommit::new(relaxed),
+            serving,
+        }
+    }
+
+    /// The shared request ring, in multi-process mode when it can be used.
+    pub(crate) fn member(&self) -> Option<&Arc<RingMember>> {
+        self.member.as_ref()
+    }
+
+    /// Whether this store is a server's.
+    pub(crate) fn serving(&self) -> bool {
+        self.serving
+    }
+
+    /// Whether a server serves the store (`local/serve.rs`): operations then go through it, and
+    /// this store's own handle of the database is closed, since the server needs the file alone.
+    pub(crate) fn served(&self, host: &impl Host) -> bool {
+        match &self.member {
+            Some(shared) if !self.serving && shared.served(host.live()) => {
+                host.close_database();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After an operation: closes this store's handle of the database while a server waits to
+    /// start, so that it can take the file (operations meanwhile open it again).
+    pub(crate) fn make_way(&self, host: &impl Host) {
+        if let Some(shared) = &self.member {
+            if !self.serving && shared.wanted(host.live()) {
+                host.close_database();
+            }
+        }
+    }
+
     /// Runs `op` in a write transaction shared with other writes: through the shared request
-    /// ring with every process's (`local/route.rs`), or else with this process's other threads'
+    /// ring with every process's, or else with this process's other threads'
     /// (group commit). Gives up with [`Error::Timeout`] if another process keeps the write lock
     /// past `waiting` (by default, the busy timeout), or with [`Error::Cancelled`] when its
     /// handle fires (at once, when it fired before).
-    pub(crate) fn submit(&self, op: Op, waiting: Option<Waiting<'_>>) -> Result<Done> {
-        self.check_fork()?;
-        if self.read_only {
+    pub(crate) fn submit<H: Host>(
+        &self,
+        host: &H,
+        op: Op,
+        waiting: Option<Waiting<'_>>,
+    ) -> Result<Done> {
+        host.check_fork()?;
+        if host.read_only() {
             return Err(crate::storage::db::read_only());
         }
-        let waiting = waiting.unwrap_or_else(|| Waiting::new(self.busy_timeout, None));
+        let waiting = waiting.unwrap_or_else(|| Waiting::new(host.busy_timeout(), None));
         crate::base::cancel::check(waiting.cancel)?;
         let db = loop {
             // Through the ring: to a server, or to be committed with other processes' writes
             // (unless `share_commits` is off).
             if let Some(shared) = self
-                .shared
+                .member
                 .as_ref()
-                .filter(|_| self.share_commits || self.served())
+                .filter(|_| self.share_commits || self.served(host))
             {
-                self.check_file()?;
-                if let Some(done) = self.submit_shared(shared, &op, waiting)? {
+                host.check_file()?;
+                if let Some(done) = self.submit_shared(host, shared, &op, waiting)? {
                     return Ok(done);
                 }
             }
-            match self.database() {
+            match host.database() {
                 // A server took the file since the request was withdrawn: it goes there.
-                Err(Error::InUse) if self.served() => {}
+                Err(Error::InUse) if self.served(host) => {}
                 other => break other?,
             }
         };
         db.writable()?;
         // The file check runs once a commit, not once an operation.
-        let admit = || self.check_file();
+        let admit = || host.check_file();
         // A batch that holds the write lock takes along what other processes posted.
         let others = || {
-            self.shared
+            self.member
                 .as_ref()
                 .filter(|_| self.share_commits)
-                .map_or_else(Vec::new, |shared| self.ring_jobs(shared))
+                .map_or_else(Vec::new, |shared| self.ring_jobs(host, shared))
         };
-        let inner = self.arc();
+        let inner = host.arc();
         let run = move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false);
-        let committed = |ops| self.counters.commit(ops);
+        let committed = |ops| host.counters().commit(ops);
         let result = self
             .commits
             .run(&db, &admit, &others, &committed, waiting, run);
         drop(db);
-        self.make_way();
-        if let Some(shared) = &self.shared {
+        self.make_way(host);
+        if let Some(shared) = &self.member {
             shared.wake();
         }
-        self.note_io_failure(result)
+        host.note_io_failure(result)
     }
 
     /// A place in the waiting queue of the lock `name`; `None` without a usable ring (the
     /// wait is then not ordered).
-    pub(crate) fn queue_up(&self, name: &str) -> Option<Place<'_>> {
-        Some(self.shared.as_deref()?.queue_up(name, &self.live))
+    pub(crate) fn queue_up<'a>(&'a self, name: &str, live: &'a Liveness) -> Option<Place<'a>> {
+        Some(self.member.as_deref()?.queue_up(name, live))
     }
 
     /// Wakes the oldest waiter of the lock `name`, which was just released.
-    pub(crate) fn wake_waiter(&self, name: &str) {
-        if let Some(shared) = self.shared.as_deref() {
+    pub(crate) fn wake_waiter(&self, name: &str, live: &Liveness) {
+        if let Some(shared) = self.member.as_deref() {
             shared
                 .ring()
-                .wake_oldest(lock_hash(name), clock::now_ns(), &self.live);
+                .wake_oldest(lock_hash(name), clock::now_ns(), live);
         }
     }
 
     /// Runs `op` through the ring. `Ok(None)` when it was not posted, or withdrawn: the caller
     /// commits it directly.
-    pub(crate) fn submit_shared(
+    pub(crate) fn submit_shared<H: Host>(
         &self,
+        host: &H,
         shared: &Arc<RingMember>,
         op: &Op,
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
         let request = encode_op(op);
-        match self.post(shared, &request, waiting)? {
-            Some(posted) => self.await_done(shared, posted, waiting),
+        match self.post(host, shared, &request, waiting)? {
+            Some(posted) => self.await_done(host, shared, posted, waiting),
             None => Ok(None),
         }
     }
 
     /// Waits for the result of the posted write `posted` (see `await_reply`).
-    fn await_done(
+    pub(crate) fn await_done<H: Host>(
         &self,
+        host: &H,
         shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
     ) -> Result<Option<Done>> {
-        match self.await_reply(shared, posted, waiting, true)? {
+        match self.await_reply(host, shared, posted, waiting, true)? {
             Some(reply) => decode_reply(&reply)?.map(Some),
             None => Ok(None),
         }
@@ -172,16 +299,17 @@ impl LocalEngine {
 
     /// Answers `query` through the server. `Ok(None)` when no server serves the store (any
     /// more): the caller reads the file itself.
-    pub(crate) fn ask_server(
+    pub(crate) fn ask_server<H: Host>(
         &self,
+        host: &H,
         shared: &Arc<RingMember>,
         query: &Query,
         waiting: Waiting<'_>,
     ) -> Result<Option<Answer>> {
-        let Some(posted) = self.post(shared, &encode_query(query), waiting)? else {
+        let Some(posted) = self.post(host, shared, &encode_query(query), waiting)? else {
             return Ok(None);
         };
-        match self.await_reply(shared, posted, waiting, false)? {
+        match self.await_reply(host, shared, posted, waiting, false)? {
             Some(reply) => decode_answer(&reply)?.map(Some),
             None => Ok(None),
         }
@@ -189,23 +317,24 @@ impl LocalEngine {
 
     /// Posts `request`. `None` when it could not be posted (a full ring), unless a server
     /// serves the store: then it waits for a free slot, within `waiting`.
-    fn post(
+    fn post<H: Host>(
         &self,
+        host: &H,
         shared: &RingMember,
         request: &[u8],
         waiting: Waiting<'_>,
     ) -> Result<Option<Posted>> {
         loop {
             shared.ring().intact()?;
-            match shared.ring().try_post(shared.id(), request, &self.live) {
+            match shared.ring().try_post(shared.id(), request, host.live()) {
                 Ok(Some(posted)) => return Ok(Some(posted)),
                 Ok(None) => {}
                 // Its bulk file could not be written: nothing was posted. A store that may
                 // commit itself does; one that a server serves says why at once.
-                Err(_) if !self.served() => return Ok(None),
+                Err(_) if !self.served(host) => return Ok(None),
                 Err(err) => return Err(err.into()),
             }
-            if !self.served() {
+            if !self.served(host) {
                 return Ok(None);
             }
             if let Some(err) = waiting.given_up(clock::now_ns()) {
@@ -218,8 +347,9 @@ impl LocalEngine {
     /// Waits for the reply to `posted`; a write (`combines`) combines when the write lock is
     /// free and no server serves the store. `Ok(None)` when the request was withdrawn, nobody
     /// having taken it: the caller runs it directly.
-    fn await_reply(
+    fn await_reply<H: Host>(
         &self,
+        host: &H,
         shared: &Arc<RingMember>,
         posted: Posted,
         waiting: Waiting<'_>,
@@ -248,7 +378,7 @@ impl LocalEngine {
                 Phase::Posted(seen) => {
                     // Behind a server, only the server runs it; a server paused holds it up
                     // until the deadline, since no other process may open the file.
-                    let served = self.served();
+                    let served = self.served(host);
                     if !served && !combines {
                         if shared.ring().withdraw(&posted) {
                             return Ok(None);
@@ -260,7 +390,7 @@ impl LocalEngine {
                     match if served {
                         Ok(false)
                     } else {
-                        self.combine(shared)
+                        self.combine(host, shared)
                     } {
                         Ok(true) => continue,
                         Ok(false) => {}
@@ -288,7 +418,7 @@ impl LocalEngine {
                     shared.ring().wait(&posted, seen, SLEEP);
                 }
                 Phase::Taken(combiner, seen) => {
-                    let combiner_lives = match self.live.is_held(combiner) {
+                    let combiner_lives = match host.live().is_held(combiner) {
                         Ok(lives) => lives,
                         // Its combiner cannot be tested: given up on, as at the deadline (the
                         // outcome is unknown), so that the slot is not left taken for as long
@@ -325,10 +455,10 @@ impl LocalEngine {
 
     /// Becomes the combiner if the write lock is free: runs every posted request in one
     /// transaction. Returns whether it did.
-    pub(crate) fn combine(&self, shared: &Arc<RingMember>) -> Result<bool> {
-        let db = match self.database() {
+    pub(crate) fn combine<H: Host>(&self, host: &H, shared: &Arc<RingMember>) -> Result<bool> {
+        let db = match host.database() {
             // A server took the file meanwhile: it runs the request.
-            Err(Error::InUse) if self.served() => return Ok(false),
+            Err(Error::InUse) if self.served(host) => return Ok(false),
             other => other?,
         };
         let began = crate::base::quiet::catch(|| match db.writable()?.try_begin_write() {
@@ -340,10 +470,10 @@ impl LocalEngine {
                 "the storage engine panicked in begin_write: {panic}"
             )))
         });
-        let Some(txn) = self.note_io_failure(began)? else {
+        let Some(txn) = host.note_io_failure(began)? else {
             return Ok(false);
         };
-        let mut jobs = self.ring_jobs(shared);
+        let mut jobs = self.ring_jobs(host, shared);
         // When others are writing too, the requesters that the last commit answered post
         // again within microseconds: the combiner lingers a little for them, so that the next
         // commit carries them rather than leaving them for one more.
@@ -353,7 +483,7 @@ impl LocalEngine {
             loop {
                 std::thread::yield_now();
                 let now = clock::now_ns();
-                let more = self.ring_jobs(shared);
+                let more = self.ring_jobs(host, shared);
                 if !more.is_empty() {
                     jobs.extend(more);
                     quiet_since = now;
@@ -366,35 +496,35 @@ impl LocalEngine {
         shared.ring().set_last_batch(jobs.len());
         // Another combiner may have taken every request since; the transaction then aborts
         // unused.
-        let committed = execute(Ok(txn), jobs, self.relaxed(), &|committed| {
-            self.counters.commit(committed);
+        let committed = execute(Ok(txn), jobs, host.relaxed(), &|committed| {
+            host.counters().commit(committed);
         });
         shared.wake();
         drop(db);
-        self.make_way();
+        self.make_way(host);
         // A full disk stops this process's handle: the next operation reopens it.
-        let _ = self.note_io_failure(committed);
+        let _ = host.note_io_failure(committed);
         Ok(true)
     }
 
     /// Jobs for the requests posted in the ring, for a batch that holds the write lock.
-    pub(crate) fn ring_jobs(&self, shared: &Arc<RingMember>) -> Vec<Job> {
+    pub(crate) fn ring_jobs<H: Host>(&self, host: &H, shared: &Arc<RingMember>) -> Vec<Job> {
         shared
             .ring()
-            .take_posted(shared.id(), &self.live)
+            .take_posted(shared.id(), host.live())
             .into_iter()
-            .filter_map(|taken| self.ring_job(shared, taken))
+            .filter_map(|taken| self.ring_job(host, shared, taken))
             .collect()
     }
 
     /// The job of a taken request; `None` for one that does not decode, which is answered at
     /// once (and fails nothing else of the batch).
-    fn ring_job(&self, shared: &Arc<RingMember>, taken: Taken) -> Option<Job> {
+    fn ring_job<H: Host>(&self, host: &H, shared: &Arc<RingMember>, taken: Taken) -> Option<Job> {
         let op = match decode_request(&taken.request) {
             Ok(Request::Op(op)) => op,
             // A read is answered at once, from the last commit.
             Ok(Request::Query(query)) => {
-                let answer = self.read(|txn| query.run(txn));
+                let answer = host.read_within(bounded(host), |txn| query.run(txn));
                 shared.publish(&taken, &encode_answer(&answer));
                 return None;
             }
@@ -403,7 +533,7 @@ impl LocalEngine {
                 return None;
             }
         };
-        let inner = self.arc();
+        let inner = host.arc();
         let shared = Arc::clone(shared);
         let rerun = taken.rerun;
         Some(foreign_job(
@@ -411,21 +541,24 @@ impl LocalEngine {
             move |result: Result<Done>| shared.publish(&taken, &encode_reply(&result)),
         ))
     }
-}
 
-impl LocalEngine {
     /// Answers `query` from a read transaction of this store.
-    pub(crate) fn query(&self, query: &Query) -> Result<Answer> {
-        self.query_within(query, self.bounded(None))
+    pub(crate) fn query<H: Host>(&self, host: &H, query: &Query) -> Result<Answer> {
+        self.query_within(host, query, bounded(host))
     }
 
-    /// [`LocalEngine::query`] for a call that waits for the server or the file's header at
+    /// [`Router::query`] for a call that waits for the server or the file's header at
     /// most within `waiting` (a write's, which reads first).
-    pub(crate) fn query_within(&self, query: &Query, waiting: Waiting<'_>) -> Result<Answer> {
+    pub(crate) fn query_within<H: Host>(
+        &self,
+        host: &H,
+        query: &Query,
+        waiting: Waiting<'_>,
+    ) -> Result<Answer> {
         loop {
-            if let Some(shared) = self.shared.as_ref().filter(|_| self.served()) {
-                self.check_fork()?;
-                match self.ask_server(shared, query, waiting) {
+            if let Some(shared) = self.member.as_ref().filter(|_| self.served(host)) {
+                host.check_fork()?;
+                match self.ask_server(host, shared, query, waiting) {
                     Ok(Some(answer)) => return Ok(answer),
                     // A process that took the request from the ring after the server was gone
                     // found the next server holding the file: asked again.
@@ -433,115 +566,68 @@ impl LocalEngine {
                     Err(err) => return Err(err),
                 }
             }
-            let answer = self.read_within(waiting, |txn| query.run(txn));
-            self.make_way();
+            let answer = host.read_within(waiting, |txn| query.run(txn));
+            self.make_way(host);
             match answer {
                 // A server took the file meanwhile: it answers.
-                Err(Error::InUse) if self.served() => {}
+                Err(Error::InUse) if self.served(host) => {}
                 other => return other,
             }
         }
     }
 
-    /// The record of the lock `name` (its lease, or the grants of a semaphore or shared
-    /// lock), if there is one.
-    pub(crate) fn lease_of(&self, name: &str) -> Result<Option<Record>> {
-        if let Some(member) = self.map() {
-            self.check_fork()?;
-            // A server waiting to start needs this process to let go of the file, even when
-            // it only touches its leases.
-            self.make_way();
-            return Ok(crate::share::buckets::entry_of(member.ring(), name)?
-                .and_then(|entry| entry.record));
-        }
-        self.check_leases_in_file()?;
-        match self.query(&Query::Record(name.to_owned()))? {
-            Answer::Record(lease) => Ok(lease),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    /// Refuses to answer from the file what only the shared memory holds: for a read-only
-    /// store of a user who may not use the ring (who may not write the store), while processes
-    /// use it, so that such a user is never told that a held lock is free.
-    fn check_leases_in_file(&self) -> Result<()> {
-        if self.read_only
-            && self.mode == redb::ConcurrencyMode::MultiWriter
-            && self.shared.is_none()
-            && self.live.maps_in_use()?
-        {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "the leases of {} are in its shared memory (its ring in /dev/shm), which \
-                     only users who may write the store can use: this user cannot see them",
-                    self.path.display()
-                ),
-            )));
-        }
-        Ok(())
-    }
-
     /// Every lease record of the file's leases table, in name order (also where the leases
     /// are kept in shared memory: those of a library that kept them in the file).
-    pub(crate) fn file_leases(&self) -> Result<Vec<(String, Record)>> {
-        match self.query(&Query::Records)? {
+    pub(crate) fn file_leases<H: Host>(&self, host: &H) -> Result<Vec<(String, Record)>> {
+        match self.query(host, &Query::Records)? {
             Answer::Records(records) => Ok(records),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn leases(&self) -> Result<Vec<(String, Record)>> {
-        if let Some(member) = self.map() {
-            self.check_fork()?;
-            self.make_way();
-            return crate::local::lease_map::records(member);
-        }
-        self.check_leases_in_file()?;
-        match self.query(&Query::Records)? {
-            Answer::Records(records) => Ok(records),
-            other => Err(mismatched(&other)),
-        }
-    }
-
-    pub(crate) fn value_of(&self, key: &[u8]) -> Result<Option<Fenced>> {
-        match self.query(&Query::Value(key.to_vec()))? {
+    pub(crate) fn value_of<H: Host>(&self, host: &H, key: &[u8]) -> Result<Option<Fenced>> {
+        match self.query(host, &Query::Value(key.to_vec()))? {
             Answer::Value(value) => Ok(value),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn keys_of(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        match self.query(&Query::Keys(prefix.to_vec()))? {
+    pub(crate) fn keys_of<H: Host>(&self, host: &H, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        match self.query(host, &Query::Keys(prefix.to_vec()))? {
             Answer::Keys(keys) => Ok(keys),
             other => Err(mismatched(&other)),
         }
     }
 
     /// The highest token the fence `resource` accepted, read within `waiting`.
-    pub(crate) fn fence_of(&self, resource: &str, waiting: Waiting<'_>) -> Result<Option<u64>> {
-        match self.query_within(&Query::Fence(resource.to_owned()), waiting)? {
+    pub(crate) fn fence_of<H: Host>(
+        &self,
+        host: &H,
+        resource: &str,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<u64>> {
+        match self.query_within(host, &Query::Fence(resource.to_owned()), waiting)? {
             Answer::Fence(token) => Ok(token),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn counts(&self) -> Result<Counts> {
-        match self.query(&Query::Counts)? {
+    pub(crate) fn counts<H: Host>(&self, host: &H) -> Result<Counts> {
+        match self.query(host, &Query::Counts)? {
             Answer::Counts(counts) => Ok(counts),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn history_of(&self, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
-        match self.query(&Query::History(name.to_owned()))? {
+    pub(crate) fn history_of<H: Host>(&self, host: &H, name: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+        match self.query(host, &Query::History(name.to_owned()))? {
             Answer::History(entries) => Ok(entries),
             other => Err(mismatched(&other)),
         }
     }
 
-    pub(crate) fn verified(&self) -> Result<()> {
-        match self.query(&Query::Verify)? {
+    pub(crate) fn verified<H: Host>(&self, host: &H) -> Result<()> {
+        match self.query(host, &Query::Verify)? {
             Answer::Verified => Ok(()),
             other => Err(mismatched(&other)),
         }
@@ -549,330 +635,4 @@ impl LocalEngine {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-    use std::time::Duration;
-
-    use super::*;
-    use crate::api::store::Store;
-
-    /// A store and its engine, for tests that reach inside it.
-    struct Opened {
-        store: Store,
-        inner: Arc<LocalEngine>,
-    }
-
-    impl std::ops::Deref for Opened {
-        type Target = Store;
-
-        fn deref(&self) -> &Store {
-            &self.store
-        }
-    }
-
-    fn open_with(path: &Path, options: &crate::Options) -> Opened {
-        let inner = LocalEngine::open(path, options).unwrap();
-        assert!(inner.shared.is_some(), "the ring is usable in tests");
-        let store = Store::new(Arc::clone(&inner) as Arc<dyn crate::engine::Engine>);
-        Opened { store, inner }
-    }
-
-    fn open(path: &Path) -> Opened {
-        open_with(path, &crate::Options::default())
-    }
-
-    fn shared(store: &Opened) -> Arc<RingMember> {
-        Arc::clone(store.inner.shared.as_ref().unwrap())
-    }
-
-    fn waiting() -> Waiting<'static> {
-        Waiting::new(Duration::from_secs(10), None)
-    }
-
-    /// A fenced write of `key` with `token` by `store`, posted to the ring.
-    fn post_put(store: &Opened, key: &[u8], token: u64) -> Posted {
-        let op = Op::Put {
-            key: key.to_vec(),
-            value: Some(b"v".to_vec()),
-            token,
-            lease: None,
-        };
-        let shared = shared(store);
-        shared
-            .ring()
-            .post(shared.id(), &encode_op(&op), &store.inner.live)
-            .unwrap()
-    }
-
-    fn wrote(done: Option<Done>) {
-        assert!(matches!(done, Some(Done::Put { .. })), "{done:?}");
-    }
-
-    #[test]
-    fn a_request_whose_combiner_died_before_committing_is_run_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let requester = open(&path);
-        let combiner = open(&path);
-        let token = requester
-            .acquire("a", Duration::from_secs(30))
-            .unwrap()
-            .token();
-        let posted = post_put(&requester, b"k", token);
-        let taken = shared(&combiner)
-            .ring()
-            .take_posted(shared(&combiner).id(), &combiner.inner.live);
-        assert_eq!(taken.len(), 1);
-        drop(combiner);
-        wrote(
-            requester
-                .inner
-                .await_done(&shared(&requester), posted, waiting())
-                .unwrap(),
-        );
-        assert_eq!(requester.get(b"k").unwrap().unwrap().token, token);
-    }
-
-    /// A combiner takes every posted request, runs and commits them, and dies before it
-    /// publishes the replies.
-    fn commit_posted_and_die(combiner: Opened) {
-        let inner = Arc::clone(&combiner.inner);
-        let jobs: Vec<Job> = shared(&combiner)
-            .ring()
-            .take_posted(shared(&combiner).id(), &combiner.inner.live)
-            .into_iter()
-            .map(|taken| {
-                let op = crate::share::wire::decode_op(&taken.request).unwrap();
-                let inner = Arc::clone(&inner);
-                foreign_job(
-                    move |txn: &WriteTransaction| run(&*inner, &*inner, &op, txn, false),
-                    |_: Result<Done>| {},
-                )
-            })
-            .collect();
-        let txn = inner
-            .database()
-            .unwrap()
-            .writable()
-            .unwrap()
-            .begin_write()
-            .unwrap();
-        execute(Ok(txn), jobs, false, &|_| {}).unwrap();
-    }
-
-    #[test]
-    fn a_rerun_refused_for_what_came_after_its_first_run_has_an_unknown_outcome() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let requester = open(&path);
-        let first = requester.acquire("a", Duration::from_secs(60)).unwrap();
-        let op = Op::Fence {
-            resource: "bucket".into(),
-            token: first.token(),
-        };
-        let ring = shared(&requester);
-        let posted = ring
-            .ring()
-            .post(ring.id(), &encode_op(&op), &requester.inner.live)
-            .unwrap();
-        commit_posted_and_die(open(&path));
-        // A higher token passes the fence before the request runs again.
-        let second = requester.acquire("b", Duration::from_secs(60)).unwrap();
-        requester.fence("bucket", second.token()).unwrap();
-        // Its first run landed, but the re-run cannot tell: not a definite refusal.
-        let done = requester.inner.await_done(&ring, posted, waiting());
-        assert!(matches!(done, Err(Error::Timeout { .. })), "{done:?}");
-        assert_eq!(
-            requester.fence_token("bucket").unwrap(),
-            Some(second.token())
-        );
-        // A first run of the same fence now is a definite refusal.
-        assert!(matches!(
-            requester.fence("bucket", first.token()),
-            Err(Error::StaleToken { .. })
-        ));
-    }
-
-    #[test]
-    fn a_holders_write_whose_combiner_died_after_committing_reports_that_it_landed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let requester = open(&path);
-        // Opened first: its open takes longer than the lease below lasts.
-        let combiner = open(&path);
-        let holder = requester.acquire("a", Duration::from_millis(30)).unwrap();
-        let op = Op::Put {
-            key: b"k".to_vec(),
-            value: Some(b"v".to_vec()),
-            token: holder.token(),
-            lease: Some("a".into()),
-        };
-        let ring = shared(&requester);
-        let posted = ring
-            .ring()
-            .post(ring.id(), &encode_op(&op), &requester.inner.live)
-            .unwrap();
-        commit_posted_and_die(combiner);
-        // The lease runs out before the request runs again: the write landed all the same,
-        // and is reported so, not refused as a holder's write after its lease.
-        std::thread::sleep(Duration::from_millis(60));
-        let done = requester
-            .inner
-            .await_done(&ring, posted, waiting())
-            .unwrap();
-        assert!(matches!(done, Some(Done::Put { .. })), "{done:?}");
-        assert_eq!(requester.get(b"k").unwrap().unwrap().token, holder.token());
-        // A first run of the same write now is refused: the lease ran out.
-        assert!(matches!(
-            holder.put(b"k", b"v"),
-            Err(Error::LockLost { .. })
-        ));
-    }
-
-    #[test]
-    fn a_request_of_a_dead_requester_is_dropped_unrun() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let combiner = open(&path);
-        let ring = shared(&combiner);
-        // Posted under a liveness id that nobody holds: its requester is gone.
-        let op = Op::Fence {
-            resource: "r".into(),
-            token: 1,
-        };
-        let posted = ring
-            .ring()
-            .post(
-                crate::storage::liveness::fresh_id().unwrap(),
-                &encode_op(&op),
-                &combiner.inner.live,
-            )
-            .unwrap();
-        assert!(ring
-            .ring()
-            .take_posted(ring.id(), &combiner.inner.live)
-            .is_empty());
-        assert_eq!(
-            ring.ring().phase(&posted),
-            Phase::Lost,
-            "its slot is free again"
-        );
-    }
-
-    #[test]
-    fn a_full_ring_commits_directly() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let store = open(&path);
-        let ring = shared(&store);
-        let op = encode_op(&Op::Fence {
-            resource: "r".into(),
-            token: 1,
-        });
-        let mut posted = Vec::new();
-        while let Some(p) = ring.ring().post(ring.id(), &op, &store.inner.live) {
-            posted.push(p);
-        }
-        assert_eq!(posted.len(), 64);
-        let holder = store.acquire("a", Duration::from_secs(5)).unwrap();
-        holder.put(b"k", b"v").unwrap();
-        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
-        // The direct commits took the posted requests along.
-        for p in &posted {
-            assert_eq!(ring.ring().phase(p), Phase::Done);
-        }
-    }
-
-    #[test]
-    fn behind_a_paused_combiner_a_posted_write_withdraws_and_times_out_changing_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let options = crate::Options {
-            busy_timeout: Duration::from_millis(100),
-            ..crate::Options::default()
-        };
-        let requester = open_with(&path, &options);
-        let holder = requester.acquire("a", Duration::from_secs(30)).unwrap();
-        let paused = open(&path);
-        // Holds the write lock and takes nothing, as a combiner stopped before it took.
-        let txn = paused
-            .inner
-            .database()
-            .unwrap()
-            .writable()
-            .unwrap()
-            .begin_write()
-            .unwrap();
-        assert!(matches!(holder.put(b"k", b"v"), Err(Error::Timeout { .. })));
-        drop(txn);
-        assert!(requester.get(b"k").unwrap().is_none());
-        holder.put(b"k", b"v").unwrap();
-        assert_eq!(requester.get(b"k").unwrap().unwrap().value, b"v");
-    }
-
-    #[test]
-    fn waiting_acquires_are_granted_in_the_order_they_began_to_wait() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let store = open(&path);
-        let ring = shared(&store);
-        let hot = lock_hash("hot");
-        for _ in 0..5 {
-            let holder = store.acquire("hot", Duration::from_secs(30)).unwrap();
-            let waiters: Vec<_> = (0..3)
-                .map(|i| {
-                    // Another store of the same file: another process, as far as locks go.
-                    let store = open(&path);
-                    let waiter = std::thread::spawn(move || {
-                        let holder = store
-                            .acquire_wait("hot", Duration::from_secs(30), Duration::from_secs(60))
-                            .unwrap();
-                        let token = holder.token();
-                        std::thread::sleep(Duration::from_millis(5));
-                        drop(holder);
-                        token
-                    });
-                    // The next waiter starts once this one is queued.
-                    while ring.ring().queued(hot) <= i {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    waiter
-                })
-                .collect();
-            drop(holder);
-            let tokens: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-            assert!(
-                tokens.windows(2).all(|w| w[0] < w[1]),
-                "granted out of the order of waiting: {tokens:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn processes_share_one_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store");
-        let a = open(&path);
-        let b = open(&path);
-        let token = a.acquire("a", Duration::from_secs(30)).unwrap().token();
-        let commits = a.metrics().unwrap().commits;
-        // Both post; one combine commits both.
-        let posted_a = post_put(&a, b"a", token);
-        let posted_b = post_put(&b, b"b", token);
-        assert!(b.inner.combine(&shared(&b)).unwrap());
-        assert_eq!(shared(&a).ring().phase(&posted_a), Phase::Done);
-        assert_eq!(shared(&b).ring().phase(&posted_b), Phase::Done);
-        wrote(
-            a.inner
-                .await_done(&shared(&a), posted_a, waiting())
-                .unwrap(),
-        );
-        wrote(
-            b.inner
-                .await_done(&shared(&b), posted_b, waiting())
-                .unwrap(),
-        );
-        assert_eq!(a.metrics().unwrap().commits, commits + 1);
-        assert!(a.get(b"a").unwrap().is_some() && a.get(b"b").unwrap().is_some());
-    }
-}
+mod tests;

@@ -16,7 +16,7 @@
 //! election's observers, `api/election.rs`). The wake is the doorbell's store-then-load
 //! handshake (`server.rs`): the committer bumps the word, then loads the sleepers' count; a
 //! sleeper counts itself, then sleeps only while the word is the one it read before its read
-//! of the store. With SeqCst on both sides a commit after that read is never slept through.
+//! of the store. With `SeqCst` on both sides a commit after that read is never slept through.
 //!
 //! The counters have no model: their races only blur a count or miss a note (see above). The
 //! bell ([`Bell`], on the facade's atomics and futex) has one: `models/bell.rs`, with the
@@ -61,13 +61,13 @@ pub(crate) struct Activity {
 ///
 /// | word | written by | meaning |
 /// |---|---|---|
-/// | `changes` | every committer, `fetch_add` (SeqCst) | the store's commits so far (it wraps) |
-/// | `sleepers` | each sleeper, +1 before its sleep, -1 after (SeqCst) | sleepers now |
+/// | `changes` | every committer, `fetch_add` (`SeqCst`) | the store's commits so far (it wraps) |
+/// | `sleepers` | each sleeper, +1 before its sleep, -1 after (`SeqCst`) | sleepers now |
 ///
 /// The handshake is the doorbell's (`server.rs`): the committer bumps `changes`, then loads
 /// `sleepers` and wakes only when someone counted itself; a sleeper counts itself, then sleeps
 /// only while `changes` is the mark it read before its read of the store (the futex compares
-/// under the kernel's lock). A SeqCst fence on each side, between its write and its look, so of
+/// under the kernel's lock). A `SeqCst` fence on each side, between its write and its look, so of
 /// "bump, then load the count" and "count, then compare the word" at least one sees the other:
 /// a commit after the sleeper's read is never slept through.
 #[repr(C)]
@@ -216,6 +216,7 @@ impl Activity {
     /// Notes the release of the lease `token` at `at_ns` (`CLOCK_BOOTTIME`).
     pub(crate) fn note_release(&self, token: u64, at_ns: u64) {
         let n = self.release_head.fetch_add(1, Ordering::AcqRel);
+        #[allow(clippy::cast_possible_truncation)] // A remainder below RELEASE_LOG.
         let note = &self.releases[(n % RELEASE_LOG as u64) as usize];
         note.token.store(0, Ordering::Release);
         note.at_ns.store(at_ns, Ordering::Release);
@@ -229,17 +230,16 @@ impl Activity {
             return None;
         }
         let head = self.release_head.load(Ordering::Acquire);
-        self.releases[..head.min(RELEASE_LOG as u64) as usize]
-            .iter()
-            .find_map(|note| {
-                // The token is written last and cleared first: read it around the time, so
-                // that a note being rewritten is not paired with another's time.
-                if note.token.load(Ordering::Acquire) != token {
-                    return None;
-                }
-                let at = note.at_ns.load(Ordering::Acquire);
-                (note.token.load(Ordering::Acquire) == token).then_some(at)
-            })
+        let written = usize::try_from(head).map_or(RELEASE_LOG, |head| head.min(RELEASE_LOG));
+        self.releases[..written].iter().find_map(|note| {
+            // The token is written last and cleared first: read it around the time, so
+            // that a note being rewritten is not paired with another's time.
+            if note.token.load(Ordering::Acquire) != token {
+                return None;
+            }
+            let at = note.at_ns.load(Ordering::Acquire);
+            (note.token.load(Ordering::Acquire) == token).then_some(at)
+        })
     }
 
     /// Forgets the note of the release of `token`, if the page has it.

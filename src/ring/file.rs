@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
@@ -192,7 +193,6 @@ fn create(path: &Path, store: &std::fs::Metadata, mode: u32) -> io::Result<Optio
     if named {
         return Ok(Some(file));
     }
-    use std::os::fd::AsRawFd;
     let at = format!("/proc/self/fd/{}", file.as_raw_fd());
     let cwd = rustix::fs::CWD;
     match rustix::fs::linkat(cwd, at, cwd, path, rustix::fs::AtFlags::SYMLINK_FOLLOW) {
@@ -228,7 +228,7 @@ fn planted(path: &Path, found: &std::fs::Metadata, store: &std::fs::Metadata) ->
 /// Why the ring file at `path` could not be opened (`err`): a symbolic link (refused with
 /// `ELOOP`, or `EACCES` where the kernel protects symbolic links in sticky directories) or a
 /// file that a user who may not write the store put there are named with their owner.
-fn not_opened(path: &Path, store: &std::fs::Metadata, err: io::Error) -> io::Error {
+fn not_opened(path: &Path, store: &std::fs::Metadata, err: &io::Error) -> io::Error {
     match std::fs::symlink_metadata(path) {
         Ok(found) if found.file_type().is_symlink() || !set_up_by_a_writer(&found, store) => {
             planted(path, &found, store)
@@ -293,7 +293,7 @@ impl Ring {
                 Err(err) if err.kind() == io::ErrorKind::NotFound && may_set_up(store)? => {
                     file = create(path, store, mode)?;
                 }
-                Err(err) => return Err(not_opened(path, store, err)),
+                Err(err) => return Err(not_opened(path, store, &err)),
             }
             if file.is_some() {
                 break;
@@ -448,6 +448,7 @@ impl Ring {
         let header = self.header();
         let boot = Ring::boot_words(stamp.boot_id);
         header.version.store(stamp.version, Ordering::Relaxed);
+        #[allow(clippy::cast_possible_truncation)] // SLOTS is 64 (2 in the models).
         header.slots.store(SLOTS as u32, Ordering::Relaxed);
         header.boot_id[0].store(boot[0], Ordering::Relaxed);
         header.boot_id[1].store(boot[1], Ordering::Relaxed);

@@ -33,7 +33,7 @@ const MAPPING_FREE: usize = 0;
 const MAPPING_CLAIMED: usize = 1;
 
 struct Entry {
-    /// The mapping's address, or MAPPING_FREE or MAPPING_CLAIMED; written last when an entry is
+    /// The mapping's address, or `MAPPING_FREE` or `MAPPING_CLAIMED`; written last when an entry is
     /// filled in, so that the handler never sees an address with another mapping's length.
     start: AtomicUsize,
     len: AtomicUsize,

@@ -17,7 +17,7 @@
 //!
 //! | state | meaning | who moves it on |
 //! |---|---|---|
-//! | BLOCK_FREE | nobody's | a writer claims it (BLOCK_FREE -> its id) |
+//! | `BLOCK_FREE` | nobody's | a writer claims it (`BLOCK_FREE` -> its id) |
 //! | a liveness id | its writer's: being written, or published by a swap a moment ago, or being freed | that process; a sweep once it died |
 //! | PUBLIC | in a blob that was published | the writer that replaced that blob, or a sweep, once no bucket reaches it |
 //!
@@ -26,7 +26,7 @@
 //! replaced it frees it; a writer killed before it did leaves it to the sweep. A writer that
 //! replaced a blob before that blob's writer marked it finds its blocks not PUBLIC and leaves
 //! them: the blob's writer, which looks at its bucket's word after its marking, sees that its
-//! blob was replaced and frees them itself (a SeqCst handshake: at least one of the two sees
+//! blob was replaced and frees them itself (a `SeqCst` handshake: at least one of the two sees
 //! the other). Each block's link
 //! word carries a generation that its writer raises: whoever frees a PUBLIC block claims it
 //! first (PUBLIC -> its id), checks that its generation is still the one seen in the replaced
@@ -150,7 +150,9 @@ pub(crate) enum Publish {
 
 /// The home bucket of a name's hash.
 pub(crate) fn bucket_of(hash: u64) -> usize {
-    (hash % BUCKETS as u64) as usize
+    #[allow(clippy::cast_possible_truncation)] // A remainder below BUCKETS.
+    let bucket = (hash % BUCKETS as u64) as usize;
+    bucket
 }
 
 impl Ring {
@@ -162,7 +164,7 @@ impl Ring {
         self.view.bucket(index)
     }
 
-    /// The state word of block `index`: BLOCK_FREE, PUBLIC or the liveness id of its writer.
+    /// The state word of block `index`: `BLOCK_FREE`, PUBLIC or the liveness id of its writer.
     fn block_state(&self, index: usize) -> &AtomicU64 {
         &self.view.block(index).state
     }
@@ -330,7 +332,7 @@ impl Ring {
     /// Swaps bucket `index`'s word from `expected` to a new generation heading at `head`:
     /// whether it was still `expected`. Release publishes the blocks written before it (and the
     /// floor raised before it); Acquire orders the freeing of the replaced blob after every
-    /// read of it that the swap's predecessors made; SeqCst for the handshake with the marking
+    /// read of it that the swap's predecessors made; `SeqCst` for the handshake with the marking
     /// of the replaced blob's blocks (`publish_bucket`).
     fn swap_bucket(&self, index: usize, expected: Word, head: usize) -> bool {
         self.bucket(index)
@@ -346,7 +348,7 @@ impl Ring {
     /// What a writer does right after its swap published `blocks` (of `generations`) as bucket
     /// `index`'s word `word`: marks them PUBLIC, then frees them itself if its blob was replaced
     /// already. A writer that replaced it before the marking found the blocks still this
-    /// writer's and left them. SeqCst on both sides (the marking and the load of the word
+    /// writer's and left them. `SeqCst` on both sides (the marking and the load of the word
     /// here; the swap and the claim in `release_garbage` there): of the two, at least one sees
     /// the other's store, so a block is never left behind.
     fn after_swap(
@@ -367,7 +369,7 @@ impl Ring {
 
     /// Marks a just-published blob's blocks PUBLIC. Until then they are their writer's, which a
     /// sweep leaves alone while it lives, and marks PUBLIC itself once it died (they are
-    /// reachable). SeqCst: the handshake of `publish_bucket`.
+    /// reachable). `SeqCst`: the handshake of `publish_bucket`.
     fn mark_public(&self, blocks: &[usize]) {
         for &block in blocks {
             self.block_state(block).store(PUBLIC, Ordering::SeqCst);
@@ -415,6 +417,8 @@ impl Ring {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
             let header = self.map_header();
+            // A hint that any writer may have moved: only its remainder modulo BLOCKS is used.
+            #[allow(clippy::cast_possible_truncation)]
             let start = header.alloc_hint.fetch_add(count as u64, Ordering::Relaxed) as usize;
             for offset in 0..BLOCKS {
                 if blocks.len() == count {
@@ -510,7 +514,7 @@ impl Ring {
         reached
     }
 
-    /// Whether every block that bucket `index` reaches is in use (never BLOCK_FREE): what a
+    /// Whether every block that bucket `index` reaches is in use (never `BLOCK_FREE`): what a
     /// sweep or a freer must never break. Read between two equal loads of the word, as
     /// `reachable`.
     #[cfg(all(test, fencelock_loom))]
@@ -564,7 +568,7 @@ mod tests {
         let (ring, live) = ring(dir.path());
         let empty = ring.read_bucket(7);
         assert!(empty.blob.is_empty());
-        let big: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        let big: Vec<u8> = (0..1000u32).map(|i| (i & 0xff) as u8).collect();
         assert_eq!(
             ring.publish_bucket(7, &empty, &big, 1 << 50, &live),
             Publish::Done
@@ -613,7 +617,8 @@ mod tests {
                             blob.resize(300, 0); // two blocks
                             match ring.publish_bucket(1, &read, &blob, 1 << 50, &live) {
                                 Publish::Done => break,
-                                Publish::Raced => continue,
+                                // Another writer published first: read again.
+                                Publish::Raced => {}
                                 Publish::Full => panic!("the map is full"),
                             }
                         }

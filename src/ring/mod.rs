@@ -65,7 +65,7 @@ pub(crate) struct Ring {
     /// removes it, only when nobody else uses it.
     file: File,
     path: PathBuf,
-    /// The process that opened it. A child of fork() shares its open file, and with it the
+    /// The process that opened it. A child of `fork()` shares its open file, and with it the
     /// lock: it must neither convert the lock nor remove the ring.
     opener: u32,
 }
@@ -267,8 +267,10 @@ mod tests {
         assert!(live.lock(1 << 50).unwrap());
         let ring = Ring::open(dir.path(), &meta, None, BOOT).unwrap();
         let bytes = |len: usize, seed: u8| -> Vec<u8> {
-            (0..len)
-                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+            (0..=u8::MAX)
+                .cycle()
+                .take(len)
+                .map(|i| i.wrapping_mul(31).wrapping_add(seed) | 1)
                 .collect()
         };
         // Longest first, then shorter ones in the same slots: a short request or reply never
@@ -289,12 +291,13 @@ mod tests {
             PAYLOAD,
         ];
         for (round, &len) in lengths.iter().enumerate() {
-            let request = bytes(len, round as u8);
+            let round = u8::try_from(round).unwrap();
+            let request = bytes(len, round);
             let posted = ring.post(1 << 50, &request, &live).unwrap();
             let taken = ring.take_posted(1 << 51, &live);
             assert_eq!(taken.len(), 1);
             assert_eq!(taken[0].request, request, "request of {len} bytes");
-            let reply = bytes(len, round as u8 ^ 0x80);
+            let reply = bytes(len, round ^ 0x80);
             ring.publish(&taken[0], &reply).unwrap();
             assert_eq!(ring.phase(&posted), Phase::Done);
             assert_eq!(ring.reply(posted), reply, "reply of {len} bytes");

@@ -151,6 +151,7 @@ impl Ring {
     }
 
     /// Leaves the queue.
+    #[allow(clippy::needless_pass_by_value)] // Takes the place: it is no one's after this.
     pub(crate) fn dequeue(&self, waiter: Waiter) {
         self.waiter(waiter.index)
             .state

@@ -2,9 +2,9 @@
 //! (`local/serve.rs`), which one waits to take over, the doorbell a sleeping server is woken by,
 //! and the size of the last combined batch.
 //!
-//! The doorbell is a store-then-load handshake: a requester publishes its slot (SeqCst store of
+//! The doorbell is a store-then-load handshake: a requester publishes its slot (`SeqCst` store of
 //! POSTED), then bumps the doorbell and loads `server_sleeps`; the server stores `server_sleeps`,
-//! then looks for posted slots (SeqCst loads). With SeqCst on both sides at least one sees the
+//! then looks for posted slots (`SeqCst` loads). With `SeqCst` on both sides at least one sees the
 //! other: the requester wakes the server, or the server finds the request. A weaker order on
 //! either side lets both miss, and the request waits for the server's poll.
 //!

@@ -168,6 +168,7 @@ impl Ring {
                 } else {
                     // The slot is this process's (CLAIMED); the request fits its payload.
                     view::copy_in(&self.view.slot(index).payload, request);
+                    #[allow(clippy::cast_possible_truncation)] // At most PAYLOAD: not bulk.
                     head.len.store(request.len() as u32, Ordering::Relaxed);
                 }
                 head.owner.store(owner, Ordering::Relaxed);
@@ -281,6 +282,7 @@ impl Ring {
     }
 
     /// The reply to `posted`, once its phase is DONE; frees the slot.
+    #[allow(clippy::needless_pass_by_value)] // Takes the request: its slot is freed.
     pub(crate) fn reply(&self, posted: Posted) -> Vec<u8> {
         let reply = self.read_slot(posted.index, posted.generation, "rep");
         // A reply read from a bulk file has no further use for it.
@@ -432,6 +434,7 @@ impl Ring {
         } else {
             // The slot is this combiner's while TAKEN or ABANDONED at its generation.
             view::copy_in(&self.view.slot(taken.index).payload, reply);
+            #[allow(clippy::cast_possible_truncation)] // At most PAYLOAD: not bulk.
             head.len.store(reply.len() as u32, Ordering::Relaxed);
         }
         // AcqRel: its Release half publishes the reply's payload and length to the requester,

@@ -40,9 +40,12 @@ pub(super) struct View {
 }
 
 impl View {
-    /// Maps the first RING_SIZE bytes of `file`, which the caller found to be RING_SIZE bytes
+    /// Maps the first `RING_SIZE` bytes of `file`, which the caller found to be `RING_SIZE` bytes
     /// long (a mapping past the end of a file faults).
     #[cfg(not(fencelock_loom))]
+    // The mapping is page-aligned, and layout.rs checks at compile time that each part's offset
+    // is aligned for its type.
+    #[allow(clippy::cast_ptr_alignment)]
     pub(super) fn map(file: &File) -> io::Result<View> {
         // SAFETY: a new shared mapping, at an address the kernel picks, aliases no Rust object.
         let base = unsafe {

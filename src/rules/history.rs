@@ -152,6 +152,7 @@ fn time(unix_ns: u64) -> Option<SystemTime> {
 
 /// The stored form of an ended lease (the name and token are its key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::struct_field_names)] // `ended` is when, as `granted` and `recorded` are.
 pub(crate) struct Ended {
     kind: Kind,
     pid: u32,

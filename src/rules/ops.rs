@@ -186,6 +186,7 @@ fn unopened() -> Error {
 impl<'t> Tables<'t> {
     /// Opens the tables that `op` uses (each open costs a lookup).
     pub(crate) fn open(cx: &dyn Context, txn: &'t WriteTransaction, op: &Op) -> Result<Tables<'t>> {
+        #[allow(clippy::match_same_arms)] // A table: one row for each operation.
         let (meta, leases, values, fences) = match op {
             Op::Acquire { write, .. } => (
                 true,
@@ -334,7 +335,7 @@ impl Plan {
                     drop(mut_table(&mut tables.values)?.insert(key.as_slice(), record.as_slice())?);
                 }
                 Write::Fence(resource, token) => {
-                    drop(mut_table(&mut tables.fences)?.insert(resource.as_str(), token)?)
+                    drop(mut_table(&mut tables.fences)?.insert(resource.as_str(), token)?);
                 }
                 Write::Prune(granting) => {
                     let pruned = prune(cx, mut_table(&mut tables.leases)?, now, &granting)?;

@@ -34,29 +34,44 @@ fn damaged() -> Error {
     Error::Corrupt("a lease record in the store's shared memory is damaged".into())
 }
 
-pub(crate) fn encode(entries: &[Entry]) -> Vec<u8> {
+/// The blob of `entries`; an error, and no blob, for a count or length its field cannot hold.
+pub(crate) fn encode(entries: &[Entry]) -> Result<Vec<u8>> {
     if entries.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
+    // The blob counts its entries in 16 bits; more names than that in one bucket would need a
+    // map far larger than this one anyway.
+    let count = u16::try_from(entries.len()).map_err(|_| {
+        Error::Storage(
+            "the store's shared lease table is full: too many live lock records share one of \
+             its buckets"
+                .into(),
+        )
+    })?;
+    let beyond =
+        |what: &str| Error::Storage(format!("a lease record's {what} is beyond its field"));
     let mut out = vec![FORMAT];
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
     for entry in entries {
-        out.extend_from_slice(&(entry.name.len() as u16).to_le_bytes());
+        let name_len = u16::try_from(entry.name.len()).map_err(|_| beyond("name"))?;
+        out.extend_from_slice(&name_len.to_le_bytes());
         out.extend_from_slice(entry.name.as_bytes());
         let record = entry
             .record
             .as_ref()
             .map(Record::encode)
             .unwrap_or_default();
-        out.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        let record_len = u32::try_from(record.len()).map_err(|_| beyond("record"))?;
+        out.extend_from_slice(&record_len.to_le_bytes());
         out.extend_from_slice(&record);
-        out.extend_from_slice(&(entry.tail.len() as u16).to_le_bytes());
+        let tail_len = u16::try_from(entry.tail.len()).map_err(|_| beyond("tail"))?;
+        out.extend_from_slice(&tail_len.to_le_bytes());
         for (token, ended) in &entry.tail {
             out.extend_from_slice(&token.to_le_bytes());
             out.extend_from_slice(&ended.encode());
         }
     }
-    out
+    Ok(out)
 }
 
 pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
@@ -214,16 +229,7 @@ fn publish(
     read: &Snapshot,
     entries: &[Entry],
 ) -> Result<bool> {
-    // The blob counts its entries in 16 bits; more names than that in one bucket would need a
-    // map far larger than this one anyway.
-    if entries.len() > usize::from(u16::MAX) {
-        return Err(Error::Storage(
-            "the store's shared lease table is full: too many live lock records share one of \
-             its buckets"
-                .into(),
-        ));
-    }
-    let blob = encode(entries);
+    let blob = encode(entries)?;
     match ring.publish_bucket(bucket, read, &blob, owner, live) {
         Publish::Done => Ok(true),
         Publish::Raced => Ok(false),
@@ -316,7 +322,7 @@ mod tests {
                 tail: vec![(1, ended), (2, ended)],
             },
         ];
-        let blob = encode(&entries);
+        let blob = encode(&entries).unwrap();
         assert_eq!(decode(&blob).unwrap(), entries);
         assert!(decode(&[]).unwrap().is_empty());
         for cut in 1..blob.len() {

@@ -760,45 +760,45 @@ fn decode_error(r: &mut Reader<'_>) -> Result<Error> {
     let (a, b, c) = (r.u64()?, r.u64()?, r.u64()?);
     let message = r.string()?;
     let err = match status {
-        s if s == Status::Locked as u32 => Error::Locked {
+        _ if status == Status::Locked as u32 => Error::Locked {
             name: message,
             token: a,
             pid: u32::try_from(b).map_err(|_| malformed())?,
             remaining: Duration::from_nanos(c),
         },
-        s if s == Status::StaleToken as u32 => Error::StaleToken {
+        _ if status == Status::StaleToken as u32 => Error::StaleToken {
             token: a,
             highest: b,
         },
-        s if s == Status::LockLost as u32 => Error::LockLost {
+        _ if status == Status::LockLost as u32 => Error::LockLost {
             token: a,
             current: (c != 0).then_some(b),
         },
-        s if s == Status::IncompatibleVersion as u32 => Error::IncompatibleVersion {
+        _ if status == Status::IncompatibleVersion as u32 => Error::IncompatibleVersion {
             found: a,
             supported: b,
         },
-        s if s == Status::PermitsMismatch as u32 => Error::PermitsMismatch {
+        _ if status == Status::PermitsMismatch as u32 => Error::PermitsMismatch {
             permits: u32::try_from(a).map_err(|_| malformed())?,
             requested: u32::try_from(b).map_err(|_| malformed())?,
         },
-        s if s == Status::WouldDeadlock as u32 => Error::WouldDeadlock {
+        _ if status == Status::WouldDeadlock as u32 => Error::WouldDeadlock {
             name: message,
             token: a,
         },
-        s if s == Status::Io as u32 => {
+        _ if status == Status::Io as u32 => {
             let code = i32::try_from(b).map_err(|_| malformed())?;
             Error::Io(io_error(kind_of(a), message, (code != 0).then_some(code)))
         }
-        s if s == Status::Replaced as u32 => Error::Replaced(message),
-        s if s == Status::InvalidArgument as u32 => Error::InvalidArgument(message),
-        s if s == Status::NotAStore as u32 => Error::NotAStore(message),
-        s if s == Status::Corrupt as u32 => Error::Corrupt(message),
-        s if s == Status::Storage as u32 => Error::Storage(message),
-        s if s == Status::Timeout as u32 => Error::timed_out(),
-        s if s == Status::Cancelled as u32 => Error::Cancelled,
-        s if s == Status::InUse as u32 => Error::InUse,
-        s if s == Status::Forked as u32 => Error::Forked,
+        _ if status == Status::Replaced as u32 => Error::Replaced(message),
+        _ if status == Status::InvalidArgument as u32 => Error::InvalidArgument(message),
+        _ if status == Status::NotAStore as u32 => Error::NotAStore(message),
+        _ if status == Status::Corrupt as u32 => Error::Corrupt(message),
+        _ if status == Status::Storage as u32 => Error::Storage(message),
+        _ if status == Status::Timeout as u32 => Error::timed_out(),
+        _ if status == Status::Cancelled as u32 => Error::Cancelled,
+        _ if status == Status::InUse as u32 => Error::InUse,
+        _ if status == Status::Forked as u32 => Error::Forked,
         _ => return Err(malformed()),
     };
     Ok(err)
@@ -1016,7 +1016,7 @@ mod tests {
             let bytes = encode_query(&query);
             match decode_request(&bytes).unwrap() {
                 Request::Query(decoded) => assert_eq!(decoded, query),
-                other => panic!("{other:?}"),
+                other @ Request::Op(_) => panic!("{other:?}"),
             }
             for cut in 0..bytes.len() {
                 assert!(

@@ -114,14 +114,14 @@ impl StorageBackend for Carved {
         start: Bound<u64>,
         end: Bound<u64>,
     ) -> std::result::Result<bool, BackendError> {
-        self.lock_parts(start, end, |b, s, e| b.try_lock_range(s, e))
+        self.lock_parts(start, end, redb::StorageBackend::try_lock_range)
     }
     fn try_lock_shared_range(
         &self,
         start: Bound<u64>,
         end: Bound<u64>,
     ) -> std::result::Result<bool, BackendError> {
-        self.lock_parts(start, end, |b, s, e| b.try_lock_shared_range(s, e))
+        self.lock_parts(start, end, redb::StorageBackend::try_lock_shared_range)
     }
     fn lock_range(
         &self,

@@ -437,7 +437,7 @@ pub(crate) fn execute(
     };
     committed_ops((committed.is_ok() && applied > 0).then_some(Committed { ops: applied, ends }));
     for finish in finishes {
-        finish(committed.as_ref().map(|_| ()));
+        finish(committed.as_ref().copied());
     }
     committed
 }

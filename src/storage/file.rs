@@ -58,7 +58,7 @@ pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
         let err = io::Error::from(err);
         match err.raw_os_error() {
             // Another process set it first: read again.
-            Some(libc::EEXIST) => continue,
+            Some(libc::EEXIST) => {}
             _ if unsupported(&err) => return Ok(None),
             // In a sticky directory (/tmp) only the file's owner may set it.
             Some(libc::EPERM) => {

@@ -6,8 +6,8 @@
 //! grant; it keeps the lock when the grant is reported to it and drops it otherwise. The kernel
 //! drops the lock when the holder releases it or when the last descriptor of the holding open
 //! file closes, which includes the death of the process. Anyone may test the byte: a lease whose
-//! byte is free has no live holder, whatever its TTL says. A SIGSTOPped holder keeps its lock,
-//! so a paused holder keeps its lease until the TTL runs out. (Records of schema 1 use their
+//! byte is free has no live holder, whatever its TTL says. A stopped (`SIGSTOP`) holder keeps its
+//! lock, so a paused holder keeps its lease until the TTL runs out. (Records of schema 1 use their
 //! token as the id.)
 //!
 //! The locks are advisory and on the file's inode, so every path to the file (symlinks, hard
@@ -40,7 +40,7 @@ const FIRST_RANDOM_ID: u64 = 1 << 48;
 /// A liveness id drawn at random from `[2^48, MAX_ID]`: 2^61 - 2^48 ids, so that two ids in
 /// use at once (or one in use and one in a stale record) coincide with a negligible chance.
 /// A splitmix64 sequence from a seed the kernel gives once a process: a grant costs no system
-/// call for it, and a child of fork() (which reseeds) draws other ids than its parent.
+/// call for it, and a child of `fork()` (which reseeds) draws other ids than its parent.
 pub(crate) fn fresh_id() -> io::Result<u64> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0);
@@ -128,7 +128,7 @@ impl Liveness {
             // that may only read the file, over whatever range: waited for, as for an open.
             let holder = fcntl(&file, libc::F_OFD_GETLK, kind, 0)?;
             if i32::from(holder.l_type) == libc::F_WRLCK
-                && (holder.l_start as u64, holder.l_len) != (BASE, 1)
+                && (u64::try_from(holder.l_start), holder.l_len) != (Ok(BASE), 1)
             {
                 return Ok(None);
             }
@@ -349,12 +349,17 @@ fn fcntl_range(
     start: u64,
     len: u64,
 ) -> io::Result<libc::flock> {
+    let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_owned());
+    let short =
+        |value| libc::c_short::try_from(value).map_err(|_| invalid("a lock kind beyond C's short"));
+    let offset =
+        |value| libc::off_t::try_from(value).map_err(|_| invalid("a lock range beyond off_t"));
     // SAFETY: an all-zero flock is a valid value of the plain C struct.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = kind as libc::c_short;
-    lock.l_whence = libc::SEEK_SET as libc::c_short;
-    lock.l_start = start as libc::off_t;
-    lock.l_len = len as libc::off_t;
+    lock.l_type = short(kind)?;
+    lock.l_whence = short(libc::SEEK_SET)?;
+    lock.l_start = offset(start)?;
+    lock.l_len = offset(len)?;
     // l_pid must be 0 for OFD locks.
     // SAFETY: the descriptor is open for the life of `file`; `lock` is a valid flock.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &raw mut lock) };

@@ -1,5 +1,6 @@
 //! `--help` and `--version`: exit statuses, the database, examples; the README's exit table.
 
+use std::fmt::Write as _;
 use std::fs;
 
 use crate::common::*;
@@ -100,7 +101,7 @@ fn the_readme_exit_table_is_the_one_help_prints() {
     let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let mut table = String::from("| status | meaning |\n|-----:|---------|\n");
     for (code, meaning) in &from_help {
-        table.push_str(&format!("| {code} | {meaning} |\n"));
+        let _ = writeln!(table, "| {code} | {meaning} |");
     }
     assert_eq!(
         readme_exit_rows(&readme),

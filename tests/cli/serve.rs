@@ -124,7 +124,7 @@ impl NotifySocket {
 }
 
 /// `serve` as a `Type=notify` service: READY=1 once it serves (a store opened then goes
-/// through it), WATCHDOG=1 again and again at half WATCHDOG_USEC, STOPPING=1 at SIGTERM.
+/// through it), WATCHDOG=1 again and again at half `WATCHDOG_USEC`, STOPPING=1 at SIGTERM.
 #[test]
 fn serve_tells_systemd_ready_pings_its_watchdog_and_says_stopping() {
     let env = Env::new();
@@ -165,7 +165,7 @@ fn serve_tells_systemd_ready_pings_its_watchdog_and_says_stopping() {
 }
 
 /// An abstract socket name (`@...`) works as a path does; without a watchdog meant for this
-/// process (WATCHDOG_PID another's) there is no ping between READY=1 and STOPPING=1.
+/// process (`WATCHDOG_PID` another's) there is no ping between READY=1 and STOPPING=1.
 #[test]
 fn serve_notifies_an_abstract_socket_and_pings_no_watchdog_of_another_process() {
     use std::os::linux::net::SocketAddrExt;

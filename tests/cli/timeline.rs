@@ -60,6 +60,7 @@ print(json.dumps({"leases": leases, "ticks": ticks}))
 /// past its expiry to B's grant, the token on each bar, the pause on A's row, B's write on B's
 /// bar and the refused write on A's; the same inputs give the same bytes.
 #[test]
+#[allow(clippy::float_cmp)] // The first event is at exactly 0 s.
 fn svg_draws_the_gc_pause_story_from_the_history_and_the_events() {
     let env = Env::new();
     let store = Store::open(&env.db).unwrap();

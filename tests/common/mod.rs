@@ -54,8 +54,8 @@ fn set_lock(file: &std::fs::File, kind: libc::c_int, start: i64, len: i64) {
     // SAFETY: an all-zero flock is valid; fcntl gets a valid descriptor and struct.
     let rc = unsafe {
         let mut lock: libc::flock = std::mem::zeroed();
-        lock.l_type = kind as libc::c_short;
-        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_type = libc::c_short::try_from(kind).unwrap();
+        lock.l_whence = libc::c_short::try_from(libc::SEEK_SET).unwrap();
         lock.l_start = start;
         lock.l_len = len;
         libc::fcntl(
@@ -136,8 +136,9 @@ impl Kid {
     }
 
     pub fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: kill(2) on our own child.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     }
 }
 

@@ -146,7 +146,7 @@ impl History {
         let store = ManuallyDrop::new(store);
         let checked = caught("an operation", || self.check_store(&store, point))?;
         caught("dropping the store", || {
-            drop(ManuallyDrop::into_inner(store))
+            drop(ManuallyDrop::into_inner(store));
         })?;
         checked
     }

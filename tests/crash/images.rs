@@ -131,9 +131,8 @@ impl<'a> Builder<'a> {
             Change::Write { offset, data } => {
                 let end = offset + data.len() as u64;
                 let first = (offset / granularity + 1) * granularity;
-                (0..)
-                    .map(|i| first + i * granularity)
-                    .take_while(|&cut| cut < end)
+                (first..end)
+                    .step_by(usize::try_from(granularity).unwrap())
                     .map(|cut| usize::try_from(cut - offset).unwrap())
                     .collect()
             }

@@ -2,6 +2,7 @@
 //! one order.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 /// One change to the store file's contents or size.
 #[derive(Debug, Clone)]
@@ -106,7 +107,7 @@ pub enum Event {
     Change(Change),
     /// fsync, fdatasync, sync or syncfs returned: every change logged before it is durable.
     Sync,
-    /// sync_file_range: logged, but it promises nothing after a power loss.
+    /// `sync_file_range`: logged, but it promises nothing after a power loss.
     SyncRange,
     Mark(Mark),
 }
@@ -184,7 +185,7 @@ impl Recording {
                 Event::SyncRange => "sync_file_range".into(),
                 Event::Mark(mark) => format!("{mark:?}"),
             };
-            out.push_str(&format!("{at:5} pid {pid}: {line}\n"));
+            let _ = writeln!(out, "{at:5} pid {pid}: {line}");
         }
         out
     }
@@ -205,7 +206,7 @@ impl Recording {
             *counts.entry(name).or_default() += 1;
         }
         let mut parts: Vec<_> = counts.into_iter().collect();
-        parts.sort();
+        parts.sort_unstable();
         parts
             .iter()
             .map(|(name, n)| format!("{n} {name}"))

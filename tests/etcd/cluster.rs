@@ -104,7 +104,7 @@ impl Cluster {
                     advertised_peer_port: advertise(i, peer_port),
                     dir: dir.path().join(format!("m{i}.etcd")),
                     log: dir.path().join(format!("m{i}.log")),
-                    flags: flags.iter().map(|flag| flag.to_string()).collect(),
+                    flags: flags.iter().map(std::string::ToString::to_string).collect(),
                     child: None,
                 }
             })
@@ -231,7 +231,7 @@ impl Member {
     }
 
     pub fn pid(&self) -> Option<i32> {
-        self.child.as_ref().map(|c| c.id() as i32)
+        self.child.as_ref().map(|c| i32::try_from(c.id()).unwrap())
     }
 
     pub fn signal(&self, signal: i32) {

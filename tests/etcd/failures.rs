@@ -1,7 +1,8 @@
-//! A three-node etcd cluster on loopback whose members, the leader among them, are SIGKILLed
-//! and SIGSTOPped while clients acquire, extend and write. What must hold whatever the faults:
-//! tokens strictly increase, at most one holder is live (no holder's checked write lands once a
-//! later grant was seen), no stale write is accepted, and every acknowledged write is present.
+//! A three-node etcd cluster on loopback whose members, the leader among them, are killed
+//! (`SIGKILL`) and stopped (`SIGSTOP`) while clients acquire, extend and write. What must hold
+//! whatever the faults: tokens strictly increase, at most one holder is live (no holder's checked
+//! write lands once a later grant was seen), no stale write is accepted, and every acknowledged
+//! write is present.
 //! Errors during faults (timeouts, unreachable members) are allowed; wrong answers are not.
 //! And a single node stopped under a holder that keeps its lease alive: the holder learns
 //! that it lost the lease.
@@ -63,7 +64,11 @@ fn leader(cluster: &Cluster) -> Option<usize> {
             })
             .await;
             if let Ok(Ok(status)) = asked {
-                if status.leader() == status.header().map_or(0, |h| h.member_id()) {
+                if status.leader()
+                    == status
+                        .header()
+                        .map_or(0, etcd_client::ResponseHeader::member_id)
+                {
                     return Some(i);
                 }
             }

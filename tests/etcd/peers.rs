@@ -105,7 +105,11 @@ impl Peers {
                     .await
                 });
                 if let Ok(Ok(status)) = asked {
-                    if status.leader() == status.header().map_or(0, |h| h.member_id()) {
+                    if status.leader()
+                        == status
+                            .header()
+                            .map_or(0, etcd_client::ResponseHeader::member_id)
+                    {
                         return Some(i);
                     }
                 }

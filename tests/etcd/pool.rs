@@ -30,7 +30,11 @@ impl Raw {
     /// Every lease etcd keeps now.
     fn leases(&mut self) -> Vec<i64> {
         let answer = self.runtime.block_on(self.client.leases()).unwrap();
-        answer.leases().iter().map(|lease| lease.id()).collect()
+        answer
+            .leases()
+            .iter()
+            .map(etcd_client::LeaseStatus::id)
+            .collect()
     }
 
     /// The keys attached to `lease` and its time left in whole seconds; `None` once it ended.

@@ -1,6 +1,6 @@
 //! Bad input through the Rust API: every case gets its typed error and leaves the store as it
 //! was, on every backend. What a backend lacks is refused as documented, changing nothing.
-//! Files that are not stores, or damaged ones, are tests/bad_files.rs; the C side of the
+//! Files that are not stores, or damaged ones, are `tests/bad_files.rs`; the C side of the
 //! matrix is in tests/c.
 
 use std::time::Duration;

@@ -763,7 +763,13 @@ fn a_store_used_after_fork_reports_forked(h: &Harness) {
         let forked = matches!(store.put(b"k", b"v", holder.token()), Err(Error::Forked))
             && matches!(holder.release(), Err(Error::Forked));
         // SAFETY: ends the child without running the parent's exit handlers.
-        unsafe { libc::_exit(if forked { 0 } else { 1 }) };
+        unsafe {
+            libc::_exit(if forked {
+                libc::EXIT_SUCCESS
+            } else {
+                libc::EXIT_FAILURE
+            })
+        };
     }
     let mut wstatus = 0;
     // SAFETY: waiting for our own child.

@@ -3,6 +3,8 @@
 //! README's copy matches the one `--help` prints (and prints the table to paste when it does
 //! not).
 
+use std::fmt::Write as _;
+
 pub const OK: u8 = 0;
 pub const NOT_FOUND: u8 = 1;
 pub const USAGE: u8 = 80;
@@ -93,7 +95,7 @@ pub const TABLE: &[Status] = &[
 pub fn help(rows: impl Iterator<Item = &'static Status>) -> String {
     let mut text = String::new();
     for row in rows {
-        text.push_str(&format!("  {:>5}  {}\n", row.code, row.meaning));
+        let _ = writeln!(text, "  {:>5}  {}", row.code, row.meaning);
     }
     text
 }

@@ -2,7 +2,7 @@
 //! installs, rendered from the clap definitions and the `--help` texts, so that they say what
 //! `--help` says.
 //!
-//! A page is clap_mangen's NAME, SYNOPSIS and OPTIONS, and sections cut from the command's
+//! A page is `clap_mangen`'s NAME, SYNOPSIS and OPTIONS, and sections cut from the command's
 //! `after_help` at the headings every help text uses: what comes before them is the
 //! DESCRIPTION (after the one-line about), `Exit status` the EXIT STATUS (a row of
 //! `exit::help`'s table becomes a tagged paragraph), `Example` or `Examples` the EXAMPLES
@@ -36,7 +36,7 @@ const SYNOPSES: &[(&str, &[&str])] = &[(
 )];
 
 /// The command as its users see it: without hidden subcommands (`generate`), which
-/// clap_complete would offer otherwise.
+/// `clap_complete` would offer otherwise.
 fn visible_command() -> clap::Command {
     let full = Cli::command();
     let mut visible = clap::Command::new("fencelock")
@@ -227,7 +227,7 @@ fn page(cmd: &clap::Command) -> Vec<u8> {
     out
 }
 
-/// `cmd` with each option's visible aliases in its help, as `--help` shows them: clap_mangen
+/// `cmd` with each option's visible aliases in its help, as `--help` shows them: `clap_mangen`
 /// leaves them out.
 fn with_aliases(cmd: &clap::Command) -> clap::Command {
     let mut cmd = cmd.clone();

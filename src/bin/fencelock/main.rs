@@ -332,6 +332,7 @@ Examples:
 /// Leased locks with fencing tokens, and fenced values, shared by the processes of one host.
 #[derive(Parser, Debug)]
 #[command(name = "fencelock", version, after_help = top_after_help())]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 struct Cli {
     /// The store file, or an etcd cluster as etcd://HOST:PORT[,HOST:PORT...]/PREFIX in a build
     /// with etcd support [default: $FENCELOCK_DB, else $XDG_STATE_HOME/fencelock/locks.db, else
@@ -350,6 +351,7 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 enum Command {
     /// Run a command while holding a lock; the command gets the fencing token
     #[command(after_help = run_after_help())]
@@ -594,6 +596,7 @@ pub struct HoldArgs {
 }
 
 #[derive(Args, Debug)]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 pub struct PutArgs {
     /// The key
     pub key: OsString,
@@ -615,6 +618,7 @@ pub struct GetArgs {
 }
 
 #[derive(Args, Debug)]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 pub struct DeleteArgs {
     /// The key
     pub key: OsString,
@@ -624,6 +628,7 @@ pub struct DeleteArgs {
 }
 
 #[derive(Args, Debug)]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 pub struct FenceArgs {
     /// Name of the external resource
     pub resource: String,
@@ -692,6 +697,7 @@ pub struct HistoryArgs {
 }
 
 #[derive(Args, Debug)]
+#[allow(clippy::doc_markdown)] // The doc comments are the --help text, printed verbatim.
 pub struct MetricsArgs {
     /// Print JSON instead of Prometheus' text format
     #[arg(long, conflicts_with = "listen")]
@@ -785,6 +791,7 @@ fn main() -> ExitCode {
 }
 
 /// Tells `failure` (unless quiet) and gives its status.
+#[allow(clippy::needless_pass_by_value)] // Takes it, as `unwrap_or_else(fail)` hands it over.
 fn fail(failure: Failure) -> ExitCode {
     if !failure.quiet {
         output::say(&failure.message);

@@ -1,10 +1,10 @@
-//! systemd's notification protocol (sd_notify(3)), for `fencelock serve` as a `Type=notify`
+//! systemd's notification protocol (`sd_notify(3)`), for `fencelock serve` as a `Type=notify`
 //! service: each state is a datagram of `KEY=VALUE` lines sent to the socket `$NOTIFY_SOCKET`
 //! names (a path, or after `@` an abstract name), and the watchdog's period is `$WATCHDOG_USEC`
 //! when `$WATCHDOG_PID` is unset or this process.
 //!
 //! Written here, not taken from the `sd-notify` crate: its latest release (0.5.0) connects to
-//! `$NOTIFY_SOCKET` as a path only, so an abstract name, which sd_notify(3) specifies and
+//! `$NOTIFY_SOCKET` as a path only, so an abstract name, which `sd_notify(3)` specifies and
 //! service managers in containers hand out, would fail; the protocol is these lines on std.
 
 use std::ffi::OsStr;

@@ -23,6 +23,7 @@ pub fn check_lock_name(name: &str) -> Result<(), Failure> {
 }
 
 /// How `history` prints.
+#[derive(Clone, Copy)]
 pub enum Format<'a> {
     Table,
     Json,
@@ -127,7 +128,7 @@ pub(crate) fn local_time(at: SystemTime) -> String {
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: localtime_r reads `time` and writes `tm`, both valid for the call; it is the
     // reentrant form, and reads the time zone on its first use.
-    if unsafe { libc::localtime_r(&time, &mut tm) }.is_null() {
+    if unsafe { libc::localtime_r(&raw const time, &raw mut tm) }.is_null() {
         return format!("@{secs}");
     }
     format!(

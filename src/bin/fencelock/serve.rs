@@ -170,19 +170,20 @@ pub fn block_stop_signals() -> Result<impl FnOnce(), Failure> {
     // SAFETY: the set is local and initialized by sigemptyset before use.
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGTERM);
+        libc::sigaddset(&raw mut set, libc::SIGINT);
         set
     };
     // SAFETY: `set` is initialized; the old mask is not wanted.
-    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
+    if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) } != 0
+    {
         return Err(Failure::new(exit::IO, "the signal mask could not be set"));
     }
     Ok(move || {
         let mut signal = 0;
         // SAFETY: `set` and `signal` are valid for the call.
-        unsafe { libc::sigwait(&set, &mut signal) };
+        unsafe { libc::sigwait(&raw const set, &raw mut signal) };
     })
 }
 

@@ -379,7 +379,7 @@ pub fn render(name: &str, entries: &[HistoryEntry], events: &[Event]) -> Result<
             let mx = x(event.at_ms);
             let my = bar_y + BAR / 2.0;
             // The label above the bar, toward the middle of the chart.
-            let (lx, anchor) = if mx > (CHART_LEFT + CHART_RIGHT) / 2.0 {
+            let (lx, anchor) = if mx > f64::midpoint(CHART_LEFT, CHART_RIGHT) {
                 (mx + 9.0, "end")
             } else {
                 (mx - 9.0, "start")
