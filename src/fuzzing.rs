@@ -505,13 +505,13 @@ mod tests {
         // Segments of 512 bytes, scanned from 888 (in segment 1): records to a segment's end,
         // a void filler, records in the next segments, a stopped writer's hole and the skip
         // that covers it.
-        const SIZE: u64 = 512;
-        let mut segments = vec![0u8; 3 * SIZE as usize];
+        let size: u64 = 512;
+        let mut segments = vec![0u8; 3 * 512];
         let mut end = 888;
         let mut append = |segments: &mut Vec<u8>, record: Option<&log::Record>, len: u64| {
-            let placed = crate::storage::wal::Placement::of(SIZE, end, len).unwrap();
+            let placed = crate::storage::wal::Placement::of(size, end, len).unwrap();
             let mut write = |at: u64, bytes: &[u8]| {
-                let at = usize::try_from(at - SIZE).unwrap();
+                let at = usize::try_from(at - size).unwrap();
                 segments[at..at + bytes.len()].copy_from_slice(bytes);
             };
             if let Some(filler) = placed.filler_record().unwrap() {
@@ -539,7 +539,7 @@ mod tests {
             "log-scan",
             [
                 888u64.to_le_bytes().as_slice(),
-                &u16::try_from(SIZE / ALIGN).unwrap().to_le_bytes(),
+                &u16::try_from(size / ALIGN).unwrap().to_le_bytes(),
                 &[0],
                 &segments,
             ]

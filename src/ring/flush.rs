@@ -367,7 +367,7 @@ impl<'a> GroupSync<'a> {
             }
             let next = at + span(word).max(GRANULE);
             if word & STATE_MASK == SKIPPED {
-                for inner in (at + GRANULE..next).step_by(GRANULE as usize) {
+                for inner in (at + GRANULE..next).step_by(usize::try_from(GRANULE).expect("8")) {
                     let inner_cell = self.mark_of(inner);
                     let inner_word = inner_cell.load(Ordering::Relaxed);
                     if marks(inner_word, inner) {
@@ -687,6 +687,10 @@ impl Log for PlainLog {
 impl SharedLogFile {
     /// Opens the group sync of the store file `store` (its ring in `ring_dir`) over the log
     /// file `log`.
+    ///
+    /// # Errors
+    ///
+    /// What opening the ring, the liveness lock or the log file returns.
     pub fn open(
         ring_dir: &std::path::Path,
         store: &std::path::Path,
@@ -713,22 +717,40 @@ impl SharedLogFile {
     }
 
     /// Appends `record` (a multiple of 8 bytes) at a position it returns, once durable.
+    ///
+    /// # Errors
+    ///
+    /// As `reserve`, `write` and `await_durable`.
     pub fn append(&self, record: &[u8]) -> Result<u64> {
         self.sync().append(record)
     }
 
     /// Reserves `len` bytes (the first step of `append`, for a test that stops between steps).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a length that is not a record's; [`Error::Storage`] once
+    /// the log failed.
     pub fn reserve(&self, len: u64) -> Result<u64> {
         self.sync().reserve(len)
     }
 
     /// Writes `record` at `lsn` and marks it written (the second and third steps).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the write fails; [`Error::Timeout`] when the record's gap was skipped
+    /// meanwhile (the write does not count).
     pub fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
         self.log.write(lsn, record)?;
         self.sync().written(lsn, record.len() as u64)
     }
 
     /// Waits until the log is durable up to `end` (the last step).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Storage`] when a write or sync of the log failed.
     pub fn await_durable(&self, end: u64) -> Result<()> {
         self.sync().await_durable(end)
     }

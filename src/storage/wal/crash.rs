@@ -13,7 +13,7 @@
 //! before its cut.
 //!
 //! The recorder stands below the log (the `LogDir` and `LogIo` traits), so the images come from
-//! the offsets the log itself computed, as the LD_PRELOAD recorder of tests/crash.rs sees the
+//! the offsets the log itself computed, as the `LD_PRELOAD` recorder of tests/crash.rs sees the
 //! store file's. It runs inside `cargo test` in a few seconds: the store's recorder needs
 //! processes and redb, and the log's writes are this module's own.
 
@@ -366,7 +366,7 @@ fn pieces(writes: &[(PathBuf, u64, Vec<u8>)]) -> Vec<(PathBuf, u64, Vec<u8>)> {
         let mut at = 0;
         while at < data.len() {
             let file_at = offset + at as u64;
-            let to_boundary = (SECTOR - file_at % SECTOR) as usize;
+            let to_boundary = usize::try_from(SECTOR - file_at % SECTOR).unwrap();
             let len = to_boundary.min(data.len() - at);
             pieces.push((path.clone(), file_at, data[at..at + len].to_vec()));
             at += len;

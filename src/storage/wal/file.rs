@@ -50,6 +50,8 @@ use crate::storage::wal::Segments;
 
 /// The header block's length: a segment's log bytes start after it.
 pub(crate) const HEADER_BLOCK: u64 = 4096;
+/// [`HEADER_BLOCK`] as a length in memory.
+pub(crate) const HEADER_BYTES: usize = 4096;
 /// The segment size unless the caller asks for another.
 pub(crate) const DEFAULT_SIZE: u64 = 16 << 20;
 /// The smallest segment (tests use small ones); sizes are multiples of it.
@@ -348,16 +350,16 @@ fn check_size(path: &Path, size: u64) -> std::result::Result<(), LogError> {
 }
 
 fn header(id: u64, size: u64, seq: u64) -> Vec<u8> {
-    let mut header = Vec::with_capacity(HEADER_BLOCK as usize);
+    let mut header = Vec::with_capacity(HEADER_BYTES);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&FORMAT.to_le_bytes());
-    header.extend_from_slice(&(HEADER_BLOCK as u32).to_le_bytes());
+    header.extend_from_slice(&u32::try_from(HEADER_BLOCK).expect("4096").to_le_bytes());
     header.extend_from_slice(&id.to_le_bytes());
     header.extend_from_slice(&size.to_le_bytes());
     header.extend_from_slice(&seq.to_le_bytes());
     let crc = crc::crc32c(&header);
     header.extend_from_slice(&crc.to_le_bytes());
-    header.resize(HEADER_BLOCK as usize, 0);
+    header.resize(HEADER_BYTES, 0);
     header
 }
 
@@ -735,11 +737,8 @@ mod tests {
         let bytes = fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, HEADER_BLOCK + 3 * MIN_SIZE);
         assert_eq!(&bytes[..8], b"fencelog");
-        assert_eq!(
-            &bytes[..HEADER_BLOCK as usize],
-            header(0xfeed, 3 * MIN_SIZE, 0)
-        );
-        assert!(bytes[HEADER_BLOCK as usize..].iter().all(|&b| b == 0));
+        assert_eq!(&bytes[..HEADER_BYTES], header(0xfeed, 3 * MIN_SIZE, 0));
+        assert!(bytes[HEADER_BYTES..].iter().all(|&b| b == 0));
         // Idempotent: made once, never replaced, nothing left under a temporary name.
         log.write_at(8, b"12345678").unwrap();
         log.prepare(0).unwrap();
@@ -749,7 +748,7 @@ mod tests {
             .unwrap();
         assert_eq!(names(dir.path()), ["store.wal.0000000000000000"]);
         assert_eq!(
-            &fs::read(&path).unwrap()[HEADER_BLOCK as usize + 8..][..8],
+            &fs::read(&path).unwrap()[HEADER_BYTES + 8..][..8],
             b"12345678"
         );
         // Names that are not segments of this log are none of its business.
@@ -777,7 +776,7 @@ mod tests {
         log.write_at(3 * MIN_SIZE, b"ABCDEFGH").unwrap();
         log.sync(0, 3 * MIN_SIZE + 8).unwrap();
         assert_eq!(log.seqs().unwrap(), [0, 1, 2, 3]);
-        let segment = |seq| fs::read(log.path(seq)).unwrap()[HEADER_BLOCK as usize..].to_vec();
+        let segment = |seq| fs::read(log.path(seq)).unwrap()[HEADER_BYTES..].to_vec();
         assert_eq!(&segment(0)[8..24], b"12345678\0\0\0\0\0\0\0\0");
         assert_eq!(&segment(1)[8..24], b"\0\0\0\0\0\0\0\0abcdefgh");
         assert!(segment(2).iter().all(|&b| b == 0));
@@ -789,7 +788,7 @@ mod tests {
         for (lsn, len) in [
             (MIN_SIZE - 8, 16),
             (MIN_SIZE + 4, 8),
-            (0, MIN_SIZE as usize + 8),
+            (0, usize::try_from(MIN_SIZE).unwrap() + 8),
         ] {
             let err = log.write_at(lsn, &vec![1; len]).unwrap_err();
             assert_eq!(err.status(), Status::InvalidArgument, "{err}");
@@ -825,11 +824,14 @@ mod tests {
                         let log = SegmentLog::open(base, 9, MIN_SIZE).unwrap();
                         barrier.wait();
                         log.prepare(2 * round + 1).unwrap();
-                        log.write_at(2 * round * MIN_SIZE + 8 * writer, &[writer as u8 + 1; 8])
-                            .unwrap();
+                        log.write_at(
+                            2 * round * MIN_SIZE + 8 * writer,
+                            &[u8::try_from(writer).unwrap() + 1; 8],
+                        )
+                        .unwrap();
                         log.write_at(
                             (2 * round + 1) * MIN_SIZE + 8 * writer,
-                            &[writer as u8 + 1; 8],
+                            &[u8::try_from(writer).unwrap() + 1; 8],
                         )
                         .unwrap();
                     });

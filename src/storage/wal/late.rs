@@ -202,7 +202,7 @@ fn a_late_write_after_the_log_moved_on_never_reaches_a_newer_record() {
         .find(|&at| at + SIZE >= writer.end)
         .unwrap();
     let on_a_ring = |late: bool| -> Scanned {
-        let mut ring = vec![0u8; SIZE as usize];
+        let mut ring = vec![0u8; usize::try_from(SIZE).unwrap()];
         for (i, (at, bytes)) in writer.writes.iter().enumerate() {
             if late && i == late_at {
                 let offset = (lsn % SIZE) as usize;

@@ -86,10 +86,12 @@ impl Segments for Memory<'_> {
 
 /// Reads position `lsn` from `segment`, its segment's bytes, of segments of `size`.
 fn read_in(segment: &[u8], size: u64, lsn: u64, bytes: &mut [u8]) -> Result<()> {
-    let at = (lsn % size) as usize;
-    let Some(source) = segment
-        .get(at..at + bytes.len())
-        .filter(|_| (at + bytes.len()) as u64 <= size)
+    let at = lsn % size;
+    let within = at + bytes.len() as u64 <= size;
+    let Some(source) = usize::try_from(at)
+        .ok()
+        .filter(|_| within)
+        .and_then(|at| segment.get(at..at + bytes.len()))
     else {
         return Err(Error::invalid(format!(
             "{} bytes at log position {lsn} run past the end of a segment of {size}",
@@ -296,7 +298,7 @@ pub(crate) fn scan<S: Segments + ?Sized>(log: &S, from: u64) -> Result<Scanned> 
 mod tests {
     use super::*;
     use crate::base::error::Status;
-    use crate::storage::wal::file::{SegmentLog, HEADER_BLOCK, MIN_SIZE};
+    use crate::storage::wal::file::{SegmentLog, HEADER_BYTES, MIN_SIZE};
     use crate::storage::wal::Placement;
 
     /// A log in memory and a writer that places its records as a writer of the files does.
@@ -326,9 +328,10 @@ mod tests {
                 .last()
                 .map_or(seq, |&newest| newest + 1);
             for each in first..=seq {
-                self.segments.insert(each, vec![0; self.size as usize]);
+                self.segments
+                    .insert(each, vec![0; usize::try_from(self.size).unwrap()]);
             }
-            let at = (lsn % self.size) as usize;
+            let at = usize::try_from(lsn % self.size).unwrap();
             &mut self.segments.get_mut(&seq).unwrap()[at..]
         }
 
@@ -428,7 +431,7 @@ mod tests {
         let mut written = Vec::new();
         // Record lengths that leave every kind of tail, fillers of voids and of nothing among them.
         for i in 0..600 {
-            let record = put(i, (i as usize * 37) % 300);
+            let record = put(i, usize::try_from(i * 37 % 300).unwrap());
             let lsn = log.append(&record);
             written.push((lsn, record));
         }
@@ -504,7 +507,7 @@ mod tests {
 
         // Torn: the record's second half is still the zeros it overwrote.
         let mut torn = log.clone();
-        torn.at(at[3])[64..(at[4] - at[3]) as usize].fill(0);
+        torn.at(at[3])[64..usize::try_from(at[4] - at[3]).unwrap()].fill(0);
         let scanned = torn.scan(4096);
         assert_eq!(records(&scanned), records(&full)[..3]);
         assert_eq!((scanned.end, scanned.holes), (at[3], 0));
@@ -635,7 +638,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("store.wal");
         let file = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
-        let mut log = Log::new(MIN_SIZE as usize, 0);
+        let mut log = Log::new(usize::try_from(MIN_SIZE).unwrap(), 0);
         for i in 0..100 {
             let before = log.end;
             let lsn = log.append(&put(i, 50));
@@ -655,11 +658,7 @@ mod tests {
         assert!(log.segments.len() > 2, "{}", log.segments.len());
         for (seq, bytes) in &log.segments {
             let on_disk = std::fs::read(file.path(*seq)).unwrap();
-            assert_eq!(
-                &on_disk[HEADER_BLOCK as usize..],
-                bytes.as_slice(),
-                "segment {seq}"
-            );
+            assert_eq!(&on_disk[HEADER_BYTES..], bytes.as_slice(), "segment {seq}");
         }
         let reopened = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
         for from in [0, MIN_SIZE, log.end - log.end % MIN_SIZE] {
@@ -684,7 +683,7 @@ mod tests {
             let log = Memory {
                 size,
                 segments: bytes
-                    .chunks_exact(size as usize)
+                    .chunks_exact(usize::try_from(size).unwrap())
                     .enumerate()
                     .filter(|(i, _)| *i >= 8 || missing & (1 << i) == 0)
                     .map(|(i, chunk)| (first + i as u64, chunk))
