@@ -1,5 +1,5 @@
 #!/bin/sh
-# The seeded mutants of the ring's protocols and of the token rules: each one is a small change
+# The seeded mutants of the ring's protocols, of the token rules and of the redo log's segments: each one is a small change
 # that breaks a protocol as a plausible slip would, applied to a copy of the tree's file, and
 # each must make its model (or property test) fail. Run by `make test-mutants`; the file is put
 # back after each, whatever happens. Prints one line per mutant and fails if any survives.
@@ -33,6 +33,8 @@ seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_lea
 bell-no-wake~src/ring/activity.rs~        if self.sleepers.load(sync::Ordering::SeqCst) != 0 {\n            sync::futex_wake(&self.changes);\n        }~        let _ = self.sleepers.load(sync::Ordering::SeqCst);~ring::models::bell~loom
 bell-no-fence~src/ring/activity.rs~        sync::fence(sync::Ordering::SeqCst);\n        if self.sleepers~        if self.sleepers~ring::models::bell~loom
 bell-counted-late~src/ring/activity.rs~        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);\n~~ring::models::bell~loom
+wal-sync-last-segment~src/storage/wal/file.rs~for seq in from / self.size..=(to - 1) / self.size {~for seq in (to - 1) / self.size..=(to - 1) / self.size {~storage::wal::crash~
+wal-remake-retired~src/storage/wal/file.rs~                return Err(LogError::Retired {\n                    path: self.path(seq),\n                });\n            }\n            let first = newest.map_or(seq, |newest| newest + 1);~            }\n            let first = newest.map_or(seq, |newest| (newest + 1).min(seq));~storage::wal::late~
 '
 
 want="$*"

@@ -22,8 +22,8 @@ use crate::rules::record::{decode_value, encode_value, Lease, Record, LEASE_FORM
 use crate::share::buckets;
 use crate::share::wire::{self, Request};
 use crate::storage::wal::record::{self as log, ALIGN};
-use crate::storage::wal::scan::{self, Bytes};
-use crate::storage::wal::Ring;
+use crate::storage::wal::scan::{self, Memory};
+use crate::storage::wal::Segments;
 
 /// A decoder's check: whether `bytes` decoded; panics on a finding.
 pub type Check = fn(&[u8]) -> bool;
@@ -230,15 +230,34 @@ pub fn log_record(bytes: &[u8]) -> bool {
     }
 }
 
-/// The recovery scan (`storage/wal/scan.rs`) over arbitrary log bytes: the first 8 are the
-/// position to scan from (aligned), the rest the ring. A clean end or a typed error; every
-/// record it returns is whole at its own position, and the end follows them.
+/// The recovery scan (`storage/wal/scan.rs`) over arbitrary log segments: the first 8 bytes
+/// are the position to scan from (aligned), the next 2 the segment size in units of 8 bytes,
+/// the next one a mask of the first 8 segments left missing, and the rest the segments, in
+/// order from the one holding that position (a partial last one is left out). A clean end or a
+/// typed error; every record it returns is whole at its own position, and the end follows
+/// them.
 pub fn log_scan(bytes: &[u8]) -> bool {
-    let Some((from, ring)) = bytes.split_first_chunk::<8>() else {
+    let Some((from, rest)) = bytes.split_first_chunk::<8>() else {
         return false;
     };
+    let Some((size, rest)) = rest.split_first_chunk::<2>() else {
+        return false;
+    };
+    let Some((&missing, segments)) = rest.split_first() else {
+        return false;
+    };
+    let size = u64::from(u16::from_le_bytes(*size)).max(1) * ALIGN;
     let from = u64::from_le_bytes(*from) / ALIGN * ALIGN;
-    let ring = Bytes(ring);
+    let first = from / size;
+    let ring = Memory {
+        size,
+        segments: segments
+            .chunks_exact(usize::try_from(size).expect("at most 512 KiB"))
+            .enumerate()
+            .filter(|(i, _)| *i >= 8 || missing & (1 << i) == 0)
+            .map(|(i, segment)| (first + i as u64, segment))
+            .collect(),
+    };
     match scan::scan(&ring, from) {
         Ok(scanned) => {
             let mut last = from;
@@ -252,10 +271,10 @@ pub fn log_scan(bytes: &[u8]) -> bool {
                 let encoded = record.encode(*lsn).expect("a scanned record encodes");
                 let mut there = vec![0u8; encoded.len()];
                 ring.read(*lsn, &mut there)
-                    .expect("a scanned record is in the ring");
+                    .expect("a scanned record is in the log");
                 assert_eq!(
                     there, encoded,
-                    "a scanned record is not the ring's bytes at {lsn}"
+                    "a scanned record is not the log's bytes at {lsn}"
                 );
                 last = lsn + encoded.len() as u64;
             }
@@ -269,7 +288,7 @@ pub fn log_scan(bytes: &[u8]) -> bool {
             let status = err.status();
             assert!(
                 status == Status::Corrupt
-                    || (status == Status::InvalidArgument && ring.size() < log::MIN_RECORD)
+                    || (status == Status::InvalidArgument && size < log::MIN_RECORD)
                     || status == Status::InvalidArgument && from > u64::MAX / 2,
                 "a scan failed with an error of another kind: {err:?}"
             );
@@ -483,15 +502,17 @@ mod tests {
         for (i, record) in log_records.iter().enumerate() {
             samples.push(("log-record", record.encode(4096 + 8 * i as u64).unwrap()));
         }
-        // A ring of 1 KiB, scanned from 888: records to its end, a void filler, records in the
-        // next lap, a stopped writer's hole and the skip that covers it.
-        let mut ring = vec![0u8; 1024];
+        // Segments of 512 bytes, scanned from 888 (in segment 1): records to a segment's end,
+        // a void filler, records in the next segments, a stopped writer's hole and the skip
+        // that covers it.
+        let size: u64 = 512;
+        let mut segments = vec![0u8; 3 * 512];
         let mut end = 888;
-        let mut append = |ring: &mut Vec<u8>, record: Option<&log::Record>, len: u64| {
-            let placed = crate::storage::wal::Placement::of(1024, end, len).unwrap();
+        let mut append = |segments: &mut Vec<u8>, record: Option<&log::Record>, len: u64| {
+            let placed = crate::storage::wal::Placement::of(size, end, len).unwrap();
             let mut write = |at: u64, bytes: &[u8]| {
-                let at = usize::try_from(at % 1024).unwrap();
-                ring[at..at + bytes.len()].copy_from_slice(bytes);
+                let at = usize::try_from(at - size).unwrap();
+                segments[at..at + bytes.len()].copy_from_slice(bytes);
             };
             if let Some(filler) = placed.filler_record().unwrap() {
                 write(end, &filler);
@@ -504,19 +525,25 @@ mod tests {
             reserved
         };
         for record in &log_records[..4] {
-            append(&mut ring, Some(record), record.encoded_len());
+            append(&mut segments, Some(record), record.encoded_len());
         }
-        let (hole, len) = append(&mut ring, None, 64);
+        let (hole, len) = append(&mut segments, None, 64);
         append(
-            &mut ring,
+            &mut segments,
             Some(&log_records[0]),
             log_records[0].encoded_len(),
         );
         let skip = log::Record::Skip { lsn: hole, len };
-        append(&mut ring, Some(&skip), skip.encoded_len());
+        append(&mut segments, Some(&skip), skip.encoded_len());
         samples.push((
             "log-scan",
-            [888u64.to_le_bytes().as_slice(), &ring].concat(),
+            [
+                888u64.to_le_bytes().as_slice(),
+                &u16::try_from(size / ALIGN).unwrap().to_le_bytes(),
+                &[0],
+                &segments,
+            ]
+            .concat(),
         ));
         samples
     }
@@ -539,18 +566,31 @@ mod tests {
         }
     }
 
-    /// The scan's seed reaches every branch a log holds: a filler, a wrap, a covered hole.
+    /// The scan's seed reaches every branch a log holds: a filler, a segment's end, a covered
+    /// hole; and with a segment left missing, the typed error.
     #[test]
-    fn the_log_scan_seed_wraps_and_crosses_a_hole() {
+    fn the_log_scan_seed_crosses_segments_and_a_hole() {
         let (_, bytes) = samples()
             .into_iter()
             .find(|(n, _)| *n == "log-scan")
             .unwrap();
-        let scanned = scan::scan(&Bytes(&bytes[8..]), 888).unwrap();
+        let log = Memory {
+            size: 512,
+            segments: bytes[11..]
+                .chunks_exact(512)
+                .zip(1..)
+                .map(|(s, seq)| (seq, s))
+                .collect(),
+        };
+        let scanned = scan::scan(&log, 888).unwrap();
         assert_eq!((scanned.records.len(), scanned.holes), (4, 1));
-        // The fence went to the next lap, after a void filler.
+        // The fence went to the next segment, after a void filler.
         assert_eq!(scanned.records[2].0, 1024);
         assert!(scanned.end > 1100, "{}", scanned.end);
+        assert!(log_scan(&bytes));
+        let mut missing = bytes.clone();
+        missing[10] = 0b10;
+        assert!(!log_scan(&missing));
     }
 
     /// The seeds of the fuzz target are these samples, each after its check's index; with

@@ -46,10 +46,11 @@
 //! liveness lock is gone). A gap (a record reserved and never marked, its writer stopped or
 //! dead) is skipped by the first waiter that sees the gap at `flushed` for `GAP_PATIENCE`: it
 //! claims the gap's marks, appends a `skip(lsn, len)` record through [`Log::write_skip`] and
-//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/`) must take a record at `lsn`
-//! as void when a `skip(lsn, len)` record lies within the next `WINDOW` bytes (the stopped writer
-//! may still write its bytes there when it resumes), and the skip record is durable before any
-//! sync covers a byte past the gap. The one holder left: a skipper stopped between its claim and
+//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/scan.rs`) takes a record at
+//! `lsn` as void when a later `skip(lsn, len)` record covers it (the stopped writer may still
+//! write its bytes there when it resumes: only there, as the log's segments are never reused,
+//! `storage/wal/file.rs`), and the skip record is durable before any sync covers a byte past the
+//! gap. The one holder left: a skipper stopped between its claim and
 //! `SKIPPED` holds the gap until it resumes (the window's one skip record cannot be taken twice
 //! safely); docs/design/writes.md section 8 says so.
 //!
@@ -111,8 +112,13 @@ const TAG_MASK: u64 = (1 << 46) - 1;
 pub(crate) trait Log {
     /// Writes `record` at `lsn` (its place in the file is the log's business).
     fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()>;
-    /// Makes every write that returned before this call durable (`fdatasync`).
-    fn sync(&self) -> io::Result<()>;
+    /// Makes durable every write that returned before this call at the positions
+    /// `[from, to)`, whichever process made it (`fdatasync`). The range is what a log of
+    /// segment files (`storage/wal/file.rs`) needs to know which to sync: usually one, two when
+    /// the range crosses a segment's end. A handle cannot know it from the writes it made
+    /// itself, since the records a flusher covers are mostly other processes'. A log in one
+    /// file syncs it whole.
+    fn sync(&self, from: u64, to: u64) -> io::Result<()>;
     /// Writes at `at`, in `space` bytes, a record saying that the `len` bytes at `gap` do not
     /// count, whatever they hold.
     fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()>;
@@ -361,7 +367,7 @@ impl<'a> GroupSync<'a> {
             }
             let next = at + span(word).max(GRANULE);
             if word & STATE_MASK == SKIPPED {
-                for inner in (at + GRANULE..next).step_by(GRANULE as usize) {
+                for inner in (at + GRANULE..next).step_by(usize::try_from(GRANULE).expect("8")) {
                     let inner_cell = self.mark_of(inner);
                     let inner_word = inner_cell.load(Ordering::Relaxed);
                     if marks(inner_word, inner) {
@@ -411,7 +417,7 @@ impl<'a> GroupSync<'a> {
         if to <= flushed {
             return Ok(false);
         }
-        if let Err(err) = self.log.sync() {
+        if let Err(err) = self.log.sync(flushed, to) {
             return Err(self.failed_by(&err));
         }
         let words = self.words();
@@ -577,7 +583,7 @@ impl<'a> GroupSync<'a> {
                 Err(err) => return Err(err),
             }
         }
-        if let Err(err) = self.log.sync() {
+        if let Err(err) = self.log.sync(place, place + SKIP_SPACE) {
             return Err(self.failed_by(&err));
         }
         // Release: the skip record's write and sync (before this) are seen by the flusher that
@@ -661,7 +667,7 @@ impl Log for PlainLog {
         std::os::unix::fs::FileExt::write_all_at(&self.0, record, lsn)
     }
 
-    fn sync(&self) -> io::Result<()> {
+    fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
         // Relaxed: a count for the bench, read by this process alone.
         self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.0.sync_data()
@@ -681,6 +687,10 @@ impl Log for PlainLog {
 impl SharedLogFile {
     /// Opens the group sync of the store file `store` (its ring in `ring_dir`) over the log
     /// file `log`.
+    ///
+    /// # Errors
+    ///
+    /// What opening the ring, the liveness lock or the log file returns.
     pub fn open(
         ring_dir: &std::path::Path,
         store: &std::path::Path,
@@ -707,22 +717,40 @@ impl SharedLogFile {
     }
 
     /// Appends `record` (a multiple of 8 bytes) at a position it returns, once durable.
+    ///
+    /// # Errors
+    ///
+    /// As `reserve`, `write` and `await_durable`.
     pub fn append(&self, record: &[u8]) -> Result<u64> {
         self.sync().append(record)
     }
 
     /// Reserves `len` bytes (the first step of `append`, for a test that stops between steps).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a length that is not a record's; [`Error::Storage`] once
+    /// the log failed.
     pub fn reserve(&self, len: u64) -> Result<u64> {
         self.sync().reserve(len)
     }
 
     /// Writes `record` at `lsn` and marks it written (the second and third steps).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the write fails; [`Error::Timeout`] when the record's gap was skipped
+    /// meanwhile (the write does not count).
     pub fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
         self.log.write(lsn, record)?;
         self.sync().written(lsn, record.len() as u64)
     }
 
     /// Waits until the log is durable up to `end` (the last step).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Storage`] when a write or sync of the log failed.
     pub fn await_durable(&self, end: u64) -> Result<()> {
         self.sync().await_durable(end)
     }
@@ -767,7 +795,7 @@ mod tests {
             Ok(())
         }
 
-        fn sync(&self) -> io::Result<()> {
+        fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
             if self.failing.get() {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }

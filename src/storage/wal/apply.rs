@@ -35,7 +35,7 @@ use crate::rules::record::encode_value;
 use crate::rules::tables::{FENCES, META, VALUES, VERSIONS, WAL_APPLIED_KEY};
 use crate::storage::wal::record::{Record, ALIGN};
 use crate::storage::wal::scan::scan;
-use crate::storage::wal::Ring;
+use crate::storage::wal::Segments;
 
 /// What an [`apply`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +112,7 @@ pub(crate) fn apply(
 /// Fails with what the scan or [`apply`] refuses ([`Error::Corrupt`] for a record written whole
 /// that is not one, or a stored position that is not a log position), or a storage error; the
 /// store is then unchanged.
-pub(crate) fn recover<R: Ring + ?Sized>(db: &Database, log: &R) -> Result<Recovered> {
+pub(crate) fn recover<S: Segments + ?Sized>(db: &Database, log: &S) -> Result<Recovered> {
     let txn = db.begin_write()?;
     let from = applied_position(&txn.open_table(META)?)?;
     if from % ALIGN != 0 {

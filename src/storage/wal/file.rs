@@ -1,71 +1,108 @@
-//! The log file: a header block, then a ring of `size` bytes that is written once with zeros
-//! when the file is created and afterwards only overwritten in place, so that its size and its
-//! blocks never change and `fdatasync` is a data-only sync.
+//! The segment files of the log: `STORE.wal.<seq>` (`seq` in 16 hex digits, so that names
+//! sort), each a header block and then `size` bytes of log, written once with zeros when the
+//! segment is created and afterwards only written in place, so that its size and its blocks
+//! never change and `fdatasync` is a data-only sync. Position (LSN) `lsn` lives in segment
+//! `lsn / size` at `HEADER_BLOCK + lsn % size`.
 //!
 //! Header (the first [`HEADER_BLOCK`] bytes, written once, at creation; zeros after the fields):
 //!
 //! ```text
-//! [magic 8: "fencelog"][format u32][header length u32][store id u64][ring size u64][crc32c u32]
+//! [magic 8: "fencelog"][format u32][header length u32][store id u64][segment size u64][seq u64][crc32c u32]
 //! ```
 //!
-//! The checksum covers the 32 bytes before it. Position (LSN) `lsn` lives at
-//! `HEADER_BLOCK + lsn % size`.
+//! The checksum covers the 40 bytes before it.
 //!
-//! Creation writes the whole file under a temporary name beside it, syncs it, links it to its
-//! name (refused when the name exists: two creators cannot replace each other's log) and syncs
-//! the directory: the log is at its path whole, or not at all.
+//! **Created whole, retired by unlink, never reused** (docs/design/writes.md, "Why segments, not
+//! a ring in place"). A segment is written whole under a temporary name beside it, synced,
+//! linked to its name (refused when the name exists: two creators cannot replace each other's
+//! segment, so [`SegmentLog::prepare`] is idempotent across processes) and the directory
+//! synced: a segment is at its name whole, or not at all. Segments are only created above the
+//! newest one that exists (those between are created too, so the sequence has no gap), and
+//! [`SegmentLog::retire_below`] never unlinks the newest: so a name that is missing below the
+//! newest was retired, and is never made again. A writer stopped between its reservation and
+//! its `pwrite` then either writes through its still-open descriptor into an unlinked inode,
+//! which no one reads, or finds its segment gone and is refused ([`LogError::Retired`]); while
+//! its segment is still linked, its late bytes land only on its own reservation, which a skip
+//! record already voids.
+//!
+//! The log's first segment is made by whoever sets the log up (recovery: [`SegmentLog::prepare`]
+//! of the segment of the scan's end), before any writer reserves: a log with no segment at all
+//! makes only the segment asked for, as it cannot tell which below were retired.
+//!
+//! Each handle keeps the descriptors of the segments it opened, by `seq`; those of retired
+//! segments are dropped when this handle retires them or lists the directory and finds them
+//! gone.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::crc;
 use crate::storage::wal::record::ALIGN;
-use crate::storage::wal::Ring;
+use crate::storage::wal::Segments;
 
-/// The header block's length: the ring starts after it.
+/// The header block's length: a segment's log bytes start after it.
 pub(crate) const HEADER_BLOCK: u64 = 4096;
-/// The ring's size unless the caller asks for another.
-pub(crate) const DEFAULT_SIZE: u64 = 64 << 20;
-/// The smallest ring (tests use small ones); sizes are multiples of it.
+/// [`HEADER_BLOCK`] as a length in memory.
+pub(crate) const HEADER_BYTES: usize = 4096;
+/// The segment size unless the caller asks for another.
+pub(crate) const DEFAULT_SIZE: u64 = 16 << 20;
+/// The smallest segment (tests use small ones); sizes are multiples of it.
 pub(crate) const MIN_SIZE: u64 = 4096;
-/// The largest ring.
+/// The largest segment.
 pub(crate) const MAX_SIZE: u64 = 1 << 40;
-/// The format this code writes, and the newest it reads.
-pub(crate) const FORMAT: u32 = 1;
+/// The format this code writes, and the newest it reads (1 was the ring in one file, which
+/// this code does not read: no store ever wrote one).
+pub(crate) const FORMAT: u32 = 2;
 const MAGIC: [u8; 8] = *b"fencelog";
 /// The header's fields, before their checksum.
-const FIELDS: usize = 32;
+const FIELDS: usize = 40;
+/// The digits of a segment's `seq` in its name.
+const SEQ_DIGITS: usize = 16;
 
-/// Why a log file could not be opened or created.
+/// Why a segment could not be opened, created or written.
 #[derive(Debug)]
 #[non_exhaustive]
 pub(crate) enum LogError {
     /// The file does not start with the log's magic: another program's file.
     NotALog { path: PathBuf },
-    /// The magic is there but the header's checksum does not match.
+    /// The magic is there but the header's checksum does not match, or its fields are not
+    /// ones this code writes.
     DamagedHeader { path: PathBuf },
-    /// The log of another store (the id the caller gave is not the header's).
+    /// A segment of another store's log (the id the caller gave is not the header's).
     OtherStore {
         path: PathBuf,
         expected: u64,
         found: u64,
     },
-    /// The header states another ring size than the caller asked for.
+    /// The header states another segment size than the caller asked for.
     OtherSize {
+        path: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+    /// The header states another `seq` than the segment's name: a file copied or renamed.
+    OtherSeq {
         path: PathBuf,
         expected: u64,
         found: u64,
     },
     /// Written by a newer version of fencelock, in a format this one does not read.
     NewerFormat { path: PathBuf, found: u32 },
-    /// The file is shorter than its header and the ring it states.
+    /// The file is shorter than its header and the segment it states.
     Short { path: PathBuf, len: u64, needs: u64 },
-    /// A ring size this code does not make.
+    /// A segment size this code does not make.
     BadSize { path: PathBuf, size: u64 },
+    /// A write into a segment that was retired (a newer one exists and this one is gone): the
+    /// writer came too late, and its write does not happen.
+    Retired { path: PathBuf },
     /// The system refused an operation on the file.
     Io {
         path: PathBuf,
@@ -82,7 +119,7 @@ impl fmt::Display for LogError {
             }
             LogError::DamagedHeader { path } => write!(
                 f,
-                "{}: the log's header is damaged (its checksum does not match)",
+                "{}: the log segment's header is damaged (its checksum does not match)",
                 path.display()
             ),
             LogError::OtherStore {
@@ -91,7 +128,8 @@ impl fmt::Display for LogError {
                 found,
             } => write!(
                 f,
-                "{}: the log of another store (id {found:#018x}, this store's is {expected:#018x})",
+                "{}: a log segment of another store (id {found:#018x}, this store's is \
+                 {expected:#018x})",
                 path.display()
             ),
             LogError::OtherSize {
@@ -100,7 +138,17 @@ impl fmt::Display for LogError {
                 found,
             } => write!(
                 f,
-                "{}: the log's ring is {found} bytes, not the {expected} asked for",
+                "{}: the log segment holds {found} bytes of log, not the {expected} asked for",
+                path.display()
+            ),
+            LogError::OtherSeq {
+                path,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{}: the log segment's header says it is segment {found:#x}, its name {expected:#x} \
+                 (copied or renamed)",
                 path.display()
             ),
             LogError::NewerFormat { path, found } => write!(
@@ -110,13 +158,19 @@ impl fmt::Display for LogError {
             ),
             LogError::Short { path, len, needs } => write!(
                 f,
-                "{}: the log is cut short: {len} bytes, its header and ring need {needs}",
+                "{}: the log segment is cut short: {len} bytes, its header and log need {needs}",
                 path.display()
             ),
             LogError::BadSize { path, size } => write!(
                 f,
-                "{}: a log ring of {size} bytes is not a multiple of {MIN_SIZE} from {MIN_SIZE} \
-                 to {MAX_SIZE}",
+                "{}: a log segment of {size} bytes is not a multiple of {MIN_SIZE} from \
+                 {MIN_SIZE} to {MAX_SIZE}",
+                path.display()
+            ),
+            LogError::Retired { path } => write!(
+                f,
+                "{}: the log segment was retired (checkpointed and removed): a write there \
+                 came too late and did not happen",
                 path.display()
             ),
             LogError::Io { path, op, source } => {
@@ -146,21 +200,25 @@ impl From<LogError> for Error {
                 supported: u64::from(FORMAT),
             },
             LogError::BadSize { .. } => Error::InvalidArgument(err.to_string()),
+            // As a write whose reservation was skipped (ring/flush.rs `written`): it did not
+            // happen.
+            LogError::Retired { .. } => Error::timed_out(),
             LogError::Io { path, op, source } => Error::Io(source).at_path(op, &path),
             LogError::DamagedHeader { .. }
             | LogError::Short { .. }
-            | LogError::OtherSize { .. } => Error::Corrupt(err.to_string()),
+            | LogError::OtherSize { .. }
+            | LogError::OtherSeq { .. } => Error::Corrupt(err.to_string()),
         }
     }
 }
 
-/// What the log needs of its file: positional reads and writes and a data-only sync.
-/// `std::fs::File` in the store; a recorder in the crash tests, which builds from what it saw
-/// every image a power loss may leave.
+/// What the log needs of a segment file: positional reads and writes, its length and a
+/// data-only sync. `std::fs::File` in the store; a recorder in the crash tests.
 pub(crate) trait LogIo {
     fn write_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
     fn read_at(&self, bytes: &mut [u8], offset: u64) -> io::Result<()>;
     fn sync_data(&self) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
 }
 
 impl LogIo for File {
@@ -175,15 +233,110 @@ impl LogIo for File {
     fn sync_data(&self) -> io::Result<()> {
         File::sync_data(self)
     }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
 }
 
-/// An open log file.
-#[derive(Debug)]
-pub(crate) struct LogFile<F: LogIo = File> {
-    io: F,
-    path: PathBuf,
-    id: u64,
-    size: u64,
+/// What the log needs of the directory its segments live in: the real one ([`Disk`]), or a
+/// recorder in the crash tests, which builds from what it saw every image a power loss may
+/// leave.
+pub(crate) trait LogDir {
+    type File: LogIo;
+    /// Opens the file at `path` for reading and writing; an error of kind `NotFound` when
+    /// there is none.
+    fn open(&self, path: &Path) -> io::Result<Self::File>;
+    /// Makes the file at `path` whole, or not at all: `header`, then zeros up to `len` bytes,
+    /// written under a temporary name, synced, linked to `path` (`AlreadyExists` when there is
+    /// a file there already, which is kept) and the directory synced.
+    fn create(&self, path: &Path, header: &[u8], len: u64) -> io::Result<()>;
+    /// Unlinks each of `paths`, then syncs the directory.
+    fn remove(&self, paths: &[PathBuf]) -> io::Result<()>;
+    /// The names of the files in `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+}
+
+/// The file system.
+#[derive(Debug, Default)]
+pub(crate) struct Disk;
+
+/// A temporary name unique among the creators of this process (threads) and of others (pids).
+static CREATING: AtomicU64 = AtomicU64::new(0);
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl LogDir for Disk {
+    type File = File;
+
+    fn open(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new().read(true).write(true).open(path)
+    }
+
+    fn create(&self, path: &Path, header: &[u8], len: u64) -> io::Result<()> {
+        let mut temporary = path.as_os_str().to_owned();
+        // Relaxed: a counter for a unique name, nothing else hangs on it.
+        let n = CREATING.fetch_add(1, Ordering::Relaxed);
+        temporary.push(format!(".creating-{}-{n}", std::process::id()));
+        let temporary = PathBuf::from(temporary);
+        let made = (|| {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&temporary)?;
+            // Real zeros, not a hole or fallocate's unwritten extents: the first write to
+            // either changes the file's block map, and its sync would then be a metadata sync.
+            let chunk = vec![0u8; usize::try_from(len.min(1 << 20)).expect("1 MiB")];
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(chunk.len() as u64);
+                file.write_all_at(&chunk[..usize::try_from(n).expect("1 MiB")], at)?;
+                at += n;
+            }
+            file.write_all_at(header, 0)?;
+            file.sync_data()?;
+            fs::hard_link(&temporary, path)
+        })();
+        // The temporary name goes in every case; the file stays under `path` once linked.
+        let _ = fs::remove_file(&temporary);
+        made?;
+        sync_dir(parent(path))
+    }
+
+    fn remove(&self, paths: &[PathBuf]) -> io::Result<()> {
+        for path in paths {
+            match fs::remove_file(path) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+        }
+        match paths.first() {
+            Some(path) => sync_dir(parent(path)),
+            None => Ok(()),
+        }
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        fs::read_dir(dir)?
+            .map(|entry| entry.map(|entry| entry.file_name()))
+            .collect()
+    }
+}
+
+/// The error of `op` on `path`, as a function of the system's.
+fn io_err(path: PathBuf, op: &'static str) -> impl FnOnce(io::Error) -> LogError {
+    move |source| LogError::Io { path, op, source }
+}
+
+/// The directory of `path`.
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 fn check_size(path: &Path, size: u64) -> std::result::Result<(), LogError> {
@@ -196,99 +349,30 @@ fn check_size(path: &Path, size: u64) -> std::result::Result<(), LogError> {
     Ok(())
 }
 
-fn header(id: u64, size: u64) -> Vec<u8> {
-    let mut header = Vec::with_capacity(HEADER_BLOCK as usize);
+fn header(id: u64, size: u64, seq: u64) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_BYTES);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&FORMAT.to_le_bytes());
-    header.extend_from_slice(&(HEADER_BLOCK as u32).to_le_bytes());
+    header.extend_from_slice(&u32::try_from(HEADER_BLOCK).expect("4096").to_le_bytes());
     header.extend_from_slice(&id.to_le_bytes());
     header.extend_from_slice(&size.to_le_bytes());
+    header.extend_from_slice(&seq.to_le_bytes());
     let crc = crc::crc32c(&header);
     header.extend_from_slice(&crc.to_le_bytes());
-    header.resize(HEADER_BLOCK as usize, 0);
+    header.resize(HEADER_BYTES, 0);
     header
 }
 
-impl LogFile<File> {
-    /// Creates the log at `path` for the store `id`, with a ring of `size` bytes
-    /// ([`DEFAULT_SIZE`] in the store): written whole under a temporary name, synced, linked to
-    /// `path` and the directory synced. Refused when `path` exists.
-    pub(crate) fn create(path: &Path, id: u64, size: u64) -> std::result::Result<Self, LogError> {
-        check_size(path, size)?;
-        let io_err = |op, source| LogError::Io {
-            path: path.to_owned(),
-            op,
-            source,
-        };
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(format!(".creating-{}", std::process::id()));
-        let temporary = PathBuf::from(temporary);
-        let made = (|| {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&temporary)
-                .map_err(|e| io_err("create", e))?;
-            let log = LogFile::format(file, path, id, size)?;
-            fs::hard_link(&temporary, path).map_err(|e| io_err("create", e))?;
-            Ok(log)
-        })();
-        // The temporary name goes in every case; the file stays under `path` once linked.
-        let _ = fs::remove_file(&temporary);
-        let log = made?;
-        File::open(dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|e| io_err("sync the directory of", e))?;
-        Ok(log)
-    }
-
-    /// Opens the log at `path` and checks its header: the magic, the format, the store's `id`
-    /// and, when given, the ring's `size`; and that the file holds the whole ring.
-    pub(crate) fn open(
-        path: &Path,
-        id: u64,
-        size: Option<u64>,
-    ) -> std::result::Result<Self, LogError> {
-        let path_buf = path.to_owned();
-        let io_err = |op, source| LogError::Io {
-            path: path_buf.clone(),
-            op,
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| io_err("open", e))?;
-        let len = file.metadata().map_err(|e| io_err("open", e))?.len();
-        let mut head = vec![0u8; usize::try_from(len.min(HEADER_BLOCK)).expect("4096")];
-        file.read_exact_at(&mut head, 0)
-            .map_err(|e| io_err("read", e))?;
-        let found_size = check_header(path, &head, id, size, len)?;
-        Ok(LogFile {
-            io: file,
-            path: path.to_owned(),
-            id,
-            size: found_size,
-        })
-    }
-}
-
-/// Checks a log's header, `head` (the file's first bytes, up to [`HEADER_BLOCK`]), of a file of
-/// `len` bytes; the ring's size.
+/// Checks a segment's header, `head` (the file's first bytes, up to [`HEADER_BLOCK`]), of a
+/// file of `len` bytes, against the store's `id`, the segment `size` and the `seq` of its name.
 fn check_header(
     path: &Path,
     head: &[u8],
     id: u64,
-    size: Option<u64>,
+    size: u64,
+    seq: u64,
     len: u64,
-) -> std::result::Result<u64, LogError> {
+) -> std::result::Result<(), LogError> {
     let path = || path.to_owned();
     if head.get(..8) != Some(MAGIC.as_slice()) {
         return Err(LogError::NotALog { path: path() });
@@ -311,7 +395,7 @@ fn check_header(
         });
     }
     if crc::crc32c(&fields[..FIELDS]) != u32_at(FIELDS)
-        || format == 0
+        || format != FORMAT
         || u64::from(u32_at(12)) != HEADER_BLOCK
     {
         return Err(LogError::DamagedHeader { path: path() });
@@ -326,124 +410,296 @@ fn check_header(
     }
     let found_size = u64_at(24);
     check_size(&path(), found_size).map_err(|_| LogError::DamagedHeader { path: path() })?;
-    if let Some(expected) = size {
-        if expected != found_size {
-            return Err(LogError::OtherSize {
-                path: path(),
-                expected,
-                found: found_size,
-            });
-        }
+    if found_size != size {
+        return Err(LogError::OtherSize {
+            path: path(),
+            expected: size,
+            found: found_size,
+        });
     }
-    if len < HEADER_BLOCK + found_size {
+    let found_seq = u64_at(32);
+    if found_seq != seq {
+        return Err(LogError::OtherSeq {
+            path: path(),
+            expected: seq,
+            found: found_seq,
+        });
+    }
+    if len < HEADER_BLOCK + size {
         return Err(LogError::Short {
             path: path(),
             len,
-            needs: HEADER_BLOCK + found_size,
+            needs: HEADER_BLOCK + size,
         });
     }
-    Ok(found_size)
+    Ok(())
 }
 
-impl<F: LogIo> LogFile<F> {
-    /// Writes the whole log on `io` (a new, empty file): the header and a ring of zeros, then
-    /// syncs it. `path` names it in errors.
-    pub(crate) fn format(
-        io: F,
-        path: &Path,
+/// The log of one store: its segments `BASE.<seq>`, through one handle per process (or per
+/// thread: every method takes `&self`).
+pub(crate) struct SegmentLog<D: LogDir = Disk> {
+    dir: D,
+    /// `STORE.wal`: a segment's name is this and `.<seq>`.
+    base: PathBuf,
+    id: u64,
+    size: u64,
+    /// The descriptors this handle opened, by `seq`.
+    open: Mutex<BTreeMap<u64, Arc<D::File>>>,
+}
+
+impl<D: LogDir> fmt::Debug for SegmentLog<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SegmentLog")
+            .field("base", &self.base)
+            .field("id", &self.id)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentLog<Disk> {
+    /// Opens the log whose segments are `base.<seq>` (`base` is `STORE.wal`), of the store
+    /// `id`, in segments of `size` bytes ([`DEFAULT_SIZE`] in the store), and checks the header
+    /// of every segment there is. Creates nothing: a log with no segment is empty.
+    pub(crate) fn open(base: &Path, id: u64, size: u64) -> std::result::Result<Self, LogError> {
+        SegmentLog::on(Disk, base, id, size)
+    }
+}
+
+impl<D: LogDir> SegmentLog<D> {
+    /// [`SegmentLog::open`] on the directory `dir`.
+    pub(crate) fn on(
+        dir: D,
+        base: &Path,
         id: u64,
         size: u64,
     ) -> std::result::Result<Self, LogError> {
-        check_size(path, size)?;
-        let io_err = |op, source| LogError::Io {
-            path: path.to_owned(),
-            op,
-            source,
-        };
-        // Real zeros, not a hole or fallocate's unwritten extents: the first write to either
-        // changes the file's block map, and its sync would then be a metadata sync.
-        let chunk = vec![0u8; (1 << 20).min(size) as usize];
-        let mut at = 0;
-        while at < size {
-            let len = (size - at).min(chunk.len() as u64) as usize;
-            io.write_at(&chunk[..len], HEADER_BLOCK + at)
-                .map_err(|e| io_err("write", e))?;
-            at += len as u64;
-        }
-        io.write_at(&header(id, size), 0)
-            .map_err(|e| io_err("write", e))?;
-        io.sync_data().map_err(|e| io_err("sync", e))?;
-        Ok(LogFile {
-            io,
-            path: path.to_owned(),
+        check_size(base, size)?;
+        let log = SegmentLog {
+            dir,
+            base: base.to_owned(),
             id,
             size,
-        })
+            open: Mutex::new(BTreeMap::new()),
+        };
+        for seq in log.seqs()? {
+            log.segment(seq)?;
+        }
+        Ok(log)
     }
 
-    /// The ring's size.
+    /// The segment size.
     pub(crate) fn size(&self) -> u64 {
         self.size
     }
 
-    /// The store's id in the header.
+    /// The store's id in the headers.
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
+    /// The path of segment `seq`.
+    pub(crate) fn path(&self, seq: u64) -> PathBuf {
+        let mut path = self.base.as_os_str().to_owned();
+        path.push(format!(".{seq:0SEQ_DIGITS$x}"));
+        PathBuf::from(path)
     }
 
-    /// The I/O the log runs on (the crash tests' recorder).
+    /// The directory it runs on (the crash tests' recorder).
     #[cfg(test)]
-    pub(crate) fn io(&self) -> &F {
-        &self.io
+    pub(crate) fn dir(&self) -> &D {
+        &self.dir
     }
 
-    /// Where position `lsn` is in the file, when `len` bytes from there stay within one lap.
-    fn offset(&self, lsn: u64, len: usize) -> Result<u64> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<D::File>>> {
+        // A panic while the cache is held leaves it whole (an insert or a remove).
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The segments there are, in order.
+    pub(crate) fn seqs(&self) -> std::result::Result<Vec<u64>, LogError> {
+        let dir = parent(&self.base);
+        let names = self.dir.list(dir).map_err(io_err(dir.to_owned(), "list"))?;
+        let mut prefix = self.base.file_name().unwrap_or_default().to_owned();
+        prefix.push(".");
+        let prefix = prefix.as_encoded_bytes();
+        let mut seqs: Vec<u64> = names
+            .iter()
+            .filter_map(|name| {
+                let digits = name.as_encoded_bytes().strip_prefix(prefix)?;
+                if digits.len() != SEQ_DIGITS
+                    || !digits
+                        .iter()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+                {
+                    return None;
+                }
+                u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+            })
+            .collect();
+        seqs.sort_unstable();
+        // Segments below the oldest there is were retired (in order, and never made again):
+        // this handle's descriptors of them go.
+        if let Some(&oldest) = seqs.first() {
+            self.cache().retain(|&seq, _| seq >= oldest);
+        }
+        Ok(seqs)
+    }
+
+    /// Segment `seq`'s descriptor, its header checked; `None` when it does not exist.
+    fn segment(&self, seq: u64) -> std::result::Result<Option<Arc<D::File>>, LogError> {
+        if let Some(file) = self.cache().get(&seq) {
+            return Ok(Some(Arc::clone(file)));
+        }
+        let path = self.path(seq);
+        let file = match self.dir.open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(io_err(path, "open")(err)),
+        };
+        let len = file.len().map_err(io_err(path.clone(), "open"))?;
+        let mut head = vec![0u8; usize::try_from(len.min(HEADER_BLOCK)).expect("4096")];
+        file.read_at(&mut head, 0)
+            .map_err(io_err(path.clone(), "read"))?;
+        check_header(&path, &head, self.id, self.size, seq, len)?;
+        let file = Arc::new(file);
+        Ok(Some(Arc::clone(self.cache().entry(seq).or_insert(file))))
+    }
+
+    /// Segment `seq`, created when it does not exist and no newer one does (with those
+    /// between the newest and it). Refused with [`LogError::Retired`] when it is gone and a
+    /// newer one exists.
+    fn segment_or_create(&self, seq: u64) -> std::result::Result<Arc<D::File>, LogError> {
+        loop {
+            if let Some(file) = self.segment(seq)? {
+                return Ok(file);
+            }
+            let newest = self.seqs()?.last().copied();
+            if newest.is_some_and(|newest| newest >= seq) {
+                // Created by another process meanwhile, or retired.
+                if let Some(file) = self.segment(seq)? {
+                    return Ok(file);
+                }
+                return Err(LogError::Retired {
+                    path: self.path(seq),
+                });
+            }
+            let first = newest.map_or(seq, |newest| newest + 1);
+            for each in first..=seq {
+                let path = self.path(each);
+                match self.dir.create(
+                    &path,
+                    &header(self.id, self.size, each),
+                    HEADER_BLOCK + self.size,
+                ) {
+                    Ok(()) => {}
+                    // Another creator linked it first: as good.
+                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(err) => return Err(io_err(path, "create")(err)),
+                }
+            }
+        }
+    }
+
+    /// Creates segment `seq` ahead of need, if it does not exist yet (idempotent: another
+    /// handle, in this process or another, may have created it; one that was already used
+    /// and retired is not made again). A writer calls it, in a thread of its own, when its
+    /// reservation crosses into the second half of a segment, so that writes into the next one
+    /// find it made; a write into a segment that does not exist yet creates it first (the slow
+    /// path).
+    pub(crate) fn prepare(&self, seq: u64) -> Result<()> {
+        match self.segment_or_create(seq) {
+            Ok(_) | Err(LogError::Retired { .. }) => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Where position `lsn` is: its segment and the offset in it, when `len` bytes from there
+    /// stay within the segment.
+    fn place(&self, lsn: u64, len: usize) -> Result<(u64, u64)> {
         let at = lsn % self.size;
         if lsn % ALIGN != 0 || len as u64 > self.size - at {
             return Err(Error::invalid(format!(
                 "{}: {len} bytes at log position {lsn} are not aligned to {ALIGN} or run past \
-                 the end of the ring ({} bytes)",
-                self.path.display(),
+                 the end of its segment ({} bytes)",
+                self.path(lsn / self.size).display(),
                 self.size
             )));
         }
-        Ok(HEADER_BLOCK + at)
+        Ok((lsn / self.size, HEADER_BLOCK + at))
     }
 
-    /// Writes `bytes` (records) at position `lsn`, in place: `pwrite` at
-    /// `HEADER_BLOCK + lsn % size`. Refused with [`Error::InvalidArgument`] when they would run
-    /// past the ring's end (see [`crate::storage::wal::Placement`]).
+    /// Writes `bytes` (records) at position `lsn`, in place: `pwrite` into segment
+    /// `lsn / size`, created first when it does not exist. Refused with
+    /// [`Error::InvalidArgument`] when they would run past the segment's end (see
+    /// [`crate::storage::wal::Placement`]), and with [`Error::Timeout`] when the segment was
+    /// retired (the writer came too late: its write did not happen).
     pub(crate) fn write_at(&self, lsn: u64, bytes: &[u8]) -> Result<()> {
-        let offset = self.offset(lsn, bytes.len())?;
-        self.io
-            .write_at(bytes, offset)
-            .map_err(|e| Error::Io(e).at_path("write", &self.path))
+        let (seq, offset) = self.place(lsn, bytes.len())?;
+        let file = self.segment_or_create(seq)?;
+        file.write_at(bytes, offset)
+            .map_err(|e| Error::Io(e).at_path("write", &self.path(seq)))
     }
 
-    /// Makes every write before it durable: `fdatasync`, a data-only sync, as the file's size
-    /// never changes.
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.io
-            .sync_data()
-            .map_err(|e| Error::Io(e).at_path("sync", &self.path))
+    /// Makes durable every write that returned before this call at the positions
+    /// `[from, to)`, whichever process made it: `fdatasync` of each segment they touch
+    /// (usually one; two at a segment's end), a data-only sync, as a segment's size never
+    /// changes. A segment that does not exist holds nothing to sync (never written, or
+    /// retired).
+    pub(crate) fn sync(&self, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        for seq in from / self.size..=(to - 1) / self.size {
+            if let Some(file) = self.segment(seq)? {
+                file.sync_data()
+                    .map_err(|e| Error::Io(e).at_path("sync", &self.path(seq)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Retires the segments wholly below position `lsn` (which the checkpoint has passed):
+    /// unlinks them, never the newest, and syncs the directory; drops this handle's
+    /// descriptors of them. Their names are never made again.
+    pub(crate) fn retire_below(&self, lsn: u64) -> Result<()> {
+        let seqs = self.seqs()?;
+        let newest = seqs.last().copied();
+        // Wholly below `lsn`: `(seq + 1) * size <= lsn`, without overflowing.
+        let below: Vec<u64> = seqs
+            .into_iter()
+            .filter(|&seq| seq < lsn / self.size && Some(seq) != newest)
+            .collect();
+        self.cache()
+            .retain(|&seq, _| seq >= lsn / self.size || Some(seq) == newest);
+        let paths: Vec<PathBuf> = below.iter().map(|&seq| self.path(seq)).collect();
+        self.dir.remove(&paths).map_err(|e| {
+            Error::Io(e).at_path("remove", paths.first().map_or(&self.base, |p| p.as_path()))
+        })
     }
 }
 
-impl<F: LogIo> Ring for LogFile<F> {
-    fn size(&self) -> u64 {
+impl<D: LogDir> Segments for SegmentLog<D> {
+    fn segment_size(&self) -> u64 {
         self.size
     }
 
     fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()> {
-        let offset = self.offset(lsn, bytes.len())?;
-        self.io
-            .read_at(bytes, offset)
-            .map_err(|e| Error::Io(e).at_path("read", &self.path))
+        let (seq, offset) = self.place(lsn, bytes.len())?;
+        let path = self.path(seq);
+        let Some(file) = self.segment(seq)? else {
+            return Err(Error::Io(io::Error::from(io::ErrorKind::NotFound)).at_path("read", &path));
+        };
+        file.read_at(bytes, offset)
+            .map_err(|e| Error::Io(e).at_path("read", &path))
+    }
+
+    fn exists(&self, seq: u64) -> Result<bool> {
+        Ok(self.segment(seq)?.is_some())
+    }
+
+    fn seqs(&self) -> Result<Vec<u64>> {
+        Ok(SegmentLog::seqs(self)?)
     }
 }
 
@@ -451,86 +707,218 @@ impl<F: LogIo> Ring for LogFile<F> {
 mod tests {
     use super::*;
     use crate::base::error::Status;
+    use crate::storage::wal::scan::scan;
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
     }
 
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
-    fn create_writes_the_header_and_zeros_and_open_checks_them() {
+    fn prepare_makes_a_segment_whole_and_open_checks_it() {
         let dir = dir();
-        let path = dir.path().join("store.wal");
-        let log = LogFile::create(&path, 0xfeed, 3 * MIN_SIZE).unwrap();
+        let base = dir.path().join("store.wal");
+        let log = SegmentLog::open(&base, 0xfeed, 3 * MIN_SIZE).unwrap();
         assert_eq!((log.size(), log.id()), (3 * MIN_SIZE, 0xfeed));
-        assert_eq!(log.path(), path);
+        assert_eq!(log.seqs().unwrap(), [], "a new log has no segment");
         // The store's size is one this code makes.
-        check_size(&path, DEFAULT_SIZE).unwrap();
+        check_size(&base, DEFAULT_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let path = log.path(0);
+        assert_eq!(path, dir.path().join("store.wal.0000000000000000"));
         let bytes = fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, HEADER_BLOCK + 3 * MIN_SIZE);
         assert_eq!(&bytes[..8], b"fencelog");
-        assert!(bytes[HEADER_BLOCK as usize..].iter().all(|&b| b == 0));
-        // Nothing is left under a temporary name.
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
-        for size in [None, Some(3 * MIN_SIZE)] {
-            let log = LogFile::open(&path, 0xfeed, size).unwrap();
-            assert_eq!(log.size(), 3 * MIN_SIZE);
-        }
-        // An existing log is never replaced.
-        let err = LogFile::create(&path, 0xbeef, MIN_SIZE).unwrap_err();
-        assert!(
-            matches!(&err, LogError::Io { source, .. }
-            if source.kind() == io::ErrorKind::AlreadyExists),
-            "{err}"
+        assert_eq!(&bytes[..HEADER_BYTES], header(0xfeed, 3 * MIN_SIZE, 0));
+        assert!(bytes[HEADER_BYTES..].iter().all(|&b| b == 0));
+        // Idempotent: made once, never replaced, nothing left under a temporary name.
+        log.write_at(8, b"12345678").unwrap();
+        log.prepare(0).unwrap();
+        SegmentLog::open(&base, 0xfeed, 3 * MIN_SIZE)
+            .unwrap()
+            .prepare(0)
+            .unwrap();
+        assert_eq!(names(dir.path()), ["store.wal.0000000000000000"]);
+        assert_eq!(
+            &fs::read(&path).unwrap()[HEADER_BYTES + 8..][..8],
+            b"12345678"
         );
-        LogFile::open(&path, 0xfeed, Some(3 * MIN_SIZE)).unwrap();
+        // Names that are not segments of this log are none of its business.
+        fs::write(dir.path().join("store.wal.00000000000000zz"), b"x").unwrap();
+        fs::write(
+            dir.path().join("store.wal.0000000000000001.creating-1-2"),
+            b"x",
+        )
+        .unwrap();
+        fs::write(dir.path().join("other.wal.0000000000000001"), b"x").unwrap();
+        let log = SegmentLog::open(&base, 0xfeed, 3 * MIN_SIZE).unwrap();
+        assert_eq!(log.seqs().unwrap(), [0]);
     }
 
     #[test]
-    fn writes_land_in_place_and_read_back() {
+    fn writes_land_in_their_segment_and_read_back() {
         let dir = dir();
-        let path = dir.path().join("store.wal");
-        let log = LogFile::create(&path, 1, MIN_SIZE).unwrap();
+        let base = dir.path().join("store.wal");
+        let log = SegmentLog::open(&base, 1, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
         log.write_at(8, b"12345678").unwrap();
-        // The second lap's position 16 is the file's same bytes as the first's.
+        // Position 16 of the next segment: a file of its own, made by the write (slow path).
         log.write_at(MIN_SIZE + 16, b"abcdefgh").unwrap();
-        log.sync().unwrap();
-        let bytes = fs::read(&path).unwrap();
-        let ring = &bytes[HEADER_BLOCK as usize..];
-        assert_eq!(&ring[8..24], b"12345678abcdefgh");
+        // Two segments ahead: the one between is made too, so the sequence has no gap.
+        log.write_at(3 * MIN_SIZE, b"ABCDEFGH").unwrap();
+        log.sync(0, 3 * MIN_SIZE + 8).unwrap();
+        assert_eq!(log.seqs().unwrap(), [0, 1, 2, 3]);
+        let segment = |seq| fs::read(log.path(seq)).unwrap()[HEADER_BYTES..].to_vec();
+        assert_eq!(&segment(0)[8..24], b"12345678\0\0\0\0\0\0\0\0");
+        assert_eq!(&segment(1)[8..24], b"\0\0\0\0\0\0\0\0abcdefgh");
+        assert!(segment(2).iter().all(|&b| b == 0));
+        assert_eq!(&segment(3)[..8], b"ABCDEFGH");
         let mut back = [0u8; 8];
-        log.read(2 * MIN_SIZE + 8, &mut back).unwrap();
-        assert_eq!(&back, b"12345678");
-        // A record never spans the ring's end; positions are aligned.
+        log.read(MIN_SIZE + 16, &mut back).unwrap();
+        assert_eq!(&back, b"abcdefgh");
+        // A record never spans a segment's end; positions are aligned.
         for (lsn, len) in [
             (MIN_SIZE - 8, 16),
             (MIN_SIZE + 4, 8),
-            (0, MIN_SIZE as usize + 8),
+            (0, usize::try_from(MIN_SIZE).unwrap() + 8),
         ] {
             let err = log.write_at(lsn, &vec![1; len]).unwrap_err();
             assert_eq!(err.status(), Status::InvalidArgument, "{err}");
-            assert!(err.to_string().contains("store.wal"), "{err}");
+            let name = format!("store.wal.{:016x}", lsn / MIN_SIZE);
+            assert!(err.to_string().contains(&name), "{err}");
         }
         log.write_at(MIN_SIZE - 8, &[2; 8]).unwrap();
-        assert_eq!(fs::metadata(&path).unwrap().len(), HEADER_BLOCK + MIN_SIZE);
+        for seq in 0..4 {
+            assert_eq!(
+                fs::metadata(log.path(seq)).unwrap().len(),
+                HEADER_BLOCK + MIN_SIZE
+            );
+        }
     }
 
-    /// Every way a file at the log's path may fail to be this store's log, with the path in
-    /// the message.
+    /// Two handles (two processes, as far as the files go) race to make the same segments,
+    /// ahead of need and by their writes: each is made once, whole, and both handles' writes
+    /// are in it.
+    #[test]
+    fn creation_ahead_is_idempotent_across_racing_handles() {
+        let dir = dir();
+        let base = dir.path().join("store.wal");
+        SegmentLog::open(&base, 9, MIN_SIZE)
+            .unwrap()
+            .prepare(0)
+            .unwrap();
+        for round in 0..20u64 {
+            let barrier = std::sync::Barrier::new(2);
+            std::thread::scope(|threads| {
+                for writer in 0..2u64 {
+                    let (base, barrier) = (&base, &barrier);
+                    threads.spawn(move || {
+                        let log = SegmentLog::open(base, 9, MIN_SIZE).unwrap();
+                        barrier.wait();
+                        log.prepare(2 * round + 1).unwrap();
+                        log.write_at(
+                            2 * round * MIN_SIZE + 8 * writer,
+                            &[u8::try_from(writer).unwrap() + 1; 8],
+                        )
+                        .unwrap();
+                        log.write_at(
+                            (2 * round + 1) * MIN_SIZE + 8 * writer,
+                            &[u8::try_from(writer).unwrap() + 1; 8],
+                        )
+                        .unwrap();
+                    });
+                }
+            });
+        }
+        let log = SegmentLog::open(&base, 9, MIN_SIZE).unwrap();
+        assert_eq!(log.seqs().unwrap(), (0..40).collect::<Vec<u64>>());
+        assert_eq!(names(dir.path()).len(), 40, "a temporary name was left");
+        for seq in 0..40 {
+            let mut back = [0u8; 16];
+            log.read(seq * MIN_SIZE, &mut back).unwrap();
+            assert_eq!(back, [[1; 8], [2; 8]].concat().as_slice(), "segment {seq}");
+        }
+    }
+
+    #[test]
+    fn retired_segments_are_unlinked_and_never_made_again() {
+        let dir = dir();
+        let base = dir.path().join("store.wal");
+        let log = SegmentLog::open(&base, 1, MIN_SIZE).unwrap();
+        // The log's first segment is made by whoever sets it up (recovery: the end's segment).
+        log.prepare(0).unwrap();
+        log.write_at(3 * MIN_SIZE, b"newest!!").unwrap();
+        assert_eq!(log.seqs().unwrap(), [0, 1, 2, 3]);
+        // Wholly below the position only; never the newest.
+        log.retire_below(2 * MIN_SIZE + 8).unwrap();
+        assert_eq!(log.seqs().unwrap(), [2, 3]);
+        log.retire_below(10 * MIN_SIZE).unwrap();
+        assert_eq!(log.seqs().unwrap(), [3]);
+        log.retire_below(u64::MAX).unwrap();
+        assert_eq!(log.seqs().unwrap(), [3], "the newest is kept");
+        // A late write into a retired segment, through a handle that never opened it: refused
+        // as a write that did not happen, and the name is not made again.
+        let late = SegmentLog::open(&base, 1, MIN_SIZE).unwrap();
+        for lsn in [0, MIN_SIZE + 64, 2 * MIN_SIZE] {
+            let err = late.write_at(lsn, b"too late").unwrap_err();
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+            late.prepare(lsn / MIN_SIZE).unwrap();
+        }
+        assert_eq!(late.seqs().unwrap(), [3]);
+        // A sync of retired positions has nothing to do.
+        late.sync(0, 3 * MIN_SIZE).unwrap();
+        // Later segments are made as before.
+        late.write_at(4 * MIN_SIZE, b"next one").unwrap();
+        assert_eq!(log.seqs().unwrap(), [3, 4]);
+    }
+
+    /// Every way a file at a segment's name may fail to be this log's segment, with the path in
+    /// the message: when the log is opened, and when the scan meets one made since.
     #[test]
     fn every_header_error() {
         let dir = dir();
-        let path = dir.path().join("store.wal");
-        LogFile::create(&path, 5, 2 * MIN_SIZE).unwrap();
-        let good = fs::read(&path).unwrap();
+        let base = dir.path().join("store.wal");
+        let log = SegmentLog::open(&base, 5, 2 * MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let good = fs::read(log.path(0)).unwrap();
+        // Segment 1 of another directory, holding `bytes`.
         let open_bytes = |bytes: &[u8], id, size| {
-            let path = dir.path().join("other.wal");
+            let other = tempfile::tempdir().unwrap();
+            let base = other.path().join("other.wal");
+            let path = other.path().join("other.wal.0000000000000001");
             fs::write(&path, bytes).unwrap();
-            let err = LogFile::open(&path, id, size).unwrap_err();
-            assert!(err.to_string().contains("other.wal"), "{err}");
-            err
+            let err = SegmentLog::open(&base, id, size).unwrap_err();
+            assert!(
+                err.to_string().contains("other.wal.0000000000000001"),
+                "{err}"
+            );
+            // The same error from a scan, for a segment made after the log was opened.
+            fs::remove_file(&path).unwrap();
+            let log = SegmentLog::open(&base, id, size).unwrap();
+            fs::write(&path, bytes).unwrap();
+            let scanned = Error::from(err).status();
+            let err = scan(&log, size).unwrap_err();
+            assert_eq!(err.status(), scanned, "{err}");
+            if scanned != Status::IncompatibleVersion {
+                assert!(
+                    err.to_string().contains("other.wal.0000000000000001"),
+                    "{err}"
+                );
+            }
+            SegmentLog::open(&base, id, size).unwrap_err()
         };
+        // `good` is segment 0's: as segment 1, its seq is fixed with its checksum.
         let with = |at: usize, field: &[u8], fix_crc: bool| {
             let mut bytes = good.clone();
+            bytes[32..40].copy_from_slice(&1u64.to_le_bytes());
             bytes[at..at + field.len()].copy_from_slice(field);
             if fix_crc {
                 let crc = crc::crc32c(&bytes[..FIELDS]);
@@ -538,19 +926,21 @@ mod tests {
             }
             bytes
         };
+        let one = with(0, &[], true);
+        let size = 2 * MIN_SIZE;
 
-        let err = open_bytes(b"SQLite format 3\0 and more", 5, None);
+        let err = open_bytes(b"SQLite format 3\0 and more", 5, size);
         assert!(matches!(err, LogError::NotALog { .. }), "{err}");
-        let err = open_bytes(b"", 5, None);
+        let err = open_bytes(b"", 5, size);
         assert!(matches!(err, LogError::NotALog { .. }), "{err}");
-        let err = open_bytes(&good[..20], 5, None);
+        let err = open_bytes(&one[..20], 5, size);
         assert!(matches!(err, LogError::Short { .. }), "{err}");
-        let err = open_bytes(&good[..good.len() - 8], 5, None);
+        let err = open_bytes(&one[..one.len() - 8], 5, size);
         assert!(
-            matches!(err, LogError::Short { needs, .. } if needs == good.len() as u64),
+            matches!(err, LogError::Short { needs, .. } if needs == one.len() as u64),
             "{err}"
         );
-        let err = open_bytes(&good, 6, None);
+        let err = open_bytes(&one, 6, size);
         assert!(
             matches!(
                 err,
@@ -562,57 +952,65 @@ mod tests {
             ),
             "{err}"
         );
-        let err = open_bytes(&good, 5, Some(MIN_SIZE));
+        let err = open_bytes(&one, 5, MIN_SIZE);
         assert!(matches!(err, LogError::OtherSize { .. }), "{err}");
-        let err = open_bytes(&with(8, &2u32.to_le_bytes(), true), 5, None);
+        // Segment 0's file under segment 1's name.
+        let err = open_bytes(&good, 5, size);
         assert!(
-            matches!(err, LogError::NewerFormat { found: 2, .. }),
+            matches!(
+                err,
+                LogError::OtherSeq {
+                    expected: 1,
+                    found: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = open_bytes(&with(8, &3u32.to_le_bytes(), true), 5, size);
+        assert!(
+            matches!(err, LogError::NewerFormat { found: 3, .. }),
             "{err}"
         );
         // A newer format is told apart even when the rest of its header is not ours.
-        let err = open_bytes(&with(8, &7u32.to_le_bytes(), false), 5, None);
+        let err = open_bytes(&with(8, &7u32.to_le_bytes(), false), 5, size);
         assert!(
             matches!(err, LogError::NewerFormat { found: 7, .. }),
             "{err}"
         );
-        let err = open_bytes(&with(20, &[1], false), 5, None);
+        // Damaged: a flipped bit, a size this code does not make, format 0 and the ring's 1.
+        let err = open_bytes(&with(20, &[1], false), 5, size);
         assert!(matches!(err, LogError::DamagedHeader { .. }), "{err}");
-        let err = open_bytes(&with(24, &12345u64.to_le_bytes(), true), 5, None);
+        let err = open_bytes(&with(24, &12345u64.to_le_bytes(), true), 5, size);
         assert!(matches!(err, LogError::DamagedHeader { .. }), "{err}");
-        let err = open_bytes(&with(8, &0u32.to_le_bytes(), true), 5, None);
-        assert!(matches!(err, LogError::DamagedHeader { .. }), "{err}");
+        for format in [0u32, 1] {
+            let err = open_bytes(&with(8, &format.to_le_bytes(), true), 5, size);
+            assert!(matches!(err, LogError::DamagedHeader { .. }), "{err}");
+        }
 
-        let missing = dir.path().join("missing.wal");
-        let err = LogFile::open(&missing, 5, None).unwrap_err();
-        assert!(
-            matches!(&err, LogError::Io { source, .. }
-            if source.kind() == io::ErrorKind::NotFound),
-            "{err}"
-        );
         for size in [0, 100, MIN_SIZE + 8, MAX_SIZE * 2] {
-            let err = LogFile::create(&missing, 5, size).unwrap_err();
+            let err = SegmentLog::open(&dir.path().join("missing.wal"), 5, size).unwrap_err();
             assert!(matches!(err, LogError::BadSize { .. }), "{err}");
         }
-        assert!(!missing.exists());
 
         // Each maps to the crate's error of its kind, the path in its message.
         let statuses = [
-            (open_bytes(b"garbage!", 5, None), Status::NotAStore),
-            (open_bytes(&good, 6, None), Status::NotAStore),
-            (open_bytes(&good[..40], 5, None), Status::Corrupt),
-            (open_bytes(&good, 5, Some(MIN_SIZE)), Status::Corrupt),
+            (open_bytes(b"garbage!", 5, size), Status::NotAStore),
+            (open_bytes(&one, 6, size), Status::NotAStore),
+            (open_bytes(&one[..40], 5, size), Status::Corrupt),
+            (open_bytes(&one, 5, MIN_SIZE), Status::Corrupt),
+            (open_bytes(&good, 5, size), Status::Corrupt),
             (
-                open_bytes(&with(8, &2u32.to_le_bytes(), true), 5, None),
+                open_bytes(&with(8, &3u32.to_le_bytes(), true), 5, size),
                 Status::IncompatibleVersion,
             ),
-            (LogFile::open(&missing, 5, None).unwrap_err(), Status::Io),
         ];
         for (err, status) in statuses {
             let message = err.to_string();
             let err = Error::from(err);
             assert_eq!(err.status(), status, "{err}");
             if status != Status::IncompatibleVersion {
-                assert!(err.to_string().contains(".wal"), "{message} became {err}");
+                assert!(err.to_string().contains(".wal.0"), "{message} became {err}");
             }
         }
     }

@@ -1,20 +1,22 @@
-//! The redo log (docs/design/writes.md, issue 35): a preallocated file beside the store,
-//! overwritten in place as a ring, of checksummed records; and the scan that reads them back
-//! after a crash. Step 2 of the design: the file, its records and the recovery scan, which the
-//! shared flush (step 3) and the store's writes and recovery (step 4) use; and of step 4 the
-//! apply of records into the store that checkpoints and recovery share (not called by the store
-//! yet).
+//! The redo log (docs/design/writes.md, issue 35): a sequence of segment files beside the store,
+//! each created whole and retired by `unlink`, never reused, of checksummed records; and the scan
+//! that reads them back after a crash. The shared flush (`ring/flush.rs`) and the store's writes
+//! and recovery (step 4) use it; and of step 4 the apply of records into the store that
+//! checkpoints and recovery share (not called by the store yet).
 //!
 //! - `record`: a record's bytes, [`Record::encode`](record::Record::encode) beside the decoder.
-//! - `file`: the log file: its header, creation, `write_at` and `sync`.
-//! - `scan`: the recovery scan.
+//! - `file`: the segment files: their header, creation (`prepare`), `write_at`, `sync`,
+//!   `retire_below`.
+//! - `scan`: the recovery scan, across segments.
 //! - `apply`: the step of a checkpoint and of recovery: records into the store's tables, by
 //!   version, with the position they reach (`wal_applied`), in one transaction.
-//! - `crc`: CRC-32C, the records' and header's checksum.
+//! - `crc`: CRC-32C, the records' and headers' checksum.
 //!
-//! A position (LSN) is a byte offset into the log that only grows; it lives at `LSN % size` in
-//! the ring. A record never spans the ring's end: [`Placement`] tells a writer where its record
-//! goes and what filler it puts first.
+//! A position (LSN) is a byte offset into the log that only grows; it lives in segment
+//! `LSN / size` at `LSN % size` after the segment's header. A record never spans a segment's
+//! end: [`Placement`] tells a writer where its record goes and what filler it puts first. A
+//! position maps to one segment forever (no lap), so a late write can only land on its own
+//! reservation, or in a segment already unlinked, which no one reads.
 
 pub(crate) mod apply;
 mod crc;
@@ -24,22 +26,30 @@ pub(crate) mod scan;
 
 #[cfg(test)]
 mod crash;
+#[cfg(test)]
+mod late;
 
 use crate::base::error::{Error, Result};
 use record::{Record, ALIGN, MAX_RECORD, MIN_RECORD};
 
-/// The ring of a log, read by position: the log file, or bytes in memory (`scan::Bytes`). It
-/// lives here, not in `scan`, so that `file` (which implements it) and `scan` (which reads
-/// through it) do not import each other.
-pub(crate) trait Ring {
-    /// The ring's size, a multiple of [`ALIGN`](record::ALIGN).
-    fn size(&self) -> u64;
-    /// Reads `bytes.len()` bytes at position `lsn`; they never run past the ring's end.
+/// The segments of a log, read by position: the segment files, or bytes in memory
+/// (`scan::Bytes`, `scan::Memory`). It lives here, not in `scan`, so that `file` (which
+/// implements it) and `scan` (which reads through it) do not import each other.
+pub(crate) trait Segments {
+    /// The size of each segment (the log bytes after its header), a multiple of
+    /// [`ALIGN`](record::ALIGN).
+    fn segment_size(&self) -> u64;
+    /// Reads `bytes.len()` bytes at position `lsn`; they never run past its segment's end, and
+    /// the segment exists.
     fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()>;
+    /// Whether segment `seq` exists (checking its header, for the files).
+    fn exists(&self, seq: u64) -> Result<bool>;
+    /// The segments that exist, in order.
+    fn seqs(&self) -> Result<Vec<u64>>;
 }
 
 /// Where a record of `len` bytes goes when the log's reserved end is `end`: after `filler`
-/// bytes that take the rest of the lap when the record would not fit in it.
+/// bytes that take the rest of the segment when the record would not fit in it.
 ///
 /// A writer reserves `filler + len` bytes at `end` (a compare-and-swap of the shared end from
 /// `end` to [`Placement::end`]: a fetch-and-add could not know the filler before it), writes
@@ -47,7 +57,7 @@ pub(crate) trait Ring {
 /// [`Placement::lsn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Placement {
-    /// Bytes from the reserved end to the ring's end, when the record does not fit before it.
+    /// Bytes from the reserved end to its segment's end, when the record does not fit before it.
     pub filler: u64,
     /// The record's position.
     pub lsn: u64,
@@ -57,15 +67,15 @@ pub(crate) struct Placement {
 
 impl Placement {
     /// The placement of a record of `len` bytes (as encoded, a multiple of 8) at the reserved
-    /// end `end`, in a ring of `size` bytes. Refused when `len` is not a record's length or
-    /// does not fit in the ring.
+    /// end `end`, in segments of `size` bytes. Refused when `len` is not a record's length or
+    /// does not fit in a segment.
     pub(crate) fn of(size: u64, end: u64, len: u64) -> Result<Placement> {
         if end % ALIGN != 0
             || len % ALIGN != 0
             || !(MIN_RECORD..=MAX_RECORD.min(size)).contains(&len)
         {
             return Err(Error::invalid(format!(
-                "a log record of {len} bytes at {end}, in a ring of {size}: both must be \
+                "a log record of {len} bytes at {end}, in segments of {size}: both must be \
                  multiples of {ALIGN}, the record from {MIN_RECORD} to {} bytes",
                 MAX_RECORD.min(size)
             )));
@@ -81,7 +91,7 @@ impl Placement {
     }
 
     /// The filler's bytes, to write at the reserved end before the record: a `void` to the
-    /// ring's end; `None` when there is no filler, or when it is shorter than any record (the
+    /// segment's end; `None` when there is no filler, or when it is shorter than any record (the
     /// scan jumps over such a tail by itself).
     pub(crate) fn filler_record(&self) -> Result<Option<Vec<u8>>> {
         if self.filler < MIN_RECORD {
@@ -109,13 +119,13 @@ mod tests {
             }
         );
         assert_eq!(placed.filler_record().unwrap(), None);
-        // Exactly to the ring's end.
+        // Exactly to the segment's end.
         let placed = Placement::of(4096, 4096 - 48, 48).unwrap();
         assert_eq!((placed.filler, placed.end), (0, 4096));
     }
 
     #[test]
-    fn a_record_that_does_not_fit_is_preceded_by_a_void_to_the_ring_end() {
+    fn a_record_that_does_not_fit_is_preceded_by_a_void_to_the_segment_end() {
         let placed = Placement::of(4096, 8192 + 4000, 200).unwrap();
         assert_eq!(
             placed,

@@ -29,6 +29,8 @@ use crate::storage::wal::crc;
 pub(crate) const HEADER: usize = 20;
 /// Records start at multiples of this.
 pub(crate) const ALIGN: u64 = 8;
+/// [`ALIGN`] as a length in memory.
+const ALIGN_BYTES: usize = 8;
 /// The shortest record: a header and no payload, padded.
 pub(crate) const MIN_RECORD: u64 = padded(HEADER as u64);
 /// The largest value a record carries; larger ones take the store's own path.
@@ -169,7 +171,8 @@ impl Record {
             )));
         }
         let len = u32::try_from(payload.len()).expect("at most MAX_PAYLOAD");
-        let total = padded((HEADER + payload.len()) as u64) as usize;
+        let total = HEADER + payload.len();
+        let total = total.next_multiple_of(ALIGN_BYTES);
         let mut bytes = Vec::with_capacity(total);
         bytes.extend_from_slice(&lsn.to_le_bytes());
         bytes.extend_from_slice(&len.to_le_bytes());
@@ -325,7 +328,10 @@ impl Frame {
 pub(crate) fn decode(bytes: &[u8]) -> Result<(u64, Record, u64)> {
     let frame = Frame::read(bytes)?;
     let total = frame.total();
-    let Some(whole) = bytes.get(..total as usize) else {
+    let Some(whole) = usize::try_from(total)
+        .ok()
+        .and_then(|total| bytes.get(..total))
+    else {
         return Err(Error::Corrupt(format!(
             "the log record at {} is cut short: {} of its {total} bytes",
             frame.lsn,
@@ -453,12 +459,12 @@ mod tests {
         let forge = |kind: u8, payload: &[u8]| {
             let mut bytes = Vec::new();
             bytes.extend_from_slice(&8u64.to_le_bytes());
-            bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_le_bytes());
             bytes.extend_from_slice(&[kind, 0, 0, 0]);
             let crc = crc::extend(crc::crc32c(&bytes), payload);
             bytes.extend_from_slice(&crc.to_le_bytes());
             bytes.extend_from_slice(payload);
-            bytes.resize(padded(bytes.len() as u64) as usize, 0);
+            bytes.resize(bytes.len().next_multiple_of(ALIGN_BYTES), 0);
             bytes
         };
         let cases: [(u8, &[u8], &str); 8] = [

@@ -1,51 +1,105 @@
 //! The recovery scan: the records of the log from a given position, in LSN order, as far as the
-//! log holds them whole (docs/design/writes.md, sections 7 and 8).
+//! log holds them whole (docs/design/writes.md, sections 7 and 8), across its segments.
 //!
 //! From `from`, the scan reads the record at each position in turn. It takes a record when its
-//! header names that very position (a record of an earlier lap names another, zeros name 0 and
-//! fail their checksum) and its checksum matches; a position too close to the ring's end for
-//! the shortest record is jumped over to the next lap, as writers leave it empty. `void` records
-//! are passed over. `skip(lsn, len)` says that the reservation `[lsn, lsn + len)` does not count.
+//! header names that very position (zeros name 0 and fail their checksum; a segment is never
+//! reused, so no record of another position is found there but garbage) and its checksum
+//! matches; a position too close to its segment's end for the shortest record is jumped over to
+//! the next segment's start, as writers leave it empty. `void` records are passed over.
+//! `skip(lsn, len)` says that the reservation `[lsn, lsn + len)` does not count.
+//!
+//! The segments: every one from the start's to the newest must exist; a missing one among them
+//! is [`Error::Corrupt`] naming it (log that was acknowledged may have been in it). A segment
+//! after the newest does not exist: the log ends there.
 //!
 //! A position that holds no such record is a *hole*: the end of what was written, a torn
 //! record, or the reservation of a writer that stopped before writing it. The scan looks past it
 //! for the next record (a record at its own position, within the longest reservation, a filler
-//! and a record, [`MAX_RECORD`] twice). What follows a hole counts only once a later `skip`
-//! covers the hole, as section 8 has another writer do before its sync covers the records after
-//! a stopped one; without it the scan ends at the hole. So the scan ends at the end of the last
-//! record before which every hole is skipped, and returns every record up to there that no skip
-//! covers.
+//! and a record, [`MAX_RECORD`] twice, in the segments that exist). What follows a hole counts
+//! only once a later `skip` covers the hole, as section 8 has another writer do before its sync
+//! covers the records after a stopped one; without it the scan ends at the hole. So the scan
+//! ends at the end of the last record before which every hole is skipped, and returns every
+//! record up to there that no skip covers.
 //!
 //! A record that is whole (its checksum matches at its own position) but does not decode as
 //! one of its kind, or a skip that points forward, is [`Error::Corrupt`]: it was written so, and
 //! the scan does not guess what else the log holds. Nothing else ends it with an error but a
-//! failed read.
+//! failed read or a segment whose header is not this log's.
+
+use std::collections::BTreeMap;
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::record::{Frame, Record, ALIGN, HEADER, MAX_RECORD, MIN_RECORD};
-use crate::storage::wal::Ring;
+use crate::storage::wal::Segments;
 
-/// A ring in memory: the bytes after a log's header block (crash images, the fuzz target).
-/// Its size is their length rounded down to a multiple of [`ALIGN`].
+/// A log of one segment in memory, segment 0: the bytes after a segment's header block. Its
+/// size is their length rounded down to a multiple of [`ALIGN`].
 pub(crate) struct Bytes<'a>(pub &'a [u8]);
 
-impl Ring for Bytes<'_> {
-    fn size(&self) -> u64 {
+impl Segments for Bytes<'_> {
+    fn segment_size(&self) -> u64 {
         self.0.len() as u64 / ALIGN * ALIGN
     }
 
     fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()> {
-        let size = self.size();
-        let at = (lsn % size) as usize;
-        let Some(source) = self.0.get(at..at + bytes.len()) else {
+        read_in(self.0, self.segment_size(), lsn, bytes)
+    }
+
+    fn exists(&self, seq: u64) -> Result<bool> {
+        Ok(seq == 0)
+    }
+
+    fn seqs(&self) -> Result<Vec<u64>> {
+        Ok(vec![0])
+    }
+}
+
+/// A log of several segments in memory (crash images, the fuzz target): each segment's bytes
+/// after its header block, by `seq`, each at least `size` bytes.
+pub(crate) struct Memory<'a> {
+    pub size: u64,
+    pub segments: BTreeMap<u64, &'a [u8]>,
+}
+
+impl Segments for Memory<'_> {
+    fn segment_size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()> {
+        let Some(segment) = self.segments.get(&(lsn / self.size)) else {
             return Err(Error::invalid(format!(
-                "{} bytes at log position {lsn} run past the end of a ring of {size}",
-                bytes.len()
+                "log position {lsn} is in a segment that does not exist"
             )));
         };
-        bytes.copy_from_slice(source);
-        Ok(())
+        read_in(segment, self.size, lsn, bytes)
     }
+
+    fn exists(&self, seq: u64) -> Result<bool> {
+        Ok(self.segments.contains_key(&seq))
+    }
+
+    fn seqs(&self) -> Result<Vec<u64>> {
+        Ok(self.segments.keys().copied().collect())
+    }
+}
+
+/// Reads position `lsn` from `segment`, its segment's bytes, of segments of `size`.
+fn read_in(segment: &[u8], size: u64, lsn: u64, bytes: &mut [u8]) -> Result<()> {
+    let at = lsn % size;
+    let within = at + bytes.len() as u64 <= size;
+    let Some(source) = usize::try_from(at)
+        .ok()
+        .filter(|_| within)
+        .and_then(|at| segment.get(at..at + bytes.len()))
+    else {
+        return Err(Error::invalid(format!(
+            "{} bytes at log position {lsn} run past the end of a segment of {size}",
+            bytes.len()
+        )));
+    };
+    bytes.copy_from_slice(source);
+    Ok(())
 }
 
 /// What a scan found.
@@ -61,7 +115,7 @@ pub(crate) struct Scanned {
     pub end: u64,
 }
 
-/// `pos`, or the next lap's start when the ring's end is too close for a record.
+/// `pos`, or the next segment's start when its segment's end is too close for a record.
 pub(crate) fn normalize(size: u64, pos: u64) -> u64 {
     let space = size - pos % size;
     if space < MIN_RECORD {
@@ -71,22 +125,20 @@ pub(crate) fn normalize(size: u64, pos: u64) -> u64 {
     }
 }
 
-struct Scan<'a, R: Ring + ?Sized> {
-    ring: &'a R,
+struct Scan<'a, S: Segments + ?Sized> {
+    log: &'a S,
     size: u64,
-    /// One lap from the start: the scan never reads a position twice.
-    limit: u64,
 }
 
-impl<R: Ring + ?Sized> Scan<'_, R> {
+impl<S: Segments + ?Sized> Scan<'_, S> {
     /// The whole record at `pos`, with its length, or `None` when there is none.
     fn record_at(&self, pos: u64) -> Result<Option<(Record, u64)>> {
-        let room = (self.size - pos % self.size).min(self.limit - pos);
-        if room < MIN_RECORD {
+        let room = self.size - pos % self.size;
+        if room < MIN_RECORD || !self.log.exists(pos / self.size)? {
             return Ok(None);
         }
         let mut header = [0u8; HEADER];
-        self.ring.read(pos, &mut header)?;
+        self.log.read(pos, &mut header)?;
         let Ok(frame) = Frame::read(&header) else {
             return Ok(None);
         };
@@ -95,7 +147,7 @@ impl<R: Ring + ?Sized> Scan<'_, R> {
             return Ok(None);
         }
         let mut bytes = vec![0u8; usize::try_from(total).expect("at most MAX_RECORD")];
-        self.ring.read(pos, &mut bytes)?;
+        self.log.read(pos, &mut bytes)?;
         if !frame.intact(&bytes) {
             return Ok(None);
         }
@@ -103,15 +155,18 @@ impl<R: Ring + ?Sized> Scan<'_, R> {
     }
 
     /// The first position after the hole at `pos` that holds a record, within the longest
-    /// reservation. The rest of each lap is read at once: a record's first word is its own
+    /// reservation. The rest of each segment is read at once: a record's first word is its own
     /// position, so only those positions are read again as records.
     fn past_hole(&self, pos: u64) -> Result<Option<u64>> {
-        let last = self.limit.min(pos + 2 * MAX_RECORD);
+        let last = pos + 2 * MAX_RECORD;
         let mut at = normalize(self.size, pos + ALIGN);
         while at < last {
+            if !self.log.exists(at / self.size)? {
+                return Ok(None);
+            }
             let until = (at - at % self.size + self.size).min(last);
-            let mut window = vec![0u8; usize::try_from(until - at).expect("at most a lap")];
-            self.ring.read(at, &mut window)?;
+            let mut window = vec![0u8; usize::try_from(until - at).expect("at most a segment")];
+            self.log.read(at, &mut window)?;
             for (i, word) in window.chunks_exact(8).enumerate() {
                 let candidate = at + 8 * i as u64;
                 if u64::from_le_bytes(word.try_into().expect("8")) == candidate
@@ -127,27 +182,48 @@ impl<R: Ring + ?Sized> Scan<'_, R> {
     }
 }
 
-/// Scans `ring` from position `from` (a multiple of [`ALIGN`]).
-pub(crate) fn scan<R: Ring + ?Sized>(ring: &R, from: u64) -> Result<Scanned> {
-    let size = ring.size();
+/// Scans `log` from position `from` (a multiple of [`ALIGN`]).
+pub(crate) fn scan<S: Segments + ?Sized>(log: &S, from: u64) -> Result<Scanned> {
+    let size = log.segment_size();
     if from % ALIGN != 0 || size < MIN_RECORD || size % ALIGN != 0 {
         return Err(Error::invalid(format!(
-            "a scan of a ring of {size} bytes from position {from}: both must be multiples of \
-             {ALIGN}, the ring at least {MIN_RECORD} bytes"
+            "a scan of segments of {size} bytes from position {from}: both must be multiples \
+             of {ALIGN}, a segment at least {MIN_RECORD} bytes"
         )));
     }
+    let seqs = log.seqs()?;
     // Positions this far are never reached (2^64 bytes of log); refusing them keeps every sum
     // below from overflowing.
-    if from.checked_add(2 * size + 2 * MAX_RECORD).is_none() {
+    let beyond = |at: u64| at.checked_add(2 * size + 2 * MAX_RECORD).is_none();
+    let newest_end = seqs
+        .last()
+        .map_or(Some(0), |&newest| newest.checked_add(1)?.checked_mul(size));
+    if beyond(from) {
         return Err(Error::invalid(format!(
             "a scan from position {from}, beyond any log"
         )));
     }
-    let scan = Scan {
-        ring,
-        size,
-        limit: from + size,
-    };
+    if newest_end.is_none_or(beyond) {
+        return Err(Error::Corrupt(format!(
+            "log segment {:#x} is numbered beyond any log",
+            seqs.last().copied().unwrap_or_default()
+        )));
+    }
+    // Every segment from the start's to the newest exists: a missing one lost log.
+    let start = normalize(size, from) / size;
+    let present = seqs.iter().copied().filter(|&seq| seq >= start);
+    if let Some((expected, seq)) = (start..)
+        .zip(present)
+        .find(|(expected, seq)| expected != seq)
+    {
+        return Err(Error::Corrupt(format!(
+            "log segment {expected:#x} is missing, before segment {seq:#x} (log from position \
+             {} to {} is lost)",
+            expected * size,
+            seq * size
+        )));
+    }
+    let scan = Scan { log, size };
     // Records and skips in order; voids are not kept.
     let mut seen: Vec<(u64, Record)> = Vec::new();
     // Holes `[start, end)` that no skip has covered yet.
@@ -159,9 +235,6 @@ pub(crate) fn scan<R: Ring + ?Sized>(ring: &R, from: u64) -> Result<Scanned> {
     let mut pos = from;
     loop {
         pos = normalize(size, pos);
-        if pos >= scan.limit {
-            break;
-        }
         let Some((record, total)) = scan.record_at(pos)? else {
             match scan.past_hole(pos)? {
                 Some(next) => {
@@ -225,32 +298,50 @@ pub(crate) fn scan<R: Ring + ?Sized>(ring: &R, from: u64) -> Result<Scanned> {
 mod tests {
     use super::*;
     use crate::base::error::Status;
-    use crate::storage::wal::file::{LogFile, HEADER_BLOCK, MIN_SIZE};
-    use crate::storage::wal::{record, Placement};
+    use crate::storage::wal::file::{SegmentLog, HEADER_BYTES, MIN_SIZE};
+    use crate::storage::wal::Placement;
 
-    /// A log in memory and a writer that places its records as a writer of the file does.
+    /// A log in memory and a writer that places its records as a writer of the files does.
+    #[derive(Clone)]
     struct Log {
-        ring: Vec<u8>,
+        size: u64,
+        segments: BTreeMap<u64, Vec<u8>>,
         end: u64,
     }
 
     impl Log {
         fn new(size: usize, end: u64) -> Log {
             Log {
-                ring: vec![0; size],
+                size: size as u64,
+                segments: BTreeMap::new(),
                 end,
             }
         }
 
+        /// The bytes of the log from `lsn` to its segment's end, the segment made (with those
+        /// between the newest and it) when missing, as `SegmentLog::write_at` does.
+        fn at(&mut self, lsn: u64) -> &mut [u8] {
+            let seq = lsn / self.size;
+            let first = self
+                .segments
+                .keys()
+                .last()
+                .map_or(seq, |&newest| newest + 1);
+            for each in first..=seq {
+                self.segments
+                    .insert(each, vec![0; usize::try_from(self.size).unwrap()]);
+            }
+            let at = usize::try_from(lsn % self.size).unwrap();
+            &mut self.segments.get_mut(&seq).unwrap()[at..]
+        }
+
         fn write(&mut self, lsn: u64, bytes: &[u8]) {
-            let at = (lsn % self.ring.len() as u64) as usize;
-            self.ring[at..at + bytes.len()].copy_from_slice(bytes);
+            self.at(lsn)[..bytes.len()].copy_from_slice(bytes);
         }
 
         /// Appends `record`; its position.
         fn append(&mut self, record: &Record) -> u64 {
-            let placed =
-                Placement::of(self.ring.len() as u64, self.end, record.encoded_len()).unwrap();
+            let placed = Placement::of(self.size, self.end, record.encoded_len()).unwrap();
             if let Some(filler) = placed.filler_record().unwrap() {
                 self.write(self.end, &filler);
             }
@@ -261,14 +352,29 @@ mod tests {
 
         /// Reserves `len` bytes and writes nothing there: a writer that stopped.
         fn reserve(&mut self, len: u64) -> (u64, u64) {
-            let placed = Placement::of(self.ring.len() as u64, self.end, len).unwrap();
+            let placed = Placement::of(self.size, self.end, len).unwrap();
             let reserved = (self.end, placed.end - self.end);
             self.end = placed.end;
             reserved
         }
 
+        fn memory(&self) -> Memory<'_> {
+            Memory {
+                size: self.size,
+                segments: self
+                    .segments
+                    .iter()
+                    .map(|(&seq, bytes)| (seq, bytes.as_slice()))
+                    .collect(),
+            }
+        }
+
+        fn try_scan(&self, from: u64) -> Result<Scanned> {
+            scan(&self.memory(), from)
+        }
+
         fn scan(&self, from: u64) -> Scanned {
-            scan(&Bytes(&self.ring), from).unwrap()
+            self.try_scan(from).unwrap()
         }
     }
 
@@ -319,48 +425,77 @@ mod tests {
     }
 
     #[test]
-    fn wrap_around_with_void_fillers_over_many_laps() {
+    fn records_run_on_across_many_segments_after_void_fillers() {
         let size = 4096;
         let mut log = Log::new(size, 0);
         let mut written = Vec::new();
         // Record lengths that leave every kind of tail, fillers of voids and of nothing among them.
         for i in 0..600 {
-            let record = put(i, (i as usize * 37) % 300);
+            let record = put(i, usize::try_from(i * 37 % 300).unwrap());
             let lsn = log.append(&record);
             written.push((lsn, record));
         }
         assert!(log.end > 20 * size as u64);
-        // The records of the last lap are there, each after the void or tail before it.
-        let from = written
-            .iter()
-            .map(|(lsn, _)| *lsn)
-            .find(|&lsn| lsn + size as u64 >= log.end)
-            .unwrap();
-        let first = written.iter().position(|(lsn, _)| *lsn == from).unwrap();
-        let scanned = log.scan(from);
-        assert_eq!(scanned.records, written[first..]);
+        let scanned = log.scan(0);
+        assert_eq!(scanned.records, written);
         assert_eq!(scanned.end, log.end);
+        // From a record in the middle, with the segments before its own retired.
+        let (from, _) = written[300];
+        let first = from / size as u64;
+        let mut retired = log.clone();
+        retired.segments.retain(|&seq, _| seq >= first);
+        assert_eq!(retired.scan(from).records, written[300..]);
     }
 
     #[test]
-    fn the_scan_ends_at_an_earlier_laps_record() {
+    fn a_missing_segment_among_them_is_corrupt_and_after_them_the_end() {
         let size = 4096;
         let mut log = Log::new(size, 0);
-        let mut lap = Vec::new();
-        while log.end + 100 < size as u64 {
-            lap.push(log.append(&put(lap.len() as u64, 40)));
+        let at: Vec<u64> = (0..200).map(|i| log.append(&put(i, 100))).collect();
+        let newest = *log.segments.keys().last().unwrap();
+        assert!(newest >= 4, "{newest}");
+        // The middle one gone: the log from there is lost, and the scan says which.
+        for missing in [0, 1, newest - 1] {
+            let mut lost = log.clone();
+            lost.segments.remove(&missing);
+            let err = lost.try_scan(0).unwrap_err();
+            assert_eq!(err.status(), Status::Corrupt, "{err}");
+            assert!(
+                err.to_string()
+                    .contains(&format!("segment {missing:#x} is missing")),
+                "{err}"
+            );
         }
-        let new_start = log.end;
-        let new: Vec<u64> = (0..3).map(|i| log.append(&put(100 + i, 40))).collect();
-        let scanned = log.scan(new_start);
-        assert_eq!(scanned.records.len(), 3);
-        assert_eq!(scanned.end, log.end);
-        // After them, the same offset holds a whole record of the earlier lap: another LSN.
-        let at = (log.end % size as u64) as usize;
-        let (lsn, _, _) = record::decode(&log.ring[at..]).unwrap();
-        assert_eq!(lsn, log.end - size as u64);
-        assert!(lap.contains(&lsn));
-        assert_eq!(new[0], size as u64);
+        // Below the scan's start it does not matter.
+        let mut old = log.clone();
+        old.segments.remove(&0);
+        let from = at
+            .iter()
+            .copied()
+            .find(|&lsn| lsn >= 2 * size as u64)
+            .unwrap();
+        assert_eq!(old.scan(from).end, log.end);
+        // The newest gone: the log ends before it, at its last whole record.
+        let mut last = log.clone();
+        last.segments.remove(&newest);
+        let scanned = last.scan(0);
+        let kept = at.iter().filter(|&&lsn| lsn < newest * size as u64).count();
+        assert_eq!(scanned.records.len(), kept);
+        assert!(scanned.end <= newest * size as u64 && scanned.end > (newest - 1) * size as u64);
+        // A segment made ahead and never written: zeros, the end.
+        let mut ahead = log.clone();
+        ahead.at((newest + 1) * size as u64);
+        assert_eq!(ahead.scan(0), log.scan(0));
+        // A segment at the end of the numbers: not one this log made, and not an overflow.
+        let mut far = log.clone();
+        far.segments.insert(u64::MAX, vec![0; size]);
+        let err = far.try_scan(0).unwrap_err();
+        assert_eq!(err.status(), Status::Corrupt, "{err}");
+        assert!(err.to_string().contains("0xffffffffffffffff"), "{err}");
+        // A scan from a segment that does not exist yet: nothing, ending where it started.
+        let beyond = (newest + 3) * size as u64;
+        let scanned = log.scan(beyond);
+        assert_eq!((scanned.records.len(), scanned.end), (0, beyond));
     }
 
     #[test]
@@ -371,22 +506,15 @@ mod tests {
         assert_eq!(full.records.len(), 6);
 
         // Torn: the record's second half is still the zeros it overwrote.
-        let mut torn = Log {
-            ring: log.ring.clone(),
-            end: log.end,
-        };
-        let cut = (at[3] % 8192) as usize + 64;
-        torn.ring[cut..(at[4] % 8192) as usize].fill(0);
+        let mut torn = log.clone();
+        torn.at(at[3])[64..usize::try_from(at[4] - at[3]).unwrap()].fill(0);
         let scanned = torn.scan(4096);
         assert_eq!(records(&scanned), records(&full)[..3]);
         assert_eq!((scanned.end, scanned.holes), (at[3], 0));
 
         // A bad checksum: one flipped bit in a value.
-        let mut flipped = Log {
-            ring: log.ring.clone(),
-            end: log.end,
-        };
-        flipped.ring[(at[2] % 8192) as usize + 50] ^= 4;
+        let mut flipped = log.clone();
+        flipped.at(at[2])[50] ^= 4;
         let scanned = flipped.scan(4096);
         assert_eq!(records(&scanned), records(&full)[..2]);
         assert_eq!(scanned.end, at[2]);
@@ -440,20 +568,14 @@ mod tests {
         assert_eq!((scanned.end, scanned.holes), (log.end, 1));
         // The stopped writer, resumed, writes its record late (whole, or torn): it does not count.
         let late = put(2, 300).encode(hole).unwrap();
-        let mut whole = Log {
-            ring: log.ring.clone(),
-            end: log.end,
-        };
+        let mut whole = log.clone();
         whole.write(hole, &late);
         let scanned = whole.scan(0);
         assert_eq!(
             (scanned.records.as_slice(), scanned.skipped.as_slice()),
             (want.as_slice(), [hole].as_slice())
         );
-        let mut torn = Log {
-            ring: log.ring.clone(),
-            end: log.end,
-        };
+        let mut torn = log.clone();
         torn.write(hole, &late[..100]);
         assert_eq!(torn.scan(0).records, want);
         // A second hole, not covered, ends the scan there, though the first one was.
@@ -464,7 +586,7 @@ mod tests {
     }
 
     #[test]
-    fn a_hole_over_a_filler_and_the_ring_end_is_covered_by_its_skip() {
+    fn a_hole_over_a_filler_and_a_segment_end_is_covered_by_its_skip() {
         let size = 4096;
         let from = 2048;
         let mut log = Log::new(size, from);
@@ -472,8 +594,8 @@ mod tests {
             log.append(&put(log.end, 100));
         }
         let before = log.scan(from).records.len();
-        // A reservation of a filler to the ring's end and a record in the next lap, never
-        // written.
+        // A reservation of a filler to the segment's end and a record in the next segment,
+        // never written.
         let (hole, len) = log.reserve(put(0, 300).encoded_len());
         assert!(hole + len > size as u64 && hole < size as u64);
         let after = log.append(&put(9, 10));
@@ -495,12 +617,9 @@ mod tests {
                 len: len.max(24),
             });
             // A skip of a reservation after itself, or not one at all.
-            let mut bad = Log {
-                ring: log.ring.clone(),
-                end: log.end,
-            };
+            let mut bad = log.clone();
             bad.write(at, &Record::Skip { lsn, len }.encode(at).unwrap());
-            let err = scan(&Bytes(&bad.ring), 0).unwrap_err();
+            let err = bad.try_scan(0).unwrap_err();
             assert_eq!(err.status(), Status::Corrupt, "{lsn} {len}: {err}");
         }
     }
@@ -515,51 +634,72 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_reads_the_file() {
+    fn the_scan_reads_the_files() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.wal");
-        let file = LogFile::create(&path, 7, 2 * MIN_SIZE).unwrap();
-        let mut log = Log::new(2 * MIN_SIZE as usize, 0);
+        let base = dir.path().join("store.wal");
+        let file = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
+        let mut log = Log::new(usize::try_from(MIN_SIZE).unwrap(), 0);
         for i in 0..100 {
             let before = log.end;
             let lsn = log.append(&put(i, 50));
             if lsn != before {
-                file.write_at(
-                    before,
-                    &Placement::of(file.size(), before, put(i, 50).encoded_len())
-                        .unwrap()
-                        .filler_record()
-                        .unwrap()
-                        .unwrap_or_default(),
-                )
-                .unwrap();
+                let filler = Placement::of(file.size(), before, put(i, 50).encoded_len())
+                    .unwrap()
+                    .filler_record()
+                    .unwrap();
+                if let Some(filler) = filler {
+                    file.write_at(before, &filler).unwrap();
+                }
             }
             file.write_at(lsn, &put(i, 50).encode(lsn).unwrap())
                 .unwrap();
         }
-        file.sync().unwrap();
-        let ring = std::fs::read(&path).unwrap();
-        assert_eq!(&ring[HEADER_BLOCK as usize..], log.ring.as_slice());
-        let reopened = LogFile::open(&path, 7, None).unwrap();
-        let start = log.end - log.end % (2 * MIN_SIZE);
-        assert_eq!(scan(&reopened, start).unwrap(), log.scan(start));
-        assert_eq!(scan(&reopened, start).unwrap().end, log.end);
+        file.sync(0, log.end).unwrap();
+        assert!(log.segments.len() > 2, "{}", log.segments.len());
+        for (seq, bytes) in &log.segments {
+            let on_disk = std::fs::read(file.path(*seq)).unwrap();
+            assert_eq!(&on_disk[HEADER_BYTES..], bytes.as_slice(), "segment {seq}");
+        }
+        let reopened = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
+        for from in [0, MIN_SIZE, log.end - log.end % MIN_SIZE] {
+            assert_eq!(scan(&reopened, from).unwrap(), log.scan(from));
+        }
+        assert_eq!(scan(&reopened, 0).unwrap().end, log.end);
     }
 
     proptest::proptest! {
-        /// Garbage, anywhere, from any position: a clean end or a typed error, never a panic,
-        /// and never a record that is not at its own position.
+        /// Garbage, in segments of any size, some missing, from any position: a clean end or a
+        /// typed error, never a panic, and never a record that is not at its own position.
         #[test]
-        fn garbage_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600), from in 0u64..1 << 20) {
-            match scan(&Bytes(&bytes), from * 8) {
-                Ok(scanned) => {
-                    for (lsn, record) in &scanned.records {
-                        proptest::prop_assert!(*lsn >= from * 8 && *lsn < scanned.end);
-                        let counted = !matches!(record, Record::Void { .. } | Record::Skip { .. });
-                        proptest::prop_assert!(counted, "{:?}", record);
+        fn garbage_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1200),
+            size in 3u64..80,
+            missing in proptest::prelude::any::<u8>(),
+            from in 0u64..1 << 20,
+        ) {
+            let size = size * ALIGN;
+            let from = from * ALIGN;
+            let first = from / size;
+            let log = Memory {
+                size,
+                segments: bytes
+                    .chunks_exact(usize::try_from(size).unwrap())
+                    .enumerate()
+                    .filter(|(i, _)| *i >= 8 || missing & (1 << i) == 0)
+                    .map(|(i, chunk)| (first + i as u64, chunk))
+                    .collect(),
+            };
+            for result in [scan(&log, from), scan(&Bytes(&bytes), from)] {
+                match result {
+                    Ok(scanned) => {
+                        for (lsn, record) in &scanned.records {
+                            proptest::prop_assert!(*lsn >= from && *lsn < scanned.end);
+                            let counted = !matches!(record, Record::Void { .. } | Record::Skip { .. });
+                            proptest::prop_assert!(counted, "{:?}", record);
+                        }
                     }
+                    Err(err) => proptest::prop_assert!(matches!(err.status(), Status::Corrupt | Status::InvalidArgument), "{err}"),
                 }
-                Err(err) => proptest::prop_assert!(matches!(err.status(), Status::Corrupt | Status::InvalidArgument), "{err}"),
             }
         }
     }
