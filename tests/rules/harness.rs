@@ -122,6 +122,7 @@ impl Harness {
     }
 
     /// The store file, for what is a file's alone; `None` on etcd.
+    #[cfg_attr(not(feature = "etcd"), allow(clippy::unnecessary_wraps))] // `None` only on etcd
     pub fn file(&self) -> Option<&Path> {
         match self.backend {
             #[cfg(feature = "etcd")]
