@@ -1,6 +1,9 @@
 //! The SIGBUS guard of the ring mappings: a ring file cut short under its users (anyone who may
 //! write it can `truncate` it) must cost them their leases, never their process.
 //!
+//! No model: a signal handler that remaps pages, not a protocol between processes; tested by
+//! cutting a live ring short under its users (`tests/shared_memory.rs`).
+//!
 //! Touching a page of a `MAP_SHARED` mapping past the end of its file raises SIGBUS, whose
 //! default action kills the host program. So, once the first ring is mapped (never at library
 //! load: a program that never opens a store keeps its handlers as they were), a handler is

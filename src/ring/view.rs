@@ -8,6 +8,9 @@
 //! valid value. Payloads are words too: a copy in or out of one is word by word, so that a copy
 //! racing a writer of another process reads torn bytes (which the protocol detects and throws
 //! away) rather than being a data race.
+//!
+//! No model of its own: in the models (`make test-loom`) the view is a heap arena of loom's
+//! atomics (`Ring::heap`), which every protocol's model runs over.
 
 use super::sync::{AtomicU64, Ordering};
 use std::fs::File;
