@@ -32,14 +32,37 @@
 //!
 //! | state | set by | meaning |
 //! |---|---|---|
-//! | `WRITTEN` | the record's writer, by a compare-and-swap from any mark of another position, after its write | the record is in the file; the flusher may cover it |
-//! | `SKIPPING` | a skipper, by a compare-and-swap from any mark of another position | a gap being skipped: the first granule of a stopped writer's record, and the granules after it up to the next written record; its writer's own mark then loses and its write fails with `Timeout` |
-//! | `SKIPPED` | the skipper of the gap's first granule, once its `skip` record is written and synced | the flusher may step over the gap's `granules` |
+//! | none (0) | the record's writer, on each granule of its record after the first, by a compare-and-swap from a word of an earlier position, before its mark (*cleared*: the word keeps the granule's tag) | no mark of this position |
+//! | `WRITTEN` | the record's writer, by a compare-and-swap from a word of an earlier position, after its write | the record is in the file; the flusher may cover it; the record counts |
+//! | `SKIPPING` | a skipper, by a compare-and-swap from a word of an earlier position | a gap being skipped: the first granule of a stopped writer's record, and the granules after it up to the next written record; its writer's own mark then loses and its write fails with `Timeout`; the record is void |
+//! | `SKIPPED` | the skipper of the gap's first granule, once its `skip` record is written and synced | the flusher may step over the gap's `granules`; the record is void |
+//!
+//! **A mark's lifetime: it keeps the record's fate.** The one decision of a record's fate is
+//! the compare-and-swap on its first granule's mark: `WRITTEN` by its writer or `SKIPPING` by a
+//! skipper, exactly one wins. Nobody clears a mark once it is covered: it stays until its slot
+//! is written for a later position (a later lap of the window), so that whoever finds `flushed`
+//! past a position reads there whether its record counts ([`GroupSync::fate`]), and once the
+//! slot moved on, the log's `skip` records tell it. The rule that makes this safe: **a word is
+//! only ever replaced by a word of a later position** (the tags compared modulo 2^46, word 0
+//! being older than any), except a gap's own `SKIPPING` by its `SKIPPED` and a cleared inner
+//! granule by a skipper's `SKIPPING` of the same position. So:
+//! - a mark of a position, once there, is never taken back: a late writer (stopped past its
+//!   skip) or a late skipper (stopped past a covered gap) finds its position's mark or a later
+//!   one, and loses, instead of writing over a later lap's mark;
+//! - every slot is written for some position in each lap of the window before `flushed`
+//!   passes that lap: a record's first granule by its mark, the granules after it cleared by
+//!   its writer before its mark, a skipped gap's granules by its skipper's claims. So a slot's
+//!   tag is never more than a window behind `flushed`, and no mark is ever taken for a
+//!   position of the same tag 2^49 bytes later (without the writers' clearing, a mark in a
+//!   slot that only granules after a record's first used afterwards would stay that long). The
+//!   one actor too far behind for the tags' comparison: a writer stopped between its reserve
+//!   and its mark while 2^48 bytes of log (2^45 granules) pass.
 //!
 //! Why an acknowledged record is durable: its writer acknowledges once `flushed` passes it;
 //! `flushed` is only raised (`fetch_max`) to a prefix found written without a gap (marks of the
 //! right position, `WRITTEN` or `SKIPPED`, chained by their lengths) before a sync that
-//! returned success; every mark was stored after its record's write.
+//! returned success; every mark was stored after its record's write. A mark kept from an
+//! earlier lap never passes for one: its tag is another position's (`marks` compares the tag).
 //!
 //! Why a stopped or dead process stalls nobody for long: a stopped flusher is passed after
 //! `FLUSH_PATIENCE` by any waiter, which syncs itself; a dead one is taken over at once (its
@@ -58,7 +81,8 @@
 //! covered and every later reserve fail with a storage error until the ring is set up anew.
 //!
 //! Model: `models/flush.rs` (make test-loom): writers reserving, writing and awaiting, a flusher
-//! that dies mid-sync, a writer that dies after reserving.
+//! that dies mid-sync, a writer that dies after reserving, a reader asking a record's fate while
+//! its writer stops at each step and a skipper runs, a writer stopped past a lap of the window.
 
 use std::io;
 use std::time::Duration;
@@ -68,6 +92,9 @@ use super::sync::{futex_wait, futex_wake, spin, AtomicU64, Live, Ordering};
 use super::Ring;
 use crate::base::error::{Error, Result};
 
+/// [`GRANULE`] as a step over positions.
+#[allow(clippy::cast_possible_truncation)] // 8
+const GRANULE_STEP: usize = GRANULE as usize;
 /// Bytes of log in flight at most: from `flushed` to `end`.
 pub(crate) const WINDOW: u64 = MARKS as u64 * GRANULE;
 /// Bytes a `skip` record takes.
@@ -122,6 +149,27 @@ pub(crate) trait Log {
     /// Writes at `at`, in `space` bytes, a record saying that the `len` bytes at `gap` do not
     /// count, whatever they hold.
     fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()>;
+    /// Whether a skip record written by [`Log::write_skip`] within `[lsn, lsn + within)` says
+    /// that a gap holding `lsn` does not count (for [`GroupSync::fate_in_log`]).
+    #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
+    fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool>;
+}
+
+/// What became of the record at a position (its first granule's mark decided it). Step 4's key
+/// index settles a stopped writer's claim by it (issue 35); until then only the tests and the
+/// models ask.
+#[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// `flushed` has not passed the position: not decided yet, or not durable yet.
+    Pending,
+    /// Its writer marked it written: it is in the log, durable, and counts.
+    Counts,
+    /// A skipper won its mark: whatever the log holds there does not count.
+    Void,
+    /// `flushed` passed it, but its slot has moved on to a later position: the log's skip
+    /// records tell ([`GroupSync::fate_in_log`]).
+    Unknown,
 }
 
 fn tag(lsn: u64) -> u64 {
@@ -132,9 +180,25 @@ fn mark(lsn: u64, len: u64, state: u64) -> u64 {
     (tag(lsn) << TAG_SHIFT) | ((len / GRANULE) << LEN_SHIFT) | state
 }
 
+/// The word of a granule after a record's first, as of position `lsn`: no mark (state 0),
+/// `lsn`'s tag, and a length of one granule so that it is never 0 (the word of a slot never
+/// written, older than any).
+fn cleared(lsn: u64) -> u64 {
+    (tag(lsn) << TAG_SHIFT) | (1 << LEN_SHIFT)
+}
+
 /// Whether `word` is a mark of position `lsn` (of any state).
 fn marks(word: u64, lsn: u64) -> bool {
     word & STATE_MASK != 0 && word >> TAG_SHIFT == tag(lsn)
+}
+
+/// Whether `word` was written for a position before `lsn` (an earlier lap of the window), or
+/// never: the words a writer or a skipper of `lsn` may replace. Tags are compared modulo 2^46:
+/// a word at most 2^45 granules ahead is a later one (the opening comment bounds how far apart
+/// the compared positions are).
+fn before(word: u64, lsn: u64) -> bool {
+    let ahead = (word >> TAG_SHIFT).wrapping_sub(tag(lsn)) & TAG_MASK;
+    word == 0 || ahead >= 1 << 45
 }
 
 fn span(word: u64) -> u64 {
@@ -300,17 +364,39 @@ impl<'a> GroupSync<'a> {
     /// Marks the record at `lsn`, `len` bytes, written (its bytes are in the file). Fails with
     /// `Timeout` when its gap was skipped meanwhile: the write then does not count.
     pub(crate) fn written(&self, lsn: u64, len: u64) -> Result<()> {
+        // The granules after the first are cleared for this lap first (the opening comment:
+        // every slot is written in each lap), each only over a word of an earlier position: a
+        // skipper's claim of one stays, and so does a later lap's word, which only a writer
+        // stopped past its skip and the window's move finds (its mark below then loses).
+        // Relaxed: nobody reads a cleared word for what it orders, only for its tag, and a
+        // compare-and-swap reads the newest word whatever its order.
+        for inner in (lsn + GRANULE..lsn + len).step_by(GRANULE_STEP) {
+            let cell = self.mark_of(inner);
+            let mut seen = cell.load(Ordering::Relaxed);
+            while before(seen, inner) {
+                match cell.compare_exchange(
+                    seen,
+                    cleared(inner),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => seen = now,
+                }
+            }
+        }
         let cell = self.mark_of(lsn);
         let mut seen = cell.load(Ordering::Acquire);
         loop {
-            if marks(seen, lsn) {
-                // A skipper claimed this record's granule: it waited too long for this mark.
+            if !before(seen, lsn) {
+                // A skipper claimed this record's granule (it waited too long for this mark),
+                // or the window has moved on since (a later lap's word): the record is void.
                 return Err(Error::timed_out());
             }
             // Release: the record's write (before this) is seen by whoever reads the mark
             // (the flusher's Acquire), so its sync covers the write. A weaker order lets a
-            // flusher sync before the write and acknowledge a record the file lacks. Acquire:
-            // a mark a flusher cleared (Release in `clear`) is read after its raise.
+            // flusher sync before the write and acknowledge a record the file lacks. (The
+            // Acquire half orders nothing: the word replaced is an earlier position's.)
             match cell.compare_exchange(
                 seen,
                 mark(lsn, len, WRITTEN),
@@ -321,17 +407,10 @@ impl<'a> GroupSync<'a> {
                 Err(now) => seen = now,
             }
         }
-        // A gap skipped, covered and cleared before this mark: the mark found no trace of the
-        // skip, but `flushed` passed the record without it.
-        if self.words().flushed.load(Ordering::Acquire) > lsn {
-            let _ = cell.compare_exchange(
-                mark(lsn, len, WRITTEN),
-                0,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            return Err(Error::timed_out());
-        }
+        // The swap won over a word of an earlier position, and a mark of this one is never
+        // replaced by an earlier word: no skipper claimed the record before, none can after,
+        // and `flushed` cannot have passed it (a sync covers a position only through its
+        // mark). The record counts.
         Ok(())
     }
 
@@ -343,7 +422,9 @@ impl<'a> GroupSync<'a> {
         let mut at = from;
         while at < end {
             // Acquire: pairs with the writer's Release in `written` (its write came first) and
-            // the skipper's in `skip` (its skip record was synced first).
+            // the skipper's in `skip` (its skip record was synced first). A mark kept from an
+            // earlier lap (covered marks are not cleared) has another position's tag and stops
+            // the walk as no mark does: `marks` compares the tag.
             let word = self.mark_of(at).load(Ordering::Acquire);
             if !marks(word, at) || word & STATE_MASK == SKIPPING {
                 break;
@@ -351,41 +432,6 @@ impl<'a> GroupSync<'a> {
             at += span(word);
         }
         at
-    }
-
-    /// Clears the marks of `from..to`, which `flushed` now covers, so that none is left to be
-    /// taken for a record of the same tag a long way (2^49 bytes) later. A mark that moved on
-    /// (a later lap's) is left alone.
-    fn clear(&self, from: u64, to: u64) {
-        let mut at = from;
-        while at < to {
-            let cell = self.mark_of(at);
-            let word = cell.load(Ordering::Relaxed);
-            if !marks(word, at) {
-                // Another flusher cleared it: it clears the rest.
-                return;
-            }
-            let next = at + span(word).max(GRANULE);
-            if word & STATE_MASK == SKIPPED {
-                for inner in (at + GRANULE..next).step_by(usize::try_from(GRANULE).expect("8")) {
-                    let inner_cell = self.mark_of(inner);
-                    let inner_word = inner_cell.load(Ordering::Relaxed);
-                    if marks(inner_word, inner) {
-                        // Release: as below.
-                        let _ = inner_cell.compare_exchange(
-                            inner_word,
-                            0,
-                            Ordering::Release,
-                            Ordering::Relaxed,
-                        );
-                    }
-                }
-            }
-            // Release: a skipper that claims the cleared mark (its AcqRel) sees the raise of
-            // `flushed` before this, and so that the position is covered (`skip`'s stale check).
-            let _ = cell.compare_exchange(word, 0, Ordering::Release, Ordering::Relaxed);
-            at = next;
-        }
     }
 
     /// Becomes the flusher if nobody is, or if the flusher's process is gone.
@@ -423,8 +469,8 @@ impl<'a> GroupSync<'a> {
         let words = self.words();
         // AcqRel: the sync (before this) is seen by whoever reads the new `flushed` (Acquire)
         // and acknowledges; fetch_max so that two syncs racing leave the higher prefix.
+        // The marks covered stay: they keep the records' fate (`fate`).
         words.flushed.fetch_max(to, Ordering::AcqRel);
-        self.clear(flushed, to);
         Ok(true)
     }
 
@@ -513,9 +559,13 @@ impl<'a> GroupSync<'a> {
         };
         let first = self.mark_of(at);
         let seen = first.load(Ordering::Acquire);
-        // AcqRel: ordered against the late writer's mark (one of the two swaps wins), and,
-        // claiming a mark a flusher cleared (Release in `clear`), after that flusher's raise.
-        let claimed = !marks(seen, at)
+        // AcqRel: ordered against the late writer's mark (one of the two swaps wins). Only
+        // over a word of an earlier position: a mark of `at` (written meanwhile) or a later
+        // lap's word (this skipper was stopped while `flushed` passed `at` and the window
+        // moved on) means the gap was not one, or is no longer. A claim that wins was the first
+        // word of `at`, so `flushed` has not passed `at` (a sync covers a position only
+        // through its mark).
+        let claimed = before(seen, at)
             && first
                 .compare_exchange(
                     seen,
@@ -524,18 +574,7 @@ impl<'a> GroupSync<'a> {
                     Ordering::Acquire,
                 )
                 .is_ok();
-        // A claim of a record that was written, covered and cleared meanwhile is undone: the
-        // gap was not one.
-        let stale = claimed && self.words().flushed.load(Ordering::Acquire) > at;
-        if stale {
-            let _ = first.compare_exchange(
-                mark(at, 0, SKIPPING),
-                0,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-        }
-        if !claimed || stale {
+        if !claimed {
             // The place is the log's all the same: a void record fills it (or, if this
             // process was so slow that its place was skipped too, another skip record does).
             match self.write_skip(place, at, 0) {
@@ -629,6 +668,49 @@ impl<'a> GroupSync<'a> {
     pub(crate) fn flushed(&self) -> u64 {
         self.words().flushed.load(Ordering::Acquire)
     }
+
+    /// The fate of the record at `lsn` (a record's start), as its mark kept it: `Pending` until
+    /// `flushed` passes `lsn`, then `Counts` or `Void` as long as the slot holds `lsn`'s mark,
+    /// `Unknown` once the window has moved on.
+    #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
+    pub(crate) fn fate(&self, lsn: u64) -> Fate {
+        // Acquire: pairs with the raise's AcqRel (a release sequence of `fetch_max`es), after
+        // the flusher's Acquire load of the mark that let it cover `lsn`, itself after the
+        // mark's decision (the writer's `WRITTEN` or the skipper's claim, then its `SKIPPED`).
+        // So the load below reads that decision or a later lap's word. A weaker order (or no
+        // check of `flushed`) lets it read the slot before the decision: an earlier
+        // position's word, `Unknown`, and, in the log, no skip yet.
+        if self.words().flushed.load(Ordering::Acquire) <= lsn {
+            return Fate::Pending;
+        }
+        // Relaxed: ordered by the load of `flushed` above. A mark of `lsn` is replaced only by
+        // a later position's word, never taken back, so what it says now is final.
+        let word = self.mark_of(lsn).load(Ordering::Relaxed);
+        if !marks(word, lsn) {
+            return Fate::Unknown;
+        }
+        if word & STATE_MASK == WRITTEN {
+            Fate::Counts
+        } else {
+            Fate::Void
+        }
+    }
+
+    /// The fate of the record at `lsn`, never `Unknown`: when its slot has moved on, a skip
+    /// record within the window after it voids it (a skipper writes and syncs it there, at a
+    /// place reserved within `WINDOW` of the gap's start, before any sync covers the gap),
+    /// else it counts. The log must still hold `[lsn, lsn + WINDOW)`.
+    #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
+    pub(crate) fn fate_in_log(&self, lsn: u64) -> Result<Fate> {
+        match self.fate(lsn) {
+            Fate::Unknown => Ok(if self.log.skipped(lsn, WINDOW)? {
+                Fate::Void
+            } else {
+                Fate::Counts
+            }),
+            fate => Ok(fate),
+        }
+    }
 }
 
 impl Ring {
@@ -680,6 +762,22 @@ impl Log for PlainLog {
         record[16..24].copy_from_slice(&gap.to_le_bytes());
         record[24..32].copy_from_slice(&len.to_le_bytes());
         self.write(at, &record)
+    }
+
+    /// Looks at each granule of `[lsn, lsn + within)` for a skip record at its own position
+    /// whose gap holds `lsn` (a record of the caller's that holds those very 32 bytes would be
+    /// taken for one: this log is for tests and the bench).
+    fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
+        let mut bytes = vec![0u8; usize::try_from(within).expect("a window")];
+        let read = std::os::unix::fs::FileExt::read_at(&self.0, &mut bytes, lsn)?;
+        let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        Ok((0..read.saturating_sub(31))
+            .step_by(GRANULE_STEP)
+            .any(|at| {
+                &bytes[at..at + 8] == b"SKIPSKIP"
+                    && field(at + 8) == lsn + at as u64
+                    && (field(at + 16)..field(at + 16) + field(at + 24)).contains(&lsn)
+            }))
     }
 }
 
@@ -805,6 +903,11 @@ mod tests {
         fn write_skip(&self, _at: u64, _space: u64, _gap: u64, _len: u64) -> io::Result<()> {
             Ok(())
         }
+
+        // It keeps no records, and so no skip records either.
+        fn skipped(&self, _lsn: u64, _within: u64) -> io::Result<bool> {
+            Ok(false)
+        }
     }
 
     fn ring(dir: &std::path::Path) -> Ring {
@@ -848,5 +951,88 @@ mod tests {
             assert!(matches!(sync.reserve(len), Err(Error::InvalidArgument(_))));
         }
         assert_eq!(sync.reserve(8).unwrap(), 0, "nothing was reserved before");
+    }
+
+    /// A plain log file in `dir`, four windows long.
+    fn plain(dir: &std::path::Path) -> PlainLog {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("log"))
+            .unwrap();
+        file.set_len(4 * WINDOW).unwrap();
+        PlainLog(file, std::sync::atomic::AtomicU64::new(0))
+    }
+
+    #[allow(clippy::needless_pass_by_value)] // called on a call's result, which is not used after
+    fn timed_out(result: Result<()>) -> bool {
+        matches!(result, Err(Error::Timeout { .. }))
+    }
+
+    #[test]
+    fn a_written_record_counts_once_flushed_passes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = plain(dir.path());
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        let lsn = sync.reserve(24).unwrap();
+        assert_eq!(sync.fate(lsn), Fate::Pending, "reserved, not written");
+        log.write(lsn, &[7; 24]).unwrap();
+        sync.written(lsn, 24).unwrap();
+        assert_eq!(sync.fate(lsn), Fate::Pending, "marked, not durable yet");
+        sync.await_durable(lsn + 24).unwrap();
+        assert_eq!(sync.fate(lsn), Fate::Counts);
+        assert_eq!(sync.fate_in_log(lsn).unwrap(), Fate::Counts);
+        assert_eq!(sync.fate(lsn + 24), Fate::Pending, "nothing there yet");
+    }
+
+    #[test]
+    fn a_skipped_writer_is_void_by_its_mark_then_by_the_log_once_the_window_moved_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = plain(dir.path());
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        // Two writers stop after reserving; a third waits for them (GAP_PATIENCE), skips both
+        // in one gap, and is acknowledged.
+        let stopped = sync.reserve(24).unwrap();
+        let second = sync.reserve(16).unwrap();
+        assert_eq!(sync.fate(stopped), Fate::Pending);
+        let after = sync.append(&[2; 16]).unwrap();
+        assert_eq!(sync.fate(stopped), Fate::Void);
+        assert_eq!(
+            sync.fate(second),
+            Fate::Void,
+            "inside the gap the skip began before it"
+        );
+        assert_eq!(sync.fate(after), Fate::Counts);
+        // The stopped writers resume: their writes do not count, and their fate stays.
+        log.write(stopped, &[1; 24]).unwrap();
+        assert!(timed_out(sync.written(stopped, 24)));
+        assert!(timed_out(sync.written(second, 16)));
+        assert_eq!(sync.fate(stopped), Fate::Void);
+        assert_eq!(sync.fate(second), Fate::Void);
+        // The window moves on (two laps): the slots hold later positions' words, and the log
+        // tells the fate.
+        let mut last = after;
+        while sync.flushed() < stopped + 2 * WINDOW {
+            last = sync.append(&[3; 4096]).unwrap();
+        }
+        for lsn in [stopped, second, after] {
+            assert_eq!(sync.fate(lsn), Fate::Unknown, "the slot of {lsn} moved on");
+        }
+        assert_eq!(sync.fate_in_log(stopped).unwrap(), Fate::Void);
+        assert_eq!(sync.fate_in_log(second).unwrap(), Fate::Void);
+        assert_eq!(sync.fate_in_log(after).unwrap(), Fate::Counts);
+        assert_eq!(sync.fate(last), Fate::Counts);
+        // A writer stopped past its skip and the laps loses to the later words, and leaves
+        // them alone: the next records are covered as before.
+        assert!(timed_out(sync.written(stopped, 24)));
+        assert_eq!(sync.fate(stopped), Fate::Unknown);
+        assert_eq!(sync.fate_in_log(stopped).unwrap(), Fate::Void);
+        let next = sync.append(&[4; 16]).unwrap();
+        assert_eq!(sync.fate(next), Fate::Counts);
+        assert_eq!(sync.fate(last), Fate::Counts);
     }
 }

@@ -6,8 +6,12 @@
 //! everything below `flushed` at the end is on the disk or voided by a skip record on the disk,
 //! and no skip voids an acknowledged record; no lost wake-up (a waiter asleep forever is a
 //! deadlock loom reports); a flusher that dies mid-sync is taken over; a writer that dies after
-//! reserving stalls nobody (its gap is skipped). In the models a waiter's patience with a gap
-//! always runs out, so every interleaving of a skip with the late writer's mark is explored.
+//! reserving stalls nobody (its gap is skipped). The fate of a record (`GroupSync::fate`) is
+//! who won its mark: asked at any moment it is `Pending` or that, asked after `flushed` passed
+//! it the mark still tells (the window has not moved on in these models), and a writer stopped
+//! past its skip and a lap of the window loses to the later lap's word. In the models a
+//! waiter's patience with a gap always runs out, so every interleaving of a skip with the late
+//! writer's mark is explored.
 
 use std::io;
 
@@ -17,26 +21,29 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::base::error::Error;
-use crate::ring::flush::{GroupSync, Log};
+use crate::ring::flush::{Fate, GroupSync, Log, WINDOW};
 use crate::ring::layout::GRANULE;
 use crate::ring::Ring;
 
-/// Granules of log the models use.
+/// Granules of log most models use.
 const CELLS: usize = 6;
 /// A skip record's value: this flag, the gap's first granule and its length in granules.
 const SKIP: u64 = 1 << 40;
+// Their log is shorter than the window: no slot is written for a second position, and a mark
+// that `flushed` passed must still tell its record's fate.
+const _: () = assert!(CELLS as u64 * GRANULE <= WINDOW);
 
-/// The log file: what the page cache holds, and what the disk holds.
+/// The log file: what the page cache holds, and what the disk holds, a word per granule.
 struct Disk {
-    cache: [AtomicU64; CELLS],
-    durable: [AtomicU64; CELLS],
+    cache: Vec<AtomicU64>,
+    durable: Vec<AtomicU64>,
 }
 
 impl Disk {
-    fn new() -> Disk {
+    fn new(cells: usize) -> Disk {
         Disk {
-            cache: std::array::from_fn(|_| AtomicU64::new(0)),
-            durable: std::array::from_fn(|_| AtomicU64::new(0)),
+            cache: (0..cells).map(|_| AtomicU64::new(0)).collect(),
+            durable: (0..cells).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -66,10 +73,12 @@ impl Disk {
 
 impl Log for Disk {
     fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
-        let value = u64::from_le_bytes(record.try_into().expect("8 bytes"));
-        // Relaxed: a write carries no ordering of its own (the kernel's page cache); the
-        // protocol's mark must.
-        self.cache[Disk::cell(lsn)].store(value, Ordering::Relaxed);
+        for (at, granule) in record.chunks(8).enumerate() {
+            let value = u64::from_le_bytes(granule.try_into().expect("8 bytes"));
+            // Relaxed: a write carries no ordering of its own (the kernel's page cache); the
+            // protocol's mark must.
+            self.cache[Disk::cell(lsn) + at].store(value, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -77,7 +86,8 @@ impl Log for Disk {
         // Only the range asked for, as a log of segment files syncs only the segments it
         // touches: a range that missed a record would leave it off the disk, which the checks
         // see.
-        let cells = Disk::cell(from).min(CELLS)..Disk::cell(to).min(CELLS);
+        let size = self.cache.len();
+        let cells = Disk::cell(from).min(size)..Disk::cell(to).min(size);
         for (cache, durable) in self.cache[cells.clone()].iter().zip(&self.durable[cells]) {
             let value = cache.load(Ordering::Relaxed);
             if value != 0 {
@@ -93,6 +103,17 @@ impl Log for Disk {
         let value = SKIP | ((gap / GRANULE) << 8) | (len / GRANULE);
         self.cache[Disk::cell(at)].store(value, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
+        let from = Disk::cell(lsn);
+        let to = Disk::cell(lsn + within).min(self.cache.len());
+        // Relaxed: what the file holds now, as a read of it returns (the page cache).
+        Ok(self.cache[from.min(to)..to].iter().any(|cell| {
+            let value = cell.load(Ordering::Relaxed);
+            let first = (value >> 8) & 0xff;
+            value & SKIP != 0 && (first..first + (value & 0xff)).contains(&(lsn / GRANULE))
+        }))
     }
 }
 
@@ -150,7 +171,7 @@ fn writers_share_syncs_and_acknowledge_only_durable_records() {
     check(|| {
         let ring = Arc::new(Ring::heap());
         let procs = Arc::new(Procs::new(2));
-        let disk = Arc::new(Disk::new());
+        let disk = Arc::new(Disk::new(CELLS));
         let other = {
             let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
             thread::spawn(move || append(&ring, &procs, &disk, 2))
@@ -167,7 +188,7 @@ fn a_flusher_that_dies_mid_sync_is_taken_over() {
     check(|| {
         let ring = Arc::new(Ring::heap());
         let procs = Arc::new(Procs::new(2));
-        let disk = Arc::new(Disk::new());
+        let disk = Arc::new(Disk::new(CELLS));
         let dying = {
             let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
             thread::spawn(move || {
@@ -194,14 +215,15 @@ fn a_writer_that_dies_after_reserving_stalls_nobody() {
     check(|| {
         let ring = Arc::new(Ring::heap());
         let procs = Arc::new(Procs::new(2));
-        let disk = Arc::new(Disk::new());
+        let disk = Arc::new(Disk::new(CELLS));
         let dying = {
             let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
             thread::spawn(move || {
                 let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
-                let _ = sync.reserve(GRANULE).expect("a reserve");
+                let lsn = sync.reserve(GRANULE).expect("a reserve");
                 procs.kill(1);
                 ring.flush_timeouts();
+                lsn
             })
         };
         let mine = append(&ring, &procs, &disk, 2);
@@ -209,7 +231,127 @@ fn a_writer_that_dies_after_reserving_stalls_nobody() {
             mine.is_some(),
             "a live writer behind a dead one's gap is acknowledged"
         );
-        dying.join().expect("the dying writer");
+        let theirs = dying.join().expect("the dying writer");
+        let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
+        assert_eq!(sync.fate(mine.expect("acknowledged")), Fate::Counts);
+        // Reserved before this writer's record, it was skipped; after it, nobody passed it.
+        let fate = if theirs < sync.flushed() {
+            Fate::Void
+        } else {
+            Fate::Pending
+        };
+        assert_eq!(
+            sync.fate(theirs),
+            fate,
+            "the dead writer's record at {theirs}"
+        );
         check_end(&ring, &procs, &disk, &mine.into_iter().collect::<Vec<_>>());
+    });
+}
+
+/// The fate who won the mark of a record: its writer (its mark `Ok`) or a skipper.
+fn winner(won: bool) -> Fate {
+    if won {
+        Fate::Counts
+    } else {
+        Fate::Void
+    }
+}
+
+#[test]
+fn a_reader_learns_who_won_the_mark_of_a_stopped_writer() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(3));
+        let disk = Arc::new(Disk::new(CELLS));
+        // This writer reserves the first record, then may stop at each step: a writer behind
+        // it skips its gap when it waits for it.
+        let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
+        let lsn = sync.reserve(GRANULE).expect("a reserve");
+        let other = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || append(&ring, &procs, &disk, 2))
+        };
+        // A reader that asks once, at any moment.
+        let reader = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || {
+                GroupSync::new(&ring, 3, &*procs, &*disk)
+                    .fate_in_log(lsn)
+                    .expect("a fate")
+            })
+        };
+        disk.write(lsn, &record(1)).expect("a write");
+        let won = match sync.written(lsn, GRANULE) {
+            Ok(()) => true,
+            Err(Error::Timeout { .. }) => false,
+            Err(err) => panic!("{err}"),
+        };
+        let theirs = other
+            .join()
+            .expect("a writer")
+            .expect("acknowledged behind a gap");
+        assert!(theirs > lsn);
+        // `flushed` passed this record: its mark tells, and it tells who won it.
+        assert_eq!(
+            sync.fate(lsn),
+            winner(won),
+            "the fate after `flushed` passed it"
+        );
+        assert_eq!(
+            disk.voided().contains(&Disk::cell(lsn)),
+            !won,
+            "a skip on the disk voids the record exactly when a skipper won its mark"
+        );
+        let asked = reader.join().expect("a reader");
+        assert!(
+            asked == Fate::Pending || asked == winner(won),
+            "a reader was told {asked:?} of a record whose mark {} won",
+            if won { "its writer" } else { "a skipper" }
+        );
+        let acknowledged: Vec<u64> = won.then_some(lsn).into_iter().chain([theirs]).collect();
+        check_end(&ring, &procs, &disk, &acknowledged);
+    });
+}
+
+#[test]
+fn a_writer_stopped_past_its_skip_and_a_lap_loses_to_the_later_word() {
+    check(|| {
+        let ring = Arc::new(Ring::heap());
+        let procs = Arc::new(Procs::new(2));
+        // Two laps' worth of cells: the other writer's second record reaches the next lap.
+        let disk = Arc::new(Disk::new(10));
+        let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
+        let lsn = sync.reserve(GRANULE).expect("a reserve");
+        let other = {
+            let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+            thread::spawn(move || {
+                // Five granules, then three: with the skip record between them (or without),
+                // the second one's granules after its first fall on this record's slot.
+                let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
+                let first = sync.append(&[3; 40]).expect("acknowledged behind a gap");
+                let second = sync.append(&[4; 24]).expect("acknowledged");
+                assert!(second + 24 > lsn + WINDOW, "the window moved on past {lsn}");
+                [first, second]
+            })
+        };
+        disk.write(lsn, &record(1)).expect("a write");
+        let won = match sync.written(lsn, GRANULE) {
+            Ok(()) => true,
+            Err(Error::Timeout { .. }) => false,
+            Err(err) => panic!("{err}"),
+        };
+        let theirs = other.join().expect("a writer");
+        assert_eq!(
+            disk.voided().contains(&Disk::cell(lsn)),
+            !won,
+            "a skip voids the record exactly when a skipper won its mark"
+        );
+        assert_eq!(sync.fate_in_log(lsn).expect("a fate"), winner(won));
+        for lsn in theirs {
+            assert_eq!(sync.fate_in_log(lsn).expect("a fate"), Fate::Counts);
+        }
+        let acknowledged: Vec<u64> = won.then_some(lsn).into_iter().chain(theirs).collect();
+        check_end(&ring, &procs, &disk, &acknowledged);
     });
 }
