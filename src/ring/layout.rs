@@ -179,10 +179,6 @@ pub(crate) const BLOCK_SIZE: usize = 128;
 /// last), and the bytes it carries.
 pub(super) const BLOCK_HEAD: usize = 16;
 pub(crate) const BLOCK_PAYLOAD: usize = BLOCK_SIZE - BLOCK_HEAD;
-/// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a bucket
-/// that many names share (by chance or by choice) is refused only when the map is full, as a
-/// storage error; a longer chain is a torn read.
-pub(crate) const MAX_BLOB: usize = BLOCKS * BLOCK_PAYLOAD;
 
 /// The map's header, at the start of its area.
 #[repr(C)]

@@ -111,8 +111,9 @@ impl View {
         self.map_header
     }
 
-    pub(super) fn bucket(&self, index: usize) -> &AtomicU64 {
-        &self.buckets[index]
+    /// The lease map's buckets' words (`map.rs`).
+    pub(super) fn buckets(&self) -> &[AtomicU64] {
+        self.buckets
     }
 
     /// The token floor of bucket `index` (`map.rs`).
@@ -120,8 +121,9 @@ impl View {
         &self.floors[index]
     }
 
-    pub(super) fn block(&self, index: usize) -> &Block {
-        &self.blocks[index]
+    /// The lease map's blocks (`map.rs`).
+    pub(super) fn blocks(&self) -> &[Block] {
+        self.blocks
     }
 
     /// The group sync's words (`flush.rs`).
