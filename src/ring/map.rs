@@ -183,8 +183,6 @@ impl Ring {
     }
 
     /// The key index's map (`share/keys.rs` gives its blobs' entries).
-    // Built ahead of the fenced writes that use it (issue 35, step 4): until then only tests.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn keys(&self) -> Region<'_> {
         Region {
             buckets: self.view.key_buckets(),
@@ -235,6 +233,16 @@ impl Region<'_> {
     /// torn read.
     fn max_blob(&self) -> usize {
         self.blocks.len() * BLOCK_PAYLOAD
+    }
+
+    /// How many buckets the map has.
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The bucket of a name's hash.
+    pub(crate) fn bucket_of(&self, hash: u64) -> usize {
+        (hash % self.buckets.len() as u64) as usize
     }
 
     /// Whether bucket `index` holds nothing (one load).

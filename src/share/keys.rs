@@ -6,8 +6,7 @@
 //! lease map's records are (`share/buckets.rs`): no lock is held, and a process stopped at any
 //! instruction delays nobody.
 //!
-//! Nothing in the store's writes uses it yet: the fenced writes of step 4 will. This is its
-//! encoding; its operations follow.
+//! Nothing in the store's writes uses it yet: the fenced writes of step 4 will.
 //!
 //! Format of a bucket's blob: `[1][count u32]`, then `count` entries of `[namespace u8: 0 a key,
 //! 1 a fence resource][key len u32][key][highest u64][version u64][newest u64][pending u8: 0
@@ -19,6 +18,8 @@
 use std::collections::HashSet;
 
 use crate::base::error::{Error, Result};
+use crate::ring::map::{Publish, Region};
+use crate::ring::{bytes_hash, Live, Ring};
 
 const FORMAT: u8 = 1;
 
@@ -139,9 +140,145 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
     Ok(entries)
 }
 
+/// The bucket of the key map that holds `key` of `space`.
+fn bucket_of(map: Region<'_>, space: Space, key: &[u8]) -> usize {
+    // The namespace first, so that a key and a resource of the same bytes are two names.
+    map.bucket_of(bytes_hash(&[&[space as u8], key]))
+}
+
+/// The entry of `key` in `space` as the index holds it now (a consistent copy of its bucket),
+/// `None` when the index holds none (redb's record is the key's, if any).
+pub(crate) fn entry(ring: &Ring, space: Space, key: &[u8]) -> Result<Option<Entry>> {
+    let map = ring.keys();
+    let snapshot = map.read_bucket(bucket_of(map, space, key));
+    ring.intact()?;
+    Ok(decode(&snapshot.blob)?
+        .into_iter()
+        .find(|keyed| keyed.space == space && keyed.key == key)
+        .map(|keyed| keyed.entry))
+}
+
+/// Replaces the entry of `key` in `space` by `new` (`None` removes it) if it is still
+/// `expected` (`None`: the index holds none), by one compare-and-swap of its bucket: whether it
+/// was. Other keys of the bucket may change meanwhile: the bucket is then read again, and the
+/// swap retried while the key's own entry is still `expected`. `owner` is the writer's liveness
+/// id (`live` its liveness), which its unpublished blocks carry. A full map is a storage error.
+pub(crate) fn replace(
+    ring: &Ring,
+    live: &impl Live,
+    owner: u64,
+    space: Space,
+    key: &[u8],
+    expected: Option<&Entry>,
+    new: Option<Entry>,
+) -> Result<bool> {
+    let map = ring.keys();
+    let bucket = bucket_of(map, space, key);
+    loop {
+        let snapshot = map.read_bucket(bucket);
+        ring.intact()?;
+        let mut entries = decode(&snapshot.blob)?;
+        let at = entries
+            .iter()
+            .position(|keyed| keyed.space == space && keyed.key == key);
+        if at.map(|i| &entries[i].entry) != expected {
+            return Ok(false);
+        }
+        if new.as_ref() == expected {
+            // Nothing to change: the copy shows the key as `expected`.
+            return Ok(true);
+        }
+        match (at, new) {
+            (Some(i), Some(entry)) => entries[i].entry = entry,
+            (Some(i), None) => {
+                entries.remove(i);
+            }
+            (None, Some(entry)) => entries.push(Keyed {
+                space,
+                key: key.to_vec(),
+                entry,
+            }),
+            (None, None) => unreachable!("`new` equals `expected` when both are none"),
+        }
+        if publish(map, live, owner, bucket, &snapshot, &entries)? {
+            // Published into zero pages, or into a file cut short since: not replaced.
+            ring.intact()?;
+            return Ok(true);
+        }
+    }
+}
+
+/// Removes every entry with no pending claim whose newest record is below `below` (the
+/// position a checkpoint moved into redb), one compare-and-swap per bucket that changes: how
+/// many it removed. An entry with a claim pending is kept whatever its position: its fate is
+/// not known yet.
+pub(crate) fn prune(ring: &Ring, live: &impl Live, owner: u64, below: u64) -> Result<usize> {
+    let map = ring.keys();
+    let mut removed = 0;
+    for bucket in 0..map.buckets() {
+        if map.bucket_is_empty(bucket) {
+            continue;
+        }
+        loop {
+            let snapshot = map.read_bucket(bucket);
+            ring.intact()?;
+            let mut entries = decode(&snapshot.blob)?;
+            let before = entries.len();
+            entries.retain(|keyed| keyed.entry.pending.is_some() || keyed.entry.newest >= below);
+            if entries.len() == before {
+                break;
+            }
+            if publish(map, live, owner, bucket, &snapshot, &entries)? {
+                ring.intact()?;
+                removed += before - entries.len();
+                break;
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Publishes `entries` as the blob of `bucket` if its word is still the one `read` saw:
+/// `false` when another writer published first.
+fn publish(
+    map: Region<'_>,
+    live: &impl Live,
+    owner: u64,
+    bucket: usize,
+    read: &crate::ring::map::Snapshot,
+    entries: &[Keyed],
+) -> Result<bool> {
+    match map.publish_bucket(bucket, read, &encode(entries), owner, live) {
+        Publish::Done => Ok(true),
+        Publish::Raced => Ok(false),
+        Publish::Full => Err(Error::Storage(
+            "the store's shared key index is full: too many keys were written since the last \
+             checkpoint"
+                .into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::Stamp;
+    use crate::storage::liveness::Liveness;
+
+    const STAMP: Stamp = Stamp {
+        boot_id: [5; 16],
+        version: 1,
+    };
+    const ALIVE: u64 = 1 << 50;
+
+    fn ring(dir: &std::path::Path) -> (Ring, Liveness) {
+        let path = dir.join("store");
+        std::fs::write(&path, b"").unwrap();
+        let live = Liveness::shared(&path).unwrap();
+        assert!(live.lock(ALIVE).unwrap());
+        let meta = std::fs::metadata(&path).unwrap();
+        (Ring::open(dir, &meta, None, STAMP).unwrap(), live)
+    }
 
     fn at(version: u64, newest: u64, pending: Option<u64>) -> Entry {
         Entry {
@@ -200,5 +337,182 @@ mod tests {
                                  // The same key twice.
         let twice = [entries[0].clone(), entries[0].clone()];
         assert!(matches!(decode(&encode(&twice)), Err(Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_replace_from_what_the_key_holds_wins_and_from_anything_else_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        let key = b"orders/7";
+        assert_eq!(entry(&ring, Space::Key, key).unwrap(), None);
+        let first = at(1, 0, Some(64));
+        assert!(replace(&ring, &live, ALIVE, Space::Key, key, None, Some(first)).unwrap());
+        assert_eq!(entry(&ring, Space::Key, key).unwrap(), Some(first));
+        // The same bytes as a fence resource are another name.
+        assert_eq!(entry(&ring, Space::Fence, key).unwrap(), None);
+        // From a stale entry, or from none: refused, and the entry is as it was.
+        let settled = at(1, 64, None);
+        for stale in [None, Some(&settled)] {
+            assert!(!replace(
+                &ring,
+                &live,
+                ALIVE,
+                Space::Key,
+                key,
+                stale,
+                Some(at(2, 0, None))
+            )
+            .unwrap());
+            assert_eq!(entry(&ring, Space::Key, key).unwrap(), Some(first));
+        }
+        assert!(replace(
+            &ring,
+            &live,
+            ALIVE,
+            Space::Key,
+            key,
+            Some(&first),
+            Some(settled)
+        )
+        .unwrap());
+        assert!(replace(&ring, &live, ALIVE, Space::Key, key, Some(&settled), None).unwrap());
+        assert_eq!(entry(&ring, Space::Key, key).unwrap(), None);
+        assert_eq!(
+            ring.keys().blocks_in_use(),
+            0,
+            "the emptied bucket keeps no block"
+        );
+    }
+
+    #[test]
+    fn claimers_of_one_key_from_the_same_entry_never_both_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        let key = b"contended";
+        let mut expected = None;
+        for round in 0..200u64 {
+            let barrier = std::sync::Barrier::new(4);
+            let wins: Vec<Option<Entry>> = std::thread::scope(|scope| {
+                let claimers: Vec<_> = (0..4u64)
+                    .map(|claimer| {
+                        let (ring, live, barrier) = (&ring, &live, &barrier);
+                        scope.spawn(move || {
+                            let claim = at(round + 1, round, Some(round * 4 + claimer));
+                            barrier.wait();
+                            replace(
+                                ring,
+                                live,
+                                ALIVE,
+                                Space::Key,
+                                key,
+                                expected.as_ref(),
+                                Some(claim),
+                            )
+                            .unwrap()
+                            .then_some(claim)
+                        })
+                    })
+                    .collect();
+                claimers.into_iter().map(|c| c.join().unwrap()).collect()
+            });
+            let won: Vec<Entry> = wins.into_iter().flatten().collect();
+            assert_eq!(won.len(), 1, "round {round}: {won:?} all won");
+            assert_eq!(entry(&ring, Space::Key, key).unwrap(), Some(won[0]));
+            expected = Some(won[0]);
+        }
+    }
+
+    #[test]
+    fn writers_of_different_keys_of_one_bucket_lose_no_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        // Four keys of one bucket (one of them a fence resource).
+        let bucket = |space, key: &[u8]| bucket_of(ring.keys(), space, key);
+        let mut names = vec![(Space::Fence, b"k0".to_vec())];
+        let target = bucket(Space::Fence, b"k0");
+        names.extend(
+            (1..)
+                .map(|i| (Space::Key, format!("k{i}").into_bytes()))
+                .filter(|(space, key)| bucket(*space, key) == target)
+                .take(3),
+        );
+        const WRITES: u64 = 300;
+        std::thread::scope(|scope| {
+            for (space, key) in &names {
+                let (ring, live) = (&ring, &live);
+                scope.spawn(move || {
+                    for _ in 0..WRITES {
+                        loop {
+                            let read = entry(ring, *space, key).unwrap();
+                            let version = read.map_or(0, |e| e.version);
+                            let next = at(version + 1, version, None);
+                            if replace(ring, live, ALIVE, *space, key, read.as_ref(), Some(next))
+                                .unwrap()
+                            {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        for (space, key) in &names {
+            assert_eq!(
+                entry(&ring, *space, key).unwrap().map(|e| e.version),
+                Some(WRITES)
+            );
+        }
+        let blob = ring.keys().read_bucket(target).blob;
+        assert_eq!(decode(&blob).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn prune_removes_settled_entries_below_the_checkpoint_and_keeps_pending_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        let put = |space, key: &[u8], entry| {
+            assert!(replace(&ring, &live, ALIVE, space, key, None, Some(entry)).unwrap());
+        };
+        put(Space::Key, b"applied", at(1, 10, None));
+        put(Space::Fence, b"applied", at(1, 19, None));
+        put(Space::Key, b"claimed", at(1, 10, Some(30)));
+        put(Space::Key, b"claimed-below", at(1, 0, Some(5)));
+        put(Space::Key, b"newer", at(1, 20, None));
+        assert_eq!(prune(&ring, &live, ALIVE, 20).unwrap(), 2);
+        for (space, key, kept) in [
+            (Space::Key, &b"applied"[..], false),
+            (Space::Fence, b"applied", false),
+            (Space::Key, b"claimed", true),
+            (Space::Key, b"claimed-below", true),
+            (Space::Key, b"newer", true),
+        ] {
+            assert_eq!(entry(&ring, space, key).unwrap().is_some(), kept, "{key:?}");
+        }
+        assert_eq!(prune(&ring, &live, ALIVE, 20).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_full_key_map_is_a_storage_error_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ring, live) = ring(dir.path());
+        // A key longer than the whole map (8 MiB).
+        let huge = vec![7u8; 8 << 20];
+        let err = replace(
+            &ring,
+            &live,
+            ALIVE,
+            Space::Key,
+            &huge,
+            None,
+            Some(at(1, 0, None)),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Storage(_)), "{err:?}");
+        assert_eq!(entry(&ring, Space::Key, &huge).unwrap(), None);
+        assert_eq!(
+            ring.keys().blocks_in_use(),
+            0,
+            "the claimed blocks were given back"
+        );
     }
 }
