@@ -33,6 +33,7 @@ seal-survives~src/rules/tokens.rs~            reserved: self.reserved.max(at_lea
 bell-no-wake~src/ring/activity.rs~        if self.sleepers.load(sync::Ordering::SeqCst) != 0 {\n            sync::futex_wake(&self.changes);\n        }~        let _ = self.sleepers.load(sync::Ordering::SeqCst);~ring::models::bell~loom
 bell-no-fence~src/ring/activity.rs~        sync::fence(sync::Ordering::SeqCst);\n        if self.sleepers~        if self.sleepers~ring::models::bell~loom
 bell-counted-late~src/ring/activity.rs~        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);\n~~ring::models::bell~loom
+keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
 '
 
 want="$*"
