@@ -39,6 +39,7 @@ bell-no-fence~src/ring/activity.rs~        sync::fence(sync::Ordering::SeqCst);\
 bell-counted-late~src/ring/activity.rs~        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);\n~~ring::models::bell~loom
 wal-sync-last-segment~src/storage/wal/file.rs~for seq in from / self.size..=(to - 1) / self.size {~for seq in (to - 1) / self.size..=(to - 1) / self.size {~storage::wal::crash~
 wal-remake-retired~src/storage/wal/file.rs~                return Err(LogError::Retired {\n                    path: self.path(seq),\n                });\n            }\n            let first = newest.map_or(seq, |newest| newest + 1);~            }\n            let first = newest.map_or(seq, |newest| (newest + 1).min(seq));~storage::wal::late~
+keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
 '
 
 want="$*"

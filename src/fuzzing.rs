@@ -9,7 +9,7 @@
 //! - a value that decoded encodes to bytes that decode to the same value: a decoder that
 //!   accepted garbage as a value its encoder cannot write fails here;
 //! - where a format has one encoding per value (requests, leases of the current format, group
-//!   records, history entries and histories, values, log records), those bytes are the input: a decoder that
+//!   records, history entries and histories, values, log records, key index buckets), those bytes are the input: a decoder that
 //!   reads garbage as another value, one its encoder writes otherwise, fails here. Replies and
 //!   answers ignore the fields an error does not use, a bucket may hold leases of format 1, and
 //!   an empty bucket is also `[1][0 u16]`: their values are checked, not their bytes.
@@ -19,8 +19,8 @@ use std::fmt::Debug;
 use crate::base::error::{Error, Result, Status};
 use crate::rules::history::{self, Ended};
 use crate::rules::record::{decode_value, encode_value, Lease, Record, LEASE_FORMAT_1};
-use crate::share::buckets;
 use crate::share::wire::{self, Request};
+use crate::share::{buckets, keys};
 use crate::storage::wal::record::{self as log, ALIGN};
 use crate::storage::wal::scan::{self, Memory};
 use crate::storage::wal::Segments;
@@ -30,7 +30,7 @@ pub type Check = fn(&[u8]) -> bool;
 
 /// The checks by name; the fuzz target picks one with its input's first byte (modulo their
 /// number), and a seed in fuzz/seeds/decoders starts with its check's index here.
-pub const DECODERS: [(&str, Check); 11] = [
+pub const DECODERS: [(&str, Check); 12] = [
     ("request", request),
     ("reply", reply),
     ("answer", answer),
@@ -42,6 +42,7 @@ pub const DECODERS: [(&str, Check); 11] = [
     ("value", value),
     ("log-record", log_record),
     ("log-scan", log_scan),
+    ("key-bucket", key_bucket),
 ];
 
 /// A refusal: `false` when `err` is of the decoder's own kind.
@@ -140,6 +141,20 @@ pub fn bucket(bytes: &[u8]) -> bool {
             true
         }
         Err(err) => refused(&err, Status::Corrupt, "bucket"),
+    }
+}
+
+/// The blob of a bucket of the key index in shared memory (`share/keys.rs`): one encoding per
+/// value.
+pub fn key_bucket(bytes: &[u8]) -> bool {
+    match keys::decode(bytes) {
+        Ok(entries) => {
+            let again = keys::encode(&entries);
+            same(&entries, &keys::decode(&again), "key bucket");
+            canonical(bytes, &again, "key bucket");
+            true
+        }
+        Err(err) => refused(&err, Status::Corrupt, "key bucket"),
     }
 }
 
@@ -544,6 +559,24 @@ mod tests {
                 &segments,
             ]
             .concat(),
+        ));
+        let keyed = |space, key: &[u8], pending| keys::Keyed {
+            space,
+            key: key.to_vec(),
+            entry: keys::Entry {
+                highest: 12,
+                version: 3,
+                newest: 4096,
+                pending,
+            },
+        };
+        samples.push((
+            "key-bucket",
+            keys::encode(&[
+                keyed(keys::Space::Key, b"orders/7", None),
+                keyed(keys::Space::Fence, b"orders/7", Some(8192)),
+                keyed(keys::Space::Key, b"\0\xff", Some(0)),
+            ]),
         ));
         samples
     }

@@ -1,7 +1,8 @@
 //! The ring's memory layout: every `#[repr(C)]` type laid over the mapping, where it lies, its
 //! size, and the compile-time checks that the parts fit, are aligned and do not overlap. The
 //! protocols that move these words live in the files named at each type (`slots.rs`,
-//! `queue.rs`, `server.rs`, `map.rs`, `flush.rs`); `view.rs` maps the file and lays these types over it.
+//! `queue.rs`, `server.rs`, `map.rs`, `flush.rs`; the key map's records: `share/keys.rs`); `view.rs`
+//! maps the file and lays these types over it.
 //!
 //! Every type here is made of atomics (and of reserved words nobody writes), valid for any bit
 //! pattern, so that bytes other processes write at any moment are always a valid value.
@@ -29,7 +30,9 @@ pub(super) const ACTIVITY_OFFSET: usize = HEADER_SIZE + SLOTS * SLOT_SIZE;
 pub(super) const MAP_OFFSET: usize = ACTIVITY_OFFSET + ACTIVITY_SIZE;
 /// The group sync's page and its marks (`flush.rs`), after the lease map.
 pub(super) const FLUSH_OFFSET: usize = MAP_OFFSET + MAP_SIZE;
-pub(super) const RING_SIZE: usize = FLUSH_OFFSET + FLUSH_SIZE;
+/// The key index's map (`map.rs`, its records `share/keys.rs`), after the group sync's marks.
+pub(super) const KEYS_OFFSET: usize = FLUSH_OFFSET + FLUSH_SIZE;
+pub(super) const RING_SIZE: usize = KEYS_OFFSET + KEYS_SIZE;
 /// Bytes of a slot that carry a request or a reply.
 pub(super) const SLOT_HEAD: usize = 32;
 pub(crate) const PAYLOAD: usize = SLOT_SIZE - SLOT_HEAD;
@@ -156,6 +159,13 @@ const _: () = {
     assert!(std::mem::size_of::<FlushHeader>() <= FLUSH_HEADER);
     assert!(FLUSH_OFFSET + FLUSH_HEADER + MARKS * 8 <= RING_SIZE);
     assert!(FLUSH_HEADER % std::mem::align_of::<AtomicU64>() == 0);
+    // The key map starts a page of its own after the marks: its header, its buckets' words,
+    // its blocks (of the lease map's type).
+    assert!(FLUSH_OFFSET + FLUSH_SIZE <= KEYS_OFFSET);
+    assert!(KEYS_OFFSET % 4096 == 0);
+    assert!(std::mem::size_of::<KeyHeader>() <= HEADER_AREA);
+    assert!(KEYS_OFFSET + HEADER_AREA + KEY_BUCKETS * 8 + KEY_BLOCKS * BLOCK_SIZE <= RING_SIZE);
+    assert!((KEYS_OFFSET + HEADER_AREA + KEY_BUCKETS * 8) % std::mem::align_of::<Block>() == 0);
     // The mapping is page-aligned: no part needs more.
     assert!(std::mem::align_of::<Header>() <= 4096);
     assert!(std::mem::align_of::<Activity>() <= 4096);
@@ -179,10 +189,6 @@ pub(crate) const BLOCK_SIZE: usize = 128;
 /// last), and the bytes it carries.
 pub(super) const BLOCK_HEAD: usize = 16;
 pub(crate) const BLOCK_PAYLOAD: usize = BLOCK_SIZE - BLOCK_HEAD;
-/// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a bucket
-/// that many names share (by chance or by choice) is refused only when the map is full, as a
-/// storage error; a longer chain is a torn read.
-pub(crate) const MAX_BLOB: usize = BLOCKS * BLOCK_PAYLOAD;
 
 /// The map's header, at the start of its area.
 #[repr(C)]
@@ -215,6 +221,33 @@ pub(crate) const HEADER_AREA: usize = 4096;
 const _: () = assert!(std::mem::size_of::<MapHeader>() <= HEADER_AREA);
 /// The header, the buckets' words, their token floors, the blocks.
 pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOCK_SIZE;
+
+/// The key index's map: as the lease map, with a header of its own and no token floors (its
+/// records hold no lease; `share/keys.rs`). Sized for a checkpoint's worth of keys: an entry
+/// takes 38 bytes and its key, so 64K keys of 16 bytes fill about 3.5 MiB of blobs, 16 to a
+/// bucket of 4096 (four blocks each, a fifth for about one bucket in five, with the keys spread
+/// as a hash spreads them): about 17K blocks of 32K. The other half is room for longer keys,
+/// for buckets that draw more keys than the mean, and for the new blobs of writers whose swap
+/// has not freed the old ones yet. 8 MiB in all.
+#[cfg(not(fencelock_loom))]
+pub(crate) const KEY_BUCKETS: usize = 4096;
+#[cfg(not(fencelock_loom))]
+pub(crate) const KEY_BLOCKS: usize = 32768;
+// The models' key map is as small as their lease map.
+#[cfg(fencelock_loom)]
+pub(crate) const KEY_BUCKETS: usize = 2;
+#[cfg(fencelock_loom)]
+pub(crate) const KEY_BLOCKS: usize = 4;
+
+/// The key map's header, at the start of its area.
+#[repr(C)]
+pub(crate) struct KeyHeader {
+    /// Where the next claim of a block starts looking.
+    pub(super) alloc_hint: AtomicU64,
+}
+
+/// The header, the buckets' words, the blocks.
+pub(super) const KEYS_SIZE: usize = HEADER_AREA + KEY_BUCKETS * 8 + KEY_BLOCKS * BLOCK_SIZE;
 
 /// The group sync's words (`flush.rs`: their state table and protocol), in a page of their
 /// own: the writers of every process touch them at each durable write, and a page apart keeps
@@ -327,6 +360,14 @@ mod zeroed {
                 failed: AtomicU64::new(0),
                 generation: AtomicU32::new(0),
                 _reserved: AtomicU32::new(0),
+            }
+        }
+    }
+
+    impl KeyHeader {
+        pub(in crate::ring) fn zeroed() -> KeyHeader {
+            KeyHeader {
+                alloc_hint: AtomicU64::new(0),
             }
         }
     }

@@ -55,12 +55,16 @@
 //! Tokens are handed out from the map's header: a counter that only grows, bounded by a
 //! reservation that the store file holds durably (`local/lease_map.rs` refills it ahead of need).
 //!
+//! The key index (`share/keys.rs`) is a second map of the same kind, with buckets and blocks of
+//! its own and no token floors: this code runs over a [`Region`] (a map's buckets, blocks and
+//! claim hint), `Ring::leases` or `Ring::keys`, so that both are one protocol and one proof.
+//!
 //! Models: `models/map.rs` (make test-loom): readers, writers, block reuse, the sweep, and a
 //! grant stopped before publishing beside a later grant of its lock, a writer killed at each step
 //! of its publish beside the sweep.
 
-pub(crate) use super::layout::{MapHeader, BUCKETS, MAX_BLOB};
-use super::layout::{BLOCKS, BLOCK_PAYLOAD};
+use super::layout::{Block, BLOCKS, BLOCK_PAYLOAD, KEY_BLOCKS};
+pub(crate) use super::layout::{MapHeader, BUCKETS};
 use super::sync::{fence, AtomicU64, Live, Ordering};
 use super::Ring;
 
@@ -91,7 +95,7 @@ impl Link {
     }
 }
 
-const _: () = assert!(BLOCKS < 0xffff && BLOCK_PAYLOAD < 0xffff);
+const _: () = assert!(BLOCKS < 0xffff && KEY_BLOCKS < 0xffff && BLOCK_PAYLOAD < 0xffff);
 
 const GEN_SHIFT: u32 = 24;
 const HEAD_MASK: u64 = (1 << GEN_SHIFT) - 1;
@@ -120,7 +124,7 @@ pub(crate) struct Snapshot {
 }
 
 /// The steps of a publish, after each of which a writer may be killed (see
-/// [`Ring::publish_until`]).
+/// [`Region::publish_until`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(fencelock_loom), allow(dead_code))]
 pub(super) enum Step {
@@ -155,23 +159,38 @@ pub(crate) fn bucket_of(hash: u64) -> usize {
     bucket
 }
 
+/// One map of the ring, as the code below sees it: its buckets' words, its blocks (each a state
+/// word, a link word and a payload) and the hint where a claim of blocks starts looking. The
+/// lease map is one (`Ring::leases`), the key index another (`Ring::keys`); both run this code,
+/// and the models of `models/map.rs` hold for both.
+#[derive(Clone, Copy)]
+pub(crate) struct Region<'a> {
+    buckets: &'a [AtomicU64],
+    blocks: &'a [Block],
+    alloc_hint: &'a AtomicU64,
+}
+
 impl Ring {
     pub(crate) fn map_header(&self) -> &MapHeader {
         self.view.map_header()
     }
 
-    fn bucket(&self, index: usize) -> &AtomicU64 {
-        self.view.bucket(index)
+    /// The lease map (`share/buckets.rs` gives its blobs' records).
+    pub(crate) fn leases(&self) -> Region<'_> {
+        Region {
+            buckets: self.view.buckets(),
+            blocks: self.view.blocks(),
+            alloc_hint: &self.view.map_header().alloc_hint,
+        }
     }
 
-    /// The state word of block `index`: `BLOCK_FREE`, PUBLIC or the liveness id of its writer.
-    fn block_state(&self, index: usize) -> &AtomicU64 {
-        &self.view.block(index).state
-    }
-
-    /// The block's link and length word: next (index + 1) in the high half, bytes in the low.
-    fn block_link(&self, index: usize) -> &AtomicU64 {
-        &self.view.block(index).link
+    /// The key index's map (`share/keys.rs` gives its blobs' entries).
+    pub(crate) fn keys(&self) -> Region<'_> {
+        Region {
+            buckets: self.view.key_buckets(),
+            blocks: self.view.key_blocks(),
+            alloc_hint: &self.view.key_header().alloc_hint,
+        }
     }
 
     /// The token floor of bucket `index`: at least every token of a record published there in
@@ -188,6 +207,46 @@ impl Ring {
     /// taken later is above it anyway).
     pub(crate) fn raise_floor(&self, index: usize, token: u64) {
         self.view.floor(index).fetch_max(token, Ordering::Release);
+    }
+
+    /// Whether bucket `index` of the lease map holds nothing (one load).
+    pub(crate) fn bucket_is_empty(&self, index: usize) -> bool {
+        self.leases().bucket_is_empty(index)
+    }
+}
+
+impl Region<'_> {
+    fn bucket(&self, index: usize) -> &AtomicU64 {
+        &self.buckets[index]
+    }
+
+    /// The state word of block `index`: `BLOCK_FREE`, `PUBLIC` or the liveness id of its writer.
+    fn block_state(&self, index: usize) -> &AtomicU64 {
+        &self.blocks[index].state
+    }
+
+    /// The block's link and length word (`Link`).
+    fn block_link(&self, index: usize) -> &AtomicU64 {
+        &self.blocks[index].link
+    }
+
+    /// The longest blob: the whole map. A bucket is bounded only by the map's blocks, so a
+    /// bucket that many names share is refused only when the map is full; a longer chain is a
+    /// torn read.
+    fn max_blob(&self) -> usize {
+        self.blocks.len() * BLOCK_PAYLOAD
+    }
+
+    /// How many buckets the map has.
+    pub(crate) fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The bucket of a name's hash.
+    pub(crate) fn bucket_of(&self, hash: u64) -> usize {
+        #[allow(clippy::cast_possible_truncation)] // below the bucket count
+        let bucket = (hash % self.buckets.len() as u64) as usize;
+        bucket
     }
 
     /// Whether bucket `index` holds nothing (one load).
@@ -227,13 +286,13 @@ impl Ring {
         let mut next = head;
         while next != 0 {
             let index = next - 1;
-            if index >= BLOCKS || blob.len() > MAX_BLOB {
+            if index >= self.blocks.len() || blob.len() > self.max_blob() {
                 return None;
             }
             let link = Link(self.block_link(index).load(Ordering::Acquire));
             // A concurrent writer may change the payload under this copy, which the caller's
             // second look at the word detects.
-            super::view::copy_out(&self.view.block(index).payload, link.len(), &mut blob);
+            super::view::copy_out(&self.blocks[index].payload, link.len(), &mut blob);
             chain.push((index, link.generation()));
             next = link.next();
         }
@@ -255,7 +314,7 @@ impl Ring {
             .unwrap_or(Publish::Done)
     }
 
-    /// As [`Ring::publish_bucket`], for a writer killed right after step `stop` (`None`: one
+    /// As [`Region::publish_bucket`], for a writer killed right after step `stop` (`None`: one
     /// that is not): `None` when it stopped there. The map's model kills a writer at each step.
     pub(super) fn publish_until(
         &self,
@@ -317,7 +376,7 @@ impl Ring {
             let generation = Link(link.load(Ordering::Relaxed))
                 .generation()
                 .wrapping_add(1);
-            super::view::copy_in(&self.view.block(block).payload, chunk);
+            super::view::copy_in(&self.blocks[block].payload, chunk);
             // Release, and the swap's Release after it: a reader that sees the new word sees
             // the payload and link.
             link.store(
@@ -416,15 +475,14 @@ impl Ring {
     fn claim_blocks(&self, count: usize, owner: u64, live: &impl Live) -> Option<Vec<usize>> {
         for pass in 0..2 {
             let mut blocks = Vec::with_capacity(count);
-            let header = self.map_header();
-            // A hint that any writer may have moved: only its remainder modulo BLOCKS is used.
+            // A hint that any writer may have moved: only its remainder modulo the blocks is used.
             #[allow(clippy::cast_possible_truncation)]
-            let start = header.alloc_hint.fetch_add(count as u64, Ordering::Relaxed) as usize;
-            for offset in 0..BLOCKS {
+            let start = self.alloc_hint.fetch_add(count as u64, Ordering::Relaxed) as usize;
+            for offset in 0..self.blocks.len() {
                 if blocks.len() == count {
                     break;
                 }
-                let index = (start + offset) % BLOCKS;
+                let index = (start + offset) % self.blocks.len();
                 let state = self.block_state(index);
                 // AcqRel: Acquire orders this writer's use after the freeing writer's last
                 // look (its Release).
@@ -459,7 +517,7 @@ impl Ring {
         // generation noted (the generation is read before the state, so it is at most that of
         // the blob the block was PUBLIC in).
         let mut noted = Vec::new();
-        for index in 0..BLOCKS {
+        for index in 0..self.blocks.len() {
             let generation = Link(self.block_link(index).load(Ordering::Acquire)).generation();
             let state = self.block_state(index).load(Ordering::Acquire);
             if state == PUBLIC || (state > PUBLIC && !live.is_held(state).unwrap_or(true)) {
@@ -492,14 +550,14 @@ impl Ring {
     /// Which blocks a bucket reaches now: each bucket's chain, read between two equal loads of
     /// its word (a reachable blob's links never change).
     fn reachable(&self) -> Vec<bool> {
-        let mut reached = vec![false; BLOCKS];
+        let mut reached = vec![false; self.blocks.len()];
         let mut chain = Vec::new();
-        for bucket in 0..BUCKETS {
+        for bucket in 0..self.buckets.len() {
             loop {
                 let word = Word(self.bucket(bucket).load(Ordering::Acquire));
                 chain.clear();
                 let mut next = word.head();
-                while next != 0 && next <= BLOCKS && chain.len() <= BLOCKS {
+                while next != 0 && next <= self.blocks.len() && chain.len() <= self.blocks.len() {
                     chain.push(next - 1);
                     next = Link(self.block_link(next - 1).load(Ordering::Acquire)).next();
                 }
@@ -523,7 +581,7 @@ impl Ring {
             let word = Word(self.bucket(index).load(Ordering::SeqCst));
             let mut in_use = true;
             let mut next = word.head();
-            while next != 0 && next <= BLOCKS {
+            while next != 0 && next <= self.blocks.len() {
                 in_use &= self.block_state(next - 1).load(Ordering::SeqCst) != BLOCK_FREE;
                 next = Link(self.block_link(next - 1).load(Ordering::SeqCst)).next();
             }
@@ -536,7 +594,7 @@ impl Ring {
     /// How many blocks are not free (for tests and the metrics).
     #[cfg(test)]
     pub(crate) fn blocks_in_use(&self) -> usize {
-        (0..BLOCKS)
+        (0..self.blocks.len())
             .filter(|&i| self.block_state(i).load(Ordering::Relaxed) != BLOCK_FREE)
             .count()
     }
@@ -566,69 +624,73 @@ mod tests {
     fn a_published_blob_is_read_back_and_replacing_it_frees_its_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        let empty = ring.read_bucket(7);
-        assert!(empty.blob.is_empty());
-        let big: Vec<u8> = (0..1000u32).map(|i| (i & 0xff) as u8).collect();
-        assert_eq!(
-            ring.publish_bucket(7, &empty, &big, 1 << 50, &live),
-            Publish::Done
-        );
-        let read = ring.read_bucket(7);
-        assert_eq!(read.blob, big);
-        assert_eq!(ring.blocks_in_use(), big.len().div_ceil(BLOCK_PAYLOAD));
-        // A writer that read the old word loses, and leaves nothing claimed.
-        assert_eq!(
-            ring.publish_bucket(7, &empty, b"late", 1 << 50, &live),
-            Publish::Raced
-        );
-        assert_eq!(ring.read_bucket(7).blob, big);
-        assert_eq!(
-            ring.publish_bucket(7, &read, b"small", 1 << 50, &live),
-            Publish::Done
-        );
-        assert_eq!(ring.read_bucket(7).blob, b"small");
-        assert_eq!(ring.blocks_in_use(), 1);
-        let again = ring.read_bucket(7);
-        assert_eq!(
-            ring.publish_bucket(7, &again, b"", 1 << 50, &live),
-            Publish::Done
-        );
-        assert!(ring.read_bucket(7).blob.is_empty());
-        assert_eq!(ring.blocks_in_use(), 0);
+        for map in [ring.leases(), ring.keys()] {
+            let empty = map.read_bucket(7);
+            assert!(empty.blob.is_empty());
+            let big: Vec<u8> = (0..1000u32).map(|i| (i & 0xff) as u8).collect();
+            assert_eq!(
+                map.publish_bucket(7, &empty, &big, 1 << 50, &live),
+                Publish::Done
+            );
+            let read = map.read_bucket(7);
+            assert_eq!(read.blob, big);
+            assert_eq!(map.blocks_in_use(), big.len().div_ceil(BLOCK_PAYLOAD));
+            // A writer that read the old word loses, and leaves nothing claimed.
+            assert_eq!(
+                map.publish_bucket(7, &empty, b"late", 1 << 50, &live),
+                Publish::Raced
+            );
+            assert_eq!(map.read_bucket(7).blob, big);
+            assert_eq!(
+                map.publish_bucket(7, &read, b"small", 1 << 50, &live),
+                Publish::Done
+            );
+            assert_eq!(map.read_bucket(7).blob, b"small");
+            assert_eq!(map.blocks_in_use(), 1);
+            let again = map.read_bucket(7);
+            assert_eq!(
+                map.publish_bucket(7, &again, b"", 1 << 50, &live),
+                Publish::Done
+            );
+            assert!(map.read_bucket(7).blob.is_empty());
+            assert_eq!(map.blocks_in_use(), 0);
+        }
     }
 
     #[test]
     fn writers_of_one_bucket_never_lose_an_update() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        // Each thread adds one to a counter kept in the blob, a thousand times.
-        std::thread::scope(|scope| {
-            for _ in 0..4 {
-                scope.spawn(|| {
-                    for _ in 0..1000 {
-                        loop {
-                            let read = ring.read_bucket(1);
-                            let n = if read.blob.is_empty() {
-                                0
-                            } else {
-                                u64::from_le_bytes(read.blob[..8].try_into().unwrap())
-                            };
-                            let mut blob = (n + 1).to_le_bytes().to_vec();
-                            blob.resize(300, 0); // two blocks
-                            match ring.publish_bucket(1, &read, &blob, 1 << 50, &live) {
-                                Publish::Done => break,
-                                // Another writer published first: read again.
-                                Publish::Raced => {}
-                                Publish::Full => panic!("the map is full"),
+        for map in [ring.leases(), ring.keys()] {
+            // Each thread adds one to a counter kept in the blob, a thousand times.
+            std::thread::scope(|scope| {
+                for _ in 0..4 {
+                    scope.spawn(|| {
+                        for _ in 0..1000 {
+                            loop {
+                                let read = map.read_bucket(1);
+                                let n = if read.blob.is_empty() {
+                                    0
+                                } else {
+                                    u64::from_le_bytes(read.blob[..8].try_into().unwrap())
+                                };
+                                let mut blob = (n + 1).to_le_bytes().to_vec();
+                                blob.resize(300, 0); // two blocks
+                                match map.publish_bucket(1, &read, &blob, 1 << 50, &live) {
+                                    Publish::Done => break,
+                                    // Another writer published first: read again.
+                                    Publish::Raced => {}
+                                    Publish::Full => panic!("the map is full"),
+                                }
                             }
                         }
-                    }
-                });
-            }
-        });
-        let blob = ring.read_bucket(1).blob;
-        assert_eq!(u64::from_le_bytes(blob[..8].try_into().unwrap()), 4000);
-        assert_eq!(ring.blocks_in_use(), 2, "every replaced blob was freed");
+                    });
+                }
+            });
+            let blob = map.read_bucket(1).blob;
+            assert_eq!(u64::from_le_bytes(blob[..8].try_into().unwrap()), 4000);
+            assert_eq!(map.blocks_in_use(), 2, "every replaced blob was freed");
+        }
     }
 
     /// A liveness id nobody holds: a writer that was killed.
@@ -638,25 +700,25 @@ mod tests {
     /// What a writer does up to its swap, and the swap: its blocks, their generations and the
     /// word it published, or `None` when it lost.
     fn write_and_swap(
-        ring: &Ring,
+        map: Region<'_>,
         live: &Liveness,
         bucket: usize,
         owner: u64,
         blob: &[u8],
     ) -> Option<(Vec<usize>, Vec<u32>, Word)> {
-        let read = ring.read_bucket(bucket);
-        let blocks = ring
+        let read = map.read_bucket(bucket);
+        let blocks = map
             .claim_blocks(blob.len().div_ceil(BLOCK_PAYLOAD), owner, live)
             .unwrap();
-        let generations = ring.write_blocks(&blocks, blob);
-        ring.swap_bucket(bucket, read.word, blocks[0] + 1)
+        let generations = map.write_blocks(&blocks, blob);
+        map.swap_bucket(bucket, read.word, blocks[0] + 1)
             .then(|| (blocks.clone(), generations, read.word.next(blocks[0] + 1)))
     }
 
-    fn states(ring: &Ring, blocks: &[usize]) -> Vec<u64> {
+    fn states(map: Region<'_>, blocks: &[usize]) -> Vec<u64> {
         blocks
             .iter()
-            .map(|&b| ring.block_state(b).load(Ordering::Relaxed))
+            .map(|&b| map.block_state(b).load(Ordering::Relaxed))
             .collect()
     }
 
@@ -664,145 +726,152 @@ mod tests {
     fn a_sweep_recovers_every_block_a_kill_left_behind_and_keeps_every_published_one() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        let blob = |n: u8| vec![n; 1000]; // five blocks
-                                          // Killed between its swap and freeing the blob it replaced: that blob's blocks are
-                                          // PUBLIC, and no bucket reaches them.
-        let empty = ring.read_bucket(3);
-        assert_eq!(
-            ring.publish_bucket(3, &empty, &blob(1), ALIVE, &live),
-            Publish::Done
-        );
-        let replaced = ring.read_bucket(3);
-        let (y, _, _) = write_and_swap(&ring, &live, 3, DEAD, &blob(2)).unwrap();
-        ring.mark_public(&y);
-        // Killed between its swap and marking its blocks: a bucket reaches them.
-        let (z, _, _) = write_and_swap(&ring, &live, 4, DEAD, &blob(3)).unwrap();
-        // Killed before its swap: nothing reaches them.
-        let lost = ring.claim_blocks(2, DEAD, &live).unwrap();
-        ring.write_blocks(&lost, &[9; 300]);
-        let leaked: Vec<usize> = replaced.chain.iter().map(|&(b, _)| b).collect();
-        assert_eq!(states(&ring, &leaked), vec![PUBLIC; 5]);
-        assert_eq!(ring.blocks_in_use(), 5 + 5 + 5 + 2);
-
-        ring.sweep_blocks(ALIVE, &live);
-        assert_eq!(
-            ring.blocks_in_use(),
-            10,
-            "only the two published blobs' blocks are in use"
-        );
-        assert_eq!(states(&ring, &y), vec![PUBLIC; 5]);
-        assert_eq!(
-            states(&ring, &z),
-            vec![PUBLIC; 5],
-            "the dead writer's published blocks"
-        );
-        assert_eq!(ring.read_bucket(3).blob, blob(2));
-        assert_eq!(ring.read_bucket(4).blob, blob(3));
-        // And they are freed as any PUBLIC blocks when their blobs are replaced.
-        for bucket in [3, 4] {
-            let read = ring.read_bucket(bucket);
+        for map in [ring.leases(), ring.keys()] {
+            let blob = |n: u8| vec![n; 1000]; // five blocks
+                                              // Killed between its swap and freeing the blob it replaced: that blob's blocks are
+                                              // PUBLIC, and no bucket reaches them.
+            let empty = map.read_bucket(3);
             assert_eq!(
-                ring.publish_bucket(bucket, &read, b"", ALIVE, &live),
+                map.publish_bucket(3, &empty, &blob(1), ALIVE, &live),
                 Publish::Done
             );
+            let replaced = map.read_bucket(3);
+            let (y, _, _) = write_and_swap(map, &live, 3, DEAD, &blob(2)).unwrap();
+            map.mark_public(&y);
+            // Killed between its swap and marking its blocks: a bucket reaches them.
+            let (z, _, _) = write_and_swap(map, &live, 4, DEAD, &blob(3)).unwrap();
+            // Killed before its swap: nothing reaches them.
+            let lost = map.claim_blocks(2, DEAD, &live).unwrap();
+            map.write_blocks(&lost, &[9; 300]);
+            let leaked: Vec<usize> = replaced.chain.iter().map(|&(b, _)| b).collect();
+            assert_eq!(states(map, &leaked), vec![PUBLIC; 5]);
+            assert_eq!(map.blocks_in_use(), 5 + 5 + 5 + 2);
+
+            map.sweep_blocks(ALIVE, &live);
+            assert_eq!(
+                map.blocks_in_use(),
+                10,
+                "only the two published blobs' blocks are in use"
+            );
+            assert_eq!(states(map, &y), vec![PUBLIC; 5]);
+            assert_eq!(
+                states(map, &z),
+                vec![PUBLIC; 5],
+                "the dead writer's published blocks"
+            );
+            assert_eq!(map.read_bucket(3).blob, blob(2));
+            assert_eq!(map.read_bucket(4).blob, blob(3));
+            // And they are freed as any PUBLIC blocks when their blobs are replaced.
+            for bucket in [3, 4] {
+                let read = map.read_bucket(bucket);
+                assert_eq!(
+                    map.publish_bucket(bucket, &read, b"", ALIVE, &live),
+                    Publish::Done
+                );
+            }
+            assert_eq!(map.blocks_in_use(), 0);
         }
-        assert_eq!(ring.blocks_in_use(), 0);
     }
 
     #[test]
     fn a_writer_stopped_before_freeing_what_it_replaced_never_frees_a_block_published_since() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        let empty = ring.read_bucket(3);
-        assert_eq!(
-            ring.publish_bucket(3, &empty, &[1; 1000], ALIVE, &live),
-            Publish::Done
-        );
-        // The writer replaces the blob, marks its own blocks, and is stopped before it frees
-        // the blob it replaced.
-        let replaced = ring.read_bucket(3);
-        let stopped = 1 << 51;
-        assert!(live.lock(stopped).unwrap());
-        let (y, _, _) = write_and_swap(&ring, &live, 3, stopped, &[2; 1000]).unwrap();
-        ring.mark_public(&y);
-        // Meanwhile a sweep frees the replaced blob, and another writer publishes a blob of
-        // its own in those very blocks.
-        ring.sweep_blocks(ALIVE, &live);
-        let first = replaced.chain[0].0;
-        ring.map_header()
-            .alloc_hint
-            .store(first as u64, Ordering::Relaxed);
-        let empty = ring.read_bucket(5);
-        assert_eq!(
-            ring.publish_bucket(5, &empty, &[3; 1000], ALIVE, &live),
-            Publish::Done
-        );
-        let z: Vec<usize> = ring.read_bucket(5).chain.iter().map(|&(b, _)| b).collect();
-        assert_eq!(z[0], first, "the other writer reuses the freed blocks");
-        // The stopped writer resumes and frees what it replaced, as it read it.
-        ring.free_replaced(&replaced.chain, stopped);
-        assert_eq!(
-            states(&ring, &z),
-            vec![PUBLIC; 5],
-            "a published block was freed"
-        );
-        assert_eq!(ring.read_bucket(5).blob, vec![3; 1000]);
-        assert_eq!(ring.read_bucket(3).blob, vec![2; 1000]);
-        assert_eq!(ring.blocks_in_use(), 10);
+        for map in [ring.leases(), ring.keys()] {
+            let empty = map.read_bucket(3);
+            assert_eq!(
+                map.publish_bucket(3, &empty, &[1; 1000], ALIVE, &live),
+                Publish::Done
+            );
+            // The writer replaces the blob, marks its own blocks, and is stopped before it frees
+            // the blob it replaced.
+            let replaced = map.read_bucket(3);
+            let stopped = 1 << 51;
+            assert!(live.lock(stopped).unwrap());
+            let (y, _, _) = write_and_swap(map, &live, 3, stopped, &[2; 1000]).unwrap();
+            map.mark_public(&y);
+            // Meanwhile a sweep frees the replaced blob, and another writer publishes a blob of
+            // its own in those very blocks.
+            map.sweep_blocks(ALIVE, &live);
+            let first = replaced.chain[0].0;
+            map.alloc_hint.store(first as u64, Ordering::Relaxed);
+            let empty = map.read_bucket(5);
+            assert_eq!(
+                map.publish_bucket(5, &empty, &[3; 1000], ALIVE, &live),
+                Publish::Done
+            );
+            let z: Vec<usize> = map.read_bucket(5).chain.iter().map(|&(b, _)| b).collect();
+            assert_eq!(z[0], first, "the other writer reuses the freed blocks");
+            // The stopped writer resumes and frees what it replaced, as it read it.
+            map.free_replaced(&replaced.chain, stopped);
+            assert_eq!(
+                states(map, &z),
+                vec![PUBLIC; 5],
+                "a published block was freed"
+            );
+            assert_eq!(map.read_bucket(5).blob, vec![3; 1000]);
+            assert_eq!(map.read_bucket(3).blob, vec![2; 1000]);
+            assert_eq!(map.blocks_in_use(), 10);
+        }
     }
 
     #[test]
     fn a_blob_replaced_before_its_writer_marked_it_is_freed_by_that_writer() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        // The first writer swaps, and is preempted before it marks its blocks.
-        let (first, generations, word) = write_and_swap(&ring, &live, 6, ALIVE, &[1; 500]).unwrap();
-        // Another replaces its blob meanwhile: the first writer's blocks are not PUBLIC yet,
-        // so it leaves them.
-        let read = ring.read_bucket(6);
-        assert_eq!(
-            ring.publish_bucket(6, &read, &[2; 500], ALIVE, &live),
-            Publish::Done
-        );
-        assert_eq!(states(&ring, &first), vec![ALIVE; 3]);
-        // The first writer goes on: it marks, sees its blob replaced, and frees its blocks.
-        ring.after_swap(6, word, &first, &generations, ALIVE);
-        assert_eq!(
-            states(&ring, &first),
-            vec![BLOCK_FREE; 3],
-            "blocks left behind"
-        );
-        assert_eq!(ring.blocks_in_use(), 3);
-        assert_eq!(ring.read_bucket(6).blob, vec![2; 500]);
+        for map in [ring.leases(), ring.keys()] {
+            // The first writer swaps, and is preempted before it marks its blocks.
+            let (first, generations, word) =
+                write_and_swap(map, &live, 6, ALIVE, &[1; 500]).unwrap();
+            // Another replaces its blob meanwhile: the first writer's blocks are not PUBLIC yet,
+            // so it leaves them.
+            let read = map.read_bucket(6);
+            assert_eq!(
+                map.publish_bucket(6, &read, &[2; 500], ALIVE, &live),
+                Publish::Done
+            );
+            assert_eq!(states(map, &first), vec![ALIVE; 3]);
+            // The first writer goes on: it marks, sees its blob replaced, and frees its blocks.
+            map.after_swap(6, word, &first, &generations, ALIVE);
+            assert_eq!(
+                states(map, &first),
+                vec![BLOCK_FREE; 3],
+                "blocks left behind"
+            );
+            assert_eq!(map.blocks_in_use(), 3);
+            assert_eq!(map.read_bucket(6).blob, vec![2; 500]);
+        }
     }
 
     #[test]
     fn the_private_blocks_of_a_dead_writer_are_swept_when_the_map_runs_full() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
-        // A writer that died holding every block (its liveness id is not held).
-        for index in 0..BLOCKS {
-            ring.block_state(index).store(1 << 52, Ordering::Relaxed);
-        }
-        let empty = ring.read_bucket(0);
-        assert_eq!(
-            ring.publish_bucket(0, &empty, b"x", 1 << 50, &live),
-            Publish::Done
-        );
-        assert_eq!(ring.blocks_in_use(), 1);
-        // A live writer's blocks are not taken.
-        for index in 0..BLOCKS {
-            let _ = ring.block_state(index).compare_exchange(
-                BLOCK_FREE,
-                1 << 50,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
+        for map in [ring.leases(), ring.keys()] {
+            // A writer that died holding every block (its liveness id is not held).
+            for index in 0..map.blocks.len() {
+                map.block_state(index).store(1 << 52, Ordering::Relaxed);
+            }
+            let empty = map.read_bucket(0);
+            assert_eq!(
+                map.publish_bucket(0, &empty, b"x", 1 << 50, &live),
+                Publish::Done
+            );
+            assert_eq!(map.blocks_in_use(), 1);
+            // A live writer's blocks are not taken.
+            for index in 0..map.blocks.len() {
+                let _ = map.block_state(index).compare_exchange(
+                    BLOCK_FREE,
+                    1 << 50,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            let read = map.read_bucket(0);
+            assert_eq!(
+                map.publish_bucket(0, &read, b"y", 1 << 50, &live),
+                Publish::Full
             );
         }
-        let read = ring.read_bucket(0);
-        assert_eq!(
-            ring.publish_bucket(0, &read, b"y", 1 << 50, &live),
-            Publish::Full
-        );
     }
 }

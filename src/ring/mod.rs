@@ -39,7 +39,7 @@ pub(crate) mod tokens;
 mod view;
 
 pub(crate) use layout::PAYLOAD;
-pub(crate) use queue::{lock_hash, Waiter};
+pub(crate) use queue::{bytes_hash, lock_hash, Waiter};
 pub(crate) use slots::{Phase, Posted, Taken};
 pub(crate) use sync::Live;
 

@@ -48,9 +48,18 @@ pub(crate) struct Queued {
 /// The queue's name of a lock: a 64-bit FNV-1a hash of its name. Two locks that share a hash
 /// only share their queue's order, never a lease.
 pub(crate) fn lock_hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    bytes_hash(&[name.as_bytes()])
+}
+
+/// The same hash (FNV-1a) of the bytes of `parts`, one after the other: the key index's
+/// (`share/keys.rs`), over a namespace and a key.
+pub(crate) fn bytes_hash(parts: &[&[u8]]) -> u64 {
+    parts
+        .iter()
+        .flat_map(|part| part.iter())
+        .fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 impl Ring {

@@ -1,6 +1,6 @@
 //! The ring's mapping as typed shared memory: the one place that maps the ring file, turns its
-//! bytes into references to the header, the waiting queue, the slots, the activity page and the
-//! lease map, and unmaps it. Everything else in the ring reads and writes the mapping through
+//! bytes into references to the header, the waiting queue, the slots, the activity page, the
+//! lease map, the group sync's page and the key map, and unmaps it. Everything else in the ring reads and writes the mapping through
 //! these references, in safe code.
 //!
 //! Every type laid over the mapping is made of atomics (and of reserved words nobody writes),
@@ -18,12 +18,13 @@ use std::io;
 
 use super::activity::Activity;
 use super::layout::{
-    Block, FlushHeader, Header, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS, MARKS, RING_SIZE,
-    SLOTS, WAITERS,
+    Block, FlushHeader, Header, KeyHeader, MapHeader, Slot, WaiterEntry, BLOCKS, BUCKETS,
+    KEY_BLOCKS, KEY_BUCKETS, MARKS, RING_SIZE, SLOTS, WAITERS,
 };
 #[cfg(not(fencelock_loom))]
 use super::layout::{
-    ACTIVITY_OFFSET, FLUSH_HEADER, FLUSH_OFFSET, HEADER_AREA, HEADER_SIZE, MAP_OFFSET, QUEUE_OFFSET,
+    ACTIVITY_OFFSET, FLUSH_HEADER, FLUSH_OFFSET, HEADER_AREA, HEADER_SIZE, KEYS_OFFSET, MAP_OFFSET,
+    QUEUE_OFFSET,
 };
 
 /// A shared mapping of a ring file, seen as its parts; unmapped when dropped. The references
@@ -40,6 +41,9 @@ pub(super) struct View {
     blocks: &'static [Block; BLOCKS],
     flush: &'static FlushHeader,
     marks: &'static [AtomicU64; MARKS],
+    key_header: &'static KeyHeader,
+    key_buckets: &'static [AtomicU64; KEY_BUCKETS],
+    key_blocks: &'static [Block; KEY_BLOCKS],
 }
 
 impl View {
@@ -88,6 +92,13 @@ impl View {
                 marks: &*base
                     .add(FLUSH_OFFSET + FLUSH_HEADER)
                     .cast::<[AtomicU64; MARKS]>(),
+                key_header: &*base.add(KEYS_OFFSET).cast::<KeyHeader>(),
+                key_buckets: &*base
+                    .add(KEYS_OFFSET + HEADER_AREA)
+                    .cast::<[AtomicU64; KEY_BUCKETS]>(),
+                key_blocks: &*base
+                    .add(KEYS_OFFSET + HEADER_AREA + KEY_BUCKETS * 8)
+                    .cast::<[Block; KEY_BLOCKS]>(),
             }
         })
     }
@@ -117,8 +128,9 @@ impl View {
         self.map_header
     }
 
-    pub(super) fn bucket(&self, index: usize) -> &AtomicU64 {
-        &self.buckets[index]
+    /// The lease map's buckets' words (`map.rs`).
+    pub(super) fn buckets(&self) -> &[AtomicU64] {
+        self.buckets
     }
 
     /// The token floor of bucket `index` (`map.rs`).
@@ -126,8 +138,9 @@ impl View {
         &self.floors[index]
     }
 
-    pub(super) fn block(&self, index: usize) -> &Block {
-        &self.blocks[index]
+    /// The lease map's blocks (`map.rs`).
+    pub(super) fn blocks(&self) -> &[Block] {
+        self.blocks
     }
 
     /// The group sync's words (`flush.rs`).
@@ -138,6 +151,21 @@ impl View {
     /// The group sync's mark `index` (`flush.rs`).
     pub(super) fn mark(&self, index: usize) -> &AtomicU64 {
         &self.marks[index]
+    }
+
+    /// The key map's header (`map.rs`).
+    pub(super) fn key_header(&self) -> &KeyHeader {
+        self.key_header
+    }
+
+    /// The key map's buckets' words (`map.rs`).
+    pub(super) fn key_buckets(&self) -> &[AtomicU64] {
+        self.key_buckets
+    }
+
+    /// The key map's blocks (`map.rs`).
+    pub(super) fn key_blocks(&self) -> &[Block] {
+        self.key_blocks
     }
 }
 
@@ -165,6 +193,9 @@ impl View {
             blocks: leak(std::array::from_fn(|_| Block::zeroed())),
             flush: leak(FlushHeader::zeroed()),
             marks: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            key_header: leak(KeyHeader::zeroed()),
+            key_buckets: leak(std::array::from_fn(|_| AtomicU64::new(0))),
+            key_blocks: leak(std::array::from_fn(|_| Block::zeroed())),
         }
     }
 }
@@ -187,6 +218,9 @@ impl Drop for View {
         free(self.blocks);
         free(self.flush);
         free(self.marks);
+        free(self.key_header);
+        free(self.key_buckets);
+        free(self.key_blocks);
     }
 }
 

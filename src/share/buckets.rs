@@ -120,7 +120,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
 
 /// The entry of `name` as the map holds it now, if any.
 pub(crate) fn entry_of(ring: &Ring, name: &str) -> Result<Option<Entry>> {
-    let snapshot = ring.read_bucket(bucket_of(lock_hash(name)));
+    let snapshot = ring.leases().read_bucket(bucket_of(lock_hash(name)));
     ring.intact()?;
     Ok(decode(&snapshot.blob)?
         .into_iter()
@@ -133,7 +133,7 @@ pub(crate) fn entry_of(ring: &Ring, name: &str) -> Result<Option<Entry>> {
 pub(crate) fn entries(ring: &Ring) -> Result<Vec<Entry>> {
     let mut all = Vec::new();
     for bucket in 0..crate::ring::map::BUCKETS {
-        all.extend(decode(&ring.read_bucket(bucket).blob)?);
+        all.extend(decode(&ring.leases().read_bucket(bucket).blob)?);
     }
     ring.intact()?;
     all.sort_by(|a, b| a.name.cmp(&b.name));
@@ -183,7 +183,7 @@ pub(crate) fn update<T>(
 ) -> Result<(T, Ends)> {
     let bucket = bucket_of(lock_hash(name));
     loop {
-        let snapshot = ring.read_bucket(bucket);
+        let snapshot = ring.leases().read_bucket(bucket);
         ring.intact()?;
         // After the copy: it holds every token of a swap the copy saw.
         let floor = Floor(ring.floor(bucket));
@@ -230,7 +230,10 @@ fn publish(
     entries: &[Entry],
 ) -> Result<bool> {
     let blob = encode(entries)?;
-    match ring.publish_bucket(bucket, read, &blob, owner, live) {
+    match ring
+        .leases()
+        .publish_bucket(bucket, read, &blob, owner, live)
+    {
         Publish::Done => Ok(true),
         Publish::Raced => Ok(false),
         Publish::Full => Err(Error::Storage(
@@ -251,7 +254,7 @@ pub(crate) fn rewrite(
     mut settle: impl FnMut(&mut Entry) -> Result<Ends>,
 ) -> Result<Ends> {
     loop {
-        let snapshot = ring.read_bucket(bucket);
+        let snapshot = ring.leases().read_bucket(bucket);
         ring.intact()?;
         let entries = decode(&snapshot.blob)?;
         let mut settled = entries.clone();
@@ -272,7 +275,7 @@ pub(crate) fn rewrite(
 
 /// The entries of bucket `bucket` (for a sweep that visits the map a bucket at a time).
 pub(crate) fn bucket_entries(ring: &Ring, bucket: usize) -> Result<Vec<Entry>> {
-    let snapshot = ring.read_bucket(bucket);
+    let snapshot = ring.leases().read_bucket(bucket);
     ring.intact()?;
     decode(&snapshot.blob)
 }

@@ -19,8 +19,8 @@ use crate::share::buckets::{update, Change, Entry};
 /// Publishes `blob` as bucket 0's, retrying while other writers publish first.
 fn publish(ring: &Ring, procs: &Procs, owner: u64, blob: &[u8]) {
     loop {
-        let read = ring.read_bucket(0);
-        match ring.publish_bucket(0, &read, blob, owner, procs) {
+        let read = ring.leases().read_bucket(0);
+        match ring.leases().publish_bucket(0, &read, blob, owner, procs) {
             Publish::Done => return,
             Publish::Raced => thread::yield_now(),
             Publish::Full => panic!("the map ran out of blocks"),
@@ -43,7 +43,7 @@ fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached(
             .collect();
         let reader = {
             let ring = ring.clone();
-            thread::spawn(move || ring.read_bucket(0).blob)
+            thread::spawn(move || ring.leases().read_bucket(0).blob)
         };
         publish(&ring, &procs, 3, published[2]);
         for writer in writers {
@@ -56,9 +56,9 @@ fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached(
         );
         // Every block of a replaced blob was freed, or is left for the sweep (a replacer that
         // found it claimed by a freer a moment before): after a sweep, only the last blob's.
-        ring.sweep_blocks(3, &*procs);
-        assert_eq!(ring.blocks_in_use(), 1, "a block was lost");
-        let last = ring.read_bucket(0).blob;
+        ring.leases().sweep_blocks(3, &*procs);
+        assert_eq!(ring.leases().blocks_in_use(), 1, "a block was lost");
+        let last = ring.leases().read_bucket(0).blob;
         assert!(published.contains(&last.as_slice()), "{last:?}");
     });
 }
@@ -81,7 +81,7 @@ fn a_reader_stopped_while_blocks_are_reused_never_trusts_the_mix() {
         publish(&ring, &procs, 1, blobs[0]);
         let reader = {
             let ring = ring.clone();
-            thread::spawn(move || ring.read_bucket(0).blob)
+            thread::spawn(move || ring.leases().read_bucket(0).blob)
         };
         for blob in &blobs[1..] {
             publish(&ring, &procs, 1, blob);
@@ -105,18 +105,18 @@ fn a_sweep_beside_writers_never_frees_a_block_a_bucket_reaches() {
             let (ring, procs) = (ring.clone(), procs.clone());
             thread::spawn(move || publish(&ring, &procs, 2, b"new-blob"))
         };
-        ring.sweep_blocks(3, &*procs);
+        ring.leases().sweep_blocks(3, &*procs);
         assert!(
-            ring.reached_blocks_in_use(0),
+            ring.leases().reached_blocks_in_use(0),
             "the sweep freed a block the bucket reaches"
         );
         writer.join().expect("the writer");
         // A block freed while reached would be claimed and overwritten by the next writer.
         publish(&ring, &procs, 1, b"x");
         publish(&ring, &procs, 3, b"after");
-        assert_eq!(ring.read_bucket(0).blob, b"after");
-        ring.sweep_blocks(3, &*procs);
-        assert_eq!(ring.blocks_in_use(), 1);
+        assert_eq!(ring.leases().read_bucket(0).blob, b"after");
+        ring.leases().sweep_blocks(3, &*procs);
+        assert_eq!(ring.leases().blocks_in_use(), 1);
     });
 }
 
@@ -253,32 +253,34 @@ fn a_writer_killed_at_each_step_has_its_blocks_swept_and_no_reached_block_freed(
             let writer = {
                 let (ring, procs) = (ring.clone(), procs.clone());
                 thread::spawn(move || {
-                    let read = ring.read_bucket(0);
-                    let stopped = ring.publish_until(0, &read, b"new", 2, &*procs, Some(stop));
+                    let read = ring.leases().read_bucket(0);
+                    let stopped =
+                        ring.leases()
+                            .publish_until(0, &read, b"new", 2, &*procs, Some(stop));
                     assert_eq!(stopped, None, "the writer ran to its end");
                     procs.kill(2);
                 })
             };
-            ring.sweep_blocks(3, &*procs);
+            ring.leases().sweep_blocks(3, &*procs);
             assert!(
-                ring.reached_blocks_in_use(0),
+                ring.leases().reached_blocks_in_use(0),
                 "the sweep freed a block the bucket reaches"
             );
             writer.join().expect("the writer");
-            ring.sweep_blocks(3, &*procs);
+            ring.leases().sweep_blocks(3, &*procs);
             assert!(
-                ring.reached_blocks_in_use(0),
+                ring.leases().reached_blocks_in_use(0),
                 "the sweep freed a block the bucket reaches"
             );
             let swapped = !matches!(stop, Step::Claim | Step::Write);
-            let blob = ring.read_bucket(0).blob;
+            let blob = ring.leases().read_bucket(0).blob;
             assert_eq!(blob, if swapped { b"new".as_slice() } else { b"old" });
-            assert_eq!(ring.blocks_in_use(), 1, "a block left behind");
+            assert_eq!(ring.leases().blocks_in_use(), 1, "a block left behind");
             // The swept blocks serve the next writers.
             publish(&ring, &procs, 3, b"after");
-            ring.sweep_blocks(3, &*procs);
-            assert_eq!(ring.read_bucket(0).blob, b"after");
-            assert_eq!(ring.blocks_in_use(), 1);
+            ring.leases().sweep_blocks(3, &*procs);
+            assert_eq!(ring.leases().read_bucket(0).blob, b"after");
+            assert_eq!(ring.leases().blocks_in_use(), 1);
         });
     }
 }

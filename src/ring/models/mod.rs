@@ -1,5 +1,6 @@
 //! Loom models of the ring's protocols (make test-loom): the real code of `slots.rs`,
-//! `queue.rs`, `map.rs` (with `share/buckets.rs` over it), `tokens.rs` and `flush.rs`, run on a
+//! `queue.rs`, `map.rs` (with `share/buckets.rs` and `share/keys.rs` over it), `tokens.rs` and
+//! `flush.rs`, run on a
 //! ring on the heap over loom's atomics and futex (`sync.rs`), with every interleaving of a few threads
 //! explored up to a bound of preemptions (`LOOM_MAX_PREEMPTIONS`, 2 in make test-loom, 3 in
 //! make test-loom-long). A thread stands for a process; a process that dies is one whose
@@ -7,7 +8,8 @@
 //!
 //! Each model checks its invariants at its end or at each step, and each can fail: the seeded
 //! mutants of `scripts/mutants.sh` (a weakened ordering, a dropped wake, no generation, no
-//! floor, a token taken by a load and a store) each make one of these fail.
+//! floor, a token taken by a load and a store, a key index swap lost taken as won) each make one
+//! of these fail.
 
 use std::io;
 
@@ -16,6 +18,7 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 
 mod bell;
 mod flush;
+mod keys;
 mod map;
 mod queue;
 mod server;
