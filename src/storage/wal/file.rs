@@ -708,6 +708,8 @@ mod tests {
     use super::*;
     use crate::base::error::Status;
     use crate::storage::wal::scan::scan;
+    use crate::storage::wal::scan::tests::{put, Log};
+    use crate::storage::wal::Placement;
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
@@ -1013,5 +1015,41 @@ mod tests {
                 assert!(err.to_string().contains(".wal.0"), "{message} became {err}");
             }
         }
+    }
+
+    /// The scan reads what a writer of the files wrote (the log in memory of `scan`'s tests
+    /// beside the files, record by record).
+    #[test]
+    fn the_scan_reads_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("store.wal");
+        let file = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
+        let mut log = Log::new(usize::try_from(MIN_SIZE).unwrap(), 0);
+        for i in 0..100 {
+            let before = log.end;
+            let lsn = log.append(&put(i, 50));
+            if lsn != before {
+                let filler = Placement::of(file.size(), before, put(i, 50).encoded_len())
+                    .unwrap()
+                    .filler_record()
+                    .unwrap();
+                if let Some(filler) = filler {
+                    file.write_at(before, &filler).unwrap();
+                }
+            }
+            file.write_at(lsn, &put(i, 50).encode(lsn).unwrap())
+                .unwrap();
+        }
+        file.sync(0, log.end).unwrap();
+        assert!(log.segments.len() > 2, "{}", log.segments.len());
+        for (seq, bytes) in &log.segments {
+            let on_disk = std::fs::read(file.path(*seq)).unwrap();
+            assert_eq!(&on_disk[HEADER_BYTES..], bytes.as_slice(), "segment {seq}");
+        }
+        let reopened = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
+        for from in [0, MIN_SIZE, log.end - log.end % MIN_SIZE] {
+            assert_eq!(scan(&reopened, from).unwrap(), log.scan(from));
+        }
+        assert_eq!(scan(&reopened, 0).unwrap().end, log.end);
     }
 }

@@ -295,22 +295,21 @@ pub(crate) fn scan<S: Segments + ?Sized>(log: &S, from: u64) -> Result<Scanned> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::base::error::Status;
-    use crate::storage::wal::file::{SegmentLog, HEADER_BYTES, MIN_SIZE};
     use crate::storage::wal::Placement;
 
     /// A log in memory and a writer that places its records as a writer of the files does.
     #[derive(Clone)]
-    struct Log {
+    pub(in crate::storage::wal) struct Log {
         size: u64,
-        segments: BTreeMap<u64, Vec<u8>>,
-        end: u64,
+        pub(in crate::storage::wal) segments: BTreeMap<u64, Vec<u8>>,
+        pub(in crate::storage::wal) end: u64,
     }
 
     impl Log {
-        fn new(size: usize, end: u64) -> Log {
+        pub(in crate::storage::wal) fn new(size: usize, end: u64) -> Log {
             Log {
                 size: size as u64,
                 segments: BTreeMap::new(),
@@ -340,7 +339,7 @@ mod tests {
         }
 
         /// Appends `record`; its position.
-        fn append(&mut self, record: &Record) -> u64 {
+        pub(in crate::storage::wal) fn append(&mut self, record: &Record) -> u64 {
             let placed = Placement::of(self.size, self.end, record.encoded_len()).unwrap();
             if let Some(filler) = placed.filler_record().unwrap() {
                 self.write(self.end, &filler);
@@ -373,12 +372,12 @@ mod tests {
             scan(&self.memory(), from)
         }
 
-        fn scan(&self, from: u64) -> Scanned {
+        pub(in crate::storage::wal) fn scan(&self, from: u64) -> Scanned {
             self.try_scan(from).unwrap()
         }
     }
 
-    fn put(i: u64, value_len: usize) -> Record {
+    pub(in crate::storage::wal) fn put(i: u64, value_len: usize) -> Record {
         Record::Put {
             key: format!("key-{i:04}").into_bytes(),
             value: vec![u8::try_from(i % 251).unwrap(); value_len],
@@ -631,40 +630,6 @@ mod tests {
             let err = scan(&Bytes(bytes), from).unwrap_err();
             assert_eq!(err.status(), Status::InvalidArgument, "{err}");
         }
-    }
-
-    #[test]
-    fn the_scan_reads_the_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("store.wal");
-        let file = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
-        let mut log = Log::new(usize::try_from(MIN_SIZE).unwrap(), 0);
-        for i in 0..100 {
-            let before = log.end;
-            let lsn = log.append(&put(i, 50));
-            if lsn != before {
-                let filler = Placement::of(file.size(), before, put(i, 50).encoded_len())
-                    .unwrap()
-                    .filler_record()
-                    .unwrap();
-                if let Some(filler) = filler {
-                    file.write_at(before, &filler).unwrap();
-                }
-            }
-            file.write_at(lsn, &put(i, 50).encode(lsn).unwrap())
-                .unwrap();
-        }
-        file.sync(0, log.end).unwrap();
-        assert!(log.segments.len() > 2, "{}", log.segments.len());
-        for (seq, bytes) in &log.segments {
-            let on_disk = std::fs::read(file.path(*seq)).unwrap();
-            assert_eq!(&on_disk[HEADER_BYTES..], bytes.as_slice(), "segment {seq}");
-        }
-        let reopened = SegmentLog::open(&base, 7, MIN_SIZE).unwrap();
-        for from in [0, MIN_SIZE, log.end - log.end % MIN_SIZE] {
-            assert_eq!(scan(&reopened, from).unwrap(), log.scan(from));
-        }
-        assert_eq!(scan(&reopened, 0).unwrap().end, log.end);
     }
 
     proptest::proptest! {
