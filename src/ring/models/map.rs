@@ -3,6 +3,12 @@
 //! one that no bucket reaches; a lock's tokens only grow, even for a grant stopped between
 //! taking its token and publishing while the lock was granted again and its record left the
 //! bucket (the hostile round's second fencing break).
+//!
+//! No writer here is process 1: a block's state 1 is PUBLIC, so the blocks that process 1
+//! claimed would look published before their writer marked them, and a replacer or a sweep
+//! would free them under it (the map's models found "a block was lost" that way at 3
+//! preemptions). No real writer is: its id is its map membership's liveness id, drawn from
+//! `[2^48, 2^61)` (`share/member.rs`, `Liveness::lock_fresh`).
 
 use loom::sync::Arc;
 use loom::thread;
@@ -18,6 +24,7 @@ use crate::share::buckets::{update, Change, Entry};
 
 /// Publishes `blob` as bucket 0's, retrying while other writers publish first.
 fn publish(ring: &Ring, procs: &Procs, owner: u64, blob: &[u8]) {
+    assert!(owner > 1, "process {owner}'s blocks would look PUBLIC");
     loop {
         let read = ring.leases().read_bucket(0);
         match ring.leases().publish_bucket(0, &read, blob, owner, procs) {
@@ -32,9 +39,9 @@ fn publish(ring: &Ring, procs: &Procs, owner: u64, blob: &[u8]) {
 fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached() {
     check(|| {
         let ring = Arc::new(Ring::heap());
-        let procs = Arc::new(Procs::new(3));
+        let procs = Arc::new(Procs::new(4));
         let published: [&[u8]; 3] = [b"first-blob", b"second", b"third-one-here"];
-        let writers: Vec<_> = [(1u64, 0usize), (2, 1)]
+        let writers: Vec<_> = [(2u64, 0usize), (3, 1)]
             .into_iter()
             .map(|(owner, at)| {
                 let (ring, procs) = (ring.clone(), procs.clone());
@@ -45,7 +52,7 @@ fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached(
             let ring = ring.clone();
             thread::spawn(move || ring.leases().read_bucket(0).blob)
         };
-        publish(&ring, &procs, 3, published[2]);
+        publish(&ring, &procs, 4, published[2]);
         for writer in writers {
             writer.join().expect("a writer");
         }
@@ -56,7 +63,7 @@ fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached(
         );
         // Every block of a replaced blob was freed, or is left for the sweep (a replacer that
         // found it claimed by a freer a moment before): after a sweep, only the last blob's.
-        ring.leases().sweep_blocks(3, &*procs);
+        ring.leases().sweep_blocks(4, &*procs);
         assert_eq!(ring.leases().blocks_in_use(), 1, "a block was lost");
         let last = ring.leases().read_bucket(0).blob;
         assert!(published.contains(&last.as_slice()), "{last:?}");
@@ -70,7 +77,7 @@ fn readers_see_only_published_blobs_and_no_block_is_lost_or_freed_while_reached(
 fn a_reader_stopped_while_blocks_are_reused_never_trusts_the_mix() {
     check(|| {
         let ring = Arc::new(Ring::heap());
-        let procs = Arc::new(Procs::new(1));
+        let procs = Arc::new(Procs::new(2));
         let blobs: [&[u8]; 5] = [
             b"aaaaaaaaaaaaaaaa",
             b"bbbbbbbbbbbbbbbb",
@@ -78,13 +85,13 @@ fn a_reader_stopped_while_blocks_are_reused_never_trusts_the_mix() {
             b"dddddddddddddddd",
             b"eeeeeeeeeeeeeeee",
         ];
-        publish(&ring, &procs, 1, blobs[0]);
+        publish(&ring, &procs, 2, blobs[0]);
         let reader = {
             let ring = ring.clone();
             thread::spawn(move || ring.leases().read_bucket(0).blob)
         };
         for blob in &blobs[1..] {
-            publish(&ring, &procs, 1, blob);
+            publish(&ring, &procs, 2, blob);
         }
         let seen = reader.join().expect("the reader");
         assert!(
@@ -99,8 +106,8 @@ fn a_reader_stopped_while_blocks_are_reused_never_trusts_the_mix() {
 fn a_sweep_beside_writers_never_frees_a_block_a_bucket_reaches() {
     check(|| {
         let ring = Arc::new(Ring::heap());
-        let procs = Arc::new(Procs::new(3));
-        publish(&ring, &procs, 1, b"old");
+        let procs = Arc::new(Procs::new(4));
+        publish(&ring, &procs, 4, b"old");
         let writer = {
             let (ring, procs) = (ring.clone(), procs.clone());
             thread::spawn(move || publish(&ring, &procs, 2, b"new-blob"))
@@ -112,7 +119,7 @@ fn a_sweep_beside_writers_never_frees_a_block_a_bucket_reaches() {
         );
         writer.join().expect("the writer");
         // A block freed while reached would be claimed and overwritten by the next writer.
-        publish(&ring, &procs, 1, b"x");
+        publish(&ring, &procs, 4, b"x");
         publish(&ring, &procs, 3, b"after");
         assert_eq!(ring.leases().read_bucket(0).blob, b"after");
         ring.leases().sweep_blocks(3, &*procs);
@@ -207,17 +214,17 @@ fn release(ring: &Ring, procs: &Procs, owner: u64, token: u64) {
 fn a_grant_stopped_before_publishing_never_publishes_a_token_below_a_later_grant() {
     check(|| {
         let ring = Arc::new(Ring::heap());
-        let procs = Arc::new(Procs::new(2));
+        let procs = Arc::new(Procs::new(3));
         ring.tokens_start_at(0);
         ring.tokens_reserved(100, 100);
         assert_eq!(bucket_of(lock_hash(NAME)), bucket_of(lock_hash(NAME)));
         let first = {
             let (ring, procs) = (ring.clone(), procs.clone());
-            thread::spawn(move || grant(&ring, &procs, 1))
+            thread::spawn(move || grant(&ring, &procs, 2))
         };
-        let second = grant(&ring, &procs, 2);
+        let second = grant(&ring, &procs, 3);
         if let Some(token) = second {
-            release(&ring, &procs, 2, token);
+            release(&ring, &procs, 3, token);
         }
         let first = first.join().expect("the first grant");
         if let (Some(first), Some(second)) = (first, second) {
@@ -261,6 +268,11 @@ fn a_writer_killed_at_each_step_has_its_blocks_swept_and_no_reached_block_freed(
                     procs.kill(2);
                 })
             };
+            // The writer first: loom 0.7's DPOR never runs a spawned thread whose first
+            // operation is a load (here `read_bucket`'s) before its spawner's next operations
+            // (tokio-rs/loom#392), so without this yield it explored this model in one schedule
+            // (the writer after the whole sweep) and checked the sweep beside it nowhere.
+            thread::yield_now();
             ring.leases().sweep_blocks(3, &*procs);
             assert!(
                 ring.leases().reached_blocks_in_use(0),
