@@ -1174,6 +1174,71 @@ mod tests {
     }
 
     #[test]
+    fn writers_in_threads_over_small_segments_lose_no_acknowledged_record() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        use crate::storage::wal::record::Record;
+        const WRITERS: u64 = 4;
+        const EACH: u64 = 150;
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let far = std::time::Instant::now() + Duration::from_secs(600);
+        let mut acknowledged: Vec<(u64, Record)> = std::thread::scope(|threads| {
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|writer| {
+                    let (ring, log, done) = (&ring, &log, &done);
+                    threads.spawn(move || {
+                        let sync = GroupSync::new(ring, writer + 1, &Alive, log).until(far);
+                        let mut mine = Vec::new();
+                        for i in 0..EACH {
+                            let record = Record::Put {
+                                key: format!("writer-{writer}").into_bytes(),
+                                value: vec![
+                                    7;
+                                    usize::try_from((i * 53 + writer * 11) % 700).unwrap()
+                                ],
+                                token: i + 1,
+                                version: i,
+                            };
+                            let len = record.encoded_len();
+                            let lsn = sync.reserve(len).unwrap();
+                            log.write_at(lsn, &record.encode(lsn).unwrap()).unwrap();
+                            sync.written(lsn, len).unwrap();
+                            sync.await_durable(lsn + len).unwrap();
+                            mine.push((lsn, record));
+                        }
+                        done.fetch_add(1, std::sync::atomic::Ordering::Release);
+                        mine
+                    })
+                })
+                .collect();
+            // The checkpointer: follows `flushed`, as the store's will (the scan below reads
+            // from 0: nothing is retired).
+            let sync = GroupSync::new(&ring, 99, &Alive, &log);
+            while done.load(std::sync::atomic::Ordering::Acquire) < WRITERS {
+                sync.checkpointed(sync.flushed());
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            writers
+                .into_iter()
+                .flat_map(|writer| writer.join().unwrap())
+                .collect()
+        });
+        acknowledged.sort_by_key(|(lsn, _)| *lsn);
+        let sync = GroupSync::new(&ring, 99, &Alive, &log);
+        assert!(
+            sync.flushed() > 20 * MIN_SIZE,
+            "the records crossed many segments"
+        );
+        let scanned = crate::storage::wal::scan::scan(&log, 0).unwrap();
+        assert_eq!(scanned.records, acknowledged);
+        assert!(scanned.skipped.is_empty());
+        assert_eq!(scanned.end, sync.flushed());
+    }
+
+    #[test]
     fn no_record_crosses_a_segment_end_and_the_fillers_are_covered() {
         let dir = tempfile::tempdir().unwrap();
         let ring = ring(dir.path());
