@@ -4,8 +4,9 @@
 //!
 //! The ring is named after the store file's device and inode, so every path to the file finds
 //! it. It is never fsynced and holds nothing that must survive: correctness never depends on it.
-//! A process that cannot use it (another user's ring, a damaged header, another version) commits
-//! directly, only more slowly.
+//! A process that cannot use it (another user's ring, a damaged header, another version) cannot
+//! open the store to write, as the ring holds the leases: its open fails, saying why; a
+//! read-only open goes on without it.
 //!
 //! Files, one protocol each, with its state table at its word: `layout.rs` (every type over the
 //! mapping), `activity.rs` (the counters and recent releases), `sync.rs` (atomics and futexes), `view.rs` (the mapping), `file.rs` (setting up,
