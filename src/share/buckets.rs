@@ -79,14 +79,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Entry>> {
         return Ok(Vec::new());
     }
     let mut rest = blob;
-    let mut take = |n: usize| -> Result<&[u8]> {
-        if rest.len() < n {
-            return Err(damaged());
-        }
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        Ok(head)
-    };
+    let mut take = |n: usize| super::take(&mut rest, n).ok_or_else(damaged);
     if take(1)? != [FORMAT] {
         return Err(damaged());
     }

@@ -89,14 +89,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
         return Ok(Vec::new());
     }
     let mut rest = blob;
-    let mut take = |n: usize| -> Result<&[u8]> {
-        if rest.len() < n {
-            return Err(damaged());
-        }
-        let (head, tail) = rest.split_at(n);
-        rest = tail;
-        Ok(head)
-    };
+    let mut take = |n: usize| super::take(&mut rest, n).ok_or_else(damaged);
     let u64_of = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
     if take(1)? != [FORMAT] {

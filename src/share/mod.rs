@@ -12,3 +12,14 @@ pub(crate) mod buckets;
 pub(crate) mod keys;
 pub(crate) mod member;
 pub(crate) mod wire;
+
+/// The next `n` bytes of `rest`, which moves past them; `None` when fewer are left (the step of
+/// the decoders of a bucket's blob, `buckets.rs` and `keys.rs`, each with its own error).
+pub(crate) fn take<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if rest.len() < n {
+        return None;
+    }
+    let (head, tail) = rest.split_at(n);
+    *rest = tail;
+    Some(head)
+}
