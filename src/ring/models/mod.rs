@@ -54,11 +54,32 @@ impl Live for Procs {
     }
 }
 
-/// Runs `model` under loom with the preemption bound of the environment (2 by default).
+/// Runs `model` under loom with the preemption bound of the environment (2 by default), prints
+/// how many schedules it explored (`--nocapture` shows them), and fails a model that explored
+/// only one.
+///
+/// One schedule means loom never interleaved the threads: in loom 0.7 a spawned thread whose
+/// first operation is a load is not scheduled before its spawner's next operations (loom#392),
+/// so a model whose threads only ever run one after the other checks nothing about their
+/// races. The killed-writer map model ran one schedule per step until a `yield_now()` after its
+/// spawn; this check keeps any model from falling back into that.
 pub(super) fn check(model: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
-    builder.check(model);
+    // A std atomic, outside loom's model: it counts the model's runs, not a step of one.
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&runs);
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        model();
+    });
+    let runs = runs.load(std::sync::atomic::Ordering::Relaxed);
+    let name = std::thread::current().name().unwrap_or("a model").to_owned();
+    println!("{name}: {runs} schedules");
+    assert!(
+        runs > 1,
+        "{name} explored one schedule: its threads never interleave (loom#392: yield after a spawn)"
+    );
 }
