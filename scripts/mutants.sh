@@ -40,6 +40,8 @@ bell-no-fence~src/ring/activity.rs~        sync::fence(sync::Ordering::SeqCst);\
 bell-counted-late~src/ring/activity.rs~        self.sleepers.fetch_add(1, sync::Ordering::SeqCst);\n~~ring::models::bell~loom
 wal-sync-last-segment~src/storage/wal/file.rs~for seq in from / self.size..=(to - 1) / self.size {~for seq in (to - 1) / self.size..=(to - 1) / self.size {~storage::wal::crash~
 wal-remake-retired~src/storage/wal/file.rs~                return Err(LogError::Retired {\n                    path: self.path(seq),\n                });\n            }\n            let first = newest.map_or(seq, |newest| newest + 1);~            }\n            let first = newest.map_or(seq, |newest| (newest + 1).min(seq));~storage::wal::late~
+segment-crossed~src/ring/flush.rs~    if len <= space {\n        len\n    } else {\n        space\n    }~    let _ = space;\n    len~ring::flush::tests::no_record_crosses_a_segment_end~
+checkpoint-unbounded~src/ring/flush.rs~            if end + take > bound(size, words.checkpointed~            if false && end + take > bound(size, words.checkpointed~ring::flush::tests::a_writer_past_max_segments~
 keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
 '
 

@@ -12,7 +12,8 @@
 //!
 //! | word | meaning | who changes it, and how |
 //! |---|---|---|
-//! | `end` | the LSN reserved so far | a writer, by a compare-and-swap from the value it read to that plus its record's length, only while the result stays inside the window (below) |
+//! | `end` | the LSN reserved so far | a writer, by a compare-and-swap from the value it read to that plus its record's length, only while the result stays inside the window (below) and within `MAX_SEGMENTS` segments past the checkpoint's; a record that would cross a segment's end is preceded by a filler to it, reserved and marked on its own by the same writer |
+//! | `checkpointed` | the LSN the checkpoint has reached | the checkpointer, by `fetch_max`, then a wake of the waiters (not built yet: only a test raises it) |
 //! | `flushed` | the LSN below which the log is durable | whoever synced, by `fetch_max` to the written prefix it found *before* its sync |
 //! | `flusher` | the liveness id of the process syncing now, 0 for none | a waiter, by a compare-and-swap from 0 (or from a dead process's id: taken over); the flusher, back to 0 |
 //! | `generation` | bumped after each raise of `flushed`, and at a failure; a futex | whoever raised `flushed`, then a wake of every sleeper |
@@ -108,6 +109,11 @@ pub(crate) const SKIP_SPACE: u64 = GRANULE;
 pub(crate) const SKIP_ROOM: u64 = 16;
 #[cfg(fencelock_loom)]
 pub(crate) const SKIP_ROOM: u64 = 2;
+/// Segments of log a writer may reserve past the checkpoint's segment (docs/design/writes.md
+/// section 1, "the one bound"): a record ends at most at the start of segment
+/// `checkpointed / size + MAX_SEGMENTS`. Past it, the writer waits for a checkpoint up to its
+/// deadline, then fails with `Timeout`, having reserved nothing.
+pub(crate) const MAX_SEGMENTS: u64 = 4;
 /// The longest record: it fits a window beside a skip record, and its granules a mark's field.
 pub(crate) const MAX_RECORD: u64 = {
     let by_window = WINDOW - SKIP_ROOM * SKIP_SPACE;
@@ -153,6 +159,12 @@ pub(crate) trait Log {
     /// that a gap holding `lsn` does not count (for [`GroupSync::fate_in_log`]).
     #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
     fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool>;
+    /// The size of the log's segments, a multiple of [`GRANULE`]: no record (nor a skip
+    /// record's space) crosses a multiple of it. A log in one file has none: `u64::MAX`.
+    fn segment_size(&self) -> u64;
+    /// Fills the `len` bytes at `at`, which run to a segment's end, with what the log's
+    /// readers step over (a void record, or nothing in a tail too short for any record).
+    fn fill(&self, at: u64, len: u64) -> io::Result<()>;
 }
 
 /// What became of the record at a position (its first granule's mark decided it). Step 4's key
@@ -201,6 +213,30 @@ fn before(word: u64, lsn: u64) -> bool {
     word == 0 || ahead >= 1 << 45
 }
 
+/// What a reservation of `len` bytes at the reserved end `end` takes, in segments of `size`
+/// bytes: `len` when the record fits before its segment's end, else the rest of the segment (a
+/// filler; the record is then reserved at the next segment's start). One reservation, not the
+/// filler and the record in one swap: a filler is shorter than the record after it, and both
+/// in one could pass the window (`MAX_RECORD` is nearly all of it) and wait for a `flushed`
+/// that never comes.
+fn take(size: u64, end: u64, len: u64) -> u64 {
+    let space = size - end % size;
+    if len <= space {
+        len
+    } else {
+        space
+    }
+}
+
+/// Where a reservation may end at most, in segments of `size` bytes, when the checkpoint is at
+/// `checkpointed`: the start of segment `checkpointed / size + MAX_SEGMENTS` (a log of one file
+/// has no bound).
+fn bound(size: u64, checkpointed: u64) -> u64 {
+    (checkpointed / size)
+        .saturating_add(MAX_SEGMENTS)
+        .saturating_mul(size)
+}
+
 fn span(word: u64) -> u64 {
     ((word >> LEN_SHIFT) & LEN_MASK) * GRANULE
 }
@@ -218,6 +254,8 @@ pub(crate) struct GroupSync<'a> {
     id: u64,
     live: &'a dyn Live,
     log: &'a dyn Log,
+    /// How long a reserve waits for a checkpoint past `MAX_SEGMENTS` (none: without end).
+    deadline: Option<std::time::Instant>,
 }
 
 /// How long this waiter has seen `flushed` stand still, and a gap at it.
@@ -286,6 +324,16 @@ impl<'a> GroupSync<'a> {
             id,
             live,
             log,
+            deadline: None,
+        }
+    }
+
+    /// The same, its reserves waiting for a checkpoint until `deadline` at most.
+    #[cfg_attr(any(not(test), fencelock_loom), allow(dead_code))]
+    pub(crate) fn until(self, deadline: std::time::Instant) -> Self {
+        GroupSync {
+            deadline: Some(deadline),
+            ..self
         }
     }
 
@@ -321,13 +369,14 @@ impl<'a> GroupSync<'a> {
         Ok(lsn)
     }
 
-    /// Reserves `len` bytes of log (a multiple of [`GRANULE`], at most [`MAX_RECORD`]): the
-    /// record's LSN. Waits (helping to sync) while the window is full.
+    /// Reserves `len` bytes of log (a multiple of [`GRANULE`], at most [`MAX_RECORD`] and the
+    /// log's segment size): the record's LSN. Waits (helping to sync) while the window is full.
     pub(crate) fn reserve(&self, len: u64) -> Result<u64> {
-        if len == 0 || len % GRANULE != 0 || len > MAX_RECORD {
+        let most = MAX_RECORD.min(self.log.segment_size());
+        if len == 0 || len % GRANULE != 0 || len > most {
             return Err(Error::InvalidArgument(format!(
-                "a log record is a multiple of {GRANULE} bytes, from {GRANULE} to {MAX_RECORD}, \
-                 not {len}"
+                "a log record is a multiple of {GRANULE} bytes, from {GRANULE} to {most}, not \
+                 {len}"
             )));
         }
         self.reserve_within(len, WINDOW - SKIP_ROOM * SKIP_SPACE)
@@ -342,9 +391,16 @@ impl<'a> GroupSync<'a> {
             // reservations below `end` it is compared with (`flushed` <= `end` always).
             let end = words.end.load(Ordering::Acquire);
             let flushed = words.flushed.load(Ordering::Acquire);
-            if end + len > flushed + window {
+            let size = self.log.segment_size();
+            let take = take(size, end, len);
+            if end + take > bound(size, words.checkpointed.load(Ordering::Acquire)) {
+                // The log is `MAX_SEGMENTS` past the checkpoint: a checkpoint must come first.
+                self.await_checkpoint(size, end + take)?;
+                continue;
+            }
+            if end + take > flushed + window {
                 // The window is full: what is in it must become durable first.
-                self.await_durable(end + len - window)?;
+                self.await_durable(end + take - window)?;
                 continue;
             }
             // The one step that hands out log space: only the swap from `end` owns
@@ -353,11 +409,69 @@ impl<'a> GroupSync<'a> {
             // as they were after it, and this writer's later mark is ordered after.
             if words
                 .end
-                .compare_exchange(end, end + len, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                return Ok(end);
+                if take == len {
+                    return Ok(end);
+                }
+                // The record does not fit before its segment's end: this writer took the rest
+                // of the segment, a filler of its own, and reserves its record anew.
+                self.filled(end, take)?;
             }
+        }
+    }
+
+    /// Waits until the checkpoint lets a reservation end at `to`, or fails with `Timeout` at
+    /// the deadline.
+    fn await_checkpoint(&self, size: u64, to: u64) -> Result<()> {
+        let words = self.words();
+        loop {
+            self.ring.intact()?;
+            // Acquire, the generation before `checkpointed`: a raise after these loads bumps
+            // the generation after it, so the wait below returns at once or is woken.
+            let generation = words.generation.load(Ordering::Acquire);
+            // Acquire: pairs with the raise's Release; nothing hangs on it but the bound.
+            if to <= bound(size, words.checkpointed.load(Ordering::Acquire)) {
+                return Ok(());
+            }
+            self.check_failed()?;
+            let left = match self.deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::timed_out());
+                    }
+                    left
+                }
+                None => Duration::MAX,
+            };
+            futex_wait(&words.generation, generation, left);
+        }
+    }
+
+    /// Raises `checkpointed` to `lsn` (the checkpoint has moved every record below it into
+    /// the store) and wakes the writers waiting at the bound.
+    #[cfg_attr(any(not(test), fencelock_loom), allow(dead_code))]
+    pub(crate) fn checkpointed(&self, lsn: u64) {
+        // Release: pairs with the Acquire of the reserve's bound.
+        self.words().checkpointed.fetch_max(lsn, Ordering::Release);
+        self.bump();
+    }
+
+    /// Writes and marks the filler `[at, at + len)`, which this process reserved up to a
+    /// segment's end. The filler is a reservation of its own, with its own mark, so the
+    /// flusher's walk chains over it as over any record (its length is the mark's), a skipper
+    /// voids it as any gap when this process stops before its mark, and the writer's record
+    /// after it keeps a mark of its own position (its fate is asked there). A filler lost to
+    /// a skipper is void all the same: its `Timeout` is nobody's error.
+    fn filled(&self, at: u64, len: u64) -> Result<()> {
+        if let Err(err) = self.log.fill(at, len) {
+            return Err(self.failed_by(&err));
+        }
+        match self.written(at, len) {
+            Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
+            Err(err) => Err(err),
         }
     }
 
@@ -633,7 +747,8 @@ impl<'a> GroupSync<'a> {
     }
 
     /// Reserves a skip record's place, in the room the writers leave at the window's end;
-    /// `None` when that room is taken (by other skips in flight).
+    /// `None` when that room is taken (by other skips in flight). A place that would cross a
+    /// segment's end is preceded by a filler of the skipper's, as a writer's record is.
     fn reserve_skip(&self) -> Result<Option<u64>> {
         let words = self.words();
         loop {
@@ -641,16 +756,20 @@ impl<'a> GroupSync<'a> {
             // Acquire on both, as in `reserve_within`.
             let end = words.end.load(Ordering::Acquire);
             let flushed = words.flushed.load(Ordering::Acquire);
-            if end + SKIP_SPACE > flushed + WINDOW {
+            let take = take(self.log.segment_size(), end, SKIP_SPACE);
+            if end + take > flushed + WINDOW {
                 return Ok(None);
             }
             // AcqRel: as in `reserve_within`.
             if words
                 .end
-                .compare_exchange(end, end + SKIP_SPACE, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                return Ok(Some(end));
+                if take == SKIP_SPACE {
+                    return Ok(Some(end));
+                }
+                self.filled(end, take)?;
             }
         }
     }
@@ -764,6 +883,19 @@ impl Log for PlainLog {
         self.write(at, &record)
     }
 
+    /// One file: no segments.
+    fn segment_size(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// Zeros (never called: a file of no segments has no fillers).
+    fn fill(&self, at: u64, len: u64) -> io::Result<()> {
+        self.write(
+            at,
+            &vec![0; usize::try_from(len).expect("a filler within the window")],
+        )
+    }
+
     /// Looks at each granule of `[lsn, lsn + within)` for a skip record at its own position
     /// whose gap holds `lsn` (a record of the caller's that holds those very 32 bytes would be
     /// taken for one: this log is for tests and the bench).
@@ -778,6 +910,35 @@ impl Log for PlainLog {
                     && field(at + 8) == lsn + at as u64
                     && (field(at + 16)..field(at + 16) + field(at + 24)).contains(&lsn)
             }))
+    }
+}
+
+/// The store's log: segment files, each record within one, fillers at their ends.
+#[cfg(not(fencelock_loom))]
+impl<D: crate::storage::wal::file::LogDir> Log for crate::storage::wal::file::SegmentLog<D> {
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+        self.write_at(lsn, record).map_err(io::Error::other)
+    }
+
+    fn sync(&self, from: u64, to: u64) -> io::Result<()> {
+        crate::storage::wal::file::SegmentLog::sync(self, from, to).map_err(io::Error::other)
+    }
+
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
+        crate::storage::wal::file::SegmentLog::write_skip(self, at, space, gap, len)
+            .map_err(io::Error::other)
+    }
+
+    fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
+        crate::storage::wal::file::SegmentLog::skipped(self, lsn, within).map_err(io::Error::other)
+    }
+
+    fn segment_size(&self) -> u64 {
+        self.size()
+    }
+
+    fn fill(&self, at: u64, len: u64) -> io::Result<()> {
+        crate::storage::wal::file::SegmentLog::fill(self, at, len).map_err(io::Error::other)
     }
 }
 
@@ -908,6 +1069,259 @@ mod tests {
         fn skipped(&self, _lsn: u64, _within: u64) -> io::Result<bool> {
             Ok(false)
         }
+
+        fn segment_size(&self) -> u64 {
+            u64::MAX
+        }
+
+        fn fill(&self, _at: u64, _len: u64) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A log in segments of `SEGMENT` bytes that keeps where each write and filler went.
+    struct Segmented {
+        writes: std::cell::RefCell<Vec<(u64, u64)>>,
+        fills: std::cell::RefCell<Vec<(u64, u64)>>,
+    }
+
+    const SEGMENT: u64 = 256;
+
+    impl Log for Segmented {
+        fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+            self.writes.borrow_mut().push((lsn, record.len() as u64));
+            Ok(())
+        }
+
+        fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn write_skip(&self, at: u64, space: u64, _gap: u64, _len: u64) -> io::Result<()> {
+            self.writes.borrow_mut().push((at, space));
+            Ok(())
+        }
+
+        // No writer stops in the test that uses it.
+        fn skipped(&self, _lsn: u64, _within: u64) -> io::Result<bool> {
+            Ok(false)
+        }
+
+        fn segment_size(&self) -> u64 {
+            SEGMENT
+        }
+
+        fn fill(&self, at: u64, len: u64) -> io::Result<()> {
+            self.fills.borrow_mut().push((at, len));
+            Ok(())
+        }
+    }
+
+    /// Appends `record` through `sync`, encoded at the position it is reserved at.
+    fn append_record(
+        sync: &GroupSync<'_>,
+        log: &crate::storage::wal::file::SegmentLog,
+        record: &crate::storage::wal::record::Record,
+    ) -> u64 {
+        let lsn = sync.reserve(record.encoded_len()).unwrap();
+        log.write_at(lsn, &record.encode(lsn).unwrap()).unwrap();
+        sync.written(lsn, record.encoded_len()).unwrap();
+        sync.await_durable(lsn + record.encoded_len()).unwrap();
+        // A checkpoint at once: the test is of the segments, not of the bound.
+        sync.checkpointed(sync.flushed());
+        lsn
+    }
+
+    #[test]
+    fn over_segment_files_every_acknowledged_record_is_scanned_and_a_skipped_one_is_void() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        use crate::storage::wal::record::Record;
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        let put = |i: u64| Record::Put {
+            key: format!("key-{i}").into_bytes(),
+            value: vec![7; usize::try_from(i * 37 % 900).unwrap()],
+            token: i + 1,
+            version: i,
+        };
+        let mut acknowledged = Vec::new();
+        for i in 0..30 {
+            acknowledged.push((append_record(&sync, &log, &put(i)), put(i)));
+        }
+        // A writer stops after its reserve; the next append skips it (GAP_PATIENCE); the
+        // stopped writer's late write then lands on its reservation, and does not count.
+        let late = put(100);
+        let stopped = sync.reserve(late.encoded_len()).unwrap();
+        for i in 30..40 {
+            acknowledged.push((append_record(&sync, &log, &put(i)), put(i)));
+        }
+        log.write_at(stopped, &late.encode(stopped).unwrap())
+            .unwrap();
+        assert!(timed_out(sync.written(stopped, late.encoded_len())));
+        assert_eq!(sync.fate(stopped), Fate::Void);
+        assert!(
+            sync.flushed() > 4 * MIN_SIZE,
+            "the records crossed several segments"
+        );
+        let scanned = crate::storage::wal::scan::scan(&log, 0).unwrap();
+        assert_eq!(scanned.records, acknowledged);
+        assert_eq!(scanned.skipped, [stopped]);
+        assert_eq!(scanned.end, sync.flushed());
+        assert_eq!(sync.fate_in_log(stopped).unwrap(), Fate::Void);
+    }
+
+    #[test]
+    fn writers_in_threads_over_small_segments_lose_no_acknowledged_record() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        use crate::storage::wal::record::Record;
+        use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire};
+        /// Counts a writer out when it ends, by a panic too: the checkpointer below stops
+        /// once every writer has ended, and a panic then shows at the join (without this, a
+        /// writer's panic left the checkpointer looping and the test hung).
+        struct Ended<'a>(&'a AtomicU64);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, AcqRel);
+            }
+        }
+        const WRITERS: u64 = 4;
+        const EACH: u64 = 150;
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let ended = AtomicU64::new(0);
+        let far = std::time::Instant::now() + Duration::from_secs(600);
+        let (mut acknowledged, mut voided): (Vec<(u64, Record)>, Vec<u64>) =
+            std::thread::scope(|threads| {
+                let writers: Vec<_> = (0..WRITERS)
+                    .map(|writer| {
+                        let (ring, log, ended) = (&ring, &log, &ended);
+                        threads.spawn(move || {
+                            let _ended = Ended(ended);
+                            let sync = GroupSync::new(ring, writer + 1, &Alive, log).until(far);
+                            let (mut mine, mut void) = (Vec::new(), Vec::new());
+                            for i in 0..EACH {
+                                let record = Record::Put {
+                                    key: format!("writer-{writer}").into_bytes(),
+                                    value: vec![
+                                        7;
+                                        usize::try_from((i * 53 + writer * 11) % 700)
+                                            .unwrap()
+                                    ],
+                                    token: i + 1,
+                                    version: i,
+                                };
+                                let len = record.encoded_len();
+                                loop {
+                                    let lsn = sync.reserve(len).unwrap();
+                                    log.write_at(lsn, &record.encode(lsn).unwrap()).unwrap();
+                                    match sync.written(lsn, len) {
+                                        Ok(()) => {
+                                            sync.await_durable(lsn + len).unwrap();
+                                            mine.push((lsn, record));
+                                            break;
+                                        }
+                                        // This thread stood between its reserve and its mark
+                                        // longer than GAP_PATIENCE (a loaded machine) and a
+                                        // waiter skipped its record: void, written anew.
+                                        Err(Error::Timeout { .. }) => void.push(lsn),
+                                        Err(err) => panic!("{err}"),
+                                    }
+                                }
+                            }
+                            (mine, void)
+                        })
+                    })
+                    .collect();
+                // The checkpointer: follows `flushed`, as the store's will (the scan below
+                // reads from 0: nothing is retired).
+                let sync = GroupSync::new(&ring, 99, &Alive, &log);
+                while ended.load(Acquire) < WRITERS {
+                    sync.checkpointed(sync.flushed());
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                writers
+                    .into_iter()
+                    .map(|writer| writer.join().unwrap())
+                    .fold(
+                        (Vec::new(), Vec::new()),
+                        |(mut all, mut void), (mine, theirs)| {
+                            all.extend(mine);
+                            void.extend(theirs);
+                            (all, void)
+                        },
+                    )
+            });
+        acknowledged.sort_by_key(|(lsn, _)| *lsn);
+        voided.sort_unstable();
+        let sync = GroupSync::new(&ring, 99, &Alive, &log);
+        assert!(
+            sync.flushed() > 20 * MIN_SIZE,
+            "the records crossed many segments"
+        );
+        let scanned = crate::storage::wal::scan::scan(&log, 0).unwrap();
+        assert_eq!(scanned.records, acknowledged);
+        // The scan voids exactly the records whose writers were told they were void.
+        assert_eq!(scanned.skipped, voided);
+        assert_eq!(scanned.end, sync.flushed());
+    }
+
+    #[test]
+    fn no_record_crosses_a_segment_end_and_the_fillers_are_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Segmented {
+            writes: std::cell::RefCell::new(Vec::new()),
+            fills: std::cell::RefCell::new(Vec::new()),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        let lens = [24, 200, 64, 256, 8, 120, 136, 248, 16];
+        let mut lsns = Vec::new();
+        for round in 0..40 {
+            let len = lens[round % lens.len()];
+            let lsn = sync
+                .append(&vec![1; usize::try_from(len).unwrap()])
+                .unwrap();
+            assert_eq!(sync.fate(lsn), Fate::Counts);
+            sync.checkpointed(sync.flushed());
+            lsns.push(lsn);
+        }
+        let writes = log.writes.borrow();
+        let fills = log.fills.borrow();
+        assert!(!fills.is_empty(), "some records did not fit their segment");
+        for &(at, len) in writes.iter() {
+            assert_eq!(
+                at / SEGMENT,
+                (at + len - 1) / SEGMENT,
+                "{len} bytes at {at}"
+            );
+        }
+        // Records and fillers tile the log without a hole, each filler to its segment's end.
+        let mut pieces: Vec<(u64, u64)> = writes.iter().chain(fills.iter()).copied().collect();
+        pieces.sort_unstable();
+        let mut at = 0;
+        for (lsn, len) in pieces {
+            assert_eq!(lsn, at, "no hole before {lsn}");
+            at += len;
+        }
+        for &(at, len) in fills.iter() {
+            assert_eq!(
+                (at + len) % SEGMENT,
+                0,
+                "the filler at {at} runs to its segment's end"
+            );
+        }
+        assert_eq!(sync.flushed(), at, "the flusher stepped over every filler");
+        // A record longer than a segment is refused, and reserves nothing.
+        assert!(matches!(
+            sync.reserve(SEGMENT + GRANULE),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(sync.reserve(8).unwrap(), at);
     }
 
     fn ring(dir: &std::path::Path) -> Ring {
@@ -918,6 +1332,63 @@ mod tests {
             version: 1,
         };
         Ring::open(dir, &std::fs::metadata(&store).unwrap(), None, stamp).unwrap()
+    }
+
+    #[test]
+    fn a_writer_past_max_segments_waits_for_a_checkpoint_then_times_out_having_reserved_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = Segmented {
+            writes: std::cell::RefCell::new(Vec::new()),
+            fills: std::cell::RefCell::new(Vec::new()),
+        };
+        let deadline = || std::time::Instant::now() + Duration::from_millis(30);
+        let sync = GroupSync::new(&ring, 1, &Alive, &log).until(deadline());
+        // The checkpoint at 100, in segment 0: records may end up to segment 4's start.
+        sync.checkpointed(100);
+        let limit = MAX_SEGMENTS * SEGMENT;
+        while sync.words().end.load(Ordering::Acquire) + 128 <= limit {
+            sync.append(&[5; 128]).unwrap();
+        }
+        assert_eq!(sync.words().end.load(Ordering::Acquire), limit);
+        let before = log.writes.borrow().len();
+        assert!(timed_out(sync.append(&[6; 128]).map(|_| ())));
+        assert!(timed_out(sync.reserve(8).map(|_| ())));
+        assert_eq!(
+            sync.words().end.load(Ordering::Acquire),
+            limit,
+            "nothing reserved"
+        );
+        assert_eq!(log.writes.borrow().len(), before, "nothing written");
+        // A checkpoint that stays in segment 0 does not move the bound; one into segment 1
+        // does, by a segment.
+        sync.checkpointed(SEGMENT - 8);
+        assert!(timed_out(sync.reserve(8).map(|_| ())));
+        sync.checkpointed(SEGMENT);
+        let sync = GroupSync::new(&ring, 1, &Alive, &log).until(deadline());
+        assert_eq!(sync.append(&[7; 128]).unwrap(), limit);
+        // A writer waiting at the bound is woken by the checkpoint's raise (its deadline is far
+        // off).
+        while sync.words().end.load(Ordering::Acquire) + 128 <= limit + SEGMENT {
+            sync.append(&[5; 128]).unwrap();
+        }
+        let far = std::time::Instant::now() + Duration::from_secs(600);
+        std::thread::scope(|threads| {
+            let waiter = threads.spawn(|| {
+                let log = Segmented {
+                    writes: std::cell::RefCell::new(Vec::new()),
+                    fills: std::cell::RefCell::new(Vec::new()),
+                };
+                GroupSync::new(&ring, 2, &Alive, &log)
+                    .until(far)
+                    .reserve(8)
+                    .unwrap()
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!waiter.is_finished(), "it waits for the checkpoint");
+            sync.checkpointed(2 * SEGMENT);
+            assert_eq!(waiter.join().unwrap(), limit + SEGMENT);
+        });
     }
 
     #[test]

@@ -265,6 +265,9 @@ pub(super) struct FlushHeader {
     /// Raised at each raise of `flushed` (and at a failure): the futex waiters sleep on.
     pub(super) generation: AtomicU32,
     _reserved: AtomicU32,
+    /// The LSN the store's checkpoint has reached: writers reserve only up to `MAX_SEGMENTS`
+    /// segments past its segment (`flush.rs`).
+    pub(super) checkpointed: AtomicU64,
 }
 
 /// Bytes of the group sync's page; its marks follow.
@@ -360,6 +363,7 @@ mod zeroed {
                 failed: AtomicU64::new(0),
                 generation: AtomicU32::new(0),
                 _reserved: AtomicU32::new(0),
+                checkpointed: AtomicU64::new(0),
             }
         }
     }

@@ -13,7 +13,9 @@ use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
-/// The version of this format, and of the ring's layout (9: the ring gains the key index's map
+/// The version of this format, and of the ring's layout (10: the group sync's page gains the
+/// `checkpointed` word, which bounds the writers' reservations, `ring/flush.rs`: a process of
+/// version 9 would reserve past the bound; 9: the ring gains the key index's map
 /// after the group sync's marks, `ring/layout.rs`, 8 MiB: a process of version 8 would map a
 /// ring of another size; 8: the ring gains the group sync's page
 /// and marks after the lease map, `ring/flush.rs`, and the activity page's change bell, which
@@ -21,7 +23,7 @@ use crate::rules::record::Record;
 /// and when it took its place); part of the ring's header, so that a process of another version
 /// uses no ring of this one (a process of version 7 would map a ring of 8, never see its writers'
 /// marks, and commit without ringing the bell).
-pub(crate) const WIRE_VERSION: u32 = 9;
+pub(crate) const WIRE_VERSION: u32 = 10;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);

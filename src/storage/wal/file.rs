@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::crc;
-use crate::storage::wal::record::ALIGN;
+use crate::storage::wal::record::{self, Record, ALIGN, HEADER, MIN_RECORD};
 use crate::storage::wal::Segments;
 
 /// The header block's length: a segment's log bytes start after it.
@@ -679,6 +679,86 @@ impl<D: LogDir> SegmentLog<D> {
     }
 }
 
+/// What the group sync (`ring/flush.rs`) writes besides records: skip records and fillers.
+impl<D: LogDir> SegmentLog<D> {
+    /// Writes at `at`, in exactly `space` bytes (within one segment), a `Skip { lsn: gap, len }`
+    /// record, and after it a void record over the rest of `space` when there is a rest:
+    /// `space` is the skip record's length or at least [`MIN_RECORD`] more. A gap of no bytes
+    /// (`len` 0: a skipper that lost its claim and keeps its place filled) is a void record
+    /// over the whole space: a skip of nothing is not a record the scan takes.
+    pub(crate) fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return self.write_at(at, &Record::void_filling(space)?.encode(at)?);
+        }
+        let mut bytes = Record::Skip { lsn: gap, len }.encode(at)?;
+        let rest = space.checked_sub(bytes.len() as u64).ok_or_else(|| {
+            Error::invalid(format!(
+                "a skip record takes {} bytes, not {space}",
+                bytes.len()
+            ))
+        })?;
+        if rest > 0 {
+            bytes.extend(Record::void_filling(rest)?.encode(at + bytes.len() as u64)?);
+        }
+        self.write_at(at, &bytes)
+    }
+
+    /// Fills the `len` bytes at `at` up to its segment's end with a void record, or leaves
+    /// them as they are when they are fewer than [`MIN_RECORD`] (the scan jumps over such a
+    /// tail by itself). Refused when they do not end at the segment's end.
+    pub(crate) fn fill(&self, at: u64, len: u64) -> Result<()> {
+        if len == 0 || (at + len) % self.size != 0 || len > self.size {
+            return Err(Error::invalid(format!(
+                "a filler of {len} bytes at log position {at} does not run to its segment's end \
+                 ({} bytes)",
+                self.size
+            )));
+        }
+        if len < MIN_RECORD {
+            return Ok(());
+        }
+        self.write_at(at, &Record::void_filling(len)?.encode(at)?)
+    }
+
+    /// Whether a skip record in `[lsn, lsn + within)` voids the position `lsn`: a record counts
+    /// only at its own position (the LSN in its header) and whole (its checksum), as the scan
+    /// takes records. Segments that do not exist there (retired, or not made yet) hold none.
+    pub(crate) fn skipped(&self, lsn: u64, within: u64) -> Result<bool> {
+        let end = lsn.saturating_add(within);
+        let mut from = lsn - lsn % ALIGN;
+        while from < end {
+            let seq = from / self.size;
+            let upto = end.min((seq + 1).saturating_mul(self.size));
+            if !self.exists(seq)? {
+                from = upto;
+                continue;
+            }
+            // As far as a skip record starting before `upto` reaches, within the segment.
+            let whole = Record::Skip { lsn: 0, len: 0 }.encoded_len();
+            let reach = (self.size * (seq + 1)).min(upto + whole);
+            let mut bytes = vec![0u8; usize::try_from(reach - from).expect("within a segment")];
+            self.read(from, &mut bytes)?;
+            for at in (0..upto - from).step_by(ALIGN_STEP) {
+                let here = usize::try_from(at).expect("within the bytes read");
+                if bytes.len() - here < HEADER {
+                    break;
+                }
+                if let Ok((own, Record::Skip { lsn: gap, len }, _)) = record::decode(&bytes[here..])
+                {
+                    if own == from + at && (gap..gap.saturating_add(len)).contains(&lsn) {
+                        return Ok(true);
+                    }
+                }
+            }
+            from = upto;
+        }
+        Ok(false)
+    }
+}
+
+/// [`ALIGN`] as a step over offsets.
+const ALIGN_STEP: usize = 8;
+
 impl<D: LogDir> Segments for SegmentLog<D> {
     fn segment_size(&self) -> u64 {
         self.size
@@ -710,6 +790,148 @@ mod tests {
     use crate::storage::wal::scan::scan;
     use crate::storage::wal::scan::tests::{put, Log};
     use crate::storage::wal::Placement;
+
+    /// The records from `lsn` to its segment's end, each with its own position, up to the
+    /// first that does not decode.
+    fn records_at(log: &SegmentLog, lsn: u64, bytes: u64) -> Vec<(u64, Record)> {
+        let mut buf = vec![0u8; usize::try_from(bytes).unwrap()];
+        log.read(lsn, &mut buf).unwrap();
+        let mut at = 0;
+        let mut found = Vec::new();
+        while let Ok((own, record, len)) = record::decode(&buf[at..]) {
+            found.push((own, record));
+            at += usize::try_from(len).unwrap();
+        }
+        found
+    }
+
+    #[test]
+    fn a_skip_record_fills_its_space_with_a_void_after_it_and_is_found_at_its_place() {
+        let dir = dir();
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 4, MIN_SIZE).unwrap();
+        log.write_skip(0, 40, 8, 16).unwrap();
+        assert_eq!(
+            records_at(&log, 0, 40),
+            [(0, Record::Skip { lsn: 8, len: 16 })]
+        );
+        log.write_skip(MIN_SIZE + 64, 64, MIN_SIZE + 8, 48).unwrap();
+        assert_eq!(
+            records_at(&log, MIN_SIZE + 64, 64),
+            [
+                (
+                    MIN_SIZE + 64,
+                    Record::Skip {
+                        lsn: MIN_SIZE + 8,
+                        len: 48
+                    }
+                ),
+                (MIN_SIZE + 104, Record::Void { len: 4 })
+            ]
+        );
+        // A space a skip record does not fit, or fits with a rest no void fills, is refused.
+        for space in [32, 48] {
+            let err = log.write_skip(128, space, 8, 16).unwrap_err();
+            assert_eq!(err.status(), Status::InvalidArgument, "{space}: {err}");
+        }
+        // The gap's positions are skipped, looking from each; the others are not.
+        for lsn in (MIN_SIZE + 8..MIN_SIZE + 56).step_by(8) {
+            assert!(log.skipped(lsn, 4096).unwrap(), "{lsn}");
+        }
+        for lsn in [MIN_SIZE, MIN_SIZE + 56, MIN_SIZE + 64] {
+            assert!(!log.skipped(lsn, 4096).unwrap(), "{lsn}");
+        }
+        // Only within the range asked: the skip record is at MIN_SIZE + 64.
+        assert!(!log.skipped(MIN_SIZE + 8, 56).unwrap());
+        assert!(log.skipped(MIN_SIZE + 8, 64).unwrap());
+        // Only at or after the position: the skip record at 0 voids 8, but is before it.
+        assert!(!log.skipped(8, 3 * MIN_SIZE).unwrap());
+        // Across a segment's end (a gap at the end of segment 0, its skip record in segment 1),
+        // and over segments that do not exist.
+        assert!(!log.skipped(MIN_SIZE - 16, 4096).unwrap());
+        log.write_skip(MIN_SIZE + 128, 40, MIN_SIZE - 16, 16)
+            .unwrap();
+        assert!(log.skipped(MIN_SIZE - 16, 4096).unwrap());
+        assert!(log.skipped(MIN_SIZE - 8, 4096).unwrap());
+        assert!(!log.skipped(5 * MIN_SIZE, 3 * MIN_SIZE).unwrap());
+    }
+
+    #[test]
+    fn a_skip_of_no_bytes_is_a_void_record_the_scan_steps_over() {
+        // A skipper that lost its claim fills its place so: before, it wrote `Skip { len: 0 }`,
+        // which the scan refuses as corrupt (the log of four writer threads on a loaded
+        // machine could not be read back).
+        let dir = dir();
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 4, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let put = Record::Put {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            token: 1,
+            version: 0,
+        };
+        let len = put.encoded_len();
+        log.write_at(0, &put.encode(0).unwrap()).unwrap();
+        log.write_skip(len, 64, 0, 0).unwrap();
+        assert_eq!(
+            records_at(&log, len, 64),
+            [(len, Record::void_filling(64).unwrap())]
+        );
+        let after = put.encode(len + 64).unwrap();
+        log.write_at(len + 64, &after).unwrap();
+        let scanned = crate::storage::wal::scan::scan(&log, 0).unwrap();
+        assert_eq!(scanned.records, [(0, put.clone()), (len + 64, put)]);
+        assert!(scanned.skipped.is_empty());
+        assert_eq!(scanned.end, 2 * len + 64);
+    }
+
+    #[test]
+    fn a_skip_record_counts_only_whole_and_at_its_own_position() {
+        let dir = dir();
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 4, MIN_SIZE).unwrap();
+        // A skip record's bytes encoded for another position (as a record's value could hold
+        // them): not one.
+        let copied = Record::Skip { lsn: 8, len: 48 }.encode(2048).unwrap();
+        log.write_at(1024, &copied).unwrap();
+        assert!(!log.skipped(8, 4000).unwrap());
+        // At its own position, but torn (one bit of its payload flipped): not one.
+        let mut torn = Record::Skip { lsn: 8, len: 48 }.encode(2048).unwrap();
+        torn[HEADER + 8] ^= 1;
+        log.write_at(2048, &torn).unwrap();
+        assert!(!log.skipped(8, 4000).unwrap());
+        // Whole: one.
+        log.write_at(2048, &copied).unwrap();
+        assert!(log.skipped(8, 4000).unwrap());
+    }
+
+    #[test]
+    fn a_filler_is_a_void_to_its_segment_end_or_nothing_in_a_short_tail() {
+        let dir = dir();
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 4, MIN_SIZE).unwrap();
+        log.fill(MIN_SIZE - 96, 96).unwrap();
+        assert_eq!(
+            records_at(&log, MIN_SIZE - 96, 96),
+            [(MIN_SIZE - 96, Record::Void { len: 76 })]
+        );
+        // Shorter than any record: the bytes stay zeros (the scan jumps such a tail).
+        log.prepare(1).unwrap();
+        log.write_at(2 * MIN_SIZE - 16, &[1; 16]).unwrap();
+        log.fill(2 * MIN_SIZE - 16, 16).unwrap();
+        let mut tail = [0u8; 16];
+        log.read(2 * MIN_SIZE - 16, &mut tail).unwrap();
+        assert_eq!(tail, [1; 16], "left as they are");
+        // A filler that does not end at its segment's end is refused, and writes nothing.
+        for (at, len) in [(MIN_SIZE - 96, 88), (0, 0), (MIN_SIZE + 8, 2 * MIN_SIZE)] {
+            let err = log.fill(at, len).unwrap_err();
+            assert_eq!(err.status(), Status::InvalidArgument, "{at} {len}: {err}");
+        }
+        let mut head = [1u8; 8];
+        log.read(MIN_SIZE - 96, &mut head[..]).unwrap();
+        assert_eq!(
+            head,
+            (MIN_SIZE - 96).to_le_bytes(),
+            "the void is there as written"
+        );
+    }
 
     fn dir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
