@@ -76,7 +76,10 @@ pub(super) fn check(model: impl Fn() + Sync + Send + 'static) {
         model();
     });
     let runs = runs.load(std::sync::atomic::Ordering::Relaxed);
-    let name = std::thread::current().name().unwrap_or("a model").to_owned();
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("a model")
+        .to_owned();
     println!("{name}: {runs} schedules");
     assert!(
         runs > 1,
