@@ -85,6 +85,10 @@
 //! error ([`Written::Gone`]), so it fails that writer alone with `Timeout`, as its lost mark
 //! would (a record's write, a filler's, a skip record's).
 //!
+//! Segments are made ahead: the reservation that holds the first byte of a segment's second
+//! half (one per segment: reservations tile the log) asks the log to make the next one in the
+//! background ([`Log::prepare_ahead`]), so that a write rarely makes a segment itself.
+//!
 //! Model: `models/flush.rs` (make test-loom): writers reserving, writing and awaiting, a flusher
 //! that dies mid-sync, a writer that dies after reserving, a reader asking a record's fate while
 //! its writer stops at each step and a skipper runs, a writer stopped past a lap of the window.
@@ -196,6 +200,10 @@ pub(crate) trait Log {
     /// readers step over (a void record, or nothing in a tail too short for any record);
     /// [`Written::Gone`] as [`Log::write`].
     fn fill(&self, at: u64, len: u64) -> io::Result<Written>;
+    /// Makes the segment that holds `lsn` ready ahead of its first write, in the background:
+    /// returns at once, and a failure there is nobody's (the first write into a segment that
+    /// does not exist makes it). A log without segments has nothing to make.
+    fn prepare_ahead(&self, _lsn: u64) {}
 }
 
 /// What became of the record at a position (its first granule's mark decided it). Step 4's key
@@ -455,12 +463,27 @@ impl<'a> GroupSync<'a> {
                 .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                self.ahead(size, end, take);
                 if take == len {
                     return Ok(end);
                 }
                 // The record does not fit before its segment's end: this writer took the rest
                 // of the segment, a filler of its own, and reserves its record anew.
                 self.filled(end, take)?;
+            }
+        }
+    }
+
+    /// After this process's reservation of `[at, at + len)` in segments of `size` bytes: when it
+    /// holds the first byte of its segment's second half, the next segment is made ahead
+    /// ([`Log::prepare_ahead`]), so that the writes that reach it find it made. Reservations
+    /// tile the log, so exactly one holds that byte: one request per segment, from whichever
+    /// process made that reservation, and none from the other reservations.
+    fn ahead(&self, size: u64, at: u64, len: u64) {
+        let half = at - at % size + size / 2;
+        if at <= half && half < at + len {
+            if let Some(next) = (at / size + 1).checked_mul(size) {
+                self.log.prepare_ahead(next);
             }
         }
     }
@@ -812,6 +835,7 @@ impl<'a> GroupSync<'a> {
                 .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                self.ahead(size, end, take);
                 if take == SKIP_SPACE {
                     return Ok(Some(end));
                 }
@@ -968,7 +992,11 @@ impl Log for PlainLog {
 /// a retired segment (refused by `write_at` with `Timeout`, which it returns for that alone) is
 /// [`Written::Gone`]; every other error is the log's.
 #[cfg(not(fencelock_loom))]
-impl<D: crate::storage::wal::file::LogDir> Log for crate::storage::wal::file::SegmentLog<D> {
+impl<D> Log for crate::storage::wal::file::SegmentLog<D>
+where
+    D: crate::storage::wal::file::LogDir + Clone + Send + 'static,
+    D::File: Send + Sync,
+{
     fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
         written(self.write_at(lsn, record))
     }
@@ -993,6 +1021,10 @@ impl<D: crate::storage::wal::file::LogDir> Log for crate::storage::wal::file::Se
 
     fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
         written(crate::storage::wal::file::SegmentLog::fill(self, at, len))
+    }
+
+    fn prepare_ahead(&self, lsn: u64) {
+        crate::storage::wal::file::SegmentLog::prepare_ahead(self, lsn / self.size());
     }
 }
 
@@ -1311,6 +1343,78 @@ mod tests {
         assert_ne!(sync.words().failed.load(Ordering::Acquire), 0);
         let other = GroupSync::new(&ring, 2, &Alive, &log);
         assert!(matches!(other.reserve(8), Err(Error::Storage(_))));
+    }
+
+    #[test]
+    fn the_reservation_that_crosses_a_segments_half_makes_the_next_segment_ahead() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        /// The segment log, counting the segments asked ahead.
+        struct Ahead<'a> {
+            log: &'a SegmentLog,
+            asked: std::cell::RefCell<Vec<u64>>,
+        }
+        impl Log for Ahead<'_> {
+            fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
+                Log::write(self.log, lsn, record)
+            }
+            fn sync(&self, from: u64, to: u64) -> io::Result<()> {
+                Log::sync(self.log, from, to)
+            }
+            fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written> {
+                Log::write_skip(self.log, at, space, gap, len)
+            }
+            fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
+                Log::skipped(self.log, lsn, within)
+            }
+            fn segment_size(&self) -> u64 {
+                Log::segment_size(self.log)
+            }
+            fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
+                Log::fill(self.log, at, len)
+            }
+            fn prepare_ahead(&self, lsn: u64) {
+                self.asked.borrow_mut().push(lsn);
+                Log::prepare_ahead(self.log, lsn);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let ahead = Ahead {
+            log: &log,
+            asked: std::cell::RefCell::new(Vec::new()),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &ahead);
+        let end = || sync.words().end.load(Ordering::Acquire);
+        // Records of 136 bytes: 15 end before the half (2048), the 16th holds its first byte.
+        while end() + 136 <= MIN_SIZE / 2 {
+            sync.append(&[1; 136]).unwrap();
+        }
+        assert!(ahead.asked.borrow().is_empty());
+        assert!(!log.path(1).exists(), "nothing made ahead before the half");
+        sync.append(&[1; 136]).unwrap();
+        assert_eq!(*ahead.asked.borrow(), [MIN_SIZE]);
+        // Segment 1 is made by the thread of its own, before any reservation reaches it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !log.path(1).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "segment 1 was not made ahead"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(end() < MIN_SIZE, "no reservation in segment 1 yet");
+        assert_eq!(log.seqs().unwrap(), [0, 1]);
+        // Once per segment, whichever records and fillers cross the halves.
+        while end() < 4 * MIN_SIZE {
+            sync.append(&[2; 136]).unwrap();
+            sync.checkpointed(sync.flushed());
+        }
+        assert_eq!(
+            *ahead.asked.borrow(),
+            [MIN_SIZE, 2 * MIN_SIZE, 3 * MIN_SIZE, 4 * MIN_SIZE]
+        );
     }
 
     #[test]

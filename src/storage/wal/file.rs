@@ -258,7 +258,7 @@ pub(crate) trait LogDir {
 }
 
 /// The file system.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Disk;
 
 /// A temporary name unique among the creators of this process (threads) and of others (pids).
@@ -612,6 +612,31 @@ impl<D: LogDir> SegmentLog<D> {
             Ok(_) | Err(LogError::Retired { .. }) => Ok(()),
             Err(err) => Err(err.into()),
         }
+    }
+
+    /// [`SegmentLog::prepare`] of segment `seq` in a thread of its own, through a handle of its
+    /// own, and returns at once (fire and forget). Its errors, and a thread that cannot be
+    /// started, are dropped: they are not the caller's, whose write into a segment that does
+    /// not exist makes it (the slow path of [`SegmentLog::write_at`]) or meets the error there.
+    // For the group sync's `Log`, which the models replace with their own.
+    #[cfg_attr(fencelock_loom, allow(dead_code))]
+    pub(crate) fn prepare_ahead(&self, seq: u64)
+    where
+        D: Clone + Send + 'static,
+        D::File: Send + Sync,
+    {
+        let log = SegmentLog {
+            dir: self.dir.clone(),
+            base: self.base.clone(),
+            id: self.id,
+            size: self.size,
+            open: Mutex::new(BTreeMap::new()),
+        };
+        let _ = std::thread::Builder::new()
+            .name("fencelock-log-ahead".into())
+            .spawn(move || {
+                let _ = log.prepare(seq);
+            });
     }
 
     /// Where position `lsn` is: its segment and the offset in it, when `len` bytes from there
