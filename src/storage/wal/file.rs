@@ -658,7 +658,9 @@ impl<D: LogDir> SegmentLog<D> {
     /// `lsn / size`, created first when it does not exist. Refused with
     /// [`Error::InvalidArgument`] when they would run past the segment's end (see
     /// [`crate::storage::wal::Placement`]), and with [`Error::Timeout`] when the segment was
-    /// retired (the writer came too late: its write did not happen).
+    /// retired (the writer came too late: its write did not happen), and for nothing else: the
+    /// group sync's `Log` (`ring/flush.rs`) tells that writer alone by it, and fails the log on
+    /// every other error.
     pub(crate) fn write_at(&self, lsn: u64, bytes: &[u8]) -> Result<()> {
         let (seq, offset) = self.place(lsn, bytes.len())?;
         let file = self.segment_or_create(seq)?;
