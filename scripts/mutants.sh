@@ -42,6 +42,8 @@ wal-sync-last-segment~src/storage/wal/file.rs~for seq in from / self.size..=(to 
 wal-remake-retired~src/storage/wal/file.rs~                return Err(LogError::Retired {\n                    path: self.path(seq),\n                });\n            }\n            let first = newest.map_or(seq, |newest| newest + 1);~            }\n            let first = newest.map_or(seq, |newest| (newest + 1).min(seq));~storage::wal::late~
 segment-crossed~src/ring/flush.rs~    if len <= space {\n        len\n    } else {\n        space\n    }~    let _ = space;\n    len~ring::flush::tests::no_record_crosses_a_segment_end~
 checkpoint-unbounded~src/ring/flush.rs~            if end + take > bound(size, words.checkpointed~            if false && end + take > bound(size, words.checkpointed~ring::flush::tests::a_writer_past_max_segments~
+late-write-fails-log~src/ring/flush.rs~            // Its mark is not even tried: nothing of it is in the log.\n            Ok(Written::Gone) => Err(Error::timed_out()),~            Ok(Written::Gone) => Err(self.failed_by(&io::Error::other("gone"))),~ring::flush::tests::a_late_write_into_a_retired_segment~
+ahead-every-record~src/ring/flush.rs~        if at <= half && half < at + len {~        if half < at + len {~ring::flush::tests::the_reservation_that_crosses~
 keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
 '
 

@@ -79,7 +79,15 @@
 //! safely); docs/design/writes.md section 8 says so.
 //!
 //! A failed write or sync (section 9) sets `failed`: the failing call, every await not yet
-//! covered and every later reserve fail with a storage error until the ring is set up anew.
+//! covered and every later reserve fail with a storage error until the ring is set up anew. A
+//! write into a segment that is gone is no failure of the log: its writer was skipped and then
+//! passed by a checkpoint that retired the segment, and the log says so apart from any I/O
+//! error ([`Written::Gone`]), so it fails that writer alone with `Timeout`, as its lost mark
+//! would (a record's write, a filler's, a skip record's).
+//!
+//! Segments are made ahead: the reservation that holds the first byte of a segment's second
+//! half (one per segment: reservations tile the log) asks the log to make the next one in the
+//! background ([`Log::prepare_ahead`]), so that a write rarely makes a segment itself.
 //!
 //! Model: `models/flush.rs` (make test-loom): writers reserving, writing and awaiting, a flusher
 //! that dies mid-sync, a writer that dies after reserving, a reader asking a record's fate while
@@ -141,10 +149,35 @@ const LEN_MASK: u64 = (1 << 16) - 1;
 const TAG_SHIFT: u32 = 18;
 const TAG_MASK: u64 = (1 << 46) - 1;
 
+/// What became of a write that returned without an I/O error: made, or refused because the
+/// position's segment is gone.
+///
+/// Why an outcome in the `Ok` side, not an `io::Error` of its own kind: a write into a retired
+/// segment is no failure of the log (the log is whole; this writer came too late, after its gap
+/// was skipped and a checkpoint passed it), and it must fail its writer alone, while every
+/// `io::Error` fails the log (`failed`). An `io::ErrorKind` chosen for it (`NotFound`, say)
+/// would be one that a real failure can also carry, such as the directory's own `ENOENT`, and
+/// would then pass for a late write; a value of this type can only be made on purpose, and
+/// `#[must_use]` makes every caller decide what a `Gone` means for it.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The bytes are in the file (in the page cache: a sync makes them durable).
+    Done,
+    /// The position's segment was retired: the write did not happen, and never will. Only a
+    /// writer whose gap was skipped meets it (the checkpoint, below `flushed`, retires only
+    /// segments that `flushed` passed, and `flushed` passes a reservation only through its
+    /// mark: the skipper's).
+    // The models' log has no segments to retire.
+    #[cfg_attr(fencelock_loom, allow(dead_code))]
+    Gone,
+}
+
 /// What the protocol needs of the log file.
 pub(crate) trait Log {
-    /// Writes `record` at `lsn` (its place in the file is the log's business).
-    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()>;
+    /// Writes `record` at `lsn` (its place in the file is the log's business); [`Written::Gone`]
+    /// when `lsn`'s segment is gone.
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written>;
     /// Makes durable every write that returned before this call at the positions
     /// `[from, to)`, whichever process made it (`fdatasync`). The range is what a log of
     /// segment files (`storage/wal/file.rs`) needs to know which to sync: usually one, two when
@@ -154,7 +187,8 @@ pub(crate) trait Log {
     fn sync(&self, from: u64, to: u64) -> io::Result<()>;
     /// Writes at `at`, in `space` bytes, a record saying that the `len` bytes at `gap` do not
     /// count, whatever they hold.
-    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()>;
+    /// [`Written::Gone`] as [`Log::write`].
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written>;
     /// Whether a skip record written by [`Log::write_skip`] within `[lsn, lsn + within)` says
     /// that a gap holding `lsn` does not count (for [`GroupSync::fate_in_log`]).
     #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
@@ -163,8 +197,13 @@ pub(crate) trait Log {
     /// record's space) crosses a multiple of it. A log in one file has none: `u64::MAX`.
     fn segment_size(&self) -> u64;
     /// Fills the `len` bytes at `at`, which run to a segment's end, with what the log's
-    /// readers step over (a void record, or nothing in a tail too short for any record).
-    fn fill(&self, at: u64, len: u64) -> io::Result<()>;
+    /// readers step over (a void record, or nothing in a tail too short for any record);
+    /// [`Written::Gone`] as [`Log::write`].
+    fn fill(&self, at: u64, len: u64) -> io::Result<Written>;
+    /// Makes the segment that holds `lsn` ready ahead of its first write, in the background:
+    /// returns at once, and a failure there is nobody's (the first write into a segment that
+    /// does not exist makes it). A log without segments has nothing to make.
+    fn prepare_ahead(&self, _lsn: u64) {}
 }
 
 /// What became of the record at a position (its first granule's mark decided it). Step 4's key
@@ -361,12 +400,24 @@ impl<'a> GroupSync<'a> {
     pub(crate) fn append(&self, record: &[u8]) -> Result<u64> {
         let len = record.len() as u64;
         let lsn = self.reserve(len)?;
-        if let Err(err) = self.log.write(lsn, record) {
-            return Err(self.failed_by(&err));
-        }
-        self.written(lsn, len)?;
+        self.write(lsn, record)?;
         self.await_durable(lsn + len)?;
         Ok(lsn)
+    }
+
+    /// Writes `record` at `lsn`, which this process reserved, and marks it written. Fails with
+    /// `Timeout`, this writer alone, when its gap was skipped meanwhile (the write does not
+    /// count) or its segment is gone since (the write did not happen); with a storage error,
+    /// and the log failed, when the write fails.
+    pub(crate) fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
+        match self.log.write(lsn, record) {
+            Ok(Written::Done) => self.written(lsn, record.len() as u64),
+            // Its segment was retired: `flushed` passed `lsn`, which it does only through a
+            // mark, and this writer made none, so a skipper's claim voided the record already.
+            // Its mark is not even tried: nothing of it is in the log.
+            Ok(Written::Gone) => Err(Error::timed_out()),
+            Err(err) => Err(self.failed_by(&err)),
+        }
     }
 
     /// Reserves `len` bytes of log (a multiple of [`GRANULE`], at most [`MAX_RECORD`] and the
@@ -412,12 +463,27 @@ impl<'a> GroupSync<'a> {
                 .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                self.ahead(size, end, take);
                 if take == len {
                     return Ok(end);
                 }
                 // The record does not fit before its segment's end: this writer took the rest
                 // of the segment, a filler of its own, and reserves its record anew.
                 self.filled(end, take)?;
+            }
+        }
+    }
+
+    /// After this process's reservation of `[at, at + len)` in segments of `size` bytes: when it
+    /// holds the first byte of its segment's second half, the next segment is made ahead
+    /// ([`Log::prepare_ahead`]), so that the writes that reach it find it made. Reservations
+    /// tile the log, so exactly one holds that byte: one request per segment, from whichever
+    /// process made that reservation, and none from the other reservations.
+    fn ahead(&self, size: u64, at: u64, len: u64) {
+        let half = at - at % size + size / 2;
+        if at <= half && half < at + len {
+            if let Some(next) = (at / size + 1).checked_mul(size) {
+                self.log.prepare_ahead(next);
             }
         }
     }
@@ -466,12 +532,14 @@ impl<'a> GroupSync<'a> {
     /// after it keeps a mark of its own position (its fate is asked there). A filler lost to
     /// a skipper is void all the same: its `Timeout` is nobody's error.
     fn filled(&self, at: u64, len: u64) -> Result<()> {
-        if let Err(err) = self.log.fill(at, len) {
-            return Err(self.failed_by(&err));
-        }
-        match self.written(at, len) {
-            Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
-            Err(err) => Err(err),
+        match self.log.fill(at, len) {
+            Ok(Written::Done) => match self.written(at, len) {
+                Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
+                Err(err) => Err(err),
+            },
+            // Its segment was retired since this process reserved it: skipped, as above.
+            Ok(Written::Gone) => Ok(()),
+            Err(err) => Err(self.failed_by(&err)),
         }
     }
 
@@ -756,7 +824,8 @@ impl<'a> GroupSync<'a> {
             // Acquire on both, as in `reserve_within`.
             let end = words.end.load(Ordering::Acquire);
             let flushed = words.flushed.load(Ordering::Acquire);
-            let take = take(self.log.segment_size(), end, SKIP_SPACE);
+            let size = self.log.segment_size();
+            let take = take(size, end, SKIP_SPACE);
             if end + take > flushed + WINDOW {
                 return Ok(None);
             }
@@ -766,6 +835,7 @@ impl<'a> GroupSync<'a> {
                 .compare_exchange(end, end + take, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
+                self.ahead(size, end, take);
                 if take == SKIP_SPACE {
                     return Ok(Some(end));
                 }
@@ -777,10 +847,13 @@ impl<'a> GroupSync<'a> {
     /// Writes and marks the skip record at `place` for the `len` bytes at `gap` (none: a void
     /// record).
     fn write_skip(&self, place: u64, gap: u64, len: u64) -> Result<()> {
-        if let Err(err) = self.log.write_skip(place, SKIP_SPACE, gap, len) {
-            return Err(self.failed_by(&err));
+        match self.log.write_skip(place, SKIP_SPACE, gap, len) {
+            Ok(Written::Done) => self.written(place, SKIP_SPACE),
+            // The place's segment was retired: this skipper stopped so long that its place
+            // was skipped and checkpointed, as a writer's record (`write`).
+            Ok(Written::Gone) => Err(Error::timed_out()),
+            Err(err) => Err(self.failed_by(&err)),
         }
-        self.written(place, SKIP_SPACE)
     }
 
     /// The LSN below which the log is durable.
@@ -864,8 +937,10 @@ struct PlainLog(std::fs::File, std::sync::atomic::AtomicU64);
 
 #[cfg(not(fencelock_loom))]
 impl Log for PlainLog {
-    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(&self.0, record, lsn)
+    /// One file, never retired: never `Gone`.
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
+        std::os::unix::fs::FileExt::write_all_at(&self.0, record, lsn)?;
+        Ok(Written::Done)
     }
 
     fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
@@ -874,7 +949,7 @@ impl Log for PlainLog {
         self.0.sync_data()
     }
 
-    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written> {
         let mut record = vec![0u8; usize::try_from(space).expect("a small record")];
         record[..8].copy_from_slice(b"SKIPSKIP");
         record[8..16].copy_from_slice(&at.to_le_bytes());
@@ -889,7 +964,7 @@ impl Log for PlainLog {
     }
 
     /// Zeros (never called: a file of no segments has no fillers).
-    fn fill(&self, at: u64, len: u64) -> io::Result<()> {
+    fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
         self.write(
             at,
             &vec![0; usize::try_from(len).expect("a filler within the window")],
@@ -913,20 +988,27 @@ impl Log for PlainLog {
     }
 }
 
-/// The store's log: segment files, each record within one, fillers at their ends.
+/// The store's log: segment files, each record within one, fillers at their ends. A write into
+/// a retired segment (refused by `write_at` with `Timeout`, which it returns for that alone) is
+/// [`Written::Gone`]; every other error is the log's.
 #[cfg(not(fencelock_loom))]
-impl<D: crate::storage::wal::file::LogDir> Log for crate::storage::wal::file::SegmentLog<D> {
-    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
-        self.write_at(lsn, record).map_err(io::Error::other)
+impl<D> Log for crate::storage::wal::file::SegmentLog<D>
+where
+    D: crate::storage::wal::file::LogDir + Clone + Send + 'static,
+    D::File: Send + Sync,
+{
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
+        written(self.write_at(lsn, record))
     }
 
     fn sync(&self, from: u64, to: u64) -> io::Result<()> {
         crate::storage::wal::file::SegmentLog::sync(self, from, to).map_err(io::Error::other)
     }
 
-    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
-        crate::storage::wal::file::SegmentLog::write_skip(self, at, space, gap, len)
-            .map_err(io::Error::other)
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written> {
+        written(crate::storage::wal::file::SegmentLog::write_skip(
+            self, at, space, gap, len,
+        ))
     }
 
     fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
@@ -937,8 +1019,23 @@ impl<D: crate::storage::wal::file::LogDir> Log for crate::storage::wal::file::Se
         self.size()
     }
 
-    fn fill(&self, at: u64, len: u64) -> io::Result<()> {
-        crate::storage::wal::file::SegmentLog::fill(self, at, len).map_err(io::Error::other)
+    fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
+        written(crate::storage::wal::file::SegmentLog::fill(self, at, len))
+    }
+
+    fn prepare_ahead(&self, lsn: u64) {
+        crate::storage::wal::file::SegmentLog::prepare_ahead(self, lsn / self.size());
+    }
+}
+
+/// A segment log's write as [`Log`] tells it: its `Timeout` (a retired segment, and nothing
+/// else) is [`Written::Gone`].
+#[cfg(not(fencelock_loom))]
+fn written(result: Result<()>) -> io::Result<Written> {
+    match result {
+        Ok(()) => Ok(Written::Done),
+        Err(Error::Timeout { .. }) => Ok(Written::Gone),
+        Err(err) => Err(io::Error::other(err)),
     }
 }
 
@@ -998,11 +1095,10 @@ impl SharedLogFile {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] when the write fails; [`Error::Timeout`] when the record's gap was skipped
-    /// meanwhile (the write does not count).
+    /// [`Error::Storage`] when the write fails (the log is failed); [`Error::Timeout`] when the
+    /// record's gap was skipped meanwhile (the write does not count).
     pub fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
-        self.log.write(lsn, record)?;
-        self.sync().written(lsn, record.len() as u64)
+        self.sync().write(lsn, record)
     }
 
     /// Waits until the log is durable up to `end` (the last step).
@@ -1050,8 +1146,8 @@ mod tests {
     }
 
     impl Log for Failing {
-        fn write(&self, _lsn: u64, _record: &[u8]) -> io::Result<()> {
-            Ok(())
+        fn write(&self, _lsn: u64, _record: &[u8]) -> io::Result<Written> {
+            Ok(Written::Done)
         }
 
         fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
@@ -1061,8 +1157,8 @@ mod tests {
             Ok(())
         }
 
-        fn write_skip(&self, _at: u64, _space: u64, _gap: u64, _len: u64) -> io::Result<()> {
-            Ok(())
+        fn write_skip(&self, _at: u64, _space: u64, _gap: u64, _len: u64) -> io::Result<Written> {
+            Ok(Written::Done)
         }
 
         // It keeps no records, and so no skip records either.
@@ -1074,8 +1170,8 @@ mod tests {
             u64::MAX
         }
 
-        fn fill(&self, _at: u64, _len: u64) -> io::Result<()> {
-            Ok(())
+        fn fill(&self, _at: u64, _len: u64) -> io::Result<Written> {
+            Ok(Written::Done)
         }
     }
 
@@ -1088,18 +1184,18 @@ mod tests {
     const SEGMENT: u64 = 256;
 
     impl Log for Segmented {
-        fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+        fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
             self.writes.borrow_mut().push((lsn, record.len() as u64));
-            Ok(())
+            Ok(Written::Done)
         }
 
         fn sync(&self, _from: u64, _to: u64) -> io::Result<()> {
             Ok(())
         }
 
-        fn write_skip(&self, at: u64, space: u64, _gap: u64, _len: u64) -> io::Result<()> {
+        fn write_skip(&self, at: u64, space: u64, _gap: u64, _len: u64) -> io::Result<Written> {
             self.writes.borrow_mut().push((at, space));
-            Ok(())
+            Ok(Written::Done)
         }
 
         // No writer stops in the test that uses it.
@@ -1111,9 +1207,9 @@ mod tests {
             SEGMENT
         }
 
-        fn fill(&self, at: u64, len: u64) -> io::Result<()> {
+        fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
             self.fills.borrow_mut().push((at, len));
-            Ok(())
+            Ok(Written::Done)
         }
     }
 
@@ -1171,6 +1267,154 @@ mod tests {
         assert_eq!(scanned.skipped, [stopped]);
         assert_eq!(scanned.end, sync.flushed());
         assert_eq!(sync.fate_in_log(stopped).unwrap(), Fate::Void);
+    }
+
+    #[test]
+    fn a_late_write_into_a_retired_segment_fails_its_writer_alone() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        use crate::storage::wal::record::Record;
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let put = |i: u64| Record::Put {
+            key: format!("key-{i}").into_bytes(),
+            value: vec![7; usize::try_from(i * 37 % 900).unwrap()],
+            token: i + 1,
+            version: i,
+        };
+        // A writer reserves in segment 0 and stops before its write.
+        let late = GroupSync::new(&ring, 2, &Alive, &log);
+        let record = put(1000);
+        let stopped = late.reserve(record.encoded_len()).unwrap();
+        assert_eq!(stopped / MIN_SIZE, 0);
+        // The others append past it (its gap skipped after GAP_PATIENCE) into segment 3.
+        let others = GroupSync::new(&ring, 1, &Alive, &log);
+        let mut acknowledged = Vec::new();
+        let mut i = 0;
+        while others.flushed() < 3 * MIN_SIZE {
+            acknowledged.push((append_record(&others, &log, &put(i)), put(i)));
+            i += 1;
+        }
+        assert_eq!(others.fate(stopped), Fate::Void);
+        // A checkpoint at the first record of segment 1 retires segment 0.
+        let checkpoint = acknowledged
+            .iter()
+            .map(|&(lsn, _)| lsn)
+            .find(|&lsn| lsn >= MIN_SIZE)
+            .unwrap();
+        others.checkpointed(checkpoint);
+        log.retire_below(checkpoint).unwrap();
+        assert!(!log.path(0).exists());
+        // The writer resumes: its write did not happen, and it alone is told so.
+        assert!(timed_out(
+            late.write(stopped, &record.encode(stopped).unwrap())
+        ));
+        assert_eq!(
+            late.words().failed.load(Ordering::Acquire),
+            0,
+            "the log stands"
+        );
+        assert!(!log.path(0).exists(), "a retired segment is not made again");
+        // Another process appends on; the scan from the checkpoint reads every acknowledged
+        // record since.
+        let next = GroupSync::new(&ring, 3, &Alive, &log);
+        for i in 2000..2010 {
+            acknowledged.push((append_record(&next, &log, &put(i)), put(i)));
+        }
+        let scanned = crate::storage::wal::scan::scan(&log, checkpoint).unwrap();
+        acknowledged.retain(|&(lsn, _)| lsn >= checkpoint);
+        assert_eq!(scanned.records, acknowledged);
+        assert_eq!(scanned.end, next.flushed());
+    }
+
+    #[test]
+    fn a_missing_log_directory_fails_the_log_not_only_its_writer() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let logs = dir.path().join("wal");
+        std::fs::create_dir(&logs).unwrap();
+        let log = SegmentLog::open(&logs.join("store.wal"), 7, MIN_SIZE).unwrap();
+        // ENOENT, for the directory: no late write, a log that cannot be written.
+        std::fs::remove_dir(&logs).unwrap();
+        let sync = GroupSync::new(&ring, 1, &Alive, &log);
+        assert!(matches!(sync.append(&[1; 64]), Err(Error::Storage(_))));
+        assert_ne!(sync.words().failed.load(Ordering::Acquire), 0);
+        let other = GroupSync::new(&ring, 2, &Alive, &log);
+        assert!(matches!(other.reserve(8), Err(Error::Storage(_))));
+    }
+
+    #[test]
+    fn the_reservation_that_crosses_a_segments_half_makes_the_next_segment_ahead() {
+        use crate::storage::wal::file::{SegmentLog, MIN_SIZE};
+        /// The segment log, counting the segments asked ahead.
+        struct Ahead<'a> {
+            log: &'a SegmentLog,
+            asked: std::cell::RefCell<Vec<u64>>,
+        }
+        impl Log for Ahead<'_> {
+            fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
+                Log::write(self.log, lsn, record)
+            }
+            fn sync(&self, from: u64, to: u64) -> io::Result<()> {
+                Log::sync(self.log, from, to)
+            }
+            fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written> {
+                Log::write_skip(self.log, at, space, gap, len)
+            }
+            fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
+                Log::skipped(self.log, lsn, within)
+            }
+            fn segment_size(&self) -> u64 {
+                Log::segment_size(self.log)
+            }
+            fn fill(&self, at: u64, len: u64) -> io::Result<Written> {
+                Log::fill(self.log, at, len)
+            }
+            fn prepare_ahead(&self, lsn: u64) {
+                self.asked.borrow_mut().push(lsn);
+                Log::prepare_ahead(self.log, lsn);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let ring = ring(dir.path());
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 7, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let ahead = Ahead {
+            log: &log,
+            asked: std::cell::RefCell::new(Vec::new()),
+        };
+        let sync = GroupSync::new(&ring, 1, &Alive, &ahead);
+        let end = || sync.words().end.load(Ordering::Acquire);
+        // Records of 136 bytes: 15 end before the half (2048), the 16th holds its first byte.
+        while end() + 136 <= MIN_SIZE / 2 {
+            sync.append(&[1; 136]).unwrap();
+        }
+        assert!(ahead.asked.borrow().is_empty());
+        assert!(!log.path(1).exists(), "nothing made ahead before the half");
+        sync.append(&[1; 136]).unwrap();
+        assert_eq!(*ahead.asked.borrow(), [MIN_SIZE]);
+        // Segment 1 is made by the thread of its own, before any reservation reaches it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !log.path(1).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "segment 1 was not made ahead"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(end() < MIN_SIZE, "no reservation in segment 1 yet");
+        assert_eq!(log.seqs().unwrap(), [0, 1]);
+        // Once per segment, whichever records and fillers cross the halves.
+        while end() < 4 * MIN_SIZE {
+            sync.append(&[2; 136]).unwrap();
+            sync.checkpointed(sync.flushed());
+        }
+        assert_eq!(
+            *ahead.asked.borrow(),
+            [MIN_SIZE, 2 * MIN_SIZE, 3 * MIN_SIZE, 4 * MIN_SIZE]
+        );
     }
 
     #[test]
@@ -1450,8 +1694,7 @@ mod tests {
         let sync = GroupSync::new(&ring, 1, &Alive, &log);
         let lsn = sync.reserve(24).unwrap();
         assert_eq!(sync.fate(lsn), Fate::Pending, "reserved, not written");
-        log.write(lsn, &[7; 24]).unwrap();
-        sync.written(lsn, 24).unwrap();
+        sync.write(lsn, &[7; 24]).unwrap();
         assert_eq!(sync.fate(lsn), Fate::Pending, "marked, not durable yet");
         sync.await_durable(lsn + 24).unwrap();
         assert_eq!(sync.fate(lsn), Fate::Counts);
@@ -1479,8 +1722,7 @@ mod tests {
         );
         assert_eq!(sync.fate(after), Fate::Counts);
         // The stopped writers resume: their writes do not count, and their fate stays.
-        log.write(stopped, &[1; 24]).unwrap();
-        assert!(timed_out(sync.written(stopped, 24)));
+        assert!(timed_out(sync.write(stopped, &[1; 24])));
         assert!(timed_out(sync.written(second, 16)));
         assert_eq!(sync.fate(stopped), Fate::Void);
         assert_eq!(sync.fate(second), Fate::Void);

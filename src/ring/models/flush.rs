@@ -21,7 +21,7 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::base::error::Error;
-use crate::ring::flush::{Fate, GroupSync, Log, WINDOW};
+use crate::ring::flush::{Fate, GroupSync, Log, Written, WINDOW};
 use crate::ring::layout::GRANULE;
 use crate::ring::Ring;
 
@@ -72,14 +72,14 @@ impl Disk {
 }
 
 impl Log for Disk {
-    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<()> {
+    fn write(&self, lsn: u64, record: &[u8]) -> io::Result<Written> {
         for (at, granule) in record.chunks(8).enumerate() {
             let value = u64::from_le_bytes(granule.try_into().expect("8 bytes"));
             // Relaxed: a write carries no ordering of its own (the kernel's page cache); the
             // protocol's mark must.
             self.cache[Disk::cell(lsn) + at].store(value, Ordering::Relaxed);
         }
-        Ok(())
+        Ok(Written::Done)
     }
 
     fn sync(&self, from: u64, to: u64) -> io::Result<()> {
@@ -98,11 +98,11 @@ impl Log for Disk {
         Ok(())
     }
 
-    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<()> {
+    fn write_skip(&self, at: u64, space: u64, gap: u64, len: u64) -> io::Result<Written> {
         assert_eq!(space, GRANULE);
         let value = SKIP | ((gap / GRANULE) << 8) | (len / GRANULE);
         self.cache[Disk::cell(at)].store(value, Ordering::Relaxed);
-        Ok(())
+        Ok(Written::Done)
     }
 
     fn skipped(&self, lsn: u64, within: u64) -> io::Result<bool> {
@@ -121,7 +121,7 @@ impl Log for Disk {
         u64::MAX
     }
 
-    fn fill(&self, _at: u64, _len: u64) -> io::Result<()> {
+    fn fill(&self, _at: u64, _len: u64) -> io::Result<Written> {
         unreachable!("a log without segments has no fillers")
     }
 }
@@ -203,7 +203,7 @@ fn a_flusher_that_dies_mid_sync_is_taken_over() {
             thread::spawn(move || {
                 let sync = GroupSync::new(&ring, 1, &*procs, &*disk);
                 let lsn = sync.reserve(GRANULE).expect("a reserve");
-                disk.write(lsn, &record(1)).expect("a write");
+                assert_eq!(disk.write(lsn, &record(1)).expect("a write"), Written::Done);
                 let _ = sync.written(lsn, GRANULE);
                 // Becomes the flusher, finds what to sync, and dies before its sync returns.
                 if sync.lead().expect("liveness") {
@@ -290,7 +290,7 @@ fn a_reader_learns_who_won_the_mark_of_a_stopped_writer() {
                     .expect("a fate")
             })
         };
-        disk.write(lsn, &record(1)).expect("a write");
+        assert_eq!(disk.write(lsn, &record(1)).expect("a write"), Written::Done);
         let won = match sync.written(lsn, GRANULE) {
             Ok(()) => true,
             Err(Error::Timeout { .. }) => false,
@@ -344,7 +344,7 @@ fn a_writer_stopped_past_its_skip_and_a_lap_loses_to_the_later_word() {
                 [first, second]
             })
         };
-        disk.write(lsn, &record(1)).expect("a write");
+        assert_eq!(disk.write(lsn, &record(1)).expect("a write"), Written::Done);
         let won = match sync.written(lsn, GRANULE) {
             Ok(()) => true,
             Err(Error::Timeout { .. }) => false,

@@ -258,7 +258,7 @@ pub(crate) trait LogDir {
 }
 
 /// The file system.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Disk;
 
 /// A temporary name unique among the creators of this process (threads) and of others (pids).
@@ -614,6 +614,31 @@ impl<D: LogDir> SegmentLog<D> {
         }
     }
 
+    /// [`SegmentLog::prepare`] of segment `seq` in a thread of its own, through a handle of its
+    /// own, and returns at once (fire and forget). Its errors, and a thread that cannot be
+    /// started, are dropped: they are not the caller's, whose write into a segment that does
+    /// not exist makes it (the slow path of [`SegmentLog::write_at`]) or meets the error there.
+    // For the group sync's `Log`, which the models replace with their own.
+    #[cfg_attr(fencelock_loom, allow(dead_code))]
+    pub(crate) fn prepare_ahead(&self, seq: u64)
+    where
+        D: Clone + Send + 'static,
+        D::File: Send + Sync,
+    {
+        let log = SegmentLog {
+            dir: self.dir.clone(),
+            base: self.base.clone(),
+            id: self.id,
+            size: self.size,
+            open: Mutex::new(BTreeMap::new()),
+        };
+        let _ = std::thread::Builder::new()
+            .name("fencelock-log-ahead".into())
+            .spawn(move || {
+                let _ = log.prepare(seq);
+            });
+    }
+
     /// Where position `lsn` is: its segment and the offset in it, when `len` bytes from there
     /// stay within the segment.
     fn place(&self, lsn: u64, len: usize) -> Result<(u64, u64)> {
@@ -633,7 +658,9 @@ impl<D: LogDir> SegmentLog<D> {
     /// `lsn / size`, created first when it does not exist. Refused with
     /// [`Error::InvalidArgument`] when they would run past the segment's end (see
     /// [`crate::storage::wal::Placement`]), and with [`Error::Timeout`] when the segment was
-    /// retired (the writer came too late: its write did not happen).
+    /// retired (the writer came too late: its write did not happen), and for nothing else: the
+    /// group sync's `Log` (`ring/flush.rs`) tells that writer alone by it, and fails the log on
+    /// every other error.
     pub(crate) fn write_at(&self, lsn: u64, bytes: &[u8]) -> Result<()> {
         let (seq, offset) = self.place(lsn, bytes.len())?;
         let file = self.segment_or_create(seq)?;
