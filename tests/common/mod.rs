@@ -81,10 +81,16 @@ pub struct Kid {
 
 impl Kid {
     pub fn spawn(role: &str, db: &std::path::Path) -> Kid {
+        Kid::spawn_with(role, db, &[])
+    }
+
+    /// As `spawn`, with `env` set in the child's environment too (an `LD_PRELOAD` shim, say).
+    pub fn spawn_with(role: &str, db: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> Kid {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child", "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(DB, db)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
