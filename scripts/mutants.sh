@@ -1,5 +1,6 @@
 #!/bin/sh
-# The seeded mutants of the ring's protocols, of the token rules and of the redo log's segments: each one is a small change
+# The seeded mutants of the ring's protocols, of the token rules, of the redo log's segments and of
+# the fenced write's claims: each one is a small change
 # that breaks a protocol as a plausible slip would, applied to a copy of the tree's file, and
 # each must make its model (or property test) fail. Run by `make test-mutants`; the file is put
 # back after each, whatever happens. Prints one line per mutant and fails if any survives.
@@ -43,6 +44,8 @@ wal-remake-retired~src/storage/wal/file.rs~                return Err(LogError::
 segment-crossed~src/ring/flush.rs~    if len <= space {\n        len\n    } else {\n        space\n    }~    let _ = space;\n    len~ring::flush::tests::no_record_crosses_a_segment_end~
 checkpoint-unbounded~src/ring/flush.rs~            if end + take > bound(size, words.checkpointed~            if false && end + take > bound(size, words.checkpointed~ring::flush::tests::a_writer_past_max_segments~
 keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
+claims-settle-by-flushed~src/share/claims.rs~            let fate = sync.fate_in_log(at)?;~            let fate = if sync.flushed() > at { Fate::Counts } else { Fate::Pending };~share::claims::tests::a_writer_stopped_at_each_step~
+claims-over-pending~src/share/claims.rs~        if read.is_some_and(|entry| entry.pending.is_some()) {\n            return Ok(Attempt::Raced);\n        }\n~~ring::models::claims::writers_of_one_key_racing -- --ignored~loom
 '
 
 want="$*"
