@@ -86,7 +86,7 @@ test-rust:
 # atomics and futex (cfg fencelock_loom, its own target directory: every dependency is built
 # again for it). test-loom-long allows 3 preemptions, for before a release, and runs the slow
 # models (#[ignore] in make test-loom: the queue's overflow path, four threads, about 6 minutes
-# at 2 preemptions) at 2.
+# at 2 preemptions; two writers racing for one key's claim, about 7 minutes) at 2.
 LOOM_ENV := RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom
 test-loom:
 	$(LOOM_ENV) LOOM_MAX_PREEMPTIONS=2 $(CARGO) test --release --lib ring::models

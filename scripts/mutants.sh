@@ -1,5 +1,6 @@
 #!/bin/sh
-# The seeded mutants of the ring's protocols, of the token rules and of the redo log's segments: each one is a small change
+# The seeded mutants of the ring's protocols, of the token rules, of the redo log's segments and of
+# the fenced write's claims: each one is a small change
 # that breaks a protocol as a plausible slip would, applied to a copy of the tree's file, and
 # each must make its model (or property test) fail. Run by `make test-mutants`; the file is put
 # back after each, whatever happens. Prints one line per mutant and fails if any survives.
@@ -45,6 +46,8 @@ checkpoint-unbounded~src/ring/flush.rs~            if end + take > bound(size, w
 late-write-fails-log~src/ring/flush.rs~            // Its mark is not even tried: nothing of it is in the log.\n            Ok(Written::Gone) => Err(Error::timed_out()),~            Ok(Written::Gone) => Err(self.failed_by(&io::Error::other("gone"))),~ring::flush::tests::a_late_write_into_a_retired_segment~
 ahead-every-record~src/ring/flush.rs~        if at <= half && half < at + len {~        if half < at + len {~ring::flush::tests::the_reservation_that_crosses~
 keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
+claims-settle-by-flushed~src/share/claims.rs~            let fate = sync.fate_in_log(at)?;~            let fate = if sync.flushed() > at { Fate::Counts } else { Fate::Pending };~share::claims::tests::a_writer_stopped_at_each_step~
+claims-over-pending~src/share/claims.rs~        if read.is_some_and(|entry| entry.pending.is_some()) {\n            return Ok(Attempt::Raced);\n        }\n~~ring::models::claims::writers_of_one_key_racing -- --ignored~loom
 '
 
 want="$*"

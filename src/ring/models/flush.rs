@@ -33,14 +33,15 @@ const SKIP: u64 = 1 << 40;
 // that `flushed` passed must still tell its record's fate.
 const _: () = assert!(CELLS as u64 * GRANULE <= WINDOW);
 
-/// The log file: what the page cache holds, and what the disk holds, a word per granule.
-struct Disk {
+/// The log file: what the page cache holds, and what the disk holds, a word per granule (the
+/// claims model writes its records through it too).
+pub(super) struct Disk {
     cache: Vec<AtomicU64>,
     durable: Vec<AtomicU64>,
 }
 
 impl Disk {
-    fn new(cells: usize) -> Disk {
+    pub(super) fn new(cells: usize) -> Disk {
         Disk {
             cache: (0..cells).map(|_| AtomicU64::new(0)).collect(),
             durable: (0..cells).map(|_| AtomicU64::new(0)).collect(),

@@ -1,6 +1,6 @@
 //! Loom models of the ring's protocols (make test-loom): the real code of `slots.rs`,
-//! `queue.rs`, `map.rs` (with `share/buckets.rs` and `share/keys.rs` over it), `tokens.rs` and
-//! `flush.rs`, run on a
+//! `queue.rs`, `map.rs` (with `share/buckets.rs` and `share/keys.rs` over it), `tokens.rs`,
+//! `flush.rs` and `share/claims.rs` over the last two, run on a
 //! ring on the heap over loom's atomics and futex (`sync.rs`), with every interleaving of a few threads
 //! explored up to a bound of preemptions (`LOOM_MAX_PREEMPTIONS`, 2 in make test-loom, 3 in
 //! make test-loom-long). A thread stands for a process; a process that dies is one whose
@@ -17,6 +17,7 @@ use super::sync::Live;
 use loom::sync::atomic::{AtomicBool, Ordering};
 
 mod bell;
+mod claims;
 mod flush;
 mod keys;
 mod map;
