@@ -410,12 +410,34 @@ impl<'a> GroupSync<'a> {
     /// count) or its segment is gone since (the write did not happen); with a storage error,
     /// and the log failed, when the write fails.
     pub(crate) fn write(&self, lsn: u64, record: &[u8]) -> Result<()> {
+        self.write_unmarked(lsn, record)?;
+        self.written(lsn, record.len() as u64)
+    }
+
+    /// Writes `record` at `lsn`, which this process reserved, and leaves it for the caller to
+    /// mark ([`GroupSync::written`]; the fenced write claims its key in between). Fails as
+    /// [`GroupSync::write`] does, but for the mark.
+    pub(crate) fn write_unmarked(&self, lsn: u64, record: &[u8]) -> Result<()> {
         match self.log.write(lsn, record) {
-            Ok(Written::Done) => self.written(lsn, record.len() as u64),
+            Ok(Written::Done) => Ok(()),
             // Its segment was retired: `flushed` passed `lsn`, which it does only through a
             // mark, and this writer made none, so a skipper's claim voided the record already.
             // Its mark is not even tried: nothing of it is in the log.
             Ok(Written::Gone) => Err(Error::timed_out()),
+            Err(err) => Err(self.failed_by(&err)),
+        }
+    }
+
+    /// Voids this process's reservation `[lsn, lsn + len)`: a void record there, marked
+    /// written so that the flusher passes it. Its gap skipped meanwhile, or its segment gone
+    /// since, is void all the same; a failed write fails the log, as any write of it does.
+    pub(crate) fn void(&self, lsn: u64, len: u64) -> Result<()> {
+        match self.log.write_skip(lsn, len, lsn, 0) {
+            Ok(Written::Done) => match self.written(lsn, len) {
+                Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
+                Err(err) => Err(err),
+            },
+            Ok(Written::Gone) => Ok(()),
             Err(err) => Err(self.failed_by(&err)),
         }
     }

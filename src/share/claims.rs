@@ -78,12 +78,6 @@ pub(crate) struct Claims<'a, L: Live> {
     log: &'a dyn Log,
 }
 
-fn write_failed(err: &std::io::Error) -> Error {
-    Error::Storage(format!(
-        "a write of the redo log failed ({err}): the write is not acknowledged"
-    ))
-}
-
 impl<'a, L: Live> Claims<'a, L> {
     pub(crate) fn new(ring: &'a Ring, live: &'a L, id: u64, log: &'a dyn Log) -> Self {
         Claims {
@@ -208,26 +202,25 @@ impl<'a, L: Live> Claims<'a, L> {
             let (claim, bytes) = match self.claim(space, key, base, lsn, len, check, record) {
                 Ok(Attempt::Claimed(claim, bytes)) => (claim, bytes),
                 Ok(Attempt::Raced) => {
-                    self.void(&sync, lsn, len)?;
+                    sync.void(lsn, len)?;
                     continue;
                 }
                 Ok(Attempt::Refused(refusal)) => {
-                    self.void(&sync, lsn, len)?;
+                    sync.void(lsn, len)?;
                     return Ok(Some(Outcome::Refused(refusal)));
                 }
                 Err(err) => {
-                    self.void(&sync, lsn, len)?;
+                    sync.void(lsn, len)?;
                     return Err(err);
                 }
             };
             if stop == Some(Step::Claimed) {
                 return Ok(None);
             }
-            // A failed write leaves the reservation unmarked: a waiter skips it, and the claim
-            // is settled void.
-            self.log
-                .write(lsn, &bytes)
-                .map_err(|err| write_failed(&err))?;
+            // A failed write fails the log (section 9): nothing since is acknowledged, and the
+            // claim, unmarked, is never taken as counting. `Timeout`: its segment is gone (its
+            // gap was skipped and checkpointed past); the claim is void.
+            sync.write_unmarked(lsn, &bytes)?;
             if stop == Some(Step::Written) {
                 return Ok(None);
             }
@@ -309,18 +302,6 @@ impl<'a, L: Live> Claims<'a, L> {
             Ok(Attempt::Claimed(claim, bytes))
         } else {
             Ok(Attempt::Raced)
-        }
-    }
-
-    /// Voids the reservation `[lsn, lsn + len)`: a void record there, marked written so that
-    /// the flusher passes it (or skipped already: void all the same).
-    fn void(&self, sync: &GroupSync<'_>, lsn: u64, len: u64) -> Result<()> {
-        self.log
-            .write_skip(lsn, len, lsn, 0)
-            .map_err(|err| write_failed(&err))?;
-        match sync.written(lsn, len) {
-            Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
-            Err(err) => Err(err),
         }
     }
 }
@@ -597,10 +578,13 @@ mod tests {
             records.push((next, put(5, entry.version)));
             // The stopped writer resumes: its late write and mark do not count.
             if stop == Step::Claimed {
-                store
-                    .log
-                    .write(stopped, &put(4, 2).encode(stopped).unwrap())
-                    .unwrap();
+                assert_eq!(
+                    store
+                        .log
+                        .write(stopped, &put(4, 2).encode(stopped).unwrap())
+                        .unwrap(),
+                    crate::ring::flush::Written::Done
+                );
             }
             if stop == Step::Claimed || stop == Step::Written {
                 let len = put(4, 2).encoded_len();
