@@ -15,27 +15,12 @@ use std::time::Duration;
 
 use fencelock::{Error, SharedLogFile};
 
-use common::{Kid, DB, ROLE};
+use common::{log_record as record, Kid, DB, LOG_RECORD as RECORD, ROLE};
 
-/// Bytes of each record.
-const RECORD: usize = 64;
 /// The log file's size: more than every round's records and skip records.
 const LOG_SIZE: u64 = 4 << 20;
 const WRITERS: u64 = 4;
 const RECORDS: u64 = 50;
-
-/// Record `seq` of writer `writer`: a header naming both, then a pattern of them.
-fn record(writer: u64, seq: u64) -> [u8; RECORD] {
-    let mut bytes = [0u8; RECORD];
-    bytes[..8].copy_from_slice(b"RECORD!!");
-    bytes[8..16].copy_from_slice(&writer.to_le_bytes());
-    bytes[16..24].copy_from_slice(&seq.to_le_bytes());
-    for (at, byte) in bytes[24..].iter_mut().enumerate() {
-        *byte =
-            writer.to_le_bytes()[0].wrapping_mul(31) ^ seq.to_le_bytes()[0] ^ at.to_le_bytes()[0];
-    }
-    bytes
-}
 
 /// Not a test of its own: the entry point of child processes.
 #[test]

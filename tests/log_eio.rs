@@ -20,26 +20,11 @@ use std::sync::OnceLock;
 
 use fencelock::{Error, SharedLogFile};
 
-use common::{Kid, DB, ROLE};
+use common::{log_record as record, Kid, DB, LOG_RECORD as RECORD, ROLE};
 
-/// Bytes of each record.
-const RECORD: usize = 64;
 const LOG_SIZE: u64 = 1 << 20;
 /// The log file's name: the suffix the shim fails.
 const LOG: &str = "eio.log";
-
-/// Record `seq` of writer `writer`: a header naming both, then a pattern of them.
-fn record(writer: u64, seq: u64) -> [u8; RECORD] {
-    let mut bytes = [0u8; RECORD];
-    bytes[..8].copy_from_slice(b"RECORD!!");
-    bytes[8..16].copy_from_slice(&writer.to_le_bytes());
-    bytes[16..24].copy_from_slice(&seq.to_le_bytes());
-    for (at, byte) in bytes[24..].iter_mut().enumerate() {
-        *byte =
-            writer.to_le_bytes()[0].wrapping_mul(31) ^ seq.to_le_bytes()[0] ^ at.to_le_bytes()[0];
-    }
-    bytes
-}
 
 /// How a child reports a call's error: a storage error's text, or anything else's.
 fn outcome(err: &Error) -> String {

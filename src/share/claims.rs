@@ -88,6 +88,12 @@ impl<'a, L: Live> Claims<'a, L> {
         }
     }
 
+    /// Replaces the entry of `key` by `new` if it is still `read`: one compare-and-swap of
+    /// its bucket in the key index (`share/keys.rs`); `false` when another process changed it.
+    fn replace(&self, space: Space, key: &[u8], read: Option<&Entry>, new: Entry) -> Result<bool> {
+        keys::replace(self.ring, self.live, self.id, space, key, read, Some(new))
+    }
+
     fn sync(&self) -> GroupSync<'a> {
         GroupSync::new(self.ring, self.id, self.live, self.log)
     }
@@ -126,15 +132,7 @@ impl<'a, L: Live> Claims<'a, L> {
                 // `fate_in_log` answers `Unknown` from the log, never with it.
                 Fate::Pending | Fate::Unknown => return Ok(read),
             };
-            if keys::replace(
-                self.ring,
-                self.live,
-                self.id,
-                space,
-                key,
-                read.as_ref(),
-                Some(settled),
-            )? {
+            if self.replace(space, key, read.as_ref(), settled)? {
                 return Ok(Some(settled));
             }
         }
@@ -290,15 +288,7 @@ impl<'a, L: Live> Claims<'a, L> {
                 bytes.len()
             )));
         }
-        if keys::replace(
-            self.ring,
-            self.live,
-            self.id,
-            space,
-            key,
-            read.as_ref(),
-            Some(claim),
-        )? {
+        if self.replace(space, key, read.as_ref(), claim)? {
             Ok(Attempt::Claimed(claim, bytes))
         } else {
             Ok(Attempt::Raced)

@@ -189,3 +189,20 @@ pub fn ring_of(path: &std::path::Path) -> PathBuf {
     assert_eq!(rings.len(), 1, "the rings of {}: {rings:?}", path.display());
     rings.into_iter().next().unwrap()
 }
+
+/// Bytes of each record the redo-log tests (`group_sync.rs`, `log_eio.rs`) write.
+pub const LOG_RECORD: usize = 64;
+
+/// Record `seq` of writer `writer` for the redo-log tests: a header naming both, then a pattern
+/// of them, so that a record read back at its place says whose it is.
+pub fn log_record(writer: u64, seq: u64) -> [u8; LOG_RECORD] {
+    let mut bytes = [0u8; LOG_RECORD];
+    bytes[..8].copy_from_slice(b"RECORD!!");
+    bytes[8..16].copy_from_slice(&writer.to_le_bytes());
+    bytes[16..24].copy_from_slice(&seq.to_le_bytes());
+    for (at, byte) in bytes[24..].iter_mut().enumerate() {
+        *byte =
+            writer.to_le_bytes()[0].wrapping_mul(31) ^ seq.to_le_bytes()[0] ^ at.to_le_bytes()[0];
+    }
+    bytes
+}
