@@ -432,8 +432,16 @@ impl<'a> GroupSync<'a> {
     /// written so that the flusher passes it. Its gap skipped meanwhile, or its segment gone
     /// since, is void all the same; a failed write fails the log, as any write of it does.
     pub(crate) fn void(&self, lsn: u64, len: u64) -> Result<()> {
-        match self.log.write_skip(lsn, len, lsn, 0) {
-            Ok(Written::Done) => match self.written(lsn, len) {
+        let wrote = self.log.write_skip(lsn, len, lsn, 0);
+        self.mark_void(lsn, len, wrote)
+    }
+
+    /// Marks the void this process wrote over its reservation `[at, at + len)` (a filler, or a
+    /// reservation given up), given how its write went: skipped meanwhile or its segment gone
+    /// since is void all the same, nobody's error; a failed write fails the log.
+    fn mark_void(&self, at: u64, len: u64, wrote: io::Result<Written>) -> Result<()> {
+        match wrote {
+            Ok(Written::Done) => match self.written(at, len) {
                 Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
                 Err(err) => Err(err),
             },
@@ -554,15 +562,8 @@ impl<'a> GroupSync<'a> {
     /// after it keeps a mark of its own position (its fate is asked there). A filler lost to
     /// a skipper is void all the same: its `Timeout` is nobody's error.
     fn filled(&self, at: u64, len: u64) -> Result<()> {
-        match self.log.fill(at, len) {
-            Ok(Written::Done) => match self.written(at, len) {
-                Ok(()) | Err(Error::Timeout { .. }) => Ok(()),
-                Err(err) => Err(err),
-            },
-            // Its segment was retired since this process reserved it: skipped, as above.
-            Ok(Written::Gone) => Ok(()),
-            Err(err) => Err(self.failed_by(&err)),
-        }
+        let wrote = self.log.fill(at, len);
+        self.mark_void(at, len, wrote)
     }
 
     /// Marks the record at `lsn`, `len` bytes, written (its bytes are in the file). Fails with
