@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use fencelock::{Error, SharedLogFile};
 
-use common::{log_record as record, Kid, DB, LOG_RECORD as RECORD, ROLE};
+use common::{log_record as record, say, Kid, DB, LOG_RECORD as RECORD, ROLE};
 
 /// The log file's size: more than every round's records and skip records.
 const LOG_SIZE: u64 = 4 << 20;
@@ -28,10 +28,6 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
     let dir = std::path::PathBuf::from(std::env::var(DB).unwrap());
     let log = SharedLogFile::open(&dir, &dir.join("store"), &dir.join("log")).unwrap();
     // "gap": reserves a record's space, and writes it only when told (after a stop).
@@ -41,7 +37,7 @@ fn child() {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
         match log.write(lsn, &record(99, 0)) {
-            Err(Error::Timeout { .. }) => say("timeout".into()),
+            Err(Error::Timeout { .. }) => say("timeout"),
             other => say(format!("written {other:?}")),
         }
         return;
@@ -54,7 +50,7 @@ fn child() {
         .split_once(' ')
         .unwrap();
     let (writer, count): (u64, u64) = (writer.parse().unwrap(), count.parse().unwrap());
-    say("ready".into());
+    say("ready");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     for seq in 0..count {
@@ -65,7 +61,7 @@ fn child() {
             Err(err) => panic!("{err}"),
         }
     }
-    say("done".into());
+    say("done");
 }
 
 fn prepare(dir: &Path) {

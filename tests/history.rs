@@ -3,13 +3,12 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fencelock::{Ending, Error, Event, Kind, Mode, Observer, Options, Scope, Store};
 
-use common::{temp_store, Kid, DB, ROLE};
+use common::{say, temp_store, Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -18,10 +17,6 @@ fn child() {
         return;
     };
     let store = Store::open(std::env::var(DB).unwrap()).unwrap();
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
     match role.as_str() {
         // Holds the lock until killed.
         "hold" => {

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use fencelock::{Error, SharedLogFile};
 
-use common::{log_record as record, Kid, DB, LOG_RECORD as RECORD, ROLE};
+use common::{log_record as record, say, Kid, DB, LOG_RECORD as RECORD, ROLE};
 
 const LOG_SIZE: u64 = 1 << 20;
 /// The log file's name: the suffix the shim fails.
@@ -47,16 +47,12 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
     let dir = PathBuf::from(std::env::var(DB).unwrap());
     let log = SharedLogFile::open(&dir, &dir.join("store"), &dir.join(LOG)).unwrap();
     let writer: u64 = role.strip_prefix("steps ").unwrap().parse().unwrap();
     let mut seq = 0;
     let mut last = None;
-    say("ready".into());
+    say("ready");
     loop {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
@@ -84,7 +80,7 @@ fn child() {
             "await" => {
                 let lsn = last.expect("a record written first");
                 match log.await_durable(lsn + RECORD as u64) {
-                    Ok(()) => say("durable".into()),
+                    Ok(()) => say("durable"),
                     Err(err) => say(outcome(&err)),
                 }
             }

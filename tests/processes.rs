@@ -13,7 +13,7 @@ use fencelock::{
     boottime_ns, Cancel, Error, Kind, LockState, Options, ServeOptions, Server, Store,
 };
 
-use common::{bounded, Kid, DB, ROLE};
+use common::{bounded, say, Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
@@ -83,10 +83,6 @@ fn child() {
         return;
     }
     let store = Store::open(std::env::var(DB).unwrap()).unwrap();
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
     let wait_for_parent = || {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
@@ -134,7 +130,7 @@ fn child() {
         // whenever it holds the write lock.
         "put-loop" => {
             store.put(b"child", &[1; 100], 1).unwrap();
-            say("writing".into());
+            say("writing");
             loop {
                 match store.put(b"child", &[1; 100], 1) {
                     Ok(()) | Err(Error::Timeout { .. }) => {}

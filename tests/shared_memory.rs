@@ -14,17 +14,13 @@ use std::time::Duration;
 
 use fencelock::{Error, Options, Store};
 
-use common::{ring_of, Kid, DB, ROLE};
+use common::{ring_of, say, Kid, DB, ROLE};
 
 /// Not a test of its own: the entry point of child processes.
 #[test]
 fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
-    };
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
     };
     let path = std::env::var(DB).unwrap();
     match role.as_str() {
@@ -49,7 +45,7 @@ fn child() {
         // Acquires, extends and releases "cycling" as fast as it can, until killed.
         "cycle" => {
             let store = Store::open(&path).unwrap();
-            say("cycling".into());
+            say("cycling");
             loop {
                 // A stop longer than the TTL loses the lease, and the parent takes the lock:
                 // the extend is refused then, the release reports the loss, and the next
@@ -78,13 +74,13 @@ fn child() {
         }
         // Holds "job" until told the ring was cut short, then reports how each kind of
         // operation fares: an acquire, a holder's write, a listing, a release.
-        "cut" => cut_short_under(&path, say),
+        "cut" => cut_short_under(&path),
         // As "cut", with a SIGBUS handler of the host program's installed before the store is
         // opened (as Python's faulthandler or a language runtime does); then faults on a
         // mapping of its own, which must reach that handler.
         "cut-with-handler" => {
             install_host_handler();
-            cut_short_under(&path, say);
+            cut_short_under(&path);
             fault_outside_the_ring();
         }
         // Opens the store (its ring mapped) and faults on a mapping of its own: the process
@@ -92,16 +88,16 @@ fn child() {
         "foreign-fault" => {
             let store = Store::open(&path).unwrap();
             let _holder = store.acquire("job", Duration::from_secs(600)).unwrap();
-            say("faulting".into());
+            say("faulting");
             fault_outside_the_ring();
-            say("survived".into());
+            say("survived");
         }
         other => panic!("unknown role {other}"),
     }
 }
 
 /// What the role "cut" does (see `child`).
-fn cut_short_under(path: &str, say: impl Fn(String)) {
+fn cut_short_under(path: &str) {
     let store = Store::open(path).unwrap();
     let holder = store.acquire("job", Duration::from_secs(600)).unwrap();
     say(format!("held {}", holder.token()));
@@ -120,7 +116,7 @@ fn cut_short_under(path: &str, say: impl Fn(String)) {
     outcome("release", holder.release());
     drop(holder);
     drop(store);
-    say("alive".into());
+    say("alive");
 }
 
 /// The exit status of the host program's own SIGBUS handler (`install_host_handler`).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{Options, Store};
 
-use common::{Kid, DB, ROLE};
+use common::{say, Kid, DB, ROLE};
 
 const PROCESSES: usize = 200;
 const ROUNDS: usize = 3;
@@ -38,10 +38,6 @@ fn child() {
         return;
     };
     assert_eq!(role, "cycle-rounds");
-    let say = |line: String| {
-        println!("@@ {line}");
-        std::io::stdout().flush().unwrap();
-    };
     // Two hundred opens at once take turns on the store file's set-up; on a loaded machine that
     // outlasts the default busy timeout (10 s), which is not what this test is about.
     let options = Options {
@@ -49,7 +45,7 @@ fn child() {
         ..Options::default()
     };
     let store = Store::open_with(std::env::var(DB).unwrap(), &options).unwrap();
-    say("ready".into());
+    say("ready");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     let cpu_before = cpu_used();

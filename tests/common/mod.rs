@@ -206,3 +206,11 @@ pub fn log_record(writer: u64, seq: u64) -> [u8; LOG_RECORD] {
     }
     bytes
 }
+
+/// A child process's report to its parent: one line marked `@@ `, flushed at once (the
+/// [`Kid`] that runs it reads these lines and skips the test harness's own).
+pub fn say(line: impl std::fmt::Display) {
+    use std::io::Write;
+    println!("@@ {line}");
+    std::io::stdout().flush().unwrap();
+}
