@@ -93,6 +93,15 @@ pub struct Options {
     /// wait for the lock, as in a thread pool (tokio's blocking pool) or through Go, whose
     /// goroutines move between threads.
     pub refuse_own_waits: bool,
+    /// In multi-process mode, fenced writes (puts, deletes, fences, an acquire's write) go to a
+    /// redo log beside the store file (`STORE.wal.*`) instead of a commit of the store file:
+    /// one `fdatasync` shared by every process writing at that moment, and no process stopped
+    /// in a write holds another's (docs/design/writes.md). The first process that opens the
+    /// store decides for every process that opens it while it is open: the others follow it,
+    /// whatever their own setting. Checkpoints move the log into the store file, and the last
+    /// process to close the store leaves it one file again. Off by default while it is new
+    /// (issue 35); no effect in single-process mode, which recovers a log a crash left.
+    pub write_log: bool,
 }
 
 impl Default for Options {
@@ -106,6 +115,7 @@ impl Default for Options {
             share_commits: true,
             history: true,
             refuse_own_waits: true,
+            write_log: false,
         }
     }
 }
