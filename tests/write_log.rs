@@ -1,0 +1,745 @@
+//! Fenced writes through the redo log (issue 35, `Options::write_log`), with real processes,
+//! every store opened with the log on: the seed's walkthrough across processes; every
+//! acknowledged write kept through the kill of every process; a get from another process right
+//! after an acknowledgement; a refused write that changes nothing; a closed store read by a
+//! read-only and by a single-process open.
+//!
+//! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
+//! then plays the role and reports on stdout in lines marked with `@@ `.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencelock::{Error, Fenced, Mode, Options, Store};
+
+use common::{say, Kid, DB, ROLE};
+
+/// The options of every store these tests open: fenced writes go through the log.
+fn logged() -> Options {
+    Options {
+        write_log: true,
+        ..Options::default()
+    }
+}
+
+fn open(path: impl AsRef<Path>) -> Store {
+    Store::open_with(path, &logged()).unwrap()
+}
+
+/// The environment of every process of a test whose writes must pass segment ends and
+/// checkpoints: segments of 64 KiB, the smallest.
+fn small_segments() -> [(&'static str, &'static OsStr); 1] {
+    [("FENCELOCK_LOG_SEGMENT", OsStr::new("65536"))]
+}
+
+/// Value number `seq`, `len` bytes of ASCII without spaces: the number, then a filler that
+/// depends on it, so that a value read back says which write it is and that it is whole.
+fn value(seq: u64, len: usize) -> String {
+    let mut text = format!("{seq}-");
+    let fill = char::from(b'a' + u8::try_from(seq % 26).unwrap());
+    while text.len() < len {
+        text.push(fill);
+    }
+    text
+}
+
+fn fenced(value: &str, token: u64) -> Fenced {
+    Fenced {
+        value: value.as_bytes().to_vec(),
+        token,
+    }
+}
+
+/// How a child reports a refused or failed call: `stale HIGHEST`, `lost`, or `error TEXT`.
+fn refusal(err: &Error) -> String {
+    match err {
+        Error::StaleToken { highest, .. } => format!("stale {highest}"),
+        Error::LockLost { .. } => "lost".into(),
+        other => format!("error {other}"),
+    }
+}
+
+/// A call a child expects to succeed: on an error it says so (the parent fails on the line)
+/// and ends.
+fn must<T>(what: &str, result: fencelock::Result<T>) -> T {
+    result.unwrap_or_else(|err| {
+        say(format!("error {what}: {err}"));
+        panic!("{what}: {err}")
+    })
+}
+
+fn read_stdin_line() -> Option<String> {
+    let mut line = String::new();
+    let read = std::io::stdin().read_line(&mut line).unwrap();
+    (read > 0).then(|| line.trim_end().to_owned())
+}
+
+/// Not a test of its own: the entry point of child processes.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let path = std::env::var(DB).unwrap();
+    let (role, arg) = role.split_once(' ').unwrap_or((role.as_str(), ""));
+    match role {
+        "walk-a" => walk_a(&path),
+        "walk-b" => walk_b(&path),
+        "writer" => writer(&path, arg),
+        "client" => client(&path),
+        "lockstep" => lockstep(&path),
+        "batch" => batch(&path, arg),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+// 1. The seed's walkthrough.
+
+const WALK_LOCK: &str = "payment-export";
+const WALK_KEY: &[u8] = b"payment-export/batch";
+
+/// A: takes the lock with a short TTL, then (told to, after its stop) writes with it.
+fn walk_a(path: &str) {
+    let store = open(path);
+    let holder = store
+        .acquire(WALK_LOCK, Duration::from_millis(200))
+        .unwrap();
+    say(format!("token {}", holder.token()));
+    read_stdin_line();
+    say(match holder.put(WALK_KEY, b"from A") {
+        Ok(()) => "ok".into(),
+        Err(err) => refusal(&err),
+    });
+}
+
+/// B: waits for the lock, writes with it, and stays open until told to end.
+fn walk_b(path: &str) {
+    let store = open(path);
+    let holder = store
+        .acquire_wait(WALK_LOCK, Duration::from_secs(60), Duration::from_secs(60))
+        .unwrap();
+    say(format!("token {}", holder.token()));
+    say(match holder.put(WALK_KEY, b"from B") {
+        Ok(()) => "ok".into(),
+        Err(err) => refusal(&err),
+    });
+    read_stdin_line();
+}
+
+#[test]
+fn a_holder_paused_past_its_ttl_cannot_overwrite_the_next_holders_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    // The third open, first: the log stays set up by it through the walkthrough.
+    let store = open(&path);
+    let mut a = Kid::spawn("walk-a", &path);
+    let token = a.token();
+    // A pauses (a GC, a swap storm) past its TTL; B's acquire waits for the lease to end.
+    a.stop();
+    let mut b = Kid::spawn("walk-b", &path);
+    assert_eq!(b.token(), token + 1);
+    assert_eq!(b.report().as_deref(), Some("ok"));
+    a.signal(libc::SIGCONT);
+    writeln!(a.stdin, "put").unwrap();
+    let refused = a.report().expect("A reported its write");
+    assert!(
+        refused == "lost" || refused == format!("stale {}", token + 1),
+        "A's write with the lost lease: {refused}"
+    );
+    assert!(a.child.wait().unwrap().success());
+    // B's data stays, while B is open and after it closed.
+    let b_wrote = Some(fenced("from B", token + 1));
+    assert_eq!(store.get(WALK_KEY).unwrap(), b_wrote);
+    writeln!(b.stdin, "end").unwrap();
+    assert!(b.child.wait().unwrap().success());
+    assert_eq!(store.get(WALK_KEY).unwrap(), b_wrote);
+}
+
+// 2. Every acknowledged write survives the kill of every process.
+
+/// Keys each writer writes: `w{writer}/k{0..KEYS}`.
+const KEYS: usize = 4;
+/// Bytes of each value a writer writes: records of about 1 KiB, so that a few hundred writes
+/// pass several segment ends of 64 KiB.
+const WRITER_VALUE: usize = 1000;
+
+fn writer_key(writer: usize, key: usize) -> String {
+    format!("w{writer}/k{key}")
+}
+
+/// Writes its own keys in rounds until killed: the first key by an acquire with a write (or
+/// an acquire, then `holder.put`), the others by `holder.put` or `Store::put` with the token,
+/// the last one deleted every third round. Before each write it reports
+/// `try KEY SEQ put|delete`, after its acknowledgement `ack KEY SEQ TOKEN`. `SEQ` numbers its
+/// writes and is in the value.
+fn writer(path: &str, me: &str) {
+    let me: usize = me.parse().unwrap();
+    let store = open(path);
+    let lock = format!("writer-{me}");
+    let ttl = Duration::from_secs(60);
+    let mut seq = 0u64;
+    for round in 0u64.. {
+        seq += 1;
+        let key = writer_key(me, 0);
+        let written = value(seq, WRITER_VALUE);
+        say(format!("try {key} {seq} put"));
+        let holder = if round % 2 == 0 {
+            must(
+                "acquire_and_put",
+                store.acquire_and_put(&lock, ttl, key.as_bytes(), written.as_bytes()),
+            )
+        } else {
+            let holder = must("acquire", store.acquire(&lock, ttl));
+            must("holder.put", holder.put(key.as_bytes(), written.as_bytes()));
+            holder
+        };
+        say(format!("ack {key} {seq} {}", holder.token()));
+        for j in 1..KEYS {
+            seq += 1;
+            let key = writer_key(me, j);
+            let written = value(seq, WRITER_VALUE);
+            if j == KEYS - 1 && round % 3 == 2 {
+                say(format!("try {key} {seq} delete"));
+                must("holder.delete", holder.delete(key.as_bytes()));
+            } else if (round + j as u64) % 2 == 0 {
+                say(format!("try {key} {seq} put"));
+                must("holder.put", holder.put(key.as_bytes(), written.as_bytes()));
+            } else {
+                say(format!("try {key} {seq} put"));
+                must(
+                    "Store::put",
+                    store.put(key.as_bytes(), written.as_bytes(), holder.token()),
+                );
+            }
+            say(format!("ack {key} {seq} {}", holder.token()));
+        }
+        must("release", holder.release());
+    }
+}
+
+/// A write a writer reported.
+#[derive(Debug, Clone)]
+struct Attempt {
+    key: String,
+    seq: u64,
+    delete: bool,
+}
+
+/// What a writer reported before it was killed: each key's last acknowledged write with its
+/// token, and the write it had begun and not seen acknowledged (which may or may not have
+/// landed).
+#[derive(Debug, Default)]
+struct Ledger {
+    acked: BTreeMap<String, (Attempt, u64)>,
+    in_flight: Option<Attempt>,
+    acks: u64,
+}
+
+impl Ledger {
+    fn of(lines: &[String]) -> Ledger {
+        let mut ledger = Ledger::default();
+        for line in lines {
+            let words: Vec<&str> = line.split(' ').collect();
+            match words.as_slice() {
+                ["try", key, seq, kind] => {
+                    ledger.in_flight = Some(Attempt {
+                        key: (*key).to_owned(),
+                        seq: seq.parse().unwrap(),
+                        delete: *kind == "delete",
+                    });
+                }
+                ["ack", key, seq, token] => {
+                    let write = ledger.in_flight.take().expect("an ack follows its try");
+                    assert!(write.key == *key && write.seq.to_string() == *seq, "{line}");
+                    ledger
+                        .acked
+                        .insert(write.key.clone(), (write, token.parse().unwrap()));
+                    ledger.acks += 1;
+                }
+                _ => panic!("a writer reported {line:?}"),
+            }
+        }
+        ledger
+    }
+}
+
+/// Runs `writers` writers with `env`; once each has seen `acks` writes acknowledged, kills
+/// them all at once (SIGKILL) and returns what each reported.
+fn kill_writers_midway(
+    path: &Path,
+    writers: usize,
+    env: &[(&str, &OsStr)],
+    acks: u64,
+) -> Vec<Ledger> {
+    let running: Vec<_> = (0..writers)
+        .map(|i| {
+            let mut kid = Kid::spawn_with(&format!("writer {i}"), path, env);
+            let pid = libc::pid_t::try_from(kid.child.id()).unwrap();
+            let count = Arc::new(AtomicU64::new(0));
+            let counted = Arc::clone(&count);
+            let reader = std::thread::spawn(move || {
+                let lines: Vec<String> = std::iter::from_fn(|| kid.report())
+                    .inspect(|line| {
+                        if line.starts_with("ack ") {
+                            counted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    })
+                    .collect();
+                (lines, kid.child.wait().unwrap())
+            });
+            (pid, count, reader)
+        })
+        .collect();
+    // A bound that catches writers that stopped writing, not slow ones.
+    let stuck = Instant::now() + Duration::from_secs(120);
+    while running
+        .iter()
+        .any(|(_, count, reader)| count.load(Ordering::Relaxed) < acks && !reader.is_finished())
+    {
+        assert!(Instant::now() < stuck, "the writers stopped writing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_micros(
+        u64::from(std::process::id()) % 20_000,
+    ));
+    for (pid, _, _) in &running {
+        // SAFETY: kill(2) on our own child (not reaped yet: its reader waits for its end).
+        assert_eq!(unsafe { libc::kill(*pid, libc::SIGKILL) }, 0);
+    }
+    running
+        .into_iter()
+        .map(|(_, _, reader)| {
+            use std::os::unix::process::ExitStatusExt;
+            let (lines, status) = reader.join().unwrap();
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGKILL),
+                "a writer ended before it was killed ({status}), its last reports: {:?}",
+                &lines[lines.len().saturating_sub(5)..]
+            );
+            Ledger::of(&lines)
+        })
+        .collect()
+}
+
+/// Each writer's keys, as `get` returns them now, hold its last acknowledged write, or the
+/// write it had begun when it was killed.
+fn assert_writes_kept(ledgers: &[Ledger], mut get: impl FnMut(&str) -> Option<Fenced>) {
+    for (writer, ledger) in ledgers.iter().enumerate() {
+        assert!(ledger.acks > 0, "writer {writer} wrote nothing");
+        for j in 0..KEYS {
+            let key = writer_key(writer, j);
+            let got = get(&key);
+            let acked = ledger.acked.get(&key);
+            let expected = match acked {
+                Some((write, token)) if !write.delete => {
+                    Some(fenced(&value(write.seq, WRITER_VALUE), *token))
+                }
+                _ => None,
+            };
+            if got == expected {
+                continue;
+            }
+            let shown = got.as_ref().map(|f| {
+                let text = String::from_utf8_lossy(&f.value);
+                (text[..text.len().min(20)].to_owned(), f.token)
+            });
+            let begun = ledger
+                .in_flight
+                .as_ref()
+                .filter(|write| write.key == key)
+                .unwrap_or_else(|| {
+                    panic!("{key}: the acknowledged write {acked:?} is lost, found {shown:?}")
+                });
+            let newer_token = |token: u64| acked.is_none_or(|(_, acked)| token >= *acked);
+            match &got {
+                None => assert!(begun.delete, "{key}: {acked:?} lost, found nothing"),
+                Some(found) => assert!(
+                    !begun.delete
+                        && found.value == value(begun.seq, WRITER_VALUE).as_bytes()
+                        && newer_token(found.token),
+                    "{key}: {acked:?} lost, found {shown:?}"
+                ),
+            }
+        }
+    }
+}
+
+/// A child playing "client": one command a line, one answer each (see `client`).
+struct Client(Kid);
+
+impl Client {
+    fn spawn(path: &Path, env: &[(&str, &OsStr)]) -> Client {
+        let mut kid = Kid::spawn_with("client", path, env);
+        assert_eq!(kid.report().as_deref(), Some("ready"));
+        Client(kid)
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.0.stdin, "{command}").unwrap();
+        self.0.report().expect("the client answered")
+    }
+
+    fn get(&mut self, key: &str) -> Option<Fenced> {
+        let answer = self.ask(&format!("get {key}"));
+        if answer == "none" {
+            return None;
+        }
+        let (token, value) = answer
+            .strip_prefix("value ")
+            .and_then(|rest| rest.split_once(' '))
+            .unwrap_or_else(|| panic!("a get of {key}: {answer}"));
+        Some(fenced(value, token.parse().unwrap()))
+    }
+
+    /// Closes its store and ends, cleanly.
+    fn close(mut self) {
+        writeln!(self.0.stdin, "quit").unwrap();
+        assert!(self.0.child.wait().unwrap().success());
+    }
+}
+
+/// Opens the store, says `ready`, then answers each command on stdin: `get KEY` (`value TOKEN
+/// VALUE` or `none`), `put KEY TOKEN VALUE` (`ok`), `delete KEY TOKEN` (`deleted BOOL`),
+/// `fence RESOURCE TOKEN` (`ok`), or a refusal; `quit` closes the store and ends.
+fn client(path: &str) {
+    let store = open(path);
+    say("ready");
+    let answered = |result: fencelock::Result<String>| result.unwrap_or_else(|err| refusal(&err));
+    while let Some(line) = read_stdin_line() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let token = |word: &str| -> u64 { word.parse().unwrap() };
+        let answer = match words.as_slice() {
+            ["get", key] => answered(store.get(key.as_bytes()).map(|got| match got {
+                Some(Fenced { value, token }) => {
+                    format!("value {token} {}", String::from_utf8(value).unwrap())
+                }
+                None => "none".into(),
+            })),
+            ["put", key, t, value] => answered(
+                store
+                    .put(key.as_bytes(), value.as_bytes(), token(t))
+                    .map(|()| "ok".into()),
+            ),
+            ["delete", key, t] => answered(
+                store
+                    .delete(key.as_bytes(), token(t))
+                    .map(|held| format!("deleted {held}")),
+            ),
+            ["fence", resource, t] => {
+                answered(store.fence(resource, token(t)).map(|()| "ok".into()))
+            }
+            ["quit"] => return,
+            _ => panic!("unknown command {line:?}"),
+        };
+        say(answer);
+    }
+}
+
+#[test]
+fn every_acknowledged_write_survives_the_kill_of_every_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let env = small_segments();
+    let ledgers = kill_writers_midway(&path, 3, &env, 150);
+    // Every process of the store is gone: this open sets its shared memory up anew, which
+    // recovers the log.
+    let mut reader = Client::spawn(&path, &env);
+    assert_writes_kept(&ledgers, |key| reader.get(key));
+    reader.close();
+}
+
+#[test]
+fn a_single_process_open_recovers_every_write_that_killed_processes_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let ledgers = kill_writers_midway(&path, 2, &[], 60);
+    let single = Options {
+        mode: Mode::SingleProcess,
+        ..logged()
+    };
+    let store = Store::open_with(&path, &single).unwrap();
+    assert_writes_kept(&ledgers, |key| store.get(key.as_bytes()).unwrap());
+}
+
+// 3. A get from another process right after an acknowledgement.
+
+const LOCKSTEP_ROUNDS: u64 = 200;
+
+/// The write of round `round` of a lockstep writer: its key, and whether it deletes it.
+fn lockstep_write(prefix: &str, round: u64) -> (String, bool) {
+    (format!("{prefix}/k{}", round % 5), round % 7 == 6)
+}
+
+/// For each line on stdin, one fenced write to one of five keys (a put by the holder, by
+/// `Store::put` with its token, or by an acquire with a write every 50 rounds; or a delete),
+/// reported once acknowledged: `put KEY TOKEN VALUE` or `deleted KEY`.
+fn lockstep(path: &str) {
+    let store = open(path);
+    let ttl = Duration::from_secs(60);
+    let mut holder = must("acquire", store.acquire("lockstep", ttl));
+    for round in 0u64.. {
+        if read_stdin_line().is_none() {
+            return;
+        }
+        let (key, delete) = lockstep_write("c", round);
+        let written = value(round, 100);
+        if delete {
+            must("holder.delete", holder.delete(key.as_bytes()));
+            say(format!("deleted {key}"));
+            continue;
+        }
+        if round % 50 == 49 {
+            must("release", holder.release());
+            holder = must(
+                "acquire_and_put",
+                store.acquire_and_put("lockstep", ttl, key.as_bytes(), written.as_bytes()),
+            );
+        } else if round % 2 == 0 {
+            must("holder.put", holder.put(key.as_bytes(), written.as_bytes()));
+        } else {
+            must(
+                "Store::put",
+                store.put(key.as_bytes(), written.as_bytes(), holder.token()),
+            );
+        }
+        say(format!("put {key} {} {written}", holder.token()));
+    }
+}
+
+#[test]
+fn a_get_from_another_process_right_after_an_acknowledgement_returns_the_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = open(&path);
+    // A child writes; this process reads as soon as the child reports the acknowledgement.
+    let mut writer = Kid::spawn("lockstep", &path);
+    for round in 0..LOCKSTEP_ROUNDS {
+        writeln!(writer.stdin, "next").unwrap();
+        let report = writer.report().expect("the writer reported its write");
+        let words: Vec<&str> = report.split(' ').collect();
+        let (key, expected) = match words.as_slice() {
+            ["put", key, token, value] => (*key, Some(fenced(value, token.parse().unwrap()))),
+            ["deleted", key] => (*key, None),
+            _ => panic!("the writer reported {report:?}"),
+        };
+        assert_eq!(lockstep_write("c", round).0, key, "round {round}");
+        assert_eq!(
+            store.get(key.as_bytes()).unwrap(),
+            expected,
+            "round {round}"
+        );
+    }
+    // This process writes; a child reads as soon as the write is acknowledged.
+    let mut reader = Client::spawn(&path, &[]);
+    let ttl = Duration::from_secs(60);
+    let mut holder = store.acquire("parent", ttl).unwrap();
+    for round in 0..LOCKSTEP_ROUNDS {
+        let (key, delete) = lockstep_write("p", round);
+        let written = value(round, 100);
+        if delete {
+            holder.delete(key.as_bytes()).unwrap();
+            assert_eq!(reader.get(&key), None, "round {round}");
+            continue;
+        }
+        if round % 50 == 49 {
+            holder.release().unwrap();
+            holder = store
+                .acquire_and_put("parent", ttl, key.as_bytes(), written.as_bytes())
+                .unwrap();
+        } else {
+            holder.put(key.as_bytes(), written.as_bytes()).unwrap();
+        }
+        assert_eq!(
+            reader.get(&key),
+            Some(fenced(&written, holder.token())),
+            "round {round}"
+        );
+    }
+    reader.close();
+}
+
+// 4. A refused write changes nothing.
+
+#[test]
+fn a_refused_write_changes_nothing_for_any_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = open(&path);
+    let ttl = Duration::from_secs(60);
+    store.acquire("job", ttl).unwrap().release().unwrap();
+    let holder = store.acquire("job", ttl).unwrap();
+    let token = holder.token();
+    let stale = token - 1;
+    assert!(stale > 0, "token {stale} was granted");
+    let mut writer = Client::spawn(&path, &[]);
+    assert_eq!(writer.ask(&format!("put report {token} fresh")), "ok");
+    assert_eq!(writer.ask(&format!("fence bucket/report {token}")), "ok");
+    // Refused here and in the writer's process alike.
+    assert!(matches!(
+        store.put(b"report", b"stale", stale),
+        Err(Error::StaleToken { token: t, highest }) if t == stale && highest == token
+    ));
+    assert!(matches!(
+        store.delete(b"report", stale),
+        Err(Error::StaleToken { highest, .. }) if highest == token
+    ));
+    assert!(matches!(
+        store.fence("bucket/report", stale),
+        Err(Error::StaleToken { highest, .. }) if highest == token
+    ));
+    let refused = format!("stale {token}");
+    assert_eq!(writer.ask(&format!("put report {stale} stale")), refused);
+    assert_eq!(writer.ask(&format!("delete report {stale}")), refused);
+    assert_eq!(writer.ask(&format!("fence bucket/report {stale}")), refused);
+    // Every process still reads the accepted write, one that saw none of it too.
+    let fresh = Some(fenced("fresh", token));
+    assert_eq!(store.get(b"report").unwrap(), fresh);
+    assert_eq!(writer.get("report"), fresh);
+    let mut other = Client::spawn(&path, &[]);
+    assert_eq!(other.get("report"), fresh);
+    // The accepted token still passes; the refused one still does not.
+    assert_eq!(other.ask(&format!("fence bucket/report {token}")), "ok");
+    assert_eq!(other.ask(&format!("put report {stale} stale")), refused);
+    // After a checkpoint (a listing runs one first), and once every process closed the store.
+    assert_eq!(store.keys(b"").unwrap(), [b"report".to_vec()]);
+    assert_eq!(store.get(b"report").unwrap(), fresh);
+    store.verify().unwrap();
+    writer.close();
+    other.close();
+    drop(holder);
+    drop(store);
+    let store = open(&path);
+    assert_eq!(store.get(b"report").unwrap(), fresh);
+    assert!(matches!(
+        store.fence("bucket/report", stale),
+        Err(Error::StaleToken { highest, .. }) if highest == token
+    ));
+}
+
+// 5. A closed store, read by a read-only and by a single-process open.
+
+/// Rounds of fenced writes of its own keys and fence (an acquire with a write, puts, deletes,
+/// a fence), each reported once acknowledged as the state it leaves: `value KEY TOKEN VALUE`,
+/// `none KEY` or `fence RESOURCE TOKEN`; then `done`, and it closes the store when told to.
+fn batch(path: &str, me: &str) {
+    let store = open(path);
+    let ttl = Duration::from_secs(60);
+    let (lock, owner, resource) = (
+        format!("batch-{me}"),
+        format!("b{me}/owner"),
+        format!("b{me}/bucket"),
+    );
+    for round in 0..30u64 {
+        let written = value(round, 100);
+        let holder = must(
+            "acquire_and_put",
+            store.acquire_and_put(&lock, ttl, owner.as_bytes(), written.as_bytes()),
+        );
+        let token = holder.token();
+        say(format!("value {owner} {token} {written}"));
+        for j in 0..3u64 {
+            let key = format!("b{me}/k{j}");
+            let written = value(round * 10 + j, 100);
+            if j == 2 && round % 2 == 1 {
+                must("holder.delete", holder.delete(key.as_bytes()));
+                say(format!("none {key}"));
+                continue;
+            }
+            if j == 0 {
+                must("holder.put", holder.put(key.as_bytes(), written.as_bytes()));
+            } else {
+                must(
+                    "Store::put",
+                    store.put(key.as_bytes(), written.as_bytes(), token),
+                );
+            }
+            say(format!("value {key} {token} {written}"));
+        }
+        must("fence", store.fence(&resource, token));
+        say(format!("fence {resource} {token}"));
+        must("release", holder.release());
+    }
+    say("done");
+    read_stdin_line();
+    drop(store);
+}
+
+#[test]
+fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut batches: Vec<Kid> = (0..2)
+        .map(|i| Kid::spawn(&format!("batch {i}"), &path))
+        .collect();
+    let mut values = BTreeMap::new();
+    let mut fences = BTreeMap::new();
+    for kid in &mut batches {
+        loop {
+            let report = kid.report().expect("a batch reported");
+            let words: Vec<&str> = report.split(' ').collect();
+            match words.as_slice() {
+                ["value", key, token, value] => {
+                    values.insert(
+                        (*key).to_owned(),
+                        Some(fenced(value, token.parse().unwrap())),
+                    );
+                }
+                ["none", key] => {
+                    values.insert((*key).to_owned(), None);
+                }
+                ["fence", resource, token] => {
+                    fences.insert((*resource).to_owned(), token.parse::<u64>().unwrap());
+                }
+                ["done"] => break,
+                _ => panic!("a batch reported {report:?}"),
+            }
+        }
+    }
+    // One closes while the other is open, then the last one closes.
+    for mut kid in batches {
+        writeln!(kid.stdin, "close").unwrap();
+        assert!(kid.child.wait().unwrap().success());
+    }
+    let read_only = Options {
+        read_only: true,
+        ..logged()
+    };
+    let store = Store::open_with(&path, &read_only).unwrap();
+    for (key, expected) in &values {
+        assert_eq!(
+            &store.get(key.as_bytes()).unwrap(),
+            expected,
+            "{key} read-only"
+        );
+    }
+    drop(store);
+    let single = Options {
+        mode: Mode::SingleProcess,
+        ..logged()
+    };
+    let store = Store::open_with(&path, &single).unwrap();
+    for (key, expected) in &values {
+        assert_eq!(
+            &store.get(key.as_bytes()).unwrap(),
+            expected,
+            "{key} single-process"
+        );
+    }
+    for (resource, token) in &fences {
+        assert!(
+            matches!(
+                store.fence(resource, token - 1),
+                Err(Error::StaleToken { highest, .. }) if highest == *token
+            ),
+            "{resource}"
+        );
+    }
+}
