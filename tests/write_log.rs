@@ -721,6 +721,20 @@ fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
         );
     }
     drop(store);
+    // The last process to close the store left it one file again: a copy of the store file
+    // alone (a backup of a closed store) holds every write.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("locks.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let store = Store::open_with(&copy, &read_only).unwrap();
+    for (key, expected) in &values {
+        assert_eq!(
+            &store.get(key.as_bytes()).unwrap(),
+            expected,
+            "{key} in a copy of the store file"
+        );
+    }
+    drop(store);
     let single = Options {
         mode: Mode::SingleProcess,
         ..logged()
