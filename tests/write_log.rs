@@ -329,6 +329,21 @@ fn kill_writers_midway(
         .collect()
 }
 
+/// The numbers of the log's segments beside the store file at `path`, in order.
+fn segments(path: &Path) -> Vec<u64> {
+    let prefix = format!("{}.wal.", path.file_name().unwrap().to_str().unwrap());
+    let mut seqs: Vec<u64> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|name| {
+            let seq = name.strip_prefix(&prefix)?;
+            (seq.len() == 16).then(|| u64::from_str_radix(seq, 16).unwrap())
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs
+}
+
 /// Each writer's keys, as `get` returns them now, hold its last acknowledged write, or the
 /// write it had begun when it was killed.
 fn assert_writes_kept(ledgers: &[Ledger], mut get: impl FnMut(&str) -> Option<Fenced>) {
@@ -449,6 +464,12 @@ fn every_acknowledged_write_survives_the_kill_of_every_process() {
     let path = dir.path().join("locks.db");
     let env = small_segments();
     let ledgers = kill_writers_midway(&path, 3, &env, 150);
+    // The writes passed segment ends, and checkpoints retired the first segments.
+    let left = segments(&path);
+    assert!(
+        left.first().is_some_and(|first| *first > 0) && left.last() > Some(&2),
+        "the log's segments: {left:?}"
+    );
     // Every process of the store is gone: this open sets its shared memory up anew, which
     // recovers the log.
     let mut reader = Client::spawn(&path, &env);
