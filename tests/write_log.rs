@@ -2,7 +2,8 @@
 //! every store opened with the log on: the seed's walkthrough across processes; every
 //! acknowledged write kept through the kill of every process; a get from another process right
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
-//! read-only and by a single-process open.
+//! read-only and by a single-process open; a writer stopped in the middle of a write of a key
+//! that delays no other writer of the key.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
 //! then plays the role and reports on stdout in lines marked with `@@ `.
@@ -96,6 +97,7 @@ fn child() {
         "client" => client(&path),
         "lockstep" => lockstep(&path),
         "batch" => batch(&path, arg),
+        "contend" => contend(&path),
         other => panic!("unknown role {other}"),
     }
 }
@@ -777,4 +779,73 @@ fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
             "{resource}"
         );
     }
+}
+
+// 6. A writer stopped in the middle of a write of a key delays no other writer of that key.
+
+const CONTENDED: &[u8] = b"contended/key";
+
+/// Writes `CONTENDED` with `Store::put` and its token as fast as it can, until killed; once its
+/// token is refused (another process wrote the key with a higher one), takes a new one. Reports
+/// only the failures, as `error ...`.
+fn contend(path: &str) {
+    let store = open(path);
+    let ttl = Duration::from_secs(60);
+    let mut holder = must("acquire", store.acquire("contender", ttl));
+    say("contending");
+    for seq in 0u64.. {
+        match store.put(CONTENDED, value(seq, 100).as_bytes(), holder.token()) {
+            Ok(()) => {}
+            Err(Error::StaleToken { .. }) => {
+                must("release", holder.release());
+                holder = must("acquire", store.acquire("contender", ttl));
+            }
+            Err(err) => say(format!("error {err}")),
+        }
+    }
+}
+
+#[test]
+fn a_writer_stopped_in_the_middle_of_a_write_delays_no_other_writer_of_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let options = Options {
+        busy_timeout: Duration::from_secs(5),
+        ..logged()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let mut contender = Kid::spawn("contend", &path);
+    assert_eq!(contender.report().as_deref(), Some("contending"));
+    let mut seed = u64::from(std::process::id());
+    let mut random = |below: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % below
+    };
+    for stop in 0..30 {
+        std::thread::sleep(Duration::from_micros(random(5_000)));
+        // Stopped anywhere in its write of the key (its claim, its record's write, its sync),
+        // for as long as it takes: a higher token's write of the key is not held up by it (one
+        // that waited would fail at the busy timeout, 5 s), and a get then returns that write.
+        contender.stop();
+        let holder = store.acquire("writer", Duration::from_secs(60)).unwrap();
+        let written = value(stop, 100);
+        store
+            .put(CONTENDED, written.as_bytes(), holder.token())
+            .unwrap_or_else(|err| panic!("stop {stop}: a write of the key: {err}"));
+        assert_eq!(
+            store.get(CONTENDED).unwrap(),
+            Some(fenced(&written, holder.token())),
+            "stop {stop}"
+        );
+        holder.release().unwrap();
+        contender.signal(libc::SIGCONT);
+    }
+    contender.signal(libc::SIGKILL);
+    let failures: Vec<String> = std::iter::from_fn(|| contender.report()).collect();
+    assert!(
+        failures.is_empty(),
+        "the stopped writer's own: {failures:?}"
+    );
 }
