@@ -362,17 +362,17 @@ impl LogUser {
         let end = if from < flushed {
             let scanned = scan(&self.log, from)?;
             let end = scanned.end.min(flushed).max(from);
-            let mut records = Vec::new();
-            // The scan takes a whole record at its own position; whether it counts is its
-            // mark's (a skipper's claim voids it, though its late writer may have written it).
-            for (lsn, record) in scanned.records {
-                if lsn >= end {
-                    break;
-                }
-                if sync.fate_in_log(lsn)? == Fate::Counts {
-                    records.push((lsn, record));
-                }
-            }
+            // The scan takes a whole record at its own position, and leaves out those the
+            // skip records it read void. A mark still in the window says more: a skipper's
+            // claim voids a record its late writer wrote all the same (its skip record may lie
+            // past a hole the scan stops at). A mark the window moved on from is left to the
+            // scan, as recovery leaves it (asking the log's skip records for each would read a
+            // window of log per record).
+            let records: Vec<_> = scanned
+                .records
+                .into_iter()
+                .filter(|&(lsn, _)| lsn < end && sync.fate(lsn) != Fate::Void)
+                .collect();
             apply(&txn, &records, end)?;
             txn.commit()?;
             end
