@@ -451,6 +451,7 @@ fn stored_key<H: LogHost>(host: &H, key: &[u8], waiting: Waiting<'_>) -> Result<
                 version,
                 newest: IN_STORE,
                 pending: None,
+                voided: 0,
             },
             present,
         ))
@@ -470,6 +471,7 @@ fn stored_fence<H: LogHost>(host: &H, resource: &str, waiting: Waiting<'_>) -> R
             version: 0,
             newest: IN_STORE,
             pending: None,
+            voided: 0,
         })
     })
 }
