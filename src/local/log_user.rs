@@ -70,6 +70,14 @@ pub(crate) trait LogHost: MapHost {
 
     /// The engine's log user, when its writes go through the log.
     fn log_user(&self) -> Option<&LogUser>;
+
+    /// Whether every handle of the store in this process was dropped.
+    fn handles_dropped(&self) -> bool;
+
+    /// What the last user of the store in this process does as it goes (its releases, and the
+    /// last checkpoint of the store's last process): for a thread of its own that outlived the
+    /// handles.
+    fn last_user_gone(&self);
 }
 
 /// This process's use of its store's redo log.
@@ -403,6 +411,11 @@ impl LogUser {
                 if let Some(user) = engine.log_user() {
                     let _ = user.checkpoint(&*engine, bounded(&*engine));
                     user.checkpointing.store(false, Ordering::Release);
+                }
+                // The store was closed meanwhile: its close found this thread holding the
+                // engine, and left its last steps to whoever holds it last.
+                if engine.handles_dropped() && Arc::strong_count(&engine) == 1 {
+                    engine.last_user_gone();
                 }
             });
         if spawned.is_err() {
