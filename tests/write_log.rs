@@ -3,7 +3,8 @@
 //! acknowledged write kept through the kill of every process; a get from another process right
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
 //! read-only and by a single-process open; a writer stopped in the middle of a write of a key
-//! that delays no other writer of the key.
+//! that delays no other writer of the key; a process stopped at random points of its writes
+//! (checkpoints included) that delays no other process.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
 //! then plays the role and reports on stdout in lines marked with `@@ `.
@@ -15,7 +16,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::{Error, Fenced, Mode, Options, Store};
@@ -98,6 +99,8 @@ fn child() {
         "lockstep" => lockstep(&path),
         "batch" => batch(&path, arg),
         "contend" => contend(&path),
+        "cycle" => cycle(&path),
+        "steady" => steady(&path),
         other => panic!("unknown role {other}"),
     }
 }
@@ -847,5 +850,125 @@ fn a_writer_stopped_in_the_middle_of_a_write_delays_no_other_writer_of_the_key()
     assert!(
         failures.is_empty(),
         "the stopped writer's own: {failures:?}"
+    );
+}
+
+// 7. A process stopped at random points of its writes delays no other process.
+
+/// Cycles acquire, `holder.put` and release of its own lock and key until killed (its writes
+/// pass segment ends and start checkpoints); reports only the failures, as `error ...`.
+fn cycle(path: &str) {
+    let store = open(path);
+    say("cycling");
+    for seq in 0u64.. {
+        let written = value(seq, 100);
+        let cycled = store
+            .acquire("cycler", Duration::from_secs(60))
+            .and_then(|holder| {
+                holder.put(b"cycler/key", written.as_bytes())?;
+                holder.release()
+            });
+        if let Err(err) = cycled {
+            say(format!("error {err}"));
+        }
+    }
+}
+
+/// Cycles acquire, `holder.put`, a get of it and release of its own lock and key, with a busy
+/// timeout of 5 s, until killed; reports `done` after each cycle, or what failed.
+fn steady(path: &str) {
+    let options = Options {
+        busy_timeout: Duration::from_secs(5),
+        ..logged()
+    };
+    let store = Store::open_with(path, &options).unwrap();
+    say("ready");
+    for seq in 0u64.. {
+        let written = value(seq, 100);
+        let failed = |what: &'static str| move |err: Error| format!("{what}: {err}");
+        let cycled = store
+            .acquire("steady", Duration::from_secs(60))
+            .map_err(failed("acquire"))
+            .and_then(|holder| {
+                holder
+                    .put(b"steady/key", written.as_bytes())
+                    .map_err(failed("put"))?;
+                let got = store.get(b"steady/key").map_err(failed("get"))?;
+                holder.release().map_err(failed("release"))?;
+                if got == Some(fenced(&written, holder.token())) {
+                    Ok(())
+                } else {
+                    Err(format!("the get after the put returned {got:?}"))
+                }
+            });
+        say(match cycled {
+            Ok(()) => "done".into(),
+            Err(failure) => format!("error {failure}"),
+        });
+    }
+}
+
+#[test]
+fn a_process_stopped_at_random_points_of_its_writes_delays_no_other_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let env = small_segments();
+    let mut cycler = Kid::spawn_with("cycle", &path, &env);
+    assert_eq!(cycler.report().as_deref(), Some("cycling"));
+    let mut steady = Kid::spawn_with("steady", &path, &env);
+    assert_eq!(steady.report().as_deref(), Some("ready"));
+    let steady_pid = libc::pid_t::try_from(steady.child.id()).unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let (done, failures) = (Arc::clone(&done), Arc::clone(&failures));
+        std::thread::spawn(move || {
+            while let Some(report) = steady.report() {
+                if report == "done" {
+                    done.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failures.lock().unwrap().push(report);
+                }
+            }
+            steady.child.wait().unwrap()
+        })
+    };
+    let failed = || failures.lock().unwrap().clone();
+    let mut seed = u64::from(std::process::id());
+    let mut random = |below: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % below
+    };
+    for stop in 0..50 {
+        std::thread::sleep(Duration::from_micros(random(5_000)));
+        cycler.stop();
+        let before = done.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(random(300)));
+        // Still stopped, the cycler must not hold up the other's cycles: one that waited for
+        // it would fail at its busy timeout (5 s) and say so. The bound catches a hang only.
+        let stuck = Instant::now() + Duration::from_secs(60);
+        while done.load(Ordering::Relaxed) < before + 2 {
+            assert!(failed().is_empty(), "stop {stop}: {:?}", failed());
+            assert!(
+                Instant::now() < stuck,
+                "stop {stop}: the other process hangs"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        cycler.signal(libc::SIGCONT);
+    }
+    // SAFETY: kill(2) on our own child (not reaped yet: its reader waits for its end).
+    assert_eq!(unsafe { libc::kill(steady_pid, libc::SIGKILL) }, 0);
+    reader.join().unwrap();
+    assert!(failed().is_empty(), "{:?}", failed());
+    cycler.signal(libc::SIGKILL);
+    // Checkpoints ran meanwhile (they retired the first segments), so stops fell in them too.
+    assert!(segments(&path).first() > Some(&0), "{:?}", segments(&path));
+    let cycler_failures: Vec<String> = std::iter::from_fn(|| cycler.report()).collect();
+    assert!(
+        cycler_failures.is_empty(),
+        "the stopped process's own cycles: {cycler_failures:?}"
     );
 }
