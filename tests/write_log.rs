@@ -4,7 +4,7 @@
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
 //! read-only and by a single-process open; a writer stopped in the middle of a write of a key
 //! that delays no other writer of the key; a process stopped at random points of its writes
-//! (checkpoints included) that delays no other process.
+//! (checkpoints included) that delays no other process; a server refused beside the log.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
 //! then plays the role and reports on stdout in lines marked with `@@ `.
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencelock::{Error, Fenced, Mode, Options, Store};
+use fencelock::{Error, Fenced, Mode, Options, ServeOptions, Server, Status, Store};
 
 use common::{say, Kid, DB, ROLE};
 
@@ -101,6 +101,7 @@ fn child() {
         "contend" => contend(&path),
         "cycle" => cycle(&path),
         "steady" => steady(&path),
+        "serve" => serve(&path),
         other => panic!("unknown role {other}"),
     }
 }
@@ -698,6 +699,38 @@ fn batch(path: &str, me: &str) {
     drop(store);
 }
 
+/// The state the batches' writes left: each key's value (or none), each fence's token.
+#[derive(Default)]
+struct Written {
+    values: BTreeMap<String, Option<Fenced>>,
+    fences: BTreeMap<String, u64>,
+}
+
+impl Written {
+    /// Takes in what a child playing "batch" reports, up to its `done`.
+    fn batch(&mut self, kid: &mut Kid) {
+        loop {
+            let report = kid.report().expect("a batch reported");
+            let words: Vec<&str> = report.split(' ').collect();
+            match words.as_slice() {
+                ["value", key, token, value] => {
+                    let written = Some(fenced(value, token.parse().unwrap()));
+                    self.values.insert((*key).to_owned(), written);
+                }
+                ["none", key] => {
+                    self.values.insert((*key).to_owned(), None);
+                }
+                ["fence", resource, token] => {
+                    self.fences
+                        .insert((*resource).to_owned(), token.parse().unwrap());
+                }
+                ["done"] => return,
+                _ => panic!("a batch reported {report:?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -705,30 +738,11 @@ fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
     let mut batches: Vec<Kid> = (0..2)
         .map(|i| Kid::spawn(&format!("batch {i}"), &path))
         .collect();
-    let mut values = BTreeMap::new();
-    let mut fences = BTreeMap::new();
+    let mut written = Written::default();
     for kid in &mut batches {
-        loop {
-            let report = kid.report().expect("a batch reported");
-            let words: Vec<&str> = report.split(' ').collect();
-            match words.as_slice() {
-                ["value", key, token, value] => {
-                    values.insert(
-                        (*key).to_owned(),
-                        Some(fenced(value, token.parse().unwrap())),
-                    );
-                }
-                ["none", key] => {
-                    values.insert((*key).to_owned(), None);
-                }
-                ["fence", resource, token] => {
-                    fences.insert((*resource).to_owned(), token.parse::<u64>().unwrap());
-                }
-                ["done"] => break,
-                _ => panic!("a batch reported {report:?}"),
-            }
-        }
+        written.batch(kid);
     }
+    let Written { values, fences } = written;
     // One closes while the other is open, then the last one closes.
     for mut kid in batches {
         writeln!(kid.stdin, "close").unwrap();
@@ -971,4 +985,85 @@ fn a_process_stopped_at_random_points_of_its_writes_delays_no_other_process() {
         cycler_failures.is_empty(),
         "the stopped process's own cycles: {cycler_failures:?}"
     );
+}
+
+// 8. A server is refused beside the log.
+
+/// Serves the store (`fencelock serve`) until killed.
+fn serve(path: &str) {
+    let options = ServeOptions {
+        wait: Duration::from_secs(60),
+        ..ServeOptions::default()
+    };
+    let server = Server::start(path, &options).unwrap();
+    say("serving");
+    server.run(&options).unwrap();
+}
+
+#[test]
+fn a_server_is_refused_while_processes_write_through_the_log_and_serves_their_writes_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let mut writer = Kid::spawn("batch 0", &path);
+    let mut written = Written::default();
+    written.batch(&mut writer);
+    // A server would commit writes to the store file beside a log that holds newer ones.
+    let quick = ServeOptions {
+        wait: Duration::from_millis(200),
+        ..ServeOptions::default()
+    };
+    match Server::start(&path, &quick) {
+        Err(err) => assert!(
+            err.status() == Status::InvalidArgument && err.to_string().contains("redo log"),
+            "{err}"
+        ),
+        Ok(_) => panic!("a server started while processes write through the log"),
+    }
+    // The refusal changed nothing: another process reads every write.
+    let mut reader = Client::spawn(&path, &[]);
+    for (key, expected) in &written.values {
+        assert_eq!(
+            &reader.get(key),
+            expected,
+            "{key} beside the refused server"
+        );
+    }
+    reader.close();
+    writeln!(writer.stdin, "close").unwrap();
+    assert!(writer.child.wait().unwrap().success());
+    // Once they closed it, the store is one file again: a server serves it, and every write.
+    let mut server = Kid::spawn("serve", &path);
+    assert_eq!(server.report().as_deref(), Some("serving"));
+    let store = open(&path);
+    let stuck = Instant::now() + Duration::from_secs(60);
+    while store.server().is_none() {
+        assert!(
+            Instant::now() < stuck,
+            "the store never went through the server"
+        );
+        let _ = store.lock_info("probe");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (key, expected) in &written.values {
+        assert_eq!(
+            &store.get(key.as_bytes()).unwrap(),
+            expected,
+            "{key} served"
+        );
+    }
+    let highest = written.values.values().flatten().map(|f| f.token).max();
+    let holder = store.acquire("batch-0", Duration::from_secs(60)).unwrap();
+    assert!(Some(holder.token()) > highest, "tokens went back");
+    holder.put(b"b0/k0", b"served").unwrap();
+    assert_eq!(
+        store.get(b"b0/k0").unwrap(),
+        Some(fenced("served", holder.token()))
+    );
+    for (resource, token) in &written.fences {
+        assert!(matches!(
+            store.fence(resource, token - 1),
+            Err(Error::StaleToken { highest, .. }) if highest == *token
+        ));
+    }
+    server.signal(libc::SIGKILL);
 }
