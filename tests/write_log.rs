@@ -393,6 +393,18 @@ fn assert_writes_kept(ledgers: &[Ledger], mut get: impl FnMut(&str) -> Option<Fe
     }
 }
 
+/// Tokens go on from the recovered log: `next`, a grant after it, is above every token a write
+/// was acknowledged with, and each key refuses (`refused` says whether) a token below its last
+/// acknowledged write's.
+fn assert_tokens_go_on(ledgers: &[Ledger], next: u64, mut refused: impl FnMut(&str, u64) -> bool) {
+    let acked = || ledgers.iter().flat_map(|ledger| ledger.acked.iter());
+    let highest = acked().map(|(_, (_, token))| *token).max().unwrap();
+    assert!(next > highest, "token {next} granted after {highest}");
+    for (key, (_, token)) in acked().filter(|(_, (_, token))| *token > 1) {
+        assert!(refused(key, token - 1), "{key} took token {}", token - 1);
+    }
+}
+
 /// A child playing "client": one command a line, one answer each (see `client`).
 struct Client(Kid);
 
@@ -429,7 +441,8 @@ impl Client {
 
 /// Opens the store, says `ready`, then answers each command on stdin: `get KEY` (`value TOKEN
 /// VALUE` or `none`), `put KEY TOKEN VALUE` (`ok`), `delete KEY TOKEN` (`deleted BOOL`),
-/// `fence RESOURCE TOKEN` (`ok`), or a refusal; `quit` closes the store and ends.
+/// `fence RESOURCE TOKEN` (`ok`), `acquire NAME` (`token TOKEN`, released at once), or a
+/// refusal; `quit` closes the store and ends.
 fn client(path: &str) {
     let store = open(path);
     say("ready");
@@ -457,6 +470,11 @@ fn client(path: &str) {
             ["fence", resource, t] => {
                 answered(store.fence(resource, token(t)).map(|()| "ok".into()))
             }
+            ["acquire", name] => answered(
+                store
+                    .acquire(name, Duration::from_secs(60))
+                    .map(|holder| format!("token {}", holder.token())),
+            ),
             ["quit"] => return,
             _ => panic!("unknown command {line:?}"),
         };
@@ -480,6 +498,13 @@ fn every_acknowledged_write_survives_the_kill_of_every_process() {
     // recovers the log.
     let mut reader = Client::spawn(&path, &env);
     assert_writes_kept(&ledgers, |key| reader.get(key));
+    let next = reader.ask("acquire after");
+    let next = next.strip_prefix("token ").unwrap().parse().unwrap();
+    assert_tokens_go_on(&ledgers, next, |key, stale| {
+        reader
+            .ask(&format!("put {key} {stale} stale"))
+            .starts_with("stale ")
+    });
     reader.close();
 }
 
@@ -494,6 +519,13 @@ fn a_single_process_open_recovers_every_write_that_killed_processes_acknowledged
     };
     let store = Store::open_with(&path, &single).unwrap();
     assert_writes_kept(&ledgers, |key| store.get(key.as_bytes()).unwrap());
+    let next = store.acquire("after", Duration::from_secs(60)).unwrap();
+    assert_tokens_go_on(&ledgers, next.token(), |key, stale| {
+        matches!(
+            store.put(key.as_bytes(), b"stale", stale),
+            Err(Error::StaleToken { .. })
+        )
+    });
 }
 
 // 3. A get from another process right after an acknowledgement.
