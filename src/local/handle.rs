@@ -353,7 +353,6 @@ impl LocalEngine {
             self.check_value(value)?;
         }
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             crate::base::cancel::check(cancel)?;
             return user.put(self, key, value, token, Some(name), self.bounded(cancel));
         }

@@ -195,6 +195,10 @@ impl LogUser {
         lease: Option<&str>,
         waiting: Waiting<'_>,
     ) -> Result<bool> {
+        // As a commit checks (`Router::submit`): a child of fork() writes nothing of its
+        // parent's, and a store whose path names another file now refuses (`Replaced`).
+        host.check_fork()?;
+        host.check_file()?;
         if let Some(value) = value.filter(|value| value.len() > INLINE_MAX) {
             return Err(Error::invalid(format!(
                 "a value of {} bytes: with the write log on, values are at most {INLINE_MAX} bytes",
@@ -247,6 +251,8 @@ impl LogUser {
         token: u64,
         waiting: Waiting<'_>,
     ) -> Result<()> {
+        host.check_fork()?;
+        host.check_file()?;
         check_granted(token, host.shared_last_token().unwrap_or(0))?;
         let record = |version| Record::Fence {
             resource: resource.to_owned(),
@@ -605,6 +611,24 @@ mod tests {
         );
         assert_eq!(read.get(b"k/00").unwrap(), None);
         assert_eq!(read.fence_token("printer").unwrap(), Some(fenced_at));
+    }
+
+    #[test]
+    fn a_store_whose_path_names_another_file_refuses_writes_through_the_log() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"k", b"before").unwrap();
+        std::fs::rename(&path, dir.path().join("moved.redb")).unwrap();
+        let refused = holder.put(b"k", b"after").unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        let refused = store.put(b"k", b"after", holder.token()).unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        let refused = store.fence("printer", holder.token()).unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"before");
     }
 
     #[test]

@@ -731,7 +731,6 @@ impl Engine for LocalEngine {
         }
         check_token(token)?;
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             crate::base::cancel::check(cancel)?;
             return self.counters.counted(user.put(
                 self,
@@ -928,7 +927,6 @@ impl LocalEngine {
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             return user.fence(self, resource, token, self.bounded(cancel));
         }
         // A token equal to the recorded one passes without a write.
