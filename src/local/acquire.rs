@@ -195,13 +195,30 @@ impl LocalEngine {
         self.check_file()?;
         let grant = Grant::take(self)?;
         let (kind, ttl) = (request.kind, request.ttl);
-        let granted = match request.write {
-            None => self
+        let granted = match (request.write, self.log.get()) {
+            (None, _) => self
                 .lease_map
                 .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
+            // Through the redo log: granted in the map, then written as the holder's write
+            // (its lease checked in the write's claim); a write that fails gives the grant
+            // back, so that both happen or neither, as far as anyone but the caller can tell.
+            (Some((key, value)), Some(user)) => self
+                .lease_map
+                .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live)
+                .and_then(|(token, expires_ns)| {
+                    let wait = request.commit_wait(self.busy_timeout);
+                    match user.put(self, key, Some(value), token, Some(name), wait) {
+                        Ok(_) => Ok((token, expires_ns)),
+                        Err(err) => {
+                            self.lease_map
+                                .withdraw_in_map(self, member, name, grant.live);
+                            Err(err)
+                        }
+                    }
+                }),
             // Granted in the write's own transaction (see `Op::check`): a refusal writes
             // nothing in the map; a grant whose transaction fails after it is withdrawn here.
-            Some((key, value)) => {
+            (Some((key, value)), None) => {
                 let op = Op::Acquire {
                     name: name.to_owned(),
                     ttl,

@@ -352,6 +352,11 @@ impl LocalEngine {
         if let Some(value) = value {
             self.check_value(value)?;
         }
+        if let Some(user) = self.log.get() {
+            self.check_fork()?;
+            crate::base::cancel::check(cancel)?;
+            return user.put(self, key, value, token, Some(name), self.bounded(cancel));
+        }
         let op = Op::Put {
             key: key.to_vec(),
             value: value.map(<[u8]>::to_vec),

@@ -74,6 +74,14 @@ impl LocalEngine {
             // again until this process lets go of it.
             let last = member.ring().take_alone();
             let waiting = crate::base::cancel::Waiting::new(wait, None);
+            // The last user leaves the store one file again: its redo log moved into it (a
+            // failure leaves it to the next ring's recovery).
+            if let Some(user) = self.log.get().filter(|_| last) {
+                let _ = user.checkpoint(
+                    self,
+                    crate::base::cancel::Waiting::new(CHECKPOINT_WAIT, None),
+                );
+            }
             let _ = self.lease_map.flush_ends(self, member, Some(waiting), last);
             return;
         }
@@ -91,3 +99,6 @@ impl LocalEngine {
 
 /// How long closing a store waits to record its releases.
 const RECORD_WAIT: Duration = Duration::from_millis(500);
+/// How long the last user of a store that writes through the redo log waits for the store
+/// file's write lock to checkpoint the log as it closes.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);

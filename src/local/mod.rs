@@ -23,6 +23,7 @@ pub(crate) mod acquire;
 pub(crate) mod handle;
 pub(crate) mod history;
 pub(crate) mod lease_map;
+pub(crate) mod log_user;
 pub(crate) mod notes;
 pub(crate) mod observe;
 pub(crate) mod released;
@@ -48,6 +49,7 @@ use crate::engine::observe::Observer;
 use crate::engine::options::{Mode, Options};
 use crate::engine::{Acquire, Engine, LeaseHandle};
 use crate::local::lease_map::{records, MapHost, MapUser};
+use crate::local::log_user::{recover_alone, LogHost, LogUser};
 use crate::local::notes::HistoryNotes;
 use crate::local::observe::Counters;
 use crate::local::released::Released;
@@ -106,6 +108,12 @@ pub(crate) struct LocalEngine {
     pub(crate) holds: Holds,
     /// The releases of this process, told to its waiting threads (`released.rs`).
     pub(crate) released: Released,
+    /// Whether this store asked for its fenced writes to go through the redo log
+    /// ([`Options::write_log`]); the first process of the ring decides.
+    write_log: bool,
+    /// This store's use of the redo log, once its ring's processes write through it
+    /// (`log_user.rs`).
+    pub(crate) log: std::sync::OnceLock<LogUser>,
 }
 
 impl LocalEngine {
@@ -131,6 +139,10 @@ impl LocalEngine {
         if mode != ConcurrencyMode::MultiWriter {
             // A single-process open never waits: redb refuses at once when the file is held.
             let db = open_now(&path, mode, read_only)?;
+            if !read_only {
+                // The log a crash of a ring's processes left: what they acknowledged.
+                recover_alone(&path, &db)?;
+            }
             let live = Liveness::private()?;
             return LocalEngine::assemble(path, options, mode, Some(db), live, None, false);
         }
@@ -220,6 +232,17 @@ impl LocalEngine {
                 engine.lease_map.setup_map(&*engine, member)?;
             }
         }
+        // The redo log, decided by the ring's first process (recovered by it first). A store
+        // that a server serves has its writes made there.
+        if let Some(member) = engine.router.member() {
+            if !engine.read_only && !engine.router.served(&*engine) {
+                let waiting = Waiting::bounded(engine.busy_timeout, None);
+                let want = engine.write_log && !engine.router.serving();
+                if let Some(user) = LogUser::join(&*engine, member, want, waiting)? {
+                    let _ = engine.log.set(user);
+                }
+            }
+        }
         Ok(engine)
     }
 
@@ -266,6 +289,8 @@ impl LocalEngine {
             history: HistoryNotes::new(options.history),
             holds: Holds::new(options.refuse_own_waits),
             released: Released::new(),
+            write_log: options.write_log,
+            log: std::sync::OnceLock::new(),
         }))
     }
 
@@ -643,6 +668,16 @@ impl MapHost for LocalEngine {
     }
 }
 
+impl LogHost for LocalEngine {
+    fn store_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn log_user(&self) -> Option<&LogUser> {
+        self.log.get()
+    }
+}
+
 impl Engine for LocalEngine {
     fn path(&self) -> &Path {
         &self.path
@@ -687,6 +722,18 @@ impl Engine for LocalEngine {
             self.check_value(value)?;
         }
         check_token(token)?;
+        if let Some(user) = self.log.get() {
+            self.check_fork()?;
+            crate::base::cancel::check(cancel)?;
+            return self.counters.counted(user.put(
+                self,
+                key,
+                value,
+                token,
+                None,
+                self.bounded(cancel),
+            ));
+        }
         let op = Op::Put {
             key: key.to_vec(),
             value: value.map(<[u8]>::to_vec),
@@ -704,6 +751,10 @@ impl Engine for LocalEngine {
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
+        if let Some(user) = self.log.get() {
+            self.check_fork()?;
+            return user.get(self, key);
+        }
         self.router.value_of(self, key)
     }
 
@@ -714,6 +765,7 @@ impl Engine for LocalEngine {
                 prefix.len()
             )));
         }
+        self.checkpointed()?;
         self.router.keys_of(self, prefix)
     }
 
@@ -724,6 +776,10 @@ impl Engine for LocalEngine {
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
+        if let Some(user) = self.log.get() {
+            self.check_fork()?;
+            return user.fence_token(self, resource);
+        }
         self.router.fence_of(self, resource, self.bounded(None))
     }
 
@@ -746,6 +802,7 @@ impl Engine for LocalEngine {
     }
 
     fn info(&self) -> Result<StoreInfo> {
+        self.checkpointed()?;
         let counts = self.router.counts(self)?;
         let (last_token, lock_records) = match self.lease_map.member() {
             Some(member) => (
@@ -769,6 +826,7 @@ impl Engine for LocalEngine {
     }
 
     fn verify(&self) -> Result<()> {
+        self.checkpointed()?;
         self.router.verified(self)
     }
 
@@ -845,10 +903,26 @@ impl LocalEngine {
         Waiting::bounded(self.busy_timeout, cancel)
     }
 
+    /// Moves the redo log into the store file first, where the store writes through it: for
+    /// the reads that go over the whole file (keys, counts, verification).
+    fn checkpointed(&self) -> Result<()> {
+        match self.log.get() {
+            Some(user) => {
+                self.check_fork()?;
+                user.checkpoint(self, self.bounded(None))
+            }
+            None => Ok(()),
+        }
+    }
+
     fn fence_checked(&self, resource: &str, token: u64, cancel: Option<&Cancel>) -> Result<()> {
         check_name("fence resource", resource)?;
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
+        if let Some(user) = self.log.get() {
+            self.check_fork()?;
+            return user.fence(self, resource, token, self.bounded(cancel));
+        }
         // A token equal to the recorded one passes without a write.
         let highest = self.router.fence_of(self, resource, self.bounded(cancel))?;
         admit(token, highest)?;

@@ -215,6 +215,9 @@ impl Server {
             }
         };
         recorded()?;
+        if ring.log_on() {
+            return Err(refused_for_log(&path));
+        }
         // Stores that have the file open see this and close it at their next operation; those
         // that open it from now on wait for this server.
         ring.set_wanted(shared.id());
@@ -242,7 +245,13 @@ impl Server {
             true,
         )?;
         let engine = LocalEngine::ready(engine)?;
-        Ok(Server { engine, shared })
+        let server = Server { engine, shared };
+        // Processes of the store that write through the redo log (`Options::write_log`): a
+        // server would commit their writes to the file beside a log it does not read.
+        if server.engine.log.get().is_some() {
+            return Err(refused_for_log(&server.engine.path));
+        }
+        Ok(server)
     }
 
     /// The store file.
@@ -374,6 +383,15 @@ impl Server {
             ring.await_posted(IDLE_LOOK);
         }
     }
+}
+
+/// A server's refusal of a store whose processes write through the redo log.
+fn refused_for_log(path: &Path) -> Error {
+    Error::invalid(format!(
+        "{}: its processes write through the redo log (Options::write_log), which `fencelock \
+         serve` does not serve yet; serve it once they closed it",
+        path.display()
+    ))
 }
 
 impl Drop for Server {

@@ -928,6 +928,101 @@ impl<'a> GroupSync<'a> {
     }
 }
 
+/// `log_state`: the ring's processes do not write through the log (their fenced writes commit
+/// to the store file).
+const LOG_OFF: u64 = u64::MAX;
+/// `log_state`: they do; the log was recovered into the store file, and `end`, `flushed` and
+/// `checkpointed` start at its end.
+const LOG_ON: u64 = u64::MAX - 1;
+
+/// What [`Ring::decide_log`] tells a process of the ring's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogTurn {
+    /// Writes do not go through the log, for the ring's lifetime.
+    Off,
+    /// Writes go through the log, set up.
+    On,
+    /// This process is to set the log up: recover it, then [`Ring::log_set_up`].
+    SetUp,
+    /// Another live process is setting it up: ask again soon.
+    Wait,
+}
+
+impl Ring {
+    /// Decides, once for the ring's lifetime, whether its processes write through the log: the
+    /// first process to ask decides (`want`), and every later one follows. A process that
+    /// wants it takes the setting up (its liveness id `id` in `log_state`) and no write goes
+    /// through the log until it ends it with [`Ring::log_set_up`]; a setter that died is taken
+    /// over, as the recovery it was running is one transaction of the store file.
+    pub(crate) fn decide_log(&self, want: bool, id: u64, live: &dyn Live) -> LogTurn {
+        let word = &self.view.flush().log_state;
+        loop {
+            // Acquire: pairs with the Release of `log_set_up`, so that a process that sees the
+            // log on sees the positions it starts at.
+            let state = word.load(Ordering::Acquire);
+            let (to, turn) = match state {
+                LOG_ON => return LogTurn::On,
+                LOG_OFF => return LogTurn::Off,
+                0 if want => (id, LogTurn::SetUp),
+                0 => (LOG_OFF, LogTurn::Off),
+                setter if setter == id => return LogTurn::SetUp,
+                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Wait,
+                // Its setter died: taken over.
+                _ => (id, LogTurn::SetUp),
+            };
+            // AcqRel: one process decides; the loser reads the winner's word again.
+            if word
+                .compare_exchange(state, to, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return turn;
+            }
+        }
+    }
+
+    /// Ends the setting up of the log by the process that took it ([`Ring::decide_log`]): the
+    /// log was recovered into the store file up to `end`, where reservations, the flushed
+    /// prefix and the checkpoint start. No writer reserves before it (the log is not on).
+    pub(crate) fn log_set_up(&self, end: u64) {
+        let words = self.view.flush();
+        // Relaxed: published by the Release below, before any writer reserves.
+        words.end.store(end, Ordering::Relaxed);
+        words.flushed.store(end, Ordering::Relaxed);
+        words.checkpointed.store(end, Ordering::Relaxed);
+        // Release: pairs with the Acquire of `decide_log`.
+        words.log_state.store(LOG_ON, Ordering::Release);
+    }
+
+    /// Gives the setting up of the log back (this process, `id`, failed to recover it): the
+    /// next process to ask takes it.
+    pub(crate) fn log_set_up_failed(&self, id: u64) {
+        // AcqRel: as `decide_log`'s swap.
+        let _ = self.view.flush().log_state.compare_exchange(
+            id,
+            0,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether the ring's processes write through the log (decided and set up).
+    pub(crate) fn log_on(&self) -> bool {
+        // Acquire: as `decide_log`'s.
+        self.view.flush().log_state.load(Ordering::Acquire) == LOG_ON
+    }
+
+    /// How far the log is reserved, and how far the checkpoint reached: the writer that sees
+    /// them two segments apart starts a checkpoint.
+    pub(crate) fn log_positions(&self) -> (u64, u64) {
+        let words = self.view.flush();
+        // Relaxed: a hint of when to checkpoint, which the checkpoint reads again.
+        (
+            words.end.load(Ordering::Relaxed),
+            words.checkpointed.load(Ordering::Relaxed),
+        )
+    }
+}
+
 impl Ring {
     /// For the models: the sleepers' patience runs out (a futex wait's timeout, which the
     /// models' waits do not have), as after a process's death.
@@ -1013,8 +1108,8 @@ impl Log for PlainLog {
 
 /// The store's log: segment files, each record within one, fillers at their ends. A write into
 /// a retired segment (refused by `write_at` with `Timeout`, which it returns for that alone) is
-/// [`Written::Gone`]; every other error is the log's.
-#[cfg(not(fencelock_loom))]
+/// [`Written::Gone`]; every other error is the log's. (Under the models too: the store's engine,
+/// which writes through it, is built there, though no model runs it.)
 impl<D> Log for crate::storage::wal::file::SegmentLog<D>
 where
     D: crate::storage::wal::file::LogDir + Clone + Send + 'static,
@@ -1053,7 +1148,6 @@ where
 
 /// A segment log's write as [`Log`] tells it: its `Timeout` (a retired segment, and nothing
 /// else) is [`Written::Gone`].
-#[cfg(not(fencelock_loom))]
 fn written(result: Result<()>) -> io::Result<Written> {
     match result {
         Ok(()) => Ok(Written::Done),

@@ -268,6 +268,10 @@ pub(super) struct FlushHeader {
     /// The LSN the store's checkpoint has reached: writers reserve only up to `MAX_SEGMENTS`
     /// segments past its segment (`flush.rs`).
     pub(super) checkpointed: AtomicU64,
+    /// Whether the processes of this ring write through the log, decided once for the ring's
+    /// lifetime (`flush.rs`, `Ring::decide_log`): 0 undecided, `LOG_OFF`, `LOG_ON`, or the
+    /// liveness id of the process recovering the log before it is on.
+    pub(super) log_state: AtomicU64,
 }
 
 /// Bytes of the group sync's page; its marks follow.
@@ -364,6 +368,7 @@ mod zeroed {
                 generation: AtomicU32::new(0),
                 _reserved: AtomicU32::new(0),
                 checkpointed: AtomicU64::new(0),
+                log_state: AtomicU64::new(0),
             }
         }
     }

@@ -28,6 +28,8 @@
 //! Nothing in the store calls it yet: the fenced writes will (issue 35, step 4's wiring).
 //! Model: `ring/models/claims.rs` (make test-loom).
 
+use std::time::Instant;
+
 use super::keys::{self, Entry, Space};
 use crate::base::error::{Error, Result};
 use crate::ring::flush::{Fate, GroupSync, Log};
@@ -76,6 +78,9 @@ pub(crate) struct Claims<'a, L: Live> {
     live: &'a L,
     id: u64,
     log: &'a dyn Log,
+    /// When a writer stops writing anew a record that a skipper voided, and its reserves stop
+    /// waiting for a checkpoint; `None`: never.
+    deadline: Option<Instant>,
 }
 
 impl<'a, L: Live> Claims<'a, L> {
@@ -85,6 +90,16 @@ impl<'a, L: Live> Claims<'a, L> {
             live,
             id,
             log,
+            deadline: None,
+        }
+    }
+
+    /// The same, its writes given up with `Timeout` at `deadline` (see [`Claims::write`]).
+    #[cfg_attr(any(test, fencelock_loom), allow(dead_code))]
+    pub(crate) fn until(self, deadline: Instant) -> Self {
+        Claims {
+            deadline: Some(deadline),
+            ..self
         }
     }
 
@@ -95,7 +110,11 @@ impl<'a, L: Live> Claims<'a, L> {
     }
 
     fn sync(&self) -> GroupSync<'a> {
-        GroupSync::new(self.ring, self.id, self.live, self.log)
+        let sync = GroupSync::new(self.ring, self.id, self.live, self.log);
+        match self.deadline {
+            Some(deadline) => sync.until(deadline),
+            None => sync,
+        }
     }
 
     /// The entry of `key` in `space` with its pending claim settled if `flushed` has passed
@@ -147,22 +166,28 @@ impl<'a, L: Live> Claims<'a, L> {
         self.settle(space, key)
     }
 
-    /// Writes one record of `len` bytes for `key` in `space`, fenced. `base` is the key as the
-    /// store of record holds it when the index holds no entry (its highest token and version;
-    /// `newest` as the store says "redb's"). `check` is given the key's settled entry (or
-    /// `base`) and returns the write's token, or a refusal; `record` makes the record's bytes
-    /// from its position and its version (the entry's `version + 1`).
+    /// Writes one record of `len` bytes for `key` in `space`, fenced. `base` reads the key as
+    /// the store of record holds it, when the index holds no entry (its highest token and
+    /// version; `newest` as the store says "redb's"): read after the index, so that an entry a
+    /// checkpoint took out of the index is read where the checkpoint put it. `check` is given the
+    /// key's settled entry (or the base) and returns the write's token, or a refusal; `record`
+    /// makes the record's bytes from its position and its version (the entry's `version + 1`).
     ///
-    /// Errors: a storage error of the log, the key index or the ring; `Timeout` when this
-    /// writer was so slow between its claim and its mark that a waiter skipped its gap (the
-    /// write is void, and the next writer or reader of the key settles it so).
+    /// A writer so slow between its reservation and its mark that a waiter skipped its gap
+    /// (docs/design/writes.md section 8: a skip knows a writer is late, not that it is stopped)
+    /// writes its record anew, its claim settled void, until the deadline ([`Claims::until`]);
+    /// without a deadline (the tests and the models, where every gap is skipped) it fails
+    /// with `Timeout` at once.
+    ///
+    /// Errors: a storage error of the log, the key index or the ring; `Timeout` past the
+    /// deadline (the write did not happen).
     // The model stops its writers at each step, through `write_until`.
     #[cfg_attr(fencelock_loom, allow(dead_code))]
     pub(crate) fn write<R>(
         &self,
         space: Space,
         key: &[u8],
-        base: Entry,
+        base: &mut dyn FnMut() -> Result<Entry>,
         len: u64,
         check: &mut dyn FnMut(&Entry) -> std::result::Result<u64, R>,
         record: &mut dyn FnMut(u64, u64) -> Result<Vec<u8>>,
@@ -178,14 +203,24 @@ impl<'a, L: Live> Claims<'a, L> {
         &self,
         space: Space,
         key: &[u8],
-        base: Entry,
+        base: &mut dyn FnMut() -> Result<Entry>,
         len: u64,
         check: &mut dyn FnMut(&Entry) -> std::result::Result<u64, R>,
         record: &mut dyn FnMut(u64, u64) -> Result<Vec<u8>>,
         stop: Option<Step>,
     ) -> Result<Option<Outcome<R>>> {
         let sync = self.sync();
+        let mut again = false;
         loop {
+            // A record voided by a skipper is written anew, within the deadline.
+            if again
+                && self
+                    .deadline
+                    .is_some_and(|deadline| Instant::now() >= deadline)
+            {
+                return Err(Error::timed_out());
+            }
+            again = true;
             // No claim pending on the key: wait for its fate (no reservation held yet), then
             // settle it.
             while let Some(at) = self.settle(space, key)?.and_then(|entry| entry.pending) {
@@ -218,12 +253,21 @@ impl<'a, L: Live> Claims<'a, L> {
             // A failed write fails the log (section 9): nothing since is acknowledged, and the
             // claim, unmarked, is never taken as counting. `Timeout`: its segment is gone (its
             // gap was skipped and checkpointed past); the claim is void.
-            sync.write_unmarked(lsn, &bytes)?;
+            match sync.write_unmarked(lsn, &bytes) {
+                Ok(()) => {}
+                Err(Error::Timeout { .. }) if self.deadline.is_some() => continue,
+                Err(err) => return Err(err),
+            }
             if stop == Some(Step::Written) {
                 return Ok(None);
             }
-            // `Timeout`: a skipper won the mark; the claim is void.
-            sync.written(lsn, len)?;
+            // `Timeout`: a skipper won the mark; the claim is void, and the record is written
+            // anew.
+            match sync.written(lsn, len) {
+                Ok(()) => {}
+                Err(Error::Timeout { .. }) if self.deadline.is_some() => continue,
+                Err(err) => return Err(err),
+            }
             if stop == Some(Step::Marked) {
                 return Ok(None);
             }
@@ -255,7 +299,7 @@ impl<'a, L: Live> Claims<'a, L> {
         &self,
         space: Space,
         key: &[u8],
-        base: Entry,
+        base: &mut dyn FnMut() -> Result<Entry>,
         lsn: u64,
         len: u64,
         check: &mut dyn FnMut(&Entry) -> std::result::Result<u64, R>,
@@ -268,7 +312,10 @@ impl<'a, L: Live> Claims<'a, L> {
         if read.is_some_and(|entry| entry.pending.is_some()) {
             return Ok(Attempt::Raced);
         }
-        let now = read.unwrap_or(base);
+        let now = match read {
+            Some(entry) => entry,
+            None => base()?,
+        };
         let token = match check(&now) {
             Ok(token) => token,
             Err(refusal) => return Ok(Attempt::Refused(refusal)),
@@ -391,7 +438,7 @@ mod tests {
         claims.write_until(
             Space::Key,
             KEY,
-            BASE,
+            &mut || Ok(BASE),
             put(token, 0).encoded_len(),
             &mut admit(token),
             &mut |lsn, version| put(token, version).encode(lsn),
@@ -410,7 +457,7 @@ mod tests {
         let outcome = claims.write(
             Space::Key,
             KEY,
-            BASE,
+            &mut || Ok(BASE),
             put(token, 0).encoded_len(),
             &mut admit(token),
             &mut |lsn, version| put(token, version).encode(lsn),

@@ -236,6 +236,26 @@ pub(crate) fn prune(ring: &Ring, live: &impl Live, owner: u64, below: u64) -> Re
     Ok(removed)
 }
 
+/// The keys (of either space) whose entry has a claim pending below `below`: a checkpoint
+/// settles them before it retires the log there (docs/design/writes.md, step 4's section).
+pub(crate) fn pending_below(ring: &Ring, below: u64) -> Result<Vec<(Space, Vec<u8>)>> {
+    let map = ring.keys();
+    let mut found = Vec::new();
+    for bucket in 0..map.buckets() {
+        if map.bucket_is_empty(bucket) {
+            continue;
+        }
+        let snapshot = map.read_bucket(bucket);
+        ring.intact()?;
+        for keyed in decode(&snapshot.blob)? {
+            if keyed.entry.pending.is_some_and(|at| at < below) {
+                found.push((keyed.space, keyed.key));
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// Publishes `entries` as the blob of `bucket` if its word is still the one `read` saw:
 /// `false` when another writer published first.
 fn publish(

@@ -13,7 +13,10 @@ use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
-/// The version of this format, and of the ring's layout (10: the group sync's page gains the
+/// The version of this format, and of the ring's layout (11: the group sync's page gains
+/// `log_state`, whether the ring's processes write through the log, `ring/flush.rs`: a process of
+/// version 10 would commit fenced writes to the store file beside a log it does not read; 10: the
+/// group sync's page gains the
 /// `checkpointed` word, which bounds the writers' reservations, `ring/flush.rs`: a process of
 /// version 9 would reserve past the bound; 9: the ring gains the key index's map
 /// after the group sync's marks, `ring/layout.rs`, 8 MiB: a process of version 8 would map a
@@ -23,7 +26,7 @@ use crate::rules::record::Record;
 /// and when it took its place); part of the ring's header, so that a process of another version
 /// uses no ring of this one (a process of version 7 would map a ring of 8, never see its writers'
 /// marks, and commit without ringing the bell).
-pub(crate) const WIRE_VERSION: u32 = 10;
+pub(crate) const WIRE_VERSION: u32 = 11;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);

@@ -52,7 +52,7 @@ fn write(
     let outcome = claims.write_until(
         Space::Key,
         KEY,
-        BASE,
+        &mut || Ok(BASE),
         GRANULE,
         &mut |entry| {
             if token >= entry.highest {

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::crc;
-use crate::storage::wal::record::{self, Record, ALIGN, HEADER, MIN_RECORD};
+use crate::storage::wal::record::{self, Frame, Record, ALIGN, HEADER, MIN_RECORD};
 use crate::storage::wal::Segments;
 
 /// The header block's length: a segment's log bytes start after it.
@@ -601,6 +601,49 @@ impl<D: LogDir> SegmentLog<D> {
         }
     }
 
+    /// Whether segment `seq` was retired: gone, with a newer one there (segments are made in
+    /// order and never made again).
+    fn retired(&self, seq: u64) -> Result<bool> {
+        if self.segment(seq)?.is_some() {
+            return Ok(false);
+        }
+        Ok(self.seqs()?.last().is_some_and(|&newest| newest > seq))
+    }
+
+    /// The record at position `lsn`, which counts (its writer's mark said written and a sync
+    /// covered it): `None` when its segment was retired since (a checkpoint moved it into the
+    /// store file). Refused as [`Error::Corrupt`] when the bytes there are not a whole record
+    /// of that position.
+    pub(crate) fn read_record(&self, lsn: u64) -> Result<Option<Record>> {
+        let seq = lsn / self.size;
+        let Some(file) = self.segment(seq)? else {
+            return Ok(None);
+        };
+        let path = self.path(seq);
+        let offset = HEADER_BLOCK + lsn % self.size;
+        let mut header = [0u8; HEADER];
+        file.read_at(&mut header, offset)
+            .map_err(|e| Error::Io(e).at_path("read", &path))?;
+        let frame = Frame::read(&header)?;
+        let room = self.size - lsn % self.size;
+        if frame.lsn != lsn || frame.total() > room {
+            return Err(Error::Corrupt(format!(
+                "{}: no whole log record at position {lsn}, which was acknowledged",
+                path.display()
+            )));
+        }
+        let mut bytes = vec![0u8; usize::try_from(frame.total()).expect("at most a record")];
+        file.read_at(&mut bytes, offset)
+            .map_err(|e| Error::Io(e).at_path("read", &path))?;
+        if !frame.intact(&bytes) {
+            return Err(Error::Corrupt(format!(
+                "{}: the log record at position {lsn}, which was acknowledged, fails its checksum",
+                path.display()
+            )));
+        }
+        frame.record(&bytes).map(Some)
+    }
+
     /// Creates segment `seq` ahead of need, if it does not exist yet (idempotent: another
     /// handle, in this process or another, may have created it; one that was already used
     /// and retired is not made again). A writer calls it, in a thread of its own, when its
@@ -750,7 +793,14 @@ impl<D: LogDir> SegmentLog<D> {
     /// Whether a skip record in `[lsn, lsn + within)` voids the position `lsn`: a record counts
     /// only at its own position (the LSN in its header) and whole (its checksum), as the scan
     /// takes records. Segments that do not exist there (retired, or not made yet) hold none.
+    ///
+    /// A position in a retired segment is void: a checkpoint settles every claim below it
+    /// before it retires a segment, so a claim still asked about there was made after, by a
+    /// writer that resumed past its skip and the checkpoint (its own write was refused as gone).
     pub(crate) fn skipped(&self, lsn: u64, within: u64) -> Result<bool> {
+        if self.retired(lsn / self.size)? {
+            return Ok(true);
+        }
         let end = lsn.saturating_add(within);
         let mut from = lsn - lsn % ALIGN;
         while from < end {

@@ -1,0 +1,623 @@
+//! This store's fenced writes through the redo log ([`LogUser`]; issue 35,
+//! docs/design/writes.md), where [`crate::Options::write_log`] turned it on: puts, deletes,
+//! fences and an acquire's write go into the log beside the store file (`storage/wal/`) through
+//! the claims of the key index (`share/claims.rs`) and the group sync of the ring
+//! (`ring/flush.rs`), instead of a commit of the store file. The store file stays the store of
+//! record: checkpoints move the log into it, in the background every [`CHECKPOINT_EVERY`]
+//! segments and by the last process that closes the store, and a ring set up anew recovers the
+//! log into it before any write goes there.
+//!
+//! - **Whose log.** The first process of a ring's lifetime decides whether the ring's processes
+//!   write through the log (`Ring::decide_log`), and recovers it first; every later process
+//!   follows, whatever its own option, so that no fenced write of a ring commits to the store
+//!   file beside a log that holds newer ones of the same key. A server (`fencelock serve`)
+//!   refuses a store whose processes write through the log.
+//! - **A key's state** is its entry in the key index when it has one (its highest token, its
+//!   version, its newest record in the log: `newest`, [`IN_STORE`] for "the store file's"),
+//!   else the store file's value, token and stored version, read after the index (a checkpoint
+//!   commits before it prunes, so an entry gone from the index is in the store file).
+//! - **A get** reads the newest record whose fate is known: the log's, or the store file's once
+//!   a checkpoint retired the log's segment there.
+//! - **The checks** run between the record's reservation and its claim, in the claim's unit:
+//!   the lease of a holder's write (in the lease map), the token's grant, and the token rule.
+
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redb::{ReadTransaction, TableError};
+
+use crate::base::cancel::Waiting;
+use crate::base::clock;
+use crate::base::error::{Error, Result};
+use crate::base::limits::check_granted;
+use crate::local::lease_map::MapHost;
+use crate::ring::flush::{Fate, GroupSync, LogTurn};
+use crate::rules::admit::check_current;
+use crate::rules::info::Fenced;
+use crate::rules::record::decode_value;
+use crate::rules::tables::{FENCES, META, VALUES, VERSIONS};
+use crate::rules::tokens::admit;
+use crate::share::claims::{Claims, Outcome};
+use crate::share::keys::{self, Entry, Space};
+use crate::share::member::RingMember;
+use crate::storage::db::Db;
+use crate::storage::liveness::Liveness;
+use crate::storage::wal::apply::{applied_position, apply, recover};
+use crate::storage::wal::file::{SegmentLog, DEFAULT_SIZE, HEADER_BLOCK};
+use crate::storage::wal::record::{Record, INLINE_MAX};
+use crate::storage::wal::scan::scan;
+
+/// An entry's `newest` when the key's newest record is the store file's.
+const IN_STORE: u64 = u64::MAX;
+/// A writer that finds the log this many segments past the checkpoint starts a checkpoint.
+const CHECKPOINT_EVERY: u64 = 2;
+/// The environment variable that sets the log's segment size (bytes, a multiple of 4096, at
+/// least [`MIN_SEGMENT`]; a record larger than a segment is refused): every process of a store
+/// must agree. For tests that cross
+/// segments and checkpoints with few writes; the default is 16 MiB.
+const SEGMENT_VAR: &str = "FENCELOCK_LOG_SEGMENT";
+/// The smallest segment [`SEGMENT_VAR`] may ask for.
+const MIN_SEGMENT: u64 = 64 << 10;
+
+/// What the log user needs of the engine: the map host's (its liveness, database, router,
+/// lease map and counters), the store's path, and this part again, for a thread of its own.
+pub(crate) trait LogHost: MapHost {
+    /// The store file's path: the log's segments are `PATH.wal.<seq>`.
+    fn store_path(&self) -> &Path;
+
+    /// The engine's log user, when its writes go through the log.
+    fn log_user(&self) -> Option<&LogUser>;
+}
+
+/// This process's use of its store's redo log.
+pub(crate) struct LogUser {
+    member: Arc<RingMember>,
+    log: SegmentLog,
+    /// Whether a checkpoint of this process runs in a thread of its own now.
+    checkpointing: AtomicBool,
+}
+
+/// The log's segment size: [`SEGMENT_VAR`], or the default.
+fn segment_size() -> Result<u64> {
+    let Ok(text) = std::env::var(SEGMENT_VAR) else {
+        return Ok(DEFAULT_SIZE);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(size) if size % HEADER_BLOCK == 0 && size >= MIN_SEGMENT => Ok(size),
+        _ => Err(Error::invalid(format!(
+            "{SEGMENT_VAR}={text}: a log segment is a multiple of {HEADER_BLOCK} bytes of at \
+             least {MIN_SEGMENT}"
+        ))),
+    }
+}
+
+/// The redo log of the store file at `path`.
+fn open_log(path: &Path) -> Result<SegmentLog> {
+    let id = crate::storage::file::ring_nonce(path)?.unwrap_or(0);
+    let mut base = path.as_os_str().to_owned();
+    base.push(".wal");
+    Ok(SegmentLog::open(Path::new(&base), id, segment_size()?)?)
+}
+
+/// Recovers into `db` (opened by a single process) the redo log a crash left beside the store
+/// file at `path`, if it has one: the records a process of a ring acknowledged before it died
+/// with every other, which the next ring would have recovered.
+pub(crate) fn recover_alone(path: &Path, db: &Db) -> Result<()> {
+    let log = open_log(path)?;
+    if log.seqs()?.is_empty() {
+        return Ok(());
+    }
+    recover(db.writable()?, &log)?;
+    Ok(())
+}
+
+/// A table `txn` may not have yet (a store that never held a key or a version): `None`.
+fn opened<T>(table: std::result::Result<T, TableError>) -> Result<Option<T>> {
+    match table {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+impl LogUser {
+    /// The log user of the engine `host` in the ring `member`, once its fenced writes go
+    /// through the log: decided by the first process of the ring's lifetime (`want`, this
+    /// process's option, counts only when it is first). The process that turns it on recovers
+    /// the log into the store file first; the others wait for it, within `waiting`.
+    pub(crate) fn join<H: LogHost>(
+        host: &H,
+        member: &Arc<RingMember>,
+        want: bool,
+        waiting: Waiting<'_>,
+    ) -> Result<Option<LogUser>> {
+        let ring = member.ring();
+        loop {
+            match ring.decide_log(want, member.id(), host.live()) {
+                LogTurn::Off => return Ok(None),
+                LogTurn::On => break,
+                LogTurn::SetUp => {
+                    let set_up = || -> Result<()> {
+                        let log = open_log(host.store_path())?;
+                        let db = host.database()?;
+                        let end = recover(db.writable()?, &log)?.applied.end;
+                        log.prepare(end / log.size())?;
+                        ring.log_set_up(end);
+                        Ok(())
+                    };
+                    if let Err(err) = set_up() {
+                        ring.log_set_up_failed(member.id());
+                        return Err(err);
+                    }
+                    break;
+                }
+                LogTurn::Wait => {
+                    waiting.step()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        Ok(Some(LogUser {
+            member: Arc::clone(member),
+            log: open_log(host.store_path())?,
+            checkpointing: AtomicBool::new(false),
+        }))
+    }
+
+    fn claims<'a>(&'a self, live: &'a Liveness, deadline: Instant) -> Claims<'a, Liveness> {
+        Claims::new(self.member.ring(), live, self.member.id(), &self.log).until(deadline)
+    }
+
+    fn sync<'a>(&'a self, live: &'a Liveness) -> GroupSync<'a> {
+        GroupSync::new(self.member.ring(), self.member.id(), live, &self.log)
+    }
+
+    /// Writes `value` under `key` (deletes it with `None`) with `token`, fenced; with `lease`,
+    /// only while the lease `token` of that lock is current (checked in the claim's unit).
+    /// Whether the key held a value before.
+    pub(crate) fn put<H: LogHost>(
+        &self,
+        host: &H,
+        key: &[u8],
+        value: Option<&[u8]>,
+        token: u64,
+        lease: Option<&str>,
+        waiting: Waiting<'_>,
+    ) -> Result<bool> {
+        if let Some(value) = value.filter(|value| value.len() > INLINE_MAX) {
+            return Err(Error::invalid(format!(
+                "a value of {} bytes: with the write log on, values are at most {INLINE_MAX} bytes",
+                value.len()
+            )));
+        }
+        let record = |version| match value {
+            Some(value) => Record::Put {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                token,
+                version,
+            },
+            None => Record::Delete {
+                key: key.to_vec(),
+                token,
+                version,
+            },
+        };
+        let existed = Cell::new(false);
+        let mut check = |now: &Entry| -> Result<u64> {
+            match lease {
+                Some(name) => {
+                    let current = host.shared_lease(name).unwrap_or(Ok(None))?;
+                    check_current(host, current.as_ref(), token, clock::now_ns())?;
+                }
+                None => check_granted(token, host.shared_last_token().unwrap_or(0))?,
+            }
+            admit(token, Some(now.highest))?;
+            existed.set(self.holds_value(host, key, now, waiting)?);
+            Ok(token)
+        };
+        let outcome = self.claims(host.live(), deadline(waiting)).write(
+            Space::Key,
+            key,
+            &mut || Ok(stored_key(host, key, waiting)?.0),
+            record(0).encoded_len(),
+            &mut check,
+            &mut |lsn, version| record(version).encode(lsn),
+        )?;
+        self.done(host, outcome)?;
+        Ok(existed.get())
+    }
+
+    /// Records `token` as the highest the fence `resource` accepted, fenced.
+    pub(crate) fn fence<H: LogHost>(
+        &self,
+        host: &H,
+        resource: &str,
+        token: u64,
+        waiting: Waiting<'_>,
+    ) -> Result<()> {
+        check_granted(token, host.shared_last_token().unwrap_or(0))?;
+        let record = |version| Record::Fence {
+            resource: resource.to_owned(),
+            token,
+            version,
+        };
+        let outcome = self.claims(host.live(), deadline(waiting)).write(
+            Space::Fence,
+            resource.as_bytes(),
+            &mut || stored_fence(host, resource, waiting),
+            record(0).encoded_len(),
+            &mut |now: &Entry| -> Result<u64> {
+                admit(token, Some(now.highest))?;
+                Ok(token)
+            },
+            &mut |lsn, version| record(version).encode(lsn),
+        )?;
+        self.done(host, outcome)
+    }
+
+    /// An acknowledged write counted and told, a checkpoint started when the log has grown
+    /// enough; a refusal returned.
+    fn done<H: LogHost>(&self, host: &H, outcome: Outcome<Error>) -> Result<()> {
+        match outcome {
+            Outcome::Acknowledged { .. } => {
+                host.counters()
+                    .commit(Some(crate::storage::commit::Committed {
+                        ops: 1,
+                        ends: crate::rules::history::Ends::default(),
+                    }));
+                let (end, checkpointed) = self.member.ring().log_positions();
+                if end.saturating_sub(checkpointed) >= CHECKPOINT_EVERY * self.log.size() {
+                    self.checkpoint_ahead(host);
+                }
+                Ok(())
+            }
+            Outcome::Refused(err) => Err(err),
+        }
+    }
+
+    /// Whether `key`, whose settled entry is `now`, holds a value (not nothing, not a
+    /// tombstone).
+    fn holds_value<H: LogHost>(
+        &self,
+        host: &H,
+        key: &[u8],
+        now: &Entry,
+        waiting: Waiting<'_>,
+    ) -> Result<bool> {
+        match self.newest(now)? {
+            Some(Record::Put { .. }) => Ok(true),
+            Some(Record::Delete { .. }) => Ok(false),
+            Some(other) => Err(not_a_key(&other)),
+            None => Ok(stored_key(host, key, waiting)?.1),
+        }
+    }
+
+    /// The newest record of an entry, `None` when it is the store file's (its segment retired
+    /// since: a checkpoint moved it there).
+    fn newest(&self, entry: &Entry) -> Result<Option<Record>> {
+        if entry.newest == IN_STORE {
+            return Ok(None);
+        }
+        self.log.read_record(entry.newest)
+    }
+
+    /// The value of `key`: its newest acknowledged write.
+    pub(crate) fn get<H: LogHost>(&self, host: &H, key: &[u8]) -> Result<Option<Fenced>> {
+        let claims = self.claims(host.live(), deadline(bounded(host)));
+        if let Some(entry) = claims.read(Space::Key, key)? {
+            match self.newest(&entry)? {
+                Some(Record::Put { value, token, .. }) => return Ok(Some(Fenced { value, token })),
+                Some(Record::Delete { .. }) => return Ok(None),
+                Some(other) => return Err(not_a_key(&other)),
+                None => {}
+            }
+        }
+        host.router().value_of(host, key)
+    }
+
+    /// The highest token the fence `resource` accepted.
+    pub(crate) fn fence_token<H: LogHost>(&self, host: &H, resource: &str) -> Result<Option<u64>> {
+        let claims = self.claims(host.live(), deadline(bounded(host)));
+        if let Some(entry) = claims.read(Space::Fence, resource.as_bytes())? {
+            match self.newest(&entry)? {
+                Some(Record::Fence { token, .. }) => return Ok(Some(token)),
+                Some(other) => {
+                    return Err(Error::Corrupt(format!(
+                        "the fence {resource} points at a log record that is not a fence: \
+                         {other:?}"
+                    )))
+                }
+                None => {}
+            }
+        }
+        host.router().fence_of(host, resource, bounded(host))
+    }
+
+    /// Moves every record the log holds durably into the store file, in one transaction of
+    /// it (taken without waiting for a stopped holder past `waiting`), then settles the claims
+    /// below, raises the checkpoint, takes the entries it moved out of the key index and
+    /// retires the segments wholly below (docs/design/writes.md, section 6).
+    pub(crate) fn checkpoint<H: LogHost>(&self, host: &H, waiting: Waiting<'_>) -> Result<()> {
+        let db = host.database()?;
+        let database = db.writable()?;
+        let txn = loop {
+            match database.try_begin_write() {
+                Ok(txn) => break txn,
+                Err(redb::TransactionError::WouldBlock) => {
+                    waiting.step()?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(err) => return Err(err.into()),
+            }
+        };
+        let ring = self.member.ring();
+        let live = host.live();
+        let sync = self.sync(live);
+        let flushed = sync.flushed();
+        let from = applied_position(&txn.open_table(META)?)?;
+        let end = if from < flushed {
+            let scanned = scan(&self.log, from)?;
+            let end = scanned.end.min(flushed).max(from);
+            let mut records = Vec::new();
+            // The scan takes a whole record at its own position; whether it counts is its
+            // mark's (a skipper's claim voids it, though its late writer may have written it).
+            for (lsn, record) in scanned.records {
+                if lsn >= end {
+                    break;
+                }
+                if sync.fate_in_log(lsn)? == Fate::Counts {
+                    records.push((lsn, record));
+                }
+            }
+            apply(&txn, &records, end)?;
+            txn.commit()?;
+            end
+        } else {
+            drop(txn);
+            from
+        };
+        // Every claim below the new checkpoint settles by its fate while the log still holds
+        // it: a claim made below it later is void (`SegmentLog::skipped`).
+        let claims = self.claims(live, deadline(waiting));
+        for (space, key) in keys::pending_below(ring, end)? {
+            claims.settle(space, &key)?;
+        }
+        sync.checkpointed(end);
+        keys::prune(ring, live, self.member.id(), end)?;
+        self.log.retire_below(end)
+    }
+
+    /// Starts a checkpoint in a thread of its own, unless one of this process's runs.
+    fn checkpoint_ahead<H: LogHost>(&self, host: &H) {
+        if self.checkpointing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let engine = host.arc();
+        let spawned = std::thread::Builder::new()
+            .name("fencelock-checkpoint".into())
+            .spawn(move || {
+                if let Some(user) = engine.log_user() {
+                    let _ = user.checkpoint(&*engine, bounded(&*engine));
+                    user.checkpointing.store(false, Ordering::Release);
+                }
+            });
+        if spawned.is_err() {
+            self.checkpointing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The deadline of `waiting`, for the claims.
+fn deadline(waiting: Waiting<'_>) -> Instant {
+    Instant::now() + Duration::from_nanos(waiting.deadline.saturating_sub(clock::now_ns()))
+}
+
+/// The wait of a read or a checkpoint that says nothing of its own: the busy timeout from now.
+fn bounded<H: LogHost>(host: &H) -> Waiting<'static> {
+    Waiting::bounded(host.busy_timeout(), None)
+}
+
+fn not_a_key(record: &Record) -> Error {
+    Error::Corrupt(format!(
+        "a key of the store points at a log record that is not a put or a delete: {record:?}"
+    ))
+}
+
+/// `key` as the store file holds it: its entry (highest token, stored version, newest
+/// [`IN_STORE`]), and whether it holds a value.
+fn stored_key<H: LogHost>(host: &H, key: &[u8], waiting: Waiting<'_>) -> Result<(Entry, bool)> {
+    host.read_within(waiting, |txn: &ReadTransaction| {
+        let (highest, present) = match opened(txn.open_table(VALUES))? {
+            Some(values) => match values.get(key)? {
+                Some(record) => {
+                    let (token, value) = decode_value(record.value())?;
+                    (token, value.is_some())
+                }
+                None => (0, false),
+            },
+            None => (0, false),
+        };
+        let version = match opened(txn.open_table(VERSIONS))? {
+            Some(versions) => versions.get(key)?.map_or(0, |v| v.value()),
+            None => 0,
+        };
+        Ok((
+            Entry {
+                highest,
+                version,
+                newest: IN_STORE,
+                pending: None,
+            },
+            present,
+        ))
+    })
+}
+
+/// The fence `resource` as the store file holds it (a fence's state is its token: no
+/// version is stored).
+fn stored_fence<H: LogHost>(host: &H, resource: &str, waiting: Waiting<'_>) -> Result<Entry> {
+    host.read_within(waiting, |txn: &ReadTransaction| {
+        let highest = match opened(txn.open_table(FENCES))? {
+            Some(fences) => fences.get(resource)?.map_or(0, |v| v.value()),
+            None => 0,
+        };
+        Ok(Entry {
+            highest,
+            version: 0,
+            newest: IN_STORE,
+            pending: None,
+        })
+    })
+}
+
+#[cfg(all(test, not(fencelock_loom)))]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Error, Options, Store};
+
+    /// The environment is the process's: a test that sets the segment size holds this, and
+    /// so does every test that opens a store meanwhile.
+    static ENV: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+    fn logged() -> Options {
+        Options {
+            write_log: true,
+            ..Options::default()
+        }
+    }
+
+    /// The segment files of the log of `store`.
+    fn segments(store: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut prefix = store.file_name().unwrap().to_owned();
+        prefix.push(".wal.");
+        let prefix = prefix.into_string().unwrap();
+        let mut found: Vec<_> = std::fs::read_dir(store.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| {
+                path.file_name()
+                    .unwrap()
+                    .to_str()
+                    .is_some_and(|name| name.starts_with(&prefix))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn the_walkthrough_goes_through_the_log_and_a_stale_holder_is_refused() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let a = store
+            .acquire("payment-export", Duration::from_millis(50))
+            .unwrap();
+        a.put(b"export/batch", b"from A").unwrap();
+        assert_eq!(
+            store.get(b"export/batch").unwrap().unwrap().value,
+            b"from A"
+        );
+        assert!(!segments(&path).is_empty(), "the write went to the log");
+        std::thread::sleep(Duration::from_millis(80));
+        let b = store
+            .acquire("payment-export", Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(b.token(), a.token() + 1);
+        b.put(b"export/batch", b"from B").unwrap();
+        let refused = a.put(b"export/batch", b"stale A").unwrap_err();
+        assert!(
+            matches!(refused, Error::LockLost { .. } | Error::StaleToken { .. }),
+            "{refused:?}"
+        );
+        let got = store.get(b"export/batch").unwrap().unwrap();
+        assert_eq!(
+            (got.value.as_slice(), got.token),
+            (&b"from B"[..], b.token())
+        );
+        // A lower token is refused at the store level too, and changes nothing.
+        let lower = store.put(b"export/batch", b"lower", a.token()).unwrap_err();
+        assert!(matches!(lower, Error::StaleToken { .. }), "{lower:?}");
+        assert_eq!(
+            store.get(b"export/batch").unwrap().unwrap().token,
+            b.token()
+        );
+    }
+
+    #[test]
+    fn keys_info_and_a_closed_store_read_alone_see_every_logged_write() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        for i in 0..20u32 {
+            holder
+                .put(format!("k/{i:02}").as_bytes(), &i.to_le_bytes())
+                .unwrap();
+        }
+        assert!(holder.delete(b"k/00").unwrap(), "k/00 held a value");
+        assert!(!holder.delete(b"k/00").unwrap(), "deleted already");
+        let fenced_at = holder.token();
+        store.fence("printer", fenced_at).unwrap();
+        assert_eq!(store.fence_token("printer").unwrap(), Some(holder.token()));
+        let keys = store.keys(b"k/").unwrap();
+        assert_eq!(keys.len(), 19, "every key but the deleted one: {keys:?}");
+        assert_eq!(store.info().unwrap().keys, 19);
+        store.verify().unwrap();
+        holder.release().unwrap();
+        drop(holder);
+        drop(store);
+        // Closed: the last user moved the log into the store file, which a read-only open
+        // reads alone (it uses no log).
+        let read = Store::open_with(
+            &path,
+            &Options {
+                read_only: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            read.get(b"k/07").unwrap().unwrap().value,
+            7u32.to_le_bytes()
+        );
+        assert_eq!(read.get(b"k/00").unwrap(), None);
+        assert_eq!(read.fence_token("printer").unwrap(), Some(fenced_at));
+    }
+
+    #[test]
+    fn a_write_log_store_crosses_segments_and_checkpoints_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        // 64 KiB segments (the environment is the process's: this test alone sets it, and
+        // only its store's log reads it at open).
+        let store = with_segment(|| Store::open_with(&path, &logged()).unwrap());
+        let holder = store.acquire("writer", Duration::from_secs(30)).unwrap();
+        let value = vec![7u8; 1000];
+        for i in 0..600u32 {
+            holder
+                .put(format!("k/{}", i % 50).as_bytes(), &value)
+                .unwrap();
+        }
+        // 600 records of about 1 KiB: nine segments of 64 KiB, checkpointed every two.
+        let left = segments(&path).len();
+        assert!(left <= 6, "the checkpoints retired segments: {left} left");
+        assert_eq!(store.keys(b"k/").unwrap().len(), 50);
+        assert_eq!(store.get(b"k/3").unwrap().unwrap().value, value);
+    }
+
+    fn with_segment<T>(f: impl FnOnce() -> T) -> T {
+        let _env = ENV.lock();
+        std::env::set_var(super::SEGMENT_VAR, "65536");
+        let result = f();
+        std::env::remove_var(super::SEGMENT_VAR);
+        result
+    }
+}
