@@ -354,9 +354,11 @@ impl Shared {
     }
 
     /// The store's commits and grants so far (from its metrics: every process's, in
-    /// multi-process mode), for a fencelock system.
+    /// multi-process mode), for a fencelock system that commits to its file: with the redo log
+    /// the metrics count every acknowledged write as a commit of its own, so that they cannot
+    /// tell the store file's commits (checkpoints, token reservations) apart.
     pub fn commits_and_grants(&self) -> Option<(u64, u64)> {
-        if !self.system.is_fencelock() {
+        if !self.system.is_fencelock() || self.system == System::FencelockLog {
             return None;
         }
         let metrics = self.store.as_ref()?.metrics().expect("fencelock metrics");

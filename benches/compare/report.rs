@@ -963,8 +963,8 @@ second process, so the process workloads do not apply to it.\n\
 store opened with `Options {{ write_log: true, .. }}`: a fenced write (a put, and an acquire's \
 write) goes to the redo log beside the store file, one `fdatasync` shared by every process \
 writing at that moment, and checkpoints move the log into the store file (docs/design/writes.md). \
-Its \"file commits per grant\" column counts the store file's commits, which the log leaves to \
-checkpoints, not the log's syncs.\n\
+Its \"file commits per grant\" column stays empty: the store's metrics count every write \
+acknowledged through the log as a commit, and cannot tell the store file's own commits apart.\n\
 - **SQLite**: a lease table and a token counter; WAL journal, `synchronous=FULL` (every commit is \
 fsynced), `busy_timeout`. Acquire is one `BEGIN IMMEDIATE` transaction (check the lease, bump the \
 counter, upsert the lease); release deletes the lease if it still carries the token; the write \
