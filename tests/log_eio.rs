@@ -15,8 +15,6 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 use fencelock::{Error, SharedLogFile};
 
@@ -90,27 +88,6 @@ fn child() {
     }
 }
 
-/// The shim, built once per test binary into its own library.
-fn shim() -> &'static Path {
-    static SHIM: OnceLock<PathBuf> = OnceLock::new();
-    SHIM.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let building = dir.join(format!("eio-shim-{}.so", std::process::id()));
-        let out = dir.join("eio-shim.so");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eio/shim.c");
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-            .arg(&building)
-            .arg(&source)
-            .arg("-ldl")
-            .status()
-            .expect("run cc to build the EIO shim");
-        assert!(status.success(), "cc failed on {}", source.display());
-        std::fs::rename(&building, &out).unwrap();
-        out
-    })
-}
-
 fn prepare(dir: &Path) {
     std::fs::write(dir.join("store"), b"").unwrap();
     let log = std::fs::File::create(dir.join(LOG)).unwrap();
@@ -126,7 +103,7 @@ fn faulty(writer: u64, dir: &Path, trigger: &Path, on: &str) -> Kid {
         &format!("steps {writer}"),
         dir,
         &[
-            ("LD_PRELOAD", shim().as_os_str()),
+            ("LD_PRELOAD", common::eio_shim().as_os_str()),
             ("FENCELOCK_EIO_SUFFIX", OsStr::new(LOG)),
             ("FENCELOCK_EIO_TRIGGER", trigger.as_os_str()),
             ("FENCELOCK_EIO_ON", OsStr::new(on)),

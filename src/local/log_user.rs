@@ -70,6 +70,14 @@ pub(crate) trait LogHost: MapHost {
 
     /// The engine's log user, when its writes go through the log.
     fn log_user(&self) -> Option<&LogUser>;
+
+    /// Whether every handle of the store in this process was dropped.
+    fn handles_dropped(&self) -> bool;
+
+    /// What the last user of the store in this process does as it goes (its releases, and the
+    /// last checkpoint of the store's last process): for a thread of its own that outlived the
+    /// handles.
+    fn last_user_gone(&self);
 }
 
 /// This process's use of its store's redo log.
@@ -362,17 +370,17 @@ impl LogUser {
         let end = if from < flushed {
             let scanned = scan(&self.log, from)?;
             let end = scanned.end.min(flushed).max(from);
-            let mut records = Vec::new();
-            // The scan takes a whole record at its own position; whether it counts is its
-            // mark's (a skipper's claim voids it, though its late writer may have written it).
-            for (lsn, record) in scanned.records {
-                if lsn >= end {
-                    break;
-                }
-                if sync.fate_in_log(lsn)? == Fate::Counts {
-                    records.push((lsn, record));
-                }
-            }
+            // The scan takes a whole record at its own position, and leaves out those the
+            // skip records it read void. A mark still in the window says more: a skipper's
+            // claim voids a record its late writer wrote all the same (its skip record may lie
+            // past a hole the scan stops at). A mark the window moved on from is left to the
+            // scan, as recovery leaves it (asking the log's skip records for each would read a
+            // window of log per record).
+            let records: Vec<_> = scanned
+                .records
+                .into_iter()
+                .filter(|&(lsn, _)| lsn < end && sync.fate(lsn) != Fate::Void)
+                .collect();
             apply(&txn, &records, end)?;
             txn.commit()?;
             end
@@ -403,6 +411,11 @@ impl LogUser {
                 if let Some(user) = engine.log_user() {
                     let _ = user.checkpoint(&*engine, bounded(&*engine));
                     user.checkpointing.store(false, Ordering::Release);
+                }
+                // The store was closed meanwhile: its close found this thread holding the
+                // engine, and left its last steps to whoever holds it last.
+                if engine.handles_dropped() && Arc::strong_count(&engine) == 1 {
+                    engine.last_user_gone();
                 }
             });
         if spawned.is_err() {
@@ -451,6 +464,7 @@ fn stored_key<H: LogHost>(host: &H, key: &[u8], waiting: Waiting<'_>) -> Result<
                 version,
                 newest: IN_STORE,
                 pending: None,
+                voided: 0,
             },
             present,
         ))
@@ -470,6 +484,7 @@ fn stored_fence<H: LogHost>(host: &H, resource: &str, waiting: Waiting<'_>) -> R
             version: 0,
             newest: IN_STORE,
             pending: None,
+            voided: 0,
         })
     })
 }

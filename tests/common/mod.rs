@@ -214,3 +214,24 @@ pub fn say(line: impl std::fmt::Display) {
     println!("@@ {line}");
     std::io::stdout().flush().unwrap();
 }
+
+/// The EIO shim (`tests/eio/shim.c`), built once per test binary into its own library.
+pub fn eio_shim() -> &'static std::path::Path {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let building = dir.join(format!("eio-shim-{}.so", std::process::id()));
+        let out = dir.join("eio-shim.so");
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/eio/shim.c");
+        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+            .arg(&building)
+            .arg(&source)
+            .arg("-ldl")
+            .status()
+            .expect("run cc to build the EIO shim");
+        assert!(status.success(), "cc failed on {}", source.display());
+        std::fs::rename(&building, &out).unwrap();
+        out
+    })
+}
