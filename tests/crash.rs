@@ -8,11 +8,12 @@
 //! docs/torture.md, "Power-loss crash images".
 //!
 //! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000; the write log's case
-//! checks a quarter of it), `FENCELOCK_CRASH_OPS=N` the operations per writer (default 40; the
-//! write log's case runs three times as many), `FENCELOCK_CRASH_SEED=N` the seed (default: from
-//! the clock; printed on failure). `FENCELOCK_CRASH_DUMP=1` prints each recording, and
-//! `FENCELOCK_CRASH_KEEP=DIR` keeps there each image that fails. Children are this test binary
-//! run again with `FENCELOCK_TEST_ROLE=crash-writer`.
+//! checks a quarter of it), `FENCELOCK_CRASH_OPS=N` the operations per writer (default 40),
+//! `FENCELOCK_CRASH_SEED=N` the seed (default: from the clock; printed on failure).
+//! `FENCELOCK_CRASH_DUMP=1` prints each recording, and `FENCELOCK_CRASH_KEEP=DIR` keeps there
+//! each image that fails. `FENCELOCK_CRASH_STRICT_XATTR=1` and `FENCELOCK_CRASH_OPEN_DEFAULT=1`
+//! are for the write log's images (docs/torture.md). Children are this test binary run again
+//! with `FENCELOCK_TEST_ROLE=crash-writer`.
 
 #[path = "crash/check.rs"]
 mod check;
