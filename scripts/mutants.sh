@@ -51,6 +51,7 @@ claims-over-pending~src/share/claims.rs~        if read.is_some_and(|entry| entr
 prune-drops-voided~src/share/keys.rs~entry.pending.is_some() || entry.newest >= below || entry.voided >= below~entry.pending.is_some() || entry.newest >= below~share::keys::tests::prune_removes~
 retired-not-void~src/storage/wal/file.rs~        if self.retired(lsn / self.size)? {\n            return Ok(true);\n        }~~storage::wal::file::tests::a_record_is_read_back~
 log-follows-unset~src/ring/flush.rs~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Wait,~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Off,~ring::models::flush::processes_opening_at_once~loom
+void-keeps-highest~src/share/claims.rs~                Fate::Void => Entry {\n                    highest: now.before,~                Fate::Void => Entry {~share::claims::tests::a_writer_stopped_at_each_step~
 '
 
 want="$*"

@@ -565,6 +565,7 @@ mod tests {
             key: key.to_vec(),
             entry: keys::Entry {
                 highest: 12,
+                before: 12,
                 version: 3,
                 newest: 4096,
                 pending,

@@ -553,6 +553,7 @@ fn stored_key<H: LogHost>(host: &H, key: &[u8], waiting: Waiting<'_>) -> Result<
         Ok((
             Entry {
                 highest,
+                before: highest,
                 version,
                 newest: IN_STORE,
                 pending: None,
@@ -573,6 +574,7 @@ fn stored_fence<H: LogHost>(host: &H, resource: &str, waiting: Waiting<'_>) -> R
         };
         Ok(Entry {
             highest,
+            before: highest,
             version: 0,
             newest: IN_STORE,
             pending: None,

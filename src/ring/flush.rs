@@ -367,7 +367,8 @@ impl<'a> GroupSync<'a> {
         }
     }
 
-    /// The same, its reserves waiting for a checkpoint until `deadline` at most.
+    /// The same, its reserves waiting for a checkpoint, and its awaits for a sync, until
+    /// `deadline` at most.
     #[cfg_attr(any(not(test), fencelock_loom), allow(dead_code))]
     pub(crate) fn until(self, deadline: std::time::Instant) -> Self {
         GroupSync {
@@ -722,6 +723,16 @@ impl<'a> GroupSync<'a> {
                 return Ok(());
             }
             self.check_failed()?;
+            // A deadline (`until`): a wait behind a skipper stopped between its claim and its
+            // `SKIPPED` (which holds the gap until it resumes) ends at it, as the caller's
+            // busy timeout promises; the record may still become durable (its outcome is
+            // unknown, as a timed-out commit's).
+            if self
+                .deadline
+                .is_some_and(|deadline| std::time::Instant::now() >= deadline)
+            {
+                return Err(Error::timed_out());
+            }
             patience.saw(flushed);
             let lead = self.lead()?;
             if lead || patience.flusher_over() {

@@ -233,11 +233,12 @@ pub(crate) const MAP_SIZE: usize = HEADER_AREA + 2 * BUCKETS * 8 + BLOCKS * BLOC
 pub(crate) const KEY_BUCKETS: usize = 4096;
 #[cfg(not(fencelock_loom))]
 pub(crate) const KEY_BLOCKS: usize = 32768;
-// The models' key map is as small as their lease map.
+// The models' key map: two buckets, as the lease map, and blocks for two keys' entries (two
+// blocks) published by three writers at once.
 #[cfg(fencelock_loom)]
 pub(crate) const KEY_BUCKETS: usize = 2;
 #[cfg(fencelock_loom)]
-pub(crate) const KEY_BLOCKS: usize = 4;
+pub(crate) const KEY_BLOCKS: usize = 8;
 
 /// The key map's header, at the start of its area.
 #[repr(C)]

@@ -119,9 +119,14 @@ impl<'a, L: Live> Claims<'a, L> {
 
     /// The entry of `key` in `space` with its pending claim settled if `flushed` has passed
     /// it: the fate of its record's mark (or, once the window has moved on, the log's skip
-    /// records) decides. A claim that counts becomes `newest`; a void one only leaves
-    /// `pending`: its token was granted, so refusing lower ones stays right (section 5), and
-    /// its version stays used, as a voided record of it may still be in the log (section 6).
+    /// records) decides. A claim that counts becomes `newest`; a void one leaves `pending` and
+    /// puts `highest` back to what it was before the claim (`before`): a token that was never
+    /// written fences nothing, so a refusal only ever names a written token, and the floor does
+    /// not drop when the entry later leaves the index for the store file (which never saw the
+    /// void token: the torture run's `--write-log` found a key that refused a token naming a
+    /// void one, then accepted a lower token once the entry was pruned). Its version stays
+    /// used, as a voided record of it may still be in the log (section 6; `voided` keeps the
+    /// entry until a checkpoint passes it).
     /// One compare-and-swap from the entry read; a lost one reads again (someone else settled
     /// it, or a later claim was made). A claim `flushed` has not passed stays pending: its
     /// writer is on its way, or stopped, and then its gap will be skipped.
@@ -140,11 +145,13 @@ impl<'a, L: Live> Claims<'a, L> {
             let fate = sync.fate_in_log(at)?;
             let settled = match fate {
                 Fate::Counts => Entry {
+                    before: now.highest,
                     newest: at,
                     pending: None,
                     ..now
                 },
                 Fate::Void => Entry {
+                    highest: now.before,
                     pending: None,
                     voided: at,
                     ..now
@@ -277,6 +284,7 @@ impl<'a, L: Live> Claims<'a, L> {
             // settles it (this writer, or one that read it first).
             self.settle(space, key)?;
             let entry = Entry {
+                before: claim.highest,
                 newest: lsn,
                 pending: None,
                 ..claim
@@ -325,6 +333,7 @@ impl<'a, L: Live> Claims<'a, L> {
         // needs nothing but the fate.
         let claim = Entry {
             highest: now.highest.max(token),
+            before: now.highest,
             version: now.version + 1,
             newest: now.newest,
             pending: Some(lsn),
@@ -364,6 +373,7 @@ mod tests {
     /// The key as redb holds it: never written.
     const BASE: Entry = Entry {
         highest: 0,
+        before: 0,
         version: 0,
         newest: 0,
         pending: None,
@@ -475,6 +485,7 @@ mod tests {
         let (lsn, entry) = put_acknowledged(&claims, 5);
         let settled = Entry {
             highest: 5,
+            before: 5,
             version: 1,
             newest: lsn,
             pending: None,
@@ -593,6 +604,11 @@ mod tests {
                 let seen = claims.read(Space::Key, KEY).unwrap().unwrap();
                 let newest = if stop == Step::Marked { stopped } else { first };
                 assert_eq!((seen.newest, seen.pending), (newest, None), "{stop:?}");
+                // A void claim's token fences nothing: only a written token raises the floor
+                // (a refusal then names a token that was written, and the floor never drops
+                // when the entry leaves the index for the store file).
+                let highest = if stop == Step::Marked { 4 } else { 3 };
+                assert_eq!((seen.highest, seen.before), (highest, highest), "{stop:?}");
             }
             let (next, entry) = put_acknowledged(&claims, 5);
             if stop != Step::Marked {

@@ -21,7 +21,7 @@ use crate::base::error::{Error, Result};
 use crate::ring::map::{Publish, Region};
 use crate::ring::{bytes_hash, Live, Ring};
 
-const FORMAT: u8 = 2;
+const FORMAT: u8 = 3;
 
 /// The namespaces of the index: keys of the store's values, and fence resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,10 @@ pub(crate) struct Entry {
     pub(crate) newest: u64,
     /// The log position of the one write claimed on the key and not settled yet.
     pub(crate) pending: Option<u64>,
+    /// The key's highest token before its pending claim raised it (equal to `highest` with
+    /// none pending): a claim that settles void puts it back, so that a refusal only ever names
+    /// a token that was written, and the floor never drops when the entry leaves the index.
+    pub(crate) before: u64,
     /// The log position of the key's latest claim that settled void (0: none): its version
     /// was used, and its record may still be in the log, so the entry stays (and its version
     /// counts on) until a checkpoint passes it ([`prune`]).
@@ -78,7 +82,13 @@ pub(crate) fn encode(entries: &[Keyed]) -> Vec<u8> {
         let len = key.len() as u32;
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(key);
-        for word in [entry.highest, entry.version, entry.newest, entry.voided] {
+        for word in [
+            entry.highest,
+            entry.before,
+            entry.version,
+            entry.newest,
+            entry.voided,
+        ] {
             out.extend_from_slice(&word.to_le_bytes());
         }
         out.push(u8::from(entry.pending.is_some()));
@@ -103,9 +113,9 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
     if count == 0 {
         return Err(damaged());
     }
-    // Each entry takes at least 42 bytes: a count beyond what the blob holds is damage, not a
+    // Each entry takes at least 50 bytes: a count beyond what the blob holds is damage, not a
     // reason to reserve memory.
-    let mut entries = Vec::with_capacity(count.min(blob.len() / 42));
+    let mut entries = Vec::with_capacity(count.min(blob.len() / 50));
     for _ in 0..count {
         let space = match take(1)? {
             [0] => Space::Key,
@@ -115,6 +125,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
         let len = u32_of(take(4)?);
         let key = take(len)?.to_vec();
         let highest = u64_of(take(8)?);
+        let before = u64_of(take(8)?);
         let version = u64_of(take(8)?);
         let newest = u64_of(take(8)?);
         let voided = u64_of(take(8)?);
@@ -127,6 +138,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
         };
         let entry = Entry {
             highest,
+            before,
             version,
             newest,
             pending,
@@ -313,6 +325,7 @@ mod tests {
     fn at(version: u64, newest: u64, pending: Option<u64>) -> Entry {
         Entry {
             highest: 40 + version,
+            before: 40 + version,
             version,
             newest,
             pending,
@@ -359,12 +372,12 @@ mod tests {
             let err = decode(&bad).unwrap_err();
             assert!(matches!(err, Error::Corrupt(_)), "{err:?}");
         };
-        damaged(&|b| b[0] = 1); // another format (an earlier one)
+        damaged(&|b| b[0] = 2); // another format (an earlier one)
         damaged(&|b| b[1..5].copy_from_slice(&0u32.to_le_bytes())); // a count of none
         damaged(&|b| b[1..5].copy_from_slice(&u32::MAX.to_le_bytes())); // more than it holds
         damaged(&|b| b[5] = 2); // no such namespace
         damaged(&|b| b[6..10].copy_from_slice(&u32::MAX.to_le_bytes())); // a key past the end
-        let flag = 5 + 1 + 4 + 8 + 32;
+        let flag = 5 + 1 + 4 + 8 + 40;
         damaged(&|b| b[flag] = 2); // neither a claim nor none
         damaged(&|b| b[flag + 1] = 1); // a position without a claim
         damaged(&|b| b.push(0)); // trailing bytes

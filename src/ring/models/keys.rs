@@ -8,7 +8,8 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::ring::Ring;
-use crate::share::keys::{entry, replace, Entry, Space};
+use crate::ring::layout::BLOCK_PAYLOAD;
+use crate::share::keys::{encode, entry, replace, Entry, Keyed, Space};
 
 /// Two keys of one bucket of the models' key map (two buckets): found, not assumed.
 fn keys_of_one_bucket(ring: &Ring) -> (Vec<u8>, Vec<u8>) {
@@ -24,6 +25,7 @@ fn keys_of_one_bucket(ring: &Ring) -> (Vec<u8>, Vec<u8>) {
 fn claim(owner: u64) -> Entry {
     Entry {
         highest: owner,
+        before: 0,
         version: 1,
         newest: 0,
         pending: Some(owner * 64),
@@ -59,6 +61,7 @@ fn two_claimers_of_one_key_never_both_win_and_a_writer_beside_them_loses_nothing
             .collect();
         let written = Entry {
             highest: 9,
+            before: 0,
             version: 1,
             newest: 0,
             pending: None,
@@ -83,6 +86,17 @@ fn two_claimers_of_one_key_never_both_win_and_a_writer_beside_them_loses_nothing
             "the other key's update was lost"
         );
         ring.keys().sweep_blocks(4, &*procs);
-        assert_eq!(ring.keys().blocks_in_use(), 1, "a block was lost");
+        // The bucket's one blob, in as many blocks as it takes, and nothing else.
+        let keyed = |key: &[u8], entry| Keyed {
+            space: Space::Key,
+            key: key.to_vec(),
+            entry,
+        };
+        let blob = encode(&[keyed(&key, claim(winners[0])), keyed(&other, written)]);
+        assert_eq!(
+            ring.keys().blocks_in_use(),
+            blob.len().div_ceil(BLOCK_PAYLOAD),
+            "a block was lost"
+        );
     });
 }
