@@ -77,6 +77,16 @@
 #define FENCELOCK_OPEN_ALLOW_OWN_WAITS 4
 
 /**
+ * Flag of `fencelock_store_open_cancellable`: in multi-process mode, fenced writes (puts,
+ * deletes, fences, an acquire's write) go to a redo log beside the store file (`STORE.wal.*`)
+ * instead of a commit of the store file: one `fdatasync` shared by the processes writing at
+ * that moment, and no process stopped in a write holds another's. The first process that opens
+ * the store decides for every process that has it open at the same time; the last to close it
+ * leaves it one file again. No effect in single-process mode. Off by default while it is new.
+ */
+#define FENCELOCK_OPEN_WRITE_LOG 8
+
+/**
  * Lock kind: one holder at a time.
  */
 #define FENCELOCK_KIND_EXCLUSIVE 0
@@ -2003,15 +2013,18 @@ fencelock_status fencelock_store_open_with(const char *path,
  * Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
  * cancel handle.
  *
- * `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY` and
- * `FENCELOCK_OPEN_ALLOW_OWN_WAITS`.
+ * `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY`,
+ * `FENCELOCK_OPEN_ALLOW_OWN_WAITS` and `FENCELOCK_OPEN_WRITE_LOG`.
  * A read-only store reads (get, keys, locks, lock, fence_token, holder checks) but refuses
  * every grant and write with `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock,
  * creates nothing and needs no write permission (unless a crash left the file needing a
  * repair). With `FENCELOCK_OPEN_NO_HISTORY` the grants this store commits record no grant
  * history (through a server, the server's setting decides). With
  * `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
- * through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
+ * through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. With
+ * `FENCELOCK_OPEN_WRITE_LOG` a multi-process store's fenced writes go through the redo log
+ * beside the file, if this is the first process to open it (the first decides for all; the
+ * others follow it, whatever their flag). `busy_timeout_ms` bounds
  * how long the open, and each later write that has no deadline of its own (a cancel handle's,
  * `fencelock_cancel_set_timeout`), waits for another process that holds the store (one paused
  * inside a commit or inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,10 +47,21 @@ func TestMain(m *testing.M) {
 	}
 }
 
+// writeLogEnv, set to 1, makes the seed scenario's processes open the store WithWriteLog.
+const writeLogEnv = "FENCELOCK_GO_TEST_WRITE_LOG"
+
+// seedOptions are the options the seed scenario's processes open the store with.
+func seedOptions() []fencelock.OpenOption {
+	if os.Getenv(writeLogEnv) == "1" {
+		return []fencelock.OpenOption{fencelock.WithWriteLog()}
+	}
+	return nil
+}
+
 // runA is the seed's process A: it takes the lock with a short lease, reports its token, and
 // then (paused by the parent in the meantime) writes with that token once told to go on.
 func runA(path string) int {
-	store, err := fencelock.Open(path)
+	store, err := fencelock.Open(path, seedOptions()...)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -88,7 +100,7 @@ func runA(path string) int {
 
 // runB is process B: it waits for the lock, which frees when A's lease runs out, and writes.
 func runB(path string) int {
-	store, err := fencelock.Open(path)
+	store, err := fencelock.Open(path, seedOptions()...)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -133,10 +145,13 @@ func runWaiter(path string) int {
 	}
 }
 
-func child(t testing.TB, role, path string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+// child starts the test binary as the process role of the store at path, with env added to
+// its environment.
+func child(t testing.TB, role, path string, env ...string) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), roleEnv+"="+role, "FENCELOCK_GO_TEST_STORE="+path)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -176,23 +191,41 @@ func readToken(t testing.TB, who string, out *bufio.Reader) uint64 {
 
 // The seed scenario with real processes: A holds the lock and is paused (SIGSTOP) past its
 // lease; B takes over and writes; A wakes and writes with its old token, which is refused, and
-// B's data stays.
+// B's data stays. Both with fenced writes committed to the store file and through the redo log
+// (WithWriteLog), and in each a read-only open of the closed store finds B's write.
 func TestPausedProcessCannotOverwriteItsSuccessor(t *testing.T) {
-	path := t.TempDir() + "/locks.db"
+	t.Run("commit", func(t *testing.T) { pausedProcessCannotOverwriteItsSuccessor(t, false) })
+	t.Run("write log", func(t *testing.T) { pausedProcessCannotOverwriteItsSuccessor(t, true) })
+}
 
-	a, aIn, aOut := child(t, "A", path)
+func pausedProcessCannotOverwriteItsSuccessor(t *testing.T, writeLog bool) {
+	path := t.TempDir() + "/locks.db"
+	env := writeLogEnv + "=0"
+	if writeLog {
+		env = writeLogEnv + "=1"
+	}
+
+	a, aIn, aOut := child(t, "A", path, env)
 	tokenA := readToken(t, "A", aOut)
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 
-	b, _, bOut := child(t, "B", path)
+	b, _, bOut := child(t, "B", path, env)
 	tokenB := readToken(t, "B", bOut)
 	if err := b.Wait(); err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	if tokenB <= tokenA {
-		t.Fatalf("B's token %d is not above A's %d", tokenB, tokenA)
+	if tokenB != tokenA+1 {
+		t.Fatalf("B's token %d does not follow A's %d", tokenB, tokenA)
+	}
+	// B's write went through the log exactly when the processes asked for it.
+	segments, err := filepath.Glob(path + ".wal.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (len(segments) > 0) != writeLog {
+		t.Fatalf("log segments %q with writeLog %v", segments, writeLog)
 	}
 
 	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
@@ -213,7 +246,7 @@ func TestPausedProcessCannotOverwriteItsSuccessor(t *testing.T) {
 		t.Fatalf("A: %v", err)
 	}
 
-	store, err := fencelock.Open(path)
+	store, err := fencelock.Open(path, fencelock.WithReadOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

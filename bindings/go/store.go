@@ -90,6 +90,7 @@ type openConfig struct {
 	busyTimeout time.Duration
 	readOnly    bool
 	noHistory   bool
+	writeLog    bool
 }
 
 // WithMode sets how processes share the file (default MultiProcess).
@@ -114,6 +115,15 @@ func WithReadOnly() OpenOption { return func(c *openConfig) { c.readOnly = true 
 // which makes a grant about a fifth cheaper in single-process mode; Metrics still counts how
 // leases ended. Through a server, the server's setting decides.
 func WithoutHistory() OpenOption { return func(c *openConfig) { c.noHistory = true } }
+
+// WithWriteLog makes fenced writes (puts, deletes, fences, an acquire's write) of a
+// multi-process store go to a redo log beside the store file (PATH.wal.*) instead of a commit
+// of the file: one fdatasync shared by the processes writing at that moment, and no process
+// stopped in a write holds another's. The first process that opens the store decides for every
+// process that has it open at the same time (the others follow it, whatever their options); the
+// last to close it leaves it one file again. No effect in single-process mode. Off by default
+// while it is new.
+func WithWriteLog() OpenOption { return func(c *openConfig) { c.writeLog = true } }
 
 // Store is an open fencelock store. Close it when done; a forgotten Store is closed when the
 // garbage collector finds it unreachable, but only as a safety net.
@@ -176,6 +186,9 @@ func Open(path string, opts ...OpenOption) (*Store, error) {
 	}
 	if cfg.noHistory {
 		flags |= C.FENCELOCK_OPEN_NO_HISTORY
+	}
+	if cfg.writeLog {
+		flags |= C.FENCELOCK_OPEN_WRITE_LOG
 	}
 	var h *C.fencelock_store
 	if err := check(func(e errOut) C.fencelock_status {

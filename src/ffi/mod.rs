@@ -107,6 +107,13 @@ pub const FENCELOCK_OPEN_NO_HISTORY: u32 = 2;
 /// through this store; it waits, as one of another thread does. For callers whose holders move
 /// between threads that each may wait (thread pools, Go's goroutines).
 pub const FENCELOCK_OPEN_ALLOW_OWN_WAITS: u32 = 4;
+/// Flag of `fencelock_store_open_cancellable`: in multi-process mode, fenced writes (puts,
+/// deletes, fences, an acquire's write) go to a redo log beside the store file (`STORE.wal.*`)
+/// instead of a commit of the store file: one `fdatasync` shared by the processes writing at
+/// that moment, and no process stopped in a write holds another's. The first process that opens
+/// the store decides for every process that has it open at the same time; the last to close it
+/// leaves it one file again. No effect in single-process mode. Off by default while it is new.
+pub const FENCELOCK_OPEN_WRITE_LOG: u32 = 8;
 
 /// Lock kind: one holder at a time.
 pub const FENCELOCK_KIND_EXCLUSIVE: i32 = 0;

@@ -11,6 +11,7 @@ use super::{
     fencelock_status, free_boxed, guard, guard_value, handle, key_bytes, millis, name, value_bytes,
     Out, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_MODE_SINGLE_PROCESS,
     FENCELOCK_OPEN_ALLOW_OWN_WAITS, FENCELOCK_OPEN_NO_HISTORY, FENCELOCK_OPEN_READ_ONLY,
+    FENCELOCK_OPEN_WRITE_LOG,
 };
 use crate::Status;
 use crate::Store;
@@ -107,15 +108,18 @@ pub unsafe extern "C" fn fencelock_store_open_with(
 /// Opens the store at `path` like `fencelock_store_open_with`, with flags, a busy timeout and a
 /// cancel handle.
 ///
-/// `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY` and
-/// `FENCELOCK_OPEN_ALLOW_OWN_WAITS`.
+/// `flags` is 0 or a bitwise or of `FENCELOCK_OPEN_READ_ONLY`, `FENCELOCK_OPEN_NO_HISTORY`,
+/// `FENCELOCK_OPEN_ALLOW_OWN_WAITS` and `FENCELOCK_OPEN_WRITE_LOG`.
 /// A read-only store reads (get, keys, locks, lock, fence_token, holder checks) but refuses
 /// every grant and write with `FENCELOCK_INVALID_ARGUMENT`; it never waits for the write lock,
 /// creates nothing and needs no write permission (unless a crash left the file needing a
 /// repair). With `FENCELOCK_OPEN_NO_HISTORY` the grants this store commits record no grant
 /// history (through a server, the server's setting decides). With
 /// `FENCELOCK_OPEN_ALLOW_OWN_WAITS` a waiting acquire for a lease the calling thread was granted
-/// through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. `busy_timeout_ms` bounds
+/// through this store waits instead of returning `FENCELOCK_WOULD_DEADLOCK`. With
+/// `FENCELOCK_OPEN_WRITE_LOG` a multi-process store's fenced writes go through the redo log
+/// beside the file, if this is the first process to open it (the first decides for all; the
+/// others follow it, whatever their flag). `busy_timeout_ms` bounds
 /// how long the open, and each later write that has no deadline of its own (a cancel handle's,
 /// `fencelock_cancel_set_timeout`), waits for another process that holds the store (one paused
 /// inside a commit or inside its open); 0 means the default of 10 s. `cancel` (NULL for none) ends a waiting open with `FENCELOCK_CANCELLED`.
@@ -163,7 +167,8 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
             };
             let known = FENCELOCK_OPEN_READ_ONLY
                 | FENCELOCK_OPEN_NO_HISTORY
-                | FENCELOCK_OPEN_ALLOW_OWN_WAITS;
+                | FENCELOCK_OPEN_ALLOW_OWN_WAITS
+                | FENCELOCK_OPEN_WRITE_LOG;
             if flags & !known != 0 {
                 return Err(fencelock_error::new(
                     Status::InvalidArgument,
@@ -184,6 +189,7 @@ pub unsafe extern "C" fn fencelock_store_open_cancellable(
                     read_only: flags & FENCELOCK_OPEN_READ_ONLY != 0,
                     history: flags & FENCELOCK_OPEN_NO_HISTORY == 0,
                     refuse_own_waits: flags & FENCELOCK_OPEN_ALLOW_OWN_WAITS == 0,
+                    write_log: flags & FENCELOCK_OPEN_WRITE_LOG != 0,
                     ..Options::default()
                 },
             )?;

@@ -372,7 +372,8 @@ static void no_history(const char *path) {
     fencelock_store_close(store);
     fencelock_store *untouched = (fencelock_store *)0x1;
     CHECK_STATUS(FENCELOCK_INVALID_ARGUMENT, fencelock_store_open_cancellable(
-        path, FENCELOCK_MODE_MULTI_PROCESS, 8, 0, 0, NULL, &untouched, ERR));
+        path, FENCELOCK_MODE_MULTI_PROCESS, FENCELOCK_OPEN_WRITE_LOG << 1, 0, 0, NULL, &untouched,
+        ERR));
     CHECK(untouched == (fencelock_store *)0x1);
 }
 

@@ -276,6 +276,9 @@ def test_bad_holder_arguments(store, call, exc):
         ({"busy_timeout": 0}, ValueError),
         ({"busy_timeout": -1}, ValueError),
         ({"busy_timeout": "1"}, TypeError),
+        ({"read_only": 1}, TypeError),
+        ({"history": "no"}, TypeError),
+        ({"write_log": 1}, TypeError),
     ],
 )
 def test_bad_store_arguments(tmp_path, kwargs, exc):

@@ -239,6 +239,7 @@ def test_constants_match(header):
         "MODE_SINGLE_PROCESS",
         "OPEN_READ_ONLY",
         "OPEN_NO_HISTORY",
+        "OPEN_WRITE_LOG",
         "ACQUIRE_WAIT",
         "ACQUIRE_PUT",
         "KIND_EXCLUSIVE",

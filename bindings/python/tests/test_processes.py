@@ -1,4 +1,5 @@
-"""Real processes: the seed scenario with SIGSTOP/SIGCONT, fork(), and dead holders."""
+"""Real processes: the seed scenario with SIGSTOP/SIGCONT (with fenced writes through the redo
+log too), fork(), and dead holders."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PATIENCE = 60
 PROCESS_A = """
 import sys, threading, fencelock
 path, mode = sys.argv[1], sys.argv[2]
-store = fencelock.Store(path)
+store = fencelock.Store(path, write_log=mode == "write-log")
 holder = store.acquire("payment-export", ttl=0.5)
 lost = threading.Event()
 if mode == "keep-alive":
@@ -43,8 +44,14 @@ holder.close()
 """
 
 
-@pytest.mark.parametrize("mode", ["plain", "keep-alive"])
+def _log_segments(store_path):
+    """The segments of the store's redo log (``Store(write_log=True)``) beside its file."""
+    return list(store_path.parent.glob(store_path.name + ".wal.*"))
+
+
+@pytest.mark.parametrize("mode", ["plain", "keep-alive", "write-log"])
 def test_seed_scenario_stopped_process_cannot_overwrite(store_path, mode):
+    write_log = mode == "write-log"
     Store(store_path).close()  # create it before two processes race to
     a = spawn(PROCESS_A, str(store_path), mode)
     try:
@@ -52,12 +59,14 @@ def test_seed_scenario_stopped_process_cannot_overwrite(store_path, mode):
         assert line[:1] == ["acquired"], a.stderr.read()
         token_a = int(line[1])
         os.kill(a.pid, signal.SIGSTOP)
-        with Store(store_path) as store:
+        with Store(store_path, write_log=write_log) as store:
             # B waits (no time limit in the test) until A's lease runs out; A's process lives on,
             # stopped, so only the TTL frees the lock.
             b = store.acquire("payment-export", ttl=30, timeout=PATIENCE)
             assert b.token == token_a + 1
             b.put("exports/today.csv", b"written by B")
+            # A, the first to open the store, decided where fenced writes go.
+            assert bool(_log_segments(store_path)) == write_log
             os.kill(a.pid, signal.SIGCONT)
             out, err = a.communicate("go\n", timeout=PATIENCE)
             assert a.returncode == 0, err
@@ -71,6 +80,9 @@ def test_seed_scenario_stopped_process_cannot_overwrite(store_path, mode):
             assert store.get("exports/today.csv") == Fenced(b"written by B", b.token)
             assert b.held()
             b.close()
+        # The last close left one store file that holds B's write.
+        with Store(store_path, read_only=True) as reader:
+            assert reader.get("exports/today.csv") == Fenced(b"written by B", token_a + 1)
     finally:
         if a.poll() is None:
             os.kill(a.pid, signal.SIGCONT)

@@ -145,6 +145,13 @@ class Store(Handle):
     commit, creates nothing and needs no write permission. ``history=False``: the grants this
     store commits record no grant history (``Store.history``), which makes a grant about a
     fifth cheaper in single-process mode; the metrics still count how leases ended.
+    ``write_log=True``: in multi-process mode, fenced writes (puts, deletes, fences, an
+    acquire's write) go to a redo log beside the store file (``PATH.wal.*``) instead of a
+    commit of the file: one ``fdatasync`` shared by the processes writing at that moment, and no
+    process stopped in a write holds another's. The first process that opens the store decides
+    for every process that has it open at the same time (the others follow it, whatever their
+    own setting); the last to close it leaves it one file again. No effect in single-process
+    mode. Off by default while it is new.
 
     Use it as a context manager or call ``close()``. Holders acquired from a store stay usable
     after the store is closed. A store is safe to share between threads; it cannot be shared
@@ -162,6 +169,7 @@ class Store(Handle):
         busy_timeout: Seconds | None = None,
         read_only: bool = False,
         history: bool = True,
+        write_log: bool = False,
     ) -> None:
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise _type_error("path", "str, bytes or os.PathLike", path)
@@ -184,7 +192,13 @@ class Store(Handle):
             raise _type_error("read_only", "bool", read_only)
         if not isinstance(history, bool):
             raise _type_error("history", "bool", history)
-        flags = (_ffi.OPEN_READ_ONLY if read_only else 0) | (0 if history else _ffi.OPEN_NO_HISTORY)
+        if not isinstance(write_log, bool):
+            raise _type_error("write_log", "bool", write_log)
+        flags = (
+            (_ffi.OPEN_READ_ONLY if read_only else 0)
+            | (0 if history else _ffi.OPEN_NO_HISTORY)
+            | (_ffi.OPEN_WRITE_LOG if write_log else 0)
+        )
         out = StoreP()
         status, err = call_waiting(
             lib.fencelock_store_open_cancellable,
