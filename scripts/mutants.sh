@@ -48,6 +48,8 @@ ahead-every-record~src/ring/flush.rs~        if at <= half && half < at + len {~
 keys-raced-as-won~src/share/keys.rs~        Publish::Raced => Ok(false),~        Publish::Raced => Ok(true),~ring::models::keys~loom
 claims-settle-by-flushed~src/share/claims.rs~            let fate = sync.fate_in_log(at)?;~            let fate = if sync.flushed() > at { Fate::Counts } else { Fate::Pending };~share::claims::tests::a_writer_stopped_at_each_step~
 claims-over-pending~src/share/claims.rs~        if read.is_some_and(|entry| entry.pending.is_some()) {\n            return Ok(Attempt::Raced);\n        }\n~~ring::models::claims::writers_of_one_key_racing -- --ignored~loom
+prune-drops-voided~src/share/keys.rs~entry.pending.is_some() || entry.newest >= below || entry.voided >= below~entry.pending.is_some() || entry.newest >= below~share::keys::tests::prune_removes~
+retired-not-void~src/storage/wal/file.rs~        if self.retired(lsn / self.size)? {\n            return Ok(true);\n        }~~storage::wal::file::tests::a_record_is_read_back~
 '
 
 want="$*"

@@ -568,6 +568,7 @@ mod tests {
                 version: 3,
                 newest: 4096,
                 pending,
+                voided: 0,
             },
         };
         samples.push((

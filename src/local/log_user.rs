@@ -70,6 +70,14 @@ pub(crate) trait LogHost: MapHost {
 
     /// The engine's log user, when its writes go through the log.
     fn log_user(&self) -> Option<&LogUser>;
+
+    /// Whether every handle of the store in this process was dropped.
+    fn handles_dropped(&self) -> bool;
+
+    /// What the last user of the store in this process does as it goes (its releases, and the
+    /// last checkpoint of the store's last process): for a thread of its own that outlived the
+    /// handles.
+    fn last_user_gone(&self);
 }
 
 /// This process's use of its store's redo log.
@@ -404,6 +412,11 @@ impl LogUser {
                     let _ = user.checkpoint(&*engine, bounded(&*engine));
                     user.checkpointing.store(false, Ordering::Release);
                 }
+                // The store was closed meanwhile: its close found this thread holding the
+                // engine, and left its last steps to whoever holds it last.
+                if engine.handles_dropped() && Arc::strong_count(&engine) == 1 {
+                    engine.last_user_gone();
+                }
             });
         if spawned.is_err() {
             self.checkpointing.store(false, Ordering::Release);
@@ -451,6 +464,7 @@ fn stored_key<H: LogHost>(host: &H, key: &[u8], waiting: Waiting<'_>) -> Result<
                 version,
                 newest: IN_STORE,
                 pending: None,
+                voided: 0,
             },
             present,
         ))
@@ -470,6 +484,7 @@ fn stored_fence<H: LogHost>(host: &H, resource: &str, waiting: Waiting<'_>) -> R
             version: 0,
             newest: IN_STORE,
             pending: None,
+            voided: 0,
         })
     })
 }

@@ -676,6 +676,14 @@ impl LogHost for LocalEngine {
     fn log_user(&self) -> Option<&LogUser> {
         self.log.get()
     }
+
+    fn handles_dropped(&self) -> bool {
+        self.handles.load(Ordering::Acquire) == 0
+    }
+
+    fn last_user_gone(&self) {
+        self.record_releases();
+    }
 }
 
 impl Engine for LocalEngine {

@@ -146,6 +146,7 @@ impl<'a, L: Live> Claims<'a, L> {
                 },
                 Fate::Void => Entry {
                     pending: None,
+                    voided: at,
                     ..now
                 },
                 // `fate_in_log` answers `Unknown` from the log, never with it.
@@ -327,6 +328,7 @@ impl<'a, L: Live> Claims<'a, L> {
             version: now.version + 1,
             newest: now.newest,
             pending: Some(lsn),
+            voided: now.voided,
         };
         let bytes = record(lsn, claim.version)?;
         if bytes.len() as u64 != len {
@@ -365,6 +367,7 @@ mod tests {
         version: 0,
         newest: 0,
         pending: None,
+        voided: 0,
     };
 
     /// A ring, its liveness (this process: `ALIVE`) and a log of segment files, in a temp dir.
@@ -475,6 +478,7 @@ mod tests {
             version: 1,
             newest: lsn,
             pending: None,
+            voided: 0,
         };
         assert_eq!(entry, settled);
         assert_eq!(store.indexed(), Some(settled));

@@ -21,7 +21,7 @@ use crate::base::error::{Error, Result};
 use crate::ring::map::{Publish, Region};
 use crate::ring::{bytes_hash, Live, Ring};
 
-const FORMAT: u8 = 1;
+const FORMAT: u8 = 2;
 
 /// The namespaces of the index: keys of the store's values, and fence resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,10 @@ pub(crate) struct Entry {
     pub(crate) newest: u64,
     /// The log position of the one write claimed on the key and not settled yet.
     pub(crate) pending: Option<u64>,
+    /// The log position of the key's latest claim that settled void (0: none): its version
+    /// was used, and its record may still be in the log, so the entry stays (and its version
+    /// counts on) until a checkpoint passes it ([`prune`]).
+    pub(crate) voided: u64,
 }
 
 /// One key of a bucket, with its entry.
@@ -74,7 +78,7 @@ pub(crate) fn encode(entries: &[Keyed]) -> Vec<u8> {
         let len = key.len() as u32;
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(key);
-        for word in [entry.highest, entry.version, entry.newest] {
+        for word in [entry.highest, entry.version, entry.newest, entry.voided] {
             out.extend_from_slice(&word.to_le_bytes());
         }
         out.push(u8::from(entry.pending.is_some()));
@@ -99,9 +103,9 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
     if count == 0 {
         return Err(damaged());
     }
-    // Each entry takes at least 34 bytes: a count beyond what the blob holds is damage, not a
+    // Each entry takes at least 42 bytes: a count beyond what the blob holds is damage, not a
     // reason to reserve memory.
-    let mut entries = Vec::with_capacity(count.min(blob.len() / 34));
+    let mut entries = Vec::with_capacity(count.min(blob.len() / 42));
     for _ in 0..count {
         let space = match take(1)? {
             [0] => Space::Key,
@@ -113,6 +117,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
         let highest = u64_of(take(8)?);
         let version = u64_of(take(8)?);
         let newest = u64_of(take(8)?);
+        let voided = u64_of(take(8)?);
         let flag = take(1)?[0];
         let at = u64_of(take(8)?);
         let pending = match (flag, at) {
@@ -125,6 +130,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
             version,
             newest,
             pending,
+            voided,
         };
         entries.push(Keyed { space, key, entry });
     }
@@ -209,7 +215,10 @@ pub(crate) fn replace(
 /// Removes every entry with no pending claim whose newest record is below `below` (the
 /// position a checkpoint moved into redb), one compare-and-swap per bucket that changes: how
 /// many it removed. An entry with a claim pending is kept whatever its position: its fate is
-/// not known yet.
+/// not known yet. So is one whose latest void claim is not below `below`: the store file does
+/// not know the version that claim used, and a record of it may still be in the log past the
+/// checkpoint (skipped: the scan may take it, `LogUser::checkpoint`), so the key's next version
+/// must come from the entry, not from the store file.
 pub(crate) fn prune(ring: &Ring, live: &impl Live, owner: u64, below: u64) -> Result<usize> {
     let map = ring.keys();
     let mut removed = 0;
@@ -222,7 +231,10 @@ pub(crate) fn prune(ring: &Ring, live: &impl Live, owner: u64, below: u64) -> Re
             ring.intact()?;
             let mut entries = decode(&snapshot.blob)?;
             let before = entries.len();
-            entries.retain(|keyed| keyed.entry.pending.is_some() || keyed.entry.newest >= below);
+            entries.retain(|keyed| {
+                let entry = keyed.entry;
+                entry.pending.is_some() || entry.newest >= below || entry.voided >= below
+            });
             if entries.len() == before {
                 break;
             }
@@ -304,6 +316,7 @@ mod tests {
             version,
             newest,
             pending,
+            voided: 0,
         }
     }
 
@@ -322,7 +335,10 @@ mod tests {
             Keyed {
                 space: Space::Key,
                 key: b"\0\xff".to_vec(),
-                entry: at(9, 24, Some(0)),
+                entry: Entry {
+                    voided: 72,
+                    ..at(9, 24, Some(0))
+                },
             },
         ]
     }
@@ -343,12 +359,12 @@ mod tests {
             let err = decode(&bad).unwrap_err();
             assert!(matches!(err, Error::Corrupt(_)), "{err:?}");
         };
-        damaged(&|b| b[0] = 2); // another format
+        damaged(&|b| b[0] = 1); // another format (an earlier one)
         damaged(&|b| b[1..5].copy_from_slice(&0u32.to_le_bytes())); // a count of none
         damaged(&|b| b[1..5].copy_from_slice(&u32::MAX.to_le_bytes())); // more than it holds
         damaged(&|b| b[5] = 2); // no such namespace
         damaged(&|b| b[6..10].copy_from_slice(&u32::MAX.to_le_bytes())); // a key past the end
-        let flag = 5 + 1 + 4 + 8 + 24;
+        let flag = 5 + 1 + 4 + 8 + 32;
         damaged(&|b| b[flag] = 2); // neither a claim nor none
         damaged(&|b| b[flag + 1] = 1); // a position without a claim
         damaged(&|b| b.push(0)); // trailing bytes
@@ -485,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn prune_removes_settled_entries_below_the_checkpoint_and_keeps_pending_claims() {
+    fn prune_removes_settled_entries_below_the_checkpoint_and_keeps_pending_and_voided_claims() {
         let dir = tempfile::tempdir().unwrap();
         let (ring, live) = ring(dir.path());
         let put = |space, key: &[u8], entry| {
@@ -496,13 +512,23 @@ mod tests {
         put(Space::Key, b"claimed", at(1, 10, Some(30)));
         put(Space::Key, b"claimed-below", at(1, 0, Some(5)));
         put(Space::Key, b"newer", at(1, 20, None));
-        assert_eq!(prune(&ring, &live, ALIVE, 20).unwrap(), 2);
+        // A claim that settled void past the checkpoint: its version is the entry's to go on
+        // from (a record of it may still be in the log), not the store file's.
+        let voided = |at_lsn| Entry {
+            voided: at_lsn,
+            ..at(2, 10, None)
+        };
+        put(Space::Key, b"voided-past", voided(20));
+        put(Space::Key, b"voided-below", voided(15));
+        assert_eq!(prune(&ring, &live, ALIVE, 20).unwrap(), 3);
         for (space, key, kept) in [
             (Space::Key, &b"applied"[..], false),
             (Space::Fence, b"applied", false),
             (Space::Key, b"claimed", true),
             (Space::Key, b"claimed-below", true),
             (Space::Key, b"newer", true),
+            (Space::Key, b"voided-past", true),
+            (Space::Key, b"voided-below", false),
         ] {
             assert_eq!(entry(&ring, space, key).unwrap().is_some(), kept, "{key:?}");
         }

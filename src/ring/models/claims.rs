@@ -34,6 +34,7 @@ const BASE: Entry = Entry {
     version: 0,
     newest: u64::MAX,
     pending: None,
+    voided: 0,
 };
 
 /// A fenced write of one granule by process `id` with `token`, stopped after `stop`:

@@ -27,6 +27,7 @@ fn claim(owner: u64) -> Entry {
         version: 1,
         newest: 0,
         pending: Some(owner * 64),
+        voided: 0,
     }
 }
 
@@ -61,6 +62,7 @@ fn two_claimers_of_one_key_never_both_win_and_a_writer_beside_them_loses_nothing
             version: 1,
             newest: 0,
             pending: None,
+            voided: 0,
         };
         assert!(
             replace(&ring, &*procs, 4, Space::Key, &other, None, Some(written)).expect("a write"),

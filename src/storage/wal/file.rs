@@ -619,27 +619,32 @@ impl<D: LogDir> SegmentLog<D> {
         let Some(file) = self.segment(seq)? else {
             return Ok(None);
         };
-        let path = self.path(seq);
         let offset = HEADER_BLOCK + lsn % self.size;
-        let mut header = [0u8; HEADER];
-        file.read_at(&mut header, offset)
-            .map_err(|e| Error::Io(e).at_path("read", &path))?;
-        let frame = Frame::read(&header)?;
+        let failed = |e| Error::Io(e).at_path("read", &self.path(seq));
+        let corrupt = |what: &str| {
+            Error::Corrupt(format!(
+                "{}: the log record at position {lsn}, which was acknowledged, {what}",
+                self.path(seq).display()
+            ))
+        };
+        // The header and a record's usual length in one read; a longer record's rest next.
         let room = self.size - lsn % self.size;
+        let mut bytes = vec![0u8; usize::try_from(room.min(256)).expect("small")];
+        file.read_at(&mut bytes, offset).map_err(failed)?;
+        let frame = Frame::read(&bytes)?;
         if frame.lsn != lsn || frame.total() > room {
-            return Err(Error::Corrupt(format!(
-                "{}: no whole log record at position {lsn}, which was acknowledged",
-                path.display()
-            )));
+            return Err(corrupt("is not there whole"));
         }
-        let mut bytes = vec![0u8; usize::try_from(frame.total()).expect("at most a record")];
-        file.read_at(&mut bytes, offset)
-            .map_err(|e| Error::Io(e).at_path("read", &path))?;
+        let total = usize::try_from(frame.total()).expect("at most a record");
+        if total > bytes.len() {
+            let read = bytes.len();
+            bytes.resize(total, 0);
+            file.read_at(&mut bytes[read..], offset + read as u64)
+                .map_err(failed)?;
+        }
+        bytes.truncate(total);
         if !frame.intact(&bytes) {
-            return Err(Error::Corrupt(format!(
-                "{}: the log record at position {lsn}, which was acknowledged, fails its checksum",
-                path.display()
-            )));
+            return Err(corrupt("fails its checksum"));
         }
         frame.record(&bytes).map(Some)
     }
@@ -843,12 +848,13 @@ impl<D: LogDir> Segments for SegmentLog<D> {
 
     fn read(&self, lsn: u64, bytes: &mut [u8]) -> Result<()> {
         let (seq, offset) = self.place(lsn, bytes.len())?;
-        let path = self.path(seq);
+        // The path only for an error: a scan reads each record.
         let Some(file) = self.segment(seq)? else {
-            return Err(Error::Io(io::Error::from(io::ErrorKind::NotFound)).at_path("read", &path));
+            return Err(Error::Io(io::Error::from(io::ErrorKind::NotFound))
+                .at_path("read", &self.path(seq)));
         };
         file.read_at(bytes, offset)
-            .map_err(|e| Error::Io(e).at_path("read", &path))
+            .map_err(|e| Error::Io(e).at_path("read", &self.path(seq)))
     }
 
     fn exists(&self, seq: u64) -> Result<bool> {
@@ -930,6 +936,35 @@ mod tests {
         assert!(log.skipped(MIN_SIZE - 16, 4096).unwrap());
         assert!(log.skipped(MIN_SIZE - 8, 4096).unwrap());
         assert!(!log.skipped(5 * MIN_SIZE, 3 * MIN_SIZE).unwrap());
+    }
+
+    #[test]
+    fn a_record_is_read_back_at_its_place_and_a_retired_one_is_gone() {
+        let dir = dir();
+        let size = 4 * MIN_SIZE;
+        let log = SegmentLog::open(&dir.path().join("store.wal"), 4, size).unwrap();
+        // Records shorter and longer than the first read (256 bytes), one at a segment's end.
+        let (short, long) = (put(1, 10), put(2, 3000));
+        let at_end = size - put(3, 10).encoded_len();
+        log.write_at(0, &short.encode(0).unwrap()).unwrap();
+        let second = short.encoded_len();
+        log.write_at(second, &long.encode(second).unwrap()).unwrap();
+        log.write_at(at_end, &put(3, 10).encode(at_end).unwrap())
+            .unwrap();
+        assert_eq!(log.read_record(0).unwrap(), Some(short));
+        assert_eq!(log.read_record(second).unwrap(), Some(long));
+        assert_eq!(log.read_record(at_end).unwrap(), Some(put(3, 10)));
+        // Another position than a record's: refused, never taken for the record there.
+        for wrong in [8, second + 8] {
+            let err = log.read_record(wrong).unwrap_err();
+            assert_eq!(err.status(), Status::Corrupt, "{wrong}: {err}");
+        }
+        // Retired (a checkpoint passed it, a newer segment exists): gone, and void.
+        log.prepare(1).unwrap();
+        log.retire_below(size).unwrap();
+        assert_eq!(log.read_record(0).unwrap(), None);
+        assert!(log.skipped(second, 64).unwrap());
+        assert!(!log.skipped(size, 64).unwrap());
     }
 
     #[test]
