@@ -47,6 +47,11 @@ const STORM_SHIM_LEASE_PPM: (u64, u64) = (2_000, 8_000);
 /// With `--write-log`, its chance to stop right before a pwrite or a sync of a log segment
 /// (inside a fenced write, inside the shared sync), in parts per million.
 const SHIM_LOG_PPM: (u64, u64) = (1_000, 5_000);
+/// With `--write-log`, the chance to stop at a store pwrite instead of `SHIM_WRITE_PPM`: the
+/// store file is written only by checkpoints (and an open's recovery) then, a few hundred
+/// pwrites a run, and a stop inside a checkpoint (holding the store file's write lock while
+/// the others write on into the log) is what the rarer chance would almost never give.
+const LOG_SHIM_WRITE_PPM: (u64, u64) = (20_000, 50_000);
 /// With `--write-log`, the log's segment size (`FENCELOCK_LOG_SEGMENT`, for every process of
 /// the run): small, so that a short run passes segment ends and background checkpoints.
 const LOG_SEGMENT: &str = "262144";
@@ -388,12 +393,14 @@ impl Run<'_> {
                 .env("FENCELOCK_SHIM_STORE", &self.store)
                 .env("FENCELOCK_SHIM_LOG", self.file("worker", index, "stops"))
                 .env("FENCELOCK_SHIM_SEED", self.rng.next_u64().to_string())
-                .env(
-                    "FENCELOCK_SHIM_WRITE_PPM",
-                    self.rng
-                        .range(SHIM_WRITE_PPM.0, SHIM_WRITE_PPM.1)
-                        .to_string(),
-                )
+                .env("FENCELOCK_SHIM_WRITE_PPM", {
+                    let (low, high) = if self.config.write_log {
+                        LOG_SHIM_WRITE_PPM
+                    } else {
+                        SHIM_WRITE_PPM
+                    };
+                    self.rng.range(low, high).to_string()
+                })
                 .env(
                     "FENCELOCK_SHIM_OPEN_PPM",
                     self.rng.range(SHIM_OPEN_PPM.0, SHIM_OPEN_PPM.1).to_string(),
