@@ -40,7 +40,8 @@
  *                              million (default 0)
  *   FENCELOCK_SHIM_SEED        seed of the choices (reproducible where scheduling allows)
  *   FENCELOCK_SHIM_LOG         a file that gets one line per stop ("commit <ns>", "open <ns>",
- *                              "lease <ns>" or "log <ns>", CLOCK_BOOTTIME) written just before it
+ *                              "lease <ns>" or "log <ns> pwrite|fdatasync|fsync", CLOCK_BOOTTIME)
+ *                              written just before it
  *
  * Segment files are recognized at open and openat by the path their new descriptor names
  * (/proc/self/fd/N): the store's directory (resolved once, in the constructor), then the
@@ -212,8 +213,9 @@ static int is_segment(int fd) {
     return fd >= 0 && fd < MAX_FD && __atomic_load_n(&fds[fd], __ATOMIC_ACQUIRE) == SEGMENT;
 }
 
-/* Logs the stop and stops the whole process until the controller sends SIGCONT. */
-static void stop_here(const char *what) {
+/* Logs the stop ("<what> <ns>", then " <detail>" when there is one) and stops the whole
+ * process until the controller sends SIGCONT. */
+static void stop_at(const char *what, const char *detail) {
     int saved = errno;
     if (log_fd >= 0) {
         struct timespec now;
@@ -232,6 +234,12 @@ static void stop_here(const char *what) {
         while (d > 0) {
             line[n++] = digits[--d];
         }
+        if (detail) {
+            size_t m = strlen(detail);
+            line[n++] = ' ';
+            memcpy(line + n, detail, m);
+            n += m;
+        }
         line[n++] = '\n';
         /* One write: a SIGKILL loses the line whole or not at all. */
         ssize_t ignored = write(log_fd, line, n);
@@ -241,11 +249,15 @@ static void stop_here(const char *what) {
     errno = saved;
 }
 
+static void stop_here(const char *what) {
+    stop_at(what, NULL);
+}
+
 static void maybe_stop_in_write(int fd) {
     if (is_store(fd) && chance(write_ppm)) {
         stop_here(__atomic_load_n(&open_locks, __ATOMIC_ACQUIRE) > 0 ? "open" : "commit");
     } else if (is_segment(fd) && chance(log_ppm)) {
-        stop_here("log");
+        stop_at("log", "pwrite");
     }
 }
 
@@ -439,14 +451,14 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset) {
 /* A sync of a log segment: a process stopped inside the shared sync. */
 int fdatasync(int fd) {
     if (is_segment(fd) && chance(log_ppm)) {
-        stop_here("log");
+        stop_at("log", "fdatasync");
     }
     return real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
 }
 
 int fsync(int fd) {
     if (is_segment(fd) && chance(log_ppm)) {
-        stop_here("log");
+        stop_at("log", "fsync");
     }
     return real_fsync ? real_fsync(fd) : (int)syscall(SYS_fsync, fd);
 }
