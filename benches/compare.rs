@@ -8,6 +8,9 @@
 //! the cell and puts 100 bytes to a key of its own, from one thread and from 4, 8 and 16
 //! processes. Beside them runs the disk's floor, an in-place `pwrite` + `fdatasync` of a
 //! preallocated file, against whose one-thread p50 the "Fenced writes" table reads every row.
+//! `fencelock-log` is `fencelock-mp` with every process's store opened with
+//! `Options { write_log: true, .. }` (fenced writes through the redo log, docs/design/writes.md);
+//! the goals rows of issue 35 read it, and `fencelock-mp` beside it as the baseline.
 //!
 //! ```text
 //! cargo bench --bench compare                 # 2 s a cell
@@ -16,8 +19,8 @@
 //! cargo bench --bench compare -- --secs 3 --only sqlite,fencelock-mp
 //! cargo bench --bench compare -- --only fencelock-mp --workloads four-processes
 //! cargo bench --bench compare -- --rounds 5    # each cell 5 times, in turn; medians
-//! cargo bench --bench compare -- --only fencelock-mp,sqlite,floor \
-//!     --workloads fenced-put,four-process-puts,eight-process-puts,sixteen-process-puts
+//! cargo bench --bench compare -- --only fencelock-mp,fencelock-log,sqlite,floor --workloads \
+//!     fenced-put,four-process-puts,eight-process-puts,sixteen-process-puts,acquire-write
 //! ```
 //!
 //! The systems of one server run beside each other: with `--rounds N` every one of them runs

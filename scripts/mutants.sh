@@ -50,6 +50,7 @@ claims-settle-by-flushed~src/share/claims.rs~            let fate = sync.fate_in
 claims-over-pending~src/share/claims.rs~        if read.is_some_and(|entry| entry.pending.is_some()) {\n            return Ok(Attempt::Raced);\n        }\n~~ring::models::claims::writers_of_one_key_racing -- --ignored~loom
 prune-drops-voided~src/share/keys.rs~entry.pending.is_some() || entry.newest >= below || entry.voided >= below~entry.pending.is_some() || entry.newest >= below~share::keys::tests::prune_removes~
 retired-not-void~src/storage/wal/file.rs~        if self.retired(lsn / self.size)? {\n            return Ok(true);\n        }~~storage::wal::file::tests::a_record_is_read_back~
+log-follows-unset~src/ring/flush.rs~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Wait,~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Off,~ring::models::flush::processes_opening_at_once~loom
 '
 
 want="$*"

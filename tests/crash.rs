@@ -1,15 +1,19 @@
 //! Power-loss crash images: a workload runs in child processes with an `LD_PRELOAD` recorder
 //! (`tests/crash/recorder.c`, compiled with `cc` at run time) that logs every write, sync,
-//! truncation and allocation of the store file, and the workload's acknowledgements, in one
-//! order. From the log, images are built of what the file may hold after a power loss at each
-//! sync (`tests/crash/images.rs`), and each image is opened and checked against what had been
-//! acknowledged by then (`tests/crash/check.rs`). See docs/torture.md, "Power-loss crash images".
+//! truncation and allocation of the store file and of its redo log's segment files, the
+//! making, linking and unlinking of those, the directory's syncs, and the workload's
+//! acknowledgements, in one order. From the log, images are built of what the files may hold
+//! after a power loss at each sync (`tests/crash/images.rs`), and each image is opened and
+//! checked against what had been acknowledged by then (`tests/crash/check.rs`). See
+//! docs/torture.md, "Power-loss crash images".
 //!
-//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000), `FENCELOCK_CRASH_OPS=N`
-//! the operations per writer (default 40), `FENCELOCK_CRASH_SEED=N` the seed (default: from the
-//! clock; printed on failure). `FENCELOCK_CRASH_DUMP=1` prints each recording, and
-//! `FENCELOCK_CRASH_KEEP=DIR` keeps there each image that fails. Children are this test binary
-//! run again with `FENCELOCK_TEST_ROLE=crash-writer`.
+//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000; the write log's case
+//! checks a quarter of it), `FENCELOCK_CRASH_OPS=N` the operations per writer (default 40),
+//! `FENCELOCK_CRASH_SEED=N` the seed (default: from the clock; printed on failure).
+//! `FENCELOCK_CRASH_DUMP=1` prints each recording, and `FENCELOCK_CRASH_KEEP=DIR` keeps there
+//! each image that fails. `FENCELOCK_CRASH_STRICT_XATTR=1` and `FENCELOCK_CRASH_OPEN_DEFAULT=1`
+//! are for the write log's images (docs/torture.md). Children are this test binary run again
+//! with `FENCELOCK_TEST_ROLE=crash-writer`.
 
 #[path = "crash/check.rs"]
 mod check;
@@ -35,7 +39,7 @@ use fencelock::{Error, Holder, Mode, Options, Store};
 
 use check::{History, Violation};
 use images::{crash_points, Builder, CrashPoint, Rng};
-use recording::{Op, Recording};
+use recording::{Files, Op, Recording};
 
 const ROLE: &str = "FENCELOCK_TEST_ROLE";
 
@@ -95,6 +99,10 @@ fn writer() {
     let name = var("FENCELOCK_CRASH_WRITER");
     let mut rng = Rng::new(var("FENCELOCK_CRASH_SEED").parse::<u64>().unwrap());
     let ops: u64 = var("FENCELOCK_CRASH_OPS").parse().unwrap();
+    // Values padded to a random length up to this (0: a value is its id alone), so that the
+    // write log's case fills segments with few operations.
+    let pad: usize = var("FENCELOCK_CRASH_PAD").parse().unwrap();
+    let write_log = var("FENCELOCK_CRASH_WRITE_LOG") == "1";
     let mut marks = fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -107,6 +115,7 @@ fn writer() {
     let options = Options {
         mode,
         busy_timeout: Duration::from_secs(120),
+        write_log,
         ..Options::default()
     };
     let store = Store::open_with(var("FENCELOCK_CRASH_DB"), &options).unwrap();
@@ -122,6 +131,7 @@ fn writer() {
         let key = format!("k{}", rng.below(3));
         let lock = ["lock-a", "lock-b"][rng.below(2)];
         let choice = rng.below(100);
+        let value = check::value_of(&id, if pad > 0 { rng.below(pad + 1) } else { 0 });
         // Refusals (a lock held by the other writer, a stale token) are expected and unmarked.
         let (op, outcome): (Op, Result<u64, Error>) = match choice {
             0..=19 => {
@@ -144,7 +154,7 @@ fn writer() {
                 drop(holder.take());
                 mark(format!("begin {id} grant-put {lock} {key} 0"));
                 let granted = store
-                    .acquire_and_put(lock, ttl, key.as_bytes(), id.as_bytes())
+                    .acquire_and_put(lock, ttl, key.as_bytes(), &value)
                     .map(|h| {
                         let token = h.token();
                         holder = Some(h);
@@ -167,7 +177,7 @@ fn writer() {
                 let Op::Put { key, .. } = &op else {
                     unreachable!()
                 };
-                let done = h.put(key.as_bytes(), id.as_bytes()).map(|()| token);
+                let done = h.put(key.as_bytes(), &value).map(|()| token);
                 (op, done)
             }
             55..=79 if last_token > 0 => {
@@ -179,7 +189,7 @@ fn writer() {
                 };
                 mark(format!("begin {id} {}", op.render()));
                 let done = match &op {
-                    Op::Put { key, .. } => store.put(key.as_bytes(), id.as_bytes(), token),
+                    Op::Put { key, .. } => store.put(key.as_bytes(), &value, token),
                     Op::Delete { key, .. } => store.delete(key.as_bytes(), token).map(|_| ()),
                     _ => unreachable!(),
                 };
@@ -196,6 +206,13 @@ fn writer() {
                 };
                 let done = store.fence(resource, *token).map(|()| *token);
                 (op, done)
+            }
+            // With the write log, `info` runs a checkpoint first: checkpoints at known points
+            // of the workload, beside those started in the background (which a writer's exit
+            // can cut short).
+            95.. if write_log => {
+                store.info().unwrap();
+                continue;
             }
             _ => {
                 if let Some(h) = holder.take() {
@@ -267,12 +284,128 @@ fn recorder() -> &'static Path {
     })
 }
 
+/// How a workload's writers open the store, and the checker each image.
+#[derive(Clone, Copy)]
+struct Setup {
+    mode: Mode,
+    /// Fenced writes through the redo log (`Options::write_log`).
+    write_log: bool,
+    /// Values padded to a random length up to this many bytes.
+    pad: usize,
+}
+
+impl Setup {
+    fn of(mode: Mode) -> Setup {
+        Setup {
+            mode,
+            write_log: false,
+            pad: 0,
+        }
+    }
+
+    /// How the checker opens each image: as the writers did, unless
+    /// `FENCELOCK_CRASH_OPEN_DEFAULT=1` asks for `Options::default()`'s `write_log` (off), as
+    /// the command-line tool and a program that never asked for the log open a store.
+    fn options(self) -> Options {
+        let default = std::env::var_os("FENCELOCK_CRASH_OPEN_DEFAULT").is_some_and(|v| v != "0");
+        Options {
+            mode: self.mode,
+            write_log: self.write_log && !default,
+            ..Options::default()
+        }
+    }
+}
+
 /// A workload recorded: its log, and where it ran.
 struct Recorded {
     recording: Recording,
     history: History,
-    mode: Mode,
+    setup: Setup,
     _dir: tempfile::TempDir,
+}
+
+/// The name of the store's extended attribute that holds its ring's nonce.
+const RING_NONCE: &std::ffi::CStr = c"user.fencelock.ring";
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+/// The store file's extended attributes the recorder may have seen set: its ring's nonce.
+fn xattrs_of(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut value = [0u8; 64];
+    // SAFETY: both strings are NUL-terminated, and `value` is writable for its length.
+    let n = unsafe {
+        libc::getxattr(
+            c_path(path).as_ptr(),
+            RING_NONCE.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    let mut xattrs = BTreeMap::new();
+    if let Ok(n) = usize::try_from(n) {
+        xattrs.insert(RING_NONCE.to_str().unwrap().to_owned(), value[..n].to_vec());
+    }
+    xattrs
+}
+
+/// The log files beside the store at `path`: the names that start with the store's and
+/// `.wal.`, by what follows the store's name.
+fn log_files(path: &Path) -> BTreeMap<String, PathBuf> {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.unwrap();
+            let suffix = entry
+                .file_name()
+                .into_string()
+                .unwrap()
+                .strip_prefix(name)?
+                .to_owned();
+            suffix.starts_with(".wal.").then(|| (suffix, entry.path()))
+        })
+        .collect()
+}
+
+/// The files of the store at `path` as the disk holds them: the store file, its attributes,
+/// and its log files.
+fn files_at(path: &Path) -> Files {
+    Files {
+        store: fs::read(path).unwrap(),
+        xattrs: xattrs_of(path),
+        logs: log_files(path)
+            .into_iter()
+            .map(|(suffix, path)| (suffix, fs::read(path).unwrap()))
+            .collect(),
+    }
+}
+
+/// Writes `files` as the store at `path`, after removing the store and log files there.
+fn write_files(path: &Path, files: &Files) {
+    let _ = fs::remove_file(path);
+    for old in log_files(path).values() {
+        fs::remove_file(old).unwrap();
+    }
+    fs::write(path, &files.store).unwrap();
+    for (name, value) in &files.xattrs {
+        let name = std::ffi::CString::new(name.as_str()).unwrap();
+        // SAFETY: both strings are NUL-terminated, and `value` is readable for its length.
+        let rc = unsafe {
+            libc::setxattr(
+                c_path(path).as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "setxattr on {}", path.display());
+    }
+    for (suffix, bytes) in &files.logs {
+        fs::write(format!("{}{suffix}", path.display()), bytes).unwrap();
+    }
 }
 
 /// How the workload's writers run: phases one after the other, the writers of a phase at once;
@@ -281,7 +414,8 @@ struct Recorded {
 type Plan<'a> = &'a [&'a [Option<u64>]];
 
 /// Runs a workload on a new store with the recorder preloaded.
-fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
+fn record(setup: Setup, plan: Plan, ops: u64, seed: u64) -> Recorded {
+    let mode = setup.mode;
     let dir = scratch();
     let root = dir.path().canonicalize().unwrap();
     let (db, marks, log) = (root.join("store.db"), root.join("marks"), root.join("log"));
@@ -304,6 +438,11 @@ fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
                     .env("FENCELOCK_CRASH_WRITER", format!("w{n}"))
                     .env("FENCELOCK_CRASH_SEED", (seed ^ n).to_string())
                     .env("FENCELOCK_CRASH_OPS", ops.to_string())
+                    .env("FENCELOCK_CRASH_PAD", setup.pad.to_string())
+                    .env(
+                        "FENCELOCK_CRASH_WRITE_LOG",
+                        if setup.write_log { "1" } else { "0" },
+                    )
                     .env_remove("FENCELOCK_CRASH_KILL_AT")
                     .stdout(std::process::Stdio::null());
                 if let Some(at) = kill_at {
@@ -326,10 +465,36 @@ fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
         }
     }
     let recording = Recording::parse(&fs::read(&log).unwrap());
-    // The recorder saw every change: replaying the log gives the file byte for byte.
+    // The recorder saw every change: replaying the log gives the files byte for byte, the log's
+    // names and the store's attribute.
+    let replayed = recording.final_files();
+    let found = files_at(&db);
     assert!(
-        recording.final_file() == fs::read(&db).unwrap(),
+        replayed.store == found.store,
         "replaying the recording does not give the store file ({})",
+        recording.summary()
+    );
+    assert_eq!(
+        replayed.xattrs,
+        found.xattrs,
+        "replaying the recording does not give the store's attributes ({})",
+        recording.summary()
+    );
+    assert_eq!(
+        replayed.logs.keys().collect::<Vec<_>>(),
+        found.logs.keys().collect::<Vec<_>>(),
+        "replaying the recording does not give the log's files ({})",
+        recording.summary()
+    );
+    assert!(
+        replayed.logs == found.logs,
+        "replaying the recording does not give the log files' contents ({})",
+        recording.summary()
+    );
+    assert_eq!(
+        recording.has_log(),
+        setup.write_log,
+        "the log was used or not against the setup ({})",
         recording.summary()
     );
     if std::env::var_os("FENCELOCK_CRASH_DUMP").is_some() {
@@ -339,7 +504,7 @@ fn record(mode: Mode, plan: Plan, ops: u64, seed: u64) -> Recorded {
     Recorded {
         recording,
         history,
-        mode,
+        setup,
         _dir: dir,
     }
 }
@@ -416,13 +581,14 @@ fn check_points(recorded: &Recorded, points: &[CrashPoint], budget: usize, salt:
     };
     for point in points {
         for image in builder.images(point, per_point, &mut rng) {
-            // A new file each time: a store the checker leaked (see `History::check`) keeps the
+            // New files each time: a store the checker leaked (see `History::check`) keeps the
             // last one open and locked.
-            let _ = fs::remove_file(&path);
-            fs::write(&path, &image.bytes).unwrap();
+            write_files(&path, &image.files);
             *report.images.entry(image.kind).or_default() += 1;
             if let Err(Violation { class, detail }) =
-                recorded.history.check(&path, recorded.mode, point)
+                recorded
+                    .history
+                    .check(&path, &recorded.setup.options(), point)
             {
                 *report.classes.entry(class).or_default() += 1;
                 if let Some(keep) = std::env::var_os("FENCELOCK_CRASH_KEEP") {
@@ -432,11 +598,11 @@ fn check_points(recorded: &Recorded, points: &[CrashPoint], budget: usize, salt:
                         "{}-{}-{}-sync{}.db",
                         std::process::id(),
                         KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                        mode_name(recorded.mode),
+                        mode_name(recorded.setup.mode),
                         point.k,
                     ));
                     fs::create_dir_all(&keep).unwrap();
-                    fs::write(&kept, &image.bytes).unwrap();
+                    write_files(&kept, &image.files);
                     eprintln!("kept {} ([{class}] {detail})", kept.display());
                 }
                 report.violations.push(format!(
@@ -463,7 +629,7 @@ fn created_points(recorded: &Recorded, lost_sync: Option<usize>) -> Vec<CrashPoi
 }
 
 fn run_case(case: &str, mode: Mode, plan: Plan, salt: u64) {
-    let recorded = record(mode, plan, ops_per_writer(), seed() ^ salt);
+    let recorded = record(Setup::of(mode), plan, ops_per_writer(), seed() ^ salt);
     let points = created_points(&recorded, None);
     let report = check_points(&recorded, &points, images_per_case(), salt);
     report.assert_clean(case);
@@ -525,6 +691,92 @@ fn single_process_a_writer_killed() {
     );
 }
 
+/// Runs the test `name` again, alone, in a child process of this binary with `vars` set, and
+/// asserts that it passed: `true` in that child, which is to run the test's body. (The log's
+/// segment size is an environment variable every process of a store reads; this process runs
+/// other tests in threads beside it.)
+fn in_child(name: &str, vars: &[(&str, &str)]) -> bool {
+    const CHILD: &str = "FENCELOCK_CRASH_CHILD";
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        return true;
+    }
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .envs(vars.iter().copied())
+        .env("FENCELOCK_CRASH_SEED", seed().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{name} failed in its child: {status}");
+    false
+}
+
+/// How many log segments a recording made, and how many it retired while a writer still
+/// acknowledged writes after (a checkpoint in the background, not only the last close's).
+fn segments_and_retirements(recording: &Recording) -> (usize, usize) {
+    let is_segment = |name: &str| name.len() == ".wal.".len() + 16;
+    let last_ack = recording
+        .events
+        .iter()
+        .rposition(|e| matches!(e, recording::Event::Mark(recording::Mark::Ack { .. })))
+        .unwrap_or(0);
+    let mut made = 0;
+    let mut retired = 0;
+    for (at, event) in recording.events.iter().enumerate() {
+        if let recording::Event::Name { op, name, .. } = event {
+            match op {
+                recording::NameOp::Link if is_segment(name) => made += 1,
+                recording::NameOp::Unlink if is_segment(name) && at < last_ack => retired += 1,
+                _ => {}
+            }
+        }
+    }
+    (made, retired)
+}
+
+/// Fenced writes through the redo log (`Options::write_log`) in segments of 64 KiB: two writers
+/// at once, then a third after both closed the store (the last close's checkpoint, then a ring
+/// set up anew). Values of up to 6 KiB fill several segments, so the images cut at the
+/// segments' creation (temporary file, link, directory sync), their writes and `fdatasync`s, the
+/// checkpoints' commits into the store file and the segments' retirement; each image is opened
+/// as a multi-process store with the log on (a fresh ring, which recovers the log). A quarter of
+/// `FENCELOCK_CRASH_IMAGES`: each image's open recovers and checkpoints.
+#[test]
+fn multi_process_write_log() {
+    if !in_child(
+        "multi_process_write_log",
+        &[("FENCELOCK_LOG_SEGMENT", "65536")],
+    ) {
+        return;
+    }
+    let salt = 10;
+    let setup = Setup {
+        mode: Mode::MultiProcess,
+        write_log: true,
+        pad: 12000,
+    };
+    let recorded = record(
+        setup,
+        &[&[None, None], &[None]],
+        ops_per_writer(),
+        seed() ^ salt,
+    );
+    let (made, retired) = segments_and_retirements(&recorded.recording);
+    assert!(
+        made >= 3 && retired >= 1,
+        "the workload made {made} segments and retired {retired} before its last \
+         acknowledgement: it should cross two segment ends and a checkpoint ({}, seed {})",
+        recorded.recording.summary(),
+        seed()
+    );
+    let points = created_points(&recorded, None);
+    let report = check_points(&recorded, &points, images_per_case() / 4, salt);
+    report.assert_clean(&format!(
+        "multi-process, write log, two writers then one ({made} segments made, {retired} \
+         retired while writing)"
+    ));
+}
+
 /// Images cut inside store creation: after the first open's first writes (redb's ftruncate and
 /// header, its magic, the first commits) and before `Store::open` returned. Every one must open
 /// as a store, empty or created.
@@ -532,7 +784,7 @@ fn single_process_a_writer_killed() {
 fn creation_images() {
     let mut report = Report::default();
     for (salt, mode) in [(4, Mode::MultiProcess), (5, Mode::SingleProcess)] {
-        let recorded = record(mode, &[&[None]], 3, seed() ^ salt);
+        let recorded = record(Setup::of(mode), &[&[None]], 3, seed() ^ salt);
         let points: Vec<CrashPoint> = crash_points(&recorded.recording, None)
             .into_iter()
             .filter(|point| !recorded.history.created_before(point))
@@ -601,12 +853,12 @@ const TOO_FEW_WRITES: i32 = 3;
 
 fn check_lost_syncs() {
     for (salt, mode) in [(6, Mode::MultiProcess), (7, Mode::SingleProcess)] {
-        let recorded = record(mode, &[&[None]], 24, seed() ^ salt);
+        let recorded = record(Setup::of(mode), &[&[None]], 24, seed() ^ salt);
         let recording = &recorded.recording;
         let syncs_before = |at: usize| {
             recording.events[..at]
                 .iter()
-                .filter(|e| matches!(e, recording::Event::Sync))
+                .filter(|e| e.is_sync())
                 .count()
         };
         // The key of an operation that writes one.
@@ -633,7 +885,7 @@ fn check_lost_syncs() {
             .filter(|(at, _, key)| {
                 !recording.events[*at..]
                     .iter()
-                    .take_while(|e| !matches!(e, recording::Event::Sync))
+                    .take_while(|e| !e.is_sync())
                     .any(|e| {
                         matches!(e, recording::Event::Mark(recording::Mark::Begin { op, .. })
                             if key_of(op) == *key)

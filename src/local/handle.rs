@@ -247,7 +247,13 @@ impl LeaseHandle for LocalLease {
 impl Drop for LocalLease {
     fn drop(&mut self) {
         self.inner.holds.let_go(self.state.token);
-        // The last user of a store, holders included, records its releases (`local/history.rs`).
+        // The last user of a store, holders included, records its releases (`local/history.rs`),
+        // once a background checkpoint of the log ends.
+        if self.inner.handles.load(Ordering::Acquire) == 0 {
+            if let Some(user) = self.inner.log.get() {
+                user.finish_background();
+            }
+        }
         if self.inner.handles.load(Ordering::Acquire) == 0 && Arc::strong_count(&self.inner) == 1 {
             self.inner.record_releases();
         }
@@ -353,7 +359,6 @@ impl LocalEngine {
             self.check_value(value)?;
         }
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             crate::base::cancel::check(cancel)?;
             return user.put(self, key, value, token, Some(name), self.bounded(cancel));
         }

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redb::{ReadTransaction, TableError};
+use redb::{ReadTransaction, ReadableTable, TableError};
 
 use crate::base::cancel::Waiting;
 use crate::base::clock;
@@ -38,7 +38,7 @@ use crate::ring::flush::{Fate, GroupSync, LogTurn};
 use crate::rules::admit::check_current;
 use crate::rules::info::Fenced;
 use crate::rules::record::decode_value;
-use crate::rules::tables::{FENCES, META, VALUES, VERSIONS};
+use crate::rules::tables::{FENCES, META, VALUES, VERSIONS, WAL_ID_KEY};
 use crate::rules::tokens::admit;
 use crate::share::claims::{Claims, Outcome};
 use crate::share::keys::{self, Entry, Space};
@@ -86,6 +86,8 @@ pub(crate) struct LogUser {
     log: SegmentLog,
     /// Whether a checkpoint of this process runs in a thread of its own now.
     checkpointing: AtomicBool,
+    /// That thread, for the store's close to wait for.
+    background: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// The log's segment size: [`SEGMENT_VAR`], or the default.
@@ -102,19 +104,59 @@ fn segment_size() -> Result<u64> {
     }
 }
 
-/// The redo log of the store file at `path`.
-fn open_log(path: &Path) -> Result<SegmentLog> {
-    let id = crate::storage::file::ring_nonce(path)?.unwrap_or(0);
+/// The redo log of the store file at `path`, whose id is `id`.
+fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
     let mut base = path.as_os_str().to_owned();
     base.push(".wal");
     Ok(SegmentLog::open(Path::new(&base), id, segment_size()?)?)
+}
+
+/// The id of the store's redo log (`WAL_ID_KEY`), `None` for a store that never had one.
+fn log_id(db: &Db) -> Result<Option<u64>> {
+    let txn = db.begin_read()?;
+    let Some(meta) = opened(txn.open_table(META))? else {
+        return Ok(None);
+    };
+    Ok(meta.get(WAL_ID_KEY)?.map(|id| id.value()))
+}
+
+/// The id of the store's redo log, made (random, committed) when it has none yet: by the
+/// process that sets the log up.
+fn make_log_id(db: &Db) -> Result<u64> {
+    let txn = db.writable()?.begin_write()?;
+    let id = {
+        let mut meta = txn.open_table(META)?;
+        let found = meta.get(WAL_ID_KEY)?.map(|id| id.value());
+        match found {
+            Some(id) => id,
+            None => {
+                let mut bytes = [0u8; 8];
+                let filled =
+                    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
+                        .map_err(std::io::Error::from)?;
+                if filled != 8 {
+                    return Err(Error::Io(std::io::Error::other(
+                        "getrandom gave fewer than 8 bytes",
+                    )));
+                }
+                let id = u64::from_le_bytes(bytes);
+                meta.insert(WAL_ID_KEY, id)?;
+                id
+            }
+        }
+    };
+    txn.commit()?;
+    Ok(id)
 }
 
 /// Recovers into `db` (opened by a single process) the redo log a crash left beside the store
 /// file at `path`, if it has one: the records a process of a ring acknowledged before it died
 /// with every other, which the next ring would have recovered.
 pub(crate) fn recover_alone(path: &Path, db: &Db) -> Result<()> {
-    let log = open_log(path)?;
+    let Some(id) = log_id(db)? else {
+        return Ok(());
+    };
+    let log = open_log(path, id)?;
     if log.seqs()?.is_empty() {
         return Ok(());
     }
@@ -134,8 +176,8 @@ fn opened<T>(table: std::result::Result<T, TableError>) -> Result<Option<T>> {
 impl LogUser {
     /// The log user of the engine `host` in the ring `member`, once its fenced writes go
     /// through the log: decided by the first process of the ring's lifetime (`want`, this
-    /// process's option, counts only when it is first). The process that turns it on recovers
-    /// the log into the store file first; the others wait for it, within `waiting`.
+    /// process's option, counts only when it is first). That process recovers the log into
+    /// the store file first, whatever it decides; the others wait for it, within `waiting`.
     pub(crate) fn join<H: LogHost>(
         host: &H,
         member: &Arc<RingMember>,
@@ -144,21 +186,43 @@ impl LogUser {
     ) -> Result<Option<LogUser>> {
         let ring = member.ring();
         loop {
-            match ring.decide_log(want, member.id(), host.live()) {
+            match ring.decide_log(member.id(), host.live()) {
                 LogTurn::Off => return Ok(None),
                 LogTurn::On => break,
                 LogTurn::SetUp => {
                     let set_up = || -> Result<()> {
-                        let log = open_log(host.store_path())?;
                         let db = host.database()?;
+                        let id = match log_id(&db)? {
+                            Some(id) => id,
+                            // A store that never had a log: nothing to recover, and a ring
+                            // that does not write through one makes none.
+                            None if !want => {
+                                ring.log_set_up(None);
+                                return Ok(());
+                            }
+                            None => make_log_id(&db)?,
+                        };
+                        let log = open_log(host.store_path(), id)?;
+                        // No other process of the ring is making a segment now.
+                        log.remove_leftovers()?;
+                        if !want {
+                            if !log.seqs()?.is_empty() {
+                                recover(db.writable()?, &log)?;
+                            }
+                            ring.log_set_up(None);
+                            return Ok(());
+                        }
                         let end = recover(db.writable()?, &log)?.applied.end;
                         log.prepare(end / log.size())?;
-                        ring.log_set_up(end);
+                        ring.log_set_up(Some(end));
                         Ok(())
                     };
                     if let Err(err) = set_up() {
                         ring.log_set_up_failed(member.id());
                         return Err(err);
+                    }
+                    if !want {
+                        return Ok(None);
                     }
                     break;
                 }
@@ -168,10 +232,15 @@ impl LogUser {
                 }
             }
         }
+        let db = host.database()?;
+        let id = log_id(&db)?.ok_or_else(|| {
+            Error::Corrupt("the store's redo log is on, and the store file holds no log id".into())
+        })?;
         Ok(Some(LogUser {
             member: Arc::clone(member),
-            log: open_log(host.store_path())?,
+            log: open_log(host.store_path(), id)?,
             checkpointing: AtomicBool::new(false),
+            background: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -195,6 +264,10 @@ impl LogUser {
         lease: Option<&str>,
         waiting: Waiting<'_>,
     ) -> Result<bool> {
+        // As a commit checks (`Router::submit`): a child of fork() writes nothing of its
+        // parent's, and a store whose path names another file now refuses (`Replaced`).
+        host.check_fork()?;
+        host.check_file()?;
         if let Some(value) = value.filter(|value| value.len() > INLINE_MAX) {
             return Err(Error::invalid(format!(
                 "a value of {} bytes: with the write log on, values are at most {INLINE_MAX} bytes",
@@ -247,7 +320,15 @@ impl LogUser {
         token: u64,
         waiting: Waiting<'_>,
     ) -> Result<()> {
+        host.check_fork()?;
+        host.check_file()?;
         check_granted(token, host.shared_last_token().unwrap_or(0))?;
+        // A token equal to the recorded one passes without a write, as without the log.
+        let recorded = self.fence_token(host, resource)?;
+        admit(token, recorded)?;
+        if recorded == Some(token) {
+            return Ok(());
+        }
         let record = |version| Record::Fence {
             resource: resource.to_owned(),
             token,
@@ -418,8 +499,19 @@ impl LogUser {
                     engine.last_user_gone();
                 }
             });
-        if spawned.is_err() {
-            self.checkpointing.store(false, Ordering::Release);
+        match spawned {
+            Ok(thread) => *self.background.lock() = Some(thread),
+            Err(_) => self.checkpointing.store(false, Ordering::Release),
+        }
+    }
+
+    /// Waits for this process's background checkpoint, if one runs: the store's last handle
+    /// does, so that the thread's hold on the engine ends and the close's last steps (the
+    /// last checkpoint among them) are not skipped, nor cut short by the process's exit.
+    pub(crate) fn finish_background(&self) {
+        let thread = self.background.lock().take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
         }
     }
 }
@@ -605,6 +697,72 @@ mod tests {
         );
         assert_eq!(read.get(b"k/00").unwrap(), None);
         assert_eq!(read.fence_token("printer").unwrap(), Some(fenced_at));
+    }
+
+    #[test]
+    fn a_store_whose_path_names_another_file_refuses_writes_through_the_log() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"k", b"before").unwrap();
+        std::fs::rename(&path, dir.path().join("moved.redb")).unwrap();
+        let refused = holder.put(b"k", b"after").unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        let refused = store.put(b"k", b"after", holder.token()).unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        let refused = store.fence("printer", holder.token()).unwrap_err();
+        assert!(matches!(refused, Error::Replaced { .. }), "{refused:?}");
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"before");
+    }
+
+    #[test]
+    fn a_copy_of_a_closed_store_without_its_extended_attributes_opens_with_its_log() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"k", b"v").unwrap();
+        drop(holder);
+        drop(store);
+        // `fs::copy` copies no extended attribute (the ring's nonce): the log's id is the
+        // store file's own.
+        let copy = tempfile::tempdir().unwrap();
+        for file in std::iter::once(path.clone()).chain(segments(&path)) {
+            let name = file.file_name().unwrap();
+            std::fs::copy(&file, copy.path().join(name)).unwrap();
+        }
+        let copied = copy.path().join("store.redb");
+        assert!(
+            !segments(&copied).is_empty(),
+            "the log's newest segment was copied"
+        );
+        let store = Store::open_with(&copied, &logged()).unwrap();
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"k", b"w").unwrap();
+        assert_eq!(store.get(b"k").unwrap().unwrap().value, b"w");
+    }
+
+    #[test]
+    fn the_logs_segments_have_the_store_files_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        drop(Store::open(&path).unwrap());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"k", b"v").unwrap();
+        let found = segments(&path);
+        assert!(!found.is_empty());
+        for segment in found {
+            let mode = std::fs::metadata(&segment).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o640, "{}", segment.display());
+        }
     }
 
     #[test]

@@ -731,7 +731,6 @@ impl Engine for LocalEngine {
         }
         check_token(token)?;
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             crate::base::cancel::check(cancel)?;
             return self.counters.counted(user.put(
                 self,
@@ -899,8 +898,13 @@ impl Engine for LocalEngine {
     fn handle_dropped(&self) {
         // The last user of the store in this process records its releases (`local/history.rs`): the
         // last handle, or else the last of its holders to be dropped.
-        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 && self.this.strong_count() == 1 {
-            self.record_releases();
+        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(user) = self.log.get() {
+                user.finish_background();
+            }
+            if self.this.strong_count() == 1 {
+                self.record_releases();
+            }
         }
     }
 }
@@ -928,7 +932,6 @@ impl LocalEngine {
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
         if let Some(user) = self.log.get() {
-            self.check_fork()?;
             return user.fence(self, resource, token, self.bounded(cancel));
         }
         // A token equal to the recorded one passes without a write.

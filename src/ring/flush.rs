@@ -942,7 +942,8 @@ pub(crate) enum LogTurn {
     Off,
     /// Writes go through the log, set up.
     On,
-    /// This process is to set the log up: recover it, then [`Ring::log_set_up`].
+    /// This process decides, and sets the log up first: recovers it, then
+    /// [`Ring::log_set_up`].
     SetUp,
     /// Another live process is setting it up: ask again soon.
     Wait,
@@ -950,11 +951,14 @@ pub(crate) enum LogTurn {
 
 impl Ring {
     /// Decides, once for the ring's lifetime, whether its processes write through the log: the
-    /// first process to ask decides (`want`), and every later one follows. A process that
-    /// wants it takes the setting up (its liveness id `id` in `log_state`) and no write goes
-    /// through the log until it ends it with [`Ring::log_set_up`]; a setter that died is taken
-    /// over, as the recovery it was running is one transaction of the store file.
-    pub(crate) fn decide_log(&self, want: bool, id: u64, live: &dyn Live) -> LogTurn {
+    /// first process to ask takes the setting up (its liveness id `id` in `log_state`),
+    /// recovers the log a crash may have left (whatever it decides: a ring that commits its
+    /// writes to the store file must not leave acknowledged writes in a log that a later ring
+    /// would apply over them), and decides by [`Ring::log_set_up`]; every later one follows.
+    /// No write goes through the log, and no process goes on, before the decision; a setter
+    /// that died is taken over, as the recovery it was running is one transaction of the store
+    /// file.
+    pub(crate) fn decide_log(&self, id: u64, live: &dyn Live) -> LogTurn {
         let word = &self.view.flush().log_state;
         loop {
             // Acquire: pairs with the Release of `log_set_up`, so that a process that sees the
@@ -963,8 +967,7 @@ impl Ring {
             let (to, turn) = match state {
                 LOG_ON => return LogTurn::On,
                 LOG_OFF => return LogTurn::Off,
-                0 if want => (id, LogTurn::SetUp),
-                0 => (LOG_OFF, LogTurn::Off),
+                0 => (id, LogTurn::SetUp),
                 setter if setter == id => return LogTurn::SetUp,
                 setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Wait,
                 // Its setter died: taken over.
@@ -982,9 +985,15 @@ impl Ring {
 
     /// Ends the setting up of the log by the process that took it ([`Ring::decide_log`]): the
     /// log was recovered into the store file up to `end`, where reservations, the flushed
-    /// prefix and the checkpoint start. No writer reserves before it (the log is not on).
-    pub(crate) fn log_set_up(&self, end: u64) {
+    /// prefix and the checkpoint start; `None`: the ring's processes do not write through it.
+    /// No writer reserves before it (the log is not on).
+    pub(crate) fn log_set_up(&self, end: Option<u64>) {
         let words = self.view.flush();
+        let Some(end) = end else {
+            // Release: as below.
+            words.log_state.store(LOG_OFF, Ordering::Release);
+            return;
+        };
         // Relaxed: published by the Release below, before any writer reserves.
         words.end.store(end, Ordering::Relaxed);
         words.flushed.store(end, Ordering::Relaxed);

@@ -165,7 +165,9 @@ pub struct Metrics {
     /// Replaced leases whose holder died without releasing.
     pub ended_holder_died: u64,
     /// Write transactions committed, and the operations they carried (their ratio is the
-    /// operations per commit).
+    /// operations per commit). With [`crate::Options::write_log`], each write acknowledged
+    /// through the redo log counts as one commit of one operation (the log shares its syncs,
+    /// not its commits).
     pub commits: u64,
     /// The operations those commits carried.
     pub committed_ops: u64,

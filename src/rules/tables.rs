@@ -34,6 +34,10 @@ pub(crate) const SEALED_KEY: &str = "sealed_reservation";
 /// checkpoint's own transaction, so that the records and their position commit as one unit;
 /// absent (0) in a store that never had a log.
 pub(crate) const WAL_APPLIED_KEY: &str = "wal_applied";
+/// The redo log's id, written in its segments' headers (`storage/wal/file.rs`): random, made by
+/// the first process that sets a log up. In the store file, so that it is as durable as the
+/// store and travels with a copy of it.
+pub(crate) const WAL_ID_KEY: &str = "wal_id";
 
 /// The history of each lock, keyed by lock name: one value holding its latest entries, so
 /// that recording an end is one read and one write of one key.

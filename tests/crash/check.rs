@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::time::Duration;
 
-use fencelock::{Error, Mode, Options, Store};
+use fencelock::{Error, Options, Store};
 
 use super::images::CrashPoint;
 use super::recording::{Event, Mark, Op, Recording};
@@ -60,6 +60,25 @@ fn caught<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Violation> {
             .unwrap_or_default();
         violation("panic", format!("{what} panicked: {message}"))
     })
+}
+
+/// The value an operation writes: its id, and with `pad` > 0, `|` and `pad` bytes of the id
+/// over and over (so that a value tells its writer, and whether it is whole).
+pub fn value_of(id: &str, pad: usize) -> Vec<u8> {
+    let mut value = id.as_bytes().to_vec();
+    if pad > 0 {
+        value.push(b'|');
+        value.extend(id.bytes().cycle().take(pad));
+    }
+    value
+}
+
+/// The id of the operation that wrote `value` ([`value_of`]); `None` when it is not one that an
+/// operation writes.
+fn writer_of(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?;
+    let id = text.split('|').next()?;
+    (value_of(id, value.len().saturating_sub(id.len() + 1)) == value).then(|| id.to_owned())
 }
 
 /// Why an image failed.
@@ -131,13 +150,14 @@ impl History {
     /// the last acknowledged write, or one that may have committed after it; every fence is at
     /// or above its last acknowledged token; `verify()` passes; a new grant is above every
     /// acknowledged token, and a write with it is accepted.
-    pub fn check(&self, path: &Path, mode: Mode, point: &CrashPoint) -> Result<(), Violation> {
-        let options = Options {
-            mode,
-            ..Options::default()
-        };
+    pub fn check(
+        &self,
+        path: &Path,
+        options: &Options,
+        point: &CrashPoint,
+    ) -> Result<(), Violation> {
         let store =
-            caught("open", || Store::open_with(path, &options))?.map_err(|err| match err {
+            caught("open", || Store::open_with(path, options))?.map_err(|err| match err {
                 Error::NotAStore(_) => violation("not a store", format!("open: {err}")),
                 err => violation("open error", format!("open: {err:?}")),
             })?;
@@ -241,7 +261,12 @@ impl History {
                     }
                 }
                 Some(fenced) => {
-                    let value = String::from_utf8_lossy(&fenced.value).into_owned();
+                    let value = writer_of(&fenced.value).unwrap_or_else(|| {
+                        format!(
+                            "not a value written: {:?}",
+                            String::from_utf8_lossy(&fenced.value)
+                        )
+                    });
                     let writer = possible
                         .iter()
                         .find(|op| op.id == value && op.key() == Some((key, true)));

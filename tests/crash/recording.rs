@@ -1,15 +1,37 @@
-//! The recorder's log, read back: what reached the store file, and the workload's marks, in
-//! one order.
+//! The recorder's log, read back: what reached the store file, the segment files of its redo
+//! log and their names, and the workload's marks, in one order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-/// One change to the store file's contents or size.
+/// One change to a file's contents or size.
 #[derive(Debug, Clone)]
 pub enum Change {
     Write { offset: u64, data: Vec<u8> },
     Truncate { len: u64 },
     Fallocate { mode: u32, offset: u64, len: u64 },
+}
+
+/// The file a change or a sync is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum File {
+    /// The store file (its name is not modelled: it is there from the start).
+    Store,
+    /// A file of the redo log (a segment, or one being made under its temporary name): an
+    /// inode, numbered by the parser in the order they were created, so that an inode number
+    /// the system gave again is another file.
+    Log(usize),
+}
+
+/// A change to the directory's names of log files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameOp {
+    /// A new inode made under `name` (an open with `O_CREAT`).
+    Create,
+    /// An existing inode given the name `name` as well (`link`).
+    Link,
+    /// The name `name` removed (`unlink`).
+    Unlink,
 }
 
 /// What the workload wrote to the marker file, one line.
@@ -104,12 +126,120 @@ impl Op {
 /// One record of the log.
 #[derive(Debug, Clone)]
 pub enum Event {
-    Change(Change),
-    /// fsync, fdatasync, sync or syncfs returned: every change logged before it is durable.
-    Sync,
+    Change(File, Change),
+    /// `fsync` (`full`) or `fdatasync` of the file returned: every change of it logged before
+    /// is durable.
+    Sync {
+        file: File,
+        full: bool,
+    },
+    /// `sync()` or `syncfs()` returned: every change logged before, of every file and name, is
+    /// durable.
+    SyncAll,
+    /// An `fsync` of the store's directory returned: the names made and removed before it are
+    /// durable.
+    DirSync,
+    /// A log file's name made, linked or removed. `name` is what follows the store's path
+    /// (`.wal.0000000000000003`, `.wal.0000000000000003.creating-...`).
+    Name {
+        op: NameOp,
+        file: usize,
+        name: String,
+    },
+    /// An extended attribute of the store file set (its ring's nonce, which the log's segments
+    /// carry as the store's id).
+    Xattr {
+        name: String,
+        value: Vec<u8>,
+    },
     /// `sync_file_range`: logged, but it promises nothing after a power loss.
     SyncRange,
     Mark(Mark),
+}
+
+impl Event {
+    /// Whether it is a durability barrier: a crash point lies between two of them.
+    pub fn is_sync(&self) -> bool {
+        matches!(self, Event::Sync { .. } | Event::SyncAll | Event::DirSync)
+    }
+
+    /// Whether a power loss may leave it undone until a sync covers it.
+    pub fn is_pending_kind(&self) -> bool {
+        matches!(
+            self,
+            Event::Change(..) | Event::Name { .. } | Event::Xattr { .. }
+        )
+    }
+}
+
+/// What the disk holds: the store file, its extended attributes, and the log's files by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Files {
+    pub store: Vec<u8>,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    /// Each log file's name (after the store's path) and contents.
+    pub logs: BTreeMap<String, Vec<u8>>,
+}
+
+/// The files as a sequence of events leaves them: the store, its attributes, each inode of
+/// the log's, and the names of those.
+#[derive(Debug, Clone, Default)]
+pub struct Disk {
+    pub store: Vec<u8>,
+    pub xattrs: BTreeMap<String, Vec<u8>>,
+    pub inodes: HashMap<usize, Vec<u8>>,
+    pub names: BTreeMap<String, usize>,
+}
+
+impl Disk {
+    /// Applies one change, name or attribute (any other event changes nothing).
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Change(File::Store, change) => apply(&mut self.store, change),
+            Event::Change(File::Log(inode), change) => {
+                apply(self.inodes.entry(*inode).or_default(), change);
+            }
+            Event::Name { op, file, name } => self.rename(op, *file, name),
+            Event::Xattr { name, value } => {
+                self.xattrs.insert(name.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
+
+    /// A name made, linked or removed. Applied out of order (a crash image keeps any subset
+    /// of the names changed since the directory's last sync), a removal of a name that is
+    /// another inode's, or not there, changes nothing.
+    pub fn rename(&mut self, op: &NameOp, file: usize, name: &str) {
+        match op {
+            NameOp::Create | NameOp::Link => {
+                self.names.insert(name.to_owned(), file);
+            }
+            NameOp::Unlink => {
+                if self.names.get(name) == Some(&file) {
+                    self.names.remove(name);
+                }
+            }
+        }
+    }
+
+    /// What a reader of the directory finds: the store, and each name's inode.
+    pub fn files(&self) -> Files {
+        Files {
+            store: self.store.clone(),
+            xattrs: self.xattrs.clone(),
+            logs: self
+                .names
+                .iter()
+                .map(|(name, inode)| {
+                    (
+                        name.clone(),
+                        self.inodes.get(inode).cloned().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A recording: the events in log order, and the process each came from.
@@ -119,35 +249,63 @@ pub struct Recording {
     pub pids: Vec<u32>,
 }
 
+/// The length of a record's header in the log: kind u8, pid u32, file u64, a u64, b u64, data
+/// length u64.
+const RECORD_HEADER: usize = 37;
+
 impl Recording {
     pub fn parse(bytes: &[u8]) -> Recording {
         let mut recording = Recording::default();
+        // The parser's number of each inode the system numbered, as of now.
+        let mut inodes: HashMap<u64, usize> = HashMap::new();
         let mut at = 0;
         let u64_at = |p: usize| u64::from_le_bytes(bytes[p..p + 8].try_into().unwrap());
         while at < bytes.len() {
-            assert!(at + 29 <= bytes.len(), "a truncated record in the log");
+            assert!(
+                at + RECORD_HEADER <= bytes.len(),
+                "a truncated record in the log"
+            );
             let kind = bytes[at];
             let pid = u32::from_le_bytes(bytes[at + 1..at + 5].try_into().unwrap());
-            let (a, b) = (u64_at(at + 5), u64_at(at + 13));
-            let len = usize::try_from(u64_at(at + 21)).unwrap();
-            let data = &bytes[at + 29..at + 29 + len];
-            at += 29 + len;
+            let (ino, a, b) = (u64_at(at + 5), u64_at(at + 13), u64_at(at + 21));
+            let len = usize::try_from(u64_at(at + 29)).unwrap();
+            let data = &bytes[at + RECORD_HEADER..at + RECORD_HEADER + len];
+            at += RECORD_HEADER + len;
+            // A record's file: 0 is the store, another number a log file's inode.
+            let file = |inodes: &HashMap<u64, usize>| match ino {
+                0 => File::Store,
+                ino => File::Log(
+                    *inodes
+                        .get(&ino)
+                        .unwrap_or_else(|| panic!("inode {ino} of a log file was never created")),
+                ),
+            };
+            let text = || String::from_utf8(data.to_vec()).expect("a name is text");
             let mut push = |event| {
                 recording.events.push(event);
                 recording.pids.push(pid);
             };
             match kind {
-                1 => push(Event::Change(Change::Write {
-                    offset: a,
-                    data: data.to_vec(),
-                })),
-                2 => push(Event::Sync),
-                3 => push(Event::Change(Change::Truncate { len: a })),
-                4 => push(Event::Change(Change::Fallocate {
-                    mode: u32::from_le_bytes(data.try_into().unwrap()),
-                    offset: a,
-                    len: b,
-                })),
+                1 => push(Event::Change(
+                    file(&inodes),
+                    Change::Write {
+                        offset: a,
+                        data: data.to_vec(),
+                    },
+                )),
+                2 => push(Event::Sync {
+                    file: file(&inodes),
+                    full: a == 1,
+                }),
+                3 => push(Event::Change(file(&inodes), Change::Truncate { len: a })),
+                4 => push(Event::Change(
+                    file(&inodes),
+                    Change::Fallocate {
+                        mode: u32::from_le_bytes(data.try_into().unwrap()),
+                        offset: a,
+                        len: b,
+                    },
+                )),
                 5 => {
                     let text = std::str::from_utf8(data).expect("marks are text");
                     for line in text.lines().filter(|l| !l.is_empty()) {
@@ -155,21 +313,62 @@ impl Recording {
                     }
                 }
                 6 => push(Event::SyncRange),
+                7 => push(Event::SyncAll),
+                8 => {
+                    let fresh = inodes.len();
+                    inodes.insert(ino, fresh);
+                    push(Event::Name {
+                        op: NameOp::Create,
+                        file: fresh,
+                        name: text(),
+                    });
+                }
+                9 | 10 => {
+                    let File::Log(inode) = file(&inodes) else {
+                        panic!("a link or unlink of the store in the log")
+                    };
+                    let op = if kind == 9 {
+                        NameOp::Link
+                    } else {
+                        NameOp::Unlink
+                    };
+                    push(Event::Name {
+                        op,
+                        file: inode,
+                        name: text(),
+                    });
+                }
+                11 => push(Event::DirSync),
+                12 => {
+                    let nul = data
+                        .iter()
+                        .position(|&b| b == 0)
+                        .expect("a NUL after the name");
+                    push(Event::Xattr {
+                        name: String::from_utf8(data[..nul].to_vec()).expect("a name is text"),
+                        value: data[nul + 1..].to_vec(),
+                    });
+                }
                 other => panic!("unknown record kind {other} in the log"),
             }
         }
         recording
     }
 
-    /// The file as every change leaves it, in log order.
-    pub fn final_file(&self) -> Vec<u8> {
-        let mut file = Vec::new();
+    /// The files as every change leaves them, in log order.
+    pub fn final_files(&self) -> Files {
+        let mut disk = Disk::default();
         for event in &self.events {
-            if let Event::Change(change) = event {
-                apply(&mut file, change);
-            }
+            disk.apply(event);
         }
-        file
+        disk.files()
+    }
+
+    /// Whether the workload wrote through the log (made a log file).
+    pub fn has_log(&self) -> bool {
+        self.events
+            .iter()
+            .any(|event| matches!(event, Event::Name { .. }))
     }
 
     /// One line per event, for reading a recording.
@@ -177,13 +376,15 @@ impl Recording {
         let mut out = String::new();
         for (at, (event, pid)) in self.events.iter().zip(&self.pids).enumerate() {
             let line = match event {
-                Event::Change(Change::Write { offset, data }) => {
-                    format!("write {offset} +{}", data.len())
+                Event::Change(file, Change::Write { offset, data }) => {
+                    format!("{file:?} write {offset} +{}", data.len())
                 }
-                Event::Change(change) => format!("{change:?}"),
-                Event::Sync => "sync".into(),
-                Event::SyncRange => "sync_file_range".into(),
-                Event::Mark(mark) => format!("{mark:?}"),
+                Event::Change(file, change) => format!("{file:?} {change:?}"),
+                Event::Sync { file, full } => {
+                    format!("{file:?} {}", if *full { "fsync" } else { "fdatasync" })
+                }
+                Event::Xattr { name, value } => format!("xattr {name} = {value:02x?}"),
+                event => format!("{event:?}"),
             };
             let _ = writeln!(out, "{at:5} pid {pid}: {line}");
         }
@@ -195,10 +396,28 @@ impl Recording {
         let mut counts: HashMap<&str, usize> = HashMap::new();
         for event in &self.events {
             let name = match event {
-                Event::Change(Change::Write { .. }) => "writes",
-                Event::Change(Change::Truncate { .. }) => "truncates",
-                Event::Change(Change::Fallocate { .. }) => "fallocates",
-                Event::Sync => "syncs",
+                Event::Change(File::Store, Change::Write { .. }) => "writes",
+                Event::Change(File::Log(_), Change::Write { .. }) => "log writes",
+                Event::Change(_, Change::Truncate { .. }) => "truncates",
+                Event::Change(_, Change::Fallocate { .. }) => "fallocates",
+                Event::Sync {
+                    file: File::Store, ..
+                } => "syncs",
+                Event::Sync {
+                    file: File::Log(_), ..
+                } => "log syncs",
+                Event::SyncAll => "syncs of all",
+                Event::DirSync => "directory syncs",
+                Event::Name {
+                    op: NameOp::Create, ..
+                } => "log files made",
+                Event::Name {
+                    op: NameOp::Link, ..
+                } => "links",
+                Event::Name {
+                    op: NameOp::Unlink, ..
+                } => "unlinks",
+                Event::Xattr { .. } => "attributes set",
                 Event::SyncRange => "sync_file_ranges",
                 Event::Mark(Mark::Ack { .. }) => "acks",
                 Event::Mark(_) => "other marks",

@@ -21,7 +21,7 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::base::error::Error;
-use crate::ring::flush::{Fate, GroupSync, Log, Written, WINDOW};
+use crate::ring::flush::{Fate, GroupSync, Log, LogTurn, Written, WINDOW};
 use crate::ring::layout::GRANULE;
 use crate::ring::Ring;
 
@@ -364,4 +364,98 @@ fn a_writer_stopped_past_its_skip_and_a_lap_loses_to_the_later_word() {
         let acknowledged: Vec<u64> = won.then_some(lsn).into_iter().chain(theirs).collect();
         check_end(&ring, &procs, &disk, &acknowledged);
     });
+}
+
+/// One process's open of the ring, as `LogUser::join` runs it: decide (waiting while another
+/// live process sets up); the setter (process 2, which wants the log, or process 3, which does
+/// not) "recovers" (a store of record's counter, raised once) and sets up, or dies there when
+/// `dies` is its id. What it saw: `Some(on)`, or `None` for a process that died.
+fn open_log(ring: &Ring, procs: &Procs, id: u64, recovered: &AtomicU64, dies: u64) -> Option<bool> {
+    loop {
+        match ring.decide_log(id, procs) {
+            LogTurn::On => return Some(true),
+            LogTurn::Off => return Some(false),
+            LogTurn::Wait => thread::yield_now(),
+            LogTurn::SetUp => {
+                if id == dies {
+                    procs.kill(id);
+                    return None;
+                }
+                // The recovery: one transaction of the store of record, whoever runs it.
+                recovered.fetch_add(1, Ordering::SeqCst);
+                let want = id == 2;
+                ring.log_set_up(want.then_some(40));
+                return Some(want);
+            }
+        }
+    }
+}
+
+/// Two processes open a ring at once (one wanting the log, one not), one of them killed while
+/// it sets the log up (or neither): every process that goes on saw one decision, the same
+/// (made by the first setter to finish); whoever sees the log on sees its positions at the
+/// recovered end; the log was recovered before any process went on, whatever was decided.
+#[test]
+fn processes_opening_at_once_follow_one_decision_made_after_the_recovery() {
+    for dies in [0, 2, 3] {
+        check(move || {
+            let ring = Arc::new(Ring::heap());
+            let procs = Arc::new(Procs::new(3));
+            let recovered = Arc::new(AtomicU64::new(0));
+            let other = {
+                let (ring, procs, recovered) = (ring.clone(), procs.clone(), recovered.clone());
+                thread::spawn(move || {
+                    let seen = open_log(&ring, &procs, 3, &recovered, dies);
+                    (seen, recovered.load(Ordering::SeqCst))
+                })
+            };
+            thread::yield_now();
+            let mine = open_log(&ring, &procs, 2, &recovered, dies);
+            let seen_mine = recovered.load(Ordering::SeqCst);
+            let (theirs, seen_theirs) = other.join().expect("an opener");
+            for (seen, recovered) in [(mine, seen_mine), (theirs, seen_theirs)] {
+                if seen.is_some() {
+                    assert!(recovered >= 1, "a process went on before the recovery");
+                }
+            }
+            if let (Some(mine), Some(theirs)) = (mine, theirs) {
+                assert_eq!(mine, theirs, "two decisions");
+            }
+            let on = mine.or(theirs).expect("one process lives");
+            assert_eq!(ring.log_on(), on);
+            if on {
+                let sync = GroupSync::new(&ring, 2, &*procs, &NoLog);
+                assert_eq!(sync.flushed(), 40, "the log on, its positions not set up");
+            }
+        });
+    }
+}
+
+/// A log no model writes: the decision's model reads positions only.
+struct NoLog;
+
+impl Log for NoLog {
+    fn write(&self, _: u64, _: &[u8]) -> io::Result<Written> {
+        unreachable!("the decision's model writes nothing")
+    }
+
+    fn sync(&self, _: u64, _: u64) -> io::Result<()> {
+        unreachable!("the decision's model syncs nothing")
+    }
+
+    fn write_skip(&self, _: u64, _: u64, _: u64, _: u64) -> io::Result<Written> {
+        unreachable!("the decision's model skips nothing")
+    }
+
+    fn skipped(&self, _: u64, _: u64) -> io::Result<bool> {
+        unreachable!("the decision's model reads no record")
+    }
+
+    fn segment_size(&self) -> u64 {
+        1 << 20
+    }
+
+    fn fill(&self, _: u64, _: u64) -> io::Result<Written> {
+        unreachable!("the decision's model fills nothing")
+    }
 }

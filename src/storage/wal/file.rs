@@ -38,7 +38,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -255,6 +255,11 @@ pub(crate) trait LogDir {
     fn remove(&self, paths: &[PathBuf]) -> io::Result<()>;
     /// The names of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// Makes the names in `dir` durable (`fsync` of the directory). A directory whose
+    /// creations and removals are durable at once (the crash tests' recorder) has nothing to do.
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The file system.
@@ -263,6 +268,17 @@ pub(crate) struct Disk;
 
 /// A temporary name unique among the creators of this process (threads) and of others (pids).
 static CREATING: AtomicU64 = AtomicU64::new(0);
+
+/// The metadata of the store file whose log segment is `segment` (`STORE.wal.<seq>`), `None`
+/// when there is none.
+fn store_of(segment: &Path) -> io::Result<Option<fs::Metadata>> {
+    // `STORE.wal.<seq>` without its last two extensions.
+    match fs::metadata(segment.with_extension("").with_extension("")) {
+        Ok(meta) => Ok(Some(meta)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
@@ -286,7 +302,17 @@ impl LogDir for Disk {
                 .read(true)
                 .write(true)
                 .create_new(true)
+                .mode(0o600)
                 .open(&temporary)?;
+            // Readable and writable by those who may read and write the store, and no one
+            // else: the store file's mode and owner (a log holds its values); the owner's
+            // alone without a store file (the log's own tests).
+            if let Some(store) = store_of(path)? {
+                file.set_permissions(fs::Permissions::from_mode(store.mode() & 0o777))?;
+                if rustix::process::geteuid().is_root() {
+                    std::os::unix::fs::fchown(&file, Some(store.uid()), Some(store.gid()))?;
+                }
+            }
             // Real zeros, not a hole or fallocate's unwritten extents: the first write to
             // either changes the file's block map, and its sync would then be a metadata sync.
             let chunk = vec![0u8; usize::try_from(len.min(1 << 20)).expect("1 MiB")];
@@ -323,6 +349,10 @@ impl LogDir for Disk {
         fs::read_dir(dir)?
             .map(|entry| entry.map(|entry| entry.file_name()))
             .collect()
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        sync_dir(dir)
     }
 }
 
@@ -562,6 +592,14 @@ impl<D: LogDir> SegmentLog<D> {
         file.read_at(&mut head, 0)
             .map_err(io_err(path.clone(), "read"))?;
         check_header(&path, &head, self.id, self.size, seq, len)?;
+        // Its name durable before this handle writes into it, or acknowledges what it reads:
+        // its creator (another process, or the loser of a race to create it) may not have
+        // synced the directory yet, and a power loss would take the name and every record
+        // synced into the file with it. Once a handle, for each segment.
+        let dir = parent(&self.base);
+        self.dir
+            .sync_dir(dir)
+            .map_err(io_err(dir.to_owned(), "sync"))?;
         let file = Arc::new(file);
         Ok(Some(Arc::clone(self.cache().entry(seq).or_insert(file))))
     }
@@ -599,6 +637,28 @@ impl<D: LogDir> SegmentLog<D> {
                 }
             }
         }
+    }
+
+    /// Removes the temporary files of segment creations that a killed process left (`Disk`'s
+    /// `.creating-` names): for the process that sets the log up, when no other process can be
+    /// creating one.
+    pub(crate) fn remove_leftovers(&self) -> Result<()> {
+        let dir = parent(&self.base);
+        let names = self.dir.list(dir).map_err(io_err(dir.to_owned(), "list"))?;
+        let mut prefix = self.base.file_name().unwrap_or_default().to_owned();
+        prefix.push(".");
+        let prefix = prefix.as_encoded_bytes();
+        let leftovers: Vec<PathBuf> = names
+            .iter()
+            .filter(|name| {
+                let name = name.as_encoded_bytes();
+                name.starts_with(prefix) && name.windows(10).any(|w| w == b".creating-")
+            })
+            .map(|name| dir.join(name))
+            .collect();
+        self.dir
+            .remove(&leftovers)
+            .map_err(|e| Error::Io(e).at_path("remove", dir))
     }
 
     /// Whether segment `seq` was retired: gone, with a newer one there (segments are made in
@@ -1097,6 +1157,16 @@ mod tests {
         fs::write(dir.path().join("other.wal.0000000000000001"), b"x").unwrap();
         let log = SegmentLog::open(&base, 0xfeed, 3 * MIN_SIZE).unwrap();
         assert_eq!(log.seqs().unwrap(), [0]);
+        // A creation's leftover temporary file goes at the log's set-up; nothing else does.
+        log.remove_leftovers().unwrap();
+        assert_eq!(
+            names(dir.path()),
+            [
+                "other.wal.0000000000000001",
+                "store.wal.0000000000000000",
+                "store.wal.00000000000000zz"
+            ]
+        );
     }
 
     #[test]
