@@ -147,18 +147,22 @@ check-publish:
 	$(CARGO) publish --dry-run --allow-dirty
 
 # The mixed workload, the same through a server, and the storm (grants of two names of one
-# bucket of the lease map, back to back, under the same stops and kills; examples/torture);
+# bucket of the lease map, back to back, under the same stops and kills; examples/torture),
+# the mixed workload with fenced writes through the redo log (Options::write_log, small
+# segments, stops inside a fenced write and the shared sync);
 # then leader election under stops and kills, with its witness (examples/election_fire.rs).
 test-torture:
 	$(CARGO) run --release --example torture -- --processes 4 --duration 60s
 	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --server
 	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --storm
+	$(CARGO) run --release --example torture -- --processes 4 --duration 30s --write-log
 	$(CARGO) run --release --example election_fire -- --duration 10s
 
 torture:
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --server
 	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --storm
+	$(CARGO) run --release --example torture -- --processes 8 --duration 600s --write-log
 	$(CARGO) run --release --example election_fire -- --duration 300s
 
 # The floor of a durable write on this disk and cross-process group commit over it, the

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use fencelock::{boottime_ns, Store};
+use fencelock::{boottime_ns, Options, Store};
 
 use crate::check::check;
 use crate::history::{parse_log, FinalState, History, Kind, Worker};
@@ -17,7 +17,8 @@ use crate::rng::Rng;
 use crate::worker::{self, KEYS, TTL_MS};
 
 const USAGE: &str = "usage: torture [--processes N] [--threads N] [--duration 60s] [--seed N] \
-                     [--dir PATH] [--keep] [--racing-create] [--no-shim] [--server] [--storm]";
+                     [--dir PATH] [--keep] [--racing-create] [--no-shim] [--server] [--storm] \
+                     [--write-log]";
 /// Controller tick; fault probabilities below are per tick.
 const TICK: Duration = Duration::from_millis(20);
 const PAUSE_PERCENT_PER_TICK: u64 = 4;
@@ -43,6 +44,17 @@ const SHIM_LEASE_PPM: (u64, u64) = (200, 1_000);
 /// With `--storm`, far more often: a grant's liveness tests of its bucket's other records come
 /// between its taking of a token and its publishing, and a stop there is what the storm is for.
 const STORM_SHIM_LEASE_PPM: (u64, u64) = (2_000, 8_000);
+/// With `--write-log`, its chance to stop right before a pwrite or a sync of a log segment
+/// (inside a fenced write, inside the shared sync), in parts per million.
+const SHIM_LOG_PPM: (u64, u64) = (1_000, 5_000);
+/// With `--write-log`, the chance to stop at a store pwrite instead of `SHIM_WRITE_PPM`: the
+/// store file is written only by checkpoints (and an open's recovery) then, a few hundred
+/// pwrites a run, and a stop inside a checkpoint (holding the store file's write lock while
+/// the others write on into the log) is what the rarer chance would almost never give.
+const LOG_SHIM_WRITE_PPM: (u64, u64) = (20_000, 50_000);
+/// With `--write-log`, the log's segment size (`FENCELOCK_LOG_SEGMENT`, for every process of
+/// the run): small, so that a short run passes segment ends and background checkpoints.
+const LOG_SEGMENT: &str = "262144";
 /// With `--storm`, as many workers load the shim, and kills are rarer, so that most stopped
 /// grants are resumed (a killed one publishes nothing).
 const STORM_SHIM_WORKER_PERCENT: u64 = 50;
@@ -78,6 +90,9 @@ struct Config {
     /// The workers only grant two names of one bucket of the lease map, back to back, with
     /// leases of a few milliseconds (`worker::Thread::storm`).
     storm: bool,
+    /// Every process opens the store with `Options::write_log` (fenced writes through the redo
+    /// log), with segments of `LOG_SEGMENT` bytes.
+    write_log: bool,
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
@@ -106,6 +121,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
         shim: true,
         server: false,
         storm: false,
+        write_log: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -137,9 +153,17 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
             "--no-shim" => config.shim = false,
             "--server" => config.server = true,
             "--storm" => config.storm = true,
+            "--write-log" => config.write_log = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {arg:?}\n{USAGE}")),
         }
+    }
+    if config.write_log && config.server {
+        // A server refuses a store whose processes write through the log (`fencelock serve`).
+        return Err(format!(
+            "--write-log and --server exclude each other: a server refuses a store whose \
+             processes write through the redo log\n{USAGE}"
+        ));
     }
     Ok(config)
 }
@@ -210,20 +234,35 @@ fn is_stopped(pid: u32) -> bool {
         == Some('T')
 }
 
-/// Stops the shim logged in `path`: (inside a commit, inside an open, inside a lease path).
-fn count_stops(path: &Path) -> (u64, u64, u64) {
+/// Stops the shim logged, per place.
+#[derive(Default, Clone, Copy)]
+struct Stops {
+    /// Inside a commit (a pwrite of the store file).
+    commit: u64,
+    /// Inside an open (holding the open byte).
+    open: u64,
+    /// Inside a lease path (a liveness lock or test, a futex call).
+    lease: u64,
+    /// Inside a fenced write or the shared sync of the redo log (a pwrite or a sync of a
+    /// segment).
+    log: u64,
+}
+
+/// Stops the shim logged in `path`.
+fn count_stops(path: &Path) -> Stops {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let complete = text.rfind('\n').map_or("", |i| &text[..=i]);
-    complete
-        .lines()
-        .fold((0, 0, 0), |(commit, open, lease), line| {
-            match line.split(' ').next() {
-                Some("commit") => (commit + 1, open, lease),
-                Some("open") => (commit, open + 1, lease),
-                Some("lease") => (commit, open, lease + 1),
-                _ => (commit, open, lease),
-            }
-        })
+    let mut stops = Stops::default();
+    for line in complete.lines() {
+        match line.split(' ').next() {
+            Some("commit") => stops.commit += 1,
+            Some("open") => stops.open += 1,
+            Some("lease") => stops.lease += 1,
+            Some("log") => stops.log += 1,
+            _ => {}
+        }
+    }
+    stops
 }
 
 struct Run<'a> {
@@ -338,6 +377,7 @@ impl Run<'_> {
             seed: self.rng.next_u64(),
             busy_timeout_ms: self.rng.range(WORKER_BUSY_MS.0, WORKER_BUSY_MS.1),
             storm: self.config.storm,
+            write_log: self.config.write_log,
         };
         let mut command = self.command("worker", index, args.to_argv());
         let shimmed = self.shim.is_some()
@@ -353,12 +393,14 @@ impl Run<'_> {
                 .env("FENCELOCK_SHIM_STORE", &self.store)
                 .env("FENCELOCK_SHIM_LOG", self.file("worker", index, "stops"))
                 .env("FENCELOCK_SHIM_SEED", self.rng.next_u64().to_string())
-                .env(
-                    "FENCELOCK_SHIM_WRITE_PPM",
-                    self.rng
-                        .range(SHIM_WRITE_PPM.0, SHIM_WRITE_PPM.1)
-                        .to_string(),
-                )
+                .env("FENCELOCK_SHIM_WRITE_PPM", {
+                    let (low, high) = if self.config.write_log {
+                        LOG_SHIM_WRITE_PPM
+                    } else {
+                        SHIM_WRITE_PPM
+                    };
+                    self.rng.range(low, high).to_string()
+                })
                 .env(
                     "FENCELOCK_SHIM_OPEN_PPM",
                     self.rng.range(SHIM_OPEN_PPM.0, SHIM_OPEN_PPM.1).to_string(),
@@ -371,6 +413,12 @@ impl Run<'_> {
                     };
                     self.rng.range(low, high).to_string()
                 });
+            if self.config.write_log {
+                command.env(
+                    "FENCELOCK_SHIM_LOG_PPM",
+                    self.rng.range(SHIM_LOG_PPM.0, SHIM_LOG_PPM.1).to_string(),
+                );
+            }
         }
         let child = command.spawn().expect("start a worker");
         self.running.push(Running {
@@ -391,6 +439,7 @@ impl Run<'_> {
             index,
             seed: self.rng.next_u64(),
             busy_timeout_ms: self.rng.range(OPENER_BUSY_MS.0, OPENER_BUSY_MS.1),
+            write_log: self.config.write_log,
         };
         let child = self
             .command("opener", index, args.to_argv())
@@ -597,6 +646,24 @@ impl Run<'_> {
     }
 }
 
+/// How many segment files of the redo log (`STORE.wal.<16 hex digits>`) lie beside `store`.
+fn log_segments(store: &Path) -> std::io::Result<usize> {
+    let name = store.file_name().map(|n| n.to_string_lossy().into_owned());
+    let prefix = format!("{}.wal.", name.unwrap_or_default());
+    let mut count = 0;
+    for entry in std::fs::read_dir(store.parent().unwrap_or(Path::new(".")))? {
+        let entry = entry?.file_name();
+        let entry = entry.to_string_lossy();
+        if entry
+            .strip_prefix(&prefix)
+            .is_some_and(|seq| seq.len() == 16 && seq.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            count += 1;
+        }
+    }
+    Ok(count)
+}
+
 fn read_final(path: &Path) -> Result<FinalState, String> {
     let store = Store::open(path).map_err(|err| format!("the final open failed: {err}"))?;
     let mut state = FinalState {
@@ -648,13 +715,23 @@ pub fn main(args: &[String]) -> ExitCode {
         eprintln!("cannot create {}: {err}", dir.display());
         return ExitCode::from(2);
     }
+    if config.write_log {
+        // Before any thread or child exists: every process of the run (this one's opens, the
+        // workers, the openers) inherits it, and all must agree on it.
+        std::env::set_var("FENCELOCK_LOG_SEGMENT", LOG_SEGMENT);
+    }
     println!(
-        "fencelock torture: {} processes x {} threads for {:?}, seed {}, in {}",
+        "fencelock torture: {} processes x {} threads for {:?}, seed {}, in {}{}",
         config.processes,
         config.threads,
         config.duration,
         config.seed,
-        dir.display()
+        dir.display(),
+        if config.write_log {
+            format!(", writes through the redo log (segments of {LOG_SEGMENT} bytes)")
+        } else {
+            String::new()
+        }
     );
     let started = boottime_ns();
     let mut run = Run {
@@ -686,7 +763,11 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     }
     if !config.racing_create {
-        if let Err(err) = Store::open(&run.store) {
+        let options = Options {
+            write_log: config.write_log,
+            ..Options::default()
+        };
+        if let Err(err) = Store::open_with(&run.store, &options) {
             eprintln!("cannot create the store {}: {err}", run.store.display());
             return ExitCode::FAILURE;
         }
@@ -723,6 +804,18 @@ pub fn main(args: &[String]) -> ExitCode {
         history.workers.push(worker);
     }
     history.workers.sort_by_key(|w| w.index);
+    if config.write_log {
+        // The newest segment outlives every checkpoint: none means the run's writes did not
+        // go through the log, and the run did not test what it says.
+        match log_segments(&run.store) {
+            Ok(0) => violations.push(format!(
+                "no segment of the redo log beside {}: the writes did not go through the log",
+                run.store.display()
+            )),
+            Ok(_) => {}
+            Err(err) => violations.push(format!("list {}: {err}", dir.display())),
+        }
+    }
     match read_final(&run.store) {
         Ok(state) => history.final_state = Some(state),
         Err(err) => violations.push(err),
@@ -771,11 +864,14 @@ fn summarize(
     let mut opens: [BTreeMap<&str, u64>; 2] = Default::default();
     let mut opener_writes: BTreeMap<&str, u64> = BTreeMap::new();
     let mut opener_reads = 0;
-    let mut stops = (0, 0, 0);
+    let mut stops = Stops::default();
     for worker in &history.workers {
         if !worker.opener {
-            let (commit, open, lease) = count_stops(&run.file("worker", worker.index, "stops"));
-            stops = (stops.0 + commit, stops.1 + open, stops.2 + lease);
+            let counted = count_stops(&run.file("worker", worker.index, "stops"));
+            stops.commit += counted.commit;
+            stops.open += counted.open;
+            stops.lease += counted.lease;
+            stops.log += counted.log;
         }
         for op in &worker.ops {
             total += 1;
@@ -831,9 +927,10 @@ fn summarize(
         );
     }
     println!(
-        "stop shim: {} pauses inside a commit, {} inside an open, {} inside a lease path ({} \
-         noticed and resumed by the controller, the rest cut short by a kill or the end)",
-        stops.0, stops.1, stops.2, faults.shim_stops
+        "stop shim: {} pauses inside a commit, {} inside an open, {} inside a lease path, {} \
+         inside a fenced write or sync of the log ({} noticed and resumed by the controller, \
+         the rest cut short by a kill or the end)",
+        stops.commit, stops.open, stops.lease, stops.log, faults.shim_stops
     );
     println!(
         "openers: {} run ({} hung and killed); opens: {}; reads: {}; writes: {}",

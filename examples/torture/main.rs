@@ -23,7 +23,9 @@
 //! first workers race to create it instead. With `--server` it also runs a server of the store
 //! (the role `server`), which it kills with SIGKILL and replaces, and pauses with SIGSTOP, at
 //! random moments; the workers' operations go through whichever server runs, or use the file
-//! themselves while none does, and the same checks hold.
+//! themselves while none does, and the same checks hold. With `--write-log` every process
+//! writes through the redo log (`Options::write_log`, small segments), and the shim also stops
+//! workers right before a pwrite or a sync of a log segment.
 
 mod check;
 mod controller;

@@ -10,7 +10,7 @@ use fencelock::{Options, Store};
 
 use crate::history::{Kind, Outcome};
 use crate::rng::Rng;
-use crate::worker::{outcome, Log, KEYS, RESOURCES};
+use crate::worker::{outcome, parse_write_log, write_log_arg, Log, KEYS, RESOURCES};
 
 pub struct Args {
     pub store: String,
@@ -18,6 +18,8 @@ pub struct Args {
     pub index: usize,
     pub seed: u64,
     pub busy_timeout_ms: u64,
+    /// `Options::write_log`, as the workers'.
+    pub write_log: bool,
 }
 
 impl Args {
@@ -29,17 +31,19 @@ impl Args {
             self.index.to_string(),
             self.seed.to_string(),
             self.busy_timeout_ms.to_string(),
+            write_log_arg(self.write_log),
         ]
     }
 
     fn parse(argv: &[String]) -> Option<Args> {
         match argv {
-            [store, log, index, seed, busy_timeout_ms] => Some(Args {
+            [store, log, index, seed, busy_timeout_ms, write_log] => Some(Args {
                 store: store.clone(),
                 log: log.clone(),
                 index: index.parse().ok()?,
                 seed: seed.parse().ok()?,
                 busy_timeout_ms: busy_timeout_ms.parse().ok()?,
+                write_log: parse_write_log(write_log)?,
             }),
             _ => None,
         }
@@ -48,13 +52,16 @@ impl Args {
 
 pub fn main(argv: &[String]) -> ExitCode {
     let Some(args) = Args::parse(argv) else {
-        eprintln!("usage: torture opener STORE LOG INDEX SEED BUSY_TIMEOUT_MS");
+        eprintln!(
+            "usage: torture opener STORE LOG INDEX SEED BUSY_TIMEOUT_MS write-log|store-file"
+        );
         return ExitCode::from(2);
     };
     let log = Log::create(&args.log);
     let mut rng = Rng::new(args.seed);
     let options = Options {
         busy_timeout: Duration::from_millis(args.busy_timeout_ms),
+        write_log: args.write_log,
         ..Options::default()
     };
     let op = log.begin(0, Kind::Open, |_| {});

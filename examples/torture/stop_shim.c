@@ -18,6 +18,15 @@
  *  - right before a futex call (the syscall(2) function with SYS_futex): the wakes after a
  *    release, the waits of a waiting acquire, and the thread locks of the process itself.
  *
+ * and, when the store writes through its redo log (Options::write_log), at moments of the
+ * log's paths, which hold nothing against other processes either:
+ *
+ *  - right before a pwrite/pwrite64/pwritev/pwritev64 of a segment file (`<store>.wal.<16 hex
+ *    digits>`): a process stopped inside a fenced write, between its reservation and its
+ *    record;
+ *  - right before an fdatasync or fsync of a segment: a process stopped inside the shared sync,
+ *    maybe as the flusher that the others wait for.
+ *
  * The controller notices the stopped process and resumes it with SIGCONT.
  *
  * Environment (read once, in the constructor):
@@ -27,13 +36,21 @@
  *   FENCELOCK_SHIM_OPEN_PPM    chance per open lock, in parts per million (default 0)
  *   FENCELOCK_SHIM_LEASE_PPM   chance per liveness lock or test and per futex call, in parts
  *                              per million (default 0)
+ *   FENCELOCK_SHIM_LOG_PPM     chance per pwrite and per sync of a log segment, in parts per
+ *                              million (default 0)
  *   FENCELOCK_SHIM_SEED        seed of the choices (reproducible where scheduling allows)
- *   FENCELOCK_SHIM_LOG         a file that gets one line per stop ("commit <ns>", "open <ns>"
- *                              or "lease <ns>", CLOCK_BOOTTIME) written just before it
+ *   FENCELOCK_SHIM_LOG         a file that gets one line per stop ("commit <ns>", "open <ns>",
+ *                              "lease <ns>" or "log <ns> pwrite|fdatasync|fsync", CLOCK_BOOTTIME)
+ *                              written just before it
+ *
+ * Segment files are recognized at open and openat by the path their new descriptor names
+ * (/proc/self/fd/N): the store's directory (resolved once, in the constructor), then the
+ * store's file name, ".wal." and 16 hex digits. A segment's temporary name while it is made
+ * does not match: the zeros and the header written there never stop.
  *
  * The intercepted paths run in any thread at any moment, also inside redb's commit: they take
  * no lock and never allocate. They use only atomics, fstat/stat, clock_gettime, write and
- * kill, all async-signal-safe. The real functions are resolved with dlsym(RTLD_NEXT) in the
+ * kill, readlink, all async-signal-safe. The real functions are resolved with dlsym(RTLD_NEXT) in the
  * constructor; a call that arrives before it (another library's constructor) goes straight
  * to the system call.
  */
@@ -41,6 +58,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -63,6 +81,7 @@ typedef int (*fcntl_fn)(int, int, ...);
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 typedef ssize_t (*pwritev_fn)(int, const struct iovec *, int, off_t);
 typedef long (*syscall_fn)(long, ...);
+typedef int (*sync_fn)(int);
 
 static open_fn real_open, real_open64;
 static openat_fn real_openat, real_openat64;
@@ -71,13 +90,20 @@ static fcntl_fn real_fcntl, real_fcntl64;
 static pwrite_fn real_pwrite, real_pwrite64;
 static pwritev_fn real_pwritev, real_pwritev64;
 static syscall_fn real_syscall;
+static sync_fn real_fdatasync, real_fsync;
 
 static char store_path[4096];
-static uint64_t write_ppm, open_ppm, lease_ppm;
+static uint64_t write_ppm, open_ppm, lease_ppm, log_ppm;
+/* The canonical path of the store with ".wal." after it: a segment's path is this and 16 hex
+ * digits. Empty when the store's directory cannot be resolved (no segment is recognized). */
+static char segment_prefix[4096];
+static size_t segment_prefix_len;
 static uint64_t rng_state;
 static int log_fd = -1;
 
-/* Per descriptor: 1 if it is the store file, 2 if it also holds the open byte. */
+/* Per descriptor: 1 if it is the store file, 2 if it also holds the open byte, 3 if it is a
+ * segment of the store's redo log. */
+#define SEGMENT 3
 static unsigned char fds[MAX_FD];
 /* Descriptors of this process that hold the open byte. */
 static int open_locks;
@@ -85,6 +111,43 @@ static int open_locks;
 static uint64_t parse_u64(const char *name) {
     const char *text = getenv(name);
     return text ? strtoull(text, NULL, 10) : 0;
+}
+
+/* The segment prefix: the store's directory resolved (it exists: the store may not yet), then
+ * the store's file name and ".wal.". */
+static void set_segment_prefix(void) {
+    char dir[sizeof store_path];
+    const char *slash = strrchr(store_path, '/');
+    const char *name = slash ? slash + 1 : store_path;
+    if (slash == store_path) {
+        strcpy(dir, "/");
+    } else if (slash) {
+        memcpy(dir, store_path, (size_t)(slash - store_path));
+        dir[slash - store_path] = '\0';
+    } else {
+        strcpy(dir, ".");
+    }
+    char resolved[PATH_MAX];
+    if (realpath(dir, resolved) == NULL) {
+        return;
+    }
+    size_t dir_len = strlen(resolved);
+    size_t name_len = strlen(name);
+    const char *suffix = ".wal.";
+    if (dir_len + 1 + name_len + strlen(suffix) + 16 >= sizeof segment_prefix) {
+        return;
+    }
+    memcpy(segment_prefix, resolved, dir_len);
+    size_t n = dir_len;
+    if (n == 0 || segment_prefix[n - 1] != '/') {
+        segment_prefix[n++] = '/';
+    }
+    memcpy(segment_prefix + n, name, name_len);
+    n += name_len;
+    memcpy(segment_prefix + n, suffix, strlen(suffix));
+    n += strlen(suffix);
+    segment_prefix[n] = '\0';
+    segment_prefix_len = n;
 }
 
 __attribute__((constructor)) static void shim_init(void) {
@@ -100,10 +163,14 @@ __attribute__((constructor)) static void shim_init(void) {
     real_pwritev = (pwritev_fn)dlsym(RTLD_NEXT, "pwritev");
     real_pwritev64 = (pwritev_fn)dlsym(RTLD_NEXT, "pwritev64");
     real_syscall = (syscall_fn)dlsym(RTLD_NEXT, "syscall");
+    real_fdatasync = (sync_fn)dlsym(RTLD_NEXT, "fdatasync");
+    real_fsync = (sync_fn)dlsym(RTLD_NEXT, "fsync");
     const char *path = getenv("FENCELOCK_SHIM_STORE");
     if (path && strlen(path) < sizeof store_path) {
         strcpy(store_path, path);
+        set_segment_prefix();
     }
+    log_ppm = parse_u64("FENCELOCK_SHIM_LOG_PPM");
     write_ppm = parse_u64("FENCELOCK_SHIM_WRITE_PPM");
     open_ppm = parse_u64("FENCELOCK_SHIM_OPEN_PPM");
     lease_ppm = parse_u64("FENCELOCK_SHIM_LEASE_PPM");
@@ -135,11 +202,20 @@ static int chance(uint64_t ppm) {
 }
 
 static int is_store(int fd) {
-    return fd >= 0 && fd < MAX_FD && __atomic_load_n(&fds[fd], __ATOMIC_ACQUIRE) != 0;
+    if (fd < 0 || fd >= MAX_FD) {
+        return 0;
+    }
+    unsigned char kind = __atomic_load_n(&fds[fd], __ATOMIC_ACQUIRE);
+    return kind != 0 && kind != SEGMENT;
 }
 
-/* Logs the stop and stops the whole process until the controller sends SIGCONT. */
-static void stop_here(const char *what) {
+static int is_segment(int fd) {
+    return fd >= 0 && fd < MAX_FD && __atomic_load_n(&fds[fd], __ATOMIC_ACQUIRE) == SEGMENT;
+}
+
+/* Logs the stop ("<what> <ns>", then " <detail>" when there is one) and stops the whole
+ * process until the controller sends SIGCONT. */
+static void stop_at(const char *what, const char *detail) {
     int saved = errno;
     if (log_fd >= 0) {
         struct timespec now;
@@ -158,6 +234,12 @@ static void stop_here(const char *what) {
         while (d > 0) {
             line[n++] = digits[--d];
         }
+        if (detail) {
+            size_t m = strlen(detail);
+            line[n++] = ' ';
+            memcpy(line + n, detail, m);
+            n += m;
+        }
         line[n++] = '\n';
         /* One write: a SIGKILL loses the line whole or not at all. */
         ssize_t ignored = write(log_fd, line, n);
@@ -167,13 +249,54 @@ static void stop_here(const char *what) {
     errno = saved;
 }
 
+static void stop_here(const char *what) {
+    stop_at(what, NULL);
+}
+
 static void maybe_stop_in_write(int fd) {
     if (is_store(fd) && chance(write_ppm)) {
         stop_here(__atomic_load_n(&open_locks, __ATOMIC_ACQUIRE) > 0 ? "open" : "commit");
+    } else if (is_segment(fd) && chance(log_ppm)) {
+        stop_at("log", "pwrite");
     }
 }
 
-/* Remembers a new descriptor if it is the store file. */
+/* Whether the descriptor names a segment of the store's log: its path is the prefix and 16
+ * lowercase hex digits. */
+static int names_segment(int fd) {
+    if (segment_prefix_len == 0) {
+        return 0;
+    }
+    /* "/proc/self/fd/" and the number, without snprintf. */
+    char link[32] = "/proc/self/fd/";
+    size_t n = strlen(link);
+    char digits[12];
+    int d = 0;
+    unsigned int rest = (unsigned int)fd;
+    do {
+        digits[d++] = (char)('0' + rest % 10);
+        rest /= 10;
+    } while (rest != 0);
+    while (d > 0) {
+        link[n++] = digits[--d];
+    }
+    link[n] = '\0';
+    char target[sizeof segment_prefix];
+    ssize_t len = readlink(link, target, sizeof target);
+    if (len != (ssize_t)segment_prefix_len + 16 ||
+        memcmp(target, segment_prefix, segment_prefix_len) != 0) {
+        return 0;
+    }
+    for (size_t i = segment_prefix_len; i < (size_t)len; i++) {
+        char c = target[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Remembers a new descriptor if it is the store file or a segment of its log. */
 static int track(int fd) {
     if (fd < 0 || fd >= MAX_FD || store_path[0] == '\0') {
         return fd;
@@ -182,7 +305,8 @@ static int track(int fd) {
     struct stat opened, store;
     int same = fstat(fd, &opened) == 0 && stat(store_path, &store) == 0 &&
                opened.st_dev == store.st_dev && opened.st_ino == store.st_ino;
-    __atomic_store_n(&fds[fd], same ? 1 : 0, __ATOMIC_RELEASE);
+    unsigned char kind = same ? 1 : names_segment(fd) ? SEGMENT : 0;
+    __atomic_store_n(&fds[fd], kind, __ATOMIC_RELEASE);
     errno = saved;
     return fd;
 }
@@ -322,6 +446,21 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset) {
     maybe_stop_in_write(fd);
     return real_pwritev64 ? real_pwritev64(fd, iov, count, offset)
                           : syscall(SYS_pwritev, fd, iov, count, offset, 0);
+}
+
+/* A sync of a log segment: a process stopped inside the shared sync. */
+int fdatasync(int fd) {
+    if (is_segment(fd) && chance(log_ppm)) {
+        stop_at("log", "fdatasync");
+    }
+    return real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
+}
+
+int fsync(int fd) {
+    if (is_segment(fd) && chance(log_ppm)) {
+        stop_at("log", "fsync");
+    }
+    return real_fsync ? real_fsync(fd) : (int)syscall(SYS_fsync, fd);
 }
 
 /* syscall(2) takes at most six arguments after the number; passing six words on is what the

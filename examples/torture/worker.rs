@@ -42,6 +42,22 @@ pub struct Args {
     pub busy_timeout_ms: u64,
     /// The storm workload (`Thread::storm`) rather than the mixed one.
     pub storm: bool,
+    /// `Options::write_log`: fenced writes through the redo log.
+    pub write_log: bool,
+}
+
+/// `Options::write_log` as an argument of a worker or an opener.
+pub fn write_log_arg(write_log: bool) -> String {
+    if write_log { "write-log" } else { "store-file" }.into()
+}
+
+/// An argument of [`write_log_arg`]; `None` for anything else.
+pub fn parse_write_log(arg: &str) -> Option<bool> {
+    match arg {
+        "write-log" => Some(true),
+        "store-file" => Some(false),
+        _ => None,
+    }
 }
 
 impl Args {
@@ -56,25 +72,29 @@ impl Args {
             self.seed.to_string(),
             self.busy_timeout_ms.to_string(),
             if self.storm { "storm" } else { "mixed" }.into(),
+            write_log_arg(self.write_log),
         ]
     }
 
     fn parse(argv: &[String]) -> Option<Args> {
         match argv {
-            [store, log, index, threads, deadline, seed, busy_timeout_ms, workload] => Some(Args {
-                store: store.clone(),
-                log: log.clone(),
-                index: index.parse().ok()?,
-                threads: threads.parse().ok()?,
-                deadline: deadline.parse().ok()?,
-                seed: seed.parse().ok()?,
-                busy_timeout_ms: busy_timeout_ms.parse().ok()?,
-                storm: match workload.as_str() {
-                    "storm" => true,
-                    "mixed" => false,
-                    _ => return None,
-                },
-            }),
+            [store, log, index, threads, deadline, seed, busy_timeout_ms, workload, write_log] => {
+                Some(Args {
+                    store: store.clone(),
+                    log: log.clone(),
+                    index: index.parse().ok()?,
+                    threads: threads.parse().ok()?,
+                    deadline: deadline.parse().ok()?,
+                    seed: seed.parse().ok()?,
+                    busy_timeout_ms: busy_timeout_ms.parse().ok()?,
+                    storm: match workload.as_str() {
+                        "storm" => true,
+                        "mixed" => false,
+                        _ => return None,
+                    },
+                    write_log: parse_write_log(write_log)?,
+                })
+            }
             _ => None,
         }
     }
@@ -142,7 +162,7 @@ pub fn main(argv: &[String]) -> ExitCode {
     let Some(args) = Args::parse(argv) else {
         eprintln!(
             "usage: torture worker STORE LOG INDEX THREADS DEADLINE_NS SEED BUSY_TIMEOUT_MS \
-             mixed|storm"
+             mixed|storm write-log|store-file"
         );
         return ExitCode::from(2);
     };
@@ -151,6 +171,7 @@ pub fn main(argv: &[String]) -> ExitCode {
         busy_timeout: Duration::from_millis(args.busy_timeout_ms),
         // The storm leaves leases to expire and waits for their names: its own ones too.
         refuse_own_waits: !args.storm,
+        write_log: args.write_log,
         ..Options::default()
     };
     // An open refused with `Timeout` (another process held the store past the busy timeout:
