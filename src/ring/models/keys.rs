@@ -7,8 +7,8 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::{check, Procs};
-use crate::ring::Ring;
 use crate::ring::layout::BLOCK_PAYLOAD;
+use crate::ring::Ring;
 use crate::share::keys::{encode, entry, replace, Entry, Keyed, Space};
 
 /// Two keys of one bucket of the models' key map (two buckets): found, not assumed.
