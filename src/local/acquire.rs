@@ -201,21 +201,30 @@ impl LocalEngine {
                 .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
             // Through the redo log: granted in the map, then written as the holder's write
             // (its lease checked in the write's claim); a write that fails gives the grant
-            // back, so that both happen or neither, as far as anyone but the caller can tell.
-            (Some((key, value)), Some(user)) => self
-                .lease_map
-                .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live)
-                .and_then(|(token, expires_ns)| {
-                    let wait = request.commit_wait(self.busy_timeout);
+            // back. A write refused as stale (a later grant of another lock wrote the key
+            // between this grant and its write, which one transaction made impossible) is
+            // granted and written again: the new grant's token is above that one's.
+            (Some((key, value)), Some(user)) => {
+                let wait = request.commit_wait(self.busy_timeout);
+                loop {
+                    let granted = self
+                        .lease_map
+                        .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live);
+                    let Ok((token, expires_ns)) = granted else {
+                        break granted;
+                    };
                     match user.put(self, key, Some(value), token, Some(name), wait) {
-                        Ok(_) => Ok((token, expires_ns)),
+                        Ok(_) => break Ok((token, expires_ns)),
                         Err(err) => {
                             self.lease_map
                                 .withdraw_in_map(self, member, name, grant.live);
-                            Err(err)
+                            if !matches!(err, Error::StaleToken { .. }) || wait.step().is_err() {
+                                break Err(err);
+                            }
                         }
                     }
-                }),
+                }
+            }
             // Granted in the write's own transaction (see `Op::check`): a refusal writes
             // nothing in the map; a grant whose transaction fails after it is withdrawn here.
             (Some((key, value)), None) => {

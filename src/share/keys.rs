@@ -35,6 +35,10 @@ pub(crate) enum Space {
 pub(crate) struct Entry {
     /// The highest token accepted for the key.
     pub(crate) highest: u64,
+    /// The key's highest token before its pending claim raised it (equal to `highest` with
+    /// none pending): a claim that settles void puts it back, so that a refusal only ever names
+    /// a token that was written, and the floor never drops when the entry leaves the index.
+    pub(crate) before: u64,
     /// The key's version: one more at each write.
     pub(crate) version: u64,
     /// The log position of the key's newest record whose fate is known (below the checkpoint:
@@ -42,10 +46,6 @@ pub(crate) struct Entry {
     pub(crate) newest: u64,
     /// The log position of the one write claimed on the key and not settled yet.
     pub(crate) pending: Option<u64>,
-    /// The key's highest token before its pending claim raised it (equal to `highest` with
-    /// none pending): a claim that settles void puts it back, so that a refusal only ever names
-    /// a token that was written, and the floor never drops when the entry leaves the index.
-    pub(crate) before: u64,
     /// The log position of the key's latest claim that settled void (0: none): its version
     /// was used, and its record may still be in the log, so the entry stays (and its version
     /// counts on) until a checkpoint passes it ([`prune`]).
