@@ -16,21 +16,13 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use fencelock::{Error, SharedLogFile};
+use fencelock::SharedLogFile;
 
 use common::{log_record as record, say, Kid, DB, LOG_RECORD as RECORD, ROLE};
 
 const LOG_SIZE: u64 = 1 << 20;
 /// The log file's name: the suffix the shim fails.
 const LOG: &str = "eio.log";
-
-/// How a child reports a call's error: a storage error's text, or anything else's.
-fn outcome(err: &Error) -> String {
-    match err {
-        Error::Storage(text) => format!("storage {text}"),
-        other => format!("other {other:?}"),
-    }
-}
 
 /// Not a test of its own: the entry point of child processes. Role "steps WRITER": one command
 /// a line on stdin, one report each:
@@ -58,7 +50,7 @@ fn child() {
             "append" => {
                 match log.append(&record(writer, seq)) {
                     Ok(lsn) => say(format!("ack {seq} {lsn}")),
-                    Err(err) => say(outcome(&err)),
+                    Err(err) => say(common::outcome(&err)),
                 }
                 seq += 1;
             }
@@ -71,7 +63,7 @@ fn child() {
                         say(format!("written {seq} {lsn}"));
                         last = Some(lsn);
                     }
-                    Err(err) => say(outcome(&err)),
+                    Err(err) => say(common::outcome(&err)),
                 }
                 seq += 1;
             }
@@ -79,7 +71,7 @@ fn child() {
                 let lsn = last.expect("a record written first");
                 match log.await_durable(lsn + RECORD as u64) {
                     Ok(()) => say("durable"),
-                    Err(err) => say(outcome(&err)),
+                    Err(err) => say(common::outcome(&err)),
                 }
             }
             "quit" => return,
@@ -115,33 +107,12 @@ fn healthy(writer: u64, dir: &Path) -> Kid {
     Kid::spawn(&format!("steps {writer}"), dir)
 }
 
-/// Sends `command` and returns the report.
-fn ask(kid: &mut Kid, command: &str) -> String {
-    writeln!(kid.stdin, "{command}").unwrap();
-    kid.report().expect("the child ended")
-}
-
 /// Appends a record that must be acknowledged: its (seq, lsn).
 fn acked(kid: &mut Kid) -> (u64, u64) {
-    let report = ask(kid, "append");
+    let report = common::ask(kid, "append");
     match report.split(' ').collect::<Vec<_>>()[..] {
         ["ack", seq, lsn] => (seq.parse().unwrap(), lsn.parse().unwrap()),
         _ => panic!("an append before the fault: {report}"),
-    }
-}
-
-/// Asserts `report` is the failed log's storage error (the ring's `failed` word, or the failing
-/// call's own error when `cause` is given).
-fn assert_log_failed(report: &str, cause: Option<&str>, what: &str) {
-    let text = report
-        .strip_prefix("storage ")
-        .unwrap_or_else(|| panic!("{what}: not a storage error: {report}"));
-    assert!(
-        text.contains("redo log failed") && text.ends_with("reopen the store"),
-        "{what}: {text}"
-    );
-    if let Some(cause) = cause {
-        assert!(text.contains(cause), "{what} does not name {cause}: {text}");
     }
 }
 
@@ -198,25 +169,29 @@ fn a_failed_call_of_the_log_is_never_acknowledged(on: &'static str) {
         let acks_two: Vec<(u64, u64)> = (0..3).map(|_| acked(&mut two)).collect();
         // Writer 2 writes a record and does not await it: the next sync (writer 1's) would
         // cover it.
-        let written = ask(&mut two, "write");
+        let written = common::ask(&mut two, "write");
         assert!(written.starts_with("written 3 "), "{written}");
         std::fs::write(&trigger, b"").unwrap();
         // Writer 1's next append: its sync (or its write) fails, and it is not acknowledged.
-        let failed = ask(&mut one, "append");
-        assert_log_failed(&failed, Some("os error 5"), "the append whose call failed");
+        let failed = common::ask(&mut one, "append");
+        common::assert_log_failed(&failed, Some("os error 5"), "the append whose call failed");
         // Every later append of its process fails, with no deadline to wait out.
         for _ in 0..3 {
-            let later = ask(&mut one, "append");
-            assert_log_failed(&later, None, "an append of the failing process after");
+            let later = common::ask(&mut one, "append");
+            common::assert_log_failed(&later, None, "an append of the failing process after");
         }
         // The other process, with no fault of its own: its record written before the failure
         // is never acknowledged, and its appends fail too.
-        assert_log_failed(
-            &ask(&mut two, "await"),
+        common::assert_log_failed(
+            &common::ask(&mut two, "await"),
             None,
             "the other process's await of its record",
         );
-        assert_log_failed(&ask(&mut two, "append"), None, "the other process's append");
+        common::assert_log_failed(
+            &common::ask(&mut two, "append"),
+            None,
+            "the other process's append",
+        );
         // Every record acknowledged before the fault is on the file at its place, and no
         // append refused after it wrote anything.
         check_on_file(&dir, 1, &acks_one);

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fencelock::{Error, Options, Store};
+use fencelock::{Options, Store};
 
 use common::{say, Kid, DB, ROLE};
 
@@ -28,14 +28,6 @@ fn logged() -> Options {
         write_log: true,
         busy_timeout: Duration::from_secs(10),
         ..Options::default()
-    }
-}
-
-/// How a child reports a call's error: a storage error's text, or anything else's.
-fn outcome(err: &Error) -> String {
-    match err {
-        Error::Storage(text) => format!("storage {text}"),
-        other => format!("other {other:?}"),
     }
 }
 
@@ -67,7 +59,7 @@ fn child() {
                 seq += 1;
                 match holder.put(key.as_bytes(), value.as_bytes()) {
                     Ok(()) => say(format!("ack {value} {}", holder.token())),
-                    Err(err) => say(outcome(&err)),
+                    Err(err) => say(common::outcome(&err)),
                 }
             }
             ["get", key] => match store.get(key.as_bytes()) {
@@ -77,7 +69,7 @@ fn child() {
                     found.token
                 )),
                 Ok(None) => say("none"),
-                Err(err) => say(outcome(&err)),
+                Err(err) => say(common::outcome(&err)),
             },
             ["quit"] => {
                 let _ = holder.release();
@@ -90,30 +82,13 @@ fn child() {
     }
 }
 
-/// Sends `command` and returns the report.
-fn ask(kid: &mut Kid, command: &str) -> String {
-    writeln!(kid.stdin, "{command}").unwrap();
-    kid.report().expect("the child ended")
-}
-
 /// Puts under `key` a value that must be acknowledged: (value, token).
 fn acked(kid: &mut Kid, key: &str) -> (String, u64) {
-    let report = ask(kid, &format!("put {key}"));
+    let report = common::ask(kid, &format!("put {key}"));
     match report.split(' ').collect::<Vec<_>>()[..] {
         ["ack", value, token] => (value.to_owned(), token.parse().unwrap()),
         _ => panic!("a put before the fault: {report}"),
     }
-}
-
-/// Asserts `report` is the failed log's storage error.
-fn assert_log_failed(report: &str, what: &str) {
-    let text = report
-        .strip_prefix("storage ")
-        .unwrap_or_else(|| panic!("{what}: not a storage error: {report}"));
-    assert!(
-        text.contains("redo log failed") && text.ends_with("reopen the store"),
-        "{what}: {text}"
-    );
 }
 
 fn writer(name: &str, dir: &Path, fault: Option<(&Path, &str)>) -> Kid {
@@ -152,19 +127,31 @@ fn a_failed_call_of_the_log_fails_the_stores_writes_until_reopened(on: &'static 
         let before_b = acked(&mut b, "key-b");
         std::fs::write(&trigger, b"").unwrap();
         // A's next put: its write or sync fails, and it is not acknowledged.
-        assert_log_failed(&ask(&mut a, "put key-a"), "the put whose call failed");
-        assert_log_failed(&ask(&mut a, "put key-a"), "a later put of its process");
+        common::assert_log_failed(
+            &common::ask(&mut a, "put key-a"),
+            None,
+            "the put whose call failed",
+        );
+        common::assert_log_failed(
+            &common::ask(&mut a, "put key-a"),
+            None,
+            "a later put of its process",
+        );
         // The other process, with no fault of its own, cannot write either.
-        assert_log_failed(&ask(&mut b, "put key-b"), "the other process's put");
+        common::assert_log_failed(
+            &common::ask(&mut b, "put key-b"),
+            None,
+            "the other process's put",
+        );
         // What was acknowledged before is what both read.
         let last_a = before_a.last().unwrap();
         for kid in [&mut a, &mut b] {
             assert_eq!(
-                ask(kid, "get key-a"),
+                common::ask(kid, "get key-a"),
                 format!("value {} {}", last_a.0, last_a.1)
             );
             assert_eq!(
-                ask(kid, "get key-b"),
+                common::ask(kid, "get key-b"),
                 format!("value {} {}", before_b.0, before_b.1)
             );
         }

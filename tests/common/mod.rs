@@ -235,3 +235,33 @@ pub fn eio_shim() -> &'static std::path::Path {
         out
     })
 }
+
+/// How a child reports a call's error: a storage error's text, or anything else's.
+pub fn outcome(err: &fencelock::Error) -> String {
+    match err {
+        fencelock::Error::Storage(text) => format!("storage {text}"),
+        other => format!("other {other:?}"),
+    }
+}
+
+/// Sends `command` to `kid` and returns its report.
+pub fn ask(kid: &mut Kid, command: &str) -> String {
+    use std::io::Write;
+    writeln!(kid.stdin, "{command}").unwrap();
+    kid.report().expect("the child ended")
+}
+
+/// Asserts `report` (a child's [`outcome`]) is the failed redo log's storage error, naming
+/// `cause` when given (the failing call's own error).
+pub fn assert_log_failed(report: &str, cause: Option<&str>, what: &str) {
+    let text = report
+        .strip_prefix("storage ")
+        .unwrap_or_else(|| panic!("{what}: not a storage error: {report}"));
+    assert!(
+        text.contains("redo log failed") && text.ends_with("reopen the store"),
+        "{what}: {text}"
+    );
+    if let Some(cause) = cause {
+        assert!(text.contains(cause), "{what} does not name {cause}: {text}");
+    }
+}
