@@ -25,7 +25,7 @@
 //! - **A get never waits** ([`Claims::read`]): a claim that `flushed` has not passed is a write
 //!   not acknowledged yet, so the get reads `newest`, the previous value.
 //!
-//! Nothing in the store calls it yet: the fenced writes will (issue 35, step 4's wiring).
+//! The store's fenced writes call it where `Options::write_log` is on (`local/log_user.rs`).
 //! Model: `ring/models/claims.rs` (make test-loom).
 
 use std::time::Instant;

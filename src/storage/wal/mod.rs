@@ -1,8 +1,9 @@
 //! The redo log (docs/design/writes.md, issue 35): a sequence of segment files beside the store,
 //! each created whole and retired by `unlink`, never reused, of checksummed records; and the scan
-//! that reads them back after a crash. The shared flush (`ring/flush.rs`) and the store's writes
-//! and recovery (step 4) use it; and of step 4 the apply of records into the store that
-//! checkpoints and recovery share (not called by the store yet).
+//! that reads them back after a crash; and the apply of records into the store that checkpoints
+//! and recovery share. The shared flush (`ring/flush.rs`) writes it, and the store's fenced
+//! writes, checkpoints and recovery use it where `Options::write_log` is on
+//! (`local/log_user.rs`).
 //!
 //! - `record`: a record's bytes, [`Record::encode`](record::Record::encode) beside the decoder.
 //! - `file`: the segment files: their header, creation (`prepare`), `write_at`, `sync`,
