@@ -34,6 +34,7 @@ use crate::base::clock;
 use crate::base::error::{Error, Result};
 use crate::base::limits::check_granted;
 use crate::local::lease_map::MapHost;
+use crate::local::route::bounded;
 use crate::ring::flush::{Fate, GroupSync, LogTurn};
 use crate::rules::admit::check_current;
 use crate::rules::info::Fenced;
@@ -130,16 +131,7 @@ fn make_log_id(db: &Db) -> Result<u64> {
         match found {
             Some(id) => id,
             None => {
-                let mut bytes = [0u8; 8];
-                let filled =
-                    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
-                        .map_err(std::io::Error::from)?;
-                if filled != 8 {
-                    return Err(Error::Io(std::io::Error::other(
-                        "getrandom gave fewer than 8 bytes",
-                    )));
-                }
-                let id = u64::from_le_bytes(bytes);
+                let id = crate::base::random_u64()?;
                 meta.insert(WAL_ID_KEY, id)?;
                 id
             }
@@ -519,11 +511,6 @@ impl LogUser {
 /// The deadline of `waiting`, for the claims.
 fn deadline(waiting: Waiting<'_>) -> Instant {
     Instant::now() + Duration::from_nanos(waiting.deadline.saturating_sub(clock::now_ns()))
-}
-
-/// The wait of a read or a checkpoint that says nothing of its own: the busy timeout from now.
-fn bounded<H: LogHost>(host: &H) -> Waiting<'static> {
-    Waiting::bounded(host.busy_timeout(), None)
 }
 
 fn not_a_key(record: &Record) -> Error {

@@ -124,7 +124,7 @@ pub(crate) trait Host: Context + LeaseMap + Send + Sync + Sized + 'static {
 }
 
 /// The wait of a read that says nothing of its own: the busy timeout from now.
-fn bounded(host: &impl Host) -> Waiting<'static> {
+pub(crate) fn bounded(host: &impl Host) -> Waiting<'static> {
     Waiting::bounded(host.busy_timeout(), None)
 }
 

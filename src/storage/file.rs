@@ -47,10 +47,7 @@ pub(crate) fn ring_nonce(path: &Path) -> io::Result<Option<u64>> {
         if err.raw_os_error() != Some(libc::ENODATA) {
             return Err(err);
         }
-        let mut nonce = [0u8; 8];
-        if rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())? != 8 {
-            return Err(io::Error::other("getrandom gave fewer than 8 bytes"));
-        }
+        let nonce = crate::base::random_u64()?.to_le_bytes();
         let create = rustix::fs::XattrFlags::CREATE;
         let Err(err) = rustix::fs::setxattr(path, RING_NONCE, &nonce, create) else {
             return Ok(Some(u64::from_le_bytes(nonce)));

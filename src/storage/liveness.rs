@@ -47,11 +47,7 @@ pub(crate) fn fresh_id() -> io::Result<u64> {
     static SEEDED_BY: AtomicU64 = AtomicU64::new(0);
     let pid = u64::from(std::process::id());
     if SEEDED_BY.load(Ordering::Acquire) != pid {
-        let mut bytes = [0u8; 8];
-        if rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())? != 8 {
-            return Err(io::Error::other("getrandom gave fewer than 8 bytes"));
-        }
-        STATE.store(u64::from_le_bytes(bytes), Ordering::Release);
+        STATE.store(crate::base::random_u64()?, Ordering::Release);
         SEEDED_BY.store(pid, Ordering::Release);
     }
     let mut z = STATE
