@@ -127,6 +127,11 @@ impl Kid {
     /// the kernel next schedules it, which may be after it ran on a little (into a commit, say).
     pub fn stop(&self) {
         self.signal(libc::SIGSTOP);
+        self.stopped();
+    }
+
+    /// Waits until the child is stopped (by a signal of its own, an `LD_PRELOAD` shim's say).
+    pub fn stopped(&self) {
         let stat = format!("/proc/{}/stat", self.child.id());
         loop {
             let text = std::fs::read_to_string(&stat).unwrap();

@@ -1,5 +1,6 @@
 /* An LD_PRELOAD shim that fails one file's syncs or writes with EIO, from a chosen moment: the
- * disk error of tests/log_eio.rs (and, later, of the store's own test of a failed sync).
+ * disk error of tests/log_eio.rs and tests/write_log_eio.rs; or that stops its own process
+ * (SIGSTOP) right before such a write, the stop at a chosen step of tests/write_log.rs.
  *
  * Environment (read once, at load):
  *   FENCELOCK_EIO_SUFFIX   a descriptor is the target's when the path /proc/self/fd/N names ends
@@ -7,7 +8,10 @@
  *   FENCELOCK_EIO_TRIGGER  the fault is on while a file of this path exists (checked at each
  *                          call of the target's), so a test turns it on by creating the file
  *   FENCELOCK_EIO_ON       what fails: "sync" (fsync and fdatasync, the default) or "write"
- *                          (pwrite and pwrite64)
+ *                          (pwrite and pwrite64); or "stop-write": a pwrite stops the process
+ *                          first (SIGSTOP), then goes to the real function once it is resumed
+ *   FENCELOCK_EIO_BYTES    with "stop-write": only a pwrite of this many bytes stops (unset:
+ *                          any)
  *
  * A failing call does nothing and returns -1 with errno EIO, as the kernel does once writeback
  * of the file failed; every other call goes to the real function (dlsym(RTLD_NEXT)). */
@@ -16,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,8 @@ static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
 static char suffix[PATH_MAX];
 static char trigger[PATH_MAX];
 static int on_writes; /* 0: syncs fail; 1: writes fail */
+static int stops;     /* 1: writes stop the process instead of failing */
+static size_t stop_bytes; /* with `stops`: only writes of this many bytes (0: any) */
 static volatile int resolved;
 
 /* Runs at load, or at the first call if another library's constructor calls in earlier. */
@@ -47,7 +54,10 @@ __attribute__((constructor)) static void shim_init(void) {
         snprintf(suffix, sizeof suffix, "%s", s);
         snprintf(trigger, sizeof trigger, "%s", t);
     }
-    on_writes = on && strcmp(on, "write") == 0;
+    stops = on && strcmp(on, "stop-write") == 0;
+    on_writes = stops || (on && strcmp(on, "write") == 0);
+    const char *bytes = getenv("FENCELOCK_EIO_BYTES");
+    stop_bytes = bytes ? (size_t)strtoull(bytes, NULL, 10) : 0;
     resolved = 1;
 }
 
@@ -88,16 +98,26 @@ int fdatasync(int fd) {
 
 ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
     if (fails(fd, 1)) {
-        errno = EIO;
-        return -1;
+        if (stops) {
+            if (stop_bytes == 0 || count == stop_bytes)
+                raise(SIGSTOP);
+        } else {
+            errno = EIO;
+            return -1;
+        }
     }
     return real_pwrite(fd, buf, count, offset);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
     if (fails(fd, 1)) {
-        errno = EIO;
-        return -1;
+        if (stops) {
+            if (stop_bytes == 0 || count == stop_bytes)
+                raise(SIGSTOP);
+        } else {
+            errno = EIO;
+            return -1;
+        }
     }
     return real_pwrite64(fd, buf, count, offset);
 }
