@@ -3,7 +3,8 @@
 //! acknowledged write kept through the kill of every process; a get from another process right
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
 //! read-only and by a single-process open; a writer stopped or killed in the middle of a write
-//! of a key that delays no other writer of the key; a process stopped at random points of its
+//! of a key that delays no other writer of the key; a process killed while it skips a stopped
+//! writer's gap, whose skip the next writer takes over; a process stopped at random points of its
 //! writes (checkpoints included) that delays no other process; a server refused beside the log.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
@@ -940,6 +941,74 @@ fn a_writer_killed_in_the_middle_of_a_write_delays_no_other_writer_of_the_key() 
         contender.child.wait().unwrap();
         write_over(&store, round, &mut last);
     }
+}
+
+/// The environment of a child that stops itself (the fault shim, `tests/eio/shim.c`) right
+/// before each write of `bytes` bytes ("0": of any size) into the log's first segment, while
+/// `trigger` exists.
+fn stops_before_writes<'a>(trigger: &'a Path, bytes: &'a str) -> [(&'static str, &'a OsStr); 5] {
+    [
+        ("LD_PRELOAD", common::eio_shim().as_os_str()),
+        (
+            "FENCELOCK_EIO_SUFFIX",
+            OsStr::new("locks.db.wal.0000000000000000"),
+        ),
+        ("FENCELOCK_EIO_TRIGGER", trigger.as_os_str()),
+        ("FENCELOCK_EIO_ON", OsStr::new("stop-write")),
+        ("FENCELOCK_EIO_BYTES", OsStr::new(bytes)),
+    ]
+}
+
+#[test]
+fn a_process_killed_while_it_skips_a_stopped_writer_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let store = impatient(&path);
+    // The contender stops in its first write, between its reservation and its mark: a gap in
+    // the log that every later write waits for, then skips.
+    let contender_stops = dir.path().join("stop-contender");
+    std::fs::write(&contender_stops, "").unwrap();
+    let mut contender = Kid::spawn_with(
+        "contend",
+        &path,
+        &stops_before_writes(&contender_stops, "0"),
+    );
+    assert_eq!(contender.report().as_deref(), Some("contending"));
+    contender.stopped();
+    // The skipper writes behind it, waits for the gap, claims it, and stops in the write of
+    // its skip record (64 bytes, the only write of that size): the gap claimed, not yet
+    // skipped. Then it is killed there.
+    let skipper_stops = dir.path().join("stop-skipper");
+    std::fs::write(&skipper_stops, "").unwrap();
+    let mut skipper = Kid::spawn_with("steady", &path, &stops_before_writes(&skipper_stops, "64"));
+    assert_eq!(skipper.report().as_deref(), Some("ready"));
+    skipper.stopped();
+    skipper.signal(libc::SIGKILL);
+    skipper.child.wait().unwrap();
+    let reports: Vec<String> = std::iter::from_fn(|| skipper.report()).collect();
+    assert!(reports.is_empty(), "the killed skipper's: {reports:?}");
+    // This process writes past both: it takes the dead skipper's claim over and skips the gap.
+    // A write that waited for the dead skipper would fail at the busy timeout (5 s).
+    let holder = store.acquire("after", Duration::from_secs(60)).unwrap();
+    holder
+        .put(b"after/key", b"written past a dead skipper")
+        .unwrap_or_else(|err| panic!("a write behind a dead skipper's claim: {err}"));
+    assert_eq!(
+        store.get(b"after/key").unwrap(),
+        Some(fenced("written past a dead skipper", holder.token()))
+    );
+    holder.release().unwrap();
+    // The contender resumes: its record was voided by the skip; it writes it anew and goes on.
+    std::fs::remove_file(&contender_stops).unwrap();
+    contender.signal(libc::SIGCONT);
+    let stuck = Instant::now() + Duration::from_secs(60);
+    while store.get(CONTENDED).unwrap().is_none() {
+        assert!(Instant::now() < stuck, "the resumed contender never wrote");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    contender.signal(libc::SIGKILL);
+    let failures: Vec<String> = std::iter::from_fn(|| contender.report()).collect();
+    assert!(failures.is_empty(), "the resumed contender's: {failures:?}");
 }
 
 // 7. A process stopped at random points of its writes delays no other process.

@@ -16,6 +16,7 @@
 //! | `checkpointed` | the LSN the checkpoint has reached | the checkpointer, by `fetch_max`, then a wake of the waiters (not built yet: only a test raises it) |
 //! | `flushed` | the LSN below which the log is durable | whoever synced, by `fetch_max` to the written prefix it found *before* its sync |
 //! | `flusher` | the liveness id of the process syncing now, 0 for none | a waiter, by a compare-and-swap from 0 (or from a dead process's id: taken over); the flusher, back to 0 |
+//! | `skipper` | the liveness id of the process skipping the gap at `flushed` now, 0 for none | a waiter whose patience with the gap ran out, by a compare-and-swap from 0 (or from a dead process's id: taken over, with the gap's claims); the skipper, back to 0 once the gap is `SKIPPED` (or was no gap) |
 //! | `generation` | bumped after each raise of `flushed`, and at a failure; a futex | whoever raised `flushed`, then a wake of every sleeper |
 //! | `failed` | non-zero once a write or a sync of the log failed | whoever saw the error; only a new set-up of the ring clears it |
 //!
@@ -69,14 +70,17 @@
 //! `FLUSH_PATIENCE` by any waiter, which syncs itself; a dead one is taken over at once (its
 //! liveness lock is gone). A gap (a record reserved and never marked, its writer stopped or
 //! dead) is skipped by the first waiter that sees the gap at `flushed` for `GAP_PATIENCE`: it
-//! claims the gap's marks, appends a `skip(lsn, len)` record through [`Log::write_skip`] and
-//! syncs it, then marks the gap `SKIPPED`. Recovery (`storage/wal/scan.rs`) takes a record at
+//! becomes the one skipper (`skipper`, as the flusher), claims the gap's marks, appends a
+//! `skip(lsn, len)` record through [`Log::write_skip`] and syncs it, then marks the gap
+//! `SKIPPED`. Recovery (`storage/wal/scan.rs`) takes a record at
 //! `lsn` as void when a later `skip(lsn, len)` record covers it (the stopped writer may still
 //! write its bytes there when it resumes: only there, as the log's segments are never reused,
 //! `storage/wal/file.rs`), and the skip record is durable before any sync covers a byte past the
-//! gap. The one holder left: a skipper stopped between its claim and
-//! `SKIPPED` holds the gap until it resumes (the window's one skip record cannot be taken twice
-//! safely); docs/design/writes.md section 8 says so.
+//! gap. A dead skipper is taken over at once: its claims become the next skipper's, which
+//! writes a skip record of its own. The one holder left: a skipper stopped between its claim and
+//! `SKIPPED` holds the gap until it resumes (two live skippers of one gap would each store
+//! `SKIPPED`, the later one perhaps over a later lap's word); docs/design/writes.md section 8
+//! says so.
 //!
 //! A failed write or sync (section 9) sets `failed`: the failing call, every await not yet
 //! covered and every later reserve fail with a storage error until the ring is set up anew. A
@@ -274,6 +278,11 @@ fn bound(size: u64, checkpointed: u64) -> u64 {
     (checkpointed / size)
         .saturating_add(MAX_SEGMENTS)
         .saturating_mul(size)
+}
+
+/// Whether `word` is a skipper's claim of the gap at `lsn` (its first granule, or one after).
+fn claimed_by_a_skipper(word: u64, lsn: u64) -> bool {
+    marks(word, lsn) && word & STATE_MASK == SKIPPING
 }
 
 fn span(word: u64) -> u64 {
@@ -764,15 +773,72 @@ impl<'a> GroupSync<'a> {
         }
     }
 
-    /// Skips the gap at `flushed`, `at`: reserves the skip record's place (at the window's
-    /// end, kept free for it), claims the gap's first granule and the granules after it up to
-    /// the next record marked written, writes and syncs the skip record, then lets the flusher
-    /// step over the gap. Returns whether it did.
+    /// Skips the gap at `flushed`, `at`, as the one skipper of the moment (`skipper`): reserves
+    /// the skip record's place (at the window's end, kept free for it), claims the gap's first
+    /// granule and the granules after it up to the next record marked written, writes and syncs
+    /// the skip record, then lets the flusher step over the gap. Returns whether it did.
     fn skip(&self, at: u64) -> Result<bool> {
+        if !self.lead_skip()? {
+            // Another skip is in progress (its skipper alive): wait for it, as for a writer.
+            return Ok(false);
+        }
+        let skipped = self.skip_as_skipper(at);
+        self.unlead_skip();
+        skipped
+    }
+
+    /// Becomes the skipper if nobody is, or if the skipper's process is gone (its claim of the
+    /// gap is then this one's: `claim_gap`). Another thread of this process skipping is a
+    /// skipper alive: two skippers of one gap would each mark it `SKIPPED`, the later one
+    /// perhaps over a later lap's word.
+    pub(super) fn lead_skip(&self) -> Result<bool> {
+        let skipper = &self.words().skipper;
+        // Acquire: a dead skipper's claims (made after it took the word) are read by the
+        // compare-and-swaps of `claim_gap`, which see the newest words whatever the order;
+        // this orders the taking over after the death the liveness lock told.
+        let held = skipper.load(Ordering::Acquire);
+        if held != 0 && (held == self.id || self.live.is_held(held)?) {
+            return Ok(false);
+        }
+        Ok(skipper
+            .compare_exchange(held, self.id, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok())
+    }
+
+    pub(super) fn unlead_skip(&self) {
+        // Release: this skipper's `SKIPPED` (before this) is seen by the next skipper, which
+        // then finds the gap marked and claims nothing of it.
+        let _ =
+            self.words()
+                .skipper
+                .compare_exchange(self.id, 0, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// The skip itself, by the skipper (`lead_skip`).
+    fn skip_as_skipper(&self, at: u64) -> Result<bool> {
         let Some(place) = self.reserve_skip()? else {
             // More skips in flight than the window keeps room for: wait for a writer to resume.
             return Ok(false);
         };
+        let Some(len) = self.claim_gap(at, place) else {
+            // The place is the log's all the same: a void record fills it (or, if this
+            // process was so slow that its place was skipped too, another skip record does).
+            match self.write_skip(place, at, 0) {
+                Ok(()) | Err(Error::Timeout { .. }) => return Ok(false),
+                Err(err) => return Err(err),
+            }
+        };
+        self.finish_skip(place, at, len)?;
+        Ok(true)
+    }
+
+    /// Claims the gap at `at` for a skip record at `place`: its first granule, then the
+    /// granules after it up to the next record marked written, at most to `place`. A claim of
+    /// a skipper that died is taken as this skipper's own (only the skipper claims, and it
+    /// holds `skipper` until the gap is `SKIPPED`, so a gap's `SKIPPING` at `flushed` is a
+    /// dead skipper's when this process is the skipper). Returns the gap's length, or `None`
+    /// when `at` is no gap (any more).
+    pub(super) fn claim_gap(&self, at: u64, place: u64) -> Option<u64> {
         let first = self.mark_of(at);
         let seen = first.load(Ordering::Acquire);
         // AcqRel: ordered against the late writer's mark (one of the two swaps wins). Only
@@ -781,30 +847,34 @@ impl<'a> GroupSync<'a> {
         // moved on) means the gap was not one, or is no longer. A claim that wins was the first
         // word of `at`, so `flushed` has not passed `at` (a sync covers a position only
         // through its mark).
-        let claimed = before(seen, at)
-            && first
-                .compare_exchange(
-                    seen,
-                    mark(at, 0, SKIPPING),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok();
-        if !claimed {
-            // The place is the log's all the same: a void record fills it (or, if this
-            // process was so slow that its place was skipped too, another skip record does).
-            match self.write_skip(place, at, 0) {
-                Ok(()) | Err(Error::Timeout { .. }) => return Ok(false),
-                Err(err) => return Err(err),
+        let claimed = if before(seen, at) {
+            match first.compare_exchange(
+                seen,
+                mark(at, 0, SKIPPING),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => true,
+                Err(now) => claimed_by_a_skipper(now, at),
             }
+        } else {
+            claimed_by_a_skipper(seen, at)
+        };
+        if !claimed {
+            return None;
         }
         // The gap runs to the next record marked written, at most to the skip record's place
-        // (every record before it was reserved before it).
+        // (every record before it was reserved before it); granules a dead skipper claimed
+        // are part of it.
         let limit = place.min(at + LEN_MASK * GRANULE);
         let mut next = at + GRANULE;
         while next < limit {
             let cell = self.mark_of(next);
             let word = cell.load(Ordering::Acquire);
+            if claimed_by_a_skipper(word, next) {
+                next += GRANULE;
+                continue;
+            }
             if marks(word, next) {
                 break;
             }
@@ -821,7 +891,12 @@ impl<'a> GroupSync<'a> {
                 next += GRANULE;
             }
         }
-        let len = next - at;
+        Some(next - at)
+    }
+
+    /// Writes the skip record of the claimed gap (`len` bytes at `at`) at `place`, syncs it,
+    /// and marks the gap `SKIPPED`.
+    fn finish_skip(&self, place: u64, at: u64, len: u64) -> Result<()> {
         let mut place = place;
         loop {
             match self.write_skip(place, at, len) {
@@ -844,14 +919,15 @@ impl<'a> GroupSync<'a> {
         // Release: the skip record's write and sync (before this) are seen by the flusher that
         // steps over the gap (its Acquire in `written_to`), so no sync covers the gap without
         // the record that voids it.
-        first.store(mark(at, len, SKIPPED), Ordering::Release);
-        Ok(true)
+        self.mark_of(at)
+            .store(mark(at, len, SKIPPED), Ordering::Release);
+        Ok(())
     }
 
     /// Reserves a skip record's place, in the room the writers leave at the window's end;
     /// `None` when that room is taken (by other skips in flight). A place that would cross a
     /// segment's end is preceded by a filler of the skipper's, as a writer's record is.
-    fn reserve_skip(&self) -> Result<Option<u64>> {
+    pub(super) fn reserve_skip(&self) -> Result<Option<u64>> {
         let words = self.words();
         loop {
             self.check_failed()?;
@@ -880,7 +956,7 @@ impl<'a> GroupSync<'a> {
 
     /// Writes and marks the skip record at `place` for the `len` bytes at `gap` (none: a void
     /// record).
-    fn write_skip(&self, place: u64, gap: u64, len: u64) -> Result<()> {
+    pub(super) fn write_skip(&self, place: u64, gap: u64, len: u64) -> Result<()> {
         match self.log.write_skip(place, SKIP_SPACE, gap, len) {
             Ok(Written::Done) => self.written(place, SKIP_SPACE),
             // The place's segment was retired: this skipper stopped so long that its place

@@ -273,6 +273,9 @@ pub(super) struct FlushHeader {
     /// lifetime (`flush.rs`, `Ring::decide_log`): 0 undecided, `LOG_OFF`, `LOG_ON`, or the
     /// liveness id of the process recovering the log before it is on.
     pub(super) log_state: AtomicU64,
+    /// The liveness id of the process skipping the gap at `flushed` now (the skipper), 0 for
+    /// none: one skip at a time, and a dead skipper's claim is taken over (`flush.rs`).
+    pub(super) skipper: AtomicU64,
 }
 
 /// Bytes of the group sync's page; its marks follow.
@@ -370,6 +373,7 @@ mod zeroed {
                 _reserved: AtomicU32::new(0),
                 checkpointed: AtomicU64::new(0),
                 log_state: AtomicU64::new(0),
+                skipper: AtomicU64::new(0),
             }
         }
     }

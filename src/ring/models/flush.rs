@@ -6,7 +6,8 @@
 //! everything below `flushed` at the end is on the disk or voided by a skip record on the disk,
 //! and no skip voids an acknowledged record; no lost wake-up (a waiter asleep forever is a
 //! deadlock loom reports); a flusher that dies mid-sync is taken over; a writer that dies after
-//! reserving stalls nobody (its gap is skipped). The fate of a record (`GroupSync::fate`) is
+//! reserving stalls nobody (its gap is skipped); a skipper killed at each step of its skip is
+//! taken over, its claims with it. The fate of a record (`GroupSync::fate`) is
 //! who won its mark: asked at any moment it is `Pending` or that, asked after `flushed` passed
 //! it the mark still tells (the window has not moved on in these models), and a writer stopped
 //! past its skip and a lap of the window loses to the later lap's word. In the models a
@@ -257,6 +258,78 @@ fn a_writer_that_dies_after_reserving_stalls_nobody() {
         );
         check_end(&ring, &procs, &disk, &mine.into_iter().collect::<Vec<_>>());
     });
+}
+
+/// How far the skipper of `a_skipper_killed_at_each_step_is_taken_over` gets before it dies.
+#[derive(Clone, Copy, Debug)]
+enum SkipperDies {
+    /// Right after it became the skipper.
+    Led,
+    /// After it reserved its skip record's place too.
+    Reserved,
+    /// After it claimed the gap too.
+    Claimed,
+    /// After it wrote its skip record's bytes too (not marked).
+    WroteUnmarked,
+    /// After it wrote its skip record and marked it written (not synced, the gap not
+    /// `SKIPPED`).
+    WroteMarked,
+}
+
+#[test]
+fn a_skipper_killed_at_each_step_is_taken_over() {
+    use SkipperDies::{Claimed, Led, Reserved, WroteMarked, WroteUnmarked};
+    for dies in [Led, Reserved, Claimed, WroteUnmarked, WroteMarked] {
+        check(move || {
+            let ring = Arc::new(Ring::heap());
+            let procs = Arc::new(Procs::new(3));
+            let disk = Arc::new(Disk::new(CELLS));
+            // Writer 1 reserves the first record and stops there for good: a gap at 0.
+            let gap = GroupSync::new(&ring, 1, &*procs, &*disk)
+                .reserve(GRANULE)
+                .expect("a reserve");
+            assert_eq!(gap, 0);
+            // Process 2 skips it, and dies on the way.
+            let skipper = {
+                let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
+                thread::spawn(move || {
+                    let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
+                    if sync.lead_skip().expect("liveness") {
+                        let place = (!matches!(dies, Led))
+                            .then(|| sync.reserve_skip().expect("a reserve"))
+                            .flatten();
+                        if let Some(place) = place {
+                            let len = (!matches!(dies, Reserved))
+                                .then(|| sync.claim_gap(gap, place))
+                                .flatten();
+                            match (dies, len) {
+                                (WroteUnmarked, Some(len)) => {
+                                    let written =
+                                        disk.write_skip(place, GRANULE, gap, len).expect("a write");
+                                    assert_eq!(written, Written::Done);
+                                }
+                                (WroteMarked, Some(len)) => {
+                                    let _ = sync.write_skip(place, gap, len);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    procs.kill(2);
+                    ring.flush_timeouts();
+                })
+            };
+            // Writer 3 writes a record, and again if the dying skipper claimed it (the fenced
+            // write writes a voided record anew): it is acknowledged, past the gap.
+            let mine = (0..2).find_map(|_| append(&ring, &procs, &disk, 3));
+            skipper.join().expect("the dying skipper");
+            let mine = mine.expect("a live writer behind a dead skipper's claim is acknowledged");
+            let sync = GroupSync::new(&ring, 3, &*procs, &*disk);
+            assert_eq!(sync.fate(gap), Fate::Void, "the stopped writer's gap");
+            assert_eq!(sync.fate(mine), Fate::Counts);
+            check_end(&ring, &procs, &disk, &[mine]);
+        });
+    }
 }
 
 /// The fate who won the mark of a record: its writer (its mark `Ok`) or a skipper.
