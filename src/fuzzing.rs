@@ -560,9 +560,9 @@ mod tests {
             ]
             .concat(),
         ));
-        let keyed = |space, key: &[u8], pending| keys::Keyed {
+        let keyed = |space, key, pending| keys::Keyed {
             space,
-            key: key.to_vec(),
+            key,
             entry: keys::Entry {
                 highest: 12,
                 before: 12,

@@ -94,8 +94,9 @@ pub(crate) trait Engine: Send + Sync {
     /// Grants the request: one lease a lock, in the order asked for.
     fn acquire(&self, request: &Acquire<'_>) -> Result<Vec<Arc<dyn LeaseHandle>>>;
 
-    /// Writes (`Some`) or deletes (`None`) the value of `key` fenced by `token`; whether the
-    /// key held a value before. `cancel` ends its wait for a busy store, and bounds it.
+    /// Writes (`Some`) or deletes (`None`) the value of `key` fenced by `token`; for a delete,
+    /// whether the key held a value before (a put's answer is read by no caller, and an
+    /// engine may leave it `false`). `cancel` ends its wait for a busy store, and bounds it.
     fn write(
         &self,
         key: &[u8],

@@ -246,7 +246,8 @@ impl LogUser {
 
     /// Writes `value` under `key` (deletes it with `None`) with `token`, fenced; with `lease`,
     /// only while the lease `token` of that lock is current (checked in the claim's unit).
-    /// Whether the key held a value before.
+    /// For a delete, whether the key held a value before; a put says `false` (it does not
+    /// look: no caller reads a put's answer).
     pub(crate) fn put<H: LogHost>(
         &self,
         host: &H,
@@ -289,7 +290,12 @@ impl LogUser {
                 None => check_granted(token, host.shared_last_token().unwrap_or(0))?,
             }
             admit(token, Some(now.highest))?;
-            existed.set(self.holds_value(host, key, now, waiting)?);
+            // Only a delete says whether the key held a value (`Holder::delete`); a put's
+            // answer is read by nobody, and here it would cost a read of the key's newest
+            // record at every write.
+            if value.is_none() {
+                existed.set(self.holds_value(host, key, now, waiting)?);
+            }
             Ok(token)
         };
         let outcome = self.claims(host.live(), deadline(waiting)).write(

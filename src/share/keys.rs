@@ -6,12 +6,12 @@
 //! lease map's records are (`share/buckets.rs`): no lock is held, and a process stopped at any
 //! instruction delays nobody.
 //!
-//! Nothing in the store's writes uses it yet: the fenced writes of step 4 will.
+//! The fenced writes through the redo log claim and settle their keys here (`share/claims.rs`).
 //!
-//! Format of a bucket's blob: `[1][count u32]`, then `count` entries of `[namespace u8: 0 a key,
-//! 1 a fence resource][key len u32][key][highest u64][version u64][newest u64][pending u8: 0
-//! none, 1 a claim][pending lsn u64: 0 when none]`, little-endian; an empty bucket is an empty
-//! blob. A value has one encoding: decoding refuses a count of 0, an unknown namespace or
+//! Format of a bucket's blob: `[3][count u32]`, then `count` entries of `[namespace u8: 0 a key,
+//! 1 a fence resource][key len u32][key][highest u64][before u64][version u64][newest u64]
+//! [voided u64][pending u8: 0 none, 1 a claim][pending lsn u64: 0 when none]`, little-endian;
+//! an empty bucket is an empty blob. A value has one encoding: decoding refuses a count of 0, an unknown namespace or
 //! pending byte, a position without a claim, a key listed twice and trailing bytes, each as
 //! damage (a typed error, never a panic).
 
@@ -52,24 +52,34 @@ pub(crate) struct Entry {
     pub(crate) voided: u64,
 }
 
-/// One key of a bucket, with its entry.
+/// One key of a bucket, with its entry; the key borrowed (from the bucket's blob, or the
+/// caller's), so that a write's reads and swaps of its bucket copy no key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Keyed {
+pub(crate) struct Keyed<'a> {
     pub(crate) space: Space,
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: &'a [u8],
     pub(crate) entry: Entry,
 }
+
+/// Bytes an entry takes in a blob besides its key: namespace, key length, five words, the
+/// pending flag and its position.
+const ENTRY_FIXED: usize = 1 + 4 + 5 * 8 + 1 + 8;
 
 fn damaged() -> Error {
     Error::Corrupt("a key index entry in the store's shared memory is damaged".into())
 }
 
 /// The blob of a bucket holding `entries` (empty for none).
-pub(crate) fn encode(entries: &[Keyed]) -> Vec<u8> {
+pub(crate) fn encode(entries: &[Keyed<'_>]) -> Vec<u8> {
     if entries.is_empty() {
         return Vec::new();
     }
-    let mut out = vec![FORMAT];
+    let len = 5 + entries
+        .iter()
+        .map(|keyed| ENTRY_FIXED + keyed.key.len())
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    out.push(FORMAT);
     // A bucket's entries fit its blob, far fewer than 2^32.
     #[allow(clippy::cast_possible_truncation)]
     let count = entries.len() as u32;
@@ -98,7 +108,7 @@ pub(crate) fn encode(entries: &[Keyed]) -> Vec<u8> {
 }
 
 /// The entries of a bucket's blob, in their order; damage is refused (see the module's docs).
-pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
+pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed<'_>>> {
     if blob.is_empty() {
         return Ok(Vec::new());
     }
@@ -113,9 +123,9 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
     if count == 0 {
         return Err(damaged());
     }
-    // Each entry takes at least 50 bytes: a count beyond what the blob holds is damage, not a
-    // reason to reserve memory.
-    let mut entries = Vec::with_capacity(count.min(blob.len() / 50));
+    // Each entry takes at least `ENTRY_FIXED` bytes: a count beyond what the blob holds is
+    // damage, not a reason to reserve memory.
+    let mut entries = Vec::with_capacity(count.min(blob.len() / ENTRY_FIXED));
     for _ in 0..count {
         let space = match take(1)? {
             [0] => Space::Key,
@@ -123,7 +133,7 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
             _ => return Err(damaged()),
         };
         let len = u32_of(take(4)?);
-        let key = take(len)?.to_vec();
+        let key = take(len)?;
         let highest = u64_of(take(8)?);
         let before = u64_of(take(8)?);
         let version = u64_of(take(8)?);
@@ -149,11 +159,24 @@ pub(crate) fn decode(blob: &[u8]) -> Result<Vec<Keyed>> {
     if !rest.is_empty() {
         return Err(damaged());
     }
-    let mut seen = HashSet::with_capacity(entries.len());
-    if !entries.iter().all(|e| seen.insert((e.space, &e.key[..]))) {
+    if listed_twice(&entries) {
         return Err(damaged());
     }
     Ok(entries)
+}
+
+/// Whether a key is listed twice: by pairs in a bucket of a few entries (the common case, no
+/// allocation), by a set in a larger one.
+fn listed_twice(entries: &[Keyed<'_>]) -> bool {
+    if entries.len() <= 16 {
+        return entries.iter().enumerate().any(|(i, a)| {
+            entries[..i]
+                .iter()
+                .any(|b| a.space == b.space && a.key == b.key)
+        });
+    }
+    let mut seen = HashSet::with_capacity(entries.len());
+    !entries.iter().all(|e| seen.insert((e.space, e.key)))
 }
 
 /// The bucket of the key map that holds `key` of `space`.
@@ -209,11 +232,7 @@ pub(crate) fn replace(
             (Some(i), None) => {
                 entries.remove(i);
             }
-            (None, Some(entry)) => entries.push(Keyed {
-                space,
-                key: key.to_vec(),
-                entry,
-            }),
+            (None, Some(entry)) => entries.push(Keyed { space, key, entry }),
             (None, None) => unreachable!("`new` equals `expected` when both are none"),
         }
         if publish(map, live, owner, bucket, &snapshot, &entries)? {
@@ -273,7 +292,7 @@ pub(crate) fn pending_below(ring: &Ring, below: u64) -> Result<Vec<(Space, Vec<u
         ring.intact()?;
         for keyed in decode(&snapshot.blob)? {
             if keyed.entry.pending.is_some_and(|at| at < below) {
-                found.push((keyed.space, keyed.key));
+                found.push((keyed.space, keyed.key.to_vec()));
             }
         }
     }
@@ -288,7 +307,7 @@ fn publish(
     owner: u64,
     bucket: usize,
     read: &crate::ring::map::Snapshot,
-    entries: &[Keyed],
+    entries: &[Keyed<'_>],
 ) -> Result<bool> {
     match map.publish_bucket(bucket, read, &encode(entries), owner, live) {
         Publish::Done => Ok(true),
@@ -333,21 +352,21 @@ mod tests {
         }
     }
 
-    fn sample() -> Vec<Keyed> {
+    fn sample() -> Vec<Keyed<'static>> {
         vec![
             Keyed {
                 space: Space::Key,
-                key: b"orders/7".to_vec(),
+                key: b"orders/7",
                 entry: at(3, 4096, None),
             },
             Keyed {
                 space: Space::Fence,
-                key: b"orders/7".to_vec(),
+                key: b"orders/7",
                 entry: at(1, 0, Some(8192)),
             },
             Keyed {
                 space: Space::Key,
-                key: b"\0\xff".to_vec(),
+                key: b"\0\xff",
                 entry: Entry {
                     voided: 72,
                     ..at(9, 24, Some(0))
@@ -384,6 +403,24 @@ mod tests {
                                  // The same key twice.
         let twice = [entries[0].clone(), entries[0].clone()];
         assert!(matches!(decode(&encode(&twice)), Err(Error::Corrupt(_))));
+        // In a bucket of many entries too (looked for by a set there, by pairs in a small one).
+        let names: Vec<Vec<u8>> = (0..40u8).map(|i| vec![b'k', i]).collect();
+        let many: Vec<Keyed<'_>> = names
+            .iter()
+            .map(|key| Keyed {
+                key,
+                ..entries[0].clone()
+            })
+            .collect();
+        for len in [16, 17, 40] {
+            assert_eq!(decode(&encode(&many[..len])).unwrap(), &many[..len]);
+            let mut again = many[..len].to_vec();
+            again[len - 1].key = again[0].key;
+            assert!(
+                matches!(decode(&encode(&again)), Err(Error::Corrupt(_))),
+                "{len}"
+            );
+        }
     }
 
     #[test]

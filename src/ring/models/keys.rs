@@ -87,9 +87,9 @@ fn two_claimers_of_one_key_never_both_win_and_a_writer_beside_them_loses_nothing
         );
         ring.keys().sweep_blocks(4, &*procs);
         // The bucket's one blob, in as many blocks as it takes, and nothing else.
-        let keyed = |key: &[u8], entry| Keyed {
+        let keyed = |key, entry| Keyed {
             space: Space::Key,
-            key: key.to_vec(),
+            key,
             entry,
         };
         let blob = encode(&[keyed(&key, claim(winners[0])), keyed(&other, written)]);
