@@ -700,7 +700,7 @@ impl<'a> GroupSync<'a> {
     /// How far the log is written from `to` once the writers that reserved past it have
     /// marked their records, waiting for them up to [`GATHER`]: they are between their
     /// reservation and their mark, a `pwrite` into the page cache, and a sync that covers them
-    /// saves each a wait for the next one (group commit, as RocksDB's leader takes the writers
+    /// saves each a wait for the next one (group commit, as `RocksDB`'s leader takes the writers
     /// queued behind it). A lone writer finds nobody past its record and waits for nothing.
     #[cfg(not(fencelock_loom))]
     fn gathered(&self, to: u64) -> u64 {
