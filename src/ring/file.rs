@@ -79,6 +79,14 @@ fn sweep(dir: &Path, keep: &Path) {
     }
 }
 
+/// The refusal of a ring file of `len` bytes: mapping beyond its end would fault.
+fn wrong_size(len: u64) -> io::Error {
+    io::Error::other(format!(
+        "the ring is {len} bytes long, not {RING_SIZE}: another version's, or cut short while in \
+         use"
+    ))
+}
+
 /// Whether `path` names the open file `file`.
 fn names(path: &Path, file: &File) -> io::Result<bool> {
     let (named, open) = match (std::fs::symlink_metadata(path), file.metadata()) {
@@ -331,44 +339,68 @@ impl Ring {
                 "the ring can be opened by users who cannot write the store",
             ));
         }
-        if flock(&file, Flock::NonBlockingLockExclusive).is_ok() {
-            // Nobody else uses it, so whatever it holds is of processes that are gone: a new
-            // ring, one its last user left behind (it died, or exited before its store was
-            // dropped), one of another boot or version, or one of a store file deleted since
-            // whose inode this file reuses. Its lease map is set up anew from the store file
-            // (`local/lease_map.rs`), never trusted: a map its last user sealed would otherwise
-            // hand out tokens the file does not know of. Its pages are allocated before
-            // anything touches them, so that a full /dev/shm is an error here rather than a
-            // SIGBUS later.
-            file.set_len(0)?;
-            file.set_len(RING_SIZE as u64)?;
-            allocate(&file)?;
-            let ring = Ring::map(file, path)?;
-            ring.initialize(stamp);
-            if let Some(dir) = path.parent() {
-                sweep(dir, path);
-            }
-            flock(ring.file(), Flock::LockShared)?;
-            return if ring.valid(stamp) {
-                Ok(ring)
-            } else {
-                Err(refused("the ring could not be set up"))
-            };
-        }
-        // Others use it; wait briefly for one that is setting it up, or that is its last user
-        // closing it (`take_alone`).
+        // Others may use it; wait briefly for one that is setting it up, or that is its last
+        // user closing it (`take_alone`).
+        let mut short = None;
         for _ in 0..5000 {
+            if flock(&file, Flock::NonBlockingLockExclusive).is_ok() {
+                return Ring::set_up(file, path, stamp);
+            }
             if flock(&file, Flock::NonBlockingLockShared).is_ok() {
-                let ring = Ring::map(file, path)?;
-                return if ring.valid(stamp) {
-                    Ok(ring)
-                } else {
-                    Err(refused("the ring is of another version or damaged"))
-                };
+                let len = file.metadata()?.len();
+                if len == RING_SIZE as u64 {
+                    let ring = Ring::map(file, path)?;
+                    return if ring.valid(stamp) {
+                        Ok(ring)
+                    } else {
+                        Err(refused("the ring is of another version or damaged"))
+                    };
+                }
+                // Not set up yet, or cut short while in use. Not set up: its maker linked it
+                // at its name and has not locked it yet, and another process held its lock for
+                // a moment meanwhile (a `sweep` of another store's set-up, which then removed
+                // it as unused); this process sets it up if nobody else holds it (a removed one
+                // is then opened again, `Ring::open`). A conversion that fails gives the
+                // shared lock up: the others are looked at again, and a ring that stays short
+                // under its users is refused below. (Mapped at once, a ring not set up yet
+                // failed as "0 bytes long": the C test of threads opening one store saw it,
+                // beside other tests' set-ups.)
+                if flock(&file, Flock::NonBlockingLockExclusive).is_ok() {
+                    return Ring::set_up(file, path, stamp);
+                }
+                short = Some(len);
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        if let Some(len) = short {
+            return Err(wrong_size(len));
+        }
         Err(refused("the ring stayed locked by a process setting it up"))
+    }
+
+    /// Sets up the ring `file`, which this process locked alone: nobody else uses it, so
+    /// whatever it holds is of processes that are gone: a new ring, one its last user left
+    /// behind (it died, or exited before its store was dropped), one of another boot or
+    /// version, or one of a store file deleted since whose inode this file reuses. Its lease map
+    /// is set up anew from the store file (`local/lease_map.rs`), never trusted: a map its last
+    /// user sealed would otherwise hand out tokens the file does not know of. Its pages are
+    /// allocated before anything touches them, so that a full /dev/shm is an error here rather
+    /// than a SIGBUS later.
+    fn set_up(file: File, path: &Path, stamp: Stamp) -> io::Result<Ring> {
+        file.set_len(0)?;
+        file.set_len(RING_SIZE as u64)?;
+        allocate(&file)?;
+        let ring = Ring::map(file, path)?;
+        ring.initialize(stamp);
+        if let Some(dir) = path.parent() {
+            sweep(dir, path);
+        }
+        flock(ring.file(), Flock::LockShared)?;
+        if ring.valid(stamp) {
+            Ok(ring)
+        } else {
+            Err(refused("the ring could not be set up"))
+        }
     }
 
     fn map(file: File, path: &Path) -> io::Result<Ring> {
@@ -376,10 +408,7 @@ impl Ring {
         // end would fault.
         let len = file.metadata()?.len();
         if len != RING_SIZE as u64 {
-            return Err(io::Error::other(format!(
-                "the ring is {len} bytes long, not {RING_SIZE}: another version's, or cut short \
-                 while in use"
-            )));
+            return Err(wrong_size(len));
         }
         let view = view::View::map(&file)?;
         let (start, len) = view.span();

@@ -186,6 +186,39 @@ mod tests {
     }
 
     #[test]
+    fn a_ring_not_set_up_yet_and_swept_meanwhile_is_opened_again_not_mapped_empty() {
+        // A ring's maker links it at its name empty and then locks it; in between, another
+        // store's set-up (`sweep`) may lock it for a moment and remove it as unused. An open
+        // that found the empty file then got its shared lock once the sweep let go.
+        let dir = tempfile::tempdir().unwrap();
+        let (_, meta) = store(dir.path());
+        let ring_file = ring_path(dir.path(), &meta);
+        let made = File::create(&ring_file).unwrap();
+        let sweeper = File::open(&ring_file).unwrap();
+        flock(&sweeper, Flock::LockExclusive).unwrap();
+        let opening = std::thread::spawn({
+            let (dir, meta) = (dir.path().to_owned(), meta.clone());
+            move || Ring::open(&dir, &meta, None, BOOT)
+        });
+        // The open has found the empty file (a bound for its thread to start, not a timing
+        // limit: later, it finds no file and makes one, as after the sweep too).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::remove_file(&ring_file).unwrap();
+        drop(sweeper);
+        let ring = opening
+            .join()
+            .unwrap()
+            .unwrap_or_else(|err| panic!("the open failed: {err}"));
+        assert!(ring.valid(BOOT));
+        assert_eq!(
+            ring.file().metadata().unwrap().ino(),
+            std::fs::metadata(&ring_file).unwrap().ino(),
+            "the ring at its name"
+        );
+        drop(made);
+    }
+
+    #[test]
     fn setting_up_a_ring_removes_the_rings_nobody_uses() {
         let dir = tempfile::tempdir().unwrap();
         let (_, meta) = store(dir.path());
