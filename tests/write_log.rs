@@ -4,7 +4,8 @@
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
 //! read-only and by a single-process open; a writer stopped or killed in the middle of a write
 //! of a key that delays no other writer of the key; a process killed while it skips a stopped
-//! writer's gap, whose skip the next writer takes over; a process stopped at random points of its
+//! writer's gap, whose skip the next writer takes over; a write waiting for a stopped writer's
+//! claim, ended by its cancel handle; a process stopped at random points of its
 //! writes (checkpoints included) that delays no other process; a server refused beside the log.
 //!
 //! Children are this test binary run again with `FENCELOCK_TEST_ROLE` set; the `child` test
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fencelock::{Error, Fenced, Mode, Options, ServeOptions, Server, Status, Store};
+use fencelock::{Cancel, Error, Fenced, Mode, Options, ServeOptions, Server, Status, Store};
 
 use common::{say, Kid, DB, ROLE};
 
@@ -1009,6 +1010,74 @@ fn a_process_killed_while_it_skips_a_stopped_writer_is_taken_over() {
     contender.signal(libc::SIGKILL);
     let failures: Vec<String> = std::iter::from_fn(|| contender.report()).collect();
     assert!(failures.is_empty(), "the resumed contender's: {failures:?}");
+}
+
+#[test]
+fn a_write_waiting_for_a_stopped_writers_claim_ends_when_its_cancel_fires_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    // A busy timeout far beyond the cancel below: a write that waited it out fails the test.
+    let options = Options {
+        busy_timeout: Duration::from_secs(60),
+        ..logged()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    // The contender stops in its first write of the key, its claim made: every other write of
+    // the key waits for that claim's fate. The skipper stops in the skip of the contender's
+    // gap, and holds it (and so the claim's fate) until it resumes.
+    let contender_stops = dir.path().join("stop-contender");
+    std::fs::write(&contender_stops, "").unwrap();
+    let mut contender = Kid::spawn_with(
+        "contend",
+        &path,
+        &stops_before_writes(&contender_stops, "0"),
+    );
+    assert_eq!(contender.report().as_deref(), Some("contending"));
+    contender.stopped();
+    let skipper_stops = dir.path().join("stop-skipper");
+    std::fs::write(&skipper_stops, "").unwrap();
+    let mut skipper = Kid::spawn_with("steady", &path, &stops_before_writes(&skipper_stops, "64"));
+    assert_eq!(skipper.report().as_deref(), Some("ready"));
+    skipper.stopped();
+
+    let holder = store
+        .acquire("cancelled", Duration::from_secs(600))
+        .unwrap();
+    // A handle fired before the call: refused at once, as on the store file's path.
+    let fired = Cancel::new();
+    fired.cancel();
+    let put = store.put_cancellable(b"elsewhere", b"never", holder.token(), &fired);
+    assert!(matches!(put, Err(Error::Cancelled)), "{put:?}");
+    // A handle fired while the write waits for the stopped writer's claim on the key.
+    let cancel = Cancel::new();
+    let fire = cancel.clone();
+    let firer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        fire.cancel();
+    });
+    let put = store.put_cancellable(CONTENDED, b"never", holder.token(), &cancel);
+    firer.join().unwrap();
+    assert!(matches!(put, Err(Error::Cancelled)), "{put:?}");
+
+    // Both resume; neither cancelled write happened.
+    for stops in [&contender_stops, &skipper_stops] {
+        std::fs::remove_file(stops).unwrap();
+    }
+    contender.signal(libc::SIGCONT);
+    skipper.signal(libc::SIGCONT);
+    let stuck = Instant::now() + Duration::from_secs(60);
+    while store.get(CONTENDED).unwrap().is_none() {
+        assert!(Instant::now() < stuck, "the resumed contender never wrote");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    contender.signal(libc::SIGKILL);
+    skipper.signal(libc::SIGKILL);
+    assert_ne!(
+        store.get(CONTENDED).unwrap().map(|f| f.value),
+        Some(b"never".to_vec())
+    );
+    assert_eq!(store.get(b"elsewhere").unwrap(), None);
+    holder.put(b"after", b"written").unwrap();
 }
 
 // 7. A process stopped at random points of its writes delays no other process.

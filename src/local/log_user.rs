@@ -298,14 +298,17 @@ impl LogUser {
             }
             Ok(token)
         };
-        let outcome = self.claims(host.live(), deadline(waiting)).write(
-            Space::Key,
-            key,
-            &mut || Ok(stored_key(host, key, waiting)?.0),
-            record(0).encoded_len(),
-            &mut check,
-            &mut |lsn, version| record(version).encode(lsn),
-        )?;
+        let outcome = self
+            .claims(host.live(), deadline(waiting))
+            .cancellable(waiting.cancel)
+            .write(
+                Space::Key,
+                key,
+                &mut || Ok(stored_key(host, key, waiting)?.0),
+                record(0).encoded_len(),
+                &mut check,
+                &mut |lsn, version| record(version).encode(lsn),
+            )?;
         self.done(host, outcome)?;
         Ok(existed.get())
     }
@@ -332,17 +335,20 @@ impl LogUser {
             token,
             version,
         };
-        let outcome = self.claims(host.live(), deadline(waiting)).write(
-            Space::Fence,
-            resource.as_bytes(),
-            &mut || stored_fence(host, resource, waiting),
-            record(0).encoded_len(),
-            &mut |now: &Entry| -> Result<u64> {
-                admit(token, Some(now.highest))?;
-                Ok(token)
-            },
-            &mut |lsn, version| record(version).encode(lsn),
-        )?;
+        let outcome = self
+            .claims(host.live(), deadline(waiting))
+            .cancellable(waiting.cancel)
+            .write(
+                Space::Fence,
+                resource.as_bytes(),
+                &mut || stored_fence(host, resource, waiting),
+                record(0).encoded_len(),
+                &mut |now: &Entry| -> Result<u64> {
+                    admit(token, Some(now.highest))?;
+                    Ok(token)
+                },
+                &mut |lsn, version| record(version).encode(lsn),
+            )?;
         self.done(host, outcome)
     }
 

@@ -311,6 +311,18 @@ pub(crate) struct GroupSync<'a> {
     log: &'a dyn Log,
     /// How long a reserve waits for a checkpoint past `MAX_SEGMENTS` (none: without end).
     deadline: Option<std::time::Instant>,
+    /// Ends this process's waits with `Cancelled` when it fires: given only to the waits before
+    /// a write reserves its place (`GroupSync::cancellable`).
+    cancel: Option<&'a crate::base::cancel::Cancel>,
+}
+
+/// This process's turn as the skipper, given back when dropped.
+struct Skipper<'s, 'a>(&'s GroupSync<'a>);
+
+impl Drop for Skipper<'_, '_> {
+    fn drop(&mut self) {
+        self.0.unlead_skip();
+    }
 }
 
 /// How long this waiter has seen `flushed` stand still, and a gap at it.
@@ -380,6 +392,7 @@ impl<'a> GroupSync<'a> {
             live,
             log,
             deadline: None,
+            cancel: None,
         }
     }
 
@@ -391,6 +404,14 @@ impl<'a> GroupSync<'a> {
             deadline: Some(deadline),
             ..self
         }
+    }
+
+    /// The same, its waits ended with `Cancelled` once `cancel` fires (within
+    /// `FLUSH_PATIENCE`, or `cancel::POLL` at the checkpoint's bound). Only for waits after
+    /// which nothing of the caller's is in the log yet: a wait for its own record's sync may
+    /// not end so, as the record may still become durable.
+    pub(crate) fn cancellable(self, cancel: Option<&'a crate::base::cancel::Cancel>) -> Self {
+        GroupSync { cancel, ..self }
     }
 
     fn words(&self) -> &FlushHeader {
@@ -549,6 +570,7 @@ impl<'a> GroupSync<'a> {
                 return Ok(());
             }
             self.check_failed()?;
+            crate::base::cancel::check(self.cancel)?;
             let left = match self.deadline {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -558,6 +580,11 @@ impl<'a> GroupSync<'a> {
                     left
                 }
                 None => Duration::MAX,
+            };
+            // A cancel handle is looked at once a `cancel::POLL`.
+            let left = match self.cancel {
+                Some(_) => left.min(crate::base::cancel::POLL),
+                None => left,
             };
             futex_wait(&words.generation, generation, left);
         }
@@ -766,6 +793,7 @@ impl<'a> GroupSync<'a> {
                 return Ok(());
             }
             self.check_failed()?;
+            crate::base::cancel::check(self.cancel)?;
             // A deadline (`until`): a wait behind a skipper stopped between its claim and its
             // `SKIPPED` (which holds the gap until it resumes) ends at it, as the caller's
             // busy timeout promises; the record may still become durable (its outcome is
@@ -816,9 +844,10 @@ impl<'a> GroupSync<'a> {
             // Another skip is in progress (its skipper alive): wait for it, as for a writer.
             return Ok(false);
         }
-        let skipped = self.skip_as_skipper(at);
-        self.unlead_skip();
-        skipped
+        // Given back however the skip ends (an error, or a panic that unwinds): a live process
+        // that kept the word would hold every other skipper off.
+        let _skipper = Skipper(self);
+        self.skip_as_skipper(at)
     }
 
     /// Becomes the skipper if nobody is, or if the skipper's process is gone (its claim of the

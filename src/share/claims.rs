@@ -81,6 +81,9 @@ pub(crate) struct Claims<'a, L: Live> {
     /// When a writer stops writing anew a record that a skipper voided, and its reserves stop
     /// waiting for a checkpoint; `None`: never.
     deadline: Option<Instant>,
+    /// Ends a write with `Cancelled` once it fires, in its waits before its reservation (for a
+    /// pending claim's fate, for room in the log) and before each attempt.
+    cancel: Option<&'a crate::base::cancel::Cancel>,
 }
 
 impl<'a, L: Live> Claims<'a, L> {
@@ -91,6 +94,7 @@ impl<'a, L: Live> Claims<'a, L> {
             id,
             log,
             deadline: None,
+            cancel: None,
         }
     }
 
@@ -101,6 +105,12 @@ impl<'a, L: Live> Claims<'a, L> {
             deadline: Some(deadline),
             ..self
         }
+    }
+
+    /// The same, its writes ended with `Cancelled` by `cancel` where nothing of them is in the
+    /// log yet (see [`Claims::write`]).
+    pub(crate) fn cancellable(self, cancel: Option<&'a crate::base::cancel::Cancel>) -> Self {
+        Claims { cancel, ..self }
     }
 
     /// Replaces the entry of `key` by `new` if it is still `read`: one compare-and-swap of
@@ -188,7 +198,10 @@ impl<'a, L: Live> Claims<'a, L> {
     /// with `Timeout` at once.
     ///
     /// Errors: a storage error of the log, the key index or the ring; `Timeout` past the
-    /// deadline (the write did not happen).
+    /// deadline (the write did not happen, unless its record was written and its wait for the
+    /// sync timed out: then, as for a timed-out commit, it may still be durable); `Cancelled`
+    /// when the handle ([`Claims::cancellable`]) fired before the write reserved its place in
+    /// the log, or while it waited to (the write did not happen).
     // The model stops its writers at each step, through `write_until`.
     #[cfg_attr(fencelock_loom, allow(dead_code))]
     pub(crate) fn write<R>(
@@ -218,8 +231,12 @@ impl<'a, L: Live> Claims<'a, L> {
         stop: Option<Step>,
     ) -> Result<Option<Outcome<R>>> {
         let sync = self.sync();
+        // The waits before a reservation, which a cancel handle may end: nothing of this
+        // attempt is in the log yet (an earlier attempt's record was voided by a skipper).
+        let before_reserving = self.sync().cancellable(self.cancel);
         let mut again = false;
         loop {
+            crate::base::cancel::check(self.cancel)?;
             // A record voided by a skipper is written anew, within the deadline.
             if again
                 && self
@@ -232,9 +249,9 @@ impl<'a, L: Live> Claims<'a, L> {
             // No claim pending on the key: wait for its fate (no reservation held yet), then
             // settle it.
             while let Some(at) = self.settle(space, key)?.and_then(|entry| entry.pending) {
-                sync.await_durable(at + 1)?;
+                before_reserving.await_durable(at + 1)?;
             }
-            let lsn = sync.reserve(len)?;
+            let lsn = before_reserving.reserve(len)?;
             if stop == Some(Step::Reserved) {
                 return Ok(None);
             }
