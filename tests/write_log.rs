@@ -16,7 +16,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -960,30 +960,36 @@ fn stops_before_writes<'a>(trigger: &'a Path, bytes: &'a str) -> [(&'static str,
     ]
 }
 
+/// Two children writing the store at `path`, stopped by the fault shim (their triggers are
+/// files beside the store): the contender in its first write of `CONTENDED`, its claim on the
+/// key made, between its reservation and its mark (a gap in the log that every later write
+/// waits for, then skips); the skipper, a steady writer behind it, in the write of its skip
+/// record (64 bytes, the only write of that size), the gap claimed and not yet skipped.
+/// Returns each with its trigger.
+fn a_stopped_writer_and_its_skipper(path: &Path) -> (Kid, PathBuf, Kid, PathBuf) {
+    let dir = path.parent().unwrap();
+    let contender_stops = dir.join("stop-contender");
+    std::fs::write(&contender_stops, "").unwrap();
+    let mut contender =
+        Kid::spawn_with("contend", path, &stops_before_writes(&contender_stops, "0"));
+    assert_eq!(contender.report().as_deref(), Some("contending"));
+    contender.stopped();
+    let skipper_stops = dir.join("stop-skipper");
+    std::fs::write(&skipper_stops, "").unwrap();
+    let mut skipper = Kid::spawn_with("steady", path, &stops_before_writes(&skipper_stops, "64"));
+    assert_eq!(skipper.report().as_deref(), Some("ready"));
+    skipper.stopped();
+    (contender, contender_stops, skipper, skipper_stops)
+}
+
 #[test]
 fn a_process_killed_while_it_skips_a_stopped_writer_is_taken_over() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.db");
     let store = impatient(&path);
-    // The contender stops in its first write, between its reservation and its mark: a gap in
-    // the log that every later write waits for, then skips.
-    let contender_stops = dir.path().join("stop-contender");
-    std::fs::write(&contender_stops, "").unwrap();
-    let mut contender = Kid::spawn_with(
-        "contend",
-        &path,
-        &stops_before_writes(&contender_stops, "0"),
-    );
-    assert_eq!(contender.report().as_deref(), Some("contending"));
-    contender.stopped();
-    // The skipper writes behind it, waits for the gap, claims it, and stops in the write of
-    // its skip record (64 bytes, the only write of that size): the gap claimed, not yet
-    // skipped. Then it is killed there.
-    let skipper_stops = dir.path().join("stop-skipper");
-    std::fs::write(&skipper_stops, "").unwrap();
-    let mut skipper = Kid::spawn_with("steady", &path, &stops_before_writes(&skipper_stops, "64"));
-    assert_eq!(skipper.report().as_deref(), Some("ready"));
-    skipper.stopped();
+    // A gap in the log that every later write waits for, and its skipper stopped in the skip;
+    // the skipper is killed there.
+    let (mut contender, contender_stops, mut skipper, _) = a_stopped_writer_and_its_skipper(&path);
     skipper.signal(libc::SIGKILL);
     skipper.child.wait().unwrap();
     let reports: Vec<String> = std::iter::from_fn(|| skipper.report()).collect();
@@ -1022,23 +1028,10 @@ fn a_write_waiting_for_a_stopped_writers_claim_ends_when_its_cancel_fires_and_ch
         ..logged()
     };
     let store = Store::open_with(&path, &options).unwrap();
-    // The contender stops in its first write of the key, its claim made: every other write of
-    // the key waits for that claim's fate. The skipper stops in the skip of the contender's
-    // gap, and holds it (and so the claim's fate) until it resumes.
-    let contender_stops = dir.path().join("stop-contender");
-    std::fs::write(&contender_stops, "").unwrap();
-    let mut contender = Kid::spawn_with(
-        "contend",
-        &path,
-        &stops_before_writes(&contender_stops, "0"),
-    );
-    assert_eq!(contender.report().as_deref(), Some("contending"));
-    contender.stopped();
-    let skipper_stops = dir.path().join("stop-skipper");
-    std::fs::write(&skipper_stops, "").unwrap();
-    let mut skipper = Kid::spawn_with("steady", &path, &stops_before_writes(&skipper_stops, "64"));
-    assert_eq!(skipper.report().as_deref(), Some("ready"));
-    skipper.stopped();
+    // Every other write of the key waits for the contender's claim's fate, which its skipper
+    // holds until it resumes.
+    let (contender, contender_stops, skipper, skipper_stops) =
+        a_stopped_writer_and_its_skipper(&path);
 
     let holder = store
         .acquire("cancelled", Duration::from_secs(600))

@@ -96,28 +96,30 @@ int fdatasync(int fd) {
     return real_fdatasync(fd);
 }
 
+/* Whether a write of `count` bytes on `fd` fails now: with "stop-write", stops the process
+ * first when it is the target's (and of the chosen size), and lets the write go on. */
+static int write_fails(int fd, size_t count) {
+    if (!fails(fd, 1))
+        return 0;
+    if (!stops)
+        return 1;
+    if (stop_bytes == 0 || count == stop_bytes)
+        raise(SIGSTOP);
+    return 0;
+}
+
 ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
-    if (fails(fd, 1)) {
-        if (stops) {
-            if (stop_bytes == 0 || count == stop_bytes)
-                raise(SIGSTOP);
-        } else {
-            errno = EIO;
-            return -1;
-        }
+    if (write_fails(fd, count)) {
+        errno = EIO;
+        return -1;
     }
     return real_pwrite(fd, buf, count, offset);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
-    if (fails(fd, 1)) {
-        if (stops) {
-            if (stop_bytes == 0 || count == stop_bytes)
-                raise(SIGSTOP);
-        } else {
-            errno = EIO;
-            return -1;
-        }
+    if (write_fails(fd, count)) {
+        errno = EIO;
+        return -1;
     }
     return real_pwrite64(fd, buf, count, offset);
 }
