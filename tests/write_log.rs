@@ -982,6 +982,15 @@ fn a_stopped_writer_and_its_skipper(path: &Path) -> (Kid, PathBuf, Kid, PathBuf)
     (contender, contender_stops, skipper, skipper_stops)
 }
 
+/// Waits until the contender, resumed, has written `CONTENDED` (the bound catches a hang only).
+fn until_the_contender_wrote(store: &Store) {
+    let stuck = Instant::now() + Duration::from_secs(60);
+    while store.get(CONTENDED).unwrap().is_none() {
+        assert!(Instant::now() < stuck, "the resumed contender never wrote");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_process_killed_while_it_skips_a_stopped_writer_is_taken_over() {
     let dir = tempfile::tempdir().unwrap();
@@ -1008,11 +1017,7 @@ fn a_process_killed_while_it_skips_a_stopped_writer_is_taken_over() {
     // The contender resumes: its record was voided by the skip; it writes it anew and goes on.
     std::fs::remove_file(&contender_stops).unwrap();
     contender.signal(libc::SIGCONT);
-    let stuck = Instant::now() + Duration::from_secs(60);
-    while store.get(CONTENDED).unwrap().is_none() {
-        assert!(Instant::now() < stuck, "the resumed contender never wrote");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until_the_contender_wrote(&store);
     contender.signal(libc::SIGKILL);
     let failures: Vec<String> = std::iter::from_fn(|| contender.report()).collect();
     assert!(failures.is_empty(), "the resumed contender's: {failures:?}");
@@ -1058,11 +1063,7 @@ fn a_write_waiting_for_a_stopped_writers_claim_ends_when_its_cancel_fires_and_ch
     }
     contender.signal(libc::SIGCONT);
     skipper.signal(libc::SIGCONT);
-    let stuck = Instant::now() + Duration::from_secs(60);
-    while store.get(CONTENDED).unwrap().is_none() {
-        assert!(Instant::now() < stuck, "the resumed contender never wrote");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until_the_contender_wrote(&store);
     contender.signal(libc::SIGKILL);
     skipper.signal(libc::SIGKILL);
     assert_ne!(
