@@ -74,9 +74,12 @@ impl LocalEngine {
             // again until this process lets go of it.
             let last = member.ring().take_alone();
             let waiting = crate::base::cancel::Waiting::new(wait, None);
-            // The last user leaves the store one file again: its redo log moved into it (a
-            // failure leaves it to the next ring's recovery).
-            if let Some(user) = self.log.get().filter(|_| last) {
+            // Every process that wrote through the redo log moves it into the store file as it
+            // closes, the last one too, which leaves the store one file again (a failure
+            // leaves it to a later checkpoint, or to the next ring's recovery). Not only the
+            // last: a read-only store keeps the ring open (so the last writer is not alone),
+            // cannot checkpoint, and a read-only open that follows reads the store file.
+            if let Some(user) = self.log.get() {
                 let _ = user.checkpoint(
                     self,
                     crate::base::cancel::Waiting::new(CHECKPOINT_WAIT, None),
@@ -99,6 +102,6 @@ impl LocalEngine {
 
 /// How long closing a store waits to record its releases.
 const RECORD_WAIT: Duration = Duration::from_millis(500);
-/// How long the last user of a store that writes through the redo log waits for the store
-/// file's write lock to checkpoint the log as it closes.
+/// How long a store that writes through the redo log waits, as it closes, for the store file's
+/// write lock to checkpoint the log.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);

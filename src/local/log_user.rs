@@ -224,16 +224,22 @@ impl LogUser {
                 }
             }
         }
+        LogUser::reader(host, member).map(Some)
+    }
+
+    /// The log user of the engine `host` in the ring `member`, whose processes write through
+    /// the log (decided and set up): for its reads alone when `host` is read-only.
+    pub(crate) fn reader<H: LogHost>(host: &H, member: &Arc<RingMember>) -> Result<LogUser> {
         let db = host.database()?;
         let id = log_id(&db)?.ok_or_else(|| {
             Error::Corrupt("the store's redo log is on, and the store file holds no log id".into())
         })?;
-        Ok(Some(LogUser {
+        Ok(LogUser {
             member: Arc::clone(member),
             log: open_log(host.store_path(), id)?,
             checkpointing: AtomicBool::new(false),
             background: parking_lot::Mutex::new(None),
-        }))
+        })
     }
 
     fn claims<'a>(&'a self, live: &'a Liveness, deadline: Instant) -> Claims<'a, Liveness> {
@@ -410,6 +416,41 @@ impl LogUser {
             }
         }
         host.router().value_of(host, key)
+    }
+
+    /// The keys under `prefix` that hold a value, without a checkpoint (a read-only store's,
+    /// which cannot make one): the key index's newest records laid over the store file's list
+    /// (`stored`). The index is read first: an entry that a checkpoint took out of it meanwhile
+    /// was committed to the store file before, and the list read after has it.
+    pub(crate) fn keys<H: LogHost>(
+        &self,
+        host: &H,
+        prefix: &[u8],
+        stored: impl FnOnce() -> Result<Vec<Vec<u8>>>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let claims = self.claims(host.live(), deadline(bounded(host)));
+        let mut newer = Vec::new();
+        for key in keys::listed(self.member.ring(), Space::Key, prefix)? {
+            let Some(entry) = claims.read(Space::Key, &key)? else {
+                continue;
+            };
+            match self.newest(&entry)? {
+                Some(Record::Put { .. }) => newer.push((key, true)),
+                Some(Record::Delete { .. }) => newer.push((key, false)),
+                Some(other) => return Err(not_a_key(&other)),
+                // The store file's (its segment retired since).
+                None => {}
+            }
+        }
+        let mut keys: std::collections::BTreeSet<Vec<u8>> = stored()?.into_iter().collect();
+        for (key, holds) in newer {
+            if holds {
+                keys.insert(key);
+            } else {
+                keys.remove(&key);
+            }
+        }
+        Ok(keys.into_iter().collect())
     }
 
     /// The highest token the fence `resource` accepted.
@@ -698,6 +739,73 @@ mod tests {
         );
         assert_eq!(read.get(b"k/00").unwrap(), None);
         assert_eq!(read.fence_token("printer").unwrap(), Some(fenced_at));
+    }
+
+    fn read_only() -> Options {
+        Options {
+            read_only: true,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn a_read_only_store_reads_the_logs_writes_and_after_the_writers_close_so_does_a_new_one() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        {
+            // A key in the store file, which the log then deletes.
+            let store = Store::open(&path).unwrap();
+            let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+            holder.put(b"old", b"from the file").unwrap();
+        }
+        // Open before any process of the ring turned the log on.
+        let reader = Store::open_with(&path, &read_only()).unwrap();
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        holder.put(b"kept", b"v1").unwrap();
+        holder.put(b"gone", b"soon").unwrap();
+        assert!(holder.delete(b"gone").unwrap());
+        assert!(holder.delete(b"old").unwrap());
+        store.fence("printer", holder.token()).unwrap();
+        let seen = |reader: &Store| {
+            (
+                reader
+                    .get(b"kept")
+                    .unwrap()
+                    .map(|got| (got.value, got.token)),
+                reader.get(b"gone").unwrap(),
+                reader.get(b"old").unwrap(),
+                reader.fence_token("printer").unwrap(),
+                reader.keys(b"").unwrap(),
+            )
+        };
+        let written = (
+            Some((b"v1".to_vec(), holder.token())),
+            None,
+            None,
+            Some(holder.token()),
+            vec![b"kept".to_vec()],
+        );
+        assert_eq!(seen(&reader), written, "right after the acknowledgements");
+        // A read-only store writes nothing, through the log or not.
+        let refused = reader.put(b"kept", b"v2", holder.token()).unwrap_err();
+        assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
+        let refused = reader.fence("printer", holder.token() + 1).unwrap_err();
+        assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
+        assert_eq!(seen(&reader), written);
+        // The writer closes while the reader keeps the ring: it checkpoints all the same, so
+        // the store file holds its writes for a read-only open that has no log to read.
+        drop(holder);
+        drop(store);
+        assert_eq!(seen(&reader), written, "after the writer closed");
+        drop(reader);
+        let again = Store::open_with(&path, &read_only()).unwrap();
+        assert_eq!(
+            seen(&again),
+            written,
+            "a new read-only open of the closed store"
+        );
     }
 
     #[test]

@@ -730,7 +730,7 @@ impl Engine for LocalEngine {
             self.check_value(value)?;
         }
         check_token(token)?;
-        if let Some(user) = self.log.get() {
+        if let Some(user) = self.log_writer() {
             crate::base::cancel::check(cancel)?;
             return self.counters.counted(user.put(
                 self,
@@ -758,7 +758,7 @@ impl Engine for LocalEngine {
 
     fn get(&self, key: &[u8]) -> Result<Option<Fenced>> {
         check_key(key)?;
-        if let Some(user) = self.log.get() {
+        if let Some(user) = self.log_reader()? {
             self.check_fork()?;
             return user.get(self, key);
         }
@@ -772,6 +772,12 @@ impl Engine for LocalEngine {
                 prefix.len()
             )));
         }
+        if self.log_writer().is_none() {
+            if let Some(user) = self.log_reader()? {
+                self.check_fork()?;
+                return user.keys(self, prefix, || self.router.keys_of(self, prefix));
+            }
+        }
         self.checkpointed()?;
         self.router.keys_of(self, prefix)
     }
@@ -783,7 +789,7 @@ impl Engine for LocalEngine {
 
     fn fence_token(&self, resource: &str) -> Result<Option<u64>> {
         check_name("fence resource", resource)?;
-        if let Some(user) = self.log.get() {
+        if let Some(user) = self.log_reader()? {
             self.check_fork()?;
             return user.fence_token(self, resource);
         }
@@ -915,10 +921,38 @@ impl LocalEngine {
         Waiting::bounded(self.busy_timeout, cancel)
     }
 
+    /// The log user of this store's writes: `None` where they do not go through the log, and
+    /// for a read-only store (whose writes the router refuses).
+    fn log_writer(&self) -> Option<&LogUser> {
+        self.log.get().filter(|_| !self.read_only)
+    }
+
+    /// The log user of this store's gets and fence reads: a writer's, or, for a read-only
+    /// store, one made at its first read after the ring's processes turned the log on (it
+    /// may have opened before the first of them), so that a get from a read-only store
+    /// right after an acknowledgement returns the write as any process's get does. `None`
+    /// without a ring (a read-only user who may not write its shared memory): the store file
+    /// alone, what checkpoints moved there.
+    fn log_reader(&self) -> Result<Option<&LogUser>> {
+        if let Some(user) = self.log.get() {
+            return Ok(Some(user));
+        }
+        if !self.read_only {
+            return Ok(None);
+        }
+        match self.router.member() {
+            Some(member) if member.ring().log_on() => {
+                let user = LogUser::reader(self, member)?;
+                Ok(Some(self.log.get_or_init(|| user)))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Moves the redo log into the store file first, where the store writes through it: for
     /// the reads that go over the whole file (keys, counts, verification).
     fn checkpointed(&self) -> Result<()> {
-        match self.log.get() {
+        match self.log_writer() {
             Some(user) => {
                 self.check_fork()?;
                 user.checkpoint(self, self.bounded(None))
@@ -931,7 +965,7 @@ impl LocalEngine {
         check_name("fence resource", resource)?;
         check_token(token)?;
         crate::base::cancel::check(cancel)?;
-        if let Some(user) = self.log.get() {
+        if let Some(user) = self.log_writer() {
             return user.fence(self, resource, token, self.bounded(cancel));
         }
         // A token equal to the recorded one passes without a write.

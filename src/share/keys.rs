@@ -299,6 +299,26 @@ pub(crate) fn pending_below(ring: &Ring, below: u64) -> Result<Vec<(Space, Vec<u
     Ok(found)
 }
 
+/// The keys of `space` under `prefix` that have an entry in the index (a read-only store lays
+/// their newest records over the store file's list of keys, `LogUser::keys`).
+pub(crate) fn listed(ring: &Ring, space: Space, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let map = ring.keys();
+    let mut found = Vec::new();
+    for bucket in 0..map.buckets() {
+        if map.bucket_is_empty(bucket) {
+            continue;
+        }
+        let snapshot = map.read_bucket(bucket);
+        ring.intact()?;
+        for keyed in decode(&snapshot.blob)? {
+            if keyed.space == space && keyed.key.starts_with(prefix) {
+                found.push(keyed.key.to_vec());
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// Publishes `entries` as the blob of `bucket` if its word is still the one `read` saw:
 /// `false` when another writer published first.
 fn publish(
