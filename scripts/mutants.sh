@@ -52,7 +52,8 @@ prune-drops-voided~src/share/keys.rs~entry.pending.is_some() || entry.newest >= 
 retired-not-void~src/storage/wal/file.rs~        if self.retired(lsn / self.size)? {\n            return Ok(true);\n        }~~storage::wal::file::tests::a_record_is_read_back~
 log-follows-unset~src/ring/flush.rs~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Wait,~                setter if live.is_held(setter).unwrap_or(true) => return LogTurn::Off,~ring::models::flush::processes_opening_at_once~loom
 void-keeps-highest~src/share/claims.rs~                Fate::Void => Entry {\n                    highest: now.before,~                Fate::Void => Entry {~share::claims::tests::a_writer_stopped_at_each_step~
-skipper-never-taken-over~src/ring/flush.rs~        if held != 0 && (held == self.id || self.live.is_held(held)?) {~        if held != 0 {~ring::models::flush::a_skipper_killed~loom
+skipper-never-passed~src/ring/flush.rs~        if held != 0 && !pass_live && (held == self.id || self.live.is_held(held)?) {~        if held != 0 && (held == self.id || self.live.is_held(held)?) {~ring::models::flush::a_skipper_stopped~loom
+late-skipped-stored~src/ring/flush.rs~        let _ = self.mark_of(at).compare_exchange(\n            claim,\n            mark(at, len, SKIPPED),\n            Ordering::Release,\n            Ordering::Relaxed,\n        );~        let _ = claim;\n        self.mark_of(at).store(mark(at, len, SKIPPED), Ordering::Release);~ring::models::flush::a_skipper_stopped~loom
 skipper-claim-not-inherited~src/ring/flush.rs~        } else {\n            claimed_by_a_skipper(seen, at)\n        };~        } else {\n            false\n        };~ring::models::flush::a_skipper_killed~loom
 '
 

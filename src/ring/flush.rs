@@ -17,7 +17,7 @@
 //! | `checkpointed` | the LSN the checkpoint has reached | the checkpointer, by `fetch_max`, then a wake of the waiters (not built yet: only a test raises it) |
 //! | `flushed` | the LSN below which the log is durable | whoever synced, by `fetch_max` to the written prefix it found *before* its sync |
 //! | `flusher` | the liveness id of the process syncing now, 0 for none | a waiter, by a compare-and-swap from 0 (or from a dead process's id: taken over); the flusher, back to 0 |
-//! | `skipper` | the liveness id of the process skipping the gap at `flushed` now, 0 for none | a waiter whose patience with the gap ran out, by a compare-and-swap from 0 (or from a dead process's id: taken over, with the gap's claims); the skipper, back to 0 once the gap is `SKIPPED` (or was no gap) |
+//! | `skipper` | the liveness id of the process skipping the gap at `flushed` now, 0 for none | a waiter whose patience with the gap ran out, by a compare-and-swap from 0, from a dead process's id, or from any once its patience with the skipper ran out too (`SKIPPER_PATIENCE`): passed, with the gap's claims; the skipper, back to 0 once the gap is `SKIPPED` (or was no gap), unless it was passed |
 //! | `generation` | bumped after each raise of `flushed`, and at a failure; a futex | whoever raised `flushed`, then a wake of every sleeper |
 //! | `failed` | non-zero once a write or a sync of the log failed | whoever saw the error; only a new set-up of the ring clears it |
 //!
@@ -38,7 +38,7 @@
 //! | none (0) | the record's writer, on each granule of its record after the first, by a compare-and-swap from a word of an earlier position, before its mark (*cleared*: the word keeps the granule's tag) | no mark of this position |
 //! | `WRITTEN` | the record's writer, by a compare-and-swap from a word of an earlier position, after its write | the record is in the file; the flusher may cover it; the record counts |
 //! | `SKIPPING` | a skipper, by a compare-and-swap from a word of an earlier position | a gap being skipped: the first granule of a stopped writer's record, and the granules after it up to the next written record; its writer's own mark then loses and its write fails with `Timeout`; the record is void |
-//! | `SKIPPED` | the skipper of the gap's first granule, once its `skip` record is written and synced | the flusher may step over the gap's `granules`; the record is void |
+//! | `SKIPPED` | a skipper of the gap, by a compare-and-swap from the gap's `SKIPPING`, once its `skip` record is written and synced | the flusher may step over the gap's `granules`; the record is void |
 //!
 //! **A mark's lifetime: it keeps the record's fate.** The one decision of a record's fate is
 //! the compare-and-swap on its first granule's mark: `WRITTEN` by its writer or `SKIPPING` by a
@@ -77,11 +77,16 @@
 //! `lsn` as void when a later `skip(lsn, len)` record covers it (the stopped writer may still
 //! write its bytes there when it resumes: only there, as the log's segments are never reused,
 //! `storage/wal/file.rs`), and the skip record is durable before any sync covers a byte past the
-//! gap. A dead skipper is taken over at once: its claims become the next skipper's, which
-//! writes a skip record of its own. The one holder left: a skipper stopped between its claim and
-//! `SKIPPED` holds the gap until it resumes (two live skippers of one gap would each store
-//! `SKIPPED`, the later one perhaps over a later lap's word); docs/design/writes.md section 8
-//! says so.
+//! gap. A dead skipper is taken over at once, and a live one that has not passed the gap
+//! `SKIPPER_PATIENCE` after the waiter's patience with the gap ran out (stopped, or very slow) is
+//! passed: its claims become the next skipper's, which writes and syncs a skip record of its
+//! own. Two skippers of one gap are safe: each claim is a compare-and-swap over a word of an
+//! earlier position (or the gap's inner granules' cleared words), each skipper's `SKIPPED` is a
+//! compare-and-swap from the gap's `SKIPPING` that only one wins (a store could land on a
+//! later lap's word), and the winner's skip record, durable before its swap, covers the claims
+//! of both (the later skipper took the earlier one's claims, and its own place). A skipper passed
+//! while stopped resumes into swaps that lose, and at worst writes one more skip record of a
+//! gap already void.
 //!
 //! A failed write or sync (section 9) sets `failed`: the failing call, every await not yet
 //! covered and every later reserve fail with a storage error until the ring is set up anew. A
@@ -150,6 +155,14 @@ const GATHER: Duration = Duration::from_micros(100);
 /// A gap at `flushed` that stays this long is skipped (its writer is stopped or dead).
 #[cfg_attr(fencelock_loom, allow(dead_code))]
 pub(crate) const GAP_PATIENCE: Duration = Duration::from_millis(20);
+/// A skip that has not passed its gap this long after `GAP_PATIENCE` is skipped again by
+/// another waiter, its skipper alive or not (stopped between its claim and its `SKIPPED`,
+/// or on a machine so loaded that one write and one sync took this long): the skipper's word
+/// keeps a second skipper off only while the first one makes progress. More than two thousand
+/// times one write and one `fdatasync` on the project's disk (about 100 us), and far below
+/// the busy timeout that a write behind a stopped skipper must finish within.
+#[cfg(not(fencelock_loom))]
+const SKIPPER_PATIENCE: Duration = Duration::from_millis(250);
 
 const WRITTEN: u64 = 1;
 const SKIPPING: u64 = 2;
@@ -369,6 +382,18 @@ impl Patience {
     #[cfg(fencelock_loom)]
     #[allow(clippy::unused_self)]
     fn gap_over(&self) -> bool {
+        true
+    }
+
+    #[cfg(not(fencelock_loom))]
+    fn skipper_over(&self) -> bool {
+        self.since.elapsed() >= GAP_PATIENCE + SKIPPER_PATIENCE
+    }
+    // The models pass a live skipper whenever they look, so that every interleaving of two
+    // skippers of one gap (one stopped anywhere, then resumed) is explored.
+    #[cfg(fencelock_loom)]
+    #[allow(clippy::unused_self)]
+    fn skipper_over(&self) -> bool {
         true
     }
 
@@ -794,9 +819,9 @@ impl<'a> GroupSync<'a> {
             }
             self.check_failed()?;
             crate::base::cancel::check(self.cancel)?;
-            // A deadline (`until`): a wait behind a skipper stopped between its claim and its
-            // `SKIPPED` (which holds the gap until it resumes) ends at it, as the caller's
-            // busy timeout promises; the record may still become durable (its outcome is
+            // A deadline (`until`): a wait that outlasts the caller's busy timeout (a log
+            // that failed to be synced in time, a machine too loaded to skip) ends at it, as
+            // the timeout promises; the record may still become durable (its outcome is
             // unknown, as a timed-out commit's).
             if self
                 .deadline
@@ -808,7 +833,7 @@ impl<'a> GroupSync<'a> {
             let lead = self.lead()?;
             if lead || patience.flusher_over() {
                 let moved = match self.sync_from(flushed) {
-                    Ok(false) if patience.gap_over() => self.skip(flushed),
+                    Ok(false) if patience.gap_over() => self.skip(flushed, patience.skipper_over()),
                     moved => moved,
                 };
                 // The flusher steps down before the wake-up: a waiter that went to sleep because
@@ -838,9 +863,10 @@ impl<'a> GroupSync<'a> {
     /// Skips the gap at `flushed`, `at`, as the one skipper of the moment (`skipper`): reserves
     /// the skip record's place (at the window's end, kept free for it), claims the gap's first
     /// granule and the granules after it up to the next record marked written, writes and syncs
-    /// the skip record, then lets the flusher step over the gap. Returns whether it did.
-    fn skip(&self, at: u64) -> Result<bool> {
-        if !self.lead_skip()? {
+    /// the skip record, then lets the flusher step over the gap. A live skipper is passed once
+    /// `pass_live` (this waiter's patience with it ran out). Returns whether it skipped.
+    fn skip(&self, at: u64, pass_live: bool) -> Result<bool> {
+        if !self.lead_skip(pass_live)? {
             // Another skip is in progress (its skipper alive): wait for it, as for a writer.
             return Ok(false);
         }
@@ -850,17 +876,19 @@ impl<'a> GroupSync<'a> {
         self.skip_as_skipper(at)
     }
 
-    /// Becomes the skipper if nobody is, or if the skipper's process is gone (its claim of the
-    /// gap is then this one's: `claim_gap`). Another thread of this process skipping is a
-    /// skipper alive: two skippers of one gap would each mark it `SKIPPED`, the later one
-    /// perhaps over a later lap's word.
-    pub(super) fn lead_skip(&self) -> Result<bool> {
+    /// Becomes the skipper if nobody is, if the skipper's process is gone, or, with
+    /// `pass_live`, whoever it is (stopped, or too slow): its claim of the gap is then this
+    /// one's too (`claim_gap`). The word only keeps skippers from doing the same work at once:
+    /// two skippers of one gap are safe (each claims by compare-and-swap, writes and syncs a
+    /// skip record of its own, and marks the gap `SKIPPED` by a compare-and-swap from its
+    /// claim, which only one wins), and a skipper passed while stopped resumes as one of two.
+    pub(super) fn lead_skip(&self, pass_live: bool) -> Result<bool> {
         let skipper = &self.words().skipper;
         // Acquire: a dead skipper's claims (made after it took the word) are read by the
         // compare-and-swaps of `claim_gap`, which see the newest words whatever the order;
         // this orders the taking over after the death the liveness lock told.
         let held = skipper.load(Ordering::Acquire);
-        if held != 0 && (held == self.id || self.live.is_held(held)?) {
+        if held != 0 && !pass_live && (held == self.id || self.live.is_held(held)?) {
             return Ok(false);
         }
         Ok(skipper
@@ -896,11 +924,11 @@ impl<'a> GroupSync<'a> {
     }
 
     /// Claims the gap at `at` for a skip record at `place`: its first granule, then the
-    /// granules after it up to the next record marked written, at most to `place`. A claim of
-    /// a skipper that died is taken as this skipper's own (only the skipper claims, and it
-    /// holds `skipper` until the gap is `SKIPPED`, so a gap's `SKIPPING` at `flushed` is a
-    /// dead skipper's when this process is the skipper). Returns the gap's length, or `None`
-    /// when `at` is no gap (any more).
+    /// granules after it up to the next record marked written, at most to `place`. Another
+    /// skipper's claim (one that died, or was passed, `lead_skip`) is taken as this skipper's
+    /// own: the gap's claims only ever become `SKIPPED` through a skip record that covers
+    /// them, whoever's it is. Returns the gap's length, or `None` when `at` is no gap (any
+    /// more).
     pub(super) fn claim_gap(&self, at: u64, place: u64) -> Option<u64> {
         let first = self.mark_of(at);
         let seen = first.load(Ordering::Acquire);
@@ -938,7 +966,10 @@ impl<'a> GroupSync<'a> {
                 next += GRANULE;
                 continue;
             }
-            if marks(word, next) {
+            // A record marked there ends the gap; so does a later lap's word: this skipper was
+            // stopped while another skipped the gap and the window moved on (a claim over that
+            // word would take a later position's mark).
+            if marks(word, next) || !(before(word, next) || word == cleared(next)) {
                 break;
             }
             // AcqRel: as the first granule's claim.
@@ -958,15 +989,20 @@ impl<'a> GroupSync<'a> {
     }
 
     /// Writes the skip record of the claimed gap (`len` bytes at `at`) at `place`, syncs it,
-    /// and marks the gap `SKIPPED`.
-    fn finish_skip(&self, place: u64, at: u64, len: u64) -> Result<()> {
+    /// and marks the gap `SKIPPED`, unless another skipper did first.
+    pub(super) fn finish_skip(&self, place: u64, at: u64, len: u64) -> Result<()> {
+        let claim = mark(at, 0, SKIPPING);
         let mut place = place;
         loop {
             match self.write_skip(place, at, len) {
                 Ok(()) => break,
                 // This process stopped so long that its own skip record was skipped: the gap
-                // is still claimed, and another place says so.
+                // is still claimed, and another place says so, unless another skipper
+                // finished the gap meanwhile (Acquire: its skip record came first).
                 Err(Error::Timeout { .. }) => loop {
+                    if self.mark_of(at).load(Ordering::Acquire) != claim {
+                        return Ok(());
+                    }
                     if let Some(another) = self.reserve_skip()? {
                         place = another;
                         break;
@@ -976,14 +1012,28 @@ impl<'a> GroupSync<'a> {
                 Err(err) => return Err(err),
             }
         }
+        self.seal_skip(place, at, len)
+    }
+
+    /// Syncs the skip record written and marked at `place` for the claimed gap (`len` bytes
+    /// at `at`), then marks the gap `SKIPPED`, unless another skipper did first.
+    pub(super) fn seal_skip(&self, place: u64, at: u64, len: u64) -> Result<()> {
+        let claim = mark(at, 0, SKIPPING);
         if let Err(err) = self.log.sync(place, place + SKIP_SPACE) {
             return Err(self.failed_by(&err));
         }
         // Release: the skip record's write and sync (before this) are seen by the flusher that
         // steps over the gap (its Acquire in `written_to`), so no sync covers the gap without
-        // the record that voids it.
-        self.mark_of(at)
-            .store(mark(at, len, SKIPPED), Ordering::Release);
+        // the record that voids it. A compare-and-swap from the claim: a skipper passed while
+        // stopped finds the gap `SKIPPED` by the one that passed it (whose record covers
+        // this one's gap: it took this one's claims), or a later lap's word, and changes
+        // nothing (a store there would take a later position's mark).
+        let _ = self.mark_of(at).compare_exchange(
+            claim,
+            mark(at, len, SKIPPED),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 

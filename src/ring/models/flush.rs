@@ -7,12 +7,14 @@
 //! and no skip voids an acknowledged record; no lost wake-up (a waiter asleep forever is a
 //! deadlock loom reports); a flusher that dies mid-sync is taken over; a writer that dies after
 //! reserving stalls nobody (its gap is skipped); a skipper killed at each step of its skip is
-//! taken over, its claims with it. The fate of a record (`GroupSync::fate`) is
+//! taken over, its claims with it; a skipper stopped at each step (alive) is passed, and its steps
+//! after it resumes, as the window laps, change no mark of a later position and void no
+//! acknowledged record. The fate of a record (`GroupSync::fate`) is
 //! who won its mark: asked at any moment it is `Pending` or that, asked after `flushed` passed
 //! it the mark still tells (the window has not moved on in these models), and a writer stopped
 //! past its skip and a lap of the window loses to the later lap's word. In the models a
-//! waiter's patience with a gap always runs out, so every interleaving of a skip with the late
-//! writer's mark is explored.
+//! waiter's patience with a gap, and with a live skipper, always runs out, so every
+//! interleaving of a skip with the late writer's mark, and of two skippers, is explored.
 
 use std::io;
 
@@ -260,7 +262,9 @@ fn a_writer_that_dies_after_reserving_stalls_nobody() {
     });
 }
 
-/// How far the skipper of `a_skipper_killed_at_each_step_is_taken_over` gets before it dies.
+/// How far the skipper of `a_skipper_killed_at_each_step_is_taken_over` gets before it dies,
+/// and the one of `a_skipper_stopped_at_each_step_is_passed_and_its_late_steps_change_nothing`
+/// before it stops.
 #[derive(Clone, Copy, Debug)]
 enum SkipperDies {
     /// Right after it became the skipper.
@@ -294,7 +298,7 @@ fn a_skipper_killed_at_each_step_is_taken_over() {
                 let (ring, procs, disk) = (ring.clone(), procs.clone(), disk.clone());
                 thread::spawn(move || {
                     let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
-                    if sync.lead_skip().expect("liveness") {
+                    if sync.lead_skip(false).expect("liveness") {
                         let place = (!matches!(dies, Led))
                             .then(|| sync.reserve_skip().expect("a reserve"))
                             .flatten();
@@ -328,6 +332,121 @@ fn a_skipper_killed_at_each_step_is_taken_over() {
             assert_eq!(sync.fate(gap), Fate::Void, "the stopped writer's gap");
             assert_eq!(sync.fate(mine), Fate::Counts);
             check_end(&ring, &procs, &disk, &[mine]);
+        });
+    }
+}
+
+/// What a skipper did before it stopped: its place, and its claim's length.
+type Skipping = (Option<u64>, Option<u64>);
+
+/// Process 2's skip of the gap at `gap`, from its start up to `stops`.
+fn skip_until(sync: &GroupSync<'_>, disk: &Disk, gap: u64, stops: SkipperDies) -> Skipping {
+    use SkipperDies::{Led, Reserved, WroteMarked, WroteUnmarked};
+    assert!(
+        sync.lead_skip(false).expect("liveness"),
+        "nobody else skips"
+    );
+    if matches!(stops, Led) {
+        return (None, None);
+    }
+    let place = sync.reserve_skip().expect("a reserve").expect("room");
+    if matches!(stops, Reserved) {
+        return (Some(place), None);
+    }
+    let len = sync.claim_gap(gap, place).expect("the gap, unclaimed");
+    match stops {
+        WroteUnmarked => {
+            let written = disk.write_skip(place, GRANULE, gap, len).expect("a write");
+            assert_eq!(written, Written::Done);
+        }
+        WroteMarked => sync.write_skip(place, gap, len).expect("its own place"),
+        _ => {}
+    }
+    (Some(place), Some(len))
+}
+
+/// The rest of process 2's skip, resumed: whatever it finds, it may only fail with `Timeout`
+/// (its own place was skipped and retired), never with another error.
+fn skip_resumed(sync: &GroupSync<'_>, gap: u64, stops: SkipperDies, (place, len): Skipping) {
+    let place = match place {
+        Some(place) => Some(place),
+        None => sync.reserve_skip().expect("a reserve"),
+    };
+    let Some(place) = place else {
+        return;
+    };
+    let len = match len {
+        Some(len) => Some(len),
+        None => sync.claim_gap(gap, place),
+    };
+    let finished = match len {
+        Some(len) if matches!(stops, SkipperDies::WroteMarked) => sync.seal_skip(place, gap, len),
+        Some(len) => sync.finish_skip(place, gap, len),
+        None => sync.write_skip(place, gap, 0),
+    };
+    match finished {
+        Ok(()) | Err(Error::Timeout { .. }) => {}
+        Err(err) => panic!("{err}"),
+    }
+    sync.unlead_skip();
+}
+
+#[test]
+fn a_skipper_stopped_at_each_step_is_passed_and_its_late_steps_change_nothing() {
+    use SkipperDies::{Claimed, Led, Reserved, WroteMarked, WroteUnmarked};
+    for stops in [Led, Reserved, Claimed, WroteUnmarked, WroteMarked] {
+        check(move || {
+            let ring = Arc::new(Ring::heap());
+            let procs = Arc::new(Procs::new(3));
+            // A lap and more: writer 3's last record takes the gap's slot again.
+            let disk = Arc::new(Disk::new(12));
+            // Writer 1 reserves the first record and stops there for good: a gap at 0.
+            let gap = GroupSync::new(&ring, 1, &*procs, &*disk)
+                .reserve(GRANULE)
+                .expect("a reserve");
+            assert_eq!(gap, 0);
+            // Process 2 starts its skip and stops, alive, holding the skipper's word.
+            let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
+            let skipping = skip_until(&sync, &disk, gap, stops);
+            let passed = Arc::new(AtomicU64::new(0));
+            // Writer 3 writes behind the gap: acknowledged while process 2 is stopped (its
+            // record lies past process 2's place, which bounds process 2's claim). Then it
+            // fills the log to the window's next lap and writes a record there, in the gap's
+            // slot, as process 2 resumes.
+            let writer = {
+                let (ring, procs, disk, passed) =
+                    (ring.clone(), procs.clone(), disk.clone(), passed.clone());
+                thread::spawn(move || {
+                    let first = append(&ring, &procs, &disk, 3)
+                        .expect("a live writer behind a stopped skipper is acknowledged");
+                    passed.store(1, Ordering::Release);
+                    let sync = GroupSync::new(&ring, 3, &*procs, &*disk);
+                    // Filler records (of bytes that are no skip record to `Disk`).
+                    loop {
+                        let (end, _) = ring.log_positions();
+                        if end >= WINDOW {
+                            break;
+                        }
+                        let len = usize::try_from(WINDOW - end).expect("a length");
+                        sync.append(&vec![6; len]).expect("acknowledged");
+                    }
+                    let second = append(&ring, &procs, &disk, 3).expect("acknowledged");
+                    assert!(second >= WINDOW, "the window moved on past the gap");
+                    [first, second]
+                })
+            };
+            // Process 2 resumes once it was passed, as writer 3 goes on.
+            while passed.load(Ordering::Acquire) == 0 {
+                thread::yield_now();
+            }
+            skip_resumed(&sync, gap, stops, skipping);
+            let acknowledged = writer.join().expect("writer 3");
+            let sync = GroupSync::new(&ring, 3, &*procs, &*disk);
+            assert_eq!(sync.fate_in_log(gap).expect("a fate"), Fate::Void);
+            for lsn in acknowledged {
+                assert_eq!(sync.fate_in_log(lsn).expect("a fate"), Fate::Counts);
+            }
+            check_end(&ring, &procs, &disk, &acknowledged);
         });
     }
 }
