@@ -131,7 +131,14 @@ fn writer() {
         let key = format!("k{}", rng.below(3));
         let lock = ["lock-a", "lock-b"][rng.below(2)];
         let choice = rng.below(100);
-        let value = check::value_of(&id, if pad > 0 { rng.below(pad + 1) } else { 0 });
+        // Through the log, one value in ten is over its inline limit (64 KiB): committed to
+        // the store file first, and named by a stored put of the log.
+        let len = match pad {
+            0 => 0,
+            _ if write_log && rng.below(10) == 0 => 70_000,
+            _ => rng.below(pad + 1),
+        };
+        let value = check::value_of(&id, len);
         // Refusals (a lock held by the other writer, a stale token) are expected and unmarked.
         let (op, outcome): (Op, Result<u64, Error>) = match choice {
             0..=19 => {
@@ -736,7 +743,8 @@ fn segments_and_retirements(recording: &Recording) -> (usize, usize) {
 
 /// Fenced writes through the redo log (`Options::write_log`) in segments of 64 KiB: two writers
 /// at once, then a third after both closed the store (the last close's checkpoint, then a ring
-/// set up anew). Values of up to 6 KiB fill several segments, so the images cut at the
+/// set up anew). Values of up to 12 KiB fill several segments, and one in ten of 70,000 bytes
+/// is committed to the store file before its stored put, so the images cut at the
 /// segments' creation (temporary file, link, directory sync), their writes and `fdatasync`s, the
 /// checkpoints' commits into the store file and the segments' retirement; each image is opened
 /// as a multi-process store with the log on (a fresh ring, which recovers the log). A quarter of

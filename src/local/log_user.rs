@@ -39,7 +39,7 @@ use crate::ring::flush::{Fate, GroupSync, LogTurn};
 use crate::rules::admit::check_current;
 use crate::rules::info::Fenced;
 use crate::rules::record::decode_value;
-use crate::rules::tables::{FENCES, META, VALUES, VERSIONS, WAL_ID_KEY};
+use crate::rules::tables::{BLOBS, FENCES, META, VALUES, VERSIONS, WAL_ID_KEY};
 use crate::rules::tokens::admit;
 use crate::share::claims::{Claims, Outcome};
 use crate::share::keys::{self, Entry, Space};
@@ -267,20 +267,39 @@ impl LogUser {
         // parent's, and a store whose path names another file now refuses (`Replaced`).
         host.check_fork()?;
         host.check_file()?;
-        if let Some(value) = value.filter(|value| value.len() > INLINE_MAX) {
-            return Err(Error::invalid(format!(
-                "a value of {} bytes: with the write log on, values are at most {INLINE_MAX} bytes",
-                value.len()
-            )));
-        }
-        let record = |version| match value {
-            Some(value) => Record::Put {
+        let lease_holds = || -> Result<()> {
+            match lease {
+                Some(name) => {
+                    let current = host.shared_lease(name).unwrap_or(Ok(None))?;
+                    check_current(host, current.as_ref(), token, clock::now_ns()).map(drop)
+                }
+                None => check_granted(token, host.shared_last_token().unwrap_or(0)),
+            }
+        };
+        // A value over the log's inline limit is committed to the store file first, and the
+        // log's record names it; the lease is looked at first, so that a stale holder's large
+        // write commits nothing (the claim's check below is the one that counts).
+        let blob = match value {
+            Some(value) if value.len() > INLINE_MAX => {
+                lease_holds()?;
+                Some(store_value(host, value, waiting)?)
+            }
+            _ => None,
+        };
+        let record = |version| match (value, blob) {
+            (Some(_), Some(blob)) => Record::PutStored {
+                key: key.to_vec(),
+                blob,
+                token,
+                version,
+            },
+            (Some(value), None) => Record::Put {
                 key: key.to_vec(),
                 value: value.to_vec(),
                 token,
                 version,
             },
-            None => Record::Delete {
+            (None, _) => Record::Delete {
                 key: key.to_vec(),
                 token,
                 version,
@@ -288,13 +307,7 @@ impl LogUser {
         };
         let existed = Cell::new(false);
         let mut check = |now: &Entry| -> Result<u64> {
-            match lease {
-                Some(name) => {
-                    let current = host.shared_lease(name).unwrap_or(Ok(None))?;
-                    check_current(host, current.as_ref(), token, clock::now_ns())?;
-                }
-                None => check_granted(token, host.shared_last_token().unwrap_or(0))?,
-            }
+            lease_holds()?;
             admit(token, Some(now.highest))?;
             // Only a delete says whether the key held a value (`Holder::delete`); a put's
             // answer is read by nobody, and here it would cost a read of the key's newest
@@ -314,8 +327,16 @@ impl LogUser {
                 record(0).encoded_len(),
                 &mut check,
                 &mut |lsn, version| record(version).encode(lsn),
-            )?;
-        self.done(host, outcome)?;
+            );
+        // A stored value that no record in the log names (the write was refused, or
+        // cancelled before its record was written) is removed; after any other error a
+        // record may name it, and the next recovery removes it if none does.
+        if let Some(blob) = blob {
+            if matches!(outcome, Ok(Outcome::Refused(_)) | Err(Error::Cancelled)) {
+                let _ = drop_value(host, blob, waiting);
+            }
+        }
+        self.done(host, outcome?)?;
         Ok(existed.get())
     }
 
@@ -388,7 +409,7 @@ impl LogUser {
         waiting: Waiting<'_>,
     ) -> Result<bool> {
         match self.newest(now)? {
-            Some(Record::Put { .. }) => Ok(true),
+            Some(Record::Put { .. } | Record::PutStored { .. }) => Ok(true),
             Some(Record::Delete { .. }) => Ok(false),
             Some(other) => Err(not_a_key(&other)),
             None => Ok(stored_key(host, key, waiting)?.1),
@@ -410,6 +431,13 @@ impl LogUser {
         if let Some(entry) = claims.read(Space::Key, key)? {
             match self.newest(&entry)? {
                 Some(Record::Put { value, token, .. }) => return Ok(Some(Fenced { value, token })),
+                Some(Record::PutStored { blob, token, .. }) => {
+                    // Gone from `BLOBS`: a checkpoint moved it (or a newer value of the key)
+                    // into the store file's value of the key since the entry was read.
+                    if let Some(value) = stored_value(host, blob)? {
+                        return Ok(Some(Fenced { value, token }));
+                    }
+                }
                 Some(Record::Delete { .. }) => return Ok(None),
                 Some(other) => return Err(not_a_key(&other)),
                 None => {}
@@ -435,7 +463,7 @@ impl LogUser {
                 continue;
             };
             match self.newest(&entry)? {
-                Some(Record::Put { .. }) => newer.push((key, true)),
+                Some(Record::Put { .. } | Record::PutStored { .. }) => newer.push((key, true)),
                 Some(Record::Delete { .. }) => newer.push((key, false)),
                 Some(other) => return Err(not_a_key(&other)),
                 // The store file's (its segment retired since).
@@ -477,17 +505,7 @@ impl LogUser {
     /// retires the segments wholly below (docs/design/writes.md, section 6).
     pub(crate) fn checkpoint<H: LogHost>(&self, host: &H, waiting: Waiting<'_>) -> Result<()> {
         let db = host.database()?;
-        let database = db.writable()?;
-        let txn = loop {
-            match database.try_begin_write() {
-                Ok(txn) => break txn,
-                Err(redb::TransactionError::WouldBlock) => {
-                    waiting.step()?;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(err) => return Err(err.into()),
-            }
-        };
+        let txn = begin_write(&db, waiting)?;
         let ring = self.member.ring();
         let live = host.live();
         let sync = self.sync(live);
@@ -502,11 +520,24 @@ impl LogUser {
             // past a hole the scan stops at). A mark the window moved on from is left to the
             // scan, as recovery leaves it (asking the log's skip records for each would read a
             // window of log per record).
-            let records: Vec<_> = scanned
-                .records
-                .into_iter()
-                .filter(|&(lsn, _)| lsn < end && sync.fate(lsn) != Fate::Void)
-                .collect();
+            let mut records = Vec::with_capacity(scanned.records.len());
+            for (lsn, record) in scanned.records {
+                if lsn >= end {
+                    continue;
+                }
+                let fate = match sync.fate(lsn) {
+                    // A stored put is asked of the log itself: its value is removed from the
+                    // store file once applied, and the write's record that counts (its writer
+                    // wrote it again after the skip) must find it (`apply::stored_value`).
+                    Fate::Unknown if matches!(record, Record::PutStored { .. }) => {
+                        sync.fate_in_log(lsn)?
+                    }
+                    fate => fate,
+                };
+                if fate != Fate::Void {
+                    records.push((lsn, record));
+                }
+            }
             apply(&txn, &records, end)?;
             txn.commit()?;
             end
@@ -559,6 +590,52 @@ impl LogUser {
             let _ = thread.join();
         }
     }
+}
+
+/// A write transaction of the store file, taken without waiting for a stopped holder of its
+/// write lock past `waiting` (retried each millisecond).
+fn begin_write(db: &Db, waiting: Waiting<'_>) -> Result<redb::WriteTransaction> {
+    let database = db.writable()?;
+    loop {
+        match database.try_begin_write() {
+            Ok(txn) => return Ok(txn),
+            Err(redb::TransactionError::WouldBlock) => {
+                waiting.step()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Commits `value` (over the log's inline limit) to the store file's `BLOBS` under a new
+/// random id, which the log's stored put then names.
+fn store_value<H: LogHost>(host: &H, value: &[u8], waiting: Waiting<'_>) -> Result<u64> {
+    let blob = crate::base::random_u64()?;
+    let db = host.database()?;
+    let txn = begin_write(&db, waiting)?;
+    txn.open_table(BLOBS)?.insert(blob, value)?;
+    txn.commit()?;
+    Ok(blob)
+}
+
+/// Removes the stored value `blob` that no record names.
+fn drop_value<H: LogHost>(host: &H, blob: u64, waiting: Waiting<'_>) -> Result<()> {
+    let db = host.database()?;
+    let txn = begin_write(&db, waiting)?;
+    txn.open_table(BLOBS)?.remove(blob)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// The stored value `blob`, `None` once a checkpoint moved it into the key's value.
+fn stored_value<H: LogHost>(host: &H, blob: u64) -> Result<Option<Vec<u8>>> {
+    host.read_within(bounded(host), |txn: &ReadTransaction| {
+        Ok(match opened(txn.open_table(BLOBS))? {
+            Some(blobs) => blobs.get(blob)?.map(|value| value.value().to_vec()),
+            None => None,
+        })
+    })
 }
 
 /// The deadline of `waiting`, for the claims.
@@ -806,6 +883,63 @@ mod tests {
             written,
             "a new read-only open of the closed store"
         );
+    }
+
+    /// How many values the store file at `path` holds in `BLOBS` (read by a read-only open of
+    /// its own).
+    fn stored_values(path: &std::path::Path) -> usize {
+        let db =
+            crate::storage::db::open_now(path, redb::ConcurrencyMode::MultiWriter, true).unwrap();
+        let txn = db.begin_read().unwrap();
+        super::opened(txn.open_table(super::BLOBS))
+            .unwrap()
+            .map_or(0, |table| {
+                use redb::ReadableTable;
+                table.iter().unwrap().count()
+            })
+    }
+
+    #[test]
+    fn values_over_the_inline_limit_are_stored_in_the_store_file_and_named_by_the_log() {
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        drop(Store::open(&path).unwrap());
+        let reader = Store::open_with(&path, &read_only()).unwrap();
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let earlier = store.acquire("earlier", Duration::from_secs(10)).unwrap();
+        let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
+        let large = vec![0x5a; super::INLINE_MAX + 1];
+        let larger = vec![0xa5; 4 << 20];
+        holder.put(b"big", &large).unwrap();
+        holder.put(b"bigger", &larger).unwrap();
+        holder.put(b"small", b"inline").unwrap();
+        for store in [&store, &reader] {
+            assert_eq!(store.get(b"big").unwrap().unwrap().value, large);
+            assert_eq!(store.get(b"bigger").unwrap().unwrap().value, larger);
+        }
+        // Replaced by a small value and back: each reads the newest.
+        holder.put(b"big", b"now small").unwrap();
+        assert_eq!(store.get(b"big").unwrap().unwrap().value, b"now small");
+        holder.put(b"big", &larger).unwrap();
+        assert_eq!(reader.get(b"big").unwrap().unwrap().value, larger);
+        // A write refused as stale commits nothing that stays.
+        let refused = store.put(b"big", &large, earlier.token()).unwrap_err();
+        assert!(matches!(refused, Error::StaleToken { .. }), "{refused:?}");
+        assert_eq!(store.get(b"big").unwrap().unwrap().value, larger);
+        assert_eq!(
+            stored_values(&path),
+            3,
+            "the three the log names, not the refused write's"
+        );
+        // A checkpoint (keys runs one) moves them into the keys' values.
+        assert_eq!(store.keys(b"").unwrap().len(), 3);
+        assert_eq!(stored_values(&path), 0);
+        assert_eq!(store.get(b"big").unwrap().unwrap().value, larger);
+        drop((earlier, holder, store, reader));
+        let again = Store::open_with(&path, &read_only()).unwrap();
+        assert_eq!(again.get(b"bigger").unwrap().unwrap().value, larger);
+        assert_eq!(again.get(b"big").unwrap().unwrap().value, larger);
     }
 
     #[test]

@@ -1115,7 +1115,6 @@ impl<'a> GroupSync<'a> {
     /// record within the window after it voids it (a skipper writes and syncs it there, at a
     /// place reserved within `WINDOW` of the gap's start, before any sync covers the gap),
     /// else it counts. The log must still hold `[lsn, lsn + WINDOW)`.
-    #[cfg_attr(not(any(test, fencelock_loom)), allow(dead_code))]
     pub(crate) fn fate_in_log(&self, lsn: u64) -> Result<Fate> {
         match self.fate(lsn) {
             Fate::Unknown => Ok(if self.log.skipped(lsn, WINDOW)? {

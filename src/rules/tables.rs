@@ -14,6 +14,11 @@ pub(crate) const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fenc
 /// one never overwrites it. Created by the first checkpoint; a key written only by a direct
 /// commit has none.
 pub(crate) const VERSIONS: TableDefinition<&[u8], u64> = TableDefinition::new("fencelock.versions");
+/// Values over the redo log's inline limit, written by a store that writes through the log
+/// (`local/log_user.rs`): committed here under a random id before the log's stored put that
+/// names it; a checkpoint moves each into `VALUES` and removes it, and a recovery removes
+/// those that no record named (a writer that died or was refused in between).
+pub(crate) const BLOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("fencelock.blobs");
 /// The key of the schema version in the meta table.
 pub(crate) const SCHEMA_KEY: &str = "schema_version";
 

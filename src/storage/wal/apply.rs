@@ -21,6 +21,11 @@
 //!   before it is passed over, so applying the same records again (a checkpointer that died after
 //!   its commit, before it told the log) changes nothing. A stored position beyond the given end
 //!   is a log behind its store: [`Error::Corrupt`].
+//! - **Stored values.** A stored put's value is in the store file already (`BLOBS`, committed
+//!   before the record was written): apply writes it as a put's and removes it from `BLOBS`, as
+//!   it removes the value of every stored put it passes over for a higher version. Recovery,
+//!   which runs alone, then removes every value left there: no record names it (its writer
+//!   died, or was refused or skipped, after its commit).
 //! - **A refusal writes nothing**: every check runs before the first write (`Batch::plan` reads
 //!   the tables, `Plan::write` cannot refuse).
 
@@ -32,7 +37,7 @@ use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use crate::base::error::{Error, Result};
 use crate::rules::record::encode_value;
-use crate::rules::tables::{FENCES, META, VALUES, VERSIONS, WAL_APPLIED_KEY};
+use crate::rules::tables::{BLOBS, FENCES, META, VALUES, VERSIONS, WAL_APPLIED_KEY};
 use crate::storage::wal::record::{Record, ALIGN};
 use crate::storage::wal::scan::scan;
 use crate::storage::wal::Segments;
@@ -101,8 +106,17 @@ pub(crate) fn apply(
         })
     };
     let mut fences = txn.open_table(FENCES)?;
-    let plan = batch.plan(keys.as_ref().map(|tables| &tables.versions), &fences)?;
-    plan.write(&mut meta, keys.as_mut(), &mut fences)
+    let mut blobs = if batch.blobs.is_empty() {
+        None
+    } else {
+        Some(txn.open_table(BLOBS)?)
+    };
+    let plan = batch.plan(
+        keys.as_ref().map(|tables| &tables.versions),
+        &fences,
+        blobs.as_ref(),
+    )?;
+    plan.write(&mut meta, keys.as_mut(), &mut fences, blobs.as_mut())
 }
 
 /// Recovers the redo log `log` into the store `db`: scans the log from the position the store
@@ -123,6 +137,8 @@ pub(crate) fn recover<S: Segments + ?Sized>(db: &Database, log: &S) -> Result<Re
     }
     let scanned = scan(log, from)?;
     let applied = apply(&txn, &scanned.records, scanned.end)?;
+    // Alone: no writer is between its value's commit and its record.
+    txn.delete_table(BLOBS)?;
     txn.commit()?;
     Ok(Recovered {
         applied,
@@ -136,8 +152,10 @@ struct Newest<'r> {
     version: u64,
     lsn: u64,
     token: u64,
-    /// A key's value, `None` for a delete; a fence has none.
+    /// A key's value, `None` for a delete or a stored put; a fence has none.
     value: Option<&'r [u8]>,
+    /// A stored put's value, in `BLOBS`.
+    blob: Option<u64>,
 }
 
 impl<'r> Newest<'r> {
@@ -147,6 +165,7 @@ impl<'r> Newest<'r> {
             lsn,
             token,
             value,
+            blob: None,
         }
     }
 }
@@ -158,6 +177,8 @@ struct Batch<'r> {
     passed: usize,
     keys: BTreeMap<&'r [u8], Newest<'r>>,
     fences: BTreeMap<&'r str, Newest<'r>>,
+    /// The stored values of the batch's stored puts, the newest or not, and their records.
+    blobs: Vec<(u64, u64)>,
 }
 
 impl<'r> Batch<'r> {
@@ -169,6 +190,7 @@ impl<'r> Batch<'r> {
             passed: 0,
             keys: BTreeMap::new(),
             fences: BTreeMap::new(),
+            blobs: Vec::new(),
         };
         let mut last = None;
         for (lsn, record) in records {
@@ -207,6 +229,21 @@ impl<'r> Batch<'r> {
                     Named::Fence(resource),
                     Newest::new(*version, lsn, *token, None),
                 ),
+                Record::PutStored {
+                    key,
+                    blob,
+                    token,
+                    version,
+                } => {
+                    if lsn >= from {
+                        batch.blobs.push((*blob, lsn));
+                    }
+                    let newest = Newest {
+                        blob: Some(*blob),
+                        ..Newest::new(*version, lsn, *token, None)
+                    };
+                    (Named::Key(key), newest)
+                }
                 Record::Void { .. } | Record::Skip { .. } => {
                     return Err(Error::invalid(format!(
                         "the log record at {lsn} is a void or a skip: only puts, deletes and \
@@ -227,11 +264,13 @@ impl<'r> Batch<'r> {
     }
 
     /// The writes that bring the store to the batch: each key above its stored version, each
-    /// fence above its stored token. Reads the tables only.
+    /// fence above its stored token. Reads the tables only: a stored put's value is read from
+    /// `blobs` (there whenever the batch has one; see [`stored_value`]).
     fn plan(
         self,
         versions: Option<&Table<'_, &'static [u8], u64>>,
         fences: &Table<'_, &'static str, u64>,
+        blobs: Option<&Table<'_, u64, &'static [u8]>>,
     ) -> Result<Plan<'r>> {
         let mut plan = Plan {
             from: self.from,
@@ -239,6 +278,8 @@ impl<'r> Batch<'r> {
             passed: self.passed,
             keys: Vec::new(),
             fences: Vec::new(),
+            stored: BTreeMap::new(),
+            blobs: self.blobs.iter().map(|&(blob, _)| blob).collect(),
         };
         for (key, newest) in self.keys {
             let stored = match versions {
@@ -251,7 +292,13 @@ impl<'r> Batch<'r> {
                 }
                 // A claim older than what the store holds, which reached the log late.
                 Some(stored) if stored > newest.version => {}
-                _ => plan.keys.push((key, newest)),
+                _ => {
+                    if let Some(blob) = newest.blob {
+                        let value = stored_value(blobs, blob, &newest)?;
+                        plan.stored.insert(blob, value);
+                    }
+                    plan.keys.push((key, newest));
+                }
             }
         }
         for (resource, newest) in self.fences {
@@ -261,6 +308,25 @@ impl<'r> Batch<'r> {
             }
         }
         Ok(plan)
+    }
+}
+
+/// The value of the stored put `newest`, which names `blob`: read from `blobs`. A checkpoint
+/// applies only records that count (a stored put a skipper voided is left out by its fate, read
+/// from the log where the window moved on: `LogUser::checkpoint`), and only one record of a
+/// write counts, so a value removed by an apply is never named again: its absence is
+/// [`Error::Corrupt`].
+fn stored_value(
+    blobs: Option<&Table<'_, u64, &'static [u8]>>,
+    blob: u64,
+    newest: &Newest<'_>,
+) -> Result<Vec<u8>> {
+    match blobs.map(|blobs| blobs.get(blob)).transpose()?.flatten() {
+        Some(value) => Ok(value.value().to_vec()),
+        None => Err(Error::Corrupt(format!(
+            "the log's stored put at {} names a value the store file does not hold (blob {blob:#x})",
+            newest.lsn
+        ))),
     }
 }
 
@@ -335,6 +401,10 @@ struct Plan<'r> {
     passed: usize,
     keys: Vec<(&'r [u8], Newest<'r>)>,
     fences: Vec<(&'r str, u64)>,
+    /// The stored puts' values, read from `BLOBS`.
+    stored: BTreeMap<u64, Vec<u8>>,
+    /// The stored values to remove from `BLOBS`: every one the batch named.
+    blobs: Vec<u64>,
 }
 
 impl Plan<'_> {
@@ -345,17 +415,29 @@ impl Plan<'_> {
         meta: &mut Table<'_, &'static str, u64>,
         keys: Option<&mut KeyTables<'_>>,
         fences: &mut Table<'_, &'static str, u64>,
+        blobs: Option<&mut Table<'_, u64, &'static [u8]>>,
     ) -> Result<Applied> {
         // `keys` is there whenever the batch had keys, of which these are some.
         if let Some(tables) = keys {
             for (key, newest) in &self.keys {
-                let encoded = encode_value(newest.token, newest.value);
+                let value = match newest.blob {
+                    // Read by `plan` for every key it writes from a stored put.
+                    Some(blob) => self.stored.get(&blob).map(Vec::as_slice),
+                    None => newest.value,
+                };
+                let encoded = encode_value(newest.token, value);
                 drop(tables.values.insert(*key, encoded.as_slice())?);
                 drop(tables.versions.insert(*key, newest.version)?);
             }
         }
         for (resource, token) in &self.fences {
             drop(fences.insert(*resource, *token)?);
+        }
+        // `blobs` is there whenever the batch named stored values.
+        if let Some(table) = blobs {
+            for blob in &self.blobs {
+                drop(table.remove(*blob)?);
+            }
         }
         if self.end != self.from {
             drop(meta.insert(WAL_APPLIED_KEY, self.end)?);
@@ -624,6 +706,77 @@ mod tests {
             self.write(lsn, &record.encode(lsn).unwrap());
             lsn
         }
+    }
+
+    fn stored(key: &str, blob: u64, token: u64, version: u64) -> Record {
+        Record::PutStored {
+            key: key.as_bytes().to_vec(),
+            blob,
+            token,
+            version,
+        }
+    }
+
+    /// Commits `value` under `blob`, as the writer of a large value does before its record.
+    fn store_blob(db: &Database, blob: u64, value: &[u8]) {
+        let txn = db.begin_write().unwrap();
+        txn.open_table(BLOBS).unwrap().insert(blob, value).unwrap();
+        txn.commit().unwrap();
+    }
+
+    /// The ids of the values in `BLOBS`.
+    fn blobs(db: &Database) -> Vec<u64> {
+        let txn = db.begin_read().unwrap();
+        let Ok(table) = txn.open_table(BLOBS) else {
+            return Vec::new();
+        };
+        let ids = table.iter().unwrap().map(|entry| entry.unwrap().0.value());
+        ids.collect()
+    }
+
+    #[test]
+    fn a_stored_put_moves_its_value_out_of_blobs_and_one_not_there_is_refused() {
+        let db = memory();
+        store_blob(&db, 1, b"large one");
+        store_blob(&db, 2, b"large two");
+        store_blob(&db, 3, b"committed by a writer not logged yet");
+        // Two stored puts of one key: the newer version's value is the key's, and both leave
+        // the table; a stored put replaced by a delete leaves it too.
+        let (records, end) = at_positions(&[
+            stored("k", 2, 6, 2),
+            stored("k", 1, 5, 1),
+            put("small", "inline", 5, 1),
+        ]);
+        let applied = checkpoint(&db, &records, end).unwrap();
+        assert_eq!(applied.keys, 2);
+        assert_eq!(value(&db, "k"), Some((6, Some(b"large two".to_vec()))));
+        assert_eq!(value(&db, "small"), Some((5, Some(b"inline".to_vec()))));
+        assert_eq!(blobs(&db), [3]);
+        // A stored put whose value the store file does not hold: refused, nothing written.
+        let before = state(&db);
+        let err = checkpoint(&db, &[(end, stored("m", 9, 7, 1))], end + 64).unwrap_err();
+        assert_eq!(err.status(), Status::Corrupt, "{err}");
+        assert!(err.to_string().contains("does not hold"), "{err}");
+        assert_eq!(state(&db), before);
+        assert_eq!(blobs(&db), [3]);
+    }
+
+    #[test]
+    fn recovery_applies_stored_puts_and_removes_every_value_no_record_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let db = open(&path);
+        store_blob(&db, 1, b"named by the log");
+        store_blob(&db, 2, b"its writer died before its record");
+        let mut log = Log::new(8192);
+        log.append(&stored("k", 1, 4, 1));
+        let found = recover(&db, &Bytes(&log.ring)).unwrap();
+        assert_eq!((found.applied.keys, found.applied.end), (1, log.end));
+        assert_eq!(
+            value(&db, "k"),
+            Some((4, Some(b"named by the log".to_vec())))
+        );
+        assert!(blobs(&db).is_empty(), "{:?}", blobs(&db));
     }
 
     #[test]

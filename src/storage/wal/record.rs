@@ -17,9 +17,11 @@
 //! | fence | 3 | token u64, version u64, resource (UTF-8) |
 //! | void | 4 | zeros: log space whose write was refused, or filler to the ring's end |
 //! | skip | 5 | lsn u64, len u64: the reservation `[lsn, lsn + len)` does not count |
+//! | stored put | 6 | token u64, version u64, blob u64, key: a put whose value is in the store file |
 //!
-//! A record is at most [`MAX_RECORD`] bytes: values over [`INLINE_MAX`] do not go into the log
-//! (docs/design/writes.md, section 2). The decoder reads only the bytes it is given, allocates
+//! A record is at most [`MAX_RECORD`] bytes: values over [`INLINE_MAX`] do not go into the log.
+//! They are committed to the store file first, under a blob id of their own, and a stored put
+//! of the log names it (docs/design/writes.md, section 2). The decoder reads only the bytes it is given, allocates
 //! no more than their length, and returns [`Error::Corrupt`] for anything malformed.
 
 use crate::base::error::{Error, Result};
@@ -47,6 +49,7 @@ const DELETE: u8 = 2;
 const FENCE: u8 = 3;
 const VOID: u8 = 4;
 const SKIP: u8 = 5;
+const STORED: u8 = 6;
 /// Token and version, before a put's key length or a delete's key.
 const FENCED: usize = 16;
 
@@ -83,6 +86,15 @@ pub(crate) enum Record {
     /// The reservation `[lsn, lsn + len)` does not count, whatever it holds: its writer stopped
     /// before finishing it, and another writer skipped it (docs/design/writes.md, section 8).
     Skip { lsn: u64, len: u64 },
+    /// A fenced value written to `key` with `token`, as the key's `version`, whose bytes the
+    /// store file holds under `blob` (`BLOBS`, committed before this record was written): a
+    /// value over [`INLINE_MAX`].
+    PutStored {
+        key: Vec<u8>,
+        blob: u64,
+        token: u64,
+        version: u64,
+    },
 }
 
 impl Record {
@@ -106,6 +118,7 @@ impl Record {
             Record::Fence { .. } => FENCE,
             Record::Void { .. } => VOID,
             Record::Skip { .. } => SKIP,
+            Record::PutStored { .. } => STORED,
         }
     }
 
@@ -151,6 +164,17 @@ impl Record {
             }
             Record::Void { len } => vec![0; *len as usize],
             Record::Skip { lsn, len } => [lsn.to_le_bytes(), len.to_le_bytes()].concat(),
+            Record::PutStored {
+                key,
+                blob,
+                token,
+                version,
+            } => {
+                let mut payload = fenced(*token, *version, 8 + key.len());
+                payload.extend_from_slice(&blob.to_le_bytes());
+                payload.extend_from_slice(key);
+                payload
+            }
         }
     }
 
@@ -192,6 +216,7 @@ impl Record {
             Record::Fence { resource, .. } => FENCED + resource.len(),
             Record::Void { len } => *len as usize,
             Record::Skip { .. } => 16,
+            Record::PutStored { key, .. } => FENCED + 8 + key.len(),
         };
         padded((HEADER + payload) as u64)
     }
@@ -317,6 +342,18 @@ impl Frame {
                 "a skip record of {} bytes, not 16",
                 payload.len()
             ))),
+            STORED => {
+                let (token, version, rest) = fenced("stored put")?;
+                if rest.len() < 8 {
+                    return Err(corrupt("a stored put without its blob id"));
+                }
+                Ok(Record::PutStored {
+                    key: rest[8..].to_vec(),
+                    blob: u64::from_le_bytes(rest[..8].try_into().expect("8")),
+                    token,
+                    version,
+                })
+            }
             other => Err(corrupt(&format!("unknown kind {other}"))),
         }
     }
@@ -385,6 +422,12 @@ mod tests {
             Record::Void { len: 0 },
             Record::Void { len: 100 },
             Record::Skip { lsn: 64, len: 48 },
+            Record::PutStored {
+                key: b"big".to_vec(),
+                blob: 0x0123_4567_89ab_cdef,
+                token: 9,
+                version: 4,
+            },
         ]
     }
 
@@ -467,7 +510,7 @@ mod tests {
             bytes.resize(bytes.len().next_multiple_of(ALIGN_BYTES), 0);
             bytes
         };
-        let cases: [(u8, &[u8], &str); 8] = [
+        let cases: [(u8, &[u8], &str); 9] = [
             (PUT, &[1; 15], "shorter than its token"),
             (PUT, &[1; 18], "without its key's length"),
             (
@@ -483,6 +526,7 @@ mod tests {
             ),
             (VOID, &[0, 0, 1], "not zeros"),
             (SKIP, &[0; 8], "not 16"),
+            (STORED, &[1; 23], "without its blob id"),
             (0, &[], "unknown kind 0"),
         ];
         for (kind, payload, what) in cases {
