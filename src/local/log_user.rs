@@ -306,6 +306,9 @@ impl LogUser {
             },
         };
         let existed = Cell::new(false);
+        // Whether an attempt of this write made its record's bytes (right before its claim's
+        // swap, so perhaps without writing them: erring toward keeping the stored value).
+        let named = Cell::new(false);
         let mut check = |now: &Entry| -> Result<u64> {
             lease_holds()?;
             admit(token, Some(now.highest))?;
@@ -326,12 +329,16 @@ impl LogUser {
                 &mut || Ok(stored_key(host, key, waiting)?.0),
                 record(0).encoded_len(),
                 &mut check,
-                &mut |lsn, version| record(version).encode(lsn),
+                &mut |lsn, version| {
+                    named.set(true);
+                    record(version).encode(lsn)
+                },
             );
         // A stored value that no record in the log names (the write was refused, or
-        // cancelled before its record was written) is removed; after any other error a
-        // record may name it, and the next recovery removes it if none does.
-        if let Some(blob) = blob {
+        // cancelled, before any attempt of it wrote its record) is removed. A record a skipper
+        // voided names it still, and recovery (which trusts the scan) may apply that record;
+        // after any other error a record may count. The next recovery removes what none names.
+        if let Some(blob) = blob.filter(|_| !named.get()) {
             if matches!(outcome, Ok(Outcome::Refused(_)) | Err(Error::Cancelled)) {
                 let _ = drop_value(host, blob, waiting);
             }

@@ -282,28 +282,31 @@ pub(crate) fn prune(ring: &Ring, live: &impl Live, owner: u64, below: u64) -> Re
 /// The keys (of either space) whose entry has a claim pending below `below`: a checkpoint
 /// settles them before it retires the log there (docs/design/writes.md, step 4's section).
 pub(crate) fn pending_below(ring: &Ring, below: u64) -> Result<Vec<(Space, Vec<u8>)>> {
-    let map = ring.keys();
     let mut found = Vec::new();
-    for bucket in 0..map.buckets() {
-        if map.bucket_is_empty(bucket) {
-            continue;
+    for_each(ring, |keyed| {
+        if keyed.entry.pending.is_some_and(|at| at < below) {
+            found.push((keyed.space, keyed.key.to_vec()));
         }
-        let snapshot = map.read_bucket(bucket);
-        ring.intact()?;
-        for keyed in decode(&snapshot.blob)? {
-            if keyed.entry.pending.is_some_and(|at| at < below) {
-                found.push((keyed.space, keyed.key.to_vec()));
-            }
-        }
-    }
+    })?;
     Ok(found)
 }
 
 /// The keys of `space` under `prefix` that have an entry in the index (a read-only store lays
 /// their newest records over the store file's list of keys, `LogUser::keys`).
 pub(crate) fn listed(ring: &Ring, space: Space, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let map = ring.keys();
     let mut found = Vec::new();
+    for_each(ring, |keyed| {
+        if keyed.space == space && keyed.key.starts_with(prefix) {
+            found.push(keyed.key.to_vec());
+        }
+    })?;
+    Ok(found)
+}
+
+/// Calls `f` with each entry of the index, a bucket at a time (each bucket's entries as one
+/// snapshot read them).
+fn for_each(ring: &Ring, mut f: impl FnMut(&Keyed<'_>)) -> Result<()> {
+    let map = ring.keys();
     for bucket in 0..map.buckets() {
         if map.bucket_is_empty(bucket) {
             continue;
@@ -311,12 +314,10 @@ pub(crate) fn listed(ring: &Ring, space: Space, prefix: &[u8]) -> Result<Vec<Vec
         let snapshot = map.read_bucket(bucket);
         ring.intact()?;
         for keyed in decode(&snapshot.blob)? {
-            if keyed.space == space && keyed.key.starts_with(prefix) {
-                found.push(keyed.key.to_vec());
-            }
+            f(&keyed);
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 /// Publishes `entries` as the blob of `bucket` if its word is still the one `read` saw:
