@@ -15,6 +15,7 @@ use crate::base::error::{Error, Result};
 use crate::base::limits::{check_key, check_name, check_ttl, duration_ns};
 use crate::engine::{Acquire, LeaseHandle, Locks};
 use crate::local::handle::LocalLease;
+use crate::local::log_user::LogUser;
 use crate::local::observe::Attempt;
 use crate::local::LocalEngine;
 use crate::rules::admit::{admit_grant, blocker, check_join, own_blocker};
@@ -204,16 +205,20 @@ impl LocalEngine {
             // back. A write refused as stale (a later grant of another lock wrote the key
             // between this grant and its write, which one transaction made impossible) is
             // granted and written again: the new grant's token is above that one's.
+            // A value over the log's inline limit is committed to the store file before the
+            // grant (`LogUser::store_large`), so that the grant is not visible while it commits.
             (Some((key, value)), Some(user)) => {
                 let wait = request.commit_wait(self.busy_timeout);
-                loop {
+                let stored = std::cell::Cell::new(LogUser::store_large(self, value, wait)?);
+                let granted = loop {
                     let granted = self
                         .lease_map
                         .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live);
                     let Ok((token, expires_ns)) = granted else {
                         break granted;
                     };
-                    match user.put(self, key, Some(value), token, Some(name), wait) {
+                    match user.put_stored(self, key, Some(value), &stored, token, Some(name), wait)
+                    {
                         Ok(_) => break Ok((token, expires_ns)),
                         Err(err) => {
                             self.lease_map
@@ -223,7 +228,9 @@ impl LocalEngine {
                             }
                         }
                     }
-                }
+                };
+                LogUser::forget(self, stored.get(), &granted, wait);
+                granted
             }
             // Granted in the write's own transaction (see `Op::check`): a refusal writes
             // nothing in the map; a grant whose transaction fails after it is withdrawn here.

@@ -81,6 +81,14 @@ pub(crate) trait LogHost: MapHost {
     fn last_user_gone(&self);
 }
 
+/// A value over the log's inline limit committed to the store file (`BLOBS`, under `blob`)
+/// for a write, and whether an attempt of the write made a record that names it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stored {
+    blob: u64,
+    named: bool,
+}
+
 /// This process's use of its store's redo log.
 pub(crate) struct LogUser {
     member: Arc<RingMember>,
@@ -263,6 +271,67 @@ impl LogUser {
         lease: Option<&str>,
         waiting: Waiting<'_>,
     ) -> Result<bool> {
+        let stored = Cell::new(None);
+        let result = self.put_stored(host, key, value, &stored, token, lease, waiting);
+        LogUser::forget(host, stored.get(), &result, waiting);
+        result
+    }
+
+    /// Commits `value` to the store file now when it is over the log's inline limit, for
+    /// [`LogUser::put_stored`]: an acquire that writes does so before its grant, so that the
+    /// commit does not lengthen the moment its grant is visible and its value not written.
+    pub(crate) fn store_large<H: LogHost>(
+        host: &H,
+        value: &[u8],
+        waiting: Waiting<'_>,
+    ) -> Result<Option<Stored>> {
+        if value.len() <= INLINE_MAX {
+            return Ok(None);
+        }
+        host.check_fork()?;
+        Ok(Some(Stored {
+            blob: store_value(host, value, waiting)?,
+            named: false,
+        }))
+    }
+
+    /// Removes the stored value of a write that ended with `result` if no record of it could
+    /// name the value: the write was refused, or cancelled, before any attempt of it wrote its
+    /// record. A record a skipper voided names it still, and recovery (which trusts the scan)
+    /// may apply that record; after any other error a record may count. The next recovery
+    /// removes what none names.
+    pub(crate) fn forget<H: LogHost, T>(
+        host: &H,
+        stored: Option<Stored>,
+        result: &Result<T>,
+        waiting: Waiting<'_>,
+    ) {
+        let Some(stored) = stored.filter(|stored| !stored.named) else {
+            return;
+        };
+        let unnamed = match result {
+            Ok(_) => false,
+            Err(Error::Cancelled) => true,
+            Err(err) => err.is_refusal(),
+        };
+        if unnamed {
+            let _ = drop_value(host, stored.blob, waiting);
+        }
+    }
+
+    /// [`LogUser::put`], its value committed to the store file first when it is over the log's
+    /// inline limit (or already, `stored`), which then says whether a record named it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_stored<H: LogHost>(
+        &self,
+        host: &H,
+        key: &[u8],
+        value: Option<&[u8]>,
+        stored: &Cell<Option<Stored>>,
+        token: u64,
+        lease: Option<&str>,
+        waiting: Waiting<'_>,
+    ) -> Result<bool> {
         // As a commit checks (`Router::submit`): a child of fork() writes nothing of its
         // parent's, and a store whose path names another file now refuses (`Replaced`).
         host.check_fork()?;
@@ -279,13 +348,13 @@ impl LogUser {
         // A value over the log's inline limit is committed to the store file first, and the
         // log's record names it; the lease is looked at first, so that a stale holder's large
         // write commits nothing (the claim's check below is the one that counts).
-        let blob = match value {
-            Some(value) if value.len() > INLINE_MAX => {
+        if let Some(value) = value.filter(|_| stored.get().is_none()) {
+            if value.len() > INLINE_MAX {
                 lease_holds()?;
-                Some(store_value(host, value, waiting)?)
+                stored.set(LogUser::store_large(host, value, waiting)?);
             }
-            _ => None,
-        };
+        }
+        let blob = stored.get().map(|stored| stored.blob);
         let record = |version| match (value, blob) {
             (Some(_), Some(blob)) => Record::PutStored {
                 key: key.to_vec(),
@@ -306,9 +375,6 @@ impl LogUser {
             },
         };
         let existed = Cell::new(false);
-        // Whether an attempt of this write made its record's bytes (right before its claim's
-        // swap, so perhaps without writing them: erring toward keeping the stored value).
-        let named = Cell::new(false);
         let mut check = |now: &Entry| -> Result<u64> {
             lease_holds()?;
             admit(token, Some(now.highest))?;
@@ -330,20 +396,15 @@ impl LogUser {
                 record(0).encoded_len(),
                 &mut check,
                 &mut |lsn, version| {
-                    named.set(true);
+                    // Made right before the claim's swap, so perhaps never written: erring
+                    // toward keeping the stored value.
+                    if let Some(blob) = blob {
+                        stored.set(Some(Stored { blob, named: true }));
+                    }
                     record(version).encode(lsn)
                 },
-            );
-        // A stored value that no record in the log names (the write was refused, or
-        // cancelled, before any attempt of it wrote its record) is removed. A record a skipper
-        // voided names it still, and recovery (which trusts the scan) may apply that record;
-        // after any other error a record may count. The next recovery removes what none names.
-        if let Some(blob) = blob.filter(|_| !named.get()) {
-            if matches!(outcome, Ok(Outcome::Refused(_)) | Err(Error::Cancelled)) {
-                let _ = drop_value(host, blob, waiting);
-            }
-        }
-        self.done(host, outcome?)?;
+            )?;
+        self.done(host, outcome)?;
         Ok(existed.get())
     }
 
@@ -934,16 +995,28 @@ mod tests {
         let refused = store.put(b"big", &large, earlier.token()).unwrap_err();
         assert!(matches!(refused, Error::StaleToken { .. }), "{refused:?}");
         assert_eq!(store.get(b"big").unwrap().unwrap().value, larger);
+        // An acquire that writes one commits it before its grant; one refused (the lock is
+        // held) leaves nothing behind.
+        let acquired = store
+            .acquire_and_put("other", Duration::from_secs(10), b"acquired", &large)
+            .unwrap();
+        let got = reader.get(b"acquired").unwrap().unwrap();
+        assert_eq!((got.value, got.token), (large.clone(), acquired.token()));
+        let refused = store
+            .acquire_and_put("other", Duration::from_secs(10), b"never", &large)
+            .unwrap_err();
+        assert!(matches!(refused, Error::Locked { .. }), "{refused:?}");
+        assert_eq!(store.get(b"never").unwrap(), None);
         assert_eq!(
             stored_values(&path),
-            3,
-            "the three the log names, not the refused write's"
+            4,
+            "the four the log names, not the refused writes'"
         );
         // A checkpoint (keys runs one) moves them into the keys' values.
-        assert_eq!(store.keys(b"").unwrap().len(), 3);
+        assert_eq!(store.keys(b"").unwrap().len(), 4);
         assert_eq!(stored_values(&path), 0);
         assert_eq!(store.get(b"big").unwrap().unwrap().value, larger);
-        drop((earlier, holder, store, reader));
+        drop((earlier, holder, acquired, store, reader));
         let again = Store::open_with(&path, &read_only()).unwrap();
         assert_eq!(again.get(b"bigger").unwrap().unwrap().value, larger);
         assert_eq!(again.get(b"big").unwrap().unwrap().value, larger);
