@@ -689,7 +689,7 @@ fn read_final(path: &Path) -> Result<FinalState, String> {
         let found = store.get(key.as_bytes()).map_err(|err| err.to_string())?;
         state.values.push((
             key.to_owned(),
-            found.map(|f| (f.token, String::from_utf8_lossy(&f.value).into_owned())),
+            found.map(|f| (f.token, crate::worker::value_name(&f.value))),
         ));
     }
     for key in store.keys(b"").map_err(|err| err.to_string())? {

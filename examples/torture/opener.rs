@@ -10,7 +10,7 @@ use fencelock::{Options, Store};
 
 use crate::history::{Kind, Outcome};
 use crate::rng::Rng;
-use crate::worker::{outcome, parse_write_log, write_log_arg, Log, KEYS, RESOURCES};
+use crate::worker::{outcome, parse_write_log, value_name, write_log_arg, Log, KEYS, RESOURCES};
 
 pub struct Args {
     pub store: String,
@@ -82,7 +82,7 @@ pub fn main(argv: &[String]) -> ExitCode {
             &outcome(&result, |found| match found {
                 Some(fenced) => {
                     tokens.push(fenced.token);
-                    Outcome::Value(fenced.token, String::from_utf8_lossy(&fenced.value).into())
+                    Outcome::Value(fenced.token, value_name(&fenced.value))
                 }
                 None => Outcome::NotFound,
             }),

@@ -46,6 +46,32 @@ pub struct Args {
     pub write_log: bool,
 }
 
+/// Through the redo log, one value in 16 is written this long (its name, `|` and filler), past
+/// the log's inline limit of 64 KiB, so that values committed to the store file first go
+/// through the run: kills, stops and checkpoints among them. The history keeps the name alone.
+const LARGE: usize = 70_000;
+
+/// The bytes a worker writes for the value `name`: a name ending in `L` is padded to
+/// [`LARGE`] bytes.
+pub fn value_bytes(name: &str) -> Vec<u8> {
+    let mut bytes = name.as_bytes().to_vec();
+    if name.ends_with('L') {
+        bytes.push(b'|');
+        bytes.extend(name.bytes().cycle().take(LARGE - bytes.len()));
+    }
+    bytes
+}
+
+/// The name of the value a read returned (what [`value_bytes`] wrote it from), or the bytes
+/// themselves, lossily, when they are not such a value: the check then finds no write of them.
+pub fn value_name(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    match text.split_once('|') {
+        Some((name, _)) if value_bytes(name) == bytes => name.to_owned(),
+        _ => text.into_owned(),
+    }
+}
+
 /// `Options::write_log` as an argument of a worker or an opener.
 pub fn write_log_arg(write_log: bool) -> String {
     if write_log { "write-log" } else { "store-file" }.into()
@@ -202,6 +228,7 @@ pub fn main(argv: &[String]) -> ExitCode {
                 held: None,
                 seen: Vec::new(),
                 writes: 0,
+                large: args.write_log,
             };
             let (deadline, storm) = (args.deadline, args.storm);
             thread::spawn(move || {
@@ -236,6 +263,8 @@ struct Thread {
     /// token alone, which are then sometimes stale.
     seen: Vec<u64>,
     writes: u64,
+    /// Whether one value in 16 is large ([`value_bytes`]): through the redo log.
+    large: bool,
 }
 
 impl Thread {
@@ -310,7 +339,12 @@ impl Thread {
     /// A value no other write of the run carries, so a value read names its write.
     fn next_value(&mut self) -> String {
         self.writes += 1;
-        format!("w{}.{}.{}", self.index, self.thread, self.writes)
+        let large = if self.large && self.writes % 16 == 0 {
+            "L"
+        } else {
+            ""
+        };
+        format!("w{}.{}.{}{large}", self.index, self.thread, self.writes)
     }
 
     fn ttl(&mut self) -> u64 {
@@ -379,7 +413,7 @@ impl Thread {
                     lock,
                     Duration::from_millis(ttl),
                     key.as_bytes(),
-                    value.as_bytes(),
+                    &value_bytes(&value),
                 );
                 self.granted(&op, result);
             }
@@ -496,7 +530,7 @@ impl Thread {
                     op.token = token;
                     op.value = Some(value.clone());
                 });
-                let result = holder.put(key.as_bytes(), value.as_bytes());
+                let result = holder.put(key.as_bytes(), &value_bytes(&value));
                 let lost = matches!(result, Err(fencelock::Error::LockLost { .. }));
                 self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
                 if lost {
@@ -558,7 +592,7 @@ impl Thread {
             op.token = token;
             op.value = Some(value.clone());
         });
-        let result = self.store.put(key.as_bytes(), value.as_bytes(), token);
+        let result = self.store.put(key.as_bytes(), &value_bytes(&value), token);
         self.log.end(&op, &outcome(&result, |()| Outcome::Ok));
     }
 
@@ -568,9 +602,7 @@ impl Thread {
         });
         let result = self.store.get(key.as_bytes());
         let logged = outcome(&result, |found| match found {
-            Some(fenced) => {
-                Outcome::Value(fenced.token, String::from_utf8_lossy(&fenced.value).into())
-            }
+            Some(fenced) => Outcome::Value(fenced.token, value_name(&fenced.value)),
             None => Outcome::NotFound,
         });
         self.log.end(&op, &logged);
