@@ -148,7 +148,10 @@ impl<S: Segments + ?Sized> Scan<'_, S> {
         let mut ahead = self.ahead.borrow_mut();
         let (at, held) = &mut *ahead;
         if pos < *at || pos + len > *at + held.len() as u64 {
-            let until = (pos - pos % self.size + self.size).min(pos + READ_AHEAD.max(len));
+            // Saturating: a scan refuses only positions within two segments and two records of
+            // the end of the positions, and a read-ahead reaches further.
+            let segment_end = (pos - pos % self.size).saturating_add(self.size);
+            let until = segment_end.min(pos.saturating_add(READ_AHEAD.max(len)));
             held.resize(usize::try_from(until - pos).expect("at most a segment"), 0);
             self.log.read(pos, held)?;
             *at = pos;
