@@ -741,7 +741,7 @@ mod tests {
         store_blob(&db, 2, b"large two");
         store_blob(&db, 3, b"committed by a writer not logged yet");
         // Two stored puts of one key: the newer version's value is the key's, and both leave
-        // the table; a stored put replaced by a delete leaves it too.
+        // the table; a value no record of the batch names stays.
         let (records, end) = at_positions(&[
             stored("k", 2, 6, 2),
             stored("k", 1, 5, 1),
