@@ -21,8 +21,9 @@
 //!
 //! A record is at most [`MAX_RECORD`] bytes: values over [`INLINE_MAX`] do not go into the log.
 //! They are committed to the store file first, under a blob id of their own, and a stored put
-//! of the log names it (docs/design/writes.md, section 2). The decoder reads only the bytes it is given, allocates
-//! no more than their length, and returns [`Error::Corrupt`] for anything malformed.
+//! of the log names it (docs/design/writes.md, section 2). The decoder reads only the bytes it
+//! is given, allocates no more than their length, and returns [`Error::Corrupt`] for anything
+//! malformed.
 
 use crate::base::error::{Error, Result};
 use crate::storage::wal::crc;
