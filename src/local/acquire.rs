@@ -180,7 +180,7 @@ impl LocalEngine {
     }
 
     /// One grant attempt of `name` in the store's lease map (`lease_map.rs`); an acquire that
-    /// writes a value writes it next, checked against the new lease, and gives the lease back
+    /// writes a value writes it next, with the new lease's token, and gives the lease back
     /// when the write fails: both or neither, as far as anyone but the caller can tell.
     fn grant_in_lease_map(
         &self,
@@ -200,11 +200,17 @@ impl LocalEngine {
             (None, _) => self
                 .lease_map
                 .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
-            // Through the redo log: granted in the map, then written as the holder's write
-            // (its lease checked in the write's claim); a write that fails gives the grant
-            // back. A write refused as stale (a later grant of another lock wrote the key
-            // between this grant and its write, which one transaction made impossible) is
-            // granted and written again: the new grant's token is above that one's.
+            // Through the redo log: granted in the map, then written with the grant's token;
+            // a write that fails gives the grant back. A write refused as stale (a later grant
+            // of another lock wrote the key between this grant and its write, which one
+            // transaction made impossible) is granted and written again: the new grant's
+            // token is above that one's.
+            // The write is fenced by the key's highest token alone, not by the lease, as the
+            // default path's transaction writes it: the grant is this unit's own, and was
+            // visible (others were refused in its name) from the moment it was made, so a stop
+            // between the two that outlasts the TTL must not turn it into a refusal that gives
+            // back a grant others saw. The holder returned then holds an expired lease, as
+            // one returned after a transaction stopped as long does.
             // A value over the log's inline limit is committed to the store file before the
             // grant (`LogUser::store_large`), so that the grant is not visible while it commits.
             (Some((key, value)), Some(user)) => {
@@ -217,8 +223,9 @@ impl LocalEngine {
                     let Ok((token, expires_ns)) = granted else {
                         break granted;
                     };
-                    match user.put_stored(self, key, Some(value), &stored, token, Some(name), wait)
-                    {
+                    #[cfg(test)]
+                    crate::local::lease_map::hooks::before_write();
+                    match user.put_stored(self, key, Some(value), &stored, token, None, wait) {
                         Ok(_) => break Ok((token, expires_ns)),
                         Err(err) => {
                             self.lease_map

@@ -759,14 +759,19 @@ pub(crate) fn records(member: &RingMember) -> Result<Vec<(String, Record)>> {
         .collect())
 }
 
-/// A pause of a grant between taking its token and publishing it (tests only): where a process
-/// stopped there (SIGSTOP, a page fault, preemption) lets others run.
+/// Pauses of a grant (tests only), where a process stopped (SIGSTOP, a page fault, preemption)
+/// lets others run: between taking its token and publishing it, and, for an acquire that
+/// writes through the redo log, between its grant and its write.
 #[cfg(test)]
 pub(crate) mod hooks {
     use std::cell::RefCell;
+    use std::thread::LocalKey;
+
+    type Hook = RefCell<Option<Box<dyn FnOnce()>>>;
 
     thread_local! {
-        static AFTER_TOKEN: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+        static AFTER_TOKEN: Hook = RefCell::new(None);
+        static BEFORE_WRITE: Hook = RefCell::new(None);
     }
 
     /// Runs `f` once, in the next grant of this thread, right after it took its token.
@@ -774,10 +779,26 @@ pub(crate) mod hooks {
         AFTER_TOKEN.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
     }
 
-    /// Called by grants right after taking their tokens. Taken out before it runs, so that the
-    /// grants it makes itself run straight through.
+    /// Runs `f` once, in the next acquire of this thread that writes through the redo log,
+    /// right after its grant and before its write.
+    pub(crate) fn pause_before_write(f: impl FnOnce() + 'static) {
+        BEFORE_WRITE.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// Called by grants right after taking their tokens.
     pub(crate) fn after_token() {
-        if let Some(f) = AFTER_TOKEN.with(|hook| hook.borrow_mut().take()) {
+        run(&AFTER_TOKEN);
+    }
+
+    /// Called by an acquire that writes through the redo log, between its grant and its write.
+    pub(crate) fn before_write() {
+        run(&BEFORE_WRITE);
+    }
+
+    /// Runs the hook set, taken out before it runs, so that the grants it makes itself run
+    /// straight through.
+    fn run(hook: &'static LocalKey<Hook>) {
+        if let Some(f) = hook.with(|hook| hook.borrow_mut().take()) {
             f();
         }
     }

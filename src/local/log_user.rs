@@ -844,6 +844,75 @@ mod tests {
         );
     }
 
+    /// An acquire that writes, stopped between its grant and its write for longer than its
+    /// TTL, as a process is by SIGSTOP: its grant was visible, so its write is not refused for
+    /// the lease's expiry (the default path's transaction, stopped as long, commits too); it
+    /// is fenced by the key alone, and a later grant's write still wins.
+    #[test]
+    fn an_acquire_stopped_past_its_ttl_between_its_grant_and_its_write_is_granted_and_written() {
+        use crate::local::lease_map::hooks::pause_before_write;
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        let ttl = Duration::from_millis(40);
+        let stop = move || std::thread::sleep(ttl * 3);
+        let value = |key: &[u8]| {
+            let got = store.get(key).unwrap().unwrap();
+            (got.value, got.token)
+        };
+
+        // Nobody acquires meanwhile: granted and written, its lease expired.
+        pause_before_write(stop);
+        let a = store
+            .acquire_and_put("export", ttl, b"batch", b"from A")
+            .unwrap();
+        assert_eq!(value(b"batch"), (b"from A".to_vec(), a.token()));
+        let history = store.history("export").unwrap();
+        assert!(
+            history.iter().any(|entry| entry.token == a.token()),
+            "{history:?}"
+        );
+
+        // Another holder takes the lock meanwhile and keeps it, writing nothing yet: the
+        // stopped acquire's write lands with its lower token, and the later holder's write
+        // then supersedes it; the stopped one's lease is lost.
+        let (send, later) = std::sync::mpsc::channel();
+        let other = store.clone();
+        pause_before_write(move || {
+            stop();
+            send.send(other.acquire("export", Duration::from_secs(60)).unwrap())
+                .unwrap();
+        });
+        let b = store
+            .acquire_and_put("export", ttl, b"batch", b"from B")
+            .unwrap();
+        let c = later.recv().unwrap();
+        assert_eq!(c.token(), b.token() + 1);
+        assert_eq!(value(b"batch"), (b"from B".to_vec(), b.token()));
+        c.put(b"batch", b"from C").unwrap();
+        let refused = b.put(b"batch", b"stale B").unwrap_err();
+        assert!(matches!(refused, Error::LockLost { .. }), "{refused:?}");
+        assert_eq!(value(b"batch"), (b"from C".to_vec(), c.token()));
+        c.release().unwrap();
+
+        // Another holder takes the lock and writes the key meanwhile, then lets it go: the
+        // stopped write is refused as stale and gives its grant back, and the acquire is
+        // granted anew, above that holder, and written.
+        let other = store.clone();
+        pause_before_write(move || {
+            stop();
+            let d = other.acquire("export", Duration::from_secs(60)).unwrap();
+            d.put(b"batch", b"from D").unwrap();
+            d.release().unwrap();
+        });
+        let e = store
+            .acquire_and_put("export", ttl, b"batch", b"from E")
+            .unwrap();
+        assert_eq!(value(b"batch"), (b"from E".to_vec(), e.token()));
+        assert_eq!(e.token(), c.token() + 3);
+    }
+
     #[test]
     fn keys_info_and_a_closed_store_read_alone_see_every_logged_write() {
         let _env = ENV.lock();
