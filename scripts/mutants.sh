@@ -54,7 +54,7 @@ log-follows-unset~src/ring/flush.rs~                setter if live.is_held(sette
 void-keeps-highest~src/share/claims.rs~                Fate::Void => Entry {\n                    highest: now.before,~                Fate::Void => Entry {~share::claims::tests::a_writer_stopped_at_each_step~
 skipper-never-passed~src/ring/flush.rs~        if held != 0 && !pass_live && (held == self.id || self.live.is_held(held)?) {~        if held != 0 && (held == self.id || self.live.is_held(held)?) {~ring::models::flush::a_skipper_stopped~loom
 late-skipped-stored~src/ring/flush.rs~        let _ = self.mark_of(at).compare_exchange(\n            claim,\n            mark(at, len, SKIPPED),\n            Ordering::Release,\n            Ordering::Relaxed,\n        );~        let _ = claim;\n        self.mark_of(at).store(mark(at, len, SKIPPED), Ordering::Release);~ring::models::flush::a_skipper_stopped~loom
-stored-value-not-applied~src/storage/wal/apply.rs~                    Some(blob) => self.stored.get(&blob).map(Vec::as_slice),~                    Some(_) => None,~storage::wal::apply::tests::a_stored_put_moves~
+stored-value-not-applied~src/storage/wal/apply.rs~                        encode_value(newest.token, Some(value.value()))~                        { drop(value); encode_value(newest.token, None) }~storage::wal::apply::tests::a_stored_put_moves~
 skipper-claim-not-inherited~src/ring/flush.rs~        } else {\n            claimed_by_a_skipper(seen, at)\n        };~        } else {\n            false\n        };~ring::models::flush::a_skipper_killed~loom
 acquire-write-checks-lease~src/local/acquire.rs~&stored, token, None, wait)~&stored, token, Some(name), wait)~local::log_user::tests::an_acquire_stopped_past~
 '

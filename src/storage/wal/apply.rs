@@ -33,7 +33,7 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 
-use redb::{Database, ReadableTable, Table, WriteTransaction};
+use redb::{AccessGuard, Database, ReadableTable, Table, WriteTransaction};
 
 use crate::base::error::{Error, Result};
 use crate::rules::record::encode_value;
@@ -278,7 +278,6 @@ impl<'r> Batch<'r> {
             passed: self.passed,
             keys: Vec::new(),
             fences: Vec::new(),
-            stored: BTreeMap::new(),
             blobs: self.blobs.iter().map(|&(blob, _)| blob).collect(),
         };
         for (key, newest) in self.keys {
@@ -294,8 +293,8 @@ impl<'r> Batch<'r> {
                 Some(stored) if stored > newest.version => {}
                 _ => {
                     if let Some(blob) = newest.blob {
-                        let value = stored_value(blobs, blob, &newest)?;
-                        plan.stored.insert(blob, value);
+                        // Looked at here, before anything is written; read when written.
+                        drop(stored_value(blobs, blob, &newest)?);
                     }
                     plan.keys.push((key, newest));
                 }
@@ -311,18 +310,18 @@ impl<'r> Batch<'r> {
     }
 }
 
-/// The value of the stored put `newest`, which names `blob`: read from `blobs`. A checkpoint
-/// applies only records that count (a stored put a skipper voided is left out by its fate, read
-/// from the log where the window moved on: `LogUser::checkpoint`), and only one record of a
-/// write counts, so a value removed by an apply is never named again: its absence is
+/// The value of the stored put `newest`, which names `blob`, in `blobs`. A checkpoint applies
+/// only records that count (a stored put a skipper voided is left out by its fate, read from
+/// the log where the window moved on: `LogUser::checkpoint`), and only one record of a write
+/// counts, so a value removed by an apply is never named again: its absence is
 /// [`Error::Corrupt`].
-fn stored_value(
-    blobs: Option<&Table<'_, u64, &'static [u8]>>,
+fn stored_value<'t>(
+    blobs: Option<&'t Table<'_, u64, &'static [u8]>>,
     blob: u64,
     newest: &Newest<'_>,
-) -> Result<Vec<u8>> {
+) -> Result<AccessGuard<'t, &'static [u8]>> {
     match blobs.map(|blobs| blobs.get(blob)).transpose()?.flatten() {
-        Some(value) => Ok(value.value().to_vec()),
+        Some(value) => Ok(value),
         None => Err(Error::Corrupt(format!(
             "the log's stored put at {} names a value the store file does not hold (blob {blob:#x})",
             newest.lsn
@@ -401,8 +400,6 @@ struct Plan<'r> {
     passed: usize,
     keys: Vec<(&'r [u8], Newest<'r>)>,
     fences: Vec<(&'r str, u64)>,
-    /// The stored puts' values, read from `BLOBS`.
-    stored: BTreeMap<u64, Vec<u8>>,
     /// The stored values to remove from `BLOBS`: every one the batch named.
     blobs: Vec<u64>,
 }
@@ -415,17 +412,21 @@ impl Plan<'_> {
         meta: &mut Table<'_, &'static str, u64>,
         keys: Option<&mut KeyTables<'_>>,
         fences: &mut Table<'_, &'static str, u64>,
-        blobs: Option<&mut Table<'_, u64, &'static [u8]>>,
+        mut blobs: Option<&mut Table<'_, u64, &'static [u8]>>,
     ) -> Result<Applied> {
         // `keys` is there whenever the batch had keys, of which these are some.
         if let Some(tables) = keys {
             for (key, newest) in &self.keys {
-                let value = match newest.blob {
-                    // Read by `plan` for every key it writes from a stored put.
-                    Some(blob) => self.stored.get(&blob).map(Vec::as_slice),
-                    None => newest.value,
+                // A stored put's value is read as it is written, one at a time: a batch that
+                // names many large values never holds more than one of them in memory. `plan`
+                // found each of them there.
+                let encoded = match newest.blob {
+                    Some(blob) => {
+                        let value = stored_value(blobs.as_deref(), blob, newest)?;
+                        encode_value(newest.token, Some(value.value()))
+                    }
+                    None => encode_value(newest.token, newest.value),
                 };
-                let encoded = encode_value(newest.token, value);
                 drop(tables.values.insert(*key, encoded.as_slice())?);
                 drop(tables.versions.insert(*key, newest.version)?);
             }
@@ -434,7 +435,7 @@ impl Plan<'_> {
             drop(fences.insert(*resource, *token)?);
         }
         // `blobs` is there whenever the batch named stored values.
-        if let Some(table) = blobs {
+        if let Some(table) = blobs.as_mut() {
             for blob in &self.blobs {
                 drop(table.remove(*blob)?);
             }
