@@ -56,6 +56,7 @@ skipper-never-passed~src/ring/flush.rs~        if held != 0 && !pass_live && (he
 late-skipped-stored~src/ring/flush.rs~        let _ = self.mark_of(at).compare_exchange(\n            claim,\n            mark(at, len, SKIPPED),\n            Ordering::Release,\n            Ordering::Relaxed,\n        );~        let _ = claim;\n        self.mark_of(at).store(mark(at, len, SKIPPED), Ordering::Release);~ring::models::flush::a_skipper_stopped~loom
 stored-value-not-applied~src/storage/wal/apply.rs~                        encode_value(newest.token, Some(value.value()))~                        { drop(value); encode_value(newest.token, None) }~storage::wal::apply::tests::a_stored_put_moves~
 skipper-claim-not-inherited~src/ring/flush.rs~        } else {\n            claimed_by_a_skipper(seen, at)\n        };~        } else {\n            false\n        };~ring::models::flush::a_skipper_killed~loom
+flusher-never-taken-over~src/ring/flush.rs~(!ask || self.live.is_held(held)?)~(!ask || held != 0)~ring::models::flush::a_flusher_that_dies~loom
 acquire-write-checks-lease~src/local/acquire.rs~&stored, token, None, wait)~&stored, token, Some(name), wait)~local::log_user::tests::an_acquire_stopped_past~
 '
 

@@ -375,6 +375,22 @@ impl Patience {
         false
     }
 
+    /// Whether to ask if the flusher's process is alive (a system call, `fcntl`, that every
+    /// waiter would otherwise make at every write while another process syncs): only once the
+    /// flusher has not moved `flushed` for `FLUSH_PATIENCE`, when this waiter syncs anyway. A
+    /// dead flusher is so taken over one patience after its death, not at once.
+    #[cfg(not(fencelock_loom))]
+    fn ask_flusher(&self) -> bool {
+        self.flusher_over()
+    }
+    // The models ask at every look: a dead flusher is found by its liveness lock, as their
+    // patience with the flusher never runs out.
+    #[cfg(fencelock_loom)]
+    #[allow(clippy::unused_self)]
+    fn ask_flusher(&self) -> bool {
+        true
+    }
+
     #[cfg(not(fencelock_loom))]
     fn gap_over(&self) -> bool {
         self.since.elapsed() >= GAP_PATIENCE
@@ -708,13 +724,14 @@ impl<'a> GroupSync<'a> {
         at
     }
 
-    /// Becomes the flusher if nobody is, or if the flusher's process is gone.
-    pub(super) fn lead(&self) -> Result<bool> {
+    /// Becomes the flusher if nobody is, or, when it may `ask` its liveness lock, if the
+    /// flusher's process is gone.
+    pub(super) fn lead(&self, ask: bool) -> Result<bool> {
         let flusher = &self.words().flusher;
         // Acquire, on success and failure: the previous flusher's raise is seen before this
         // one walks from `flushed`.
         let held = flusher.load(Ordering::Acquire);
-        if held != 0 && held != self.id && self.live.is_held(held)? {
+        if held != 0 && held != self.id && (!ask || self.live.is_held(held)?) {
             return Ok(false);
         }
         Ok(flusher
@@ -830,7 +847,7 @@ impl<'a> GroupSync<'a> {
                 return Err(Error::timed_out());
             }
             patience.saw(flushed);
-            let lead = self.lead()?;
+            let lead = self.lead(patience.ask_flusher())?;
             if lead || patience.flusher_over() {
                 let moved = match self.sync_from(flushed) {
                     Ok(false) if patience.gap_over() => self.skip(flushed, patience.skipper_over()),

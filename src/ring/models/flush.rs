@@ -210,7 +210,7 @@ fn a_flusher_that_dies_mid_sync_is_taken_over() {
                 assert_eq!(disk.write(lsn, &record(1)).expect("a write"), Written::Done);
                 let _ = sync.written(lsn, GRANULE);
                 // Becomes the flusher, finds what to sync, and dies before its sync returns.
-                if sync.lead().expect("liveness") {
+                if sync.lead(true).expect("liveness") {
                     let _ = sync.written_to(0);
                 }
                 procs.kill(1);
