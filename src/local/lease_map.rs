@@ -781,6 +781,7 @@ pub(crate) mod hooks {
 
     /// Runs `f` once, in the next acquire of this thread that writes through the redo log,
     /// right after its grant and before its write.
+    #[cfg_attr(fencelock_loom, allow(dead_code))]
     pub(crate) fn pause_before_write(f: impl FnOnce() + 'static) {
         BEFORE_WRITE.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
     }
