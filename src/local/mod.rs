@@ -772,7 +772,9 @@ impl Engine for LocalEngine {
                 prefix.len()
             )));
         }
-        if self.log_writer().is_none() {
+        // A writer moves the log's records into the store file first and lists the file; a
+        // read-only store cannot, and lays the log's newest records over the file's list.
+        if self.read_only {
             if let Some(user) = self.log_reader()? {
                 self.check_fork()?;
                 return user.keys(self, prefix, || self.router.keys_of(self, prefix));
