@@ -412,7 +412,7 @@ impl Plan<'_> {
         meta: &mut Table<'_, &'static str, u64>,
         keys: Option<&mut KeyTables<'_>>,
         fences: &mut Table<'_, &'static str, u64>,
-        mut blobs: Option<&mut Table<'_, u64, &'static [u8]>>,
+        blobs: Option<&mut Table<'_, u64, &'static [u8]>>,
     ) -> Result<Applied> {
         // `keys` is there whenever the batch had keys, of which these are some.
         if let Some(tables) = keys {
@@ -435,7 +435,7 @@ impl Plan<'_> {
             drop(fences.insert(*resource, *token)?);
         }
         // `blobs` is there whenever the batch named stored values.
-        if let Some(table) = blobs.as_mut() {
+        if let Some(table) = blobs {
             for blob in &self.blobs {
                 drop(table.remove(*blob)?);
             }
