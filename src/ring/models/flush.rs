@@ -300,7 +300,7 @@ fn a_skipper_killed_at_each_step_is_taken_over() {
                     let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
                     // Writer 3 may skip the gap first: then this skip stops where it finds
                     // that, and dies there.
-                    let _ = skip_until(&sync, &disk, gap, dies);
+                    let _ = skip_until(&sync, &disk, gap, dies, false);
                     procs.kill(2);
                     ring.flush_timeouts();
                 })
@@ -321,26 +321,38 @@ fn a_skipper_killed_at_each_step_is_taken_over() {
 /// What a skipper did before it stopped: its place, and its claim's length.
 type Skipping = (Option<u64>, Option<u64>);
 
-/// Process 2's skip of the gap at `gap`, from its start up to `stops`, as far as it gets:
+/// Process 2's skip of the gap at `gap`, from its start up to `stops`. `alone`, every step
+/// must succeed. Otherwise (another process may skip the gap first) it goes as far as it gets:
 /// `None` when another process holds the skipper's word; its place is `None` when it found no
-/// room, and its claim's length `None` when another skipper claimed the gap first. Its skip
-/// record's write and mark, made when it stops after them, may find its place skipped since
-/// (`Timeout`), and fail with no other error.
-fn skip_until(sync: &GroupSync<'_>, disk: &Disk, gap: u64, stops: SkipperDies) -> Option<Skipping> {
+/// room, and its claim's length `None` when another skipper claimed the gap first; its skip
+/// record's mark may find its place skipped since (`Timeout`), and fail with no other error.
+fn skip_until(
+    sync: &GroupSync<'_>,
+    disk: &Disk,
+    gap: u64,
+    stops: SkipperDies,
+    alone: bool,
+) -> Option<Skipping> {
     use SkipperDies::{Led, Reserved, WroteMarked, WroteUnmarked};
-    if !sync.lead_skip(false).expect("liveness") {
+    let led = sync.lead_skip(false).expect("liveness");
+    assert!(led || !alone, "nobody else skips");
+    if !led {
         return None;
     }
     if matches!(stops, Led) {
         return Some((None, None));
     }
-    let Some(place) = sync.reserve_skip().expect("a reserve") else {
+    let place = sync.reserve_skip().expect("a reserve");
+    assert!(place.is_some() || !alone, "room");
+    let Some(place) = place else {
         return Some((None, None));
     };
     if matches!(stops, Reserved) {
         return Some((Some(place), None));
     }
-    let Some(len) = sync.claim_gap(gap, place) else {
+    let len = sync.claim_gap(gap, place);
+    assert!(len.is_some() || !alone, "the gap, unclaimed");
+    let Some(len) = len else {
         return Some((Some(place), None));
     };
     match stops {
@@ -349,8 +361,9 @@ fn skip_until(sync: &GroupSync<'_>, disk: &Disk, gap: u64, stops: SkipperDies) -
             assert_eq!(written, Written::Done);
         }
         WroteMarked => match sync.write_skip(place, gap, len) {
-            Ok(()) | Err(Error::Timeout { .. }) => {}
-            Err(err) => panic!("{err}"),
+            Ok(()) => {}
+            Err(Error::Timeout { .. }) if !alone => {}
+            Err(err) => panic!("its own place: {err}"),
         },
         _ => {}
     }
@@ -399,12 +412,7 @@ fn a_skipper_stopped_at_each_step_is_passed_and_its_late_steps_change_nothing() 
             assert_eq!(gap, 0);
             // Process 2 starts its skip and stops, alive, holding the skipper's word.
             let sync = GroupSync::new(&ring, 2, &*procs, &*disk);
-            let skipping = skip_until(&sync, &disk, gap, stops).expect("nobody else skips");
-            // Alone, every step it takes succeeds.
-            assert_eq!(
-                (skipping.0.is_some(), skipping.1.is_some()),
-                (!matches!(stops, Led), !matches!(stops, Led | Reserved)),
-            );
+            let skipping = skip_until(&sync, &disk, gap, stops, true).expect("alone");
             let passed = Arc::new(AtomicU64::new(0));
             // Writer 3 writes behind the gap: acknowledged while process 2 is stopped (its
             // record lies past process 2's place, which bounds process 2's claim). Then it
