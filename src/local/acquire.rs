@@ -201,10 +201,11 @@ impl LocalEngine {
                 .lease_map
                 .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live),
             // Through the redo log: granted in the map, then written with the grant's token;
-            // a write that fails gives the grant back. A write refused as stale (a later grant
-            // of another lock wrote the key between this grant and its write, which one
-            // transaction made impossible) is granted and written again: the new grant's
-            // token is above that one's.
+            // a write that fails gives the grant back. A write refused as stale (a higher token
+            // wrote the key between this grant and its write, which one transaction makes
+            // impossible unless its process dies before the commit and its rerun finds the key
+            // written since) is granted and written again: the new grant's token is above
+            // that one's.
             // The write is fenced by the key's highest token alone, not by the lease, as the
             // default path's transaction writes it: the grant is this unit's own, and was
             // visible (others were refused in its name) from the moment it was made, so a stop

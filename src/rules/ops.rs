@@ -411,7 +411,9 @@ impl Checked {
                 )?;
                 let mut plan = Plan::new(Done::Granted { token, expires_ns });
                 // Writes of the key take turns on this transaction: no token above this one has
-                // written it since the check.
+                // written it since the check. (Across a death before the commit, not so: the
+                // rerun finds its grant in the map, and `plan_value` may then refuse it as
+                // stale; the grant was visible meanwhile. README, limits.)
                 if let Some((key, value)) = grant.write {
                     let record = encode_value(token, Some(&value));
                     plan.writes.push(Write::Value(key, record));
