@@ -58,6 +58,7 @@ stored-value-not-applied~src/storage/wal/apply.rs~                        encode
 skipper-claim-not-inherited~src/ring/flush.rs~        } else {\n            claimed_by_a_skipper(seen, at)\n        };~        } else {\n            false\n        };~ring::models::flush::a_skipper_killed~loom
 flusher-never-taken-over~src/ring/flush.rs~(!ask || self.live.is_held(held)?)~(!ask || held != 0)~ring::models::flush::a_flusher_that_dies~loom
 acquire-write-checks-lease~src/local/acquire.rs~&stored, token, None, wait)~&stored, token, Some(name), wait)~local::log_user::tests::an_acquire_stopped_past~
+acquire-rerun-refused-for-certain~src/rules/ops.rs~Op::Put { .. } | Op::Fence { .. } | Op::Acquire { write: Some(_), .. }~Op::Put { .. } | Op::Fence { .. }~local::route::tests::an_acquire_and_put_run_again~
 '
 
 want="$*"

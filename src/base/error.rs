@@ -76,14 +76,15 @@ pub enum Error {
         requested: u32,
     },
     /// A wait gave up after its timeout: a waiting acquire, or an open or write behind another
-    /// process that holds the store's write lock (it may be paused inside a commit). A write
-    /// that gives up after another process took it into its commit (writes of all processes
-    /// share commits) may still land when that process resumes, as a write that times out
-    /// inside any database's commit may; retrying it is safe. An acquire that gives up never
-    /// leaves a live lease. The same unknown outcome, as `Timeout`, for a write run again
-    /// because the process that ran it first (a server, or another process's commit) died
-    /// before reporting it, when the re-run is refused for what may have happened after the
-    /// first run (a higher token, its lease's end) and the key does not hold it.
+    /// process that holds the store's write lock (it may be paused inside a commit). A write that
+    /// gives up after another process took it into its commit (writes of all processes share
+    /// commits) may still land when that process resumes, as a write that times out inside any
+    /// database's commit may; retrying it is safe. An acquire that gives up never leaves a live
+    /// lease. The same unknown outcome, as `Timeout`, for a write (a put, a fence, or
+    /// `acquire_and_put`, which then gives its grant back) run again because the process that ran
+    /// it first (a server, or another process's commit) died before reporting it, when the re-run
+    /// is refused for what may have happened after the first run (a higher token, its lease's end)
+    /// and the key does not hold it.
     ///
     /// The message names the locks the wait was for and how long it lasted, as filelock's
     /// `Timeout` names its lock file: "timed out after 5.000s waiting for lock \"nightly\"".

@@ -153,9 +153,16 @@ pub(crate) fn run(
     let now = crate::base::clock::now_ns();
     let checked = match op.check(cx, &tables, now, rerun) {
         // Its first run may have committed, and what came since refuses it now: whether it
-        // landed cannot be told (one that visibly landed passed its check above).
+        // landed cannot be told (one that visibly landed passed its check above). An acquire
+        // that writes is refused as stale only so: run again, it finds its grant in the lease
+        // map, and its key written with a higher token since (a grant taken now is above
+        // every token handed out). Its grant was visible from its first run on.
         Err(Error::StaleToken { .. } | Error::LockLost { .. })
-            if rerun && matches!(op, Op::Put { .. } | Op::Fence { .. }) =>
+            if rerun
+                && matches!(
+                    op,
+                    Op::Put { .. } | Op::Fence { .. } | Op::Acquire { write: Some(_), .. }
+                ) =>
         {
             return Err(Error::timed_out());
         }
@@ -413,7 +420,8 @@ impl Checked {
                 // Writes of the key take turns on this transaction: no token above this one has
                 // written it since the check. (Across a death before the commit, not so: the
                 // rerun finds its grant in the map, and `plan_value` may then refuse it as
-                // stale; the grant was visible meanwhile. README, limits.)
+                // stale, which `run` reports as an unknown outcome; the grant was visible
+                // meanwhile. README, limits.)
                 if let Some((key, value)) = grant.write {
                     let record = encode_value(token, Some(&value));
                     plan.writes.push(Write::Value(key, record));

@@ -154,6 +154,81 @@ fn a_rerun_refused_for_what_came_after_its_first_run_has_an_unknown_outcome() {
     ));
 }
 
+/// `acquire_and_put` of lock "a" writing `k`, posted to the ring by `requester` under a
+/// liveness id of its own, as `grant_in_lease_map` posts it.
+fn post_acquire_and_put(requester: &Opened) -> (Posted, crate::local::acquire::Grant<'_>) {
+    let grant = crate::local::acquire::Grant::take(&requester.inner).unwrap();
+    let op = Op::Acquire {
+        name: "a".into(),
+        ttl: Duration::from_secs(60),
+        write: Some((b"k".to_vec(), b"first".to_vec())),
+        holder: requester.inner.me,
+        live: grant.live,
+        ticket: None,
+    };
+    let ring = shared(requester);
+    let posted = ring
+        .ring()
+        .post(ring.id(), &encode_op(&op), &requester.inner.live)
+        .unwrap();
+    (posted, grant)
+}
+
+/// Whether its first run committed or not, an `acquire_and_put` run again finds its grant in
+/// the lease map (visible from the first run on) and its key written since with a higher token:
+/// not a definite refusal, which would say that nothing was written and nobody held the lock.
+#[test]
+fn an_acquire_and_put_run_again_after_a_higher_write_of_its_key_has_an_unknown_outcome() {
+    for committed in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let requester = open(&path);
+        let combiner = open(&path);
+        let (posted, _grant) = post_acquire_and_put(&requester);
+        if committed {
+            commit_posted_and_die(combiner);
+        } else {
+            // Granted in the map inside the transaction; the combiner dies before the commit.
+            let ring = shared(&combiner);
+            let taken = ring.ring().take_posted(ring.id(), &combiner.inner.live);
+            assert_eq!(taken.len(), 1);
+            let op = crate::share::wire::decode_op(&taken[0].request).unwrap();
+            let txn = combiner
+                .inner
+                .database()
+                .unwrap()
+                .writable()
+                .unwrap()
+                .begin_write()
+                .unwrap();
+            run(&*combiner.inner, &*combiner.inner, &op, &txn, false).unwrap();
+            drop(txn);
+            drop(combiner);
+        }
+        let first = requester.locks().unwrap();
+        assert_eq!(first.len(), 1, "the grant is visible: {first:?}");
+        // A token of another lock, above the grant's, writes the key before the rerun.
+        let other = requester.acquire("b", Duration::from_secs(60)).unwrap();
+        assert!(other.token() > first[0].token);
+        requester.put(b"k", b"later", other.token()).unwrap();
+        let done = requester.inner.router.await_done(
+            &*requester.inner,
+            &shared(&requester),
+            posted,
+            waiting(),
+        );
+        assert!(
+            matches!(done, Err(Error::Timeout { .. })),
+            "committed {committed}: {done:?}"
+        );
+        let value = requester.get(b"k").unwrap().unwrap();
+        assert_eq!(
+            (value.token, &value.value[..]),
+            (other.token(), &b"later"[..])
+        );
+    }
+}
+
 #[test]
 fn a_holders_write_whose_combiner_died_after_committing_reports_that_it_landed() {
     let dir = tempfile::tempdir().unwrap();
