@@ -398,13 +398,33 @@ fn check_overlaps(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
 /// run when the acquire started.
 fn check_locked(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     let by_token: HashMap<u64, &Lease> = leases.iter().map(|l| (l.token, l)).collect();
-    // Acquires of unknown outcome could have granted tokens nobody logged.
-    let mut unknown: HashMap<&str, u64> = HashMap::new();
-    for ev in evs.iter().filter(|e| e.op.kind.grants() && !e.known()) {
-        let latest = unknown
+    // Grants nobody logged, each seen from its acquire's start until the latest time it could
+    // be: acquires of unknown outcome (until their process is gone), an `acquire_and_put` that
+    // timed out (its request was run again after its combiner died, found its grant and its
+    // key written higher since, and could not tell whether its first run landed: its grant
+    // was visible until it was given back, before the call returned), and one granted above a
+    // first grant (below its token) that its write found stale (the redo log's path grants
+    // and writes again).
+    let mut unknown: HashMap<&str, Vec<Unlogged>> = HashMap::new();
+    for ev in evs.iter().filter(|e| e.op.kind.grants()) {
+        let (until, below) = match (&ev.op.outcome, ev.op.end) {
+            _ if !ev.known() => (ev.worker.gone_at, u64::MAX),
+            (Some(Outcome::Timeout), Some(end)) if ev.op.kind == Kind::AcquireAndPut => {
+                (end, u64::MAX)
+            }
+            (Some(Outcome::Granted(token)), Some(end)) if ev.op.kind == Kind::AcquireAndPut => {
+                (end, *token)
+            }
+            _ => continue,
+        };
+        unknown
             .entry(ev.op.lock.as_deref().unwrap_or(""))
-            .or_default();
-        *latest = (*latest).max(ev.worker.gone_at);
+            .or_default()
+            .push(Unlogged {
+                from: ev.op.start,
+                until,
+                below,
+            });
     }
     for ev in evs {
         let Some(Outcome::Locked(token)) = ev.op.outcome else {
@@ -424,15 +444,27 @@ fn check_locked(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
                 evs[lease.ev].name()
             )),
             Some(_) => {}
-            None => match unknown.get(lock) {
-                Some(&gone) if ev.op.start <= gone => {}
-                _ => out.push(format!(
-                    "refused as held by token {token}, which no live grant of {lock} carries: {}",
-                    ev.name()
-                )),
-            },
+            None if unknown.get(lock).is_some_and(|grants| {
+                grants.iter().any(|g| {
+                    token < g.below
+                        && ev.op.start <= g.until
+                        && g.from <= ev.op.end.unwrap_or(u64::MAX)
+                })
+            }) => {}
+            None => out.push(format!(
+                "refused as held by token {token}, which no live grant of {lock} carries: {}",
+                ev.name()
+            )),
         }
     }
+}
+
+/// A grant the history does not log, which refusals may name while it could be seen: from
+/// `from` to `until`, with a token below `below`.
+struct Unlogged {
+    from: u64,
+    until: u64,
+    below: u64,
 }
 
 /// A grant as `check_takeovers` orders them: token, end of grant, event.
@@ -1440,6 +1472,65 @@ mod tests {
         b.acquire(0, (0, 5), "a", 10, 4)
             .acquire(1, (50, 60), "b", 10, 4);
         expect_violation(&b.history(&[]), "token 4 granted twice");
+    }
+
+    /// Worker 0's `acquire_and_put` of "a" runs from 10 to 500 ms and ends `outcome`; worker 1
+    /// is refused from 100 to 101 ms, or at `refused_at`, in the name of token 3, which no
+    /// logged grant carries.
+    fn refused_by_an_unlogged_grant(outcome: Outcome, refused_at: u64) -> Vec<String> {
+        let mut b = Builder::new(2);
+        b.acquire(0, (0, 5), "b", 100, 2)
+            .op(
+                0,
+                Kind::AcquireAndPut,
+                (10, 500),
+                Some("a"),
+                Some("k"),
+                0,
+                100,
+                Some("x"),
+                Some(outcome),
+            )
+            .op(
+                1,
+                Kind::Acquire,
+                (refused_at, refused_at + 1),
+                Some("a"),
+                None,
+                0,
+                100,
+                None,
+                Some(Outcome::Locked(3)),
+            );
+        check(&b.history(&[("k", None)]))
+            .into_iter()
+            .filter(|v| v.contains("refused as held"))
+            .collect()
+    }
+
+    /// An `acquire_and_put` run again after its combiner died may time out after its grant was
+    /// seen; one on the redo log's path may be granted above a grant its write found stale.
+    /// Either grant may be named while the call runs, and not after it returned.
+    #[test]
+    fn an_acquire_and_puts_first_grant_may_refuse_others_while_it_runs() {
+        assert_eq!(
+            refused_by_an_unlogged_grant(Outcome::Timeout, 100),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            refused_by_an_unlogged_grant(Outcome::Granted(4), 100),
+            Vec::<String>::new()
+        );
+        assert_eq!(refused_by_an_unlogged_grant(Outcome::Timeout, 600).len(), 1);
+        assert_eq!(
+            refused_by_an_unlogged_grant(Outcome::Granted(4), 600).len(),
+            1
+        );
+        // A grant above 4 is not one that a grant of 4 replaced.
+        assert_eq!(
+            refused_by_an_unlogged_grant(Outcome::Granted(2), 100).len(),
+            1
+        );
     }
 
     #[test]
