@@ -785,6 +785,15 @@ mod tests {
         }
     }
 
+    /// A fresh store with the redo log, its path, and the directory that holds it (removed
+    /// when dropped).
+    fn logged_store() -> (tempfile::TempDir, std::path::PathBuf, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open_with(&path, &logged()).unwrap();
+        (dir, path, store)
+    }
+
     /// The segment files of the log of `store`.
     fn segments(store: &std::path::Path) -> Vec<std::path::PathBuf> {
         let mut prefix = store.file_name().unwrap().to_owned();
@@ -807,9 +816,7 @@ mod tests {
     #[test]
     fn the_walkthrough_goes_through_the_log_and_a_stale_holder_is_refused() {
         let _env = ENV.lock();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = Store::open_with(&path, &logged()).unwrap();
+        let (_dir, path, store) = logged_store();
         let a = store
             .acquire("payment-export", Duration::from_millis(50))
             .unwrap();
@@ -852,9 +859,7 @@ mod tests {
     fn an_acquire_stopped_past_its_ttl_between_its_grant_and_its_write_is_granted_and_written() {
         use crate::local::lease_map::hooks::pause_before_write;
         let _env = ENV.lock();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = Store::open_with(&path, &logged()).unwrap();
+        let (_dir, _path, store) = logged_store();
         let ttl = Duration::from_millis(40);
         let stop = move || std::thread::sleep(ttl * 3);
         let value = |key: &[u8]| {
@@ -916,9 +921,7 @@ mod tests {
     #[test]
     fn keys_info_and_a_closed_store_read_alone_see_every_logged_write() {
         let _env = ENV.lock();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = Store::open_with(&path, &logged()).unwrap();
+        let (_dir, path, store) = logged_store();
         let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
         for i in 0..20u32 {
             holder
@@ -1094,9 +1097,7 @@ mod tests {
     #[test]
     fn a_store_whose_path_names_another_file_refuses_writes_through_the_log() {
         let _env = ENV.lock();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = Store::open_with(&path, &logged()).unwrap();
+        let (dir, path, store) = logged_store();
         let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
         holder.put(b"k", b"before").unwrap();
         std::fs::rename(&path, dir.path().join("moved.redb")).unwrap();
@@ -1112,9 +1113,7 @@ mod tests {
     #[test]
     fn a_copy_of_a_closed_store_without_its_extended_attributes_opens_with_its_log() {
         let _env = ENV.lock();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.redb");
-        let store = Store::open_with(&path, &logged()).unwrap();
+        let (_dir, path, store) = logged_store();
         let holder = store.acquire("writer", Duration::from_secs(10)).unwrap();
         holder.put(b"k", b"v").unwrap();
         drop(holder);
