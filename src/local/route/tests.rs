@@ -90,6 +90,18 @@ fn a_request_whose_combiner_died_before_committing_is_run_again() {
     assert_eq!(requester.get(b"k").unwrap().unwrap().token, token);
 }
 
+/// A write transaction of `store`'s file, as a combiner begins one.
+fn begin_write(store: &Opened) -> WriteTransaction {
+    store
+        .inner
+        .database()
+        .unwrap()
+        .writable()
+        .unwrap()
+        .begin_write()
+        .unwrap()
+}
+
 /// A combiner takes every posted request, runs and commits them, and dies before it
 /// publishes the replies.
 #[allow(clippy::needless_pass_by_value)] // it dies: nothing of it is used after
@@ -108,14 +120,7 @@ fn commit_posted_and_die(combiner: Opened) {
             )
         })
         .collect();
-    let txn = inner
-        .database()
-        .unwrap()
-        .writable()
-        .unwrap()
-        .begin_write()
-        .unwrap();
-    execute(Ok(txn), jobs, false, &|_| {}).unwrap();
+    execute(Ok(begin_write(&combiner)), jobs, false, &|_| {}).unwrap();
 }
 
 #[test]
@@ -193,14 +198,7 @@ fn an_acquire_and_put_run_again_after_a_higher_write_of_its_key_has_an_unknown_o
             let taken = ring.ring().take_posted(ring.id(), &combiner.inner.live);
             assert_eq!(taken.len(), 1);
             let op = crate::share::wire::decode_op(&taken[0].request).unwrap();
-            let txn = combiner
-                .inner
-                .database()
-                .unwrap()
-                .writable()
-                .unwrap()
-                .begin_write()
-                .unwrap();
+            let txn = begin_write(&combiner);
             run(&*combiner.inner, &*combiner.inner, &op, &txn, false).unwrap();
             drop(txn);
             drop(combiner);
@@ -332,14 +330,7 @@ fn behind_a_paused_combiner_a_posted_write_withdraws_and_times_out_changing_noth
     let holder = requester.acquire("a", Duration::from_secs(30)).unwrap();
     let paused = open(&path);
     // Holds the write lock and takes nothing, as a combiner stopped before it took.
-    let txn = paused
-        .inner
-        .database()
-        .unwrap()
-        .writable()
-        .unwrap()
-        .begin_write()
-        .unwrap();
+    let txn = begin_write(&paused);
     assert!(matches!(holder.put(b"k", b"v"), Err(Error::Timeout { .. })));
     drop(txn);
     assert!(requester.get(b"k").unwrap().is_none());
