@@ -166,11 +166,14 @@ torture:
 	$(CARGO) run --release --example election_fire -- --duration 300s
 
 # The floor of a durable write on this disk and cross-process group commit over it, the
-# prototype of docs/design/writes.md: 1, 4, 8 and 16 processes, 3 s each (quote quiet runs only).
+# prototype of docs/design/writes.md: 1, 4, 8 and 16 processes, 3 s each; then 8 processes each
+# syncing for itself on files of their own and on one file (quote quiet runs only).
 bench-floor:
 	mkdir -p target
 	$(CC) -O2 -Wall -Wextra -Werror -o target/group_commit benches/floor/group_commit.c
+	$(CC) -O2 -Wall -Wextra -Werror -o target/parallel_syncs benches/floor/parallel_syncs.c
 	for n in 1 4 8 16; do target/group_commit target $$n 3; done
+	for mode in own shared dsync; do target/parallel_syncs target 8 3 $$mode; done
 
 # Every fuzz target, coverage-guided, built with the stable toolchain; see fuzz/README.md.
 test-fuzz:
