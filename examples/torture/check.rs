@@ -398,7 +398,7 @@ fn check_overlaps(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
 /// run when the acquire started.
 fn check_locked(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
     let by_token: HashMap<u64, &Lease> = leases.iter().map(|l| (l.token, l)).collect();
-    let unknown = unlogged_grants(evs);
+    let unlogged = unlogged_grants(evs);
     for ev in evs {
         let Some(Outcome::Locked(token)) = ev.op.outcome else {
             continue;
@@ -417,7 +417,7 @@ fn check_locked(evs: &[Ev], leases: &[Lease], out: &mut Vec<String>) {
                 evs[lease.ev].name()
             )),
             Some(_) => {}
-            None if Unlogged::seen(&unknown, lock, token, ev) => {}
+            None if Unlogged::seen(&unlogged, lock, token, ev) => {}
             None => out.push(format!(
                 "refused as held by token {token}, which no live grant of {lock} carries: {}",
                 ev.name()
@@ -454,7 +454,7 @@ fn unlogged_grants<'e>(evs: &'e [Ev]) -> HashMap<&'e str, Vec<Unlogged>> {
     // was visible until it was given back, before the call returned), and one granted above a
     // first grant (below its token) that its write found stale (the redo log's path grants
     // and writes again).
-    let mut unknown: HashMap<&str, Vec<Unlogged>> = HashMap::new();
+    let mut unlogged: HashMap<&str, Vec<Unlogged>> = HashMap::new();
     for ev in evs.iter().filter(|e| e.op.kind.grants()) {
         let (until, below) = match (&ev.op.outcome, ev.op.end) {
             _ if !ev.known() => (ev.worker.gone_at, u64::MAX),
@@ -466,7 +466,7 @@ fn unlogged_grants<'e>(evs: &'e [Ev]) -> HashMap<&'e str, Vec<Unlogged>> {
             }
             _ => continue,
         };
-        unknown
+        unlogged
             .entry(ev.op.lock.as_deref().unwrap_or(""))
             .or_default()
             .push(Unlogged {
@@ -475,7 +475,7 @@ fn unlogged_grants<'e>(evs: &'e [Ev]) -> HashMap<&'e str, Vec<Unlogged>> {
                 below,
             });
     }
-    unknown
+    unlogged
 }
 
 /// A grant as `check_takeovers` orders them: token, end of grant, event.

@@ -418,7 +418,7 @@ impl Checked {
                 )?;
                 let mut plan = Plan::new(Done::Granted { token, expires_ns });
                 // Writes of the key take turns on this transaction: no token above this one has
-                // written it since the check. (Across a death before the commit, not so: the
+                // written it since the check. (Across a death before the reply, not so: the
                 // rerun finds its grant in the map, and `plan_value` may then refuse it as
                 // stale, which `run` reports as an unknown outcome; the grant was visible
                 // meanwhile. README, limits.)
