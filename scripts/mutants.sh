@@ -59,6 +59,7 @@ skipper-claim-not-inherited~src/ring/flush.rs~        } else {\n            clai
 flusher-never-taken-over~src/ring/flush.rs~(!ask || self.live.is_held(held)?)~(!ask || held != 0)~ring::models::flush::a_flusher_that_dies~loom
 acquire-write-checks-lease~src/local/acquire.rs~&stored, token, None, wait)~&stored, token, Some(name), wait)~local::log_user::tests::an_acquire_stopped_past~
 acquire-rerun-refused-for-certain~src/rules/ops.rs~Op::Put { .. } | Op::Fence { .. } | Op::Acquire { write: Some(_), .. }~Op::Put { .. } | Op::Fence { .. }~local::route::tests::an_acquire_and_put_run_again~
+acquire-regrant-by-withdraw~src/local/acquire.rs~#[cfg(test)]\n                        crate::local::lease_map::hooks::after_stale();\n                        match self\n                            .lease_map\n                            .regrant_in_map(self, member, name, ttl, self.me, grant.live, token)~self.lease_map.withdraw_in_map(self, member, name, grant.live);\n                        #[cfg(test)]\n                        crate::local::lease_map::hooks::after_stale();\n                        match Ok::<Option<(u64, u64)>, Error>(None)~local::log_user::tests::an_acquire_whose_write_is_refused~
 '
 
 want="$*"

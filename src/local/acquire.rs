@@ -204,8 +204,11 @@ impl LocalEngine {
             // a write that fails gives the grant back. A write refused as stale (a higher token
             // wrote the key between this grant and its write, which one transaction makes
             // impossible unless its process dies before the commit and its rerun finds the key
-            // written since) is granted and written again: the new grant's token is above
-            // that one's.
+            // written since) is written again with a new token, above that one's, which the
+            // grant takes in place (`regrant_in_map`): the lock stays held throughout, so no
+            // holder comes between the grant others were refused in the name of and the one
+            // returned. Only a grant that ended meanwhile (it expired and was replaced) is
+            // granted anew, or refused.
             // The write is fenced by the key's highest token alone, not by the lease, as the
             // default path's transaction writes it: the grant is this unit's own, and was
             // visible (others were refused in its name) from the moment it was made, so a stop
@@ -217,25 +220,45 @@ impl LocalEngine {
             (Some((key, value)), Some(user)) => {
                 let wait = request.commit_wait(self.busy_timeout);
                 let stored = std::cell::Cell::new(LogUser::store_large(self, value, wait)?);
+                let mut regranted = None;
                 let granted = loop {
-                    let granted = self
-                        .lease_map
-                        .grant_in_map(self, member, name, kind, ttl, ticket, self.me, grant.live);
+                    let granted = match regranted.take() {
+                        Some(regranted) => Ok(regranted),
+                        None => self.lease_map.grant_in_map(
+                            self, member, name, kind, ttl, ticket, self.me, grant.live,
+                        ),
+                    };
                     let Ok((token, expires_ns)) = granted else {
                         break granted;
                     };
                     #[cfg(test)]
                     crate::local::lease_map::hooks::before_write();
-                    match user.put_stored(self, key, Some(value), &stored, token, None, wait) {
-                        Ok(_) => break Ok((token, expires_ns)),
-                        Err(err) => {
-                            self.lease_map
-                                .withdraw_in_map(self, member, name, grant.live);
-                            if !matches!(err, Error::StaleToken { .. }) || wait.step().is_err() {
+                    let Err(err) =
+                        user.put_stored(self, key, Some(value), &stored, token, None, wait)
+                    else {
+                        break Ok((token, expires_ns));
+                    };
+                    if matches!(err, Error::StaleToken { .. }) && wait.step().is_ok() {
+                        #[cfg(test)]
+                        crate::local::lease_map::hooks::after_stale();
+                        match self
+                            .lease_map
+                            .regrant_in_map(self, member, name, ttl, self.me, grant.live, token)
+                        {
+                            Ok(again) => {
+                                regranted = again;
+                                continue;
+                            }
+                            Err(err) => {
+                                self.lease_map
+                                    .withdraw_in_map(self, member, name, grant.live);
                                 break Err(err);
                             }
                         }
                     }
+                    self.lease_map
+                        .withdraw_in_map(self, member, name, grant.live);
+                    break Err(err);
                 };
                 LogUser::forget(self, stored.get(), &granted, wait);
                 granted

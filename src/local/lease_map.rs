@@ -42,7 +42,7 @@ use crate::rules::admit::{admit_grant, check_current, check_join, is_live, new_l
 use crate::rules::history::{dropped, judge, released_at, Ended, Ends, HISTORY_PER_LOCK};
 use crate::rules::kind::Kind;
 use crate::rules::ops::{unexpected, Done, Op};
-use crate::rules::record::{Group, Record};
+use crate::rules::record::{Group, Lease, Record};
 use crate::rules::tokens::Durable;
 use crate::share::buckets::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
 use crate::share::member::RingMember;
@@ -573,6 +573,68 @@ impl MapUser {
         );
     }
 
+    /// Gives the lease of `name` that `holder` holds with `live` and `token` a new token, above
+    /// every token handed out before, and an expiry `ttl` from now, in one swap: the lock stays
+    /// held throughout, and the old token leaves no end behind (it was never reported to its
+    /// caller, as a withdrawn grant's). The grant again of an acquire-and-put whose write was
+    /// refused as stale (`acquire.rs`): withdrawn and granted anew, the lock would be free in
+    /// between, and the call could end refused by a holder that came between, after others
+    /// were refused in its first grant's name. `Ok(None)` when the record no longer holds that
+    /// lease (it expired and was replaced, or ended): there is nothing to keep.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn regrant_in_map<H: MapHost>(
+        &self,
+        host: &H,
+        member: &RingMember,
+        name: &str,
+        ttl: Duration,
+        holder: ProcessId,
+        live: u64,
+        token: u64,
+    ) -> Result<Option<(u64, u64)>> {
+        // As in `grant_in_map`: a token taken for a lost swap serves the next attempt while
+        // the bucket's floor admits it.
+        let mut taken: Option<u64> = None;
+        let (regranted, settled) = update(
+            member.ring(),
+            host.live(),
+            member.id(),
+            name,
+            |entry, floor| {
+                let held = |lease: &Lease| {
+                    lease.holder == holder && lease.live == live && lease.token == token
+                };
+                let Some(mut entry) = entry.cloned() else {
+                    return Ok((Change::Keep, None));
+                };
+                let Some(record) = entry.record.as_mut() else {
+                    return Ok((Change::Keep, None));
+                };
+                if !record.holders().iter().any(held) {
+                    return Ok((Change::Keep, None));
+                }
+                let new = match taken {
+                    Some(new) if floor.admits(new) => new,
+                    _ => self.take_tokens(host, member, 1)?,
+                };
+                taken = Some(new);
+                let lease = new_lease(host, new, holder, live, clock::now_ns(), ttl);
+                match record {
+                    Record::Exclusive(old) => *old = lease,
+                    Record::Group(group) => {
+                        for old in group.holders.iter_mut().filter(|old| held(old)) {
+                            *old = lease;
+                        }
+                    }
+                }
+                Ok((Change::Put(entry), Some((new, lease.expires_ns))))
+            },
+            |other| self.settle(host, member, other),
+        )?;
+        self.ended_in_map(host, member, &settled);
+        Ok(regranted)
+    }
+
     /// Writes the ends of the releases `releases` (name, token, when) into their records'
     /// tails, where those leases are still recorded and let go: what this process knows of
     /// its releases, as it closes the store (`history.rs`). Counts nothing: a lease is counted
@@ -761,7 +823,8 @@ pub(crate) fn records(member: &RingMember) -> Result<Vec<(String, Record)>> {
 
 /// Pauses of a grant (tests only), where a process stopped (SIGSTOP, a page fault, preemption)
 /// lets others run: between taking its token and publishing it, and, for an acquire that
-/// writes through the redo log, between its grant and its write.
+/// writes through the redo log, between its grant and its write, and between a write refused
+/// as stale and its grant again.
 #[cfg(test)]
 pub(crate) mod hooks {
     use std::cell::RefCell;
@@ -772,6 +835,7 @@ pub(crate) mod hooks {
     thread_local! {
         static AFTER_TOKEN: Hook = RefCell::new(None);
         static BEFORE_WRITE: Hook = RefCell::new(None);
+        static AFTER_STALE: Hook = RefCell::new(None);
     }
 
     /// Runs `f` once, in the next grant of this thread, right after it took its token.
@@ -786,6 +850,13 @@ pub(crate) mod hooks {
         BEFORE_WRITE.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
     }
 
+    /// Runs `f` once, in the next acquire of this thread that writes through the redo log,
+    /// right after its write was refused as stale and before it is granted again.
+    #[cfg_attr(fencelock_loom, allow(dead_code))]
+    pub(crate) fn pause_after_stale(f: impl FnOnce() + 'static) {
+        AFTER_STALE.with(|hook| *hook.borrow_mut() = Some(Box::new(f)));
+    }
+
     /// Called by grants right after taking their tokens.
     pub(crate) fn after_token() {
         run(&AFTER_TOKEN);
@@ -794,6 +865,12 @@ pub(crate) mod hooks {
     /// Called by an acquire that writes through the redo log, between its grant and its write.
     pub(crate) fn before_write() {
         run(&BEFORE_WRITE);
+    }
+
+    /// Called by an acquire that writes through the redo log, between a write refused as stale
+    /// and its grant again.
+    pub(crate) fn after_stale() {
+        run(&AFTER_STALE);
     }
 
     /// Runs the hook set, taken out before it runs, so that the grants it makes itself run

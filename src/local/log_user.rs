@@ -918,6 +918,67 @@ mod tests {
         assert_eq!(e.token(), c.token() + 3);
     }
 
+    /// An acquire that writes, whose key another lock's holder writes with a higher token
+    /// between its grant and its write: its write is refused as stale, and it is written again
+    /// with a new token that its grant takes in place. The lock stays held throughout, so
+    /// nobody is granted it between the two (others were refused in the first grant's name),
+    /// and the acquire ends granted above the other write, its value written.
+    #[test]
+    fn an_acquire_whose_write_is_refused_as_stale_keeps_its_lock_while_granted_again() {
+        use crate::local::lease_map::hooks::{pause_after_stale, pause_before_write};
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let _env = ENV.lock();
+        let (_dir, _path, store) = logged_store();
+        let ttl = Duration::from_secs(60);
+        // (the first grant's token as a refusal named it, the other writer's token)
+        let seen = Rc::new(RefCell::new((None, 0)));
+
+        let (other, wrote) = (store.clone(), Rc::clone(&seen));
+        pause_before_write(move || {
+            let refused = other.acquire("export", ttl).unwrap_err();
+            if let Error::Locked { token, .. } = refused {
+                wrote.borrow_mut().0 = Some(token);
+            }
+            let f = other.acquire("elsewhere", ttl).unwrap();
+            f.put(b"batch", b"from F").unwrap();
+            wrote.borrow_mut().1 = f.token();
+            f.release().unwrap();
+        });
+        let (other, between) = (store.clone(), Rc::new(RefCell::new(None)));
+        let taken = Rc::clone(&between);
+        pause_after_stale(move || {
+            *taken.borrow_mut() = Some(other.acquire("export", ttl).map(|h| h.token()));
+        });
+        let e = store
+            .acquire_and_put("export", ttl, b"batch", b"from E")
+            .unwrap();
+
+        let (first, f) = *seen.borrow();
+        let first = first.expect("refused in the first grant's name");
+        match between.borrow_mut().take().expect("refused once as stale") {
+            Err(Error::Locked { token, .. }) => assert_eq!(token, first),
+            other => panic!("the lock was free between the grants: {other:?}"),
+        }
+        assert!(e.token() > f && f > first, "{} {f} {first}", e.token());
+        let got = store.get(b"batch").unwrap().unwrap();
+        assert_eq!(
+            (got.value.as_slice(), got.token),
+            (&b"from E"[..], e.token())
+        );
+        // The lock's history names the grant returned, not the one whose write was refused.
+        e.release().unwrap();
+        let history = store.history("export").unwrap();
+        assert!(
+            history.iter().any(|entry| entry.token == e.token()),
+            "{history:?}"
+        );
+        assert!(
+            history.iter().all(|entry| entry.token != first),
+            "{history:?}"
+        );
+    }
+
     #[test]
     fn keys_info_and_a_closed_store_read_alone_see_every_logged_write() {
         let _env = ENV.lock();
