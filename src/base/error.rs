@@ -80,7 +80,8 @@ pub enum Error {
     /// gives up after another process took it into its commit (writes of all processes share
     /// commits) may still land when that process resumes, as a write that times out inside any
     /// database's commit may; retrying it is safe. An acquire that gives up never leaves a live
-    /// lease. The same unknown outcome, as `Timeout`, for a write (a put, a fence, or
+    /// lease: with the redo log, an `acquire_and_put` whose write the key's higher tokens kept
+    /// refusing until its wait ran out gives its grant back and writes nothing. The same unknown outcome, as `Timeout`, for a write (a put, a fence, or
     /// `acquire_and_put`, which then gives its grant back) run again because the process that ran
     /// it first (a server, or another process's commit) died before reporting it, when the re-run
     /// is refused for what may have happened after the first run (a higher token, its lease's end)

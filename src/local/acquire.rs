@@ -238,27 +238,30 @@ impl LocalEngine {
                     else {
                         break Ok((token, expires_ns));
                     };
-                    if matches!(err, Error::StaleToken { .. }) && wait.step().is_ok() {
-                        #[cfg(test)]
-                        crate::local::lease_map::hooks::after_stale();
-                        match self
-                            .lease_map
-                            .regrant_in_map(self, member, name, ttl, self.me, grant.live, token)
-                        {
-                            Ok(again) => {
-                                regranted = again;
-                                continue;
-                            }
-                            Err(err) => {
-                                self.lease_map
-                                    .withdraw_in_map(self, member, name, grant.live);
-                                break Err(err);
-                            }
+                    // Any other failure, or the wait run out (the key kept being written
+                    // higher): the grant is given back. Not `StaleToken` at the end of the
+                    // wait: the token the refusal names was never returned to the caller.
+                    // Granted again, the new token is above every token handed out, so above
+                    // the key's (a write's token must have been granted: `check_granted`).
+                    let again = match err {
+                        Error::StaleToken { .. } => wait.step().and_then(|()| {
+                            #[cfg(test)]
+                            crate::local::lease_map::hooks::after_stale();
+                            self.lease_map
+                                .regrant_in_map(self, member, name, ttl, self.me, grant.live, token)
+                        }),
+                        err => Err(err),
+                    };
+                    match again {
+                        // Written again with the new token, or (the grant ended meanwhile: it
+                        // expired and was replaced) granted anew.
+                        Ok(again) => regranted = again,
+                        Err(err) => {
+                            self.lease_map
+                                .withdraw_in_map(self, member, name, grant.live);
+                            break Err(err);
                         }
                     }
-                    self.lease_map
-                        .withdraw_in_map(self, member, name, grant.live);
-                    break Err(err);
                 };
                 LogUser::forget(self, stored.get(), &granted, wait);
                 granted

@@ -979,6 +979,44 @@ mod tests {
         );
     }
 
+    /// An acquire that writes, whose write is refused as stale and whose wait has run out by
+    /// then, gives its grant back and fails with `Timeout`, not with a `StaleToken` that names
+    /// a token it never returned (the torture run's finding, seed 41): nothing is written, and
+    /// the lock is free.
+    #[test]
+    fn an_acquire_refused_as_stale_past_its_wait_times_out_and_writes_nothing() {
+        use crate::local::lease_map::hooks::pause_before_write;
+        let _env = ENV.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let wait = Duration::from_millis(50);
+        let options = Options {
+            busy_timeout: wait,
+            ..logged()
+        };
+        let store = Store::open_with(dir.path().join("store.redb"), &options).unwrap();
+        let ttl = Duration::from_secs(60);
+        let value = |store: &Store| {
+            let got = store.get(b"batch").unwrap().unwrap();
+            (got.value, got.token)
+        };
+        let free = |store: &Store| store.acquire("export", ttl).unwrap().release().unwrap();
+
+        // Another lock's holder writes the key higher, and the wait runs out meanwhile.
+        let other = store.clone();
+        pause_before_write(move || {
+            let f = other.acquire("elsewhere", ttl).unwrap();
+            f.put(b"batch", b"from F").unwrap();
+            f.release().unwrap();
+            std::thread::sleep(wait * 2);
+        });
+        let late = store
+            .acquire_and_put("export", ttl, b"batch", b"from E")
+            .unwrap_err();
+        assert!(matches!(late, Error::Timeout { .. }), "{late:?}");
+        assert_eq!(value(&store).0, b"from F");
+        free(&store);
+    }
+
     #[test]
     fn keys_info_and_a_closed_store_read_alone_see_every_logged_write() {
         let _env = ENV.lock();
