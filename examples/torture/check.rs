@@ -451,14 +451,17 @@ fn unlogged_grants<'e>(evs: &'e [Ev]) -> HashMap<&'e str, Vec<Unlogged>> {
     // be: acquires of unknown outcome (until their process is gone), an `acquire_and_put` that
     // timed out (its request was run again after its combiner died, found its grant and its
     // key written higher since, and could not tell whether its first run landed: its grant
-    // was visible until it was given back, before the call returned), and one granted above a
-    // first grant (below its token) that its write found stale (the redo log's path grants
-    // and writes again).
+    // was visible until it was given back, before the call returned), one refused as lost
+    // (the redo log's path: its write found stale after its grant had expired and the lock
+    // was granted to another), and one granted above a first grant (below its token) that its
+    // write found stale (the redo log's path grants and writes again).
     let mut unlogged: HashMap<&str, Vec<Unlogged>> = HashMap::new();
     for ev in evs.iter().filter(|e| e.op.kind.grants()) {
         let (until, below) = match (&ev.op.outcome, ev.op.end) {
             _ if !ev.known() => (ev.worker.gone_at, u64::MAX),
-            (Some(Outcome::Timeout), Some(end)) if ev.op.kind == Kind::AcquireAndPut => {
+            (Some(Outcome::Timeout | Outcome::Lost), Some(end))
+                if ev.op.kind == Kind::AcquireAndPut =>
+            {
                 (end, u64::MAX)
             }
             (Some(Outcome::Granted(token)), Some(end)) if ev.op.kind == Kind::AcquireAndPut => {
@@ -1541,7 +1544,7 @@ mod tests {
     #[test]
     fn an_acquire_and_puts_first_grant_may_be_named_while_it_runs() {
         for listing in [false, true] {
-            for outcome in [Outcome::Timeout, Outcome::Granted(4)] {
+            for outcome in [Outcome::Timeout, Outcome::Lost, Outcome::Granted(4)] {
                 let during = named_unlogged_grant(outcome.clone(), 100, listing);
                 assert_eq!(during, Vec::<String>::new(), "{outcome:?} {listing}");
                 // (A grant that timed out may have left its token in the lock's record, which

@@ -391,7 +391,10 @@ impl Store {
     /// # Errors
     ///
     /// As [`Store::acquire`], and [`Error::InvalidArgument`] for an empty or too long key or a
-    /// value over the store's limit; nothing is written when the grant is refused.
+    /// value over the store's limit; nothing is written when the grant is refused. Through the
+    /// redo log ([`Options::write_log`](crate::Options::write_log)), also [`Error::LockLost`]
+    /// (nothing written) when the call was stopped past its TTL between its grant and its write,
+    /// and the lock was granted to another who wrote the key first.
     ///
     /// # Examples
     ///

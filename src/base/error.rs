@@ -49,7 +49,9 @@ pub enum Error {
         /// The highest token the key or resource has accepted.
         highest: u64,
     },
-    /// The holder's lease expired or another holder took the lock over.
+    /// The holder's lease expired or another holder took the lock over. Also an
+    /// `acquire_and_put` through the redo log stopped past its TTL between its grant and its
+    /// write, whose lock was granted to another who wrote the key first: nothing was written.
     LockLost {
         /// The token of the lease that was lost.
         token: u64,

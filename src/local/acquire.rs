@@ -208,7 +208,8 @@ impl LocalEngine {
             // grant takes in place (`regrant_in_map`): the lock stays held throughout, so no
             // holder comes between the grant others were refused in the name of and the one
             // returned. Only a grant that ended meanwhile (it expired and was replaced) is
-            // granted anew, or refused.
+            // granted anew, or refused as lost (`LockLost`, naming it) while another holds the
+            // lock.
             // The write is fenced by the key's highest token alone, not by the lease, as the
             // default path's transaction writes it: the grant is this unit's own, and was
             // visible (others were refused in its name) from the moment it was made, so a stop
@@ -221,12 +222,26 @@ impl LocalEngine {
                 let wait = request.commit_wait(self.busy_timeout);
                 let stored = std::cell::Cell::new(LogUser::store_large(self, value, wait)?);
                 let mut regranted = None;
+                // The token of a grant that ended before its write landed (see below).
+                let mut ended: Option<u64> = None;
                 let granted = loop {
                     let granted = match regranted.take() {
                         Some(regranted) => Ok(regranted),
-                        None => self.lease_map.grant_in_map(
-                            self, member, name, kind, ttl, ticket, self.me, grant.live,
-                        ),
+                        None => self
+                            .lease_map
+                            .grant_in_map(
+                                self, member, name, kind, ttl, ticket, self.me, grant.live,
+                            )
+                            .map_err(|err| match (err, ended) {
+                                // Others saw that grant, so not `Locked`: it was lost.
+                                (Error::Locked { token: current, .. }, Some(token)) => {
+                                    Error::LockLost {
+                                        token,
+                                        current: Some(current),
+                                    }
+                                }
+                                (err, _) => err,
+                            }),
                     };
                     let Ok((token, expires_ns)) = granted else {
                         break granted;
@@ -253,9 +268,12 @@ impl LocalEngine {
                         err => Err(err),
                     };
                     match again {
-                        // Written again with the new token, or (the grant ended meanwhile: it
-                        // expired and was replaced) granted anew.
-                        Ok(again) => regranted = again,
+                        // Written again with the new token.
+                        Ok(Some(again)) => regranted = Some(again),
+                        // The grant ended meanwhile (the call was stopped past its TTL, and the
+                        // lock granted to another, or its record ended): granted anew, or, if
+                        // another holds the lock now, refused as `LockLost`.
+                        Ok(None) => ended = Some(token),
                         Err(err) => {
                             self.lease_map
                                 .withdraw_in_map(self, member, name, grant.live);

@@ -854,7 +854,8 @@ mod tests {
     /// An acquire that writes, stopped between its grant and its write for longer than its
     /// TTL, as a process is by SIGSTOP: its grant was visible, so its write is not refused for
     /// the lease's expiry (the default path's transaction, stopped as long, commits too); it
-    /// is fenced by the key alone, and a later grant's write still wins.
+    /// is fenced by the key alone, and a later grant's write still wins. Refused as stale,
+    /// with its grant ended meanwhile, it is granted anew, or refused as `LockLost`.
     #[test]
     fn an_acquire_stopped_past_its_ttl_between_its_grant_and_its_write_is_granted_and_written() {
         use crate::local::lease_map::hooks::pause_before_write;
@@ -916,6 +917,32 @@ mod tests {
             .unwrap();
         assert_eq!(value(b"batch"), (b"from E".to_vec(), e.token()));
         assert_eq!(e.token(), c.token() + 3);
+        e.release().unwrap();
+
+        // Another holder takes the lock, writes the key meanwhile and keeps the lock: the
+        // stopped write is refused as stale, its grant (which others may have been refused in
+        // the name of) is gone, and the acquire is refused as having lost it, not as `Locked`
+        // by a holder that came after it. Nothing of it is written.
+        let other = store.clone();
+        let (send, later) = std::sync::mpsc::channel();
+        pause_before_write(move || {
+            stop();
+            let taker = other.acquire("export", Duration::from_secs(60)).unwrap();
+            taker.put(b"batch", b"from G").unwrap();
+            send.send(taker).unwrap();
+        });
+        let lost = store
+            .acquire_and_put("export", ttl, b"batch", b"from F")
+            .unwrap_err();
+        let taker = later.recv().unwrap();
+        match lost {
+            Error::LockLost { token, current } => {
+                assert_eq!((token, current), (e.token() + 1, Some(taker.token())));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(value(b"batch"), (b"from G".to_vec(), taker.token()));
+        assert_eq!(store.locks().unwrap()[0].token, taker.token());
     }
 
     /// An acquire that writes, whose key another lock's holder writes with a higher token
