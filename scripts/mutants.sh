@@ -62,6 +62,7 @@ acquire-rerun-refused-for-certain~src/rules/ops.rs~Op::Put { .. } | Op::Fence { 
 acquire-regrant-by-withdraw~src/local/acquire.rs~#[cfg(test)]\n                            crate::local::lease_map::hooks::after_stale();\n                            self.lease_map\n                                .regrant_in_map(self, member, name, ttl, self.me, grant.live, token)~self.lease_map.withdraw_in_map(self, member, name, grant.live);\n                            #[cfg(test)]\n                            crate::local::lease_map::hooks::after_stale();\n                            Ok(None)~local::log_user::tests::an_acquire_whose_write_is_refused~
 acquire-stale-past-its-wait~src/local/acquire.rs~                        Error::StaleToken { .. } => wait.step().and_then(|()| {~                        Error::StaleToken { token, highest } => wait.step().map_err(|_| Error::StaleToken { token, highest }).and_then(|()| {~local::log_user::tests::an_acquire_refused_as_stale_past~
 acquire-lost-as-locked~src/local/acquire.rs~(Error::Locked { token: current, .. }, Some(token)) => {~(Error::Locked { token: current, .. }, Some(token)) if false => {~local::log_user::tests::an_acquire_stopped_past~
+admit-blocker-asked-again~src/rules/admit.rs~Some(first) => (Some(ticket.unwrap_or(u64::MAX)), Some(*first)),~Some(_) => (Some(ticket.unwrap_or(u64::MAX)), blocker(cx, record, now)?),~rules::admit::tests::a_refusal_for_a_queued~
 '
 
 want="$*"

@@ -88,12 +88,15 @@ pub(crate) fn admit_grant(
     now: u64,
 ) -> Result<Vec<Lease>> {
     let joined = check_join(cx, name, record, kind, now)?;
-    let ticket = if joined.is_empty() {
-        ticket
-    } else {
-        Some(ticket.unwrap_or(u64::MAX))
+    // Beside live holders, a refusal for a queued waiter names the one of them that frees its
+    // place first, as `check_join` found them: asked again, a holder that died since (its
+    // process killed between the two looks) would leave none, and the refusal would name
+    // token 0.
+    let (ticket, current) = match joined.iter().min_by_key(|lease| lease.expires_ns) {
+        None => (ticket, blocker(cx, record, now)?),
+        Some(first) => (Some(ticket.unwrap_or(u64::MAX)), Some(*first)),
     };
-    check_turn(cx, name, blocker(cx, record, now)?.as_ref(), ticket, now)?;
+    check_turn(cx, name, current.as_ref(), ticket, now)?;
     Ok(joined)
 }
 
@@ -315,4 +318,87 @@ pub(crate) fn own_blocker(
     } else {
         own
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::rules::record::Group;
+
+    /// A host whose holders' liveness locks are held for the first `held` looks and then
+    /// free (their processes killed meanwhile), with a waiter queued before anyone.
+    struct Dying {
+        held: Cell<u32>,
+        cursor: Mutex<String>,
+    }
+
+    impl Context for Dying {
+        fn boot_id(&self) -> [u8; 16] {
+            [0; 16]
+        }
+        fn is_held(&self, _live: u64) -> Result<bool> {
+            let left = self.held.get();
+            self.held.set(left.saturating_sub(1));
+            Ok(left > 0)
+        }
+        fn waits_before(&self, _name: &str, _ticket: u64, _now: u64) -> bool {
+            true
+        }
+        fn released_at(&self, _token: u64) -> Option<u64> {
+            None
+        }
+        fn relaxed(&self) -> bool {
+            false
+        }
+        fn keeps_history(&self) -> bool {
+            false
+        }
+        fn prune_cursor(&self) -> &Mutex<String> {
+            &self.cursor
+        }
+        fn history_cursor(&self) -> &Mutex<String> {
+            &self.cursor
+        }
+        fn shared_lease(&self, _name: &str) -> Option<Result<Option<Record>>> {
+            None
+        }
+        fn shared_last_token(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    /// A permit tried once beside a live holder, while a waiter is queued: refused, naming that
+    /// holder, also when the holder's process is killed between the two looks at it (the
+    /// torture run's `locked 0`, `--write-log --seed 44`).
+    #[test]
+    fn a_refusal_for_a_queued_waiter_names_the_live_holder_it_found() {
+        let holder = Lease {
+            token: 7,
+            holder: ProcessId {
+                pid: 42,
+                start_time: 1,
+            },
+            boot_id: [0; 16],
+            granted_ns: 0,
+            expires_ns: 1_000,
+            live: 3,
+        };
+        let kind = Kind::Semaphore(3);
+        let record = Record::Group(Group {
+            kind,
+            holders: vec![holder],
+        });
+        let cx = Dying {
+            held: Cell::new(1),
+            cursor: Mutex::new(String::new()),
+        };
+        match admit_grant(&cx, "sem", Some(&record), kind, None, 10) {
+            Err(Error::Locked { token, pid, .. }) => assert_eq!((token, pid), (7, 42)),
+            other => panic!("{other:?}"),
+        }
+    }
 }
