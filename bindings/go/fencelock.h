@@ -713,7 +713,9 @@ const char *fencelock_status_str(fencelock_status status);
  * `FENCELOCK_TIMEOUT` (a wait's `timeout_ms`, the cancel's deadline, or the busy timeout
  * behind another process that holds the store), `FENCELOCK_CANCELLED`,
  * `FENCELOCK_WOULD_DEADLOCK` (a wait for a lease this thread holds through this store);
- * `FENCELOCK_NULL_POINTER` (`store`, `names`, a name, `options`, `holders_out`, or `key` or
+ * `FENCELOCK_LOCK_LOST` (with `FENCELOCK_ACQUIRE_PUT`, through the redo log: stopped past its
+ * TTL between its grant and its write, the lock granted to another who wrote the key first;
+ * nothing written); `FENCELOCK_NULL_POINTER` (`store`, `names`, a name, `options`, `holders_out`, or `key` or
  * `value` NULL with a non-zero length); `FENCELOCK_INVALID_ARGUMENT` (`options->size` not a
  * size of the struct, or fields set that this library does not know, refused before anything
  * else is read; unknown flags or kind; permits with a kind other than a semaphore; a timeout
@@ -2148,9 +2150,11 @@ fencelock_status fencelock_store_acquire_wait_cancellable(const struct fencelock
  * just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`, `name`,
  * `holder_out`, or `key`/`value` NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty
  * or long key, value over the limit, bad name or TTL), `FENCELOCK_TIMEOUT` (another process held
- * the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
- * path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
- * `FENCELOCK_PANIC`.
+ * the store past the busy timeout; through the redo log, also a key written with higher tokens
+ * until then), `FENCELOCK_LOCK_LOST` (through the redo log: stopped past its TTL between its
+ * grant and its write, the lock granted to another who wrote the key first; nothing written),
+ * `FENCELOCK_REPLACED` (the store file was replaced at its path), `FENCELOCK_FORKED`,
+ * `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
  *
  * Thread-safe.
  *

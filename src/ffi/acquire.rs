@@ -159,7 +159,9 @@ unsafe fn read_options(
 /// `FENCELOCK_TIMEOUT` (a wait's `timeout_ms`, the cancel's deadline, or the busy timeout
 /// behind another process that holds the store), `FENCELOCK_CANCELLED`,
 /// `FENCELOCK_WOULD_DEADLOCK` (a wait for a lease this thread holds through this store);
-/// `FENCELOCK_NULL_POINTER` (`store`, `names`, a name, `options`, `holders_out`, or `key` or
+/// `FENCELOCK_LOCK_LOST` (with `FENCELOCK_ACQUIRE_PUT`, through the redo log: stopped past its
+/// TTL between its grant and its write, the lock granted to another who wrote the key first;
+/// nothing written); `FENCELOCK_NULL_POINTER` (`store`, `names`, a name, `options`, `holders_out`, or `key` or
 /// `value` NULL with a non-zero length); `FENCELOCK_INVALID_ARGUMENT` (`options->size` not a
 /// size of the struct, or fields set that this library does not know, refused before anything
 /// else is read; unknown flags or kind; permits with a kind other than a semaphore; a timeout

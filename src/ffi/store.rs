@@ -348,9 +348,11 @@ pub unsafe extern "C" fn fencelock_store_acquire_wait_cancellable(
 /// just granted unless the store was tampered with), `FENCELOCK_NULL_POINTER` (`store`, `name`,
 /// `holder_out`, or `key`/`value` NULL with a non-zero length), `FENCELOCK_INVALID_ARGUMENT` (empty
 /// or long key, value over the limit, bad name or TTL), `FENCELOCK_TIMEOUT` (another process held
-/// the store past the busy timeout), `FENCELOCK_REPLACED` (the store file was replaced at its
-/// path), `FENCELOCK_FORKED`, `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`,
-/// `FENCELOCK_PANIC`.
+/// the store past the busy timeout; through the redo log, also a key written with higher tokens
+/// until then), `FENCELOCK_LOCK_LOST` (through the redo log: stopped past its TTL between its
+/// grant and its write, the lock granted to another who wrote the key first; nothing written),
+/// `FENCELOCK_REPLACED` (the store file was replaced at its path), `FENCELOCK_FORKED`,
+/// `FENCELOCK_IO`, `FENCELOCK_CORRUPT`, `FENCELOCK_STORAGE`, `FENCELOCK_PANIC`.
 ///
 /// Thread-safe.
 ///
