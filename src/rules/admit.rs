@@ -324,52 +324,9 @@ pub(crate) fn own_blocker(
 mod tests {
     use std::cell::Cell;
 
-    use parking_lot::Mutex;
-
     use super::*;
+    use crate::rules::context::TestHost;
     use crate::rules::record::Group;
-
-    /// A host whose holders' liveness locks are held for the first `held` looks and then
-    /// free (their processes killed meanwhile), with a waiter queued before anyone.
-    struct Dying {
-        held: Cell<u32>,
-        cursor: Mutex<String>,
-    }
-
-    impl Context for Dying {
-        fn boot_id(&self) -> [u8; 16] {
-            [0; 16]
-        }
-        fn is_held(&self, _live: u64) -> Result<bool> {
-            let left = self.held.get();
-            self.held.set(left.saturating_sub(1));
-            Ok(left > 0)
-        }
-        fn waits_before(&self, _name: &str, _ticket: u64, _now: u64) -> bool {
-            true
-        }
-        fn released_at(&self, _token: u64) -> Option<u64> {
-            None
-        }
-        fn relaxed(&self) -> bool {
-            false
-        }
-        fn keeps_history(&self) -> bool {
-            false
-        }
-        fn prune_cursor(&self) -> &Mutex<String> {
-            &self.cursor
-        }
-        fn history_cursor(&self) -> &Mutex<String> {
-            &self.cursor
-        }
-        fn shared_lease(&self, _name: &str) -> Option<Result<Option<Record>>> {
-            None
-        }
-        fn shared_last_token(&self) -> Option<u64> {
-            None
-        }
-    }
 
     /// A permit tried once beside a live holder, while a waiter is queued: refused, naming that
     /// holder, also when the holder's process is killed between the two looks at it (the
@@ -392,9 +349,11 @@ mod tests {
             kind,
             holders: vec![holder],
         });
-        let cx = Dying {
+        // The holder's process is killed right after the first look at its liveness lock.
+        let cx = TestHost {
             held: Cell::new(1),
-            cursor: Mutex::new(String::new()),
+            waiting: true,
+            ..TestHost::default()
         };
         match admit_grant(&cx, "sem", Some(&record), kind, None, 10) {
             Err(Error::Locked { token, pid, .. }) => assert_eq!((token, pid), (7, 42)),

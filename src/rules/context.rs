@@ -66,3 +66,52 @@ pub(crate) trait LeaseMap {
         ticket: Option<u64>,
     ) -> Result<(u64, u64)>;
 }
+
+/// A host for the rules' tests: each lease's liveness lock is held for the first `held` looks
+/// and free after them (its process killed meanwhile), `waiting` says whether a waiter is
+/// queued before anyone, no lease is in shared memory, and every token counts as granted (the
+/// tests choose them).
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestHost {
+    pub(crate) held: std::cell::Cell<u32>,
+    pub(crate) waiting: bool,
+    pub(crate) prune: Mutex<String>,
+    pub(crate) history: Mutex<String>,
+}
+
+#[cfg(test)]
+impl Context for TestHost {
+    fn boot_id(&self) -> [u8; 16] {
+        [0; 16]
+    }
+    fn is_held(&self, _live: u64) -> Result<bool> {
+        let left = self.held.get();
+        self.held.set(left.saturating_sub(1));
+        Ok(left > 0)
+    }
+    fn waits_before(&self, _name: &str, _ticket: u64, _now: u64) -> bool {
+        self.waiting
+    }
+    fn released_at(&self, _token: u64) -> Option<u64> {
+        None
+    }
+    fn relaxed(&self) -> bool {
+        false
+    }
+    fn keeps_history(&self) -> bool {
+        false
+    }
+    fn prune_cursor(&self) -> &Mutex<String> {
+        &self.prune
+    }
+    fn history_cursor(&self) -> &Mutex<String> {
+        &self.history
+    }
+    fn shared_lease(&self, _name: &str) -> Option<Result<Option<Record>>> {
+        None
+    }
+    fn shared_last_token(&self) -> Option<u64> {
+        Some(u64::MAX)
+    }
+}

@@ -457,62 +457,21 @@ impl Plan<'_> {
 mod tests {
     use std::time::Duration;
 
-    use parking_lot::Mutex;
     use proptest::prelude::*;
     use redb::{ConcurrencyMode, ReadableDatabase};
 
     use super::*;
     use crate::base::clock::ProcessId;
     use crate::base::error::Status;
-    use crate::rules::context::{Context, LeaseMap};
+    use crate::rules::context::{LeaseMap, TestHost};
     use crate::rules::ops::{self, Op};
     use crate::storage::db::{initialize, open_now};
     use crate::storage::wal::scan::Bytes;
     use crate::storage::wal::Placement;
 
     /// What the direct write path needs to run a put, a delete or a fence: every token is
-    /// granted (the tests choose them), leases are in no shared memory.
-    #[derive(Default)]
-    struct Direct {
-        prune: Mutex<String>,
-        history: Mutex<String>,
-    }
-
-    impl Context for Direct {
-        fn boot_id(&self) -> [u8; 16] {
-            [0; 16]
-        }
-        fn is_held(&self, _live: u64) -> Result<bool> {
-            Ok(false)
-        }
-        fn waits_before(&self, _name: &str, _ticket: u64, _now: u64) -> bool {
-            false
-        }
-        fn released_at(&self, _token: u64) -> Option<u64> {
-            None
-        }
-        fn relaxed(&self) -> bool {
-            false
-        }
-        fn keeps_history(&self) -> bool {
-            false
-        }
-        fn prune_cursor(&self) -> &Mutex<String> {
-            &self.prune
-        }
-        fn history_cursor(&self) -> &Mutex<String> {
-            &self.history
-        }
-        fn shared_lease(
-            &self,
-            _name: &str,
-        ) -> Option<Result<Option<crate::rules::record::Record>>> {
-            None
-        }
-        fn shared_last_token(&self) -> Option<u64> {
-            Some(u64::MAX)
-        }
-    }
+    /// granted (the tests choose them), leases are in no shared memory and none is live.
+    type Direct = TestHost;
 
     impl LeaseMap for Direct {
         fn grant_exclusive(
