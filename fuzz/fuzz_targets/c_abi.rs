@@ -117,7 +117,7 @@ fn c_string(bytes: &[u8]) -> Vec<u8> {
 /// Checks a status and its error object, and frees the object.
 fn settle(status: fencelock_status, err: *mut fencelock_error) -> fencelock_status {
     assert!(
-        (FENCELOCK_OK..=FENCELOCK_PERMITS_MISMATCH).contains(&status),
+        (FENCELOCK_OK..=FENCELOCK_WOULD_DEADLOCK).contains(&status),
         "status {status}"
     );
     assert_ne!(status, FENCELOCK_PANIC, "a panic reached the C boundary");
