@@ -44,7 +44,9 @@ use crate::rules::kind::Kind;
 use crate::rules::ops::{unexpected, Done, Op};
 use crate::rules::record::{Group, Lease, Record};
 use crate::rules::tokens::Durable;
-use crate::share::buckets::{bucket_entries, entries, entry_of, rewrite, update, Change, Entry};
+use crate::share::buckets::{
+    bucket_entries, entries, entry_of, rewrite, update, Change, Entry, Floor,
+};
 use crate::share::member::RingMember;
 
 /// The first reservation of a map, and the largest. Large, so that a process stopped inside
@@ -179,6 +181,24 @@ impl MapUser {
         }
     }
 
+    /// The token for one attempt of a grant's swap: the one `taken` for an attempt that lost its
+    /// swap while its bucket's `floor` admits it (`Floor`: a lock's tokens only grow), else a
+    /// new one, kept in `taken` for the next attempt.
+    fn token_for_swap<H: MapHost>(
+        &self,
+        host: &H,
+        member: &RingMember,
+        taken: &mut Option<u64>,
+        floor: Floor,
+    ) -> Result<u64> {
+        let token = match *taken {
+            Some(token) if floor.admits(token) => token,
+            _ => self.take_tokens(host, member, 1)?,
+        };
+        *taken = Some(token);
+        Ok(token)
+    }
+
     /// Reserves tokens durably up to `need` and a block beyond, and lets the map hand them
     /// out.
     fn reserve<H: MapHost>(&self, host: &H, member: &RingMember, need: u64) -> Result<()> {
@@ -295,8 +315,7 @@ impl MapUser {
         live: u64,
     ) -> Result<(u64, u64)> {
         let mut ends = Ends::default();
-        // A token taken for an attempt that lost its swap serves the next attempt while its
-        // bucket's floor admits it (`Floor`: a lock's tokens only grow).
+        // A token taken for an attempt that lost its swap serves the next (`token_for_swap`).
         let mut taken: Option<u64> = None;
         let (granted, settled) = update(
             member.ring(),
@@ -316,11 +335,7 @@ impl MapUser {
                     return Ok((Change::Keep, (lease.token, lease.expires_ns)));
                 }
                 let joined = admit_grant(host, name, current, kind, ticket, now)?;
-                let token = match taken {
-                    Some(token) if floor.admits(token) => token,
-                    _ => self.take_tokens(host, member, 1)?,
-                };
-                taken = Some(token);
+                let token = self.token_for_swap(host, member, &mut taken, floor)?;
                 #[cfg(test)]
                 hooks::after_token();
                 let lease = new_lease(host, token, holder, live, now, ttl);
@@ -592,8 +607,6 @@ impl MapUser {
         live: u64,
         token: u64,
     ) -> Result<Option<(u64, u64)>> {
-        // As in `grant_in_map`: a token taken for a lost swap serves the next attempt while
-        // the bucket's floor admits it.
         let mut taken: Option<u64> = None;
         let (regranted, settled) = update(
             member.ring(),
@@ -613,11 +626,7 @@ impl MapUser {
                 if !record.holders().iter().any(held) {
                     return Ok((Change::Keep, None));
                 }
-                let new = match taken {
-                    Some(new) if floor.admits(new) => new,
-                    _ => self.take_tokens(host, member, 1)?,
-                };
-                taken = Some(new);
+                let new = self.token_for_swap(host, member, &mut taken, floor)?;
                 let lease = new_lease(host, new, holder, live, clock::now_ns(), ttl);
                 match record {
                     Record::Exclusive(old) => *old = lease,
