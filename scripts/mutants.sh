@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 
 # name ~ file ~ the text replaced (exactly once, \n for a new line) ~ its replacement ~ the test
-# that must fail (with any arguments after it: `NAME -- --ignored` for a slow model) ~ loom
-# (empty: an ordinary test)
+# that must fail (with any arguments after it: `NAME -- --ignored` for a slow model; a library
+# test, or `--test FILE NAME` for one of tests/) ~ loom (empty: an ordinary test)
 MUTANTS='
 post-relaxed~src/ring/slots.rs~head.state.store(word(generation, POSTED), Ordering::SeqCst);~head.state.store(word(generation, POSTED), Ordering::Relaxed);~ring::models::slots::each_requester~loom
 publish-not-release~src/ring/slots.rs~            Ordering::AcqRel,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~            Ordering::Acquire,\n            Ordering::Acquire,\n        ) {\n            Ok(_) => futex_wake(&head.state),~ring::models::slots::each_requester~loom
@@ -63,6 +63,7 @@ acquire-regrant-by-withdraw~src/local/acquire.rs~#[cfg(test)]\n                 
 acquire-stale-past-its-wait~src/local/acquire.rs~                        Error::StaleToken { .. } => wait.step().and_then(|()| {~                        Error::StaleToken { token, highest } => wait.step().map_err(|_| Error::StaleToken { token, highest }).and_then(|()| {~local::log_user::tests::an_acquire_refused_as_stale_past~
 acquire-lost-as-locked~src/local/acquire.rs~(Error::Locked { token: current, .. }, Some(token)) => {~(Error::Locked { token: current, .. }, Some(token)) if false => {~local::log_user::tests::an_acquire_stopped_past~
 admit-blocker-asked-again~src/rules/admit.rs~Some(first) => (Some(ticket.unwrap_or(u64::MAX)), Some(*first)),~Some(_) => (Some(ticket.unwrap_or(u64::MAX)), blocker(cx, record, now)?),~rules::admit::tests::a_refusal_for_a_queued~
+crashed-log-kept-after-recovery~src/local/crashed.rs~if kept.id == id && kept.pending.from == from {~if kept.id == id {~--test write_log a_read_only_open_after_every_process_was_killed~
 '
 
 want="$*"
@@ -88,7 +89,11 @@ PY
         run() { RUSTFLAGS="--cfg fencelock_loom" CARGO_TARGET_DIR=target/loom \
             LOOM_MAX_PREEMPTIONS=2 $CARGO test --release --lib $test; }
     else
-        run() { $CARGO test --lib "$test"; }
+        case $test in
+            # An integration test of real processes: `--test FILE NAME`.
+            --test*) run() { $CARGO test $test; } ;;
+            *) run() { $CARGO test --lib "$test"; } ;;
+        esac
     fi
     if run >"target/mutant-$name.log" 2>&1; then
         echo "SURVIVED $name: $test passed (target/mutant-$name.log)"

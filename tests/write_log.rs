@@ -2,7 +2,7 @@
 //! every store opened with the log on: the seed's walkthrough across processes; every
 //! acknowledged write kept through the kill of every process; a get from another process right
 //! after an acknowledgement; a refused write that changes nothing; a closed store read by a
-//! read-only and by a single-process open; a writer stopped or killed in the middle of a write
+//! read-only and by a single-process open; a read-only open after the kill of every process; a writer stopped or killed in the middle of a write
 //! of a key that delays no other writer of the key; a process killed while it skips a stopped
 //! writer's gap, whose skip the next writer takes over; a write waiting for a stopped writer's
 //! claim, ended by its cancel handle; a process stopped at random points of its
@@ -830,6 +830,129 @@ fn a_closed_store_shows_every_write_to_a_read_only_and_a_single_process_open() {
             "{resource}"
         );
     }
+}
+
+/// A read-only open after the kill of every process of the store, before any process that
+/// may write has opened it again (`fencelock get` looking at what a crash left), with `reader`'s
+/// options: it reads every write they acknowledged, from the log they left, laid over the store
+/// file; a writer that opens next recovers the log and writes, and the reader, still open, reads
+/// those writes too (for a multi-process reader), whether it writes through the log
+/// (`next_writer_logs`) or to the store file.
+fn read_only_after_a_crash(reader: &Options, next_writer_logs: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    {
+        // Keys in the store file, written before the log was turned on.
+        let store = Store::open(&path).unwrap();
+        let holder = store.acquire("file", Duration::from_secs(10)).unwrap();
+        holder.put(b"old", b"from-the-file").unwrap();
+        holder.put(b"kept", b"from-the-file").unwrap();
+    }
+    let mut client = Client::spawn(&path, &[]);
+    let token = |answer: String| -> u64 { answer.strip_prefix("token ").unwrap().parse().unwrap() };
+    let first = token(client.ask("acquire w"));
+    let large = value(7, 70_000);
+    for command in [
+        format!("put new {first} v1"),
+        format!("put large {first} {large}"),
+        format!("fence printer {first}"),
+    ] {
+        assert_eq!(
+            client.ask(&command),
+            "ok",
+            "{}",
+            &command[..20.min(command.len())]
+        );
+    }
+    assert_eq!(client.ask(&format!("delete old {first}")), "deleted true");
+    client.0.child.kill().unwrap();
+    client.0.child.wait().unwrap();
+    let segments_left = segments(&path);
+    assert!(!segments_left.is_empty(), "the killed process left its log");
+
+    let store = Store::open_with(&path, reader).unwrap();
+    // Each value as its length, first bytes and token: a failure prints no 70 KB value.
+    let shown = |got: Option<Fenced>| {
+        got.map(|got| {
+            let head = String::from_utf8_lossy(&got.value[..got.value.len().min(13)]).into_owned();
+            (got.value.len(), head, got.token)
+        })
+    };
+    let read = |store: &Store| {
+        (
+            ["new", "large", "old", "kept"].map(|key| shown(store.get(key.as_bytes()).unwrap())),
+            store.fence_token("printer").unwrap(),
+            store.keys(b"").unwrap(),
+        )
+    };
+    let written = |value: &str, token: u64| shown(Some(fenced(value, token)));
+    let acknowledged = (
+        [
+            written("v1", first),
+            written(&large, first),
+            None,
+            written("from-the-file", 1),
+        ],
+        Some(first),
+        vec![b"kept".to_vec(), b"large".to_vec(), b"new".to_vec()],
+    );
+    assert_eq!(
+        read(&store),
+        acknowledged,
+        "what the killed process acknowledged"
+    );
+    // It wrote nothing: the log is as the killed process left it, and is recovered by the
+    // next open that may write, which then writes through it.
+    assert_eq!(segments(&path), segments_left);
+    if reader.mode == Mode::SingleProcess {
+        // It holds the store file: no other process opens it meanwhile.
+        return;
+    }
+    let second = if next_writer_logs {
+        // It turns the log on: the reader then reads the log through the ring.
+        let mut writer = Client::spawn(&path, &[]);
+        let second = token(writer.ask("acquire w"));
+        assert_eq!(writer.ask(&format!("put new {second} v2")), "ok");
+        assert_eq!(writer.ask(&format!("put kept {second} v2")), "ok");
+        writer.close();
+        second
+    } else {
+        // A store that does not write through the log: the ring's processes then commit to
+        // the store file, which the reader reads alone once the recovery moved the log there.
+        let writer = Store::open(&path).unwrap();
+        let holder = writer.acquire("w", Duration::from_secs(10)).unwrap();
+        holder.put(b"new", b"v2").unwrap();
+        holder.put(b"kept", b"v2").unwrap();
+        holder.token()
+    };
+    let mut now = acknowledged.clone();
+    now.0[0] = written("v2", second);
+    now.0[3] = written("v2", second);
+    assert_eq!(
+        read(&store),
+        now,
+        "after a writer recovered the log and wrote"
+    );
+}
+
+#[test]
+fn a_read_only_open_after_every_process_was_killed_reads_their_acknowledged_writes() {
+    let reader = Options {
+        read_only: true,
+        ..logged()
+    };
+    read_only_after_a_crash(&reader, true);
+    read_only_after_a_crash(&reader, false);
+}
+
+#[test]
+fn a_read_only_single_process_open_after_every_process_was_killed_reads_their_writes() {
+    let reader = Options {
+        read_only: true,
+        mode: Mode::SingleProcess,
+        ..logged()
+    };
+    read_only_after_a_crash(&reader, false);
 }
 
 // 6. A writer stopped in the middle of a write of a key delays no other writer of that key.

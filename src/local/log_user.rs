@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redb::{ReadTransaction, ReadableTable, TableError};
+use redb::{ReadTransaction, ReadableTable};
 
 use crate::base::cancel::Waiting;
 use crate::base::clock;
@@ -46,7 +46,7 @@ use crate::share::keys::{self, Entry, Space};
 use crate::share::member::RingMember;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
-use crate::storage::wal::apply::{applied_position, apply, recover};
+use crate::storage::wal::apply::{applied_position, apply, opened, recover};
 use crate::storage::wal::file::{SegmentLog, DEFAULT_SIZE, HEADER_BLOCK};
 use crate::storage::wal::record::{Record, INLINE_MAX};
 use crate::storage::wal::scan::scan;
@@ -114,7 +114,7 @@ fn segment_size() -> Result<u64> {
 }
 
 /// The redo log of the store file at `path`, whose id is `id`.
-fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
+pub(crate) fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
     let mut base = path.as_os_str().to_owned();
     base.push(".wal");
     Ok(SegmentLog::open(Path::new(&base), id, segment_size()?)?)
@@ -162,15 +162,6 @@ pub(crate) fn recover_alone(path: &Path, db: &Db) -> Result<()> {
     }
     recover(db.writable()?, &log)?;
     Ok(())
-}
-
-/// A table `txn` may not have yet (a store that never held a key or a version): `None`.
-fn opened<T>(table: std::result::Result<T, TableError>) -> Result<Option<T>> {
-    match table {
-        Ok(table) => Ok(Some(table)),
-        Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(err) => Err(err.into()),
-    }
 }
 
 impl LogUser {

@@ -20,6 +20,7 @@
 //! types above it.
 
 pub(crate) mod acquire;
+mod crashed;
 pub(crate) mod handle;
 pub(crate) mod history;
 pub(crate) mod lease_map;
@@ -114,6 +115,8 @@ pub(crate) struct LocalEngine {
     /// This store's use of the redo log, once its ring's processes write through it
     /// (`log_user.rs`).
     pub(crate) log: std::sync::OnceLock<LogUser>,
+    /// For a read-only store: the log a crash left, as its last read found it (`crashed.rs`).
+    crashed: parking_lot::Mutex<Option<Arc<crashed::Crashed>>>,
 }
 
 impl LocalEngine {
@@ -291,6 +294,7 @@ impl LocalEngine {
             released: Released::new(),
             write_log: options.write_log,
             log: std::sync::OnceLock::new(),
+            crashed: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -762,7 +766,7 @@ impl Engine for LocalEngine {
             self.check_fork()?;
             return user.get(self, key);
         }
-        self.router.value_of(self, key)
+        self.value_over_crash(key)
     }
 
     fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -779,6 +783,7 @@ impl Engine for LocalEngine {
                 self.check_fork()?;
                 return user.keys(self, prefix, || self.router.keys_of(self, prefix));
             }
+            return self.crashed_keys(prefix, self.router.keys_of(self, prefix)?);
         }
         self.checkpointed()?;
         self.router.keys_of(self, prefix)
@@ -795,7 +800,7 @@ impl Engine for LocalEngine {
             self.check_fork()?;
             return user.fence_token(self, resource);
         }
-        self.router.fence_of(self, resource, self.bounded(None))
+        self.fence_over_crash(resource)
     }
 
     fn locks(&self) -> Result<Vec<LockInfo>> {

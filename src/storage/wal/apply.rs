@@ -33,7 +33,9 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 
-use redb::{AccessGuard, Database, ReadableTable, Table, WriteTransaction};
+use redb::{
+    AccessGuard, Database, ReadTransaction, ReadableTable, Table, TableError, WriteTransaction,
+};
 
 use crate::base::error::{Error, Result};
 use crate::rules::record::encode_value;
@@ -130,10 +132,7 @@ pub(crate) fn recover<S: Segments + ?Sized>(db: &Database, log: &S) -> Result<Re
     let txn = db.begin_write()?;
     let from = applied_position(&txn.open_table(META)?)?;
     if from % ALIGN != 0 {
-        return Err(Error::Corrupt(format!(
-            "the store holds its redo log up to {from}, which is not a log position (a multiple \
-             of {ALIGN})"
-        )));
+        return Err(not_a_position(from));
     }
     let scanned = scan(log, from)?;
     let applied = apply(&txn, &scanned.records, scanned.end)?;
@@ -145,6 +144,95 @@ pub(crate) fn recover<S: Segments + ?Sized>(db: &Database, log: &S) -> Result<Re
         skipped: scanned.skipped,
         holes: scanned.holes,
     })
+}
+
+fn not_a_position(from: u64) -> Error {
+    Error::Corrupt(format!(
+        "the store holds its redo log up to {from}, which is not a log position (a multiple of \
+         {ALIGN})"
+    ))
+}
+
+/// A table `txn` may not have yet (a store that never held a key or a version): `None`.
+pub(crate) fn opened<T>(table: std::result::Result<T, TableError>) -> Result<Option<T>> {
+    match table {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// What the store file does not hold yet of a log that a crash left: [`pending`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// The position the store held the log up to when it was read: what it says holds while
+    /// the store still holds the log up to there (a recovery or a checkpoint moves it on).
+    pub from: u64,
+    /// The keys the log writes above what the store holds, with what it writes.
+    pub keys: BTreeMap<Vec<u8>, Newer>,
+    /// The fence resources the log raises above the store's tokens, with their tokens.
+    pub fences: BTreeMap<String, u64>,
+}
+
+/// What the log writes to a key: the newest of its records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Newer {
+    Put {
+        value: Vec<u8>,
+        token: u64,
+    },
+    /// A stored put: its value is `blob` in `BLOBS`, there while the store holds the log up to
+    /// [`Pending::from`].
+    Stored {
+        blob: u64,
+        token: u64,
+    },
+    Deleted,
+}
+
+/// What a [`recover`] of `log` into the store would write now, read in `txn` without writing
+/// anything: for a read-only store, which cannot recover a log that a crash of every process
+/// of the store left, and reads it laid over the store file until a process that may write
+/// recovers it (`local/crashed.rs`). The same scan and the same checks as `recover`'s, so it
+/// refuses what `recover` would.
+pub(crate) fn pending<S: Segments + ?Sized>(txn: &ReadTransaction, log: &S) -> Result<Pending> {
+    // A store with a log was opened to write, which made these two tables.
+    let from = applied_position(&txn.open_table(META)?)?;
+    if from % ALIGN != 0 {
+        return Err(not_a_position(from));
+    }
+    let scanned = scan(log, from)?;
+    let batch = Batch::of(&scanned.records, from, scanned.end)?;
+    let fences = txn.open_table(FENCES)?;
+    let plan = batch.plan(
+        opened(txn.open_table(VERSIONS))?.as_ref(),
+        &fences,
+        opened(txn.open_table(BLOBS))?.as_ref(),
+    )?;
+    let keys = plan
+        .keys
+        .iter()
+        .map(|(key, newest)| {
+            let newer = match (newest.blob, newest.value) {
+                (Some(blob), _) => Newer::Stored {
+                    blob,
+                    token: newest.token,
+                },
+                (None, Some(value)) => Newer::Put {
+                    value: value.to_vec(),
+                    token: newest.token,
+                },
+                (None, None) => Newer::Deleted,
+            };
+            (key.to_vec(), newer)
+        })
+        .collect();
+    let fences = plan
+        .fences
+        .iter()
+        .map(|(resource, token)| ((*resource).to_owned(), *token))
+        .collect();
+    Ok(Pending { from, keys, fences })
 }
 
 /// The record of the highest version of one key or fence resource among those given.
@@ -268,9 +356,9 @@ impl<'r> Batch<'r> {
     /// `blobs` (there whenever the batch has one; see [`stored_value`]).
     fn plan(
         self,
-        versions: Option<&Table<'_, &'static [u8], u64>>,
-        fences: &Table<'_, &'static str, u64>,
-        blobs: Option<&Table<'_, u64, &'static [u8]>>,
+        versions: Option<&impl ReadableTable<&'static [u8], u64>>,
+        fences: &impl ReadableTable<&'static str, u64>,
+        blobs: Option<&impl ReadableTable<u64, &'static [u8]>>,
     ) -> Result<Plan<'r>> {
         let mut plan = Plan {
             from: self.from,
@@ -316,7 +404,7 @@ impl<'r> Batch<'r> {
 /// counts, so a value removed by an apply is never named again: its absence is
 /// [`Error::Corrupt`].
 fn stored_value<'t>(
-    blobs: Option<&'t Table<'_, u64, &'static [u8]>>,
+    blobs: Option<&'t impl ReadableTable<u64, &'static [u8]>>,
     blob: u64,
     newest: &Newest<'_>,
 ) -> Result<AccessGuard<'t, &'static [u8]>> {
@@ -737,6 +825,65 @@ mod tests {
             Some((4, Some(b"named by the log".to_vec())))
         );
         assert!(blobs(&db).is_empty(), "{:?}", blobs(&db));
+    }
+
+    #[test]
+    fn pending_is_what_recovery_then_writes_and_writes_nothing() {
+        let db = memory();
+        let mut log = Log::new(8192);
+        log.append(&put("held", "stored", 9, 5));
+        log.append(&fence("high", 9, 1));
+        recover(&db, &Bytes(&log.ring)).unwrap();
+        let from = log.end;
+        store_blob(&db, 1, b"large");
+        // A record older than the store's version of its key, and a fence below the store's:
+        // neither is pending, as neither is applied.
+        log.append(&put("held", "late", 8, 4));
+        log.append(&fence("high", 8, 2));
+        log.append(&put("k", "newer", 5, 2));
+        log.append(&put("k", "older", 5, 1));
+        log.append(&delete("gone", 6, 1));
+        log.append(&stored("big", 1, 4, 1));
+        log.append(&fence("r", 7, 1));
+        let before = (state(&db), blobs(&db));
+        let found = pending(&db.begin_read().unwrap(), &Bytes(&log.ring)).unwrap();
+        assert_eq!(
+            (state(&db), blobs(&db)),
+            before,
+            "a pending read writes nothing"
+        );
+        let expected = Pending {
+            from,
+            keys: [
+                (b"big".to_vec(), Newer::Stored { blob: 1, token: 4 }),
+                (b"gone".to_vec(), Newer::Deleted),
+                (
+                    b"k".to_vec(),
+                    Newer::Put {
+                        value: b"newer".to_vec(),
+                        token: 5,
+                    },
+                ),
+            ]
+            .into(),
+            fences: [("r".to_owned(), 7)].into(),
+        };
+        assert_eq!(found, expected);
+        recover(&db, &Bytes(&log.ring)).unwrap();
+        assert_eq!(value(&db, "big"), Some((4, Some(b"large".to_vec()))));
+        assert_eq!(value(&db, "gone"), Some((6, None)));
+        assert_eq!(value(&db, "k"), Some((5, Some(b"newer".to_vec()))));
+        assert_eq!(value(&db, "held"), Some((9, Some(b"stored".to_vec()))));
+        assert_eq!(
+            (fence_token(&db, "r"), fence_token(&db, "high")),
+            (Some(7), Some(9))
+        );
+        // Recovered: nothing is pending, from the log's end.
+        let found = pending(&db.begin_read().unwrap(), &Bytes(&log.ring)).unwrap();
+        assert_eq!(
+            (found.from, found.keys.len(), found.fences.len()),
+            (log.end, 0, 0)
+        );
     }
 
     #[test]
