@@ -17,16 +17,17 @@
 //!   synced yet, which no read may show. Both are asked again after the scan: a process that
 //!   turned the log on meanwhile may have written to it, and the scan is then thrown away.
 //! - **Valid while the store file holds the log up to where it did.** What a scan found is
-//!   kept with the position the store file held the log up to (`wal_applied`), and read only
-//!   while it still does: a recovery or a checkpoint moves that position on, in the commit
-//!   that moves the log's records into the file, and the next read then reads again.
-//! - **Stored values** (over 64 KiB) are read from `BLOBS` at each get, in a snapshot that
-//!   still holds the log up to the scan's position (a recovery removes them in the commit that
-//!   moves them into the key's value; the file then holds it).
+//!   kept with the position the store file held the log up to (`wal_applied`), and laid over a
+//!   snapshot of the file only when the snapshot holds the log up to there: a recovery or a
+//!   checkpoint moves that position on, in the commit that moves the log's records into the
+//!   file, and the next read then scans again. A read is one snapshot: the position, the
+//!   file's value and a stored value (over 64 KiB, in `BLOBS` until a recovery moves it into
+//!   its key's value) are read together.
 //! - **What it cannot.** A user who may not open the log's segments (they are read and
 //!   written by the store's writers alone) reads the store file alone, as before. `info` and
 //!   `verify` read the store file.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use redb::ReadTransaction;
@@ -35,6 +36,7 @@ use crate::base::error::{Error, Result};
 use crate::local::log_user::open_log;
 use crate::local::LocalEngine;
 use crate::rules::info::Fenced;
+use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::tables::{BLOBS, META, WAL_ID_KEY};
 use crate::storage::wal::apply::{applied_position, opened, pending, Newer, Pending};
 
@@ -45,22 +47,70 @@ pub(crate) struct Crashed {
     pending: Pending,
 }
 
+impl Crashed {
+    /// Whether it holds for a snapshot whose log state ([`log_state`]) is `state`: the
+    /// snapshot holds this log up to where the scan began.
+    fn holds(&self, state: Option<(u64, u64)>) -> bool {
+        state == Some((self.id, self.pending.from))
+    }
+
+    /// What it lays over a snapshot whose log state is `state`: `None` unless it holds there,
+    /// or when the log holds nothing the file lacks.
+    fn over(&self, state: Option<(u64, u64)>) -> Option<&Pending> {
+        let pending = &self.pending;
+        let empty = pending.keys.is_empty() && pending.fences.is_empty();
+        (self.holds(state) && !empty).then_some(pending)
+    }
+}
+
 impl LocalEngine {
-    /// The log a crash left, as a read of this store lays it over the store file: `None` when
-    /// there is none to read (not a read-only store, a store without a log, a log live
-    /// processes write, a user who may not open it), or the log holds nothing the file lacks.
-    fn crashed(&self) -> Result<Option<Arc<Crashed>>> {
+    /// Runs `read` on a snapshot of the store file, with what the log a crash left lays over
+    /// it (`None`: nothing), scanning that log first when the kept scan is not the snapshot's:
+    /// for a read-only store. Any other store, and one a server serves, reads through its
+    /// router instead (`routed`).
+    fn read_over_crash<T>(
+        &self,
+        read: impl Fn(&ReadTransaction, Option<&Pending>) -> Result<T>,
+        routed: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         if !self.read_only || self.router.served(self) {
-            return Ok(None);
+            return routed();
         }
-        let Some((id, from)) = self.read_within(self.bounded(None), log_state)? else {
-            return Ok(None);
-        };
-        if let Some(kept) = self.crashed.lock().as_ref() {
-            if kept.id == id && kept.pending.from == from {
-                return Ok(Some(Arc::clone(kept)).filter(|kept| !kept.is_empty()));
+        let kept = self.crashed.lock().clone();
+        let first = self.read_within(self.bounded(None), |txn| {
+            let state = log_state(txn)?;
+            let Some((id, _)) = state else {
+                return read(txn, None).map(Ok);
+            };
+            match kept.as_ref().filter(|kept| kept.holds(state)) {
+                Some(kept) => read(txn, kept.over(state)).map(Ok),
+                None => Ok(Err(id)),
             }
+        });
+        let answer = match first {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(id)) => self.scan_crashed(id).and_then(|scanned| {
+                self.read_within(self.bounded(None), |txn| {
+                    let state = log_state(txn)?;
+                    read(
+                        txn,
+                        scanned.as_deref().and_then(|scanned| scanned.over(state)),
+                    )
+                })
+            }),
+            Err(err) => Err(err),
+        };
+        self.router.make_way(self);
+        match answer {
+            // A server took the file meanwhile: it answers.
+            Err(Error::InUse) if self.router.served(self) => routed(),
+            other => other,
         }
+    }
+
+    /// Scans the log `id` that a crash left and keeps what it found; `None` (nothing kept)
+    /// while live processes may be writing the log, or when this user may not open it.
+    fn scan_crashed(&self, id: u64) -> Result<Option<Arc<Crashed>>> {
         if self.log_in_use()? {
             return Ok(None);
         }
@@ -72,12 +122,13 @@ impl LocalEngine {
             Err(err) => return Err(err),
         };
         let pending = self.read_within(self.bounded(None), |txn| pending(txn, &log))?;
+        // A process that turned the log on meanwhile may have written records not synced yet.
         if self.log_in_use()? {
             return Ok(None);
         }
         let crashed = Arc::new(Crashed { id, pending });
         *self.crashed.lock() = Some(Arc::clone(&crashed));
-        Ok(Some(crashed).filter(|crashed| !crashed.is_empty()))
+        Ok(Some(crashed))
     }
 
     /// Whether live processes may be writing the log now: see the module's note.
@@ -88,81 +139,85 @@ impl LocalEngine {
         }
     }
 
-    /// The value of `key` read from the store file (its router's), unless the log a crash
-    /// left writes it: then that write's value, or `None` for its delete.
+    /// The value of `key`: the store file's, unless the log a crash left writes it (then that
+    /// write's value, or `None` for its delete).
     pub(crate) fn value_over_crash(&self, key: &[u8]) -> Result<Option<Fenced>> {
-        if let Some(crashed) = self.crashed()? {
-            match crashed.pending.keys.get(key) {
-                None => {}
-                Some(Newer::Deleted) => return Ok(None),
-                Some(Newer::Put { value, token }) => {
-                    return Ok(Some(Fenced {
-                        value: value.clone(),
-                        token: *token,
-                    }))
-                }
+        let read = |txn: &ReadTransaction, pending: Option<&Pending>| {
+            Ok(match pending.and_then(|pending| pending.keys.get(key)) {
+                None => match Query::Value(key.to_vec()).run(txn)? {
+                    Answer::Value(value) => value,
+                    other => return Err(mismatched(&other)),
+                },
+                Some(Newer::Deleted) => None,
+                Some(Newer::Put { value, token }) => Some(Fenced {
+                    value: value.clone(),
+                    token: *token,
+                }),
                 Some(&Newer::Stored { blob, token }) => {
-                    if let Some(value) = self.stored_value(&crashed, blob)? {
-                        return Ok(Some(Fenced { value, token }));
-                    }
+                    // There in a snapshot that holds the log up to where the scan began, as
+                    // when the scan found it there.
+                    let value = opened(txn.open_table(BLOBS))?
+                        .map(|blobs| blobs.get(blob))
+                        .transpose()?
+                        .flatten()
+                        .ok_or_else(|| {
+                            Error::Corrupt(format!(
+                                "the redo log's stored put of a key names a value the store \
+                                 file does not hold (blob {blob:#x})"
+                            ))
+                        })?;
+                    Some(Fenced {
+                        value: value.value().to_vec(),
+                        token,
+                    })
                 }
-            }
-        }
-        self.router.value_of(self, key)
-    }
-
-    /// The stored value `blob` that `crashed` names, read in a snapshot that still holds the
-    /// log up to where `crashed` was read from; `None` once a recovery moved the log on (it
-    /// removed the value in the commit that made it the key's, which the file then holds).
-    fn stored_value(&self, crashed: &Crashed, blob: u64) -> Result<Option<Vec<u8>>> {
-        self.read_within(self.bounded(None), |txn| {
-            if log_state(txn)?.is_none_or(|(_, now)| now != crashed.pending.from) {
-                return Ok(None);
-            }
-            let Some(blobs) = opened(txn.open_table(BLOBS))? else {
-                return Ok(None);
-            };
-            Ok(blobs.get(blob)?.map(|value| value.value().to_vec()))
-        })
+            })
+        };
+        self.read_over_crash(read, || self.router.value_of(self, key))
     }
 
     /// The highest token the fence `resource` accepted: the store file's, or the higher one
     /// the log a crash left raises it to.
     pub(crate) fn fence_over_crash(&self, resource: &str) -> Result<Option<u64>> {
-        let crashed = self.crashed()?;
-        if let Some(&token) = crashed
-            .as_ref()
-            .and_then(|crashed| crashed.pending.fences.get(resource))
-        {
-            return Ok(Some(token));
-        }
-        self.router.fence_of(self, resource, self.bounded(None))
-    }
-
-    /// The keys under `prefix` that hold a value, `stored` (the store file's) with what the log
-    /// a crash left writes laid over them.
-    pub(crate) fn crashed_keys(&self, prefix: &[u8], stored: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
-        let Some(crashed) = self.crashed()? else {
-            return Ok(stored);
+        let read = |txn: &ReadTransaction, pending: Option<&Pending>| {
+            if let Some(&token) = pending.and_then(|pending| pending.fences.get(resource)) {
+                return Ok(Some(token));
+            }
+            match Query::Fence(resource.to_owned()).run(txn)? {
+                Answer::Fence(token) => Ok(token),
+                other => Err(mismatched(&other)),
+            }
         };
-        let mut keys: std::collections::BTreeSet<Vec<u8>> = stored.into_iter().collect();
-        for (key, newer) in &crashed.pending.keys {
-            if !key.starts_with(prefix) {
-                continue;
-            }
-            if matches!(newer, Newer::Deleted) {
-                keys.remove(key);
-            } else {
-                keys.insert(key.clone());
-            }
-        }
-        Ok(keys.into_iter().collect())
+        self.read_over_crash(read, || {
+            self.router.fence_of(self, resource, self.bounded(None))
+        })
     }
-}
 
-impl Crashed {
-    fn is_empty(&self) -> bool {
-        self.pending.keys.is_empty() && self.pending.fences.is_empty()
+    /// The keys under `prefix` that hold a value: the store file's, with what the log a crash
+    /// left writes laid over them.
+    pub(crate) fn keys_over_crash(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let read = |txn: &ReadTransaction, pending: Option<&Pending>| {
+            let stored = match Query::Keys(prefix.to_vec()).run(txn)? {
+                Answer::Keys(keys) => keys,
+                other => return Err(mismatched(&other)),
+            };
+            let Some(pending) = pending else {
+                return Ok(stored);
+            };
+            let mut keys: BTreeSet<Vec<u8>> = stored.into_iter().collect();
+            for (key, newer) in pending.keys.range(prefix.to_vec()..) {
+                if !key.starts_with(prefix) {
+                    break;
+                }
+                if matches!(newer, Newer::Deleted) {
+                    keys.remove(key);
+                } else {
+                    keys.insert(key.clone());
+                }
+            }
+            Ok(keys.into_iter().collect())
+        };
+        self.read_over_crash(read, || self.router.keys_of(self, prefix))
     }
 }
 

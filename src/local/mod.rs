@@ -777,13 +777,14 @@ impl Engine for LocalEngine {
             )));
         }
         // A writer moves the log's records into the store file first and lists the file; a
-        // read-only store cannot, and lays the log's newest records over the file's list.
+        // read-only store cannot, and lays the log's newest records (through the ring, or
+        // those a crash left: `crashed.rs`) over the file's list.
         if self.read_only {
             if let Some(user) = self.log_reader()? {
                 self.check_fork()?;
                 return user.keys(self, prefix, || self.router.keys_of(self, prefix));
             }
-            return self.crashed_keys(prefix, self.router.keys_of(self, prefix)?);
+            return self.keys_over_crash(prefix);
         }
         self.checkpointed()?;
         self.router.keys_of(self, prefix)
