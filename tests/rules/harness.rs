@@ -1,6 +1,6 @@
 //! What a rule test runs on: a [`Harness`] gives each test a store of its own on one backend
-//! (a file in multi-process mode, a file in single-process mode, a file a [`Server`] serves,
-//! an etcd prefix), and says what that backend does not have ([`Capability`]), so that one
+//! (a file in multi-process mode, the same with its fenced writes through the redo log, a file
+//! in single-process mode, a file a [`Server`] serves, an etcd prefix), and says what that backend does not have ([`Capability`]), so that one
 //! body checks the rule on every backend and accepts only the documented refusal where a
 //! backend lacks a feature. [`on_every_backend!`](crate::on_every_backend) turns each body
 //! into one test a backend.
@@ -17,6 +17,8 @@ use fencelock::{Cancel, Error, Holder, Mode, Options, ServeOptions, Server, Stor
 pub enum Backend {
     /// A file of this host, multi-process mode (the default).
     File,
+    /// The same, its fenced writes through the redo log (`Options::write_log`).
+    Logged,
     /// A file held by this process alone (`Mode::SingleProcess`).
     SingleProcess,
     /// A file served by a [`Server`] running in a thread of this process.
@@ -136,7 +138,9 @@ impl Harness {
     pub fn unopened_file(&self) -> Option<&Path> {
         let opened = self.store.lock().unwrap().is_some();
         match self.backend {
-            Backend::File | Backend::SingleProcess if !opened => Some(&self.location),
+            Backend::File | Backend::Logged | Backend::SingleProcess if !opened => {
+                Some(&self.location)
+            }
             _ => None,
         }
     }
@@ -187,8 +191,10 @@ impl Harness {
     /// The options the harness opens with on this backend, from `options`.
     fn adapted(&self, options: &Options) -> Options {
         let mut options = options.clone();
-        if self.backend == Backend::SingleProcess {
-            options.mode = Mode::SingleProcess;
+        match self.backend {
+            Backend::SingleProcess => options.mode = Mode::SingleProcess,
+            Backend::Logged => options.write_log = true,
+            _ => {}
         }
         options
     }
@@ -207,7 +213,25 @@ impl Harness {
         if self.backend == Backend::Served {
             assert_eq!(store.server(), Some(std::process::id()), "not served");
         }
+        if self.backend == Backend::Logged && !options.read_only {
+            assert!(self.log_segments() > 0, "no redo log beside the store");
+        }
         store
+    }
+
+    /// How many segments of the redo log lie beside the store file.
+    fn log_segments(&self) -> usize {
+        let mut prefix = self.location.file_name().unwrap_or_default().to_owned();
+        prefix.push(".wal.");
+        let prefix = prefix.into_encoded_bytes();
+        let names = std::fs::read_dir(self.location.parent().expect("a directory"));
+        names
+            .expect("the store's directory")
+            .filter(|entry| {
+                let name = entry.as_ref().expect("an entry").file_name();
+                name.as_encoded_bytes().starts_with(&prefix)
+            })
+            .count()
     }
 
     /// The test's store, opened at the first call (with default options).

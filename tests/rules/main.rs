@@ -1,6 +1,7 @@
 //! The rules of fencelock, each written once as a body that takes a [`harness::Harness`] and
-//! run on every backend: a file shared by processes (`file`), a file in single-process mode
-//! (`single_process`), a file a server serves (`served`), and, with the `etcd` feature, a
+//! run on every backend: a file shared by processes (`file`), the same with its fenced writes
+//! through the redo log (`logged`, `Options::write_log`; it runs `file`'s own tests too), a
+//! file in single-process mode (`single_process`), a file a server serves (`served`), and, with the `etcd` feature, a
 //! prefix on an etcd node (`etcd`). `cargo test --test rules` lists each rule once a backend:
 //! `fencing::served::every_grant_of_any_lock_gets_a_higher_token`; `-- ::etcd::` selects one
 //! backend. A few tests that concern one backend alone are listed under it only.
@@ -16,7 +17,7 @@ mod common;
 mod harness;
 
 /// Emits, for each body `fn name(&Harness)` listed first, a test `name` in each of the
-/// modules `file`, `single_process`, `served` and (with the `etcd` feature) `etcd`, each
+/// modules `file`, `logged`, `single_process`, `served` and (with the `etcd` feature) `etcd`, each
 /// running the body on a fresh harness of that backend. A body listed under a backend's name
 /// (`etcd: [name, ...]`) is a test of that backend's module only: one that concerns that
 /// backend alone, or one that must carry an attribute there (`#[ignore = "bug: ..."]`).
@@ -30,6 +31,9 @@ macro_rules! on_every_backend {
         $(etcd: [$($(#[$etcd_attr:meta])* $etcd:ident),* $(,)?])?
     ) => {
         $crate::backend_tests!(file, File, [
+            $($(#[$attr])* $body,)* $($($(#[$file_attr])* $file,)*)?
+        ]);
+        $crate::backend_tests!(logged, Logged, [
             $($(#[$attr])* $body,)* $($($(#[$file_attr])* $file,)*)?
         ]);
         $crate::backend_tests!(single_process, SingleProcess, [
