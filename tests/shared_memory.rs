@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -218,13 +218,7 @@ fn assert_each_operation_failed_on_the_cut(seen: &[String]) {
 /// This test binary, run in a mount namespace of its own with a /dev/shm of its own (an empty
 /// tmpfs), playing `role`: as a process of another container that bind-mounts the store file.
 fn spawn_in_private_shm(role: &str, db: &std::path::Path) -> std::process::Output {
-    let exe = std::env::current_exe().unwrap();
-    let script = format!(
-        "mount -t tmpfs tmpfs /dev/shm && exec {} --exact child --nocapture --test-threads=1",
-        exe.display()
-    );
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+    let out = common::in_private_shm()
         .env(ROLE, role)
         .env(DB, db)
         .stdin(Stdio::null())

@@ -97,7 +97,7 @@ fn child() {
         "walk-a" => walk_a(&path),
         "walk-b" => walk_b(&path),
         "writer" => writer(&path, arg),
-        "client" => client(&path),
+        "client" => client(&path, arg),
         "lockstep" => lockstep(&path),
         "batch" => batch(&path, arg),
         "contend" => contend(&path),
@@ -417,6 +417,21 @@ impl Client {
         Client(kid)
     }
 
+    /// A client of a read-only store, in a /dev/shm of its own (another container's, which
+    /// shares the store file but not its shared memory).
+    fn reader_in_private_shm(path: &Path) -> Client {
+        Client::reader_in(Kid::spawn_in_private_shm("client read-only", path))
+    }
+
+    fn reader_in(mut kid: Kid) -> Client {
+        assert_eq!(
+            kid.report().as_deref(),
+            Some("ready"),
+            "a private /dev/shm needs root and unshare(1)"
+        );
+        Client(kid)
+    }
+
     fn ask(&mut self, command: &str) -> String {
         writeln!(self.0.stdin, "{command}").unwrap();
         self.0.report().expect("the client answered")
@@ -444,9 +459,17 @@ impl Client {
 /// Opens the store, says `ready`, then answers each command on stdin: `get KEY` (`value TOKEN
 /// VALUE` or `none`), `put KEY TOKEN VALUE` (`ok`), `delete KEY TOKEN` (`deleted BOOL`),
 /// `fence RESOURCE TOKEN` (`ok`), `acquire NAME` (`token TOKEN`, released at once), or a
-/// refusal; `quit` closes the store and ends.
-fn client(path: &str) {
-    let store = open(path);
+/// refusal; `quit` closes the store and ends. With `arg` `read-only`, a read-only store's.
+fn client(path: &str, arg: &str) {
+    let store = if arg == "read-only" {
+        let options = Options {
+            read_only: true,
+            ..logged()
+        };
+        Store::open_with(path, &options).unwrap()
+    } else {
+        open(path)
+    };
     say("ready");
     let answered = |result: fencelock::Result<String>| result.unwrap_or_else(|err| refusal(&err));
     while let Some(line) = read_stdin_line() {
@@ -933,6 +956,42 @@ fn read_only_after_a_crash(reader: &Options, next_writer_logs: bool) {
         now,
         "after a writer recovered the log and wrote"
     );
+}
+
+/// The token in an answer `token N`.
+fn token_of(answer: &str) -> u64 {
+    let token = answer.strip_prefix("token ");
+    token
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{answer}"))
+}
+
+#[test]
+fn a_read_only_store_left_open_reads_the_writes_of_a_later_writer_killed_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    // A writes and closes: the store file holds its write, the log nothing more.
+    let mut first = Client::spawn(&path, &[]);
+    let a = token_of(&first.ask("acquire w"));
+    assert_eq!(first.ask(&format!("put k {a} v1")), "ok");
+    first.close();
+    // A reader outside the writers' shared memory (so that it reads the log itself, not
+    // through their ring), open from here on.
+    let mut reader = Client::reader_in_private_shm(&path);
+    assert_eq!(reader.get("k"), Some(fenced("v1", a)));
+    // B opens (its recovery finds nothing to move: the file's position in the log stays),
+    // writes through the log, and is killed before any checkpoint.
+    let mut second = Client::spawn(&path, &[]);
+    let b = token_of(&second.ask("acquire w"));
+    assert_eq!(second.ask(&format!("put k {b} v2")), "ok");
+    second.0.child.kill().unwrap();
+    second.0.child.wait().unwrap();
+    assert_eq!(
+        reader.get("k"),
+        Some(fenced("v2", b)),
+        "the reader kept what it read of the log before B"
+    );
+    reader.close();
 }
 
 #[test]

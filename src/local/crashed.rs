@@ -11,21 +11,28 @@
 //!
 //! - **Only a log nobody writes.** The overlay is read when this store's reads do not go
 //!   through a ring whose processes write through the log (`LocalEngine::log_reader` comes
-//!   first), and when no live process uses the log: for a store of the ring, its log is not
-//!   on; for a user who may not use the ring, no process uses the store's shared memory
-//!   (`Liveness::maps_in_use`). A log that live processes write holds records that are not
-//!   synced yet, which no read may show. Both are asked again after the scan: a process that
-//!   turned the log on meanwhile may have written to it, and the scan is then thrown away.
-//! - **Valid while the store file holds the log up to where it did.** What a scan found is
-//!   kept with the position the store file held the log up to (`wal_applied`), and laid over a
-//!   snapshot of the file only when the snapshot holds the log up to there: a recovery or a
-//!   checkpoint moves that position on, in the commit that moves the log's records into the
-//!   file, and the next read then scans again. A read is one snapshot: the position, the
-//!   file's value and a stored value (over 64 KiB, in `BLOBS` until a recovery moves it into
-//!   its key's value) are read together.
-//! - **What it cannot.** A user who may not open the log's segments (they are read and
-//!   written by the store's writers alone) reads the store file alone, as before. `info` and
-//!   `verify` read the store file.
+//!   first), and when no live process uses the store's shared memory (`Liveness::maps_in_use`:
+//!   the store file's locks, which show the processes of every ring, those of another
+//!   `/dev/shm` too), nor this store's ring's log. A log that live processes write holds
+//!   records that are not synced yet, which no read may show: while they live, a read-only
+//!   store outside their ring reads the store file alone, as before. Both are asked again
+//!   after the scan: a process that set the log up meanwhile may have written to it, and the
+//!   scan is then thrown away.
+//! - **Synced before it is shown.** The records a scan found are synced (`fdatasync` of their
+//!   segments, the directory's names too) before a read shows them, as a recovery's commit
+//!   would make them durable: those of a writer that died before its sync, which a power loss
+//!   could otherwise take back after a read showed them.
+//! - **Valid while no process set the log up since.** What a scan found is kept with the log
+//!   state of the snapshot it was read in: the file's position in the log (`wal_applied`) and
+//!   the recoveries committed (`wal_recoveries`). A process writes the log only after its ring
+//!   recovered it, which counts one more recovery, in the commit that moves the log's records
+//!   into the file (or none, when there were none), and the next read then scans again. A read
+//!   is one snapshot: the log state, the file's value and a stored value (over 64 KiB, in
+//!   `BLOBS` until a recovery moves it into its key's value) are read together.
+//! - **What it cannot.** A user who may not read the log's segments reads the store file
+//!   alone, as before (segments are opened for reading only). `info` and `verify` read the
+//!   store file. A log that a scan refuses (a damaged record) fails the read, as it would fail
+//!   the recovery.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -33,11 +40,12 @@ use std::sync::Arc;
 use redb::ReadTransaction;
 
 use crate::base::error::{Error, Result};
-use crate::local::log_user::open_log;
+use crate::local::log_user::open_log_to_read;
 use crate::local::LocalEngine;
 use crate::rules::info::Fenced;
 use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::tables::{BLOBS, META, WAL_ID_KEY};
+use crate::storage::wal::apply::recoveries;
 use crate::storage::wal::apply::{applied_position, opened, pending, Newer, Pending};
 
 /// What a scan of a crash's log found ([`Pending`]), and the log's id.
@@ -48,15 +56,24 @@ pub(crate) struct Crashed {
 }
 
 impl Crashed {
-    /// Whether it holds for a snapshot whose log state ([`log_state`]) is `state`: the
-    /// snapshot holds this log up to where the scan began.
-    fn holds(&self, state: Option<(u64, u64)>) -> bool {
-        state == Some((self.id, self.pending.from))
+    /// Whether it holds for a snapshot whose log state ([`log_state`]) is `state`: no
+    /// recovery was committed since the scan (a process writes the log only after its ring's
+    /// recovery, which leaves the file's position in the log where it was when the log held
+    /// nothing to recover), and the snapshot holds this log up to where the scan began (which
+    /// every recovery and checkpoint with records to move changes, those of a binary that
+    /// counts no recoveries among them).
+    fn holds(&self, state: Option<LogState>) -> bool {
+        state
+            == Some(LogState {
+                id: self.id,
+                applied: self.pending.from,
+                recoveries: self.pending.recoveries,
+            })
     }
 
     /// What it lays over a snapshot whose log state is `state`: `None` unless it holds there,
     /// or when the log holds nothing the file lacks.
-    fn over(&self, state: Option<(u64, u64)>) -> Option<&Pending> {
+    fn over(&self, state: Option<LogState>) -> Option<&Pending> {
         let pending = &self.pending;
         let empty = pending.keys.is_empty() && pending.fences.is_empty();
         (self.holds(state) && !empty).then_some(pending)
@@ -79,13 +96,17 @@ impl LocalEngine {
         let kept = self.crashed.lock().clone();
         let first = self.read_within(self.bounded(None), |txn| {
             let state = log_state(txn)?;
-            let Some((id, _)) = state else {
+            let Some(LogState { id, .. }) = state else {
                 return read(txn, None).map(Ok);
             };
-            match kept.as_ref().filter(|kept| kept.holds(state)) {
-                Some(kept) => read(txn, kept.over(state)).map(Ok),
-                None => Ok(Err(id)),
+            if let Some(kept) = kept.as_deref().filter(|kept| kept.holds(state)) {
+                return read(txn, kept.over(state)).map(Ok);
             }
+            if self.log_in_use()? {
+                // Live processes: the file alone (see `log_in_use`).
+                return read(txn, None).map(Ok);
+            }
+            Ok(Err(id))
         });
         let answer = match first {
             Ok(Ok(answer)) => Ok(answer),
@@ -109,34 +130,56 @@ impl LocalEngine {
     }
 
     /// Scans the log `id` that a crash left and keeps what it found; `None` (nothing kept)
-    /// while live processes may be writing the log, or when this user may not open it.
+    /// while live processes may be writing the log, or when this user may not read it.
     fn scan_crashed(&self, id: u64) -> Result<Option<Arc<Crashed>>> {
+        // What was kept no longer holds: gone whatever this finds.
+        *self.crashed.lock() = None;
         if self.log_in_use()? {
             return Ok(None);
         }
-        let log = match open_log(&self.path, id) {
-            Ok(log) => log,
+        let scanned = open_log_to_read(&self.path, id).and_then(|log| {
+            let pending = self.read_within(self.bounded(None), |txn| pending(txn, &log))?;
+            // What it shows is synced first, as a recovery's commit would make it durable:
+            // records of writers that died before their sync, which no crash may take back
+            // once a read showed them.
+            if !(pending.keys.is_empty() && pending.fences.is_empty()) {
+                log.sync(pending.from, pending.end)?;
+            }
+            Ok(pending)
+        });
+        // A process that turned the log on meanwhile may have written records not synced yet,
+        // or retired segments from under the scan: the file alone, as while it writes.
+        if self.log_in_use()? {
+            return Ok(None);
+        }
+        let pending = match scanned {
+            Ok(pending) => pending,
             Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
                 return Ok(None)
             }
             Err(err) => return Err(err),
         };
-        let pending = self.read_within(self.bounded(None), |txn| pending(txn, &log))?;
-        // A process that turned the log on meanwhile may have written records not synced yet.
-        if self.log_in_use()? {
-            return Ok(None);
-        }
         let crashed = Arc::new(Crashed { id, pending });
         *self.crashed.lock() = Some(Arc::clone(&crashed));
         Ok(Some(crashed))
     }
 
-    /// Whether live processes may be writing the log now: see the module's note.
+    /// Whether live processes may be writing the log now: any process that uses the store's
+    /// shared memory, seen in the store file's locks (so in another ring too: another
+    /// `/dev/shm`, or a ring file removed from under its processes), or this store's ring's
+    /// log turned on.
     fn log_in_use(&self) -> Result<bool> {
-        match self.router.member() {
-            Some(member) => Ok(member.ring().log_on()),
-            None => Ok(self.mode == redb::ConcurrencyMode::MultiWriter && self.live.maps_in_use()?),
+        if self.mode != redb::ConcurrencyMode::MultiWriter {
+            // A single-process store holds the file alone.
+            return Ok(false);
         }
+        if self.live.maps_in_use()? {
+            return Ok(true);
+        }
+        Ok(self
+            .router
+            .member()
+            .is_some_and(|member| member.ring().log_on()))
     }
 
     /// The value of `key`: the store file's, unless the log a crash left writes it (then that
@@ -221,14 +264,28 @@ impl LocalEngine {
     }
 }
 
-/// The store's log id and the position its file holds the log up to, in `txn`: `None` for a
-/// store that never had a log.
-fn log_state(txn: &ReadTransaction) -> Result<Option<(u64, u64)>> {
+/// What says, of a snapshot of the store file, whether a scan of its log holds there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LogState {
+    /// The log's id.
+    id: u64,
+    /// The position the file holds the log up to (`wal_applied`).
+    applied: u64,
+    /// The recoveries committed (`wal_recoveries`).
+    recoveries: u64,
+}
+
+/// The store's log state in `txn`: `None` for a store that never had a log.
+fn log_state(txn: &ReadTransaction) -> Result<Option<LogState>> {
     let Some(meta) = opened(txn.open_table(META))? else {
         return Ok(None);
     };
     let Some(id) = meta.get(WAL_ID_KEY)?.map(|id| id.value()) else {
         return Ok(None);
     };
-    Ok(Some((id, applied_position(&meta)?)))
+    Ok(Some(LogState {
+        id,
+        applied: applied_position(&meta)?,
+        recoveries: recoveries(&meta)?,
+    }))
 }

@@ -22,7 +22,7 @@
 //!   the lease of a holder's write (in the lease map), the token's grant, and the token rule.
 
 use std::cell::Cell;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ use crate::share::member::RingMember;
 use crate::storage::db::Db;
 use crate::storage::liveness::Liveness;
 use crate::storage::wal::apply::{applied_position, apply, opened, recover};
-use crate::storage::wal::file::{SegmentLog, DEFAULT_SIZE, HEADER_BLOCK};
+use crate::storage::wal::file::{ReadDisk, SegmentLog, DEFAULT_SIZE, HEADER_BLOCK};
 use crate::storage::wal::record::{Record, INLINE_MAX};
 use crate::storage::wal::scan::scan;
 
@@ -114,10 +114,24 @@ fn segment_size() -> Result<u64> {
 }
 
 /// The redo log of the store file at `path`, whose id is `id`.
-pub(crate) fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
+fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
+    Ok(SegmentLog::open(&log_base(path), id, segment_size()?)?)
+}
+
+/// [`open_log`] for reading only: a read-only store's (`crashed.rs`).
+pub(crate) fn open_log_to_read(path: &Path, id: u64) -> Result<SegmentLog<ReadDisk>> {
+    Ok(SegmentLog::open_to_read(
+        &log_base(path),
+        id,
+        segment_size()?,
+    )?)
+}
+
+/// The path the names of the segments of the store file at `path` begin with.
+fn log_base(path: &Path) -> PathBuf {
     let mut base = path.as_os_str().to_owned();
     base.push(".wal");
-    Ok(SegmentLog::open(Path::new(&base), id, segment_size()?)?)
+    PathBuf::from(base)
 }
 
 /// The id of the store's redo log (`WAL_ID_KEY`), `None` for a store that never had one.

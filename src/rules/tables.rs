@@ -43,6 +43,12 @@ pub(crate) const WAL_APPLIED_KEY: &str = "wal_applied";
 /// the first process that sets a log up. In the store file, so that it is as durable as the
 /// store and travels with a copy of it.
 pub(crate) const WAL_ID_KEY: &str = "wal_id";
+/// How many recoveries of the redo log the store has committed (`storage/wal/apply.rs`): one
+/// each time a ring, or a single-process open, set the log up anew. A process writes the log
+/// only after its ring's recovery, so a reader that scanned the log a crash left knows from
+/// this count, with `wal_applied`, that nothing was written there since (`local/crashed.rs`).
+/// Absent (0) in a store whose log was never recovered.
+pub(crate) const WAL_RECOVERIES_KEY: &str = "wal_recoveries";
 
 /// The history of each lock, keyed by lock name: one value holding its latest entries, so
 /// that recording an end is one read and one write of one key.

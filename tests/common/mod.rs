@@ -72,6 +72,20 @@ fn set_lock(file: &std::fs::File, kind: libc::c_int, start: i64, len: i64) {
 pub const ROLE: &str = "FENCELOCK_TEST_ROLE";
 pub const DB: &str = "FENCELOCK_TEST_DB";
 
+/// This test binary run as a child (set `ROLE` and `DB`), in a mount namespace of its own with
+/// a /dev/shm of its own (an empty tmpfs): as a process of another container that bind-mounts
+/// the store file. Needs root and `unshare(1)`.
+#[allow(dead_code)] // Not every test binary that includes this module uses it.
+pub fn in_private_shm() -> Command {
+    let script = format!(
+        "mount -t tmpfs tmpfs /dev/shm && exec {} --exact child --nocapture --test-threads=1",
+        std::env::current_exe().unwrap().display()
+    );
+    let mut command = Command::new("unshare");
+    command.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    command
+}
+
 /// A child process playing a role.
 pub struct Kid {
     pub child: Child,
@@ -86,11 +100,24 @@ impl Kid {
 
     /// As `spawn`, with `env` set in the child's environment too (an `LD_PRELOAD` shim, say).
     pub fn spawn_with(role: &str, db: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> Kid {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
             .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .envs(env.iter().copied());
+        Kid::start(command, role, db)
+    }
+
+    /// As `spawn`, in a mount namespace of its own with a /dev/shm of its own
+    /// ([`in_private_shm`]).
+    #[allow(dead_code)] // Not every test binary that includes this module uses it.
+    pub fn spawn_in_private_shm(role: &str, db: &std::path::Path) -> Kid {
+        Kid::start(in_private_shm(), role, db)
+    }
+
+    fn start(mut command: Command, role: &str, db: &std::path::Path) -> Kid {
+        let mut child = command
             .env(ROLE, role)
             .env(DB, db)
-            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -39,7 +39,9 @@ use redb::{
 
 use crate::base::error::{Error, Result};
 use crate::rules::record::encode_value;
-use crate::rules::tables::{BLOBS, FENCES, META, VALUES, VERSIONS, WAL_APPLIED_KEY};
+use crate::rules::tables::{
+    BLOBS, FENCES, META, VALUES, VERSIONS, WAL_APPLIED_KEY, WAL_RECOVERIES_KEY,
+};
 use crate::storage::wal::record::{Record, ALIGN};
 use crate::storage::wal::scan::scan;
 use crate::storage::wal::Segments;
@@ -70,6 +72,11 @@ pub(crate) struct Recovered {
     pub skipped: Vec<u64>,
     /// How many holes a skip covered (the scan's `holes`).
     pub holes: usize,
+}
+
+/// How many recoveries of the redo log the store committed: `wal_recoveries`, 0 when absent.
+pub(crate) fn recoveries(meta: &impl ReadableTable<&'static str, u64>) -> Result<u64> {
+    Ok(meta.get(WAL_RECOVERIES_KEY)?.map_or(0, |v| v.value()))
 }
 
 /// The position the store holds the redo log up to: `wal_applied`, 0 when absent.
@@ -136,6 +143,11 @@ pub(crate) fn recover<S: Segments + ?Sized>(db: &Database, log: &S) -> Result<Re
     }
     let scanned = scan(log, from)?;
     let applied = apply(&txn, &scanned.records, scanned.end)?;
+    {
+        let mut meta = txn.open_table(META)?;
+        let recoveries = recoveries(&meta)?;
+        drop(meta.insert(WAL_RECOVERIES_KEY, recoveries + 1)?);
+    }
     // Alone: no writer is between its value's commit and its record.
     txn.delete_table(BLOBS)?;
     txn.commit()?;
@@ -168,6 +180,11 @@ pub(crate) struct Pending {
     /// The position the store held the log up to when it was read: what it says holds while
     /// the store still holds the log up to there (a recovery or a checkpoint moves it on).
     pub from: u64,
+    /// The recoveries the store had committed then (`wal_recoveries`): with `from`, what says
+    /// that no process wrote the log since (one writes it only after its ring's recovery).
+    pub recoveries: u64,
+    /// Where the scan ended: the log's records lie in `from..end`.
+    pub end: u64,
     /// The keys the log writes above what the store holds, with what it writes.
     pub keys: BTreeMap<Vec<u8>, Newer>,
     /// The fence resources the log raises above the store's tokens, with their tokens.
@@ -197,7 +214,9 @@ pub(crate) enum Newer {
 /// refuses what `recover` would.
 pub(crate) fn pending<S: Segments + ?Sized>(txn: &ReadTransaction, log: &S) -> Result<Pending> {
     // A store with a log was opened to write, which made these two tables.
-    let from = applied_position(&txn.open_table(META)?)?;
+    let meta = txn.open_table(META)?;
+    let from = applied_position(&meta)?;
+    let recoveries = recoveries(&meta)?;
     if from % ALIGN != 0 {
         return Err(not_a_position(from));
     }
@@ -232,7 +251,13 @@ pub(crate) fn pending<S: Segments + ?Sized>(txn: &ReadTransaction, log: &S) -> R
         .iter()
         .map(|(resource, token)| ((*resource).to_owned(), *token))
         .collect();
-    Ok(Pending { from, keys, fences })
+    Ok(Pending {
+        from,
+        recoveries,
+        end: scanned.end,
+        keys,
+        fences,
+    })
 }
 
 /// The record of the highest version of one key or fence resource among those given.
@@ -854,6 +879,8 @@ mod tests {
         );
         let expected = Pending {
             from,
+            recoveries: 1,
+            end: log.end,
             keys: [
                 (b"big".to_vec(), Newer::Stored { blob: 1, token: 4 }),
                 (b"gone".to_vec(), Newer::Deleted),
@@ -881,8 +908,13 @@ mod tests {
         // Recovered: nothing is pending, from the log's end.
         let found = pending(&db.begin_read().unwrap(), &Bytes(&log.ring)).unwrap();
         assert_eq!(
-            (found.from, found.keys.len(), found.fences.len()),
-            (log.end, 0, 0)
+            (
+                found.from,
+                found.recoveries,
+                found.keys.len(),
+                found.fences.len()
+            ),
+            (log.end, 2, 0, 0)
         );
     }
 

@@ -356,6 +356,46 @@ impl LogDir for Disk {
     }
 }
 
+/// The file system, for a reader of a log it may not write (a read-only store's, on a file
+/// system that may be mounted read-only): segments opened for reading; it makes and removes
+/// none.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ReadDisk;
+
+impl LogDir for ReadDisk {
+    type File = File;
+
+    fn open(&self, path: &Path) -> io::Result<File> {
+        File::open(path)
+    }
+
+    fn create(&self, path: &Path, _header: &[u8], _len: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{}: a reader of the log makes no segment", path.display()),
+        ))
+    }
+
+    fn remove(&self, paths: &[PathBuf]) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{paths:?}: a reader of the log removes no segment"),
+        ))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        Disk.list(dir)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        match sync_dir(dir) {
+            // Nothing there changes: what it holds is as durable as it will be.
+            Err(err) if err.kind() == io::ErrorKind::ReadOnlyFilesystem => Ok(()),
+            other => other,
+        }
+    }
+}
+
 /// The error of `op` on `path`, as a function of the system's.
 fn io_err(path: PathBuf, op: &'static str) -> impl FnOnce(io::Error) -> LogError {
     move |source| LogError::Io { path, op, source }
@@ -493,6 +533,17 @@ impl SegmentLog<Disk> {
     /// of every segment there is. Creates nothing: a log with no segment is empty.
     pub(crate) fn open(base: &Path, id: u64, size: u64) -> std::result::Result<Self, LogError> {
         SegmentLog::on(Disk, base, id, size)
+    }
+}
+
+impl SegmentLog<ReadDisk> {
+    /// [`SegmentLog::open`] for reading only ([`ReadDisk`]).
+    pub(crate) fn open_to_read(
+        base: &Path,
+        id: u64,
+        size: u64,
+    ) -> std::result::Result<Self, LogError> {
+        SegmentLog::on(ReadDisk, base, id, size)
     }
 }
 
