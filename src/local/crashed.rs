@@ -45,8 +45,7 @@ use crate::local::LocalEngine;
 use crate::rules::info::Fenced;
 use crate::rules::query::{mismatched, Answer, Query};
 use crate::rules::tables::{BLOBS, META, WAL_ID_KEY};
-use crate::storage::wal::apply::recoveries;
-use crate::storage::wal::apply::{applied_position, opened, pending, Newer, Pending};
+use crate::storage::wal::apply::{applied_position, opened, pending, recoveries, Newer, Pending};
 
 /// What a scan of a crash's log found ([`Pending`]), and the log's id.
 #[derive(Debug)]
