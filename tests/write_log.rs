@@ -524,7 +524,7 @@ fn every_acknowledged_write_survives_the_kill_of_every_process() {
     let mut reader = Client::spawn(&path, &env);
     assert_writes_kept(&ledgers, |key| reader.get(key));
     let next = reader.ask("acquire after");
-    let next = next.strip_prefix("token ").unwrap().parse().unwrap();
+    let next = token_of(&next);
     assert_tokens_go_on(&ledgers, next, |key, stale| {
         reader
             .ask(&format!("put {key} {stale} stale"))
@@ -872,8 +872,7 @@ fn read_only_after_a_crash(reader: &Options, next_writer_logs: bool) {
         holder.put(b"kept", b"from-the-file").unwrap();
     }
     let mut client = Client::spawn(&path, &[]);
-    let token = |answer: String| -> u64 { answer.strip_prefix("token ").unwrap().parse().unwrap() };
-    let first = token(client.ask("acquire w"));
+    let first = token_of(&client.ask("acquire w"));
     let large = value(7, 70_000);
     for command in [
         format!("put new {first} v1"),
@@ -934,7 +933,7 @@ fn read_only_after_a_crash(reader: &Options, next_writer_logs: bool) {
     let second = if next_writer_logs {
         // It turns the log on: the reader then reads the log through the ring.
         let mut writer = Client::spawn(&path, &[]);
-        let second = token(writer.ask("acquire w"));
+        let second = token_of(&writer.ask("acquire w"));
         assert_eq!(writer.ask(&format!("put new {second} v2")), "ok");
         assert_eq!(writer.ask(&format!("put kept {second} v2")), "ok");
         writer.close();

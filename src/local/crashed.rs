@@ -73,9 +73,7 @@ impl Crashed {
     /// What it lays over a snapshot whose log state is `state`: `None` unless it holds there,
     /// or when the log holds nothing the file lacks.
     fn over(&self, state: Option<LogState>) -> Option<&Pending> {
-        let pending = &self.pending;
-        let empty = pending.keys.is_empty() && pending.fences.is_empty();
-        (self.holds(state) && !empty).then_some(pending)
+        (self.holds(state) && !self.pending.is_empty()).then_some(&self.pending)
     }
 }
 
@@ -141,7 +139,7 @@ impl LocalEngine {
             // What it shows is synced first, as a recovery's commit would make it durable:
             // records of writers that died before their sync, which no crash may take back
             // once a read showed them.
-            if !(pending.keys.is_empty() && pending.fences.is_empty()) {
+            if !pending.is_empty() {
                 log.sync(pending.from, pending.end)?;
             }
             Ok(pending)

@@ -191,6 +191,13 @@ pub(crate) struct Pending {
     pub fences: BTreeMap<String, u64>,
 }
 
+impl Pending {
+    /// Whether the log holds nothing the store file lacks.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.fences.is_empty()
+    }
+}
+
 /// What the log writes to a key: the newest of its records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Newer {
