@@ -4,11 +4,11 @@
 //! making, linking and unlinking of those, the directory's syncs, and the workload's
 //! acknowledgements, in one order. From the log, images are built of what the files may hold
 //! after a power loss at each sync (`tests/crash/images.rs`), and each image is opened and
-//! checked against what had been acknowledged by then (`tests/crash/check.rs`). See
-//! docs/torture.md, "Power-loss crash images".
+//! checked against what had been acknowledged, or shown by a read, by then
+//! (`tests/crash/check.rs`). See docs/torture.md, "Power-loss crash images".
 //!
-//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000; the write log's case
-//! checks a quarter of it), `FENCELOCK_CRASH_OPS=N` the operations per writer (default 40),
+//! `FENCELOCK_CRASH_IMAGES=N` sets the images per case (default 2000; the write log's cases
+//! check a quarter of it), `FENCELOCK_CRASH_OPS=N` the operations per writer (default 40),
 //! `FENCELOCK_CRASH_SEED=N` the seed (default: from the clock; printed on failure).
 //! `FENCELOCK_CRASH_DUMP=1` prints each recording, and `FENCELOCK_CRASH_KEEP=DIR` keeps there
 //! each image that fails. `FENCELOCK_CRASH_STRICT_XATTR=1` and `FENCELOCK_CRASH_OPEN_DEFAULT=1`
@@ -39,15 +39,17 @@ use fencelock::{Error, Holder, Mode, Options, Store};
 
 use check::{History, Violation};
 use images::{crash_points, Builder, CrashPoint, Rng};
-use recording::{Files, Op, Recording};
+use recording::{Files, Op, Recording, Shown};
 
 const ROLE: &str = "FENCELOCK_TEST_ROLE";
 
 /// Not a test of its own: the entry point of the workload's child processes.
 #[test]
 fn child() {
-    if std::env::var(ROLE).as_deref() == Ok("crash-writer") {
-        writer();
+    match std::env::var(ROLE).as_deref() {
+        Ok("crash-writer") => writer(),
+        Ok("crash-reader") => reader(),
+        _ => {}
     }
 }
 
@@ -125,7 +127,8 @@ fn writer() {
     let mut last_token = 0;
     // A writer the recorder is to kill runs until it is killed, however few writes each of
     // its operations makes: ending first would leave its kill point untested.
-    let killed = std::env::var_os("FENCELOCK_CRASH_KILL_AT").is_some();
+    let killed = std::env::var_os("FENCELOCK_CRASH_KILL_AT").is_some()
+        || std::env::var_os("FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC").is_some();
     for seq in (0..).take_while(|&seq| killed || seq < ops) {
         let id = format!("{name}.{seq}");
         let key = format!("k{}", rng.below(3));
@@ -247,6 +250,45 @@ fn writer() {
             // Begun and not acknowledged, as an operation of a killed writer is.
             Err(Error::Timeout { .. }) => {}
             Err(err) => panic!("{id} {}: {err:?}", op.render()),
+        }
+    }
+}
+
+/// The entry point of a reader: opens the store read-only, marks it open, then reads the keys
+/// and fences the writers use and marks what each read showed.
+fn reader() {
+    let var = |name: &str| std::env::var(name).unwrap();
+    let mut marks = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(var("FENCELOCK_CRASH_MARKS"))
+        .unwrap();
+    let mut mark = |line: String| marks.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let options = Options {
+        read_only: true,
+        busy_timeout: Duration::from_secs(120),
+        ..Options::default()
+    };
+    let store = Store::open_with(var("FENCELOCK_CRASH_DB"), &options).unwrap();
+    mark(format!("created {}", var("FENCELOCK_CRASH_WRITER")));
+    for key in ["k0", "k1", "k2"] {
+        let shown = match store.get(key.as_bytes()).unwrap() {
+            None => Shown::Nothing { key: key.into() },
+            Some(fenced) => Shown::Value {
+                key: key.into(),
+                id: check::writer_of(&fenced.value).unwrap_or_else(|| "?".to_owned()),
+                token: fenced.token,
+            },
+        };
+        mark(format!("shown {}", shown.render()));
+    }
+    for resource in ["f0", "f1"] {
+        if let Some(token) = store.fence_token(resource).unwrap() {
+            let shown = Shown::Fence {
+                resource: resource.into(),
+                token,
+            };
+            mark(format!("shown {}", shown.render()));
         }
     }
 }
@@ -415,10 +457,24 @@ fn write_files(path: &Path, files: &Files) {
     }
 }
 
-/// How the workload's writers run: phases one after the other, the writers of a phase at once;
-/// a writer with `Some(n)` kills itself with SIGKILL right after the store's nth write it made
-/// (mid-commit, or inside a repair).
-type Plan<'a> = &'a [&'a [Option<u64>]];
+/// How the workload's processes run: phases one after the other, the processes of a phase at
+/// once.
+type Plan<'a> = &'a [&'a [Child]];
+
+/// One process of a workload.
+#[derive(Debug, Clone, Copy)]
+enum Child {
+    /// A writer that runs its operations and closes the store.
+    Writer,
+    /// A writer that kills itself with SIGKILL right after the store file's nth write it made
+    /// (mid-commit, or inside a repair).
+    KilledAfterWrite(u64),
+    /// A writer that kills itself with SIGKILL as it enters its nth sync of a log segment,
+    /// with what it wrote there since its last sync not synced (`Options::write_log`).
+    KilledBeforeLogSync(u64),
+    /// A read-only store that reads the writers' keys and fences ([`reader`]).
+    Reader,
+}
 
 /// Runs a workload on a new store with the recorder preloaded.
 fn record(setup: Setup, plan: Plan, ops: u64, seed: u64) -> Recorded {
@@ -430,12 +486,16 @@ fn record(setup: Setup, plan: Plan, ops: u64, seed: u64) -> Recorded {
     for phase in plan {
         let children: Vec<_> = phase
             .iter()
-            .map(|kill_at| {
+            .map(|&child| {
                 n += 1;
                 let mut command = Command::new(std::env::current_exe().unwrap());
+                let role = match child {
+                    Child::Reader => "crash-reader",
+                    _ => "crash-writer",
+                };
                 command
                     .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-                    .env(ROLE, "crash-writer")
+                    .env(ROLE, role)
                     .env("LD_PRELOAD", recorder())
                     .env("FENCELOCK_CRASH_TARGET", &db)
                     .env("FENCELOCK_CRASH_MARKS", &marks)
@@ -451,23 +511,30 @@ fn record(setup: Setup, plan: Plan, ops: u64, seed: u64) -> Recorded {
                         if setup.write_log { "1" } else { "0" },
                     )
                     .env_remove("FENCELOCK_CRASH_KILL_AT")
+                    .env_remove("FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC")
                     .stdout(std::process::Stdio::null());
-                if let Some(at) = kill_at {
-                    command.env("FENCELOCK_CRASH_KILL_AT", at.to_string());
+                match child {
+                    Child::KilledAfterWrite(at) => {
+                        command.env("FENCELOCK_CRASH_KILL_AT", at.to_string());
+                    }
+                    Child::KilledBeforeLogSync(at) => {
+                        command.env("FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC", at.to_string());
+                    }
+                    Child::Writer | Child::Reader => {}
                 }
-                (*kill_at, command.spawn().unwrap())
+                (child, command.spawn().unwrap())
             })
             .collect();
-        for (kill_at, mut child) in children {
-            let status = child.wait().unwrap();
-            if kill_at.is_some() {
+        for (child, mut process) in children {
+            let status = process.wait().unwrap();
+            if let Child::KilledAfterWrite(_) | Child::KilledBeforeLogSync(_) = child {
                 assert_eq!(
                     status.signal(),
                     Some(libc::SIGKILL),
-                    "a writer to be killed after its write {kill_at:?} ended with {status}"
+                    "a writer to be killed ({child:?}) ended with {status}"
                 );
             } else {
-                assert!(status.success(), "a workload writer failed: {status}");
+                assert!(status.success(), "a workload's {child:?} failed: {status}");
             }
         }
     }
@@ -647,7 +714,7 @@ fn multi_process_one_writer() {
     run_case(
         "multi-process, one writer",
         Mode::MultiProcess,
-        &[&[None]],
+        &[&[Child::Writer]],
         1,
     );
 }
@@ -657,7 +724,7 @@ fn single_process_one_writer() {
     run_case(
         "single-process, one writer",
         Mode::SingleProcess,
-        &[&[None]],
+        &[&[Child::Writer]],
         2,
     );
 }
@@ -667,7 +734,7 @@ fn multi_process_two_writers() {
     run_case(
         "multi-process, two writers",
         Mode::MultiProcess,
-        &[&[None, None]],
+        &[&[Child::Writer, Child::Writer]],
         3,
     );
 }
@@ -681,7 +748,10 @@ fn multi_process_a_writer_killed() {
     run_case(
         &format!("multi-process, two writers, one killed after its write {kill}, then a third"),
         Mode::MultiProcess,
-        &[&[Some(kill), None], &[None]],
+        &[
+            &[Child::KilledAfterWrite(kill), Child::Writer],
+            &[Child::Writer],
+        ],
         8,
     );
 }
@@ -693,7 +763,7 @@ fn single_process_a_writer_killed() {
     run_case(
         &format!("single-process, a writer killed after its write {kill}, then another"),
         Mode::SingleProcess,
-        &[&[Some(kill)], &[None]],
+        &[&[Child::KilledAfterWrite(kill)], &[Child::Writer]],
         9,
     );
 }
@@ -765,7 +835,7 @@ fn multi_process_write_log() {
     };
     let recorded = record(
         setup,
-        &[&[None, None], &[None]],
+        &[&[Child::Writer, Child::Writer], &[Child::Writer]],
         ops_per_writer(),
         seed() ^ salt,
     );
@@ -785,6 +855,55 @@ fn multi_process_write_log() {
     ));
 }
 
+/// A writer through the log killed as it enters a sync of its log (its last write's record
+/// written, not synced, not acknowledged), then a read-only open, the first after it. The
+/// reader shows what the log holds, the unacknowledged write too, so it first syncs the records
+/// it shows (`src/local/crashed.rs`): each image cut after it read must keep what it showed.
+/// Only those images are checked (the writer's are `multi_process_write_log`'s). A kill that
+/// left nothing a read could show beyond what was acknowledged (at the segment's creation, say)
+/// proves nothing here: the next sync is tried instead, up to five.
+#[test]
+fn multi_process_write_log_read_after_a_crash() {
+    if !in_child(
+        "multi_process_write_log_read_after_a_crash",
+        &[("FENCELOCK_LOG_SEGMENT", "65536")],
+    ) {
+        return;
+    }
+    let salt = 12;
+    let setup = Setup {
+        mode: Mode::MultiProcess,
+        write_log: true,
+        pad: 0,
+    };
+    let first = 2 + Rng::new(seed() ^ salt).next_u64() % 12;
+    let (kill, recorded) = (first..first + 5)
+        .map(|kill| {
+            let plan: Plan = &[&[Child::KilledBeforeLogSync(kill)], &[Child::Reader]];
+            (kill, record(setup, plan, ops_per_writer(), seed() ^ salt))
+        })
+        .find(|(_, recorded)| recorded.history.shown_unacknowledged() > 0)
+        .unwrap_or_else(|| {
+            panic!(
+                "no kill before the log's syncs {first} to {} left a write only a read could \
+                 show (seed {})",
+                first + 4,
+                seed()
+            )
+        });
+    let read_from = recorded.history.last_created().unwrap();
+    let points: Vec<CrashPoint> = created_points(&recorded, None)
+        .into_iter()
+        .filter(|point| point.next_sync > read_from)
+        .collect();
+    let report = check_points(&recorded, &points, images_per_case() / 4, salt);
+    report.assert_clean(&format!(
+        "multi-process, write log, a writer killed before its log's sync {kill}, then a \
+         read-only open ({} writes shown that no one acknowledged)",
+        recorded.history.shown_unacknowledged()
+    ));
+}
+
 /// Images cut inside store creation: after the first open's first writes (redb's ftruncate and
 /// header, its magic, the first commits) and before `Store::open` returned. Every one must open
 /// as a store, empty or created.
@@ -792,7 +911,7 @@ fn multi_process_write_log() {
 fn creation_images() {
     let mut report = Report::default();
     for (salt, mode) in [(4, Mode::MultiProcess), (5, Mode::SingleProcess)] {
-        let recorded = record(Setup::of(mode), &[&[None]], 3, seed() ^ salt);
+        let recorded = record(Setup::of(mode), &[&[Child::Writer]], 3, seed() ^ salt);
         let points: Vec<CrashPoint> = crash_points(&recorded.recording, None)
             .into_iter()
             .filter(|point| !recorded.history.created_before(point))
@@ -861,7 +980,7 @@ const TOO_FEW_WRITES: i32 = 3;
 
 fn check_lost_syncs() {
     for (salt, mode) in [(6, Mode::MultiProcess), (7, Mode::SingleProcess)] {
-        let recorded = record(Setup::of(mode), &[&[None]], 24, seed() ^ salt);
+        let recorded = record(Setup::of(mode), &[&[Child::Writer]], 24, seed() ^ salt);
         let recording = &recorded.recording;
         let syncs_before = |at: usize| {
             recording.events[..at]

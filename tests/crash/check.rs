@@ -9,7 +9,7 @@ use std::time::Duration;
 use fencelock::{Error, Options, Store};
 
 use super::images::CrashPoint;
-use super::recording::{Event, Mark, Op, Recording};
+use super::recording::{Event, Mark, Op, Recording, Shown};
 
 /// One operation of the workload: where its begin and ack marks are in the log.
 #[derive(Debug, Clone)]
@@ -48,6 +48,8 @@ impl Recorded {
 pub struct History {
     ops: Vec<Recorded>,
     created: Vec<usize>,
+    /// What read-only reads showed, and where their marks are in the log.
+    shown: Vec<(usize, Shown)>,
 }
 
 /// Runs `f`, turning a panic out of it into a violation.
@@ -75,7 +77,7 @@ pub fn value_of(id: &str, pad: usize) -> Vec<u8> {
 
 /// The id of the operation that wrote `value` ([`value_of`]); `None` when it is not one that an
 /// operation writes.
-fn writer_of(value: &[u8]) -> Option<String> {
+pub fn writer_of(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?;
     let id = text.split('|').next()?;
     (value_of(id, value.len().saturating_sub(id.len() + 1)) == value).then(|| id.to_owned())
@@ -98,6 +100,7 @@ impl History {
         let mut ops: Vec<Recorded> = Vec::new();
         let mut index = BTreeMap::new();
         let mut created = Vec::new();
+        let mut shown = Vec::new();
         for (at, event) in recording.events.iter().enumerate() {
             match event {
                 Event::Mark(Mark::Created) => created.push(at),
@@ -115,10 +118,47 @@ impl History {
                     recorded.ack = Some(at);
                     recorded.op = op.clone();
                 }
+                Event::Mark(Mark::Shown(what)) => shown.push((at, what.clone())),
                 _ => {}
             }
         }
-        History { ops, created }
+        History {
+            ops,
+            created,
+            shown,
+        }
+    }
+
+    /// Where the last process that marked its open did so (the reader, when one ran last).
+    pub fn last_created(&self) -> Option<usize> {
+        self.created.last().copied()
+    }
+
+    /// How many reads showed a write that no acknowledgement before them accounts for: a
+    /// value whose write was not acknowledged, nothing where an acknowledged value was, a
+    /// fence above every acknowledged one. Such a read shows what only the log held, not
+    /// synced by its writer.
+    pub fn shown_unacknowledged(&self) -> usize {
+        self.shown
+            .iter()
+            .filter(|(at, what)| match what {
+                Shown::Value { id, .. } => !self
+                    .ops
+                    .iter()
+                    .any(|op| op.id == *id && op.acked_before(*at)),
+                Shown::Nothing { key } => self
+                    .ops
+                    .iter()
+                    .filter(|op| op.acked_before(*at) && op.key().is_some_and(|k| k.0 == key))
+                    .max_by_key(|op| op.begin)
+                    .is_some_and(|op| op.key().is_some_and(|k| k.1)),
+                Shown::Fence { resource, token } => !self.ops.iter().any(|op| {
+                    op.acked_before(*at)
+                        && matches!(&op.op, Op::Fence { resource: r, token: t }
+                            if r == resource && t >= token)
+                }),
+            })
+            .count()
     }
 
     /// Whether the store had been acknowledged as created before sync k+1 of `point`: if not,
@@ -135,12 +175,22 @@ impl History {
             .count()
     }
 
-    /// The highest token acknowledged (granted, or carried by a write) before `bound`.
+    /// The highest token acknowledged (granted, or carried by a write) or shown by a read
+    /// before `bound`.
     fn highest_acked(&self, bound: usize) -> u64 {
+        let shown = self
+            .shown
+            .iter()
+            .filter(|(at, _)| *at < bound)
+            .map(|(_, what)| match what {
+                Shown::Value { token, .. } | Shown::Fence { token, .. } => *token,
+                Shown::Nothing { .. } => 0,
+            });
         self.ops
             .iter()
             .filter(|op| op.acked_before(bound))
             .map(|op| op.op.token())
+            .chain(shown)
             .max()
             .unwrap_or(0)
     }
@@ -148,8 +198,9 @@ impl History {
     /// Opens the image at `path` and checks it against the marks before `point`'s next sync:
     /// the open succeeds; the counter is at or above every acknowledged token; every key holds
     /// the last acknowledged write, or one that may have committed after it; every fence is at
-    /// or above its last acknowledged token; `verify()` passes; a new grant is above every
-    /// acknowledged token, and a write with it is accepted.
+    /// or above its last acknowledged token; what a read showed is still there, unless a later
+    /// operation may have changed it; `verify()` passes; a new grant is above every
+    /// acknowledged or shown token, and a write with it is accepted.
     pub fn check(
         &self,
         path: &Path,
@@ -181,13 +232,14 @@ impl History {
             return Err(violation(
                 "counter",
                 format!(
-                    "the counter is {} but token {highest} was acknowledged",
+                    "the counter is {} but token {highest} was acknowledged or shown",
                     info.last_token
                 ),
             ));
         }
         self.check_values(store, bound)?;
         self.check_fences(store, bound)?;
+        self.check_shown(store, bound)?;
         store.verify().map_err(|e| failed("verify", e))?;
         let holder = store
             .acquire("crash-check", Duration::from_secs(3600))
@@ -196,7 +248,7 @@ impl History {
             return Err(violation(
                 "counter",
                 format!(
-                    "a new grant got token {}, not above the acknowledged {highest}",
+                    "a new grant got token {}, not above the acknowledged or shown {highest}",
                     holder.token()
                 ),
             ));
@@ -332,6 +384,53 @@ impl History {
                         "fence {resource} is at {found:?}; acknowledged up to {least:?}, attempted up to {most}"
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What each read before `bound` showed is what the image holds, unless an operation on
+    /// the key began after the read (`check_values` judges those); a fence is at least what a
+    /// read showed.
+    fn check_shown(&self, store: &Store, bound: usize) -> Result<(), Violation> {
+        for (at, what) in self.shown.iter().filter(|(at, _)| *at < bound) {
+            let changed_since = |key: &str| {
+                self.ops.iter().any(|op| {
+                    op.begin > *at && op.begin < bound && op.key().is_some_and(|k| k.0 == key)
+                })
+            };
+            let lost = |found: String| {
+                violation(
+                    "lost shown write",
+                    format!("a read showed {}; the image holds {found}", what.render()),
+                )
+            };
+            match what {
+                Shown::Value { key, .. } | Shown::Nothing { key } if !changed_since(key) => {
+                    let found = store
+                        .get(key.as_bytes())
+                        .map_err(|e| violation("operation error", format!("get {key}: {e:?}")))?;
+                    let held = match &found {
+                        None => Shown::Nothing { key: key.clone() },
+                        Some(fenced) => Shown::Value {
+                            key: key.clone(),
+                            id: writer_of(&fenced.value).unwrap_or_else(|| "?".to_owned()),
+                            token: fenced.token,
+                        },
+                    };
+                    if held != *what {
+                        return Err(lost(held.render()));
+                    }
+                }
+                Shown::Fence { resource, token } => {
+                    let found = store
+                        .fence_token(resource)
+                        .map_err(|e| violation("operation error", format!("fence_token: {e:?}")))?;
+                    if found.is_none_or(|found| found < *token) {
+                        return Err(lost(format!("fence {resource} at {found:?}")));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(())

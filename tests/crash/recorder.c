@@ -7,6 +7,9 @@
  *   FENCELOCK_CRASH_LOG     the log this recorder appends to
  *   FENCELOCK_CRASH_KILL_AT optional: after logging the store's Nth write, the process kills
  *                           itself with SIGKILL (a writer killed mid-commit, its log complete)
+ *   FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC optional: as the process enters its Nth fsync or
+ *                           fdatasync of a log file, it kills itself with SIGKILL before the
+ *                           call (a writer killed with its records written and not synced)
  *
  * A descriptor is the store's, a log file's (a path that starts with TARGET.wal.: a segment, or
  * one under its temporary name while it is made), the directory's (the store's directory) or the
@@ -77,6 +80,8 @@ static pid_t log_pid;
 static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long kill_at;      /* 0: never */
 static unsigned long store_writes; /* under the log lock */
+static unsigned long kill_before_log_sync; /* 0: never */
+static unsigned long log_syncs;            /* under the log lock */
 
 static int (*real_open)(const char *, int, ...);
 static int (*real_open64)(const char *, int, ...);
@@ -162,6 +167,8 @@ __attribute__((constructor)) static void recorder_init(void) {
     }
     const char *k = getenv("FENCELOCK_CRASH_KILL_AT");
     kill_at = k ? strtoul(k, NULL, 10) : 0;
+    const char *ks = getenv("FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC");
+    kill_before_log_sync = ks ? strtoul(ks, NULL, 10) : 0;
     resolved = 1;
 }
 
@@ -649,14 +656,27 @@ static int dir_sync(int fd, int (*call)(int)) {
     return rc;
 }
 
+/* FENCELOCK_CRASH_KILL_BEFORE_LOG_SYNC: dies, unrecorded, at the entry of its Nth sync of a log
+ * file, so that what it wrote there since the last sync is in the page cache only. */
+static void die_before_log_sync(int fd) {
+    if (kill_before_log_sync == 0 || kind_of(fd) != FD_LOG || !active())
+        return;
+    lock_log();
+    if (++log_syncs == kill_before_log_sync)
+        kill(getpid(), SIGKILL);
+    unlock_log();
+}
+
 int fsync(int fd) {
     if (kind_of(fd) == FD_DIR && active())
         return dir_sync(fd, real_fsync);
+    die_before_log_sync(fd);
     LOGGED_CALL(real_fsync(fd), append_plain(REC_SYNC, file, 1, 0))
 }
 int fdatasync(int fd) {
     if (kind_of(fd) == FD_DIR && active())
         return dir_sync(fd, real_fdatasync);
+    die_before_log_sync(fd);
     LOGGED_CALL(real_fdatasync(fd), append_plain(REC_SYNC, file, 0, 0))
 }
 int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags) {

@@ -43,6 +43,47 @@ pub enum Mark {
     Begin { id: String, op: Op },
     /// The operation returned successfully; for a grant, with its token.
     Ack { id: String, op: Op },
+    /// A read-only store's read returned this: a read shows nothing a crash could take back.
+    Shown(Shown),
+}
+
+/// What a read showed, in a `shown` mark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// `get(key)` returned the value that operation `id` wrote, with `token`.
+    Value { key: String, id: String, token: u64 },
+    /// `get(key)` returned nothing.
+    Nothing { key: String },
+    /// `fence_token(resource)` returned `token`.
+    Fence { resource: String, token: u64 },
+}
+
+impl Shown {
+    /// The mark's text after `shown `.
+    pub fn render(&self) -> String {
+        match self {
+            Shown::Value { key, id, token } => format!("value {key} {id} {token}"),
+            Shown::Nothing { key } => format!("nothing {key}"),
+            Shown::Fence { resource, token } => format!("fence {resource} {token}"),
+        }
+    }
+
+    fn parse(words: &[&str]) -> Shown {
+        let token = |s: &str| s.parse::<u64>().expect("token in a mark");
+        match words {
+            ["value", key, id, t] => Shown::Value {
+                key: (*key).into(),
+                id: (*id).into(),
+                token: token(t),
+            },
+            ["nothing", key] => Shown::Nothing { key: (*key).into() },
+            ["fence", resource, t] => Shown::Fence {
+                resource: (*resource).into(),
+                token: token(t),
+            },
+            other => panic!("unknown shown mark {other:?}"),
+        }
+    }
 }
 
 /// An operation of the workload. `token` is 0 in a begin mark of a grant (not known yet).
@@ -446,6 +487,7 @@ fn parse_mark(line: &str) -> Mark {
             id: (*id).into(),
             op: Op::parse(rest),
         },
+        ["shown", rest @ ..] => Mark::Shown(Shown::parse(rest)),
         _ => panic!("unknown mark line {line:?}"),
     }
 }
