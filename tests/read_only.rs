@@ -662,3 +662,110 @@ fn the_readme_tells_readers_that_they_cannot_read_a_served_store() {
         "the README's promise to readers: {readers}"
     );
 }
+
+/// The writer of the next tests: opens the store (through the redo log when
+/// `FENCELOCK_TEST_WRITE_LOG` is set), writes `k` with a holder's token, and is killed
+/// (SIGKILL) with the store open.
+#[test]
+fn killed_writer_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_KILLED_WRITER") else {
+        return;
+    };
+    let options = Options {
+        write_log: std::env::var_os("FENCELOCK_TEST_WRITE_LOG").is_some(),
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"acknowledged").unwrap();
+    // SAFETY: getpid and kill have no preconditions.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("killed");
+}
+
+/// The reader of the next tests, a user who may read the store but not write it: told what it
+/// waits for while the file needs the repair a writer's death left, and reads the write once
+/// a writer opened the store (`FENCELOCK_TEST_REPAIRED` set).
+#[test]
+fn reader_after_a_crash_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_READER_AFTER_A_CRASH") else {
+        return;
+    };
+    let opened = Store::open_with(&path, &read_only());
+    if std::env::var_os("FENCELOCK_TEST_REPAIRED").is_some() {
+        let value = opened
+            .unwrap()
+            .get(b"k")
+            .unwrap()
+            .map(|fenced| fenced.value);
+        assert_eq!(value.as_deref(), Some(&b"acknowledged"[..]));
+    } else {
+        assert!(
+            cannot(
+                &opened,
+                "needs the repair that follows the death of a process that had it open to write"
+            ),
+            "{opened:?}"
+        );
+    }
+}
+
+/// A writer killed with the store open (not inside a write) leaves the file needing redb's
+/// repair, which only an open that may write makes: a reader who may not write is refused,
+/// with a typed error that says so, changing nothing, until a writer opens the store; then it
+/// reads the acknowledged write (which, through the log, that open recovered into the file).
+fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(write_log: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    // Its owner lets others read it (README); the log's segments take its mode.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut writer = std::process::Command::new(std::env::current_exe().unwrap());
+    writer
+        .args(["--exact", "killed_writer_child", "--nocapture"])
+        .env("FENCELOCK_TEST_KILLED_WRITER", &path);
+    if write_log {
+        writer.env("FENCELOCK_TEST_WRITE_LOG", "1");
+    }
+    let status = writer.status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer: {status}");
+    let segments = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|entry| {
+                let name = entry.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("locks.db.wal.")
+            })
+            .count()
+    };
+    assert_eq!(
+        segments() > 0,
+        write_log,
+        "the log's segments beside the store"
+    );
+    let before = std::fs::read(&path).unwrap();
+    let reader = [("FENCELOCK_TEST_READER_AFTER_A_CRASH", path.as_path())];
+    assert_success(&as_reader("reader_after_a_crash_child", &reader));
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the refused reader changed the store file"
+    );
+    drop(Store::open(&path).unwrap());
+    let repaired = [
+        reader[0],
+        ("FENCELOCK_TEST_REPAIRED", std::path::Path::new("1")),
+    ];
+    assert_success(&as_reader("reader_after_a_crash_child", &repaired));
+}
+
+#[test]
+fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_writers_crash() {
+    a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(false);
+}
+
+#[test]
+fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_log_writers_crash() {
+    a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(true);
+}

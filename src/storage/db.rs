@@ -96,16 +96,18 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
         let db = match builder.open_read_only(path) {
             // A crash left the file needing the repair that only a writable open performs (no
             // live writer would do it): it is repaired, and the read-only open tried again.
+            // redb marks the file for it while any process has it open to write, not only
+            // inside a commit: any such process that dies leaves it.
             Err(redb::DatabaseError::RepairAborted) => {
                 match open_database(&builder, path, true, false) {
                     Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
                         return Err(Error::Io(std::io::Error::new(
                             err.kind(),
                             format!(
-                                "{} needs the repair that follows the death of a process inside \
-                                 a write (a server killed, say), which only an open that may \
-                                 write the store makes: this user may only read it, and can \
-                                 once a user who may write it has opened it",
+                                "{} needs the repair that follows the death of a process that \
+                                 had it open to write (one killed, say), which only an open \
+                                 that may write the store makes: this user may only read it, \
+                                 and can once a user who may write it has opened it",
                                 path.display()
                             ),
                         )))
