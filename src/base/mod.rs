@@ -1,7 +1,7 @@
 //! Layer 0, the base: what every other layer uses and that knows nothing of locks. The one
 //! error type and its status codes, the host's clock and process identity, thread tags,
 //! cancellation of waits, the argument limits and their checks, the catching of a dependency's
-//! panics, and random numbers from the kernel.
+//! panics, the owner of the files made beside a store, and random numbers from the kernel.
 //!
 //! Imports nothing of the crate outside this folder.
 
@@ -9,6 +9,7 @@ pub(crate) mod cancel;
 pub(crate) mod clock;
 pub(crate) mod error;
 pub(crate) mod limits;
+pub(crate) mod owner;
 pub(crate) mod quiet;
 pub(crate) mod thread;
 

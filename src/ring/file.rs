@@ -187,17 +187,7 @@ fn create(path: &Path, store: &std::fs::Metadata, mode: u32) -> io::Result<Optio
         }
         Err(err) => return Err(err),
     };
-    let mut mode = mode;
-    let group = Some(store.gid());
-    if rustix::process::geteuid().is_root() {
-        std::os::unix::fs::fchown(&file, Some(store.uid()), group)?;
-    } else if file.metadata()?.gid() != store.gid()
-        && std::os::unix::fs::fchown(&file, None, group).is_err()
-    {
-        mode &= !0o070;
-    }
-    // The umask narrowed the mode it was made with.
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    crate::base::owner::take_the_stores(&file, store, mode)?;
     if named {
         return Ok(Some(file));
     }
