@@ -168,6 +168,15 @@ fn as_reader(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Outp
 /// This test binary's `test`, with `env` set, to run as the user nobody (group nogroup, no
 /// other groups) when this one is root.
 fn as_nobody(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Command {
+    as_nobody_in(test, env, &[])
+}
+
+/// [`as_nobody`], with the other groups `groups`.
+fn as_nobody_in(
+    test: &str,
+    env: &[(&str, &std::path::Path)],
+    groups: &'static [libc::gid_t],
+) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap());
     child.args(["--exact", test, "--nocapture"]);
@@ -179,7 +188,7 @@ fn as_nobody(test: &str, env: &[(&str, &std::path::Path)]) -> std::process::Comm
         // SAFETY: setgroups, setgid and setuid are async-signal-safe, as pre_exec requires.
         unsafe {
             child.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(65534) != 0
                     || libc::setuid(65534) != 0
                 {
@@ -768,4 +777,77 @@ fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_writers_crash
 #[test]
 fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_log_writers_crash() {
     a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(true);
+}
+
+/// The child's half of the next test: a user of the store's group, whose own group is another,
+/// writes through the redo log of a closed store, making its segments.
+#[test]
+fn log_writer_of_the_stores_group_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_GROUP_LOG_WRITER") else {
+        return;
+    };
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"through the log").unwrap();
+    holder.release().unwrap();
+}
+
+/// The redo log's segments hold the store's values: one that a member of the store's group
+/// makes gets the store's group and mode, as its ring does, not its maker's own group (whose
+/// members may not read the store).
+#[test]
+fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    /// A group that is no user's own: the store's, and one of the child's other groups.
+    const GROUP: libc::gid_t = 4242;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to give the store to a group the child is in");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The store's group may make files beside it, as the log does.
+    std::os::unix::fs::chown(dir.path(), None, Some(GROUP)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let out = as_nobody_in(
+        "log_writer_of_the_stores_group_child",
+        &[("FENCELOCK_TEST_GROUP_LOG_WRITER", &path)],
+        &[GROUP],
+    )
+    .output()
+    .unwrap();
+    assert_success(&out);
+    let segments: Vec<(String, u32, u32, u32)> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap())
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("locks.db.wal.")
+        })
+        .map(|entry| {
+            let meta = entry.metadata().unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, meta.uid(), meta.gid(), meta.mode() & 0o777)
+        })
+        .collect();
+    assert!(!segments.is_empty(), "the child wrote through no log");
+    for (name, uid, gid, mode) in &segments {
+        assert_eq!(
+            (*uid, *gid, *mode),
+            (65534, GROUP, 0o660),
+            "segment {name}: its maker's, with the store's group and mode"
+        );
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
 }

@@ -38,7 +38,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -305,13 +305,10 @@ impl LogDir for Disk {
                 .mode(0o600)
                 .open(&temporary)?;
             // Readable and writable by those who may read and write the store, and no one
-            // else: the store file's mode and owner (a log holds its values); the owner's
-            // alone without a store file (the log's own tests).
+            // else: the store file's mode, owner and group (a log holds its values); the
+            // owner's alone without a store file (the log's own tests).
             if let Some(store) = store_of(path)? {
-                file.set_permissions(fs::Permissions::from_mode(store.mode() & 0o777))?;
-                if rustix::process::geteuid().is_root() {
-                    std::os::unix::fs::fchown(&file, Some(store.uid()), Some(store.gid()))?;
-                }
+                crate::base::owner::take_the_stores(&file, &store, store.mode() & 0o777)?;
             }
             // Real zeros, not a hole or fallocate's unwritten extents: the first write to
             // either changes the file's block map, and its sync would then be a metadata sync.
