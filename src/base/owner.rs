@@ -5,6 +5,7 @@
 use std::fs::{File, Metadata};
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 
 /// Gives `file`, just made by this process, the store's owner and group (root may give both; a
 /// member of the store's group gives it the group) and `mode`, less the group's bits when the
@@ -22,4 +23,41 @@ pub(crate) fn take_the_stores(file: &File, store: &Metadata, mode: u32) -> io::R
     }
     // The umask narrowed the mode it was made with.
     file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+/// Whether a file with metadata `found`, beside the store `store` (its ring, a segment of its
+/// log), was made by a user who may write the store, so that only such users can open or
+/// change it: its owner is the store's owner, root, or (where the store lets its group write)
+/// any user, if the file has the store's group, which only a member of the group (or root) can
+/// give a file in `/dev/shm` or in a directory without the set-group-id bit; or the store lets
+/// every user write. A user who may only read the store, or not even that, cannot make one.
+pub(crate) fn made_by_a_writer(found: &Metadata, store: &Metadata) -> bool {
+    found.uid() == store.uid()
+        || found.uid() == 0
+        || store.mode() & 0o002 != 0
+        || (found.gid() == store.gid() && store.mode() & 0o020 != 0)
+}
+
+/// The refusal of a file at `path` (metadata `found`) beside the store `store` that a user who
+/// may not write the store put there: it is never used, and stays until its owner or root
+/// removes it.
+pub(crate) fn planted(path: &Path, found: &Metadata, store: &Metadata) -> io::Error {
+    let what = if found.file_type().is_symlink() {
+        format!("is a symbolic link of user {}", found.uid())
+    } else {
+        format!(
+            "belongs to user {} and group {}, who may not write the store (its owner {}, \
+             group {}, mode {:o})",
+            found.uid(),
+            found.gid(),
+            store.uid(),
+            store.gid(),
+            store.mode() & 0o7777
+        )
+    };
+    io::Error::other(format!(
+        "{} {what}: another user put it there while the store was closed, and it is never \
+         used; remove it as root",
+        path.display()
+    ))
 }

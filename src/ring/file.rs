@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use rustix::fs::FlockOperation as Flock;
 
+use crate::base::owner;
+
 use super::layout::{MAGIC, RING_SIZE, SLOTS};
 use super::sync::Ordering;
 use super::{guard, view, Ring, Stamp};
@@ -128,20 +130,8 @@ fn refused(why: &str) -> io::Error {
     io::Error::other(why.to_owned())
 }
 
-/// Whether a ring file with metadata `ring` was set up by a user who may write the store
-/// (`store`), so that only such users can open or change it: its owner is the store's owner,
-/// root, or (where the store lets its group write) any user, if the ring has the store's group,
-/// which only a member of the group (or root) can give a file in `/dev/shm`; or the store lets
-/// every user write. A user who may only read the store, or not even that, cannot make one.
-fn set_up_by_a_writer(ring: &std::fs::Metadata, store: &std::fs::Metadata) -> bool {
-    ring.uid() == store.uid()
-        || ring.uid() == 0
-        || store.mode() & 0o002 != 0
-        || (ring.gid() == store.gid() && store.mode() & 0o020 != 0)
-}
-
 /// Whether this process may set up the ring of the store `store`: it may write the store, and
-/// the ring it sets up passes [`set_up_by_a_writer`] (it is root, the store's owner, a member
+/// the ring it sets up passes [`owner::made_by_a_writer`] (it is root, the store's owner, a member
 /// of a group that may write it, or any user of a store that every user may write).
 fn may_set_up(store: &std::fs::Metadata) -> io::Result<bool> {
     let uid = rustix::process::geteuid().as_raw();
@@ -187,7 +177,7 @@ fn create(path: &Path, store: &std::fs::Metadata, mode: u32) -> io::Result<Optio
         }
         Err(err) => return Err(err),
     };
-    crate::base::owner::take_the_stores(&file, store, mode)?;
+    owner::take_the_stores(&file, store, mode)?;
     if named {
         return Ok(Some(file));
     }
@@ -200,36 +190,13 @@ fn create(path: &Path, store: &std::fs::Metadata, mode: u32) -> io::Result<Optio
     }
 }
 
-/// The refusal of a ring file at `path` (metadata `found`) that a user who may not write the
-/// store put there: it is never used, and stays until its owner or root removes it.
-fn planted(path: &Path, found: &std::fs::Metadata, store: &std::fs::Metadata) -> io::Error {
-    let what = if found.file_type().is_symlink() {
-        format!("is a symbolic link of user {}", found.uid())
-    } else {
-        format!(
-            "belongs to user {} and group {}, who may not write the store (its owner {}, \
-             group {}, mode {:o})",
-            found.uid(),
-            found.gid(),
-            store.uid(),
-            store.gid(),
-            store.mode() & 0o7777
-        )
-    };
-    refused(&format!(
-        "{} {what}: another user put it there while the store was closed, and it is never \
-         used; remove it as root",
-        path.display()
-    ))
-}
-
 /// Why the ring file at `path` could not be opened (`err`): a symbolic link (refused with
 /// `ELOOP`, or `EACCES` where the kernel protects symbolic links in sticky directories) or a
 /// file that a user who may not write the store put there are named with their owner.
 fn not_opened(path: &Path, store: &std::fs::Metadata, err: &io::Error) -> io::Error {
     match std::fs::symlink_metadata(path) {
-        Ok(found) if found.file_type().is_symlink() || !set_up_by_a_writer(&found, store) => {
-            planted(path, &found, store)
+        Ok(found) if found.file_type().is_symlink() || !owner::made_by_a_writer(&found, store) => {
+            owner::planted(path, &found, store)
         }
         _ => io::Error::new(err.kind(), format!("{}: {err}", path.display())),
     }
@@ -303,9 +270,9 @@ impl Ring {
             ));
         };
         let meta = file.metadata()?;
-        if !set_up_by_a_writer(&meta, store) {
+        if !owner::made_by_a_writer(&meta, store) {
             // Anyone may create files in /dev/shm, and only its owner or root may remove one.
-            return Err(planted(path, &meta, store));
+            return Err(owner::planted(path, &meta, store));
         }
         // The group's permissions are for the store's group: a new ring has it, if its maker
         // could give it.
