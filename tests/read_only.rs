@@ -851,3 +851,54 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
 }
+
+/// A file at the name of a segment of the redo log that a user who may not write the store put
+/// there (anyone may make files in a shared directory such as `/tmp`, and a user who may read
+/// the store may copy a segment's bytes, header and all) is never written nor read: the open or
+/// write that reaches it fails, naming it and its owner, and it stays as it was.
+#[test]
+fn a_log_segment_planted_by_a_user_who_may_not_write_the_store_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to plant a file as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Shared, as /tmp is: anyone may make files in it, and remove only their own.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    {
+        let store = Store::open_with(&path, &options).unwrap();
+        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+        holder.put(b"k", b"v1").unwrap();
+    }
+    // The segment the closed store kept, made again by the user nobody with its bytes.
+    let segment = dir.path().join("locks.db.wal.0000000000000000");
+    let bytes = std::fs::read(&segment).unwrap();
+    std::fs::remove_file(&segment).unwrap();
+    std::fs::write(&segment, &bytes).unwrap();
+    std::os::unix::fs::chown(&segment, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&segment, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let written = Store::open_with(&path, &options).and_then(|store| {
+        let holder = store.acquire("job", Duration::from_secs(60))?;
+        holder.put(b"k", b"v2")
+    });
+    let message = written.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(
+        message.contains(&segment.display().to_string())
+            && message.contains("belongs to user 65534"),
+        "{message}"
+    );
+    let read = Store::open_with(&path, &read_only()).and_then(|store| store.get(b"k"));
+    let message = read.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(message.contains("belongs to user 65534"), "{message}");
+    assert!(
+        std::fs::read(&segment).unwrap() == bytes,
+        "the planted segment was written"
+    );
+}

@@ -56,8 +56,7 @@ pub(crate) fn planted(path: &Path, found: &Metadata, store: &Metadata) -> io::Er
         )
     };
     io::Error::other(format!(
-        "{} {what}: another user put it there while the store was closed, and it is never \
-         used; remove it as root",
+        "{} {what}: another user put it there, and it is never used; remove it as root",
         path.display()
     ))
 }

@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::base::error::{Error, Result};
+use crate::base::owner;
 use crate::storage::wal::crc;
 use crate::storage::wal::record::{self, Frame, Record, ALIGN, HEADER, MIN_RECORD};
 use crate::storage::wal::Segments;
@@ -280,6 +281,38 @@ fn store_of(segment: &Path) -> io::Result<Option<fs::Metadata>> {
     }
 }
 
+/// Opens the segment at `path`, for writing too with `write`: never through a symbolic link,
+/// and only a file that a user who may write the store made ([`owner::made_by_a_writer`]).
+/// Anyone may make files in a shared directory such as `/tmp`, and a user who may read the
+/// store may copy a segment's bytes: a segment planted by such a user would let it forge
+/// records, or read the values written into it.
+fn open_segment(path: &Path, write: bool) -> io::Result<File> {
+    let opened = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path);
+    let store = store_of(path)?;
+    let file = match (opened, &store) {
+        (Ok(file), _) => file,
+        // ELOOP, or EACCES where the kernel protects symbolic links in sticky directories.
+        (Err(err), Some(store)) => {
+            return Err(match fs::symlink_metadata(path) {
+                Ok(found) if found.file_type().is_symlink() => owner::planted(path, &found, store),
+                _ => err,
+            })
+        }
+        (Err(err), None) => return Err(err),
+    };
+    if let Some(store) = &store {
+        let found = file.metadata()?;
+        if !owner::made_by_a_writer(&found, store) {
+            return Err(owner::planted(path, &found, store));
+        }
+    }
+    Ok(file)
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -288,7 +321,7 @@ impl LogDir for Disk {
     type File = File;
 
     fn open(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new().read(true).write(true).open(path)
+        open_segment(path, true)
     }
 
     fn create(&self, path: &Path, header: &[u8], len: u64) -> io::Result<()> {
@@ -308,7 +341,7 @@ impl LogDir for Disk {
             // else: the store file's mode, owner and group (a log holds its values); the
             // owner's alone without a store file (the log's own tests).
             if let Some(store) = store_of(path)? {
-                crate::base::owner::take_the_stores(&file, &store, store.mode() & 0o777)?;
+                owner::take_the_stores(&file, &store, store.mode() & 0o777)?;
             }
             // Real zeros, not a hole or fallocate's unwritten extents: the first write to
             // either changes the file's block map, and its sync would then be a metadata sync.
@@ -363,7 +396,7 @@ impl LogDir for ReadDisk {
     type File = File;
 
     fn open(&self, path: &Path) -> io::Result<File> {
-        File::open(path)
+        open_segment(path, false)
     }
 
     fn create(&self, path: &Path, _header: &[u8], _len: u64) -> io::Result<()> {
