@@ -779,11 +779,11 @@ fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_log_writers_c
     a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(true);
 }
 
-/// The child's half of the next test: a user of the store's group, whose own group is another,
-/// writes through the redo log of a closed store, making its segments.
+/// The child's half of the next tests: a user writes through the redo log of a closed store,
+/// making its segments.
 #[test]
-fn log_writer_of_the_stores_group_child() {
-    let Some(path) = std::env::var_os("FENCELOCK_TEST_GROUP_LOG_WRITER") else {
+fn log_writer_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_LOG_WRITER") else {
         return;
     };
     let options = Options {
@@ -818,8 +818,8 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
     let out = as_nobody_in(
-        "log_writer_of_the_stores_group_child",
-        &[("FENCELOCK_TEST_GROUP_LOG_WRITER", &path)],
+        "log_writer_child",
+        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
         &[GROUP],
     )
     .output()
@@ -901,4 +901,34 @@ fn a_log_segment_planted_by_a_user_who_may_not_write_the_store_is_refused_naming
         std::fs::read(&segment).unwrap() == bytes,
         "the planted segment was written"
     );
+}
+
+/// A file at the temporary name of a segment's creation that a process of another user left
+/// (killed while it made a segment) or planted, in a shared directory such as `/tmp` where
+/// this user may not remove it, never keeps the store from opening: the process that sets the
+/// log up removes the leftovers it may remove, and no segment is ever made under such a name.
+#[test]
+fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_opening() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to be another user than the store's");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    let leftover = dir
+        .path()
+        .join("locks.db.wal.0000000000000000.creating-1-0");
+    std::fs::write(&leftover, b"").unwrap();
+    assert_success(&as_reader(
+        "log_writer_child",
+        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
+    ));
+    assert_success(&as_reader(
+        "log_writer_child",
+        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
+    ));
+    assert!(leftover.exists(), "nobody removed root's file");
 }

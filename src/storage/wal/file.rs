@@ -722,7 +722,9 @@ impl<D: LogDir> SegmentLog<D> {
 
     /// Removes the temporary files of segment creations that a killed process left (`Disk`'s
     /// `.creating-` names): for the process that sets the log up, when no other process can be
-    /// creating one.
+    /// creating one. One this user may not remove (another user's, in a sticky directory such
+    /// as `/tmp`) stays: no segment is made or opened under such a name, and it must not keep
+    /// the store from opening.
     pub(crate) fn remove_leftovers(&self) -> Result<()> {
         let dir = parent(&self.base);
         let names = self.dir.list(dir).map_err(io_err(dir.to_owned(), "list"))?;
@@ -737,9 +739,13 @@ impl<D: LogDir> SegmentLog<D> {
             })
             .map(|name| dir.join(name))
             .collect();
-        self.dir
-            .remove(&leftovers)
-            .map_err(|e| Error::Io(e).at_path("remove", dir))
+        for leftover in &leftovers {
+            match self.dir.remove(std::slice::from_ref(leftover)) {
+                Err(err) if err.kind() == io::ErrorKind::PermissionDenied => {}
+                other => other.map_err(|e| Error::Io(e).at_path("remove", leftover))?,
+            }
+        }
+        Ok(())
     }
 
     /// Whether segment `seq` was retired: gone, with a newer one there (segments are made in
