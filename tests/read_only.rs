@@ -932,3 +932,47 @@ fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_
     ));
     assert!(leftover.exists(), "nobody removed root's file");
 }
+
+/// A file that another user made at a later segment's name of the redo log (anyone may make
+/// files in a shared directory such as `/tmp`, and a segment's name is the store's, `.wal.` and
+/// a number) is never taken for a segment: the open that finds it fails, naming it and its
+/// owner, rather than taking the segments between for lost; once root removed it, every
+/// acknowledged write is there.
+#[test]
+fn a_later_log_segment_name_planted_by_another_user_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to plant a file as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"v1").unwrap();
+    let planted = dir.path().join("locks.db.wal.00000000000000ff");
+    std::fs::write(&planted, b"").unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    holder.put(b"k", b"v2").unwrap();
+    drop(holder);
+    drop(store);
+    let reopened = Store::open_with(&path, &options);
+    let message = reopened
+        .err()
+        .map(|err| err.to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&planted.display().to_string())
+            && message.contains("belongs to user 65534"),
+        "{message}"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    let store = Store::open_with(&path, &options).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v2");
+}

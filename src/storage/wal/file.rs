@@ -694,11 +694,14 @@ impl<D: LogDir> SegmentLog<D> {
                 return Ok(file);
             }
             let newest = self.seqs()?.last().copied();
-            if newest.is_some_and(|newest| newest >= seq) {
+            if let Some(newest) = newest.filter(|&newest| newest >= seq) {
                 // Created by another process meanwhile, or retired.
                 if let Some(file) = self.segment(seq)? {
                     return Ok(file);
                 }
+                // Retired, if the newer name is a segment: one that a user who may not write
+                // the store made is refused as it is opened, naming it.
+                self.segment(newest)?;
                 return Err(LogError::Retired {
                     path: self.path(seq),
                 });
@@ -754,7 +757,16 @@ impl<D: LogDir> SegmentLog<D> {
         if self.segment(seq)?.is_some() {
             return Ok(false);
         }
-        Ok(self.seqs()?.last().is_some_and(|&newest| newest > seq))
+        match self.seqs()?.last() {
+            Some(&newest) if newest > seq => {
+                // If the newer name is a segment: one that a user who may not write the store
+                // made is refused as it is opened, naming it. (One retired since, by a newer
+                // one, leaves the answer as it was.)
+                self.segment(newest)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// The record at position `lsn`, which counts (its writer's mark said written and a sync
@@ -1371,6 +1383,38 @@ mod tests {
         // Later segments are made as before.
         late.write_at(4 * MIN_SIZE, b"next one").unwrap();
         assert_eq!(log.seqs().unwrap(), [3, 4]);
+    }
+
+    /// A later segment's name that a user who may not write the store made (in a directory
+    /// where anyone may make files) is refused where the log reaches it, naming it and its
+    /// owner: not taken for a sign that the segments before it were retired, which made a
+    /// write there fail as one that did not happen (`Timeout`) and a claim there void.
+    #[test]
+    fn a_later_name_another_user_made_is_refused_naming_it_not_taken_for_a_retirement() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root, to make a file of another user");
+            return;
+        }
+        let dir = dir();
+        // The store file, which its segments' makers must be able to write.
+        fs::write(dir.path().join("store"), b"").unwrap();
+        let base = dir.path().join("store.wal");
+        let log = SegmentLog::open(&base, 1, MIN_SIZE).unwrap();
+        log.prepare(0).unwrap();
+        let planted = log.path(9);
+        fs::write(&planted, b"").unwrap();
+        std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+        let named = |err: Error| {
+            let message = err.to_string();
+            assert!(
+                message.contains(&planted.display().to_string())
+                    && message.contains("belongs to user 65534"),
+                "{message}"
+            );
+        };
+        named(log.write_at(MIN_SIZE, b"next one").unwrap_err());
+        named(log.skipped(MIN_SIZE, 64).unwrap_err());
+        assert_eq!(log.seqs().unwrap(), [0, 9], "nothing made, nothing removed");
     }
 
     /// Every way a file at a segment's name may fail to be this log's segment, with the path in
