@@ -976,3 +976,52 @@ fn a_later_log_segment_name_planted_by_another_user_is_refused_naming_it() {
     let store = Store::open_with(&path, &options).unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v2");
 }
+
+/// A FIFO that another user made at a segment's name of a closed store with a log is refused
+/// like any planted file, by a read-only open as by a writer's: neither waits on it (an open of
+/// a FIFO for reading waits for a writer of it, and every `fencelock get` hung).
+#[test]
+fn a_fifo_planted_at_a_log_segments_name_is_refused_without_waiting_on_it() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to plant a file as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    {
+        let store = Store::open_with(&path, &options).unwrap();
+        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+        holder.put(b"k", b"v1").unwrap();
+    }
+    let planted = dir.path().join("locks.db.wal.00000000000000ff");
+    let name = std::ffi::CString::new(planted.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o666) }, 0);
+    std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+    let refused = |message: String| {
+        assert!(
+            message.contains(&planted.display().to_string())
+                && message.contains("is not a regular file (user 65534's)"),
+            "{message}"
+        );
+    };
+    let (at, read_only) = (path.clone(), read_only());
+    let read = common::bounded("a read-only get beside a FIFO", move || {
+        Store::open_with(&at, &read_only)
+            .and_then(|store| store.get(b"k"))
+            .map_err(|err| err.to_string())
+    });
+    refused(read.err().unwrap_or_default());
+    let at = path.clone();
+    let opened = common::bounded("a writer's open beside a FIFO", move || {
+        Store::open_with(&at, &options).map_err(|err| err.to_string())
+    });
+    refused(opened.err().unwrap_or_default());
+}

@@ -44,6 +44,8 @@ pub(crate) fn made_by_a_writer(found: &Metadata, store: &Metadata) -> bool {
 pub(crate) fn planted(path: &Path, found: &Metadata, store: &Metadata) -> io::Error {
     let what = if found.file_type().is_symlink() {
         format!("is a symbolic link of user {}", found.uid())
+    } else if !found.file_type().is_file() {
+        format!("is not a regular file (user {}'s)", found.uid())
     } else {
         format!(
             "belongs to user {} and group {}, who may not write the store (its owner {}, \

@@ -191,13 +191,14 @@ impl Drop for Kid {
 }
 
 /// Runs `f` in a thread and returns its result. The bound is generous: it catches a call that
-/// never ends (the defect: a wait behind a paused process with no end), not a slow one.
+/// never ends (the defect: a wait with no end, behind a paused process or a file that never
+/// answers), not a slow one.
 pub fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (done, result) = std::sync::mpsc::channel();
     std::thread::spawn(move || done.send(f()).unwrap());
     result
         .recv_timeout(std::time::Duration::from_secs(120))
-        .unwrap_or_else(|_| panic!("{what} never ended while another process was paused"))
+        .unwrap_or_else(|_| panic!("{what} never ended"))
 }
 
 /// The ring of the store file at `path` in /dev/shm, which a store open on it has set up: its

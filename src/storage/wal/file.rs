@@ -282,34 +282,38 @@ fn store_of(segment: &Path) -> io::Result<Option<fs::Metadata>> {
 }
 
 /// Opens the segment at `path`, for writing too with `write`: never through a symbolic link,
-/// and only a file that a user who may write the store made ([`owner::made_by_a_writer`]).
-/// Anyone may make files in a shared directory such as `/tmp`, and a user who may read the
-/// store may copy a segment's bytes: a segment planted by such a user would let it forge
-/// records, or read the values written into it.
+/// and only a regular file that a user who may write the store made
+/// ([`owner::made_by_a_writer`]). Anyone may make files in a shared directory such as `/tmp`,
+/// and a user who may read the store may copy a segment's bytes: a segment planted by such a
+/// user would let it forge records, or read the values written into it. Opened without
+/// waiting (a FIFO at the name would hold an open for reading until someone writes it).
 fn open_segment(path: &Path, write: bool) -> io::Result<File> {
     let opened = OpenOptions::new()
         .read(true)
         .write(write)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path);
-    let store = store_of(path)?;
-    let file = match (opened, &store) {
-        (Ok(file), _) => file,
-        // ELOOP, or EACCES where the kernel protects symbolic links in sticky directories.
-        (Err(err), Some(store)) => {
+    let Some(store) = store_of(path)? else {
+        return opened;
+    };
+    let file = match opened {
+        Ok(file) => file,
+        // ELOOP for a symbolic link (or EACCES where the kernel protects them in sticky
+        // directories), EISDIR for a directory opened to write.
+        Err(err) => {
             return Err(match fs::symlink_metadata(path) {
-                Ok(found) if found.file_type().is_symlink() => owner::planted(path, &found, store),
+                Ok(found) if !found.file_type().is_file() => owner::planted(path, &found, &store),
                 _ => err,
             })
         }
-        (Err(err), None) => return Err(err),
     };
-    if let Some(store) = &store {
-        let found = file.metadata()?;
-        if !owner::made_by_a_writer(&found, store) {
-            return Err(owner::planted(path, &found, store));
-        }
+    let found = file.metadata()?;
+    if !found.file_type().is_file() || !owner::made_by_a_writer(&found, &store) {
+        return Err(owner::planted(path, &found, &store));
     }
+    // A regular file's reads and writes ignore the flag; cleared all the same.
+    let flags = rustix::fs::fcntl_getfl(&file)?;
+    rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
     Ok(file)
 }
 
