@@ -1025,3 +1025,74 @@ fn a_fifo_planted_at_a_log_segments_name_is_refused_without_waiting_on_it() {
     });
     refused(opened.err().unwrap_or_default());
 }
+
+/// The child's half of the next test, in segments of 64 KiB: a writer through the log, and a
+/// file another user makes at a segment's name three segments ahead while it writes.
+#[test]
+fn writer_beside_a_later_planted_name_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_PLANTED_AHEAD") else {
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(3600)).unwrap();
+    let value = vec![b'x'; 6000];
+    holder.put(b"k0", &value).unwrap();
+    let planted = path.with_file_name("locks.db.wal.0000000000000003");
+    std::fs::write(&planted, b"junk").unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let mut acked = vec!["k0".to_owned()];
+    let refused = (1..40).find_map(|n| {
+        let key = format!("k{n}");
+        match holder.put(key.as_bytes(), &value) {
+            Ok(()) => {
+                acked.push(key);
+                None
+            }
+            Err(err) => Some(err.to_string()),
+        }
+    });
+    let message = refused.expect("the writer reached the planted name");
+    assert!(
+        message.contains(&planted.display().to_string())
+            && message.contains("belongs to user 65534"),
+        "{message}"
+    );
+    for key in &acked {
+        let value = store.get(key.as_bytes()).unwrap();
+        assert!(value.is_some(), "{key} was acknowledged");
+    }
+}
+
+/// A writer whose log reaches a later segment's name that another user made is refused, naming
+/// it, and keeps what it acknowledged: it once took the name for a sign that the segments
+/// before it were retired, and spun forever in the group sync.
+#[test]
+fn a_writer_that_reaches_a_later_planted_segment_name_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to plant a file as another user");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args([
+            "--exact",
+            "writer_beside_a_later_planted_name_child",
+            "--nocapture",
+        ])
+        .env("FENCELOCK_TEST_PLANTED_AHEAD", &path)
+        .env("FENCELOCK_LOG_SEGMENT", "65536");
+    let out = common::bounded("a writer that reaches a planted name", move || {
+        child.output().unwrap()
+    });
+    assert_success(&out);
+}
