@@ -177,6 +177,17 @@ fn as_nobody_in(
     env: &[(&str, &std::path::Path)],
     groups: &'static [libc::gid_t],
 ) -> std::process::Command {
+    as_user_in(65534, test, env, groups)
+}
+
+/// This test binary's `test`, with `env` set, to run as the user `uid` (group nogroup, and the
+/// other groups `groups`) when this one is root.
+fn as_user_in(
+    uid: libc::uid_t,
+    test: &str,
+    env: &[(&str, &std::path::Path)],
+    groups: &'static [libc::gid_t],
+) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap());
     child.args(["--exact", test, "--nocapture"]);
@@ -187,10 +198,10 @@ fn as_nobody_in(
     if unsafe { libc::getuid() } == 0 {
         // SAFETY: setgroups, setgid and setuid are async-signal-safe, as pre_exec requires.
         unsafe {
-            child.pre_exec(|| {
+            child.pre_exec(move || {
                 if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(65534) != 0
-                    || libc::setuid(65534) != 0
+                    || libc::setuid(uid) != 0
                 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -905,8 +916,9 @@ fn a_log_segment_planted_by_a_user_who_may_not_write_the_store_is_refused_naming
 
 /// A file at the temporary name of a segment's creation that a process of another user left
 /// (killed while it made a segment) or planted, in a shared directory such as `/tmp` where
-/// this user may not remove it, never keeps the store from opening: the process that sets the
-/// log up removes the leftovers it may remove, and no segment is ever made under such a name.
+/// this user may not remove it, or a directory at such a name, never keeps the store from
+/// opening: the process that sets the log up removes the leftovers it can remove, and no
+/// segment is ever made under such a name.
 #[test]
 fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_opening() {
     use std::os::unix::fs::PermissionsExt;
@@ -931,6 +943,20 @@ fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_
         &[("FENCELOCK_TEST_LOG_WRITER", &path)],
     ));
     assert!(leftover.exists(), "nobody removed root's file");
+    // A directory at such a name, which no one may remove as a file: root's open goes on too.
+    let planted = dir
+        .path()
+        .join("locks.db.wal.0000000000000000.creating-2-0");
+    std::fs::create_dir(&planted).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"root's").unwrap();
+    assert!(planted.is_dir());
 }
 
 /// A file that another user made at a later segment's name of the redo log (anyone may make
@@ -1095,4 +1121,93 @@ fn a_writer_that_reaches_a_later_planted_segment_name_is_refused_naming_it() {
         child.output().unwrap()
     });
     assert_success(&out);
+}
+
+/// The child's half of the next test: a writer through the log, in segments of 64 KiB, that
+/// makes `FENCELOCK_TEST_FILL` puts of 6000 bytes and closes the store.
+#[test]
+fn segment_filler_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_FILLER") else {
+        return;
+    };
+    let puts: usize = std::env::var("FENCELOCK_TEST_FILL")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let options = Options {
+        write_log: true,
+        ..Options::default()
+    };
+    let store = Store::open_with(&path, &options).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(3600)).unwrap();
+    for n in 0..puts {
+        holder
+            .put(format!("k{n}").as_bytes(), &[b'x'; 6000])
+            .unwrap();
+    }
+}
+
+/// Writers of the store's group in a sticky directory, where each may remove only the
+/// segments it made: a checkpoint retires every segment it may remove, not none of them once
+/// one is another user's (the log grew without end, since the first segment was always the
+/// first one tried).
+#[test]
+fn a_writer_in_a_sticky_directory_retires_the_segments_it_may_remove() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const GROUP: libc::gid_t = 4242;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to run writers as two users of one group");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let fill = |uid, puts: &str| {
+        let puts = std::path::PathBuf::from(puts);
+        let size = std::path::Path::new("65536");
+        let env = [
+            ("FENCELOCK_TEST_FILLER", path.as_path()),
+            ("FENCELOCK_TEST_FILL", puts.as_path()),
+            ("FENCELOCK_LOG_SEGMENT", size),
+        ];
+        assert_success(
+            &as_user_in(uid, "segment_filler_child", &env, &[GROUP])
+                .output()
+                .unwrap(),
+        );
+    };
+    let segments = || -> Vec<(String, u32)> {
+        let mut found: Vec<(String, u32)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("locks.db.wal.")
+            })
+            .map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                (name, entry.metadata().unwrap().uid())
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    // The first segment is nobody's; the next ones another member's.
+    fill(65534, "1");
+    assert_eq!(segments().len(), 1);
+    fill(1001, "40");
+    let left = segments();
+    assert!(left.len() >= 2, "{left:?}");
+    let (newest, older) = left.split_last().unwrap();
+    assert!(
+        older.iter().all(|(_, uid)| *uid == 65534),
+        "the later writer retired none of its own older segments: {left:?}"
+    );
+    assert_eq!(newest.1, 1001, "{left:?}");
 }

@@ -367,16 +367,24 @@ impl LogDir for Disk {
     }
 
     fn remove(&self, paths: &[PathBuf]) -> io::Result<()> {
+        // Each one tried, whatever the others do (one another user made, in a sticky
+        // directory, may not be removed by this user); the first failure is the answer.
+        let mut failed = None;
         for path in paths {
             match fs::remove_file(path) {
-                Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+                Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                    failed.get_or_insert(io::Error::new(
+                        err.kind(),
+                        format!("{}: {err}", path.display()),
+                    ));
+                }
                 _ => {}
             }
         }
-        match paths.first() {
-            Some(path) => sync_dir(parent(path)),
-            None => Ok(()),
+        if let Some(path) = paths.first() {
+            sync_dir(parent(path))?;
         }
+        failed.map_or(Ok(()), Err)
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>> {
@@ -729,9 +737,9 @@ impl<D: LogDir> SegmentLog<D> {
 
     /// Removes the temporary files of segment creations that a killed process left (`Disk`'s
     /// `.creating-` names): for the process that sets the log up, when no other process can be
-    /// creating one. One this user may not remove (another user's, in a sticky directory such
-    /// as `/tmp`) stays: no segment is made or opened under such a name, and it must not keep
-    /// the store from opening.
+    /// creating one. One this user cannot remove (another user's in a sticky directory such as
+    /// `/tmp`, or a directory made at such a name) stays: no segment is made or opened under
+    /// such a name, and it must not keep the store from opening.
     pub(crate) fn remove_leftovers(&self) -> Result<()> {
         let dir = parent(&self.base);
         let names = self.dir.list(dir).map_err(io_err(dir.to_owned(), "list"))?;
@@ -747,10 +755,7 @@ impl<D: LogDir> SegmentLog<D> {
             .map(|name| dir.join(name))
             .collect();
         for leftover in &leftovers {
-            match self.dir.remove(std::slice::from_ref(leftover)) {
-                Err(err) if err.kind() == io::ErrorKind::PermissionDenied => {}
-                other => other.map_err(|e| Error::Io(e).at_path("remove", leftover))?,
-            }
+            let _ = self.dir.remove(std::slice::from_ref(leftover));
         }
         Ok(())
     }
