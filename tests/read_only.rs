@@ -869,6 +869,21 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
 /// write that reaches it fails, naming it and its owner, and it stays as it was.
 #[test]
 fn a_log_segment_planted_by_a_user_who_may_not_write_the_store_is_refused_naming_it() {
+    // Shared, as /tmp is: anyone may make files in it, and remove only their own.
+    a_log_segment_planted_by_another_user_is_refused(0o1777, None);
+}
+
+/// As above, in a directory whose files take its group (set-group-id), the store's, and where
+/// anyone may make files: the planted file has the store's group although its maker is not a
+/// member, so its group says nothing of its maker.
+#[test]
+fn a_log_segment_planted_in_a_directory_that_gives_it_the_stores_group_is_refused_naming_it() {
+    a_log_segment_planted_by_another_user_is_refused(0o3777, Some(4242));
+}
+
+/// A store of `group` (root's own when `None`), with mode 0660, and a segment of its log
+/// copied byte for byte by the user nobody, in a directory of mode `dir_mode` and `group`.
+fn a_log_segment_planted_by_another_user_is_refused(dir_mode: u32, group: Option<libc::gid_t>) {
     use std::os::unix::fs::PermissionsExt;
     // SAFETY: libc::getuid has no preconditions.
     if unsafe { libc::getuid() } != 0 {
@@ -876,24 +891,29 @@ fn a_log_segment_planted_by_a_user_who_may_not_write_the_store_is_refused_naming
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // Shared, as /tmp is: anyone may make files in it, and remove only their own.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::os::unix::fs::chown(dir.path(), None, group).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
     let path = dir.path().join("locks.db");
     let options = Options {
         write_log: true,
         ..Options::default()
     };
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, None, group).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
     {
         let store = Store::open_with(&path, &options).unwrap();
         let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
         holder.put(b"k", b"v1").unwrap();
     }
-    // The segment the closed store kept, made again by the user nobody with its bytes.
+    // The segment the closed store kept, made again by the user nobody with its bytes (its
+    // group is the directory's when the directory gives it).
     let segment = dir.path().join("locks.db.wal.0000000000000000");
     let bytes = std::fs::read(&segment).unwrap();
     std::fs::remove_file(&segment).unwrap();
     std::fs::write(&segment, &bytes).unwrap();
-    std::os::unix::fs::chown(&segment, Some(65534), Some(65534)).unwrap();
+    let planted_group = if group.is_some() { None } else { Some(65534) };
+    std::os::unix::fs::chown(&segment, Some(65534), planted_group).unwrap();
     std::fs::set_permissions(&segment, std::fs::Permissions::from_mode(0o666)).unwrap();
     let written = Store::open_with(&path, &options).and_then(|store| {
         let holder = store.acquire("job", Duration::from_secs(60))?;

@@ -29,13 +29,28 @@ pub(crate) fn take_the_stores(file: &File, store: &Metadata, mode: u32) -> io::R
 /// log), was made by a user who may write the store, so that only such users can open or
 /// change it: its owner is the store's owner, root, or (where the store lets its group write)
 /// any user, if the file has the store's group, which only a member of the group (or root) can
-/// give a file in `/dev/shm` or in a directory without the set-group-id bit; or the store lets
-/// every user write. A user who may only read the store, or not even that, cannot make one.
+/// give a file in `/dev/shm`; or the store lets every user write. A user who may only read the
+/// store, or not even that, cannot make one.
 pub(crate) fn made_by_a_writer(found: &Metadata, store: &Metadata) -> bool {
-    found.uid() == store.uid()
-        || found.uid() == 0
-        || store.mode() & 0o002 != 0
-        || (found.gid() == store.gid() && store.mode() & 0o020 != 0)
+    made_by_owner(found, store) || made_by_member(found, store)
+}
+
+/// [`made_by_a_writer`] for a file in the directory `dir`: where the directory gives its files
+/// its group (set-group-id) and anyone may make files in it, a file's group says nothing of its
+/// maker, and only its owner counts.
+pub(crate) fn made_by_a_writer_in(found: &Metadata, store: &Metadata, dir: &Metadata) -> bool {
+    let group_given = dir.mode() & 0o2000 != 0 && dir.mode() & 0o002 != 0;
+    made_by_owner(found, store) || (!group_given && made_by_member(found, store))
+}
+
+/// Its owner may write the store: the store's owner, root, or anyone where every user may.
+fn made_by_owner(found: &Metadata, store: &Metadata) -> bool {
+    found.uid() == store.uid() || found.uid() == 0 || store.mode() & 0o002 != 0
+}
+
+/// It has the store's group, which may write the store.
+fn made_by_member(found: &Metadata, store: &Metadata) -> bool {
+    found.gid() == store.gid() && store.mode() & 0o020 != 0
 }
 
 /// The refusal of a file at `path` (metadata `found`) beside the store `store` that a user who

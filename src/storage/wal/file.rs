@@ -283,7 +283,7 @@ fn store_of(segment: &Path) -> io::Result<Option<fs::Metadata>> {
 
 /// Opens the segment at `path`, for writing too with `write`: never through a symbolic link,
 /// and only a regular file that a user who may write the store made
-/// ([`owner::made_by_a_writer`]). Anyone may make files in a shared directory such as `/tmp`,
+/// ([`owner::made_by_a_writer_in`]). Anyone may make files in a shared directory such as `/tmp`,
 /// and a user who may read the store may copy a segment's bytes: a segment planted by such a
 /// user would let it forge records, or read the values written into it. Opened without
 /// waiting (a FIFO at the name would hold an open for reading until someone writes it).
@@ -308,7 +308,8 @@ fn open_segment(path: &Path, write: bool) -> io::Result<File> {
         }
     };
     let found = file.metadata()?;
-    if !found.file_type().is_file() || !owner::made_by_a_writer(&found, &store) {
+    let dir = fs::metadata(parent(path))?;
+    if !found.file_type().is_file() || !owner::made_by_a_writer_in(&found, &store, &dir) {
         return Err(owner::planted(path, &found, &store));
     }
     // A regular file's reads and writes ignore the flag; cleared all the same.
