@@ -65,6 +65,7 @@ acquire-lost-as-locked~src/local/acquire.rs~(Error::Locked { token: current, .. 
 admit-blocker-asked-again~src/rules/admit.rs~Some(first) => (Some(ticket.unwrap_or(u64::MAX)), Some(*first)),~Some(_) => (Some(ticket.unwrap_or(u64::MAX)), blocker(cx, record, now)?),~rules::admit::tests::a_refusal_for_a_queued~
 crashed-log-kept-past-a-recovery~src/local/crashed.rs~                recoveries: self.pending.recoveries,~                recoveries: state.map_or(0, |state| state.recoveries),~--test write_log a_read_only_store_left_open~
 crashed-scan-shown-unsynced~src/local/crashed.rs~                log.sync(pending.from, pending.end)?;~                let _ = &log;~--test crash multi_process_write_log_read_after_a_crash~
+crashed-fence-over-the-file-alone~src/local/crashed.rs~            if let Some(&token) = pending.and_then(|pending| pending.fences.get(resource)) {~            if let Some(&token) = pending.and_then(|_| None::<&u64>) {~--test write_log a_read_only_open_after_every_process_was_killed~
 '
 
 want="$*"

@@ -283,13 +283,12 @@ fn reader() {
         mark(format!("shown {}", shown.render()));
     }
     for resource in ["f0", "f1"] {
-        if let Some(token) = store.fence_token(resource).unwrap() {
-            let shown = Shown::Fence {
-                resource: resource.into(),
-                token,
-            };
-            mark(format!("shown {}", shown.render()));
-        }
+        let resource = resource.to_owned();
+        let shown = match store.fence_token(&resource).unwrap() {
+            Some(token) => Shown::Fence { resource, token },
+            None => Shown::NoFence { resource },
+        };
+        mark(format!("shown {}", shown.render()));
     }
 }
 
@@ -891,6 +890,14 @@ fn multi_process_write_log_read_after_a_crash() {
                 seed()
             )
         });
+    // What the reads showed, against what was acknowledged before them.
+    let wrong = recorded.history.read_violations();
+    assert!(
+        wrong.is_empty(),
+        "{:?} (seed {})",
+        wrong.iter().map(|v| &v.detail).collect::<Vec<_>>(),
+        seed()
+    );
     let read_from = recorded.history.last_created().unwrap();
     let points: Vec<CrashPoint> = created_points(&recorded, None)
         .into_iter()

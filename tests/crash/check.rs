@@ -152,6 +152,7 @@ impl History {
                     .filter(|op| op.acked_before(*at) && op.key().is_some_and(|k| k.0 == key))
                     .max_by_key(|op| op.begin)
                     .is_some_and(|op| op.key().is_some_and(|k| k.1)),
+                Shown::NoFence { .. } => false,
                 Shown::Fence { resource, token } => !self.ops.iter().any(|op| {
                     op.acked_before(*at)
                         && matches!(&op.op, Op::Fence { resource: r, token: t }
@@ -184,7 +185,7 @@ impl History {
             .filter(|(at, _)| *at < bound)
             .map(|(_, what)| match what {
                 Shown::Value { token, .. } | Shown::Fence { token, .. } => *token,
-                Shown::Nothing { .. } => 0,
+                Shown::Nothing { .. } | Shown::NoFence { .. } => 0,
             });
         self.ops
             .iter()
@@ -267,84 +268,102 @@ impl History {
             .map(|k| k.0)
             .collect();
         for key in keys {
-            let on_key: Vec<&Recorded> = self
-                .ops
-                .iter()
-                .filter(|op| op.begin < bound && op.key().is_some_and(|(k, _)| k == key))
-                .collect();
-            let acked: Vec<&Recorded> = on_key
-                .iter()
-                .copied()
-                .filter(|op| op.acked_before(bound))
-                .collect();
-            // An operation is certainly overwritten when an acknowledged one on the key began
-            // after it returned; any other may be the key's last write.
-            let possible: Vec<&Recorded> = on_key
-                .iter()
-                .copied()
-                .filter(|x| {
-                    !acked
-                        .iter()
-                        .any(|y| y.id != x.id && x.ack.is_some_and(|a| a < y.begin))
-                })
-                .collect();
             let found = store
                 .get(key.as_bytes())
                 .map_err(|e| violation("operation error", format!("get {key}: {e:?}")))?;
-            let describe = || {
-                let acked: Vec<String> = acked
+            let found = found.map(|fenced| {
+                let value = writer_of(&fenced.value).unwrap_or_else(|| {
+                    format!(
+                        "not a value written: {:?}",
+                        String::from_utf8_lossy(&fenced.value)
+                    )
+                });
+                (value, fenced.token)
+            });
+            self.judge_value(key, found, bound)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `found` (the id of the operation whose value it is, and its token; `None`: no
+    /// value) is what key `key` may hold given the marks before `bound`: the last acknowledged
+    /// write, or one that may have committed after it.
+    fn judge_value(
+        &self,
+        key: &str,
+        found: Option<(String, u64)>,
+        bound: usize,
+    ) -> Result<(), Violation> {
+        let on_key: Vec<&Recorded> = self
+            .ops
+            .iter()
+            .filter(|op| op.begin < bound && op.key().is_some_and(|(k, _)| k == key))
+            .collect();
+        let acked: Vec<&Recorded> = on_key
+            .iter()
+            .copied()
+            .filter(|op| op.acked_before(bound))
+            .collect();
+        // An operation is certainly overwritten when an acknowledged one on the key began
+        // after it returned; any other may be the key's last write.
+        let possible: Vec<&Recorded> = on_key
+            .iter()
+            .copied()
+            .filter(|x| {
+                !acked
                     .iter()
-                    .map(|op| format!("{} {}", op.id, op.op.render()))
-                    .collect();
-                format!(
-                    "acknowledged before the crash point: [{}]",
-                    acked.join(", ")
-                )
-            };
-            match found {
-                None => {
-                    if !acked.is_empty()
-                        && !possible.iter().any(|op| op.key() == Some((key, false)))
-                    {
-                        return Err(violation(
-                            "lost write",
-                            format!("key {key} holds nothing; {}", describe()),
-                        ));
-                    }
+                    .any(|y| y.id != x.id && x.ack.is_some_and(|a| a < y.begin))
+            })
+            .collect();
+        let describe = || {
+            let acked: Vec<String> = acked
+                .iter()
+                .map(|op| format!("{} {}", op.id, op.op.render()))
+                .collect();
+            format!(
+                "acknowledged before the crash point: [{}]",
+                acked.join(", ")
+            )
+        };
+        match found {
+            None => {
+                if !acked.is_empty() && !possible.iter().any(|op| op.key() == Some((key, false))) {
+                    return Err(violation(
+                        "lost write",
+                        format!("key {key} holds nothing; {}", describe()),
+                    ));
                 }
-                Some(fenced) => {
-                    let value = writer_of(&fenced.value).unwrap_or_else(|| {
-                        format!(
-                            "not a value written: {:?}",
-                            String::from_utf8_lossy(&fenced.value)
-                        )
-                    });
-                    let writer = possible
-                        .iter()
-                        .find(|op| op.id == value && op.key() == Some((key, true)));
-                    match writer {
-                        Some(op) if op.known_token().is_none_or(|t| t == fenced.token) => {}
-                        Some(op) => {
-                            return Err(violation(
-                                "wrong token",
-                                format!(
-                                    "key {key} holds {value} with token {} but {} wrote it with {}",
-                                    fenced.token,
-                                    op.id,
-                                    op.op.token()
-                                ),
-                            ))
-                        }
-                        None => {
-                            return Err(violation(
-                                if acked.is_empty() { "phantom write" } else { "lost write" },
-                                format!(
-                                    "key {key} holds {value:?} (token {}), not a possible last write; {}",
-                                    fenced.token,
-                                    describe()
-                                ),
-                            ))
-                        }
+            }
+            Some((value, token)) => {
+                let writer = possible
+                    .iter()
+                    .find(|op| op.id == value && op.key() == Some((key, true)));
+                match writer {
+                    Some(op) if op.known_token().is_none_or(|t| t == token) => {}
+                    Some(op) => {
+                        return Err(violation(
+                            "wrong token",
+                            format!(
+                                "key {key} holds {value} with token {} but {} wrote it with {}",
+                                token,
+                                op.id,
+                                op.op.token()
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err(violation(
+                            if acked.is_empty() {
+                                "phantom write"
+                            } else {
+                                "lost write"
+                            },
+                            format!(
+                            "key {key} holds {value:?} (token {}), not a possible last write; {}",
+                            token,
+                            describe()
+                        ),
+                        ))
                     }
                 }
             }
@@ -353,40 +372,82 @@ impl History {
     }
 
     fn check_fences(&self, store: &Store, bound: usize) -> Result<(), Violation> {
-        let mut acked: BTreeMap<&str, u64> = BTreeMap::new();
-        let mut begun: BTreeMap<&str, u64> = BTreeMap::new();
-        for op in &self.ops {
-            if let Op::Fence { resource, token } = &op.op {
-                if op.begin < bound {
-                    let entry = begun.entry(resource).or_default();
-                    *entry = (*entry).max(*token);
-                }
-                if op.acked_before(bound) {
-                    let entry = acked.entry(resource).or_default();
-                    *entry = (*entry).max(*token);
-                }
-            }
-        }
-        for (resource, &most) in &begun {
+        let resources: BTreeSet<&str> = self
+            .ops
+            .iter()
+            .filter_map(|op| match &op.op {
+                Op::Fence { resource, .. } if op.begin < bound => Some(resource.as_str()),
+                _ => None,
+            })
+            .collect();
+        for resource in resources {
             let found = store
                 .fence_token(resource)
                 .map_err(|e| violation("operation error", format!("fence_token: {e:?}")))?;
-            let least = acked.get(resource).copied();
-            let fine = match (found, least) {
-                (None, None) => true,
-                (None, Some(_)) => false,
-                (Some(t), least) => t <= most && least.is_none_or(|l| t >= l),
-            };
-            if !fine {
-                return Err(violation(
-                    "lost fence",
-                    format!(
-                        "fence {resource} is at {found:?}; acknowledged up to {least:?}, attempted up to {most}"
-                    ),
-                ));
-            }
+            self.judge_fence(resource, found, bound)?;
         }
         Ok(())
+    }
+
+    /// Whether `found` is what the fence of `resource` may be given the marks before `bound`: at
+    /// or above its last acknowledged token, and at most the highest attempted.
+    fn judge_fence(
+        &self,
+        resource: &str,
+        found: Option<u64>,
+        bound: usize,
+    ) -> Result<(), Violation> {
+        let tokens = |of: &dyn Fn(&Recorded) -> bool| {
+            self.ops
+                .iter()
+                .filter(|op| of(op))
+                .filter_map(|op| match &op.op {
+                    Op::Fence { resource: r, token } if r == resource => Some(*token),
+                    _ => None,
+                })
+                .max()
+        };
+        let most = tokens(&|op| op.begin < bound);
+        let least = tokens(&|op| op.acked_before(bound));
+        let fine = match (found, least) {
+            (None, None) => true,
+            (None, Some(_)) => false,
+            (Some(t), least) => most.is_some_and(|most| t <= most) && least.is_none_or(|l| t >= l),
+        };
+        if fine {
+            return Ok(());
+        }
+        Err(violation(
+            "lost fence",
+            format!(
+                "fence {resource} is at {found:?}; acknowledged up to {least:?}, attempted up to {most:?}"
+            ),
+        ))
+    }
+
+    /// What each read showed, against the marks before it: a read shows every write
+    /// acknowledged before it began, and nothing that was never written. (A read's mark comes
+    /// after the read, so this bound is generous by the read's own duration.)
+    pub fn read_violations(&self) -> Vec<Violation> {
+        self.shown
+            .iter()
+            .filter_map(|(at, what)| {
+                let judged = match what {
+                    Shown::Value { key, id, token } => {
+                        self.judge_value(key, Some((id.clone(), *token)), *at)
+                    }
+                    Shown::Nothing { key } => self.judge_value(key, None, *at),
+                    Shown::Fence { resource, token } => {
+                        self.judge_fence(resource, Some(*token), *at)
+                    }
+                    Shown::NoFence { resource } => self.judge_fence(resource, None, *at),
+                };
+                judged.err().map(|wrong| Violation {
+                    class: wrong.class,
+                    detail: format!("a read showed {}: {}", what.render(), wrong.detail),
+                })
+            })
+            .collect()
     }
 
     /// What each read before `bound` showed is what the image holds, unless an operation on

@@ -56,6 +56,8 @@ pub enum Shown {
     Nothing { key: String },
     /// `fence_token(resource)` returned `token`.
     Fence { resource: String, token: u64 },
+    /// `fence_token(resource)` returned nothing.
+    NoFence { resource: String },
 }
 
 impl Shown {
@@ -65,6 +67,7 @@ impl Shown {
             Shown::Value { key, id, token } => format!("value {key} {id} {token}"),
             Shown::Nothing { key } => format!("nothing {key}"),
             Shown::Fence { resource, token } => format!("fence {resource} {token}"),
+            Shown::NoFence { resource } => format!("no-fence {resource}"),
         }
     }
 
@@ -77,6 +80,9 @@ impl Shown {
                 token: token(t),
             },
             ["nothing", key] => Shown::Nothing { key: (*key).into() },
+            ["no-fence", resource] => Shown::NoFence {
+                resource: (*resource).into(),
+            },
             ["fence", resource, t] => Shown::Fence {
                 resource: (*resource).into(),
                 token: token(t),
