@@ -330,19 +330,7 @@ fn writer_of_the_stores_group_child() {
 /// nobody) may write: mode 0660. `None` (the test skipped) unless this runs as root, who alone
 /// can give the store to a group the child is in.
 fn store_of_nogroup() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to give the store to a group the child is in");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.path().join("locks.db");
-    drop(Store::open(&path).unwrap());
-    std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
-    Some((dir, path))
+    store_of_group_in(0o755, Some(65534))
 }
 
 #[test]
@@ -797,10 +785,7 @@ fn log_writer_child() {
     let Some(path) = std::env::var_os("FENCELOCK_TEST_LOG_WRITER") else {
         return;
     };
-    let options = Options {
-        write_log: true,
-        ..Options::default()
-    };
+    let options = log_options();
     let store = Store::open_with(&path, &options).unwrap();
     let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
     holder.put(b"k", b"through the log").unwrap();
@@ -812,22 +797,13 @@ fn log_writer_child() {
 /// members may not read the store).
 #[test]
 fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     /// A group that is no user's own: the store's, and one of the child's other groups.
     const GROUP: libc::gid_t = 4242;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to give the store to a group the child is in");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
     // The store's group may make files beside it, as the log does.
-    std::os::unix::fs::chown(dir.path(), None, Some(GROUP)).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let path = dir.path().join("locks.db");
-    drop(Store::open(&path).unwrap());
-    std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let Some((dir, path)) = store_of_group_in(0o770, Some(GROUP)) else {
+        return;
+    };
     let out = as_nobody_in(
         "log_writer_child",
         &[("FENCELOCK_TEST_LOG_WRITER", &path)],
@@ -863,6 +839,60 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
 }
 
+/// A directory shared as `/tmp` is (anyone may make files in it, and remove only their own),
+/// and the path of a store in it. `None` (the test skipped) unless this runs as root, who alone
+/// can make files as another user.
+fn shared_dir_as_root() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to plant a file as another user");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let path = dir.path().join("locks.db");
+    Some((dir, path))
+}
+
+/// A closed store of `group` (root's own when `None`), mode 0660, in a directory of mode
+/// `dir_mode` and `group`. `None` (the test skipped) unless this runs as root, who alone can
+/// give files to other users and groups.
+fn store_of_group_in(
+    dir_mode: u32,
+    group: Option<libc::gid_t>,
+) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: libc::getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root, to give files to other users and groups");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(dir.path(), None, group).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::os::unix::fs::chown(&path, None, group).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    Some((dir, path))
+}
+
+/// Writes `k` = `value` through the redo log of the store at `path`, and closes it (its newest
+/// segment stays).
+fn put_through_the_log(path: &std::path::Path, value: &[u8]) {
+    let store = Store::open_with(path, &log_options()).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", value).unwrap();
+}
+
+fn log_options() -> Options {
+    Options {
+        write_log: true,
+        ..Options::default()
+    }
+}
+
 /// A file at the name of a segment of the redo log that a user who may not write the store put
 /// there (anyone may make files in a shared directory such as `/tmp`, and a user who may read
 /// the store may copy a segment's bytes, header and all) is never written nor read: the open or
@@ -885,27 +915,11 @@ fn a_log_segment_planted_in_a_directory_that_gives_it_the_stores_group_is_refuse
 /// copied byte for byte by the user nobody, in a directory of mode `dir_mode` and `group`.
 fn a_log_segment_planted_by_another_user_is_refused(dir_mode: u32, group: Option<libc::gid_t>) {
     use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to plant a file as another user");
+    let Some((dir, path)) = store_of_group_in(dir_mode, group) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::chown(dir.path(), None, group).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
-    let path = dir.path().join("locks.db");
-    let options = Options {
-        write_log: true,
-        ..Options::default()
     };
-    drop(Store::open(&path).unwrap());
-    std::os::unix::fs::chown(&path, None, group).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
-    {
-        let store = Store::open_with(&path, &options).unwrap();
-        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
-        holder.put(b"k", b"v1").unwrap();
-    }
+    let options = log_options();
+    put_through_the_log(&path, b"v1");
     // The segment the closed store kept, made again by the user nobody with its bytes (its
     // group is the directory's when the directory gives it).
     let segment = dir.path().join("locks.db.wal.0000000000000000");
@@ -941,15 +955,9 @@ fn a_log_segment_planted_by_another_user_is_refused(dir_mode: u32, group: Option
 /// segment is ever made under such a name.
 #[test]
 fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_opening() {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to be another user than the store's");
+    let Some((dir, path)) = shared_dir_as_root() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let path = dir.path().join("locks.db");
+    };
     let leftover = dir
         .path()
         .join("locks.db.wal.0000000000000000.creating-1-0");
@@ -969,10 +977,7 @@ fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_
         .join("locks.db.wal.0000000000000000.creating-2-0");
     std::fs::create_dir(&planted).unwrap();
     std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
-    let options = Options {
-        write_log: true,
-        ..Options::default()
-    };
+    let options = log_options();
     let store = Store::open_with(&path, &options).unwrap();
     let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
     holder.put(b"k", b"root's").unwrap();
@@ -986,19 +991,10 @@ fn a_leftover_of_another_user_that_cannot_be_removed_never_keeps_the_store_from_
 /// acknowledged write is there.
 #[test]
 fn a_later_log_segment_name_planted_by_another_user_is_refused_naming_it() {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to plant a file as another user");
+    let Some((dir, path)) = shared_dir_as_root() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let path = dir.path().join("locks.db");
-    let options = Options {
-        write_log: true,
-        ..Options::default()
     };
+    let options = log_options();
     let store = Store::open_with(&path, &options).unwrap();
     let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
     holder.put(b"k", b"v1").unwrap();
@@ -1028,24 +1024,11 @@ fn a_later_log_segment_name_planted_by_another_user_is_refused_naming_it() {
 /// a FIFO for reading waits for a writer of it, and every `fencelock get` hung).
 #[test]
 fn a_fifo_planted_at_a_log_segments_name_is_refused_without_waiting_on_it() {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to plant a file as another user");
+    let Some((dir, path)) = shared_dir_as_root() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let path = dir.path().join("locks.db");
-    let options = Options {
-        write_log: true,
-        ..Options::default()
     };
-    {
-        let store = Store::open_with(&path, &options).unwrap();
-        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
-        holder.put(b"k", b"v1").unwrap();
-    }
+    let options = log_options();
+    put_through_the_log(&path, b"v1");
     let planted = dir.path().join("locks.db.wal.00000000000000ff");
     let name = std::ffi::CString::new(planted.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path.
@@ -1080,10 +1063,7 @@ fn writer_beside_a_later_planted_name_child() {
         return;
     };
     let path = std::path::PathBuf::from(path);
-    let options = Options {
-        write_log: true,
-        ..Options::default()
-    };
+    let options = log_options();
     let store = Store::open_with(&path, &options).unwrap();
     let holder = store.acquire("job", Duration::from_secs(3600)).unwrap();
     let value = vec![b'x'; 6000];
@@ -1119,15 +1099,9 @@ fn writer_beside_a_later_planted_name_child() {
 /// before it were retired, and spun forever in the group sync.
 #[test]
 fn a_writer_that_reaches_a_later_planted_segment_name_is_refused_naming_it() {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to plant a file as another user");
+    let Some((_dir, path)) = shared_dir_as_root() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let path = dir.path().join("locks.db");
+    };
     let mut child = std::process::Command::new(std::env::current_exe().unwrap());
     child
         .args([
@@ -1154,10 +1128,7 @@ fn segment_filler_child() {
         .unwrap()
         .parse()
         .unwrap();
-    let options = Options {
-        write_log: true,
-        ..Options::default()
-    };
+    let options = log_options();
     let store = Store::open_with(&path, &options).unwrap();
     let holder = store.acquire("job", Duration::from_secs(3600)).unwrap();
     for n in 0..puts {
@@ -1173,19 +1144,11 @@ fn segment_filler_child() {
 /// first one tried).
 #[test]
 fn a_writer_in_a_sticky_directory_retires_the_segments_it_may_remove() {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::MetadataExt;
     const GROUP: libc::gid_t = 4242;
-    // SAFETY: libc::getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root, to run writers as two users of one group");
+    let Some((dir, path)) = store_of_group_in(0o1777, Some(GROUP)) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let path = dir.path().join("locks.db");
-    drop(Store::open(&path).unwrap());
-    std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    };
     let fill = |uid, puts: &str| {
         let puts = std::path::PathBuf::from(puts);
         let size = std::path::Path::new("65536");
