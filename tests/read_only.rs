@@ -1194,3 +1194,52 @@ fn a_writer_in_a_sticky_directory_retires_the_segments_it_may_remove() {
     );
     assert_eq!(newest.1, 1001, "{left:?}");
 }
+
+/// The child's half of the next test: a member of the store's group, in a directory where
+/// anyone's files get the store's group, is refused the log's first segment.
+#[test]
+fn refused_log_writer_child() {
+    let Some(path) = std::env::var_os("FENCELOCK_TEST_REFUSED_LOG_WRITER") else {
+        return;
+    };
+    let written = Store::open_with(&path, &log_options()).and_then(|store| {
+        let holder = store.acquire("job", Duration::from_secs(60))?;
+        holder.put(b"k", b"from the group")
+    });
+    let message = written.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("only segments of the store's owner or root are used"),
+        "{message}"
+    );
+}
+
+/// In a directory that gives its files its group (the store's) and where anyone may make
+/// files, a member's segment cannot be told from anyone's: such a member is refused with an
+/// error that says so, and makes no segment, which every process would then refuse, stopping
+/// the store until root removed it. The store's owner writes through the log there.
+#[test]
+fn a_member_is_not_let_make_a_segment_that_every_process_would_refuse() {
+    const GROUP: libc::gid_t = 4242;
+    let Some((dir, path)) = store_of_group_in(0o3777, Some(GROUP)) else {
+        return;
+    };
+    let out = as_nobody_in(
+        "refused_log_writer_child",
+        &[("FENCELOCK_TEST_REFUSED_LOG_WRITER", &path)],
+        &[GROUP],
+    )
+    .output()
+    .unwrap();
+    assert_success(&out);
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("locks.db.wal.")
+        })
+        .count();
+    assert_eq!(segments, 0, "the refused member made a segment");
+    put_through_the_log(&path, b"the owner's");
+    let store = Store::open_with(&path, &read_only()).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"the owner's");
+}

@@ -333,20 +333,50 @@ impl LogDir for Disk {
         let mut temporary = path.as_os_str().to_owned();
         // Relaxed: a counter for a unique name, nothing else hangs on it.
         let n = CREATING.fetch_add(1, Ordering::Relaxed);
-        temporary.push(format!(".creating-{}-{n}", std::process::id()));
+        // And a random part: another user who may make files here could make a name it
+        // foresees (the pid is public, the counter starts at 0) first.
+        let random = crate::base::random_u64()?;
+        temporary.push(format!(
+            ".creating-{}-{n}-{random:016x}",
+            std::process::id()
+        ));
         let temporary = PathBuf::from(temporary);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)
+            .map_err(|err| match err.kind() {
+                // Not the segment's name taken (another creator linked it first), which is
+                // what `AlreadyExists` tells the caller; and not removed, being another's.
+                io::ErrorKind::AlreadyExists => io::Error::other(format!(
+                    "{}: another file has this temporary name",
+                    temporary.display()
+                )),
+                _ => err,
+            })?;
         let made = (|| {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&temporary)?;
             // Readable and writable by those who may read and write the store, and no one
             // else: the store file's mode, owner and group (a log holds its values); the
             // owner's alone without a store file (the log's own tests).
             if let Some(store) = store_of(path)? {
                 owner::take_the_stores(&file, &store, store.mode() & 0o777)?;
+                // A segment every process would refuse (a member of the store's group, in a
+                // directory where anyone's files get that group) is not made: its name would
+                // stop the store until root removed it.
+                let dir = fs::metadata(parent(path))?;
+                if !owner::made_by_a_writer_in(&file.metadata()?, &store, &dir) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{}: in this directory (mode {:o}) only segments of the store's \
+                             owner or root are used, and this user is neither",
+                            path.display(),
+                            dir.mode() & 0o7777
+                        ),
+                    ));
+                }
             }
             // Real zeros, not a hole or fallocate's unwritten extents: the first write to
             // either changes the file's block map, and its sync would then be a metadata sync.
