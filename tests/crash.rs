@@ -105,12 +105,7 @@ fn writer() {
     // write log's case fills segments with few operations.
     let pad: usize = var("FENCELOCK_CRASH_PAD").parse().unwrap();
     let write_log = var("FENCELOCK_CRASH_WRITE_LOG") == "1";
-    let mut marks = fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(var("FENCELOCK_CRASH_MARKS"))
-        .unwrap();
-    let mut mark = |line: String| marks.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut mark = marker();
     // A long busy timeout: the recorder slows every write and sync, and on a loaded machine an
     // open or a release behind the other writer's commit outlasted the default 10 s (the writer
     // then failed, and the case with it), which is not what this test is about.
@@ -254,16 +249,22 @@ fn writer() {
     }
 }
 
+/// Writes a line to the marker file (`FENCELOCK_CRASH_MARKS`), which the recorder logs in
+/// order with the store's writes and syncs.
+fn marker() -> impl FnMut(String) {
+    let mut marks = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(std::env::var("FENCELOCK_CRASH_MARKS").unwrap())
+        .unwrap();
+    move |line: String| marks.write_all(format!("{line}\n").as_bytes()).unwrap()
+}
+
 /// The entry point of a reader: opens the store read-only, marks it open, then reads the keys
 /// and fences the writers use and marks what each read showed.
 fn reader() {
     let var = |name: &str| std::env::var(name).unwrap();
-    let mut marks = fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(var("FENCELOCK_CRASH_MARKS"))
-        .unwrap();
-    let mut mark = |line: String| marks.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut mark = marker();
     let options = Options {
         read_only: true,
         busy_timeout: Duration::from_secs(120),
@@ -348,6 +349,15 @@ impl Setup {
             mode,
             write_log: false,
             pad: 0,
+        }
+    }
+
+    /// Multi-process writers through the log, with values padded up to `pad` bytes.
+    fn write_log(pad: usize) -> Setup {
+        Setup {
+            mode: Mode::MultiProcess,
+            write_log: true,
+            pad,
         }
     }
 
@@ -767,6 +777,10 @@ fn single_process_a_writer_killed() {
     );
 }
 
+/// Segments of 64 KiB for the write log's cases, so that few writes cross segment ends: an
+/// environment variable every process of a store reads, so set for [`in_child`].
+const SMALL_SEGMENTS: &[(&str, &str)] = &[("FENCELOCK_LOG_SEGMENT", "65536")];
+
 /// Runs the test `name` again, alone, in a child process of this binary with `vars` set, and
 /// asserts that it passed: `true` in that child, which is to run the test's body. (The log's
 /// segment size is an environment variable every process of a store reads; this process runs
@@ -820,18 +834,11 @@ fn segments_and_retirements(recording: &Recording) -> (usize, usize) {
 /// `FENCELOCK_CRASH_IMAGES`: each image's open recovers and checkpoints.
 #[test]
 fn multi_process_write_log() {
-    if !in_child(
-        "multi_process_write_log",
-        &[("FENCELOCK_LOG_SEGMENT", "65536")],
-    ) {
+    if !in_child("multi_process_write_log", SMALL_SEGMENTS) {
         return;
     }
     let salt = 10;
-    let setup = Setup {
-        mode: Mode::MultiProcess,
-        write_log: true,
-        pad: 12000,
-    };
+    let setup = Setup::write_log(12000);
     let recorded = record(
         setup,
         &[&[Child::Writer, Child::Writer], &[Child::Writer]],
@@ -863,18 +870,11 @@ fn multi_process_write_log() {
 /// proves nothing here: the next sync is tried instead, up to five.
 #[test]
 fn multi_process_write_log_read_after_a_crash() {
-    if !in_child(
-        "multi_process_write_log_read_after_a_crash",
-        &[("FENCELOCK_LOG_SEGMENT", "65536")],
-    ) {
+    if !in_child("multi_process_write_log_read_after_a_crash", SMALL_SEGMENTS) {
         return;
     }
     let salt = 12;
-    let setup = Setup {
-        mode: Mode::MultiProcess,
-        write_log: true,
-        pad: 0,
-    };
+    let setup = Setup::write_log(0);
     let first = 2 + Rng::new(seed() ^ salt).next_u64() % 12;
     let (kill, recorded) = (first..first + 5)
         .map(|kill| {

@@ -739,17 +739,8 @@ fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(write_l
     }
     let status = writer.status().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer: {status}");
-    let segments = || {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|entry| {
-                let name = entry.as_ref().unwrap().file_name();
-                name.to_string_lossy().starts_with("locks.db.wal.")
-            })
-            .count()
-    };
     assert_eq!(
-        segments() > 0,
+        !log_segments(dir.path()).is_empty(),
         write_log,
         "the log's segments beside the store"
     );
@@ -798,8 +789,6 @@ fn log_writer_child() {
 #[test]
 fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     use std::os::unix::fs::MetadataExt;
-    /// A group that is no user's own: the store's, and one of the child's other groups.
-    const GROUP: libc::gid_t = 4242;
     // The store's group may make files beside it, as the log does.
     let Some((dir, path)) = store_of_group_in(0o770, Some(GROUP)) else {
         return;
@@ -812,7 +801,26 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     .output()
     .unwrap();
     assert_success(&out);
-    let segments: Vec<(String, u32, u32, u32)> = std::fs::read_dir(dir.path())
+    let segments = log_segments(dir.path());
+    assert!(!segments.is_empty(), "the child wrote through no log");
+    for (name, meta) in &segments {
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o777),
+            (65534, GROUP, 0o660),
+            "segment {name}: its maker's, with the store's group and mode"
+        );
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
+}
+
+/// A group that is no user's own: a store's, and one of a child's other groups.
+const GROUP: libc::gid_t = 4242;
+
+/// The names of the redo log's files beside the store `locks.db` in `dir` (segments, and
+/// segments being made), in order, with their metadata.
+fn log_segments(dir: &std::path::Path) -> Vec<(String, std::fs::Metadata)> {
+    let mut found: Vec<(String, std::fs::Metadata)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap())
         .filter(|entry| {
@@ -822,21 +830,12 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
                 .starts_with("locks.db.wal.")
         })
         .map(|entry| {
-            let meta = entry.metadata().unwrap();
             let name = entry.file_name().to_string_lossy().into_owned();
-            (name, meta.uid(), meta.gid(), meta.mode() & 0o777)
+            (name, entry.metadata().unwrap())
         })
         .collect();
-    assert!(!segments.is_empty(), "the child wrote through no log");
-    for (name, uid, gid, mode) in &segments {
-        assert_eq!(
-            (*uid, *gid, *mode),
-            (65534, GROUP, 0o660),
-            "segment {name}: its maker's, with the store's group and mode"
-        );
-    }
-    let store = Store::open(&path).unwrap();
-    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
 }
 
 /// A directory shared as `/tmp` is (anyone may make files in it, and remove only their own),
@@ -1145,7 +1144,6 @@ fn segment_filler_child() {
 #[test]
 fn a_writer_in_a_sticky_directory_retires_the_segments_it_may_remove() {
     use std::os::unix::fs::MetadataExt;
-    const GROUP: libc::gid_t = 4242;
     let Some((dir, path)) = store_of_group_in(0o1777, Some(GROUP)) else {
         return;
     };
@@ -1164,22 +1162,10 @@ fn a_writer_in_a_sticky_directory_retires_the_segments_it_may_remove() {
         );
     };
     let segments = || -> Vec<(String, u32)> {
-        let mut found: Vec<(String, u32)> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|entry| entry.unwrap())
-            .filter(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("locks.db.wal.")
-            })
-            .map(|entry| {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                (name, entry.metadata().unwrap().uid())
-            })
-            .collect();
-        found.sort();
-        found
+        log_segments(dir.path())
+            .into_iter()
+            .map(|(name, meta)| (name, meta.uid()))
+            .collect()
     };
     // The first segment is nobody's; the next ones another member's.
     fill(65534, "1");
@@ -1219,7 +1205,6 @@ fn refused_log_writer_child() {
 /// the store until root removed it. The store's owner writes through the log there.
 #[test]
 fn a_member_is_not_let_make_a_segment_that_every_process_would_refuse() {
-    const GROUP: libc::gid_t = 4242;
     let Some((dir, path)) = store_of_group_in(0o3777, Some(GROUP)) else {
         return;
     };
@@ -1231,14 +1216,8 @@ fn a_member_is_not_let_make_a_segment_that_every_process_would_refuse() {
     .output()
     .unwrap();
     assert_success(&out);
-    let segments = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|entry| {
-            let name = entry.as_ref().unwrap().file_name();
-            name.to_string_lossy().starts_with("locks.db.wal.")
-        })
-        .count();
-    assert_eq!(segments, 0, "the refused member made a segment");
+    let segments = log_segments(dir.path());
+    assert!(segments.is_empty(), "the refused member made a segment");
     put_through_the_log(&path, b"the owner's");
     let store = Store::open_with(&path, &read_only()).unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"the owner's");
