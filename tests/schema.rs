@@ -86,7 +86,7 @@ fn a_schema_1_store_is_upgraded_at_open_and_keeps_its_live_lease() {
         store.info().unwrap().schema_version,
         fencelock::SCHEMA_VERSION
     );
-    assert_eq!(fencelock::SCHEMA_VERSION, 4);
+    assert_eq!(fencelock::SCHEMA_VERSION, 5);
     match store.acquire("payment-export", Duration::from_secs(5)) {
         Err(Error::Locked { token: 5, .. }) => {}
         other => panic!("the schema-1 holder's lease must still exclude: {other:?}"),
@@ -177,7 +177,7 @@ fn a_schema_2_store_is_upgraded_at_open_and_its_exclusive_lease_still_excludes_e
     assert_eq!((a.token(), b.token()), (10, 11));
     drop((a, b));
     drop(store);
-    // A library that knows only schema 2 (or 3) would now refuse the file: its version is 4.
+    // A library that knows only schema 2 (or 3, or 4) would now refuse the file: its version is 5.
     let db = Database::builder()
         .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
         .open(&path)

@@ -14,10 +14,14 @@ use crate::storage::liveness::Liveness;
 /// Schema version of the tables this library writes. Version 2 added the liveness id to lease
 /// records; version 3 added the records of names with several holders (semaphores and shared
 /// locks, record format 3); version 4 keeps the leases of multi-process stores in shared memory
-/// (and their tokens bounded by a durable reservation), not in the leases table. A store of an older version is upgraded when it is opened for
-/// writing (its records are read as they are), after which libraries that know only the older
-/// version refuse to open it rather than meet records they cannot read.
-pub const SCHEMA_VERSION: u64 = 4;
+/// (and their tokens bounded by a durable reservation), not in the leases table; version 5 may
+/// keep acknowledged writes in a redo log beside the file (`Options::write_log`) until a
+/// checkpoint moves them in, which a library of version 4 would not read: after a crash it would
+/// show older values and fences than were acknowledged, and grant beside them. A store of an
+/// older version is upgraded when it is opened for writing (its records are read as they are),
+/// after which libraries that know only the older version refuse to open it rather than meet
+/// records they cannot read.
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// The error for a panic of the storage engine, which it raises on some forms of damage.
 #[allow(clippy::needless_pass_by_value)] // the shape `unwrap_or_else` gives a panic's message
