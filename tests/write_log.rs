@@ -1489,3 +1489,58 @@ fn a_server_is_refused_while_processes_write_through_the_log_and_serves_their_wr
     }
     server.signal(libc::SIGKILL);
 }
+
+#[test]
+fn a_store_opened_through_a_symbolic_link_shares_the_log_of_the_file_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let store = open(&path);
+    let through_link = open(&link);
+    // Writes through each name, read through the other: one log for the one file.
+    let holder = through_link
+        .acquire("job", Duration::from_secs(60))
+        .unwrap();
+    holder.put(b"k", b"through the link").unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the link");
+    holder.release().unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"through the file").unwrap();
+    assert_eq!(
+        through_link.get(b"k").unwrap().unwrap().value,
+        b"through the file"
+    );
+    let token = holder.token();
+    drop(holder);
+    assert!(!segments(&path).is_empty());
+    assert_eq!(
+        segments(&link),
+        Vec::<u64>::new(),
+        "a log named after the link"
+    );
+    drop((store, through_link));
+    // Closed and opened again through the link, the store has every write.
+    let store = open(&link);
+    let got = store.get(b"k").unwrap().unwrap();
+    assert_eq!(
+        (got.value.as_slice(), got.token),
+        (&b"through the file"[..], token)
+    );
+}
+
+#[test]
+fn a_store_file_with_two_names_is_refused_the_log_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    drop(Store::open(&path).unwrap());
+    std::fs::hard_link(&path, dir.path().join("second-name.db")).unwrap();
+    let err = Store::open_with(&path, &logged()).unwrap_err();
+    assert_eq!(err.status(), Status::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("2 names (hard links)"), "{err}");
+    assert_eq!(segments(&path), Vec::<u64>::new());
+    // The refusal gave the store no log: opened without it, it works as before.
+    let store = Store::open(&path).unwrap();
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"v").unwrap();
+}

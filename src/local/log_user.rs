@@ -115,23 +115,42 @@ fn segment_size() -> Result<u64> {
 
 /// The redo log of the store file at `path`, whose id is `id`.
 fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
-    Ok(SegmentLog::open(&log_base(path), id, segment_size()?)?)
+    Ok(SegmentLog::open(&log_base(path)?, id, segment_size()?)?)
 }
 
 /// [`open_log`] for reading only: a read-only store's (`crashed.rs`).
 pub(crate) fn open_log_to_read(path: &Path, id: u64) -> Result<SegmentLog<ReadDisk>> {
     Ok(SegmentLog::open_to_read(
-        &log_base(path),
+        &log_base(path)?,
         id,
         segment_size()?,
     )?)
 }
 
-/// The path the names of the segments of the store file at `path` begin with.
-fn log_base(path: &Path) -> PathBuf {
-    let mut base = path.as_os_str().to_owned();
+/// The path the names of the segments of the store file at `path` begin with: beside the file
+/// under its one name, whatever the name `path` reached it by. Every process of the store must
+/// find the same log: the processes that share a ring (one per file, `ring/file.rs`) share its
+/// positions, and one that wrote where another does not read would lose acknowledged writes.
+/// So a symbolic link is resolved, and a file with several names (hard links) is refused, as
+/// no name of it is the one name.
+fn log_base(path: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let real =
+        std::fs::canonicalize(path).map_err(|err| Error::Io(err).at_path("resolve", path))?;
+    let links = std::fs::metadata(&real)
+        .map_err(|err| Error::Io(err).at_path("stat", &real))?
+        .nlink();
+    if links > 1 {
+        return Err(Error::invalid(format!(
+            "{}: the store file has {links} names (hard links); its redo log \
+             (Options::write_log) is named after the file, so the file must have one name \
+             (symbolic links to it are fine)",
+            real.display()
+        )));
+    }
+    let mut base = real.into_os_string();
     base.push(".wal");
-    PathBuf::from(base)
+    Ok(PathBuf::from(base))
 }
 
 /// The id of the store's redo log (`WAL_ID_KEY`), `None` for a store that never had one.
@@ -205,7 +224,13 @@ impl LogUser {
                                 ring.log_set_up(None);
                                 return Ok(());
                             }
-                            None => make_log_id(&db)?,
+                            None => {
+                                // A file the log cannot be named after is refused before
+                                // the store is given a log, so that the refusal changes
+                                // nothing.
+                                log_base(host.store_path())?;
+                                make_log_id(&db)?
+                            }
                         };
                         let log = open_log(host.store_path(), id)?;
                         // No other process of the ring is making a segment now.
