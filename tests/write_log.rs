@@ -1544,3 +1544,36 @@ fn a_store_file_with_two_names_is_refused_the_log_and_left_as_it_was() {
     let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
     holder.put(b"k", b"v").unwrap();
 }
+
+#[test]
+fn a_new_store_where_a_deleted_one_left_its_log_is_refused_naming_the_file_to_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    {
+        let store = open(&path);
+        let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+        holder.put(b"k", b"of the deleted store").unwrap();
+    }
+    let kept = segments(&path);
+    assert!(
+        !kept.is_empty(),
+        "a closed store keeps its log's newest segment"
+    );
+    std::fs::remove_file(&path).unwrap();
+    let err = Store::open_with(&path, &logged()).unwrap_err();
+    assert_eq!(err.status(), Status::NotAStore, "{err}");
+    let segment = format!("{}.wal.{:016x}", path.display(), kept[0]);
+    let text = err.to_string();
+    assert!(
+        text.contains(&segment) && text.contains("remove the file"),
+        "{text}"
+    );
+    for seq in kept {
+        std::fs::remove_file(format!("{}.wal.{seq:016x}", path.display())).unwrap();
+    }
+    let store = open(&path);
+    assert_eq!(store.get(b"k").unwrap(), None);
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"of the new store").unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"of the new store");
+}

@@ -130,7 +130,9 @@ impl fmt::Display for LogError {
             } => write!(
                 f,
                 "{}: a log segment of another store (id {found:#018x}, this store's is \
-                 {expected:#018x})",
+                 {expected:#018x}), one that had this name before it was deleted, renamed or \
+                 restored over; remove the file once that store needs it no more (every \
+                 process that used it closed it, or it is gone)",
                 path.display()
             ),
             LogError::OtherSize {
