@@ -976,8 +976,14 @@ impl LocalEngine {
         if let Some(user) = self.log_writer() {
             return user.fence(self, resource, token, self.bounded(cancel));
         }
-        // A token equal to the recorded one passes without a write.
-        let highest = self.router.fence_of(self, resource, self.bounded(cancel))?;
+        // A token equal to the recorded one passes without a write. A read-only store reads
+        // the fence as its `fence_token` does (through the log, or the one a crash left), so
+        // that it passes a token that answer shows, and refuses a lower one as stale.
+        let highest = if self.read_only {
+            self.fence_token(resource)?
+        } else {
+            self.router.fence_of(self, resource, self.bounded(cancel))?
+        };
         admit(token, highest)?;
         if highest == Some(token) {
             return Ok(());
