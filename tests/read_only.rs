@@ -831,6 +831,48 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
 }
 
+/// The newest segment stays beside a closed store, with the mode and group it was made with: a
+/// `chgrp` and `chmod` that share the store with its group share that segment too, once the
+/// segment's owner (here root) opens the store again, so that a member may then write.
+#[test]
+fn a_segment_kept_beside_a_closed_store_follows_a_chgrp_and_chmod_at_its_owners_next_open() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some((dir, path)) = store_of_group_in(0o770, Some(GROUP)) else {
+        return;
+    };
+    // Root's store, not shared yet (root's group, mode 0600): root writes through the log and
+    // closes it.
+    std::os::unix::fs::chown(&path, None, Some(0)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    put_through_the_log(&path, b"from root");
+    let kept = log_segments(dir.path());
+    assert!(!kept.is_empty(), "no segment kept");
+    for (name, meta) in &kept {
+        assert_eq!((meta.gid(), meta.mode() & 0o777), (0, 0o600), "{name}");
+    }
+    // Shared with the group.
+    std::os::unix::fs::chown(&path, None, Some(GROUP)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    drop(Store::open_with(&path, &log_options()).unwrap());
+    for (name, meta) in &log_segments(dir.path()) {
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o777),
+            (0, GROUP, 0o660),
+            "segment {name}: the store's owner, group and mode now"
+        );
+    }
+    let out = as_nobody_in(
+        "log_writer_child",
+        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
+        &[GROUP],
+    )
+    .output()
+    .unwrap();
+    assert_success(&out);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
+}
+
 /// A group that is no user's own: a store's, and one of a child's other groups.
 const GROUP: libc::gid_t = 4242;
 

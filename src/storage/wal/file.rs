@@ -317,7 +317,30 @@ fn open_segment(path: &Path, write: bool) -> io::Result<File> {
     // A regular file's reads and writes ignore the flag; cleared all the same.
     let flags = rustix::fs::fcntl_getfl(&file)?;
     rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
+    if write {
+        follow_the_store(&file, &found, &store)?;
+    }
     Ok(file)
+}
+
+/// Gives the segment `file` (metadata `found`) the store's owner, group and mode again where a
+/// `chmod` or `chgrp` of the store changed them since the segment was made (the newest segment
+/// stays beside a closed store), so that the users the store now trusts may open it, and no
+/// others: when this process may (it owns the segment, or is root). A segment it may not change
+/// stays as it is until its owner or root opens the store.
+fn follow_the_store(file: &File, found: &fs::Metadata, store: &fs::Metadata) -> io::Result<()> {
+    let me = rustix::process::geteuid();
+    if !me.is_root() && me.as_raw() != found.uid() {
+        return Ok(());
+    }
+    let mode = store.mode() & 0o777;
+    if found.mode() & 0o777 == mode
+        && found.gid() == store.gid()
+        && (!me.is_root() || found.uid() == store.uid())
+    {
+        return Ok(());
+    }
+    owner::take_the_stores(file, store, mode)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
