@@ -116,6 +116,19 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
                             ),
                         )))
                     }
+                    Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {
+                        return Err(Error::Io(std::io::Error::new(
+                            err.kind(),
+                            format!(
+                                "{} needs the repair that follows the death of a process that \
+                                 had it open to write (one killed, say), which only an open \
+                                 that may write the store makes, and its file system is \
+                                 read-only: open it once where it may be written (remounted, \
+                                 or a copy with its STORE.wal.* files beside it)",
+                                path.display()
+                            ),
+                        )))
+                    }
                     other => drop(other?),
                 }
                 builder.open_read_only(path)?
