@@ -1568,6 +1568,18 @@ fn a_new_store_where_a_deleted_one_left_its_log_is_refused_naming_the_file_to_re
         text.contains(&segment) && text.contains("remove the file"),
         "{text}"
     );
+    // The refusal gave the new store no log: opened without one, it works.
+    for mode in [Mode::MultiProcess, Mode::SingleProcess] {
+        let store = Store::open_with(
+            &path,
+            &Options {
+                mode,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(store.get(b"k").unwrap(), None, "{mode:?}");
+    }
     for seq in kept {
         std::fs::remove_file(format!("{}.wal.{seq:016x}", path.display())).unwrap();
     }

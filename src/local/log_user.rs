@@ -162,9 +162,9 @@ fn log_id(db: &Db) -> Result<Option<u64>> {
     Ok(meta.get(WAL_ID_KEY)?.map(|id| id.value()))
 }
 
-/// The id of the store's redo log, made (random, committed) when it has none yet: by the
+/// The id of the store's redo log, `new` (random, committed) when it has none yet: by the
 /// process that sets the log up.
-fn make_log_id(db: &Db) -> Result<u64> {
+fn make_log_id(db: &Db, new: u64) -> Result<u64> {
     let txn = db.writable()?.begin_write()?;
     let id = {
         let mut meta = txn.open_table(META)?;
@@ -172,9 +172,8 @@ fn make_log_id(db: &Db) -> Result<u64> {
         match found {
             Some(id) => id,
             None => {
-                let id = crate::base::random_u64()?;
-                meta.insert(WAL_ID_KEY, id)?;
-                id
+                meta.insert(WAL_ID_KEY, new)?;
+                new
             }
         }
     };
@@ -225,11 +224,12 @@ impl LogUser {
                                 return Ok(());
                             }
                             None => {
-                                // A file the log cannot be named after is refused before
-                                // the store is given a log, so that the refusal changes
-                                // nothing.
-                                log_base(host.store_path())?;
-                                make_log_id(&db)?
+                                // The log is opened (its name, its segment size, and no
+                                // other store's segments at its names checked) before the
+                                // store is given it, so that a refusal changes nothing.
+                                let id = crate::base::random_u64()?;
+                                drop(open_log(host.store_path(), id)?);
+                                make_log_id(&db, id)?
                             }
                         };
                         let log = open_log(host.store_path(), id)?;
