@@ -786,60 +786,20 @@ fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_log_writers_c
     a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(true);
 }
 
-/// A tmpfs mounted at a directory of its own for a test, made read-only on demand, and
-/// unmounted when dropped.
-struct Mounted(tempfile::TempDir);
-
-impl Mounted {
-    /// `None` (the test skipped) unless this runs as root, who alone may mount.
-    fn tmpfs() -> Option<Mounted> {
-        // SAFETY: libc::getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            eprintln!("skipped: needs root, to mount a file system");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        Mounted::mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs"], dir.path());
-        Some(Mounted(dir))
-    }
-
-    fn mount(args: &[&str], at: &std::path::Path) {
-        let status = std::process::Command::new("mount")
-            .args(args)
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(status.success(), "mount {args:?}: {status}");
-    }
-
-    fn remount(&self, how: &str) {
-        Mounted::mount(&["-o", &format!("remount,{how}")], self.0.path());
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.0.path())
-            .status();
-    }
-}
-
 /// After a writer's death, the store file needs redb's repair, which a read-only file system
 /// does not allow: a read-only open there is refused, with the file system's error kind and a
 /// message that says what to do, and reads every acknowledged write once that was done.
 #[test]
 fn a_read_only_open_on_a_read_only_file_system_after_a_crash_says_what_it_needs() {
     use std::os::unix::process::ExitStatusExt;
-    let Some(mounted) = Mounted::tmpfs() else {
+    let Some(mounted) = common::Mounted::tmpfs() else {
         return;
     };
-    let path = mounted.0.path().join("locks.db");
+    let path = mounted.path().join("locks.db");
     for write_log in [false, true] {
         let _ = std::fs::remove_file(&path);
-        for (name, _) in log_segments(mounted.0.path()) {
-            std::fs::remove_file(mounted.0.path().join(name)).unwrap();
+        for (name, _) in log_segments(mounted.path()) {
+            std::fs::remove_file(mounted.path().join(name)).unwrap();
         }
         let mut writer = std::process::Command::new(std::env::current_exe().unwrap());
         writer

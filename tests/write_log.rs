@@ -1589,3 +1589,58 @@ fn a_new_store_where_a_deleted_one_left_its_log_is_refused_naming_the_file_to_re
     holder.put(b"k", b"of the new store").unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"of the new store");
 }
+
+/// Whether `result` is the refusal of a name of the store beside which its log does not lie.
+fn refused_elsewhere<T>(result: &fencelock::Result<T>) -> bool {
+    matches!(result, Err(err) if err.status() == Status::InvalidArgument
+        && err.to_string().contains("write its redo log beside another name of the file"))
+}
+
+#[test]
+fn a_store_renamed_while_open_is_refused_by_its_new_name_until_every_process_closed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let moved = dir.path().join("moved.db");
+    let store = open(&path);
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"before the rename").unwrap();
+    std::fs::rename(&path, &moved).unwrap();
+    // Its log lies beside the old name, where the open processes write it.
+    let opened = Store::open_with(&moved, &logged());
+    assert!(refused_elsewhere(&opened), "{:?}", opened.err());
+    assert_eq!(
+        store.get(b"k").unwrap().unwrap().value,
+        b"before the rename"
+    );
+    drop(holder);
+    drop(store);
+    // Closed, the store is its file, whatever its name.
+    let store = open(&moved);
+    assert_eq!(
+        store.get(b"k").unwrap().unwrap().value,
+        b"before the rename"
+    );
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"after").unwrap();
+    drop((holder, store));
+    assert_eq!(open(&moved).get(b"k").unwrap().unwrap().value, b"after");
+}
+
+#[test]
+fn a_store_file_bind_mounted_under_another_name_is_refused_there_while_its_log_is_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locks.db");
+    let other = tempfile::tempdir().unwrap();
+    let at = other.path().join("locks.db");
+    let store = open(&path);
+    std::fs::write(&at, b"").unwrap();
+    let Some(_bound) = common::Mounted::bind(&path, &at) else {
+        return;
+    };
+    let holder = store.acquire("job", Duration::from_secs(60)).unwrap();
+    holder.put(b"k", b"v").unwrap();
+    // One file, one ring: the log is beside the name the first process used.
+    let opened = Store::open_with(&at, &logged());
+    assert!(refused_elsewhere(&opened), "{:?}", opened.err());
+    assert_eq!(store.get(b"k").unwrap().unwrap().value, b"v");
+}

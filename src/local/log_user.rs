@@ -35,7 +35,7 @@ use crate::base::error::{Error, Result};
 use crate::base::limits::check_granted;
 use crate::local::lease_map::MapHost;
 use crate::local::route::bounded;
-use crate::ring::flush::{Fate, GroupSync, LogTurn};
+use crate::ring::flush::{Fate, GroupSync, LogPlace, LogTurn};
 use crate::rules::admit::check_current;
 use crate::rules::info::Fenced;
 use crate::rules::record::decode_value;
@@ -115,7 +115,42 @@ fn segment_size() -> Result<u64> {
 
 /// The redo log of the store file at `path`, whose id is `id`.
 fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
-    Ok(SegmentLog::open(&log_base(path)?, id, segment_size()?)?)
+    open_log_at(&log_base(path)?, id)
+}
+
+/// The redo log whose segments' names begin with `base` ([`log_base`]), whose id is `id`.
+fn open_log_at(base: &Path, id: u64) -> Result<SegmentLog> {
+    Ok(SegmentLog::open(base, id, segment_size()?)?)
+}
+
+/// Where the log of segments named from `base` ([`log_base`]) lies: its directory's device and
+/// inode, and a hash of its name (FNV-1a).
+fn log_place(base: &Path) -> Result<LogPlace> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let dir = base.parent().unwrap_or(Path::new("/"));
+    let found = std::fs::metadata(dir).map_err(|err| Error::Io(err).at_path("stat", dir))?;
+    let mut name: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in base.file_name().unwrap_or_default().as_bytes() {
+        name = (name ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(LogPlace {
+        dir_dev: found.dev(),
+        dir_ino: found.ino(),
+        name,
+    })
+}
+
+/// The refusal of a process that reached the store at `path` by another name than the one its
+/// log lies beside.
+fn log_elsewhere(path: &Path) -> Error {
+    Error::invalid(format!(
+        "{}: the processes that have this store open write its redo log beside another name \
+         of the file, the one the first of them opened it by (the store was renamed or moved \
+         since, or this name reaches the file through a bind mount); open it by that name, \
+         and rename or move it only once every process has closed it",
+        path.display()
+    ))
 }
 
 /// [`open_log`] for reading only: a read-only store's (`crashed.rs`).
@@ -142,9 +177,11 @@ fn log_base(path: &Path) -> Result<PathBuf> {
         .nlink();
     if links > 1 {
         return Err(Error::invalid(format!(
-            "{}: the store file has {links} names (hard links); its redo log \
-             (Options::write_log) is named after the file, so the file must have one name \
-             (symbolic links to it are fine)",
+            "{}: the store file has {links} names (hard links); a redo log \
+             (Options::write_log, which this open asks for or the store has) is named after \
+             the file, so the file must have one name: remove the others, keeping the name \
+             its log's files (NAME.wal.*) lie beside, if it has any (symbolic links to it are \
+             fine)",
             real.display()
         )));
     }
@@ -215,24 +252,29 @@ impl LogUser {
                 LogTurn::SetUp => {
                     let set_up = || -> Result<()> {
                         let db = host.database()?;
-                        let id = match log_id(&db)? {
+                        let found = log_id(&db)?;
+                        // A store that never had a log: nothing to recover, and a ring that
+                        // does not write through one makes none.
+                        if found.is_none() && !want {
+                            ring.log_set_up(None);
+                            return Ok(());
+                        }
+                        let base = log_base(host.store_path())?;
+                        // Named after what the path named then: still this store's file (a
+                        // symbolic link re-pointed meanwhile would name another file's log).
+                        host.check_file()?;
+                        let id = match found {
                             Some(id) => id,
-                            // A store that never had a log: nothing to recover, and a ring
-                            // that does not write through one makes none.
-                            None if !want => {
-                                ring.log_set_up(None);
-                                return Ok(());
-                            }
                             None => {
                                 // The log is opened (its name, its segment size, and no
                                 // other store's segments at its names checked) before the
                                 // store is given it, so that a refusal changes nothing.
                                 let id = crate::base::random_u64()?;
-                                drop(open_log(host.store_path(), id)?);
+                                drop(open_log_at(&base, id)?);
                                 make_log_id(&db, id)?
                             }
                         };
-                        let log = open_log(host.store_path(), id)?;
+                        let log = open_log_at(&base, id)?;
                         // No other process of the ring is making a segment now.
                         log.remove_leftovers()?;
                         if !want {
@@ -244,7 +286,7 @@ impl LogUser {
                         }
                         let end = recover(db.writable()?, &log)?.applied.end;
                         log.prepare(end / log.size())?;
-                        ring.log_set_up(Some(end));
+                        ring.log_set_up(Some((end, log_place(&base)?)));
                         Ok(())
                     };
                     if let Err(err) = set_up() {
@@ -272,9 +314,14 @@ impl LogUser {
         let id = log_id(&db)?.ok_or_else(|| {
             Error::Corrupt("the store's redo log is on, and the store file holds no log id".into())
         })?;
+        // The log the ring's positions are of, not one beside another name of the file.
+        let base = log_base(host.store_path())?;
+        if log_place(&base)? != member.ring().log_place() {
+            return Err(log_elsewhere(host.store_path()));
+        }
         Ok(LogUser {
             member: Arc::clone(member),
-            log: open_log(host.store_path(), id)?,
+            log: open_log_at(&base, id)?,
             checkpointing: AtomicBool::new(false),
             background: parking_lot::Mutex::new(None),
         })

@@ -1151,6 +1151,17 @@ const LOG_OFF: u64 = u64::MAX;
 /// `checkpointed` start at its end.
 const LOG_ON: u64 = u64::MAX - 1;
 
+/// Where a store's log lies: the device and inode of its directory, and a hash (FNV-1a) of
+/// the name of the store file it is named after. Two processes that reach one store file by
+/// different names (a rename while it is open, a bind mount of the file) would find different
+/// logs beside those names while they share the ring's positions; each joiner compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogPlace {
+    pub(crate) dir_dev: u64,
+    pub(crate) dir_ino: u64,
+    pub(crate) name: u64,
+}
+
 /// What [`Ring::decide_log`] tells a process of the ring's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LogTurn {
@@ -1201,15 +1212,19 @@ impl Ring {
 
     /// Ends the setting up of the log by the process that took it ([`Ring::decide_log`]): the
     /// log was recovered into the store file up to `end`, where reservations, the flushed
-    /// prefix and the checkpoint start; `None`: the ring's processes do not write through it.
-    /// No writer reserves before it (the log is not on).
-    pub(crate) fn log_set_up(&self, end: Option<u64>) {
+    /// prefix and the checkpoint start, and lies at `place`; `None`: the ring's processes do
+    /// not write through it. No writer reserves before it (the log is not on).
+    pub(crate) fn log_set_up(&self, set: Option<(u64, LogPlace)>) {
         let words = self.view.flush();
-        let Some(end) = end else {
+        let Some((end, place)) = set else {
             // Release: as below.
             words.log_state.store(LOG_OFF, Ordering::Release);
             return;
         };
+        // Relaxed: published by the Release below, before any process joins the log.
+        words.log_dir_dev.store(place.dir_dev, Ordering::Relaxed);
+        words.log_dir_ino.store(place.dir_ino, Ordering::Relaxed);
+        words.log_name.store(place.name, Ordering::Relaxed);
         // Relaxed: published by the Release below, before any writer reserves.
         words.end.store(end, Ordering::Relaxed);
         words.flushed.store(end, Ordering::Relaxed);
@@ -1228,6 +1243,19 @@ impl Ring {
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
+    }
+
+    /// Where the log lies, as its setter found it: for a process that saw it on
+    /// ([`Ring::decide_log`]), to check that it finds the same log.
+    pub(crate) fn log_place(&self) -> LogPlace {
+        let words = self.view.flush();
+        // Relaxed: written before the Release that put the log on, which this process's
+        // Acquire in `decide_log` saw; never written again in the ring's lifetime.
+        LogPlace {
+            dir_dev: words.log_dir_dev.load(Ordering::Relaxed),
+            dir_ino: words.log_dir_ino.load(Ordering::Relaxed),
+            name: words.log_name.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether the ring's processes write through the log (decided and set up).

@@ -276,6 +276,11 @@ pub(super) struct FlushHeader {
     /// The liveness id of the process skipping the gap at `flushed` now (the skipper), 0 for
     /// none: one skip at a time, and a dead skipper's claim is taken over (`flush.rs`).
     pub(super) skipper: AtomicU64,
+    /// Where the log lies (`flush.rs`, `LogPlace`): its directory's device and inode, and a
+    /// hash of the store file's name it is named after. Set with the log, before it is on.
+    pub(super) log_dir_dev: AtomicU64,
+    pub(super) log_dir_ino: AtomicU64,
+    pub(super) log_name: AtomicU64,
 }
 
 /// Bytes of the group sync's page; its marks follow.
@@ -374,6 +379,9 @@ mod zeroed {
                 checkpointed: AtomicU64::new(0),
                 log_state: AtomicU64::new(0),
                 skipper: AtomicU64::new(0),
+                log_dir_dev: AtomicU64::new(0),
+                log_dir_ino: AtomicU64::new(0),
+                log_name: AtomicU64::new(0),
             }
         }
     }

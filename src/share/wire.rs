@@ -13,7 +13,10 @@ use crate::rules::ops::{Done, Op};
 use crate::rules::query::{Answer, Counts, Query};
 use crate::rules::record::Record;
 
-/// The version of this format, and of the ring's layout (12: the group sync's page gains
+/// The version of this format, and of the ring's layout (13: the group sync's page gains where
+/// the log lies, `log_dir_dev`, `log_dir_ino` and `log_name`, which each process that joins the
+/// log checks, `ring/flush.rs`: a process of version 12 would join a log it may not find; 12:
+/// the group sync's page gains
 /// `skipper`, the one process skipping a gap, whose claim is taken over once it is dead,
 /// `ring/flush.rs`: a process of version 11 would skip beside it, and two skippers of one gap
 /// could each mark it skipped; 11: the group sync's page gains
@@ -29,7 +32,7 @@ use crate::rules::record::Record;
 /// and when it took its place); part of the ring's header, so that a process of another version
 /// uses no ring of this one (a process of version 7 would map a ring of 8, never see its writers'
 /// marks, and commit without ringing the bell).
-pub(crate) const WIRE_VERSION: u32 = 12;
+pub(crate) const WIRE_VERSION: u32 = 13;
 
 #[derive(Default)]
 struct Writer(Vec<u8>);

@@ -298,3 +298,76 @@ pub fn assert_log_failed(report: &str, cause: Option<&str>, what: &str) {
         assert!(text.contains(cause), "{what} does not name {cause}: {text}");
     }
 }
+
+/// A file system mounted for a test (as root), unmounted when dropped: a tmpfs at a directory
+/// of its own, or a bind mount of one file over another.
+pub struct Mounted {
+    at: PathBuf,
+    /// The tmpfs's directory, removed after the unmount.
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Mounted {
+    /// Whether this runs as root, who alone may mount; says the test is skipped if not.
+    fn may_mount() -> bool {
+        // SAFETY: libc::getuid has no preconditions.
+        let root = unsafe { libc::getuid() } == 0;
+        if !root {
+            eprintln!("skipped: needs root, to mount a file system");
+        }
+        root
+    }
+
+    /// A tmpfs of 64 MiB at a new directory; `None` (the test skipped) unless this is root.
+    pub fn tmpfs() -> Option<Mounted> {
+        if !Mounted::may_mount() {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs"], dir.path());
+        Some(Mounted {
+            at: dir.path().to_owned(),
+            _dir: Some(dir),
+        })
+    }
+
+    /// The file `from` mounted over the file `at` (which must exist), so that `at` names the
+    /// file `from` names; `None` (the test skipped) unless this is root.
+    pub fn bind(from: &std::path::Path, at: &std::path::Path) -> Option<Mounted> {
+        if !Mounted::may_mount() {
+            return None;
+        }
+        let status = Command::new("mount")
+            .arg("--bind")
+            .arg(from)
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount --bind: {status}");
+        Some(Mounted {
+            at: at.to_owned(),
+            _dir: None,
+        })
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &std::path::Path {
+        &self.at
+    }
+
+    /// Mounted again read-only (`"ro"`) or writable (`"rw"`).
+    pub fn remount(&self, how: &str) {
+        mount(&["-o", &format!("remount,{how}")], &self.at);
+    }
+}
+
+fn mount(args: &[&str], at: &std::path::Path) {
+    let status = Command::new("mount").args(args).arg(at).status().unwrap();
+    assert!(status.success(), "mount {args:?}: {status}");
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}

@@ -145,6 +145,11 @@ impl Harness {
         }
     }
 
+    /// Whether the store's fenced writes go through the redo log (`Options::write_log`).
+    pub fn writes_through_the_log(&self) -> bool {
+        matches!(self.backend, Backend::Logged)
+    }
+
     /// The path a store of this harness reports ([`Store::path`]).
     pub fn path(&self) -> &Path {
         &self.location

@@ -24,7 +24,7 @@ use loom::thread;
 
 use super::{check, Procs};
 use crate::base::error::Error;
-use crate::ring::flush::{Fate, GroupSync, Log, LogTurn, Written, WINDOW};
+use crate::ring::flush::{Fate, GroupSync, Log, LogPlace, LogTurn, Written, WINDOW};
 use crate::ring::layout::GRANULE;
 use crate::ring::Ring;
 
@@ -563,6 +563,13 @@ fn a_writer_stopped_past_its_skip_and_a_lap_loses_to_the_later_word() {
     });
 }
 
+/// Where the models' log lies.
+const PLACE: LogPlace = LogPlace {
+    dir_dev: 1,
+    dir_ino: 2,
+    name: 3,
+};
+
 /// One process's open of the ring, as `LogUser::join` runs it: decide (waiting while another
 /// live process sets up); the setter (process 2, which wants the log, or process 3, which does
 /// not) "recovers" (a store of record's counter, raised once) and sets up, or dies there when
@@ -570,7 +577,11 @@ fn a_writer_stopped_past_its_skip_and_a_lap_loses_to_the_later_word() {
 fn open_log(ring: &Ring, procs: &Procs, id: u64, recovered: &AtomicU64, dies: u64) -> Option<bool> {
     loop {
         match ring.decide_log(id, procs) {
-            LogTurn::On => return Some(true),
+            LogTurn::On => {
+                // A follower checks it finds the log where its setter did (`LogUser::reader`).
+                assert_eq!(ring.log_place(), PLACE, "the log on, its place not set");
+                return Some(true);
+            }
             LogTurn::Off => return Some(false),
             LogTurn::Wait => thread::yield_now(),
             LogTurn::SetUp => {
@@ -581,7 +592,7 @@ fn open_log(ring: &Ring, procs: &Procs, id: u64, recovered: &AtomicU64, dies: u6
                 // The recovery: one transaction of the store of record, whoever runs it.
                 recovered.fetch_add(1, Ordering::SeqCst);
                 let want = id == 2;
-                ring.log_set_up(want.then_some(40));
+                ring.log_set_up(want.then_some((40, PLACE)));
                 return Some(want);
             }
         }
