@@ -829,6 +829,18 @@ fn a_read_only_open_on_a_read_only_file_system_after_a_crash_says_what_it_needs(
             Some(&b"acknowledged"[..]),
             "log {write_log}"
         );
+        drop(reader);
+        // Repaired, it reads on the read-only file system too.
+        mounted.remount("ro");
+        let read = Store::open_with(&path, &read_only())
+            .and_then(|reader| reader.get(b"k"))
+            .map(|got| got.map(|fenced| fenced.value));
+        mounted.remount("rw");
+        assert_eq!(
+            read.unwrap().as_deref(),
+            Some(&b"acknowledged"[..]),
+            "log {write_log}"
+        );
     }
 }
 
