@@ -1559,10 +1559,24 @@ fn a_new_store_where_a_deleted_one_left_its_log_is_refused_naming_the_file_to_re
         !kept.is_empty(),
         "a closed store keeps its log's newest segment"
     );
-    std::fs::remove_file(&path).unwrap();
-    let err = Store::open_with(&path, &logged()).unwrap_err();
-    assert_eq!(err.status(), Status::NotAStore, "{err}");
     let segment = format!("{}.wal.{:016x}", path.display(), kept[0]);
+    let mode = |file: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(file).unwrap().permissions().mode() & 0o777
+    };
+    let kept_mode = mode(&segment);
+    std::fs::remove_file(&path).unwrap();
+    // A new store at the name, which its owner lets others read.
+    drop(Store::open(&path).unwrap());
+    std::fs::set_permissions(
+        &path,
+        std::os::unix::fs::PermissionsExt::from_mode(kept_mode | 0o044),
+    )
+    .unwrap();
+    let err = Store::open_with(&path, &logged()).unwrap_err();
+    // The other store's segment is refused as it is: not given the new store's mode.
+    assert_eq!(mode(&segment), kept_mode, "{err}");
+    assert_eq!(err.status(), Status::NotAStore, "{err}");
     let text = err.to_string();
     assert!(
         text.contains(&segment) && text.contains("remove the file"),

@@ -258,6 +258,11 @@ pub(crate) trait LogDir {
     fn remove(&self, paths: &[PathBuf]) -> io::Result<()>;
     /// The names of the files in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// What is done with `file`, opened at `path`, once its header showed it a segment of this
+    /// log (nothing, but on the disk).
+    fn checked(&self, _path: &Path, _file: &Self::File) -> io::Result<()> {
+        Ok(())
+    }
     /// Makes the names in `dir` durable (`fsync` of the directory). A directory whose
     /// creations and removals are durable at once (the crash tests' recorder) has nothing to do.
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
@@ -317,18 +322,17 @@ fn open_segment(path: &Path, write: bool) -> io::Result<File> {
     // A regular file's reads and writes ignore the flag; cleared all the same.
     let flags = rustix::fs::fcntl_getfl(&file)?;
     rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
-    if write {
-        follow_the_store(&file, &found, &store)?;
-    }
     Ok(file)
 }
 
-/// Gives the segment `file` (metadata `found`) the store's owner, group and mode again where a
-/// `chmod` or `chgrp` of the store changed them since the segment was made (the newest segment
-/// stays beside a closed store), so that the users the store now trusts may open it, and no
-/// others: when this process may (it owns the segment, or is root). A segment it may not change
-/// stays as it is until its owner or root opens the store.
-fn follow_the_store(file: &File, found: &fs::Metadata, store: &fs::Metadata) -> io::Result<()> {
+/// Gives the segment `file`, of this store's log (its header checked), the store's owner, group
+/// and mode (`store`, read just before) again where a `chmod` or `chgrp` of the store changed
+/// them since the segment was made (the newest segment stays beside a closed store), so that
+/// the users the store now trusts may open it: when this process may (it owns the segment, or
+/// is root). A segment it may not change stays as it is until its owner or root opens the
+/// store; so does one whose store is narrowed while this runs, until the next such open.
+fn follow_the_store(file: &File, store: &fs::Metadata) -> io::Result<()> {
+    let found = file.metadata()?;
     let me = rustix::process::geteuid();
     if !me.is_root() && me.as_raw() != found.uid() {
         return Ok(());
@@ -352,6 +356,15 @@ impl LogDir for Disk {
 
     fn open(&self, path: &Path) -> io::Result<File> {
         open_segment(path, true)
+    }
+
+    // Only once the header showed it this log's: a segment of another store's log at the name
+    // (a deleted store's) is refused as it is, never given this store's mode.
+    fn checked(&self, path: &Path, file: &File) -> io::Result<()> {
+        match store_of(path)? {
+            Some(store) => follow_the_store(file, &store),
+            None => Ok(()),
+        }
     }
 
     fn create(&self, path: &Path, header: &[u8], len: u64) -> io::Result<()> {
@@ -741,6 +754,9 @@ impl<D: LogDir> SegmentLog<D> {
         file.read_at(&mut head, 0)
             .map_err(io_err(path.clone(), "read"))?;
         check_header(&path, &head, self.id, self.size, seq, len)?;
+        self.dir
+            .checked(&path, &file)
+            .map_err(io_err(path.clone(), "open"))?;
         // Its name durable before this handle writes into it, or acknowledges what it reads:
         // its creator (another process, or the loser of a race to create it) may not have
         // synced the directory yet, and a power loss would take the name and every record
