@@ -185,9 +185,43 @@ fn log_base(path: &Path) -> Result<PathBuf> {
             real.display()
         )));
     }
+    if mounted_over(&real)? {
+        return Err(Error::invalid(format!(
+            "{}: the store file is mounted over this name (a bind mount of one file, as a \
+             container's volume of a single file is); a redo log (Options::write_log, which \
+             this open asks for or the store has) lies beside the name, here, where the \
+             processes that reach the file by its own name would not find it: mount its \
+             directory instead",
+            real.display()
+        )));
+    }
     let mut base = real.into_os_string();
     base.push(".wal");
     Ok(PathBuf::from(base))
+}
+
+/// Whether a file is mounted over the name `real` (a path without symbolic links): its
+/// directory's entry for the name is another inode than the file the name reaches, or the
+/// file is on another device than its directory.
+fn mounted_over(real: &Path) -> Result<bool> {
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
+        return Ok(false);
+    };
+    let file = std::fs::metadata(real).map_err(|err| Error::Io(err).at_path("stat", real))?;
+    let dir_meta = std::fs::metadata(dir).map_err(|err| Error::Io(err).at_path("stat", dir))?;
+    if file.dev() != dir_meta.dev() {
+        return Ok(true);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|err| Error::Io(err).at_path("read", dir))?;
+    for entry in entries {
+        let entry = entry.map_err(|err| Error::Io(err).at_path("read", dir))?;
+        if entry.file_name() == name {
+            return Ok(entry.ino() != file.ino());
+        }
+    }
+    // Renamed or removed meanwhile: the next checks of the file say so.
+    Ok(false)
 }
 
 /// The id of the store's redo log (`WAL_ID_KEY`), `None` for a store that never had one.
@@ -562,12 +596,26 @@ impl LogUser {
     }
 
     /// The newest record of an entry, `None` when it is the store file's (its segment retired
-    /// since: a checkpoint moved it there).
+    /// since: a checkpoint moved it there). A segment gone that no checkpoint passed is not the
+    /// store file's to answer: this process's name of the log no longer reaches it (the store's
+    /// directory was renamed or moved while in use), and the store file would answer an older
+    /// write.
     fn newest(&self, entry: &Entry) -> Result<Option<Record>> {
         if entry.newest == IN_STORE {
             return Ok(None);
         }
-        self.log.read_record(entry.newest)
+        match self.log.read_record(entry.newest)? {
+            None if entry.newest >= self.member.ring().log_checkpointed() => {
+                Err(Error::Replaced(format!(
+                    "{}: the log's segment holding position {} is gone from there, though no \
+                     checkpoint passed it: the store or its directory was renamed or moved \
+                     while in use; open it again by its name now",
+                    self.log.path(entry.newest / self.log.size()).display(),
+                    entry.newest
+                )))
+            }
+            found => Ok(found),
+        }
     }
 
     /// The value of `key`: its newest acknowledged write.

@@ -978,7 +978,8 @@ impl LocalEngine {
         }
         // A token equal to the recorded one passes without a write. A read-only store reads
         // the fence as its `fence_token` does (through the log, or the one a crash left), so
-        // that it passes a token that answer shows, and refuses a lower one as stale.
+        // that it passes a token that answer shows, and refuses a lower one as stale (one
+        // outside the writers' shared memory reads the store file alone, README, Limits).
         let highest = if self.read_only {
             self.fence_token(resource)?
         } else {

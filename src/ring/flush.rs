@@ -1152,7 +1152,7 @@ const LOG_OFF: u64 = u64::MAX;
 const LOG_ON: u64 = u64::MAX - 1;
 
 /// Where a store's log lies: the device and inode of its directory, and a hash (FNV-1a) of
-/// the name of the store file it is named after. Two processes that reach one store file by
+/// its segments' names' common beginning (`NAME.wal`, after the store file's name). Two processes that reach one store file by
 /// different names (a rename while it is open, a bind mount of the file) would find different
 /// logs beside those names while they share the ring's positions; each joiner compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1256,6 +1256,14 @@ impl Ring {
             dir_ino: words.log_dir_ino.load(Ordering::Relaxed),
             name: words.log_name.load(Ordering::Relaxed),
         }
+    }
+
+    /// The position the store's checkpoint has reached: a segment wholly below it may be gone
+    /// (retired), none above it may.
+    pub(crate) fn log_checkpointed(&self) -> u64 {
+        // Acquire: pairs with the Release of `GroupSync::checkpointed`, which comes before the
+        // retirement of the segments below (whose absence the caller saw).
+        self.view.flush().checkpointed.load(Ordering::Acquire)
     }
 
     /// Whether the ring's processes write through the log (decided and set up).

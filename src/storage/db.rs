@@ -124,7 +124,8 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
                                  had it open to write (one killed, say), which only an open \
                                  that may write the store makes, and its file system is \
                                  read-only: open it once where it may be written (remounted, \
-                                 or a copy with its STORE.wal.* files beside it)",
+                                 or a copy of it and of its NAME.wal.* files, under their own \
+                                 names, in one directory)",
                                 path.display()
                             ),
                         )))
