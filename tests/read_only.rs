@@ -708,6 +708,21 @@ fn killed_writer_child() {
     unreachable!("killed");
 }
 
+/// Runs [`killed_writer_child`] on the store at `path` (through the log with `write_log`):
+/// it writes `k`, and is killed with the store open.
+fn kill_a_writer(path: &std::path::Path, write_log: bool) {
+    use std::os::unix::process::ExitStatusExt;
+    let mut writer = std::process::Command::new(std::env::current_exe().unwrap());
+    writer
+        .args(["--exact", "killed_writer_child", "--nocapture"])
+        .env("FENCELOCK_TEST_KILLED_WRITER", path);
+    if write_log {
+        writer.env("FENCELOCK_TEST_WRITE_LOG", "1");
+    }
+    let status = writer.status().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer: {status}");
+}
+
 /// The reader of the next tests, a user who may read the store but not write it: told what it
 /// waits for while the file needs the repair a writer's death left, and reads the write once
 /// a writer opened the store (`FENCELOCK_TEST_REPAIRED` set).
@@ -741,21 +756,12 @@ fn reader_after_a_crash_child() {
 /// reads the acknowledged write (which, through the log, that open recovered into the file).
 fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_crash(write_log: bool) {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("locks.db");
     drop(Store::open(&path).unwrap());
     // Its owner lets others read it (README); the log's segments take its mode.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut writer = std::process::Command::new(std::env::current_exe().unwrap());
-    writer
-        .args(["--exact", "killed_writer_child", "--nocapture"])
-        .env("FENCELOCK_TEST_KILLED_WRITER", &path);
-    if write_log {
-        writer.env("FENCELOCK_TEST_WRITE_LOG", "1");
-    }
-    let status = writer.status().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer: {status}");
+    kill_a_writer(&path, write_log);
     assert_eq!(
         !log_segments(dir.path()).is_empty(),
         write_log,
@@ -791,7 +797,6 @@ fn a_reader_who_may_not_write_is_told_to_wait_for_a_writer_after_a_log_writers_c
 /// message that says what to do, and reads every acknowledged write once that was done.
 #[test]
 fn a_read_only_open_on_a_read_only_file_system_after_a_crash_says_what_it_needs() {
-    use std::os::unix::process::ExitStatusExt;
     let Some(mounted) = common::Mounted::tmpfs() else {
         return;
     };
@@ -801,15 +806,7 @@ fn a_read_only_open_on_a_read_only_file_system_after_a_crash_says_what_it_needs(
         for (name, _) in log_segments(mounted.path()) {
             std::fs::remove_file(mounted.path().join(name)).unwrap();
         }
-        let mut writer = std::process::Command::new(std::env::current_exe().unwrap());
-        writer
-            .args(["--exact", "killed_writer_child", "--nocapture"])
-            .env("FENCELOCK_TEST_KILLED_WRITER", &path);
-        if write_log {
-            writer.env("FENCELOCK_TEST_WRITE_LOG", "1");
-        }
-        let status = writer.status().unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer: {status}");
+        kill_a_writer(&path, write_log);
         mounted.remount("ro");
         let opened = Store::open_with(&path, &read_only());
         let refused = matches!(&opened, Err(Error::Io(err))

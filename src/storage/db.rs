@@ -104,31 +104,30 @@ fn open_known(path: &Path, mode: ConcurrencyMode, read_only: bool, existing: boo
             // inside a commit: any such process that dies leaves it.
             Err(redb::DatabaseError::RepairAborted) => {
                 match open_database(&builder, path, true, false) {
-                    Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+                    Err(Error::Io(err))
+                        if matches!(
+                            err.kind(),
+                            std::io::ErrorKind::PermissionDenied
+                                | std::io::ErrorKind::ReadOnlyFilesystem
+                        ) =>
+                    {
+                        let why = if err.kind() == std::io::ErrorKind::PermissionDenied {
+                            "this user may only read it, and can once a user who may write it \
+                             has opened it"
+                        } else {
+                            "its file system is read-only: open it once where it may be \
+                             written (remounted, or a copy of it and of its NAME.wal.* files, \
+                             under their own names, in one directory)"
+                        };
                         return Err(Error::Io(std::io::Error::new(
                             err.kind(),
                             format!(
                                 "{} needs the repair that follows the death of a process that \
                                  had it open to write (one killed, say), which only an open \
-                                 that may write the store makes: this user may only read it, \
-                                 and can once a user who may write it has opened it",
+                                 that may write the store makes: {why}",
                                 path.display()
                             ),
-                        )))
-                    }
-                    Err(Error::Io(err)) if err.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {
-                        return Err(Error::Io(std::io::Error::new(
-                            err.kind(),
-                            format!(
-                                "{} needs the repair that follows the death of a process that \
-                                 had it open to write (one killed, say), which only an open \
-                                 that may write the store makes, and its file system is \
-                                 read-only: open it once where it may be written (remounted, \
-                                 or a copy of it and of its NAME.wal.* files, under their own \
-                                 names, in one directory)",
-                                path.display()
-                            ),
-                        )))
+                        )));
                     }
                     other => drop(other?),
                 }
