@@ -855,6 +855,18 @@ fn log_writer_child() {
     holder.release().unwrap();
 }
 
+/// Runs [`log_writer_child`] on the store at `path` as nobody, a member of `GROUP`.
+fn write_as_a_member(path: &std::path::Path) {
+    let out = as_nobody_in(
+        "log_writer_child",
+        &[("FENCELOCK_TEST_LOG_WRITER", path)],
+        &[GROUP],
+    )
+    .output()
+    .unwrap();
+    assert_success(&out);
+}
+
 /// The redo log's segments hold the store's values: one that a member of the store's group
 /// makes gets the store's group and mode, as its ring does, not its maker's own group (whose
 /// members may not read the store).
@@ -865,14 +877,7 @@ fn the_log_segments_a_member_of_the_stores_group_makes_get_the_stores_group() {
     let Some((dir, path)) = store_of_group_in(0o770, Some(GROUP)) else {
         return;
     };
-    let out = as_nobody_in(
-        "log_writer_child",
-        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
-        &[GROUP],
-    )
-    .output()
-    .unwrap();
-    assert_success(&out);
+    write_as_a_member(&path);
     let segments = log_segments(dir.path());
     assert!(!segments.is_empty(), "the child wrote through no log");
     for (name, meta) in &segments {
@@ -916,14 +921,7 @@ fn a_segment_kept_beside_a_closed_store_follows_a_chgrp_and_chmod_at_its_owners_
             "segment {name}: the store's owner, group and mode now"
         );
     }
-    let out = as_nobody_in(
-        "log_writer_child",
-        &[("FENCELOCK_TEST_LOG_WRITER", &path)],
-        &[GROUP],
-    )
-    .output()
-    .unwrap();
-    assert_success(&out);
+    write_as_a_member(&path);
     let store = Store::open(&path).unwrap();
     assert_eq!(store.get(b"k").unwrap().unwrap().value, b"through the log");
 }
