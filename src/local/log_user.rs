@@ -115,30 +115,12 @@ fn segment_size() -> Result<u64> {
 
 /// The redo log of the store file at `path`, whose id is `id`.
 fn open_log(path: &Path, id: u64) -> Result<SegmentLog> {
-    open_log_at(&log_base(path)?, id)
+    open_log_at(&log_name(path)?.base, id)
 }
 
-/// The redo log whose segments' names begin with `base` ([`log_base`]), whose id is `id`.
+/// The redo log whose segments' names begin with `base` ([`LogName::base`]), whose id is `id`.
 fn open_log_at(base: &Path, id: u64) -> Result<SegmentLog> {
     Ok(SegmentLog::open(base, id, segment_size()?)?)
-}
-
-/// Where the log of segments named from `base` ([`log_base`]) lies: its directory's device and
-/// inode, and a hash of its name (FNV-1a).
-fn log_place(base: &Path) -> Result<LogPlace> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::MetadataExt;
-    let dir = base.parent().unwrap_or(Path::new("/"));
-    let found = std::fs::metadata(dir).map_err(|err| Error::Io(err).at_path("stat", dir))?;
-    let mut name: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in base.file_name().unwrap_or_default().as_bytes() {
-        name = (name ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-    }
-    Ok(LogPlace {
-        dir_dev: found.dev(),
-        dir_ino: found.ino(),
-        name,
-    })
 }
 
 /// The refusal of a process that reached the store at `path` by another name than the one its
@@ -156,66 +138,88 @@ fn log_elsewhere(path: &Path) -> Error {
 /// [`open_log`] for reading only: a read-only store's (`crashed.rs`).
 pub(crate) fn open_log_to_read(path: &Path, id: u64) -> Result<SegmentLog<ReadDisk>> {
     Ok(SegmentLog::open_to_read(
-        &log_base(path)?,
+        &log_name(path)?.base,
         id,
         segment_size()?,
     )?)
 }
 
-/// The path the names of the segments of the store file at `path` begin with: beside the file
-/// under its one name, whatever the name `path` reached it by. Every process of the store must
-/// find the same log: the processes that share a ring (one per file, `ring/file.rs`) share its
-/// positions, and one that wrote where another does not read would lose acknowledged writes.
-/// So a symbolic link is resolved, and a file with several names (hard links) is refused, as
-/// no name of it is the one name.
-fn log_base(path: &Path) -> Result<PathBuf> {
+/// Where the log of a store file lies ([`log_name`]).
+struct LogName {
+    /// The path the names of its segments begin with (`NAME.wal`).
+    base: PathBuf,
+    /// Its directory's device and inode, and a hash of `base`'s name (FNV-1a), for the ring.
+    place: LogPlace,
+}
+
+/// Where the log of the store file at `path` lies: beside the file under its one name,
+/// whatever the name `path` reached it by. Every process of the store must find the same log:
+/// the processes that share a ring (one per file, `ring/file.rs`) share its positions, and one
+/// that wrote where another does not read would lose acknowledged writes. So a symbolic link
+/// is resolved, and a file with several names (hard links) is refused, as no name of it is the
+/// one name; so is a file mounted over its name (a bind mount of one file), whose log would lie
+/// beside the mount point, where processes that reach the file by its own name never look.
+fn log_name(path: &Path) -> Result<LogName> {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let real =
         std::fs::canonicalize(path).map_err(|err| Error::Io(err).at_path("resolve", path))?;
-    let links = std::fs::metadata(&real)
-        .map_err(|err| Error::Io(err).at_path("stat", &real))?
-        .nlink();
-    if links > 1 {
-        return Err(Error::invalid(format!(
-            "{}: the store file has {links} names (hard links); a redo log \
-             (Options::write_log, which this open asks for or the store has) is named after \
-             the file, so the file must have one name: remove the others, keeping the name \
-             its log's files (NAME.wal.*) lie beside, if it has any (symbolic links to it are \
-             fine)",
+    let dir = real.parent().unwrap_or(Path::new("/"));
+    let file = std::fs::metadata(&real).map_err(|err| Error::Io(err).at_path("stat", &real))?;
+    let dir_meta = std::fs::metadata(dir).map_err(|err| Error::Io(err).at_path("stat", dir))?;
+    let refused = |why: String| {
+        Error::invalid(format!(
+            "{}: {why}; a redo log (Options::write_log, which this open asks for or the store \
+             has) lies beside the file's name",
             real.display()
+        ))
+    };
+    if file.nlink() > 1 {
+        return Err(refused(format!(
+            "the store file has {} names (hard links), and must have one: remove the others, \
+             keeping the name its log's files (NAME.wal.*) lie beside, if it has any \
+             (symbolic links to it are fine)",
+            file.nlink()
         )));
     }
-    if mounted_over(&real)? {
-        return Err(Error::invalid(format!(
-            "{}: the store file is mounted over this name (a bind mount of one file, as a \
-             container's volume of a single file is); a redo log (Options::write_log, which \
-             this open asks for or the store has) lies beside the name, here, where the \
-             processes that reach the file by its own name would not find it: mount its \
-             directory instead",
-            real.display()
-        )));
+    if mounted_over(&real, &file, &dir_meta)? {
+        return Err(refused(
+            "the store file is mounted over this name (a bind mount of one file, as a \
+             container's volume of a single file is), and the processes that reach the file \
+             by its own name would not find a log beside this one: mount its directory instead"
+                .into(),
+        ));
     }
-    let mut base = real.into_os_string();
+    let mut base = real.clone().into_os_string();
     base.push(".wal");
-    Ok(PathBuf::from(base))
+    let base = PathBuf::from(base);
+    let mut name: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in base.file_name().unwrap_or_default().as_bytes() {
+        name = (name ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let place = LogPlace {
+        dir_dev: dir_meta.dev(),
+        dir_ino: dir_meta.ino(),
+        name,
+    };
+    Ok(LogName { base, place })
 }
 
-/// Whether a file is mounted over the name `real` (a path without symbolic links): its
-/// directory's entry for the name is another inode than the file the name reaches, or the
-/// file is on another device than its directory.
-fn mounted_over(real: &Path) -> Result<bool> {
+/// Whether a file (metadata `file`) is mounted over the name `real` (a path without symbolic
+/// links, in the directory of metadata `dir`): the file is on another device than its
+/// directory, or the directory's entry for the name is another inode than the file.
+fn mounted_over(real: &Path, file: &std::fs::Metadata, dir: &std::fs::Metadata) -> Result<bool> {
     use std::os::unix::fs::{DirEntryExt, MetadataExt};
-    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
-        return Ok(false);
-    };
-    let file = std::fs::metadata(real).map_err(|err| Error::Io(err).at_path("stat", real))?;
-    let dir_meta = std::fs::metadata(dir).map_err(|err| Error::Io(err).at_path("stat", dir))?;
-    if file.dev() != dir_meta.dev() {
+    if file.dev() != dir.dev() {
         return Ok(true);
     }
-    let entries = std::fs::read_dir(dir).map_err(|err| Error::Io(err).at_path("read", dir))?;
+    let (Some(parent), Some(name)) = (real.parent(), real.file_name()) else {
+        return Ok(false);
+    };
+    let entries =
+        std::fs::read_dir(parent).map_err(|err| Error::Io(err).at_path("read", parent))?;
     for entry in entries {
-        let entry = entry.map_err(|err| Error::Io(err).at_path("read", dir))?;
+        let entry = entry.map_err(|err| Error::Io(err).at_path("read", parent))?;
         if entry.file_name() == name {
             return Ok(entry.ino() != file.ino());
         }
@@ -293,7 +297,7 @@ impl LogUser {
                             ring.log_set_up(None);
                             return Ok(());
                         }
-                        let base = log_base(host.store_path())?;
+                        let name = log_name(host.store_path())?;
                         // Named after what the path named then: still this store's file (a
                         // symbolic link re-pointed meanwhile would name another file's log).
                         host.check_file()?;
@@ -304,11 +308,11 @@ impl LogUser {
                                 // other store's segments at its names checked) before the
                                 // store is given it, so that a refusal changes nothing.
                                 let id = crate::base::random_u64()?;
-                                drop(open_log_at(&base, id)?);
+                                drop(open_log_at(&name.base, id)?);
                                 make_log_id(&db, id)?
                             }
                         };
-                        let log = open_log_at(&base, id)?;
+                        let log = open_log_at(&name.base, id)?;
                         // No other process of the ring is making a segment now.
                         log.remove_leftovers()?;
                         if !want {
@@ -320,7 +324,7 @@ impl LogUser {
                         }
                         let end = recover(db.writable()?, &log)?.applied.end;
                         log.prepare(end / log.size())?;
-                        ring.log_set_up(Some((end, log_place(&base)?)));
+                        ring.log_set_up(Some((end, name.place)));
                         Ok(())
                     };
                     if let Err(err) = set_up() {
@@ -349,13 +353,13 @@ impl LogUser {
             Error::Corrupt("the store's redo log is on, and the store file holds no log id".into())
         })?;
         // The log the ring's positions are of, not one beside another name of the file.
-        let base = log_base(host.store_path())?;
-        if log_place(&base)? != member.ring().log_place() {
+        let name = log_name(host.store_path())?;
+        if name.place != member.ring().log_place() {
             return Err(log_elsewhere(host.store_path()));
         }
         Ok(LogUser {
             member: Arc::clone(member),
-            log: open_log_at(&base, id)?,
+            log: open_log_at(&name.base, id)?,
             checkpointing: AtomicBool::new(false),
             background: parking_lot::Mutex::new(None),
         })
